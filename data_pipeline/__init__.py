@@ -1,0 +1,1 @@
+"""Web crawl -> cleaned shards -> tokenizer -> token shards -> packed, resumable batches."""

@@ -1,0 +1,70 @@
+"""`python -m data_pipeline <stage>`: each stage reads the run YAML and the previous stage's folder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from runconfig.cli import add_config_args, config_from_args
+
+
+def _stage_clean(cfg, args):
+    from data_pipeline.clean import run_clean
+
+    return run_clean(cfg, shard_index=args.shard_index)
+
+
+def _stage_dedup(cfg, args):
+    from data_pipeline.dedup import run_dedup
+
+    return run_dedup(cfg)
+
+
+def _stage_train_tokenizer(cfg, args):
+    from data_pipeline.tokenizers import train_tokenizer
+
+    return {"tokenizer": str(train_tokenizer(cfg))}
+
+
+def _stage_tokenize(cfg, args):
+    from data_pipeline.tokenize import run_tokenize
+
+    return run_tokenize(cfg, shard_index=args.shard_index)
+
+
+def _stage_all(cfg, args):
+    out = {}
+    for name in ("clean", "dedup", "train-tokenizer", "tokenize"):
+        out[name] = STAGES[name][0](cfg, argparse.Namespace(shard_index=None))
+    return out
+
+
+STAGES = {
+    "clean": (_stage_clean, "read sources, extract text, apply cleaning filters, write cleaned shards"),
+    "dedup": (_stage_dedup, "exact + MinHash-LSH near-dedup across all cleaned shards"),
+    "train-tokenizer": (_stage_train_tokenizer, "train the configured tokenizer on the deduplicated corpus"),
+    "tokenize": (_stage_tokenize, "cleaned shards -> binary token shards + manifest"),
+    "all": (_stage_all, "clean, dedup, train-tokenizer and tokenize in order"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m data_pipeline", description=__doc__)
+    sub = parser.add_subparsers(dest="stage", required=True)
+    for name, (_, help_) in STAGES.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        add_config_args(p)
+        if name in ("clean", "tokenize"):
+            p.add_argument(
+                "--shard-index", type=int, default=None, help="process only this input shard (Slurm array task)"
+            )
+    args = parser.parse_args(argv)
+    cfg = config_from_args(args)
+    result = STAGES[args.stage][0](cfg, args)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Expand configured paths (globs, fsspec URLs, {prefix}/{site_packages} placeholders) into concrete files."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+import fsspec
+
+
+def expand_placeholders(path: str) -> str:
+    path = path.replace("{prefix}", sys.prefix).replace("{site_packages}", sysconfig.get_paths()["purelib"])
+    return os.path.expanduser(os.path.expandvars(path))
+
+
+def expand_paths(patterns: list[str], recursive_dirs: bool = False) -> list[str]:
+    """Sorted, de-duplicated file list. A pattern that matches nothing is an error naming it."""
+    files: list[str] = []
+    for raw in patterns:
+        pat = expand_placeholders(raw)
+        fs, _, _ = fsspec.core.get_fs_token_paths(pat)
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        has_glob = any(c in pat for c in "*?[")
+        found = fs.glob(pat) if has_glob else ([pat] if fs.exists(pat) else [])
+        expanded = []
+        for p in sorted(found):
+            if fs.isdir(p):
+                if recursive_dirs:
+                    expanded.extend(sorted(f for f in fs.find(p) if not fs.isdir(f)))
+                continue
+            expanded.append(p)
+        if not found:
+            raise FileNotFoundError(f"no files match '{raw}' (expanded to '{pat}')")
+        if protocol not in ("file", "local"):
+            expanded = [p if "://" in p else f"{protocol}://{p}" for p in expanded]
+        files.extend(expanded)
+    return sorted(dict.fromkeys(files))

@@ -1,0 +1,1 @@
+"""Launchers: one node, hostfile multi-node, Slurm (sbatch generation, arrays, preemption requeue)."""

@@ -1,0 +1,1 @@
+"""DeepSpeed pretraining of RoBERTa-, GPT- and T5-style transformers models, export and fine-tune."""

@@ -1,0 +1,135 @@
+"""YAML -> validated RunConfig, with `inherit:` presets and `key.sub=value` command-line overrides."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from runconfig.run import RunConfig
+
+
+class ConfigError(ValueError):
+    """A config problem, with the offending key (and file) in the message."""
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key; anything else (lists included) is replaced."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _resolve_inherits(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"{path}: inherit cycle through {[str(p) for p in seen]}")
+    data = _read_yaml(path)
+    parents = data.pop("inherit", []) or []
+    if isinstance(parents, str):
+        parents = [parents]
+    merged: dict[str, Any] = {}
+    for parent in parents:
+        merged = deep_merge(merged, _resolve_inherits(path.parent / parent, (*seen, path)))
+    return deep_merge(merged, data)
+
+
+def parse_overrides(items: list[str]) -> list[tuple[list[str], Any]]:
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like key.sub=value")
+        key, raw = item.split("=", 1)
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override '{item}': empty key segment")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override '{item}': value is not valid YAML: {e}") from e
+        out.append((key.split("."), value))
+    return out
+
+
+def apply_override(data: dict[str, Any], keys: list[str], value: Any) -> None:
+    node: Any = data
+    for i, k in enumerate(keys[:-1]):
+        if isinstance(node, list):
+            if not k.isdigit() or int(k) >= len(node):
+                raise ConfigError(f"override {'.'.join(keys)}: no list index {k} at {'.'.join(keys[:i]) or '<root>'}")
+            node = node[int(k)]
+        else:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict | list):
+                raise ConfigError(f"override {'.'.join(keys)}: {'.'.join(keys[: i + 1])} is not a mapping")
+    last = keys[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise ConfigError(f"override {'.'.join(keys)}: no list index {last}")
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        elif "input" in e and e["type"] not in ("value_error",):
+            msg = f"{msg} (got {e['input']!r})"
+        lines.append(f"  {key}: {msg}")
+    return f"invalid config {source}:\n" + "\n".join(lines)
+
+
+def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None) -> RunConfig:
+    """Load a run YAML (with its `inherit:` chain), apply overrides, validate everything."""
+    data = _resolve_inherits(Path(path))
+    for keys, value in parse_overrides(overrides or []):
+        apply_override(data, keys, value)
+    return validate_dict(data, source=str(path))
+
+
+def validate_dict(data: dict[str, Any], source: str = "<dict>") -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, source)) from None
+
+
+def to_dict(cfg: RunConfig) -> dict[str, Any]:
+    return cfg.model_dump(mode="json")
+
+
+def save_resolved(cfg: RunConfig, folder: str | os.PathLike[str], name: str = "resolved_config.yaml") -> Path:
+    """Every run writes the config it actually used next to its outputs."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / name
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    os.replace(tmp, out)
+    return out

@@ -1,0 +1,38 @@
+"""Model family and size. Presets in configs/ mirror the papers' sizes; every field can be overridden."""
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from runconfig.base import Section
+
+Family = Literal["roberta", "gpt2", "t5"]
+
+
+class ModelConfig(Section):
+    family: Family = "roberta"
+    size: str = "tiny"  # a label for the preset (tiny, base, large, small, medium); the numbers below decide
+    hidden_size: int = Field(128, gt=0)
+    num_layers: int = Field(2, gt=0)
+    num_decoder_layers: int | None = None  # T5 only; defaults to num_layers
+    num_heads: int = Field(2, gt=0)
+    ffn_size: int = Field(512, gt=0)
+    d_kv: int | None = None  # T5 only; defaults to hidden_size // num_heads
+    max_position_embeddings: int = Field(514, gt=0)  # RoBERTa reserves 2 positions (padding_idx + 1)
+    dropout: float = Field(0.1, ge=0, lt=1)
+    attention_dropout: float = Field(0.1, ge=0, lt=1)
+    layer_norm_eps: float = 1e-5
+    initializer_range: float = 0.02
+    # T5 v1.0: relu; v1.1: gated-gelu (untied head). We follow the original paper by default.
+    feed_forward_proj: str = "relu"
+    tie_word_embeddings: bool = True
+    # Pad the embedding matrix for fast matmuls; extra rows are never produced (their logits are masked).
+    vocab_pad_multiple: int = Field(8, ge=1)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "ModelConfig":
+        if self.d_kv is None and self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.hidden_size ({self.hidden_size}) must be divisible by model.num_heads ({self.num_heads})"
+            )
+        return self

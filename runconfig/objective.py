@@ -1,0 +1,21 @@
+"""Pretraining objective section."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from runconfig.base import Section
+
+
+class ObjectiveConfig(Section):
+    type: Literal["mlm", "causal", "span_corruption"] = "mlm"
+    # RoBERTa dynamic masking.
+    mlm_probability: float = Field(0.15, gt=0, lt=1)
+    mask_token_fraction: float = Field(0.8, ge=0, le=1)
+    random_token_fraction: float = Field(0.1, ge=0, le=1)
+    whole_word_masking: bool = False
+    # GPT: reset attention and positions at document boundaries inside a packed block.
+    document_masking: bool = False
+    # T5 span corruption.
+    noise_density: float = Field(0.15, gt=0, lt=1)
+    mean_noise_span_length: float = Field(3.0, gt=0)

@@ -1,0 +1,97 @@
+"""Batch plan, optimizer, schedule, LR scaling, DeepSpeed engine, checkpointing, logging, evaluation."""
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from runconfig.base import Section
+
+
+class BatchConfig(Section):
+    # The user states the global batch; gradient accumulation is derived from micro-batch x world size.
+    global_batch_size: int = Field(32, gt=0)  # sequences per optimizer step
+    micro_batch_size: int = Field(8, gt=0)  # sequences per rank per forward
+    # Alternative to global_batch_size: tokens per optimizer step (must be a multiple of seq_len).
+    global_batch_tokens: int | None = None
+
+
+class OptimConfig(Section):
+    name: Literal["adamw", "lamb"] = "adamw"
+    lr: float = Field(6e-4, gt=0)  # peak LR at the global batch (after lr_scaling, if any)
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    grad_clip: float = Field(1.0, ge=0)
+
+
+class ScheduleConfig(Section):
+    total_steps: int = Field(1000, gt=0)
+    warmup_steps: int = Field(100, ge=0)
+    decay: Literal["linear", "cosine", "constant"] = "linear"
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _warmup_fits(self) -> "ScheduleConfig":
+        if self.warmup_steps > self.total_steps:
+            raise ValueError(
+                f"schedule.warmup_steps ({self.warmup_steps}) exceeds schedule.total_steps ({self.total_steps})"
+            )
+        return self
+
+
+class LRScalingConfig(Section):
+    """Scale a reference recipe (batch, peak LR, warmup) to the configured global batch."""
+
+    rule: Literal["none", "linear", "sqrt"] = "none"
+    reference_batch_size: int = Field(256, gt=0)
+    reference_lr: float = Field(1e-4, gt=0)
+    reference_warmup_steps: int = Field(10000, ge=0)
+    max_lr: float | None = None  # cap for the scaled LR
+
+
+class DeepSpeedConfig(Section):
+    zero_stage: Literal[0, 1, 2, 3] = 2
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    initial_loss_scale_power: int = 16
+    activation_checkpointing: bool = False
+    # Collective timeout owned by us: ZeRO's groups otherwise inherit torch's 30-minute default, so a hung
+    # node would hang the job (seen on simulated hosts).
+    comm_timeout_s: int = Field(600, gt=0)
+    # Halt after this many consecutive non-finite losses (fp16 overflow skips are counted by DeepSpeed).
+    max_consecutive_bad_steps: int = Field(20, gt=0)
+
+
+class CheckpointConfig(Section):
+    dir: str | None = None  # default: <run.output_dir>/checkpoints
+    every_steps: int = Field(100, gt=0)
+    keep_last: int = Field(3, gt=0)
+    resume: str = "auto"  # auto | none | <checkpoint folder>
+
+
+class LoggingConfig(Section):
+    every_steps: int = Field(10, gt=0)
+    tensorboard: bool = True
+    jsonl: bool = True
+    progress_bar: bool = True
+    # Peak FLOP/s per device for MFU; None = measure once with a matmul benchmark.
+    peak_flops: float | None = None
+
+
+class EvalConfig(Section):
+    every_steps: int = Field(100, gt=0)
+    max_batches: int = Field(10, gt=0)
+
+
+class FinetuneConfig(Section):
+    """Downstream smoke fine-tune: a sequence classifier on a labelled folder, CSV, or a source's hold-out."""
+
+    source: str | None = None  # name of a data.sources entry whose hold-out split has labels
+    path: str | None = None  # or a labelled text folder (one sub-folder per label) / CSV (text,label)
+    test_fraction: float = Field(0.3, gt=0, lt=1)
+    epochs: int = Field(3, gt=0)
+    lr: float = Field(1e-4, gt=0)
+    batch_size: int = Field(16, gt=0)
+    max_length: int = Field(128, gt=8)
+    seed: int = 0
