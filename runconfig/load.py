@@ -101,7 +101,7 @@ def _format_errors(err: ValidationError, source: str) -> str:
             msg = "required key is missing"
         elif "input" in e and e["type"] not in ("value_error",):
             msg = f"{msg} (got {e['input']!r})"
-        lines.append(f"  {key}: {msg}")
+        lines.append(f"  {msg}" if key == "<root>" or msg.startswith(f"{key}") else f"  {key}: {msg}")
     return f"invalid config {source}:\n" + "\n".join(lines)
 
 

@@ -1,0 +1,68 @@
+"""`python -m pretrain <command>`: train, export, finetune, plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from runconfig.cli import add_config_args, config_from_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pretrain", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="pretrain through DeepSpeed (run under torchrun or `python -m launch run`)")
+    add_config_args(p)
+    p = sub.add_parser("export", help="checkpoint -> Hugging Face folder (safetensors, tokenizer, model card)")
+    add_config_args(p)
+    p.add_argument("--checkpoint", default=None, help="a step folder or checkpoints folder (default: the run's)")
+    p.add_argument("--out", default=None, help="output folder (default: <run.output_dir>/export)")
+    p = sub.add_parser("finetune", help="sequence-classification fine-tune of an export; prints accuracy")
+    add_config_args(p)
+    p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
+    p.add_argument("--init", choices=["pretrained", "random", "both"], default="both")
+    p = sub.add_parser("plan", help="batch plan, scaled LR, token budget and ZeRO memory estimates")
+    add_config_args(p)
+    p.add_argument("--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node")
+    p.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    cfg = config_from_args(args)
+
+    if args.command == "train":
+        from pretrain.checkpoint import PREEMPTED_EXIT_CODE
+        from pretrain.train import train
+
+        result = train(cfg)
+        import torch.distributed as dist
+
+        if dist.get_rank() == 0:
+            print(json.dumps(result, indent=1, default=str), flush=True)
+        dist.destroy_process_group()
+        return PREEMPTED_EXIT_CODE if result["preempted"] else 0
+    if args.command == "export":
+        from pretrain.export import export
+
+        print(export(cfg, args.checkpoint, args.out))
+        return 0
+    if args.command == "finetune":
+        from data_pipeline.layout import RunLayout
+        from pretrain.finetune import finetune
+
+        model_dir = args.model or str(RunLayout(cfg).export)
+        inits = ["pretrained", "random"] if args.init == "both" else [args.init]
+        results = [finetune(cfg, model_dir, init, RunLayout(cfg).finetune) for init in inits]
+        for r in results:
+            print(f"{r['init']:>10}: accuracy {r['accuracy']:.3f} on {r['test_examples']} held-out examples")
+        return 0
+    if args.command == "plan":
+        from pretrain.plan import format_report, plan_report
+
+        r = plan_report(cfg, args.world_size)
+        print(json.dumps(r, indent=1) if args.json else format_report(r))
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

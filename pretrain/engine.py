@@ -1,0 +1,146 @@
+"""DeepSpeed from our config: process group (with our timeout), the generated ds_config, initialize.
+
+The ds_config is always generated from the run YAML, never hand-edited, so the two cannot disagree; the
+generated dict is written next to the checkpoints for inspection.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from pretrain.schedule import TrainPlan, WarmupDecay
+from runconfig import RunConfig
+
+
+def accelerator_name() -> str:
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().device_name()
+
+
+def init_distributed(cfg: RunConfig) -> tuple[int, int]:
+    """Start the process group with our collective timeout, applied to every group DeepSpeed creates later.
+
+    ZeRO builds its data-parallel group with `dist.new_group()`, which takes torch's default timeout (30 min),
+    not the one given to init: a frozen peer would hang the survivors. Patching the default first makes every
+    group time out after `deepspeed.comm_timeout_s`.
+    """
+    import deepspeed
+    import torch.distributed.distributed_c10d as c10d
+
+    timeout = timedelta(seconds=cfg.deepspeed.comm_timeout_s)
+    c10d.default_pg_timeout = timeout
+    try:
+        import deepspeed.comm.comm as ds_comm
+        import deepspeed.constants as ds_constants
+
+        ds_constants.default_pg_timeout = timeout
+        ds_comm.default_pg_timeout = timeout
+    except ImportError:  # older DeepSpeed layouts
+        pass
+    if "RANK" not in os.environ:  # plain `python -m pretrain train`: a world of one
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(cfg.launch.master_port))
+    backend = cfg.launch.backend if accelerator_name() != "cpu" else "gloo"
+    deepspeed.init_distributed(dist_backend=backend, timeout=timeout, verbose=False)
+    return torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+
+def build_ds_config(cfg: RunConfig, plan: TrainPlan) -> dict[str, Any]:
+    ds = cfg.deepspeed
+    zero: dict[str, Any] = {"stage": ds.zero_stage}
+    if ds.zero_stage >= 1:
+        zero.update(
+            contiguous_gradients=True,
+            overlap_comm=accelerator_name() != "cpu",
+            reduce_scatter=True,
+            reduce_bucket_size=int(5e7),
+            allgather_bucket_size=int(5e7),
+        )
+    if ds.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": accelerator_name() != "cpu"}
+    if ds.offload_params:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": accelerator_name() != "cpu"}
+    if ds.zero_stage == 3:
+        # Export gathers from the sharded checkpoint with zero_to_fp32, never on one GPU.
+        zero["stage3_gather_16bit_weights_on_model_save"] = False
+    conf: dict[str, Any] = {
+        "train_batch_size": plan.global_batch_size,
+        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
+        "gradient_accumulation_steps": plan.grad_accum,
+        "gradient_clipping": cfg.optim.grad_clip,
+        "zero_optimization": zero,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+        "checkpoint": {"load_universal": False},
+    }
+    if ds.precision == "bf16":
+        conf["bf16"] = {"enabled": True}
+    elif ds.precision == "fp16":
+        conf["fp16"] = {
+            "enabled": True,
+            "loss_scale": 0,  # dynamic
+            "initial_scale_power": ds.initial_loss_scale_power,
+            "loss_scale_window": 1000,
+            "hysteresis": 2,
+            "min_loss_scale": 1,
+        }
+    if _use_ds_optimizer(cfg):
+        name = {"adamw": "AdamW", "lamb": "Lamb"}[cfg.optim.name]
+        params: dict[str, Any] = {
+            "lr": plan.peak_lr,
+            "betas": list(cfg.optim.betas),
+            "eps": cfg.optim.eps,
+            "weight_decay": cfg.optim.weight_decay,
+        }
+        conf["optimizer"] = {"type": name, "params": params}
+    if ds.offload_optimizer and not _use_ds_optimizer(cfg):
+        conf["zero_force_ds_cpu_optimizer"] = False
+    return conf
+
+
+def _use_ds_optimizer(cfg: RunConfig) -> bool:
+    """DeepSpeed's fused optimizers (FusedAdam, FusedLamb, DeepSpeedCPUAdam) need compiled ops: use them on
+    accelerators, or for LAMB; on a CPU-only machine torch's AdamW avoids a JIT build of C++ ops."""
+    return cfg.optim.name == "lamb" or (accelerator_name() != "cpu")
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """No weight decay on biases and LayerNorm weights (BERT/RoBERTa practice)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias") else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan):
+    import deepspeed
+
+    if cfg.deepspeed.activation_checkpointing:
+        model.gradient_checkpointing_enable()
+    ds_config = build_ds_config(cfg, plan)
+    groups = _param_groups(model, cfg.optim.weight_decay)
+    optimizer = None
+    if not _use_ds_optimizer(cfg):
+        optimizer = torch.optim.AdamW(
+            groups, lr=plan.peak_lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps, foreach=False
+        )
+    sched = WarmupDecay(plan.warmup_steps, plan.total_steps, cfg.schedule.decay, cfg.schedule.min_lr_ratio)
+
+    def lr_scheduler(opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+        return torch.optim.lr_scheduler.LambdaLR(opt, sched)
+
+    engine, _, _, scheduler = deepspeed.initialize(
+        model=model,
+        optimizer=optimizer,
+        model_parameters=groups if optimizer is None else None,
+        lr_scheduler=lr_scheduler,
+        config=ds_config,
+    )
+    return engine, scheduler, ds_config

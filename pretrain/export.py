@@ -1,0 +1,124 @@
+"""DeepSpeed checkpoint -> Hugging Face folder (safetensors, config, tokenizer, generation config, model card).
+
+Weights are consolidated on the CPU from the ZeRO shards with DeepSpeed's zero_to_fp32 (lazy, tensor by tensor),
+so a ZeRO-3 model is exported without ever being whole on one rank's GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
+
+from data_pipeline.layout import RunLayout
+from pretrain import checkpoint as ckpt
+from pretrain.models import build_model
+from runconfig import RunConfig
+from runconfig.load import to_dict
+
+
+def resolve_checkpoint(cfg: RunConfig, checkpoint: str | None) -> tuple[Path, str]:
+    """Accepts a tag folder, a checkpoints folder (newest complete tag), or None (the run's own)."""
+    path = Path(checkpoint) if checkpoint else Path(cfg.checkpoint_dir)
+    if (path / ckpt.COMPLETE).is_file():
+        return path.parent, path.name
+    tag = ckpt.find_resume_tag(path)
+    if tag is None:
+        raise FileNotFoundError(f"no complete checkpoint (a step folder with {ckpt.COMPLETE}) under {path}")
+    return path, tag
+
+
+def consolidated_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]:
+    meta = ckpt.read_complete(ckpt_dir, tag)
+    if meta.get("zero_stage", 0) >= 1:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        lazy = get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag, lazy_mode=True)
+        return {k: v.contiguous().float() for k, v in lazy.items()}
+    states = torch.load(ckpt_dir / tag / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
+    return {k: v.float() for k, v in states["module"].items()}
+
+
+def client_state(ckpt_dir: Path, tag: str) -> dict[str, Any]:
+    states = torch.load(ckpt_dir / tag / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
+    keep = ("step", "tokens_seen", "loss", "plan")
+    return {k: states[k] for k in keep if k in states}
+
+
+def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str) -> PreTrainedModel:
+    tokenizer = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
+    model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
+    sd = consolidated_state_dict(ckpt_dir, tag)
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or [])
+    if isinstance(getattr(model, "_tied_weights_keys", None), dict):
+        tied = set(model._tied_weights_keys)
+    real_missing = [k for k in missing if k not in tied]
+    if real_missing or unexpected:
+        raise RuntimeError(f"checkpoint {ckpt_dir / tag} does not match the model: missing={real_missing} "
+                           f"unexpected={unexpected}")
+    model.tie_weights()
+    return model.eval()
+
+
+def _model_card(cfg: RunConfig, state: dict[str, Any], manifest: dict[str, Any] | None, n_params: int) -> str:
+    loss = state.get("loss")
+    ppl = math.exp(loss) if isinstance(loss, float) and math.isfinite(loss) and loss < 50 else None
+    checksums = {}
+    if manifest:
+        for k, v in manifest.items():
+            if isinstance(v, dict) and ("sha256" in v or "checksum" in v):
+                checksums[k] = v.get("sha256") or v.get("checksum")
+    lines = [
+        "---",
+        "library_name: transformers",
+        f"tags: [{cfg.model.family}, pretraining, deepspeed]",
+        "---",
+        f"# {cfg.run.name}: {cfg.model.family} ({cfg.model.size}) pretrained from scratch",
+        "",
+        f"- Objective: `{cfg.objective.type}`, packing `{cfg.packing.mode}`, sequence length {cfg.packing.seq_len}",
+        f"- Parameters: {n_params:,}",
+        f"- Steps: {state.get('step')}, tokens seen: {state.get('tokens_seen')}",
+        f"- Final training loss: {loss}" + (f" (perplexity {ppl:.2f})" if ppl else ""),
+        "",
+        "## Data manifest",
+        "```json",
+        json.dumps(manifest if manifest is not None else {"note": "no token manifest found"}, indent=1)[:20000],
+        "```",
+        "",
+        "## Resolved training config",
+        "```yaml",
+        yaml.safe_dump(to_dict(cfg), sort_keys=False).rstrip(),
+        "```",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = None) -> Path:
+    layout = RunLayout(cfg)
+    ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
+    out = Path(out_dir) if out_dir else layout.export
+    out.mkdir(parents=True, exist_ok=True)
+    model = load_trained_model(cfg, ckpt_dir, tag)
+    tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    if cfg.model.family in ("gpt2", "t5"):
+        padded = list(range(len(tokenizer), model.config.vocab_size))
+        gen = GenerationConfig.from_model_config(model.config)
+        if padded:
+            gen.suppress_tokens = padded  # padding rows of the embedding are never produced
+        gen.save_pretrained(out)
+    manifest_path = layout.tokens / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
+    state = client_state(ckpt_dir, tag)
+    n_params = sum(p.numel() for p in model.parameters())
+    (out / "README.md").write_text(_model_card(cfg, state, manifest, n_params))
+    (out / "training_state.json").write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), **state}, indent=1,
+                                                         default=str))
+    return out

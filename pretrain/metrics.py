@@ -1,0 +1,112 @@
+"""Training metrics: TensorBoard + JSONL on rank 0, throughput, MFU, loader wait, memory."""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runconfig.model import ModelConfig
+
+
+def flops_per_token(m: ModelConfig, n_params: int, seq_len: int) -> float:
+    """Training FLOPs per token: 6N for the weight matmuls (forward + backward) plus the attention score and
+    value matmuls, 12 * layers * d_model * seq_len (PaLM appendix B). T5 counts both stacks; its decoder runs
+    on the targets, so this is an upper-bound estimate for span corruption."""
+    layers = m.num_layers + ((m.num_decoder_layers or m.num_layers) if m.family == "t5" else 0)
+    attn_width = (m.d_kv or m.hidden_size // m.num_heads) * m.num_heads
+    return 6.0 * n_params + 12.0 * layers * attn_width * seq_len
+
+
+def measure_peak_flops(n: int = 1024, repeats: int = 10, device: str = "cpu") -> float:
+    """Dense matmul FLOP/s this process achieves: the denominator of MFU when the user gives no peak."""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    if device != "cpu":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    if device != "cpu":
+        torch.cuda.synchronize()
+    return 2 * n**3 * repeats / (time.perf_counter() - t0)
+
+
+def memory_mb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class MetricsLogger:
+    """Rank 0 writes; other ranks hold a disabled logger so call sites need no rank checks."""
+
+    def __init__(self, folder: Path, enabled: bool, tensorboard: bool = True, jsonl: bool = True):
+        self.enabled = enabled
+        self.tb = None
+        self.jsonl = None
+        if not enabled:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(folder))
+        if jsonl:
+            self.jsonl = open(folder / "metrics.jsonl", "a")
+
+    def log(self, step: int, values: dict[str, Any], prefix: str = "train") -> None:
+        if not self.enabled:
+            return
+        if self.tb is not None:
+            for k, v in values.items():
+                if isinstance(v, int | float):
+                    self.tb.add_scalar(f"{prefix}/{k}", v, step)
+        if self.jsonl is not None:
+            self.jsonl.write(json.dumps({"step": step, "split": prefix, **values}) + "\n")
+            self.jsonl.flush()
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.jsonl is not None:
+            self.jsonl.close()
+
+
+class Throughput:
+    """Accumulates time and tokens between log points; reports rates, MFU and the loader-wait fraction."""
+
+    def __init__(self, flops_per_token: float, peak_flops_per_rank: float, world_size: int):
+        self.fpt, self.peak, self.world = flops_per_token, peak_flops_per_rank, world_size
+        self.reset()
+
+    def reset(self) -> None:
+        self.t0 = time.perf_counter()
+        self.tokens = 0
+        self.samples = 0
+        self.wait = 0.0
+
+    def add(self, tokens: int, samples: int, wait_s: float) -> None:
+        self.tokens += tokens
+        self.samples += samples
+        self.wait += wait_s
+
+    def report(self) -> dict[str, float]:
+        dt = max(time.perf_counter() - self.t0, 1e-9)
+        tps = self.tokens / dt
+        out = {
+            "tokens_per_s": tps,
+            "samples_per_s": self.samples / dt,
+            "mfu": tps * self.fpt / (self.peak * self.world) if self.peak else 0.0,
+            "loader_wait_frac": self.wait / dt,
+            "memory_mb": memory_mb(),
+        }
+        self.reset()
+        return out
