@@ -1,0 +1,36 @@
+"""Models from the size ladder: the right transformers classes, paper sizes, tied embeddings, padded vocab."""
+
+import pytest
+import torch
+
+from pretrain.models import build_model, padded_vocab_size
+from pretrain.plan import _VocabOnly, model_param_counts
+from runconfig import load_config
+
+
+def test_padded_vocab():
+    assert padded_vocab_size(50265, 8) == 50272 and padded_vocab_size(8000, 64) == 8000
+    assert padded_vocab_size(8001, 64) == 8064
+
+
+@pytest.mark.parametrize("preset,lo,hi", [
+    ("roberta-base", 124e6, 126e6), ("gpt2-small", 123e6, 125e6), ("gpt2-medium", 353e6, 356e6),
+    ("t5-small", 60e6, 61e6), ("t5-base", 222e6, 224e6),
+])
+def test_ladder_parameter_counts_match_papers(preset, lo, hi):
+    total, _ = model_param_counts(load_config(f"configs/{preset}.yaml"))
+    assert lo <= total <= hi, total
+
+
+@pytest.mark.parametrize("preset", ["roberta-tiny", "gpt2-tiny", "t5-tiny"])
+def test_tiny_models_tie_embeddings_and_run(preset):
+    cfg = load_config(f"configs/{preset}.yaml")
+    tok = _VocabOnly(1000)
+    model = build_model(cfg.model, tok, cfg.packing.seq_len)
+    assert model.config.vocab_size == 1000
+    out_emb, in_emb = model.get_output_embeddings().weight, model.get_input_embeddings().weight
+    assert out_emb.data_ptr() == in_emb.data_ptr()
+    ids = torch.randint(5, 1000, (2, 16))
+    kwargs = {"labels": ids} if cfg.model.family != "roberta" else {"labels": ids}
+    loss = model(input_ids=ids, **kwargs).loss
+    assert torch.isfinite(loss)

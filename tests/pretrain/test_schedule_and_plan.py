@@ -1,0 +1,69 @@
+"""Batch plan, LR scaling rules, warmup/decay shape, generated DeepSpeed config, memory plan."""
+
+import math
+
+import pytest
+
+from pretrain.engine import build_ds_config
+from pretrain.plan import plan_report
+from pretrain.schedule import WarmupDecay, make_plan
+from runconfig import load_config
+
+
+def test_grad_accum_derived_from_world_size():
+    cfg = load_config("configs/demo.yaml")
+    assert make_plan(cfg, 1).grad_accum == 4
+    assert make_plan(cfg, 2).grad_accum == 2
+    assert make_plan(cfg, 4).grad_accum == 1
+    with pytest.raises(ValueError, match="not divisible"):
+        make_plan(cfg, 3)
+
+
+def test_global_batch_in_tokens():
+    cfg = load_config("configs/demo.yaml", ["batch.global_batch_tokens=8192"])
+    plan = make_plan(cfg, 2)
+    assert plan.global_batch_size == 64 and plan.tokens_per_step == 8192 and plan.grad_accum == 4
+
+
+@pytest.mark.parametrize("rule,expected_lr", [("linear", 1e-4 * 32), ("sqrt", 1e-4 * math.sqrt(32))])
+def test_lr_scaling_rules(rule, expected_lr):
+    cfg = load_config("configs/roberta-base.yaml", [
+        f"lr_scaling.rule={rule}", "lr_scaling.reference_batch_size=256", "lr_scaling.reference_lr=1e-4",
+        "lr_scaling.reference_warmup_steps=10000",
+    ])
+    plan = make_plan(cfg)
+    assert plan.peak_lr == pytest.approx(expected_lr)
+    assert plan.warmup_steps == round(10000 / 32)  # same number of warmup samples as the reference
+
+
+def test_lr_scaling_cap():
+    cfg = load_config("configs/roberta-base.yaml", ["lr_scaling.rule=linear", "lr_scaling.max_lr=1e-3"])
+    assert make_plan(cfg).peak_lr == 1e-3
+
+
+def test_warmup_then_linear_and_cosine_decay():
+    lin = WarmupDecay(10, 110, "linear", 0.0)
+    assert lin(0) == pytest.approx(0.1) and lin(9) == pytest.approx(1.0)
+    assert lin(60) == pytest.approx(0.5) and lin(110) == pytest.approx(0.0)
+    cos = WarmupDecay(0, 100, "cosine", 0.1)
+    assert cos(0) == pytest.approx(1.0) and cos(50) == pytest.approx(0.55) and cos(100) == pytest.approx(0.1)
+
+
+def test_ds_config_generated_from_yaml():
+    cfg = load_config("configs/demo.yaml", ["deepspeed.precision=fp16", "optim.grad_clip=0.5"])
+    conf = build_ds_config(cfg, make_plan(cfg, 2))
+    assert conf["train_batch_size"] == 32 and conf["train_micro_batch_size_per_gpu"] == 8
+    assert conf["gradient_accumulation_steps"] == 2 and conf["gradient_clipping"] == 0.5
+    assert conf["zero_optimization"]["stage"] == 2
+    assert conf["fp16"]["enabled"] and conf["fp16"]["loss_scale"] == 0
+    cfg3 = load_config("configs/demo.yaml", ["deepspeed.zero_stage=3", "deepspeed.offload_params=true",
+                                             "deepspeed.offload_optimizer=true"])
+    z = build_ds_config(cfg3, make_plan(cfg3, 2))["zero_optimization"]
+    assert z["offload_param"]["device"] == "cpu" and z["offload_optimizer"]["device"] == "cpu"
+
+
+def test_plan_report_memory_decreases_with_zero_stage():
+    r = plan_report(load_config("configs/roberta-large.yaml"))
+    mem = r["memory_per_rank"]
+    assert 350e6 < r["params"] < 365e6  # RoBERTa-large: 355M
+    assert mem["zero0"]["device_gib"] > mem["zero1"]["device_gib"] > mem["zero2"]["device_gib"] > mem["zero3"]["device_gib"]
