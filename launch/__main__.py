@@ -1,0 +1,214 @@
+"""`python -m launch`: turn a run config into a running (multi-node / Slurm) training job.
+
+  run             render and execute for launch.launcher (torchrun | deepspeed | slurm); --dry-run prints
+                  exactly what runs on every node
+  sbatch          write the Slurm batch script; --submit submits it (sbatch --parsable) and prints the job id
+  status JOB      job state, reason, restart count (works without Slurm accounting)
+  cancel JOB      scancel (or --signal USR1: a preemption drill: checkpoint, requeue, resume)
+  pipeline-slurm  clean array -> dedup+tokenizer -> tokenize array -> train, chained with --dependency=afterok
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from launch import render, slurm
+from launch.render import Entry, LaunchError, NodeCommand
+from runconfig.cli import add_config_args, config_from_args
+
+EX_TEMPFAIL = 75
+
+
+def _describe(cfg) -> str:
+    lc = cfg.launch
+    return (
+        f"# launcher={lc.launcher} nodes={lc.nodes} procs_per_node={lc.procs_per_node} "
+        f"world_size={lc.world_size} backend={lc.backend} rdzv={lc.rdzv}"
+    )
+
+
+def dry_run_text(cfg, entry: Entry) -> str:
+    """Exactly what `run` would execute, node by node (for Slurm: the batch script and each node's srun task)."""
+    lines = [_describe(cfg)]
+    if cfg.launch.launcher == "slurm":
+        lines.append(f"# sbatch script ({slurm.slurm_dir(cfg)}/{cfg.run.name}-train.sbatch):")
+        lines.append(slurm.render_train_script(cfg, entry).rstrip())
+        for rank in range(cfg.launch.nodes):
+            argv = [a.replace("$SLURM_NODEID", str(rank)) for a in slurm.node_argv(cfg, entry)]
+            lines.append(f"# node {rank} (srun task, SLURM_NODEID={rank}; MASTER_ADDR = first node's NodeAddr):")
+            lines.append(NodeCommand(rank, "", argv, render.base_env(cfg)).shell())
+        return "\n".join(lines)
+    cmds = render.node_commands(cfg, entry)
+    for c in cmds:
+        lines.append(f"# node {c.node_rank} ({c.host}):")
+        lines.append(c.shell())
+    if cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1:
+        lines.append(f"# {render.deepspeed_env_file(cfg)} (DS_ENV_FILE, exported to every remote rank):")
+        lines += [f"#   {k}={v}" for k, v in sorted(render.base_env(cfg).items())]
+    return "\n".join(lines)
+
+
+def _supervise(procs: list[subprocess.Popen]) -> int:
+    """Wait for launched processes; forward preemption signals; map 'signalled and not clean' to 75."""
+    signalled = []
+
+    def forward(signum, _frame):
+        signalled.append(signum)
+        for p in procs:
+            if p.poll() is None:
+                # torchrun turns TERM into "stop workers"; the trainer treats TERM and USR1 the same way.
+                p.send_signal(signal.SIGTERM)
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(s, forward)
+    rc = 0
+    while procs:
+        for p in list(procs):
+            code = p.poll()
+            if code is None:
+                continue
+            procs.remove(p)
+            if code != 0 and rc == 0:
+                rc = code
+                for other in procs:  # a node failed: do not leave the others waiting for it
+                    other.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+    if signalled and rc != 0:
+        return EX_TEMPFAIL
+    return rc
+
+
+def cmd_run(args) -> int:
+    cfg = config_from_args(args)
+    if args.node_rank is not None:
+        cfg.launch.node_rank = args.node_rank
+    entry = Entry.train(args.config, args.overrides)
+    if args.dry_run:
+        print(dry_run_text(cfg, entry))
+        return 0
+    if cfg.launch.launcher == "slurm":
+        path, job = slurm.submit_train(cfg, entry)
+        print(f"submitted {path} as job {job}", file=sys.stderr)
+        print(job)
+        return 0
+    cmds = render.node_commands(cfg, entry)
+    if cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1:
+        render.write_deepspeed_env(cfg)
+    os.chdir(render.workdir(cfg))
+    if args.all_nodes:
+        argvs = [(render.ssh_command(c, cfg), None) for c in cmds]
+    else:
+        mine = next(c for c in cmds if c.node_rank == min(cfg.launch.node_rank, len(cmds) - 1))
+        argvs = [(mine.argv, mine.env)]
+    for argv, _ in argvs:
+        print("[launch] " + " ".join(argv), file=sys.stderr)
+    procs = [subprocess.Popen(argv, env={**os.environ, **(env or {})}) for argv, env in argvs]
+    return _supervise(procs)
+
+
+def cmd_sbatch(args) -> int:
+    cfg = config_from_args(args)
+    entry = Entry.train(args.config, args.overrides)
+    text = slurm.render_train_script(cfg, entry)
+    path = slurm.write_script(cfg, text, f"{cfg.run.name}-train")
+    if args.print:
+        print(text, end="")
+    if args.submit:
+        job = slurm.submit(path, args.after or ())
+        print(f"submitted {path} as job {job}", file=sys.stderr)
+        print(job)
+    elif not args.print:
+        print(path)
+    return 0
+
+
+def cmd_status(args) -> int:
+    rows = slurm.status(args.job_id)
+    for r in rows:
+        print(r.line())
+    return 0 if rows else 1
+
+
+def cmd_cancel(args) -> int:
+    slurm.cancel(args.job_id, args.signal)
+    print(f"{'signalled ' + args.signal + ' to' if args.signal else 'cancelled'} job {args.job_id}")
+    return 0
+
+
+def cmd_pipeline(args) -> int:
+    cfg = config_from_args(args)
+    clean_n = args.clean_shards or _default_clean_shards(cfg)
+    tok_n = args.tokenize_shards or clean_n
+    jobs = slurm.pipeline(cfg, args.config, args.overrides, clean_n, tok_n, submit_jobs=not args.dry_run)
+    for stage, path, job in jobs:
+        print(f"{stage:16s} {job or '(not submitted)':>16s}  {path}")
+        if args.dry_run:
+            print(path.read_text())
+    return 0
+
+
+def _default_clean_shards(cfg) -> int:
+    """Array size for cleaning: the cleaning stage's own shard plan when it offers one."""
+    try:
+        from data_pipeline import clean  # the cleaning engineer's module; optional API
+
+        for name in ("num_input_shards", "count_input_shards", "plan_input_shards"):
+            fn = getattr(clean, name, None)
+            if fn is not None:
+                n = fn(cfg)
+                return n if isinstance(n, int) else len(n)
+    except ImportError:
+        pass
+    raise SystemExit("error: pass --clean-shards N (the data pipeline does not report its input shard count)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("run", help="render and execute for launch.launcher (--dry-run: print every node's command)")
+    add_config_args(p)
+    p.add_argument("--dry-run", action="store_true", help="print exactly what runs on every node, run nothing")
+    p.add_argument("--node-rank", type=int, default=None, help="torchrun multi-node: which node this is")
+    p.add_argument("--all-nodes", action="store_true", help="torchrun multi-node: start every node over ssh")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("sbatch", help="write the training sbatch script; --submit to submit it")
+    add_config_args(p)
+    p.add_argument("--submit", action="store_true", help="sbatch --parsable it and print the job id")
+    p.add_argument("--print", action="store_true", help="print the script")
+    p.add_argument("--after", nargs="*", help="start only after these job ids succeed (afterok)")
+    p.set_defaults(fn=cmd_sbatch)
+
+    p = sub.add_parser("status", help="state of a Slurm job (and its array tasks)")
+    p.add_argument("job_id")
+    p.set_defaults(fn=cmd_status)
+
+    p = sub.add_parser("cancel", help="cancel a Slurm job, or --signal USR1 to rehearse preemption")
+    p.add_argument("job_id")
+    p.add_argument("--signal", default=None, help="send this signal to the batch shell instead of cancelling")
+    p.set_defaults(fn=cmd_cancel)
+
+    p = sub.add_parser("pipeline-slurm", help="data-stage job arrays -> training, chained with afterok")
+    add_config_args(p)
+    p.add_argument("--clean-shards", type=int, default=None, help="clean array size (input shards)")
+    p.add_argument("--tokenize-shards", type=int, default=None, help="tokenize array size (default: clean's)")
+    p.add_argument("--dry-run", action="store_true", help="write and print the scripts, submit nothing")
+    p.set_defaults(fn=cmd_pipeline)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except (LaunchError, slurm.SlurmError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

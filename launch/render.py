@@ -1,0 +1,181 @@
+"""Run config -> the exact command line each node runs, for torchrun, the DeepSpeed launcher and Slurm.
+
+Rendering is pure (no process is started here) so `--dry-run` prints precisely what `run` executes, and the
+tests check the same strings the cluster sees.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runconfig import RunConfig
+
+# torchrun passes SIGTERM to its workers but waits only this long (default 30 s) before SIGKILL; the trainer
+# needs the preemption grace to finish its step and write the checkpoint.
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+
+
+class LaunchError(ValueError):
+    """The launch section cannot describe a runnable job (message names the key to fix)."""
+
+
+@dataclass
+class Entry:
+    """What every rank runs: `python -m <module> <args>` (default: the trainer)."""
+
+    module: str = "pretrain"
+    args: list[str] = field(default_factory=list)
+
+    @classmethod
+    def train(cls, config_path: str | os.PathLike[str], overrides: list[str] | None = None) -> Entry:
+        return cls("pretrain", ["train", "--config", str(Path(config_path).resolve()), *(overrides or [])])
+
+
+@dataclass
+class NodeCommand:
+    """One node's launch: run `argv` with `env` added, on `host`."""
+
+    node_rank: int
+    host: str
+    argv: list[str]
+    env: dict[str, str]
+
+    def shell(self) -> str:
+        """A copy-pasteable shell line (environment first)."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (f"env {env} " if env else "") + shlex.join(self.argv)
+
+
+def python_exe(cfg: RunConfig) -> str:
+    return cfg.launch.python or sys.executable
+
+
+def workdir(cfg: RunConfig) -> str:
+    return str(Path(cfg.launch.workdir or os.getcwd()).resolve())
+
+
+def parse_hostfile(path: str | os.PathLike[str]) -> list[tuple[str, int]]:
+    """DeepSpeed hostfile format: `hostname slots=N` per line, `#` comments. Returns [(host, slots)]."""
+    p = Path(path)
+    if not p.is_file():
+        raise LaunchError(f"launch.hostfile: file not found: {p}")
+    hosts: list[tuple[str, int]] = []
+    for n, raw in enumerate(p.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        slots = 1
+        for extra in parts[1:]:
+            key, _, val = extra.partition("=")
+            if key != "slots" or not val.isdigit() or int(val) < 1:
+                raise LaunchError(f"{p}:{n}: expected 'hostname slots=N', got {raw!r}")
+            slots = int(val)
+        if any(h == parts[0] for h, _ in hosts):
+            raise LaunchError(f"{p}:{n}: host {parts[0]!r} listed twice")
+        hosts.append((parts[0], slots))
+    if not hosts:
+        raise LaunchError(f"launch.hostfile: {p} lists no hosts")
+    return hosts
+
+
+def resolve_hosts(cfg: RunConfig) -> tuple[list[str], str]:
+    """Hosts (one per node) and the master address, checked against launch.nodes / procs_per_node."""
+    lc = cfg.launch
+    if not lc.hostfile:
+        if lc.nodes > 1 and lc.launcher == "deepspeed":
+            raise LaunchError("launch.hostfile: the deepspeed launcher needs a hostfile for launch.nodes > 1")
+        return [lc.master_addr if i == 0 else f"node{i}" for i in range(lc.nodes)], lc.master_addr
+    entries = parse_hostfile(lc.hostfile)
+    if len(entries) != lc.nodes:
+        raise LaunchError(
+            f"launch.nodes ({lc.nodes}) does not match the {len(entries)} hosts in {lc.hostfile}; "
+            f"set launch.nodes={len(entries)}"
+        )
+    bad = [h for h, s in entries if s != lc.procs_per_node]
+    if bad:
+        raise LaunchError(
+            f"launch.procs_per_node ({lc.procs_per_node}) differs from slots= of {bad} in {lc.hostfile}"
+        )
+    hosts = [h for h, _ in entries]
+    master = hosts[0] if lc.master_addr in ("127.0.0.1", "localhost") and lc.nodes > 1 else lc.master_addr
+    return hosts, master
+
+
+def base_env(cfg: RunConfig) -> dict[str, str]:
+    """Environment every rank gets: the YAML's pass-through plus what makes preemption and logs behave."""
+    env = {"PYTHONUNBUFFERED": "1", SHUTDOWN_TIMEOUT_ENV: str(cfg.launch.slurm.signal_grace_s)}
+    env.update(cfg.launch.env)
+    return env
+
+
+def torchrun_args(
+    cfg: RunConfig, node_rank: int | str, master_addr: str, local_addr: str | None = None
+) -> list[str]:
+    """torchrun options for one node. node_rank may be a shell reference like "$SLURM_NODEID"."""
+    lc = cfg.launch
+    args = ["--nnodes", str(lc.nodes), "--nproc_per_node", str(lc.procs_per_node), "--max_restarts", str(lc.max_restarts)]
+    if lc.rdzv == "static" or lc.nodes == 1:
+        args += ["--node_rank", str(node_rank), "--master_addr", master_addr, "--master_port", str(lc.master_port)]
+    else:
+        # c10d: the store runs on the master; each agent must know whether it is that host, and which of its
+        # addresses peers can reach (on hosts with several interfaces the default guess is often wrong).
+        is_host = 1 if str(node_rank) == "0" else 0
+        args += [
+            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"{master_addr}:{lc.master_port}",
+            "--rdzv_id", cfg.run.name, "--rdzv_conf", f"is_host={is_host}",
+        ]  # fmt: skip
+    if local_addr or lc.local_addr:
+        args += ["--local_addr", local_addr or lc.local_addr or ""]
+    return args
+
+
+def node_commands(cfg: RunConfig, entry: Entry) -> list[NodeCommand]:
+    """What runs on every node for launcher torchrun or deepspeed (Slurm: see launch.slurm)."""
+    lc = cfg.launch
+    py = python_exe(cfg)
+    env = base_env(cfg)
+    hosts, master = resolve_hosts(cfg)
+    if lc.launcher == "torchrun":
+        out = []
+        for rank, host in enumerate(hosts):
+            argv = [py, "-m", "torch.distributed.run", *torchrun_args(cfg, rank, master), "-m", entry.module, *entry.args]
+            out.append(NodeCommand(rank, host, argv, dict(env)))
+        return out
+    if lc.launcher == "deepspeed":
+        # One command on the first host; the DeepSpeed launcher reaches the others over pdsh/ssh/MPI itself.
+        argv = [py, "-m", "deepspeed.launcher.runner", "--num_nodes", str(lc.nodes), "--num_gpus", str(lc.procs_per_node)]
+        argv += ["--master_addr", master, "--master_port", str(lc.master_port)]
+        if lc.hostfile:
+            argv += ["--hostfile", str(Path(lc.hostfile).resolve()), "--launcher", lc.multinode_runner]
+        else:
+            # No hostfile: the launcher would read /job/hostfile if present; force the local node.
+            argv += ["--hostfile", "/dev/null"]
+        argv += ["--module", entry.module, *entry.args]
+        if lc.nodes > 1:
+            # Remote ranks only get PYTHON*/NCCL*-style variables and the DS_ENV_FILE lines: put ours there.
+            env["DS_ENV_FILE"] = str(deepspeed_env_file(cfg))
+        return [NodeCommand(0, hosts[0], argv, env)]
+    raise LaunchError(f"launch.launcher: '{lc.launcher}' is rendered as an sbatch script (python -m launch sbatch)")
+
+
+def deepspeed_env_file(cfg: RunConfig) -> Path:
+    """Where the pass-through environment for remote DeepSpeed ranks is written (DS_ENV_FILE, absolute)."""
+    return (Path(cfg.run.output_dir) / "launch" / "deepspeed_env").resolve()
+
+
+def write_deepspeed_env(cfg: RunConfig) -> Path:
+    path = deepspeed_env_file(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{k}={v}\n" for k, v in sorted(base_env(cfg).items())))
+    return path
+
+
+def ssh_command(cmd: NodeCommand, cfg: RunConfig) -> list[str]:
+    """Run one node's command on its host over ssh (torchrun per node without a scheduler)."""
+    remote = " && ".join([f"cd {shlex.quote(workdir(cfg))}", *cfg.launch.setup, "exec " + cmd.shell()])
+    return ["ssh", "-o", "BatchMode=yes", cmd.host, remote]

@@ -1,0 +1,172 @@
+"""A real two-node Slurm (Debian's slurmctld/slurmd + munge) started on this machine in a temp folder.
+
+Not a mock: sbatch/srun/scontrol talk to a real controller, and two slurmd daemons (n1, n2) on distinct ports
+play two nodes. Everything (munge socket, state, spool, logs) lives under the temp folder, so stopping the
+daemons and deleting the folder leaves the machine as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "munged")
+
+
+def missing_reason() -> str | None:
+    """Why a local Slurm cannot be started here (None when it can)."""
+    if os.geteuid() != 0:
+        return "needs root to run slurmd/munged (run launch/ci_setup.sh as root in CI)"
+    absent = [b for b in BINARIES if shutil.which(b) is None]
+    if absent:
+        return f"missing {', '.join(absent)}: run `sudo launch/ci_setup.sh`"
+    if not Path("/etc/munge/munge.key").is_file():
+        return "no /etc/munge/munge.key: run `sudo launch/ci_setup.sh`"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalSlurm:
+    """Start/stop a 2-node cluster; helpers to wait for job states."""
+
+    def __init__(self, root: Path, nodes: tuple[str, ...] = ("n1", "n2")):
+        self.root = Path(root)
+        self.nodes = nodes
+        self.conf = self.root / "slurm.conf"
+        self.munge_socket = self.root / "munge" / "munge.socket"
+        self.procs: list[subprocess.Popen] = []
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> LocalSlurm:
+        for sub in ("munge", "state", "spool", "log", "run"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        shutil.chown(self.root / "munge", "munge", "munge")
+        os.chmod(self.root / "munge", 0o755)  # munged insists the socket folder is world-executable
+        os.chmod(self.root, 0o755)
+        self._start_munge()
+        self._write_conf()
+        self._spawn(["slurmctld", "-D", "-f", str(self.conf)], "slurmctld")
+        for n in self.nodes:
+            self._spawn(["slurmd", "-D", "-f", str(self.conf), "-N", n], f"slurmd-{n}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False).stdout
+            states = dict(line.split() for line in out.splitlines() if line.strip())
+            if all(states.get(n, "").startswith("idle") for n in self.nodes):
+                return self
+            time.sleep(0.5)
+        logs = "\n".join(p.read_text()[-2000:] for p in (self.root / "log").glob("*.log"))
+        self.stop()
+        raise RuntimeError(f"local Slurm nodes did not become idle in {timeout}s; logs:\n{logs}")
+
+    def stop(self) -> None:
+        # Cancel leftovers first so slurmd kills their processes, then stop the daemons we started.
+        if self.conf.exists():
+            self.run(["scancel", "--full", "--user", "root"], check=False)
+            time.sleep(0.5)
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+    def _start_munge(self) -> None:
+        d = self.root / "munge"
+        cmd = [
+            "runuser", "-u", "munge", "--", "munged", "--foreground", f"--socket={self.munge_socket}",
+            f"--pid-file={d / 'munged.pid'}", f"--log-file={d / 'munged.log'}", f"--seed-file={d / 'munged.seed'}",
+        ]  # fmt: skip
+        self._spawn(cmd, "munged", log_dir=d)
+        deadline = time.monotonic() + 10
+        while not self.munge_socket.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"munged did not start: {(d / 'munged.out').read_text()[-2000:]}")
+            time.sleep(0.1)
+
+    def _spawn(self, cmd: list[str], name: str, log_dir: Path | None = None) -> None:
+        log = open((log_dir or self.root / "log") / f"{name}.out", "ab")  # noqa: SIM115 - lives as long as the daemon
+        self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env))
+
+    def _write_conf(self) -> None:
+        r, host, cpus = self.root, socket.gethostname().split(".")[0], os.cpu_count() or 2
+        lines = [
+            "ClusterName=lmtest",
+            f"SlurmctldHost={host}",
+            f"SlurmctldPort={_free_port()}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.munge_socket}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "JobRequeue=1",
+            "MinJobAge=600",
+            "KillWait=10",
+            "InactiveLimit=0",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=defer_batch=0",
+            f"StateSaveLocation={r / 'state'}",
+            f"SlurmdSpoolDir={r / 'spool' / '%n'}",
+            f"SlurmctldPidFile={r / 'run' / 'slurmctld.pid'}",
+            f"SlurmdPidFile={r / 'run' / 'slurmd-%n.pid'}",
+            f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
+            f"SlurmdLogFile={r / 'log' / 'slurmd-%n.log'}",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+        ]
+        for n in self.nodes:
+            lines.append(f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus} State=UNKNOWN")
+        lines.append(f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
+        self.conf.write_text("\n".join(lines) + "\n")
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    def run(self, cmd: list[str], check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(cmd, env=self.env, capture_output=True, text=True, check=check, timeout=timeout)
+
+    def job_fields(self, job_id: str) -> dict[str, str]:
+        out = self.run(["scontrol", "show", "job", "-o", str(job_id)], check=False).stdout
+        return dict(re.findall(r"(\w+)=(\S*)", out.splitlines()[0])) if out.strip() else {}
+
+    def array_states(self, job_id: str) -> dict[str, str]:
+        """Task id -> state for every task of an array job."""
+        out = self.run(["scontrol", "show", "job", "-o", str(job_id)], check=False).stdout
+        states = {}
+        for line in out.splitlines():
+            f = dict(re.findall(r"(\w+)=(\S*)", line))
+            if "ArrayTaskId" in f:
+                states[f["ArrayTaskId"]] = f["JobState"]
+        return states
+
+    def wait_state(self, job_id: str, states: set[str], timeout: float) -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        f: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            f = self.job_fields(job_id)
+            if f.get("JobState") in states:
+                return f
+            time.sleep(0.5)
+        raise TimeoutError(f"job {job_id} not in {states} after {timeout}s: {f}")
