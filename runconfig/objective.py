@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from runconfig.base import Section
 
@@ -14,8 +14,20 @@ class ObjectiveConfig(Section):
     mask_token_fraction: float = Field(0.8, ge=0, le=1)
     random_token_fraction: float = Field(0.1, ge=0, le=1)
     whole_word_masking: bool = False
+    # One mask fixed per sequence for the whole run (BERT-style static masking) instead of a fresh one per
+    # epoch; exists to measure the dynamic-masking effect (bench/dynamic_vs_static.py).
+    static_masking: bool = False
     # GPT: reset attention and positions at document boundaries inside a packed block.
     document_masking: bool = False
     # T5 span corruption.
     noise_density: float = Field(0.15, gt=0, lt=1)
     mean_noise_span_length: float = Field(3.0, gt=0)
+
+    @model_validator(mode="after")
+    def _fractions(self) -> "ObjectiveConfig":
+        if self.mask_token_fraction + self.random_token_fraction > 1:
+            raise ValueError(
+                f"objective.mask_token_fraction ({self.mask_token_fraction}) + objective.random_token_fraction "
+                f"({self.random_token_fraction}) must not exceed 1"
+            )
+        return self
