@@ -70,7 +70,8 @@ def _sbatch_header(
 
 
 def _preamble(cfg: RunConfig, strict: bool) -> list[str]:
-    lines = ["set -euo pipefail" if strict else "set -uo pipefail", f"cd {shlex.quote(workdir(cfg))} || exit 1"]
+    lines = ["# shellcheck disable=SC1091  # launch.setup may source files that exist only on the cluster"]
+    lines += ["set -euo pipefail" if strict else "set -uo pipefail", f"cd {shlex.quote(workdir(cfg))} || exit 1"]
     lines += cfg.launch.setup
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(base_env(cfg).items())]
     return lines
@@ -117,6 +118,7 @@ def render_train_script(cfg: RunConfig, entry: Entry, job_name: str | None = Non
         "",
         "preempted=0",
         "srun_pid=",
+        "# shellcheck disable=SC2317  # invoked by the trap",
         "forward_preemption() {",
         "  preempted=1",
         '  echo "[launch] preemption signal: every rank finishes its step, checkpoints and stops"',
@@ -125,6 +127,7 @@ def render_train_script(cfg: RunConfig, entry: Entry, job_name: str | None = Non
         "trap forward_preemption USR1",
         "",
         "# One torchrun per node; USR1 is ignored by torchrun itself (it would die) and handled by the ranks.",
+        "# shellcheck disable=SC2016  # $SLURM_NODEID / $MASTER_ADDR expand on each node, not here",
         f"node_cmd={shlex.quote(node_cmd)}",
         f"srun --nodes={lc.nodes} --ntasks-per-node=1 --kill-on-bad-exit=0 --wait={sc.step_wait_s} "
         'bash -c "$node_cmd" &',

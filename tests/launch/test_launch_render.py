@@ -1,0 +1,199 @@
+"""Rendering: what each launcher runs on every node, the sbatch scripts (bash -n + shellcheck), the CLI."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch import render, slurm
+from launch.__main__ import dry_run_text, main
+from launch.render import Entry, LaunchError
+from runconfig import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "configs" / "roberta-tiny.yaml"
+
+
+def cfg_with(tmp_path, *overrides):
+    return load_config(TINY, [f"run.output_dir={tmp_path}/run", *overrides])
+
+
+def entry():
+    return Entry.train(TINY, ["schedule.total_steps=20"])
+
+
+def test_torchrun_single_node(tmp_path):
+    cfg = cfg_with(tmp_path, "launch.procs_per_node=2", "launch.env={NCCL_DEBUG: INFO}")
+    (cmd,) = render.node_commands(cfg, entry())
+    a = cmd.argv
+    assert a[1:3] == ["-m", "torch.distributed.run"]
+    assert a[a.index("--nproc_per_node") + 1] == "2" and a[a.index("--nnodes") + 1] == "1"
+    # The trainer and its arguments come last, untouched.
+    assert a[a.index("-m", 3) :] == ["-m", "pretrain", "train", "--config", str(TINY), "schedule.total_steps=20"]
+    assert cmd.env["NCCL_DEBUG"] == "INFO" and cmd.env[render.SHUTDOWN_TIMEOUT_ENV] == "120"
+    assert cmd.shell().startswith("env NCCL_DEBUG=INFO ")
+
+
+def test_hostfile_multinode_torchrun(tmp_path):
+    hf = tmp_path / "hosts"
+    hf.write_text("# cluster\ngpu-a slots=4\ngpu-b slots=4  # second\n\n")
+    cfg = cfg_with(tmp_path, f"launch.hostfile={hf}", "launch.nodes=2", "launch.procs_per_node=4",
+                   "batch.micro_batch_size=4")
+    cmds = render.node_commands(cfg, entry())
+    assert [(c.node_rank, c.host) for c in cmds] == [(0, "gpu-a"), (1, "gpu-b")]
+    for c in cmds:
+        a = c.argv
+        assert a[a.index("--node_rank") + 1] == str(c.node_rank)
+        assert a[a.index("--master_addr") + 1] == "gpu-a"  # first host is the master
+    ssh = render.ssh_command(cmds[1], cfg)
+    assert ssh[:4] == ["ssh", "-o", "BatchMode=yes", "gpu-b"] and "--node_rank 1" in ssh[4]
+
+
+@pytest.mark.parametrize(
+    "text,overrides,msg",
+    [
+        ("a slots=2\nb slots=2\nc slots=2\n", ["launch.nodes=2", "launch.procs_per_node=2"], "launch.nodes=3"),
+        ("a slots=2\nb slots=1\n", ["launch.nodes=2", "launch.procs_per_node=2"], "slots= of ['b']"),
+        ("a slots=two\n", [], "expected 'hostname slots=N'"),
+        ("a slots=1\na slots=1\n", ["launch.nodes=2", "launch.procs_per_node=1"], "listed twice"),
+        ("# nothing\n", [], "lists no hosts"),
+    ],
+)
+def test_bad_hostfiles_name_the_problem(tmp_path, text, overrides, msg):
+    hf = tmp_path / "hosts"
+    hf.write_text(text)
+    cfg = cfg_with(tmp_path, f"launch.hostfile={hf}", *overrides)
+    with pytest.raises(LaunchError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+        render.node_commands(cfg, entry())
+
+
+def test_c10d_rendezvous_marks_the_store_host(tmp_path):
+    cfg = cfg_with(tmp_path, "launch.nodes=2", "launch.procs_per_node=1", "launch.rdzv=c10d",
+                   "launch.master_addr=10.0.0.1", "launch.local_addr=10.0.0.2")
+    cmds = render.node_commands(cfg, entry())
+    confs = [c.argv[c.argv.index("--rdzv_conf") + 1] for c in cmds]
+    assert confs == ["is_host=1", "is_host=0"]
+    assert all(c.argv[c.argv.index("--rdzv_endpoint") + 1] == "10.0.0.1:29500" for c in cmds)
+    assert all("--node_rank" not in c.argv and "--local_addr" in c.argv for c in cmds)
+
+
+def test_deepspeed_launcher(tmp_path):
+    (single,) = render.node_commands(cfg_with(tmp_path, "launch.launcher=deepspeed"), entry())
+    assert single.argv[1:3] == ["-m", "deepspeed.launcher.runner"] and "--module" in single.argv
+    assert single.argv[single.argv.index("--num_gpus") + 1] == "2"
+    hf = tmp_path / "hosts"
+    hf.write_text("a slots=2\nb slots=2\n")
+    cfg = cfg_with(tmp_path, "launch.launcher=deepspeed", f"launch.hostfile={hf}", "launch.nodes=2",
+                   "launch.env={GLOO_SOCKET_IFNAME: eth1}")
+    (multi,) = render.node_commands(cfg, entry())
+    assert multi.argv[multi.argv.index("--launcher") + 1] == "pdsh"
+    assert multi.argv[multi.argv.index("--master_addr") + 1] == "a"
+    # Remote ranks get the pass-through env through DS_ENV_FILE (an absolute path DeepSpeed joins as-is).
+    env_file = render.write_deepspeed_env(cfg)
+    assert multi.env["DS_ENV_FILE"] == str(env_file) and "GLOO_SOCKET_IFNAME=eth1\n" in env_file.read_text()
+    with pytest.raises(LaunchError, match="needs a hostfile"):
+        render.node_commands(cfg_with(tmp_path, "launch.launcher=deepspeed", "launch.nodes=2"), entry())
+
+
+def test_node_rank_must_fit():
+    with pytest.raises(Exception, match="launch.node_rank"):
+        load_config(TINY, ["launch.nodes=2", "launch.node_rank=2"])
+
+
+def _check_script(path: Path) -> None:
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck not installed (launch/ci_setup.sh installs it)")
+    res = subprocess.run(["shellcheck", "-s", "bash", str(path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout
+
+
+def test_train_sbatch_script(tmp_path):
+    cfg = cfg_with(
+        tmp_path, "launch.launcher=slurm", "launch.nodes=2", "launch.procs_per_node=1",
+        "launch.slurm.partition=gpu", "launch.slurm.account=proj", "launch.slurm.qos=high",
+        "launch.slurm.gpus_per_node=8", "launch.slurm.mem=64G", "launch.slurm.signal_grace_s=300",
+        "launch.slurm.extra_sbatch=[--exclusive]", "launch.setup=['source /opt/venv/bin/activate']",
+        "launch.env={NCCL_IB_DISABLE: '1'}",
+    )  # fmt: skip
+    text = slurm.render_train_script(cfg, entry())
+    for opt in ("--nodes=2", "--ntasks-per-node=1", "--partition=gpu", "--account=proj", "--qos=high",
+                "--gpus-per-node=8", "--mem=64G", "--signal=B:USR1@300", "--requeue", "--exclusive",
+                f"--output={tmp_path}/run/slurm/%x-%j.out"):
+        assert f"#SBATCH {opt}\n" in text, opt
+    assert "source /opt/venv/bin/activate\n" in text and "export NCCL_IB_DISABLE=1\n" in text
+    assert '--node_rank "$SLURM_NODEID" --master_addr "$MASTER_ADDR"' in text
+    assert 'trap "" USR1; exec ' in text and "trap forward_preemption USR1" in text
+    assert 'scontrol requeue "$SLURM_JOB_ID"' in text and text.rstrip().endswith('exit "$rc"')
+    _check_script(slurm.write_script(cfg, text, "train"))
+
+    no_requeue = slurm.render_train_script(cfg_with(tmp_path, "launch.slurm.requeue=false"), entry())
+    assert "#SBATCH --no-requeue" in no_requeue and "scontrol requeue" not in no_requeue
+
+
+def test_stage_array_scripts(tmp_path):
+    cfg = cfg_with(tmp_path, "launch.slurm.array_concurrency=2", "launch.slurm.array_time=00:10:00")
+    pipe = slurm.pipeline(cfg, TINY, ["data.clean.workers=1"], clean_shards=4, tokenize_shards=3, submit_jobs=False)
+    assert [s for s, _, job in pipe] == ["clean", "dedup+tokenizer", "tokenize", "train"]
+    assert all(job is None for _, _, job in pipe)
+    clean = pipe[0][1].read_text()
+    assert "#SBATCH --array=0-3%2\n" in clean and "#SBATCH --time=00:10:00\n" in clean
+    assert '--shard-index "$SLURM_ARRAY_TASK_ID"' in clean and "data.clean.workers=1" in clean
+    assert "#SBATCH --array=0-2%2\n" in pipe[2][1].read_text()
+    prep = pipe[1][1].read_text()
+    assert "--array" not in prep and " dedup " in prep and " train-tokenizer " in prep
+    for _, path, _ in pipe:
+        _check_script(path)
+    with pytest.raises(LaunchError, match="at least one task"):
+        slurm.render_stage_script(cfg, [["true"]], "x", array_size=0)
+
+
+def test_launch_scripts_pass_shellcheck():
+    scripts = sorted((ROOT / "launch").glob("*.sh"))
+    assert scripts, "launch/ has shell scripts to check"
+    for s in scripts:
+        _check_script(s)
+
+
+def test_cli_help_and_dry_run(tmp_path, capsys):
+    res = subprocess.run([sys.executable, "-m", "launch", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0
+    for sub in ("run", "sbatch", "status", "cancel", "pipeline-slurm"):
+        assert sub in res.stdout
+    assert main(["run", "--config", str(TINY), "--dry-run", f"run.output_dir={tmp_path}/r",
+                 "launch.launcher=slurm", "launch.nodes=2", "launch.procs_per_node=1"]) == 0
+    out = capsys.readouterr().out
+    assert "# node 0 (srun task" in out and "# node 1 (srun task" in out and "--node_rank 1" in out
+    cfg = cfg_with(tmp_path, "launch.nodes=2", "launch.procs_per_node=1", "launch.master_addr=10.1.1.1")
+    text = dry_run_text(cfg, entry())
+    assert text.count("-m torch.distributed.run") == 2 and "--master_addr 10.1.1.1" in text
+
+
+def test_cli_reports_bad_hostfile(tmp_path, capsys):
+    rc = main(["run", "--config", str(TINY), "--dry-run", f"launch.hostfile={tmp_path}/missing"])
+    assert rc == 2 and "launch.hostfile: file not found" in capsys.readouterr().err
+
+
+SUPERVISE = r"""
+import os, signal, subprocess, sys, threading, time
+from launch.__main__ import _supervise
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: sys.exit(75 if len(sys.argv) < 2 else 0))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"] + sys.argv[1:], stdout=subprocess.PIPE, text=True)
+child.stdout.readline()
+threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGUSR1)).start()
+sys.exit(_supervise([child]))
+"""
+
+
+@pytest.mark.parametrize("extra,expected", [([], 75), (["clean-exit"], 0)])
+def test_supervisor_forwards_preemption_and_reports_75(extra, expected):
+    """`launch run` turns a preemption signal into TERM for torchrun and exits 75 unless the job ended cleanly."""
+    res = subprocess.run([sys.executable, "-c", SUPERVISE, *extra], cwd=ROOT, timeout=60)
+    assert res.returncode == expected
