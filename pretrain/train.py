@@ -66,6 +66,12 @@ def _all_finite(loss: torch.Tensor) -> bool:
     return bool(flag.item() > 0)
 
 
+def _mean_over_ranks(value: float, device: torch.device) -> float:
+    t = torch.tensor([value], device=device, dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.item() / dist.get_world_size()
+
+
 def _zero_loss(engine) -> torch.Tensor:
     """A loss whose gradient is exactly zero for every parameter: stands in for a non-finite micro-batch so that
     every rank still runs the same collectives and the bad batch contributes nothing."""
@@ -162,6 +168,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
             tokens_seen += n_tok * world
             meter.add(n_tok * world, batch["input_ids"].shape[0] * world, waited)
         step += 1
+        step_loss = _mean_over_ranks(step_loss, device)
         bad_steps = 0 if step_ok else bad_steps + 1
         if bad_steps >= cfg.deepspeed.max_consecutive_bad_steps:
             raise TrainingHalted(
