@@ -30,6 +30,16 @@ class UnicodeConfig(Section):
     normalization: Literal["NFC", "NFKC", "none"] = "NFC"
 
 
+class ExtractConfig(Section):
+    """trafilatura options for HTML -> main text (WARC sources)."""
+
+    favor_precision: bool = True
+    include_tables: bool = True
+    fast: bool = True  # skip trafilatura's readability/jusText fallbacks (several times faster)
+    deduplicate: bool = False
+    timeout_s: float = Field(5.0, ge=0)  # per page; 0 = no limit
+
+
 class C4Config(Section):
     enabled: bool = True
     split_paragraph: bool = True
@@ -81,6 +91,8 @@ class CleanConfig(Section):
     min_chars: int = 0
     max_doc_bytes: int = Field(10_000_000, gt=0)
     dropped_samples_per_reason: int = 5
+    progress: bool = True  # tqdm bar over shards
+    extract: ExtractConfig = ExtractConfig()
     unicode: UnicodeConfig = UnicodeConfig()
     c4: C4Config = C4Config()
     gopher_quality: GopherQualityConfig = GopherQualityConfig()

@@ -1,0 +1,123 @@
+"""One reader per input format behind one call: `read_source(source_cfg) -> Iterator[Document]`.
+
+Work is planned in shards (`plan_source_shards`) so the clean stage can run them in parallel or as a Slurm
+array; `read_shard_docs` reads one shard. Bad records never raise: they go to an `ErrorLog` with file + offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from data_pipeline.document import Document
+from data_pipeline.readers.base import BadRecord, ErrorLog, SourceFile, list_source_files
+from data_pipeline.readers.formats import (
+    hf_is_saved,
+    read_hf_dataset,
+    read_jsonl,
+    read_parquet,
+    read_text_file,
+)
+from data_pipeline.readers.warc import read_warc
+from runconfig.data import SourceConfig
+
+__all__ = [
+    "BadRecord",
+    "ErrorLog",
+    "SourceFile",
+    "WorkShard",
+    "list_source_files",
+    "plan_source_shards",
+    "read_shard_docs",
+    "read_source",
+]
+
+DEFAULT_MAX_DOC_BYTES = 10_000_000
+
+
+@dataclass(frozen=True)
+class WorkShard:
+    """The unit of cleaning work: some files of one source (or a row range of one saved HF dataset)."""
+
+    source: str
+    index: int  # within the source: names the output shard
+    files: tuple[SourceFile, ...]
+    rows: tuple[int, int] | None = None
+
+
+def _label(rel: str) -> str | None:
+    parts = rel.split("/")
+    return parts[-2] if len(parts) >= 2 else None
+
+
+def plan_source_shards(source: SourceConfig, docs_per_shard: int) -> list[WorkShard]:
+    """Split a source into shards: one per container file, `docs_per_shard` files per shard for text
+    formats (one document each), row ranges of `docs_per_shard` for a `save_to_disk` dataset."""
+    files = list_source_files(source.paths)
+    if source.format in ("text", "text_folder"):
+        return [
+            WorkShard(source.name, i, tuple(files[lo : lo + docs_per_shard]))
+            for i, lo in enumerate(range(0, len(files), docs_per_shard))
+        ]
+    if source.format == "hf_dataset":
+        shards: list[WorkShard] = []
+        for raw in source.paths:
+            from data_pipeline.paths import expand_placeholders
+
+            path = expand_placeholders(raw)
+            if hf_is_saved(path):
+                import datasets
+
+                n = len(_first_split(datasets.load_from_disk(path)))
+                rel = path.rstrip("/").rsplit("/", 1)[-1]
+                for lo in range(0, max(n, 1), docs_per_shard):
+                    shards.append(WorkShard(source.name, len(shards), (SourceFile(path, rel),), (lo, lo + docs_per_shard)))
+            else:
+                for f in list_source_files([raw]):
+                    shards.append(WorkShard(source.name, len(shards), (f,)))
+        return shards
+    return [WorkShard(source.name, i, (f,)) for i, f in enumerate(files)]
+
+
+def _first_split(ds):
+    import datasets
+
+    if isinstance(ds, datasets.DatasetDict):
+        return ds["train"] if "train" in ds else ds[next(iter(ds))]
+    return ds
+
+
+def read_shard_docs(source: SourceConfig, shard: WorkShard, errors: ErrorLog,
+                    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[Document]:
+    """Documents of one work shard, in a deterministic order. HTML stays in `doc.html` (see extract.py)."""
+    for src in shard.files:
+        fmt = source.format
+        try:
+            if fmt in ("warc", "wet"):
+                yield from read_warc(src, source.name, errors, max_doc_bytes, wet=fmt == "wet")
+            elif fmt == "jsonl":
+                yield from read_jsonl(src, source.name, source.text_field, errors, max_doc_bytes)
+            elif fmt == "parquet":
+                yield from read_parquet(src, source.name, source.text_field, errors)
+            elif fmt in ("text", "text_folder"):
+                label = _label(src.rel) if fmt == "text_folder" and source.label_from_folder else None
+                yield from read_text_file(src, source.name, errors, max_doc_bytes, label)
+            elif fmt == "hf_dataset":
+                yield from read_hf_dataset(src.path, src.rel, source.name, source.text_field, errors, shard.rows)
+            else:  # pragma: no cover - the config's Literal rules this out
+                raise ValueError(f"unknown source format {fmt!r}")
+        except (OSError, EOFError) as e:
+            # A file that cannot even be opened (permissions, a directory, a dangling link, a dead URL).
+            errors.add(src.path, 0, "unreadable_file", f"{type(e).__name__}: {e}")
+
+
+def read_source(source: SourceConfig, errors: ErrorLog | None = None,
+                max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[Document]:
+    """Every document of a source, raw (not cleaned, holdout included): what fine-tuning reads.
+
+    text_folder sources carry the sub-folder name in `doc.meta["label"]`; ids are stable
+    (source name + path relative to the source root + record offset).
+    """
+    errors = errors if errors is not None else ErrorLog()
+    for shard in plan_source_shards(source, docs_per_shard=10_000):
+        yield from read_shard_docs(source, shard, errors, max_doc_bytes)

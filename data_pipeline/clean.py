@@ -1,0 +1,297 @@
+"""The clean stage: sources -> work shards -> (read, extract, filter) in a process pool -> cleaned shards.
+
+Each finished shard leaves `shard-XXXXX.done` holding its statistics; a rerun skips shards whose marker
+matches the current cleaning config, so after a crash only the missing work is redone. `shard_index` runs a
+single shard (one Slurm array task). The report (stats.json, stats.txt, dropped/<reason>.jsonl) is rebuilt
+from all markers at the end of every invocation, so it is complete once the last shard has finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from data_pipeline.document import Document, in_holdout
+from data_pipeline.layout import RunLayout
+from data_pipeline.readers import ErrorLog, WorkShard, plan_source_shards, read_shard_docs
+from data_pipeline.shards import marker_path, shard_name, write_json_atomic, write_shard, write_text_atomic
+
+SAMPLE_CHARS = 2000
+
+
+def plan_clean(cfg) -> list[WorkShard]:
+    """All work shards of all sources, in a fixed order: the global index is the Slurm array task id."""
+    out: list[WorkShard] = []
+    for src in cfg.data.sources:
+        out.extend(plan_source_shards(src, cfg.data.clean.docs_per_shard))
+    return out
+
+
+def num_shards(cfg) -> int:
+    return len(plan_clean(cfg))
+
+
+def config_fingerprint(cfg) -> str:
+    """Markers from a different cleaning config (or seed, which moves the holdout) are stale."""
+    blob = json.dumps({"clean": cfg.data.clean.model_dump(mode="json"),
+                       "sources": [s.model_dump(mode="json") for s in cfg.data.sources],
+                       "seed": cfg.run.seed}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _shard_path(cfg, shard: WorkShard) -> Path:
+    return RunLayout(cfg).clean / shard.source / shard_name(shard.index, cfg.data.clean.output_format)
+
+
+def _shard_done(cfg, shard: WorkShard, fp: str) -> bool:
+    path = _shard_path(cfg, shard)
+    mp_ = marker_path(path)
+    if not (mp_.exists() and path.exists()):
+        return False
+    try:
+        return json.loads(mp_.read_text()).get("fingerprint") == fp
+    except (OSError, ValueError):
+        return False
+
+
+class _ShardCleaner:
+    """Runs one shard's documents through holdout, extraction and the filters, counting every decision."""
+
+    def __init__(self, cfg, shard: WorkShard):
+        from data_pipeline.extract import Extractor
+        from data_pipeline.filters import build_filters
+
+        clean = cfg.data.clean
+        self.cfg, self.shard = cfg, shard
+        self.source = next(s for s in cfg.data.sources if s.name == shard.source)
+        ex = clean.extract
+        self.extractor = Extractor(ex.favor_precision, ex.include_tables, ex.fast, ex.deduplicate, ex.timeout_s)
+        self.filters = build_filters(clean)
+        self.errors = ErrorLog()
+        self.counts: Counter = Counter()
+        self.dropped: Counter = Counter()
+        self.charsets: Counter = Counter()
+        self.samples: dict[str, list[dict[str, Any]]] = {}
+        self.per_sample = clean.dropped_samples_per_reason
+
+    def _drop(self, doc: Document, reason: str) -> None:
+        self.dropped[reason] += 1
+        bucket = self.samples.setdefault(reason, [])
+        if len(bucket) < self.per_sample:
+            bucket.append({"id": doc.id, "url": doc.url, "file": doc.meta.get("file"),
+                           "offset": doc.meta.get("offset"), "text": (doc.text or "")[:SAMPLE_CHARS]})
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        clean, frac, seed = self.cfg.data.clean, self.source.holdout_fraction, self.cfg.run.seed
+        for doc in read_shard_docs(self.source, self.shard, self.errors, clean.max_doc_bytes):
+            self.counts["read"] += 1
+            if in_holdout(doc.id, frac, seed):
+                self.counts["holdout"] += 1
+                continue
+            if doc.html is not None:
+                keep, reason = self.extractor(doc)
+                self.charsets[doc.meta.get("charset_source", "?")] += 1
+                if not keep:
+                    self._drop(doc, reason or "extract")
+                    continue
+            if len(doc.text) < clean.min_chars:
+                self._drop(doc, "min_chars")
+                continue
+            for _, flt in self.filters:
+                keep, reason = flt(doc)
+                if not keep:
+                    self._drop(doc, reason or "filter")
+                    break
+            else:
+                self.counts["kept"] += 1
+                self.counts["kept_chars"] += len(doc.text)
+                yield doc.to_record()
+
+    def line_stats(self) -> dict[str, int]:
+        out: Counter = Counter()
+        for name, flt in self.filters:
+            for k, v in getattr(flt, "line_stats", {}).items():
+                out[f"{name}:{k}"] += v
+        return dict(out)
+
+
+def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
+    """Clean one work shard: write its output atomically, then its completion marker; return its stats."""
+    t0 = time.time()
+    out = _shard_path(cfg, shard)
+    worker = _ShardCleaner(cfg, shard)
+    n = write_shard(out, worker.records())
+    info = {
+        "fingerprint": fingerprint,
+        "source": shard.source,
+        "shard": shard.index,
+        "output": str(out),
+        "files": [f.path for f in shard.files],
+        "rows": list(shard.rows) if shard.rows else None,
+        "read": worker.counts["read"],
+        "kept": n,
+        "kept_chars": worker.counts["kept_chars"],
+        "holdout": worker.counts["holdout"],
+        "dropped": dict(worker.dropped),
+        "line_drops": worker.line_stats(),
+        "bad_records_by_kind": dict(worker.errors.bad_counts),
+        "bad_records": [b.to_dict() for b in worker.errors.bad],
+        "skipped": dict(worker.errors.skips),
+        "charset_decisions": dict(worker.charsets),
+        "dropped_samples": worker.samples,
+        "seconds": round(time.time() - t0, 3),
+    }
+    write_json_atomic(marker_path(out), info)
+    return info
+
+
+def _run_one(args: tuple) -> dict[str, Any]:
+    cfg, shard, fp = args
+    try:
+        return clean_shard(cfg, shard, fp)
+    except Exception as e:  # a bug or an unexpected library error: report the shard, keep the others going
+        import traceback
+
+        return {"source": shard.source, "shard": shard.index, "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc()[-2000:]}
+
+
+def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
+    """Clean every missing shard (or just `shard_index`), then rebuild the report. Returns the summary."""
+    t0 = time.time()
+    plan = plan_clean(cfg)
+    fp = config_fingerprint(cfg)
+    if shard_index is not None:
+        if not 0 <= shard_index < len(plan):
+            raise IndexError(f"--shard-index {shard_index} is outside the plan's {len(plan)} shards")
+        todo = [plan[shard_index]]
+    else:
+        todo = [s for s in plan if not _shard_done(cfg, s, fp)]
+    skipped = len(plan) - len(todo) if shard_index is None else 0
+    failures: list[dict[str, Any]] = []
+    workers = min(cfg.data.clean.workers, len(todo)) if todo else 1
+    jobs = [(cfg, s, fp) for s in todo]
+    bar = _progress(len(todo), cfg.data.clean.progress)
+    if workers <= 1:
+        for j in jobs:
+            res = _run_one(j)
+            failures += [res] if "error" in res else []
+            bar.update(1)
+    else:
+        ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            for fut in as_completed([pool.submit(_run_one, j) for j in jobs]):
+                res = fut.result()
+                failures += [res] if "error" in res else []
+                bar.update(1)
+    bar.close()
+    summary = write_report(cfg, plan, fp)
+    summary.update({"shards_run": len(todo), "shards_skipped_done": skipped,
+                    "seconds": round(time.time() - t0, 2), "failed_shards": failures})
+    print(summary.pop("table"), file=sys.stderr)
+    if failures:
+        names = ", ".join(f"{f['source']}/{f['shard']}: {f['error']}" for f in failures)
+        raise RuntimeError(f"clean: {len(failures)} shard(s) failed ({names}); rerun to retry only those")
+    return summary
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="clean shards", unit="shard", disable=not enabled or total == 0,
+                file=sys.stderr)
+
+
+def write_report(cfg, plan: list[WorkShard] | None = None, fp: str | None = None) -> dict[str, Any]:
+    """Aggregate every shard marker into stats.json, stats.txt and dropped/<reason>.jsonl."""
+    layout = RunLayout(cfg)
+    plan = plan if plan is not None else plan_clean(cfg)
+    fp = fp or config_fingerprint(cfg)
+    per_source: dict[str, Counter] = {}
+    dropped: Counter = Counter()
+    line_drops: Counter = Counter()
+    bad_kinds: Counter = Counter()
+    skips: Counter = Counter()
+    charsets: Counter = Counter()
+    bad: list[dict[str, Any]] = []
+    samples: dict[str, list[dict[str, Any]]] = {}
+    missing: list[str] = []
+    per_n = cfg.data.clean.dropped_samples_per_reason
+    for shard in plan:
+        m = marker_path(_shard_path(cfg, shard))
+        try:
+            info = json.loads(m.read_text())
+        except (OSError, ValueError):
+            info = None
+        if not info or info.get("fingerprint") != fp:
+            missing.append(f"{shard.source}/{shard.index}")
+            continue
+        c = per_source.setdefault(shard.source, Counter())
+        c["shards"] += 1
+        for k in ("read", "kept", "kept_chars", "holdout"):
+            c[k] += info[k]
+        c["dropped"] += sum(info["dropped"].values())
+        c["bad_records"] += sum(info["bad_records_by_kind"].values())
+        dropped.update(info["dropped"])
+        line_drops.update(info["line_drops"])
+        bad_kinds.update(info["bad_records_by_kind"])
+        skips.update(info["skipped"])
+        charsets.update(info["charset_decisions"])
+        bad.extend(info["bad_records"])
+        for reason, rows in info["dropped_samples"].items():
+            bucket = samples.setdefault(reason, [])
+            bucket.extend(rows[: max(0, per_n - len(bucket))])
+    totals: Counter = Counter()
+    for c in per_source.values():
+        totals.update(c)
+    stats = {
+        "complete": not missing,
+        "missing_shards": missing,
+        "shards_total": len(plan),
+        "totals": dict(totals),
+        "per_source": {k: dict(v) for k, v in per_source.items()},
+        "dropped_by_reason": dict(dropped.most_common()),
+        "line_drops": dict(line_drops.most_common()),
+        "bad_records_by_kind": dict(bad_kinds.most_common()),
+        "bad_records": bad,
+        "skipped_records": dict(skips.most_common()),
+        "charset_decisions": dict(charsets.most_common()),
+    }
+    layout.clean.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(layout.clean / "stats.json", stats)
+    for reason, rows in samples.items():
+        write_text_atomic(layout.clean / "dropped" / f"{reason.replace(':', '__')}.jsonl",
+                          "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    table = format_table(stats)
+    write_text_atomic(layout.clean / "stats.txt", table + "\n")
+    return {"stats": str(layout.clean / "stats.json"), "complete": stats["complete"], "totals": stats["totals"],
+            "dropped_by_reason": stats["dropped_by_reason"], "bad_records_by_kind": stats["bad_records_by_kind"],
+            "table": table}
+
+
+def format_table(stats: dict[str, Any]) -> str:
+    """The human-readable summary printed at the end of the clean stage."""
+    lines = ["source         shards    read    kept  holdout  dropped  bad  kept_chars",
+             "-" * 72]
+    for name, c in list(stats["per_source"].items()) + [("TOTAL", stats["totals"])]:
+        lines.append(f"{name[:14]:<14} {c.get('shards', 0):>6} {c.get('read', 0):>7} {c.get('kept', 0):>7} "
+                     f"{c.get('holdout', 0):>8} {c.get('dropped', 0):>8} {c.get('bad_records', 0):>4} "
+                     f"{c.get('kept_chars', 0):>11}")
+    for title, key in (("dropped documents by reason", "dropped_by_reason"),
+                       ("bad input records by kind", "bad_records_by_kind"),
+                       ("lines removed inside kept pages", "line_drops")):
+        if stats[key]:
+            lines += ["", title]
+            lines += [f"  {k:<40} {v:>8}" for k, v in stats[key].items()]
+    if stats["missing_shards"]:
+        lines += ["", f"NOT COMPLETE: {len(stats['missing_shards'])} shard(s) missing: "
+                  + ", ".join(stats["missing_shards"][:20])]
+    return "\n".join(lines)

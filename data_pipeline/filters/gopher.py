@@ -1,0 +1,151 @@
+"""Gopher quality and repetition rules (Rae et al. 2021, appendix A, table A1), as datatrove implements them.
+
+Words come from the regex tokenizer in text_utils (spaCy-equivalent splits; punctuation is its own token,
+as in the reference, which matters for the symbol and alphabetic-word ratios).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from data_pipeline.document import Document
+from data_pipeline.filters.text_utils import PUNCTUATION_SET, split_words
+
+_HAS_ALPHA = re.compile(r"[^\W\d_]")
+STOP_WORDS = frozenset(["the", "be", "to", "of", "and", "that", "have", "with"])
+
+
+class GopherQualityFilter:
+    name = "gopher_quality"
+
+    def __init__(self, min_doc_words: int | None = 50, max_doc_words: int | None = 100_000,
+                 min_avg_word_length: float | None = 3, max_avg_word_length: float | None = 10,
+                 max_symbol_word_ratio: float | None = 0.1, max_bullet_lines_ratio: float | None = 0.9,
+                 max_ellipsis_lines_ratio: float | None = 0.3, max_non_alpha_words_ratio: float | None = 0.8,
+                 min_stop_words: int | None = 2, stop_words: frozenset[str] = STOP_WORDS):
+        self.min_doc_words, self.max_doc_words = min_doc_words, max_doc_words
+        self.min_avg_word_length, self.max_avg_word_length = min_avg_word_length, max_avg_word_length
+        self.max_symbol_word_ratio = max_symbol_word_ratio
+        self.max_bullet_lines_ratio = max_bullet_lines_ratio
+        self.max_ellipsis_lines_ratio = max_ellipsis_lines_ratio
+        self.max_non_alpha_words_ratio = max_non_alpha_words_ratio
+        self.min_stop_words = min_stop_words
+        self.stop_words = stop_words
+
+    def __call__(self, doc: Document) -> tuple[bool, str | None]:
+        text = doc.text
+        words = split_words(text)
+        n_words = len(words)
+        content = [w for w in words if not PUNCTUATION_SET.issuperset(w)]
+        n_content = len(content)
+        if self.min_doc_words and n_content < self.min_doc_words:
+            return False, "gopher:short_doc"
+        if self.max_doc_words and n_content > self.max_doc_words:
+            return False, "gopher:long_doc"
+        avg = sum(map(len, content)) / n_content if n_content else 0.0
+        if self.min_avg_word_length and avg < self.min_avg_word_length:
+            return False, "gopher:below_avg_word_length"
+        if self.max_avg_word_length and avg > self.max_avg_word_length:
+            return False, "gopher:above_avg_word_length"
+        if not n_words:
+            return False, "gopher:short_doc"
+        if self.max_symbol_word_ratio and text.count("#") / n_words > self.max_symbol_word_ratio:
+            return False, "gopher:too_many_hashes"
+        if self.max_symbol_word_ratio and (text.count("...") + text.count("…")) / n_words > self.max_symbol_word_ratio:
+            return False, "gopher:too_many_ellipsis"
+        lines = text.splitlines()
+        if self.max_bullet_lines_ratio and lines and (
+            sum(s.lstrip().startswith(("•", "-")) for s in lines) / len(lines) > self.max_bullet_lines_ratio
+        ):
+            return False, "gopher:too_many_bullets"
+        if self.max_ellipsis_lines_ratio and lines and (
+            sum(s.rstrip().endswith(("...", "…")) for s in lines) / len(lines) > self.max_ellipsis_lines_ratio
+        ):
+            return False, "gopher:too_many_end_ellipsis"
+        if self.max_non_alpha_words_ratio and (
+            sum(1 for w in words if _HAS_ALPHA.search(w)) / n_words < self.max_non_alpha_words_ratio
+        ):
+            return False, "gopher:below_alpha_threshold"
+        if self.min_stop_words and len(self.stop_words.intersection(words)) < self.min_stop_words:
+            return False, "gopher:not_enough_stop_words"
+        return True, None
+
+
+def _find_duplicates(items: list[str]) -> tuple[int, int]:
+    seen: set[str] = set()
+    dup_n = dup_chars = 0
+    for x in items:
+        if x in seen:
+            dup_n += 1
+            dup_chars += len(x)
+        else:
+            seen.add(x)
+    return dup_n, dup_chars
+
+
+def _top_ngram_chars(words: list[str], n: int) -> int:
+    grams = Counter(zip(*(words[i:] for i in range(n)), strict=False))
+    if not grams:
+        return 0
+    gram, count = grams.most_common(1)[0]
+    return (sum(map(len, gram)) + n - 1) * count  # length of " ".join(gram), times its count
+
+
+def _dup_ngram_chars(words: list[str], n: int) -> int:
+    """Characters inside n-grams seen before, skipping past each repeat (datatrove's find_all_duplicate)."""
+    last = len(words) - n + 1
+    grams = list(zip(*(words[i:] for i in range(n)), strict=False))
+    if len(set(grams)) == len(grams):  # no n-gram repeats at all (the common case): nothing to walk
+        return 0
+    seen: set[tuple[str, ...]] = set()
+    repeated, idx = 0, 0
+    while idx < last:
+        gram = grams[idx]
+        if gram in seen:
+            repeated += sum(map(len, gram))
+            idx += n
+        else:
+            seen.add(gram)
+            idx += 1
+    return repeated
+
+
+class GopherRepetitionFilter:
+    name = "gopher_repetition"
+    _para = re.compile(r"\n{2,}")
+    _line = re.compile(r"\n+")
+
+    def __init__(self, dup_line_frac: float | None = 0.3, dup_para_frac: float | None = 0.3,
+                 dup_line_char_frac: float | None = 0.2, dup_para_char_frac: float | None = 0.2,
+                 top_n_grams=((2, 0.2), (3, 0.18), (4, 0.16)),
+                 dup_n_grams=((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))):
+        self.dup_line_frac, self.dup_para_frac = dup_line_frac, dup_para_frac
+        self.dup_line_char_frac, self.dup_para_char_frac = dup_line_char_frac, dup_para_char_frac
+        self.top_n_grams = [tuple(x) for x in top_n_grams]
+        self.dup_n_grams = [tuple(x) for x in dup_n_grams]
+
+    def __call__(self, doc: Document) -> tuple[bool, str | None]:
+        text = doc.text
+        if not text:
+            return False, "gopher_rep:empty"
+        paragraphs = self._para.split(text.strip())
+        n_dup, chars = _find_duplicates(paragraphs)
+        if self.dup_para_frac and n_dup / len(paragraphs) > self.dup_para_frac:
+            return False, "gopher_rep:dup_para_frac"
+        if self.dup_para_char_frac and chars / len(text) > self.dup_para_char_frac:
+            return False, "gopher_rep:dup_para_char_frac"
+        lines = self._line.split(text)
+        n_dup, chars = _find_duplicates(lines)
+        if self.dup_line_frac and n_dup / len(lines) > self.dup_line_frac:
+            return False, "gopher_rep:dup_line_frac"
+        if self.dup_line_char_frac and chars / len(text) > self.dup_line_char_frac:
+            return False, "gopher_rep:dup_line_char_frac"
+        words = split_words(text)
+        for n, frac in self.top_n_grams:
+            if len(words) >= n and _top_ngram_chars(words, n) / len(text) > frac:
+                return False, f"gopher_rep:top_{n}_gram"
+        for n, frac in self.dup_n_grams:
+            if _dup_ngram_chars(words, n) / len(text) > frac:
+                return False, f"gopher_rep:duplicated_{n}_n_grams"
+        return True, None

@@ -1,0 +1,32 @@
+"""Unicode repair (ftfy: mojibake, HTML entities, bad control chars) and normalisation (NFC/NFKC)."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import ftfy
+
+from data_pipeline.document import Document
+
+
+class UnicodeFixer:
+    name = "unicode"
+
+    def __init__(self, fix_text: bool = True, normalization: str = "NFC"):
+        self.fix_text = fix_text
+        self.normalization = None if normalization == "none" else normalization
+        # ftfy normalises too when asked; we keep it separate so either step can be switched off alone.
+        self.ftfy_cfg = ftfy.TextFixerConfig(normalization=None, explain=False)
+
+    def __call__(self, doc: Document) -> tuple[bool, str | None]:
+        text = doc.text
+        if self.fix_text and not text.isascii():
+            text = ftfy.fix_text(text, config=self.ftfy_cfg)
+        elif self.fix_text:
+            text = ftfy.fixes.remove_control_chars(text) if "\x00" in text or "\x1b" in text else text
+        if self.normalization and not text.isascii():
+            text = unicodedata.normalize(self.normalization, text)
+        doc.text = text
+        if not text.strip():
+            return False, "unicode:empty_after_fix"
+        return True, None

@@ -1,0 +1,158 @@
+"""WARC / WET via warcio, resynchronising after a corrupt record so the good records behind it survive."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Iterator
+
+from warcio.archiveiterator import ArchiveIterator
+from warcio.exceptions import ArchiveLoadFailed
+
+from data_pipeline.document import Document, stable_id
+from data_pipeline.readers.base import ErrorLog, SourceFile, open_binary
+
+HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml+xhtml")
+_GZ_MAGIC = b"\x1f\x8b\x08"
+_SCAN = 1 << 20
+
+
+def _is_gz(fh, pos: int) -> bool:
+    fh.seek(pos)
+    return fh.read(3) == _GZ_MAGIC
+
+
+def _resync(fh, start: int, gz: bool) -> int | None:
+    """Next offset >= start where a readable record begins (a gzip member holding WARC/, or a WARC/ line).
+
+    warcio stops at the first broken record; a crawl file with one damaged member in the middle would lose
+    everything behind it, so we scan forward ourselves (warcio has no resync).
+    """
+    needle = _GZ_MAGIC if gz else b"WARC/1."
+    pos = start
+    while True:
+        fh.seek(pos)
+        buf = fh.read(_SCAN + len(needle))
+        if not buf:
+            return None
+        i = buf.find(needle)
+        while i != -1:
+            cand = pos + i
+            if not gz:
+                if cand == 0 or buf[i - 1 : i] == b"\n" or i == 0:
+                    return cand
+            else:
+                fh.seek(cand)
+                try:
+                    head = zlib.decompressobj(31).decompress(fh.read(4096), 16)
+                except zlib.error:
+                    head = b""
+                if head.startswith(b"WARC/"):
+                    return cand
+            i = buf.find(needle, i + 1)
+        if len(buf) < _SCAN + len(needle):
+            return None
+        pos += _SCAN
+
+
+def _read_limited(stream, limit: int) -> bytes:
+    """warcio's streams return short reads (one decompressed block), so read until EOF or the limit."""
+    parts, total = [], 0
+    while total < limit:
+        b = stream.read(min(1 << 16, limit - total))
+        if not b:
+            break
+        parts.append(b)
+        total += len(b)
+    return b"".join(parts)
+
+
+def _doc_from_record(rec, src: SourceFile, source: str, offset: int, wet: bool, errors: ErrorLog,
+                     max_bytes: int) -> Document | None:
+    rtype = rec.rec_type
+    want = "conversion" if wet else "response"
+    if rtype != want:
+        errors.skip(f"warc_{rtype}_record")
+        return None
+    url = rec.rec_headers.get_header("WARC-Target-URI")
+    date = rec.rec_headers.get_header("WARC-Date")
+    ctype = ""
+    if not wet:
+        if rec.http_headers is None:
+            errors.add(src.path, offset, "missing_http_headers", url or "")
+            return None
+        status = rec.http_headers.get_statuscode()
+        if status and not str(status).startswith("2"):
+            errors.skip("http_status_not_2xx")
+            return None
+        ctype = (rec.http_headers.get_header("Content-Type") or "").strip()
+        if not ctype.lower().startswith(HTML_TYPES):
+            errors.add(src.path, offset, "non_html_content_type", ctype or "(none)")
+            return None
+    payload = _read_limited(rec.content_stream(), max_bytes + 1)
+    if len(payload) > max_bytes:
+        errors.add(src.path, offset, "too_large", f">{max_bytes} bytes")
+        return None
+    if not payload.strip():
+        errors.add(src.path, offset, "empty_payload", url or "")
+        return None
+    doc = Document(id=stable_id(source, src.rel, offset), url=url, timestamp=date, source=source,
+                   meta={"file": src.path, "offset": offset, "content_type": ctype})
+    if wet:
+        doc.text = payload.decode("utf-8", errors="replace")
+    else:
+        doc.html = payload
+    return doc
+
+
+def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, wet: bool = False
+              ) -> Iterator[Document]:
+    """Response (WARC) or conversion (WET) records of one file, as documents with offsets for their ids."""
+    with open_binary(src.path) as fh:
+        gz = _is_gz(fh, 0)
+        pos = 0
+        while True:
+            fh.seek(pos)
+            it = ArchiveIterator(fh, arc2warc=True)
+            offset = pos
+            first = True
+            try:
+                for rec in it:
+                    offset = pos if first else it.offset  # not get_record_offset(): it consumes the record
+                    first = False
+                    doc = _doc_from_record(rec, src, source, offset, wet, errors, max_bytes)
+                    if doc is not None:
+                        yield doc
+                return
+            except ArchiveLoadFailed as e:
+                if "non-chunked gzip" in str(e) and pos == 0:
+                    # One gzip stream around the whole file (not per record): still valid data, read it
+                    # sequentially through gzip; offsets then refer to the decompressed stream.
+                    errors.skip("warc_non_chunked_gzip_file")
+                    yield from _read_sequential(src, source, errors, max_bytes, wet)
+                    return
+                bad_at = it.offset if not first else offset
+                errors.add(src.path, bad_at, "corrupt_warc_record", str(e).strip().splitlines()[0][:200])
+            except (EOFError, zlib.error, OSError, ValueError, IndexError) as e:
+                bad_at = it.offset if not first else offset
+                kind = "truncated_gzip" if isinstance(e, EOFError | zlib.error) else "corrupt_warc_record"
+                errors.add(src.path, bad_at, kind, f"{type(e).__name__}: {e}")
+            nxt = _resync(fh, max(bad_at, pos) + 1, gz)
+            if nxt is None:
+                return
+            pos = nxt
+
+
+def _read_sequential(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, wet: bool
+                     ) -> Iterator[Document]:
+    with open_binary(src.path) as raw, gzip.GzipFile(fileobj=raw) as fh:
+        it = ArchiveIterator(fh, arc2warc=True)
+        offset = 0
+        try:
+            for rec in it:
+                offset = it.offset
+                doc = _doc_from_record(rec, src, source, offset, wet, errors, max_bytes)
+                if doc is not None:
+                    yield doc
+        except (ArchiveLoadFailed, EOFError, zlib.error, OSError, ValueError) as e:
+            errors.add(src.path, offset, "corrupt_warc_record", f"{type(e).__name__}: {e}"[:200])

@@ -1,0 +1,158 @@
+"""Cleaned-corpus shards (contract 1): atomic writers, readers, completion markers, the final-corpus view.
+
+A shard is `<stage>/<source>/shard-XXXXX.jsonl.zst` (or `.parquet`) with rows
+{"id","text","url","timestamp","source"[,"label"]}. It is written to a temporary name, fsynced and renamed, so
+a crash never leaves a half-written file under the final name; `shard-XXXXX.done` (JSON: counts, stats) is
+written last, the same way, and is what a rerun checks to skip finished work.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from data_pipeline.layout import RunLayout
+
+SHARD_EXTS = (".jsonl.zst", ".parquet")
+DEDUP_DONE = "_DONE.json"
+
+
+def shard_name(index: int, fmt: str) -> str:
+    return f"shard-{index:05d}.{fmt}"
+
+
+def marker_path(shard_path: Path) -> Path:
+    name = shard_path.name
+    for ext in SHARD_EXTS:
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    return shard_path.with_name(name + ".done")
+
+
+def _atomic_write_bytes(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    data = json.dumps(obj, indent=1, default=str, ensure_ascii=False).encode()
+    _atomic_write_bytes(Path(path), lambda f: f.write(data))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    _atomic_write_bytes(Path(path), lambda f: f.write(text.encode()))
+
+
+def write_shard(path: Path, records: Iterable[dict[str, Any]]) -> int:
+    """Write records atomically as JSONL.zst or Parquet (chosen by the file name); returns the row count."""
+    path = Path(path)
+    count = 0
+    if path.name.endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = list(records)
+        count = len(rows)
+        cols = ["id", "text", "url", "timestamp", "source"] + (["label"] if any("label" in r for r in rows) else [])
+        table = pa.table({c: pa.array([None if r.get(c) is None else str(r.get(c)) for r in rows],
+                                      type=pa.string()) for c in cols})
+
+        def _w(f):
+            pq.write_table(table, f, compression="zstd")
+    else:
+        import zstandard
+
+        def _w(f):
+            nonlocal count
+            with zstandard.ZstdCompressor(level=3).stream_writer(f, closefd=False) as z:
+                buf = io.TextIOWrapper(z, encoding="utf-8", write_through=True)
+                for r in records:
+                    buf.write(json.dumps(r, ensure_ascii=False))
+                    buf.write("\n")
+                    count += 1
+                buf.flush()
+                buf.detach()
+    _atomic_write_bytes(path, _w)
+    return count
+
+
+def read_shard(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Rows of one cleaned shard, streamed."""
+    path = Path(path)
+    if path.name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(path)
+        for batch in pf.iter_batches(batch_size=1024):
+            for r in batch.to_pylist():
+                if r.get("label") is None:
+                    r.pop("label", None)
+                yield r
+        return
+    import zstandard
+
+    with open(path, "rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as z:
+        for line in io.TextIOWrapper(z, encoding="utf-8"):
+            if line.strip():
+                yield json.loads(line)
+
+
+def mark_done(shard_path: Path, info: dict[str, Any]) -> None:
+    write_json_atomic(marker_path(Path(shard_path)), info)
+
+
+def is_done(shard_path: Path) -> bool:
+    return marker_path(Path(shard_path)).exists() and Path(shard_path).exists()
+
+
+def _source_shards(folder: Path, names: list[str] | None) -> dict[str, list[Path]]:
+    out: dict[str, list[Path]] = {}
+    if not folder.is_dir():
+        return out
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        if names is not None and sub.name not in names:
+            continue
+        files = sorted(p for p in sub.iterdir() if p.name.startswith("shard-") and p.name.endswith(SHARD_EXTS)
+                       and marker_path(p).exists())
+        if files:
+            out[sub.name] = files
+    return out
+
+
+def final_stage_dir(cfg) -> Path:
+    """dedup/ when dedup is enabled and has completed, else clean/."""
+    layout = RunLayout(cfg)
+    dd = cfg.data.dedup
+    if (dd.exact or dd.minhash.enabled) and (layout.dedup / DEDUP_DONE).exists():
+        return layout.dedup
+    return layout.clean
+
+
+def corpus_shards(cfg) -> dict[str, list[Path]]:
+    """source name -> finished shard files of the final corpus, in order."""
+    names = [s.name for s in cfg.data.sources]
+    return _source_shards(final_stage_dir(cfg), names)
+
+
+def iter_corpus(cfg, sources: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Every row of the final corpus (optionally only some sources), source by source, shard by shard."""
+    for name, files in corpus_shards(cfg).items():
+        if sources is not None and name not in sources:
+            continue
+        for f in files:
+            yield from read_shard(f)
