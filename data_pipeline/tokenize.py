@@ -1,0 +1,271 @@
+"""Cleaned shards -> binary token shards (+ sentence index) and a manifest; one process per shard.
+
+Each document is encoded once, whole (so tokens are exactly what the tokenizer gives the document), and the
+sentence splitter's character spans are mapped onto token boundaries through the encoder's offsets. Splitting
+sentences separately and encoding them one by one would change tokens at the seams (byte-level BPE folds the
+leading space into the next word) and cost one encode call per sentence.
+
+Restartable: a shard whose completion record matches its input (size, mtime, tokenizer hash) is skipped; a
+killed worker leaves only temporary files. `shard_index` processes one shard (a Slurm array task).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import re
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data_pipeline.token_shards import MANIFEST, TokenShardWriter, smallest_dtype, write_json_atomic
+from data_pipeline.tokenizers.corpus import corpus_shards, read_shard
+from runconfig import RunConfig
+
+_LINE = re.compile(r"[^\n]+")
+
+
+def special_ids(tok) -> dict[str, int | None]:
+    """bos/eos/sep/pad/unk/mask ids of a `tokenizers.Tokenizer` saved by our trainer (any family)."""
+    v = tok.get_vocab()
+
+    def first(*names: str) -> int | None:
+        return next((v[n] for n in names if n in v), None)
+
+    return {
+        "bos": first("<s>", "[CLS]"),
+        "eos": first("</s>", "[SEP]"),
+        "sep": first("</s>", "[SEP]"),
+        "pad": first("<pad>", "[PAD]"),
+        "unk": first("<unk>", "[UNK]"),
+        "mask": first("<mask>", "[MASK]"),
+    }
+
+
+class SentenceSplitter:
+    """Character start offsets of sentences 2.. in a text. Newlines always end a sentence (titles, paragraphs)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        if kind == "pysbd":
+            import pysbd
+
+            self._seg = pysbd.Segmenter(language="en", clean=False)
+        elif kind == "blingfire":
+            from blingfire import blingfire as bf_lib  # the loaded C library (ctypes)
+
+            self._bf = bf_lib.TextToSentencesWithOffsets
+
+    def starts(self, text: str) -> np.ndarray:
+        if self.kind == "none":
+            return np.zeros(0, np.int64)
+        lines = [m.start() for m in _LINE.finditer(text)]
+        if self.kind == "blingfire":
+            inner = self._blingfire_starts(text)
+        else:
+            inner = []
+            for m in _LINE.finditer(text):
+                pos = m.start()
+                for seg in self._seg.segment(m.group())[:-1]:
+                    pos += len(seg)
+                    inner.append(pos)
+        out = np.union1d(np.asarray(lines, np.int64), np.asarray(inner, np.int64))
+        return out[out > 0]
+
+    def _blingfire_starts(self, text: str) -> np.ndarray:
+        # blingfire's own Python wrapper maps byte offsets to characters with a per-byte Python loop that costs
+        # more than tokenizing; we call the C function directly and map with numpy.
+        b = text.encode("utf-8")
+        n = len(b)
+        out_buf = ctypes.create_string_buffer(2 * n + 1)
+        starts = (ctypes.c_int32 * (2 * n + 1))()
+        ends = (ctypes.c_int32 * (2 * n + 1))()
+        k = self._bf(ctypes.c_char_p(b), ctypes.c_int(n), ctypes.byref(out_buf), ctypes.byref(starts),
+                     ctypes.byref(ends), ctypes.c_int(2 * n + 1))  # fmt: skip
+        if k <= 0 or k > 2 * n + 1:
+            return np.zeros(0, np.int64)
+        num = out_buf.value.count(b"\n") + 1
+        byte_starts = np.frombuffer(starts, np.int32, num).astype(np.int64)
+        byte_starts = byte_starts[(byte_starts > 0) & (byte_starts < n)]
+        if len(b) == len(text):  # ASCII: bytes are characters
+            return byte_starts
+        lead = (np.frombuffer(b, np.uint8) & 0xC0) != 0x80
+        return (np.cumsum(lead) - 1)[byte_starts]
+
+
+def _fingerprint(in_path: Path, tokenizer_sha: str, splitter: str) -> dict[str, Any]:
+    st = in_path.stat()
+    return {"input": str(in_path), "input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns,
+            "tokenizer_sha256": tokenizer_sha, "sentence_splitter": splitter}  # fmt: skip
+
+
+def _is_done(stem: Path, fp: dict[str, Any]) -> dict | None:
+    rec = stem.with_suffix(".json")
+    if not rec.is_file():
+        return None
+    try:
+        meta = json.loads(rec.read_text())
+    except ValueError:
+        return None
+    ok = all(meta.get(k) == v for k, v in fp.items())
+    ok = ok and stem.with_suffix(".bin").is_file() and stem.with_suffix(".idx.npz").is_file()
+    return meta if ok else None
+
+
+def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
+    """Worker: one cleaned shard -> one token shard. Runs in a child process (or inline for one shard)."""
+    if not task["parallel_encode"]:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per shard worker
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(task["tokenizer_json"])
+    splitter = SentenceSplitter(task["splitter"])
+    want_sents = task["splitter"] != "none"
+    stem = Path(task["stem"])
+    writer = TokenShardWriter(stem, np.dtype(task["dtype"]))
+    t0 = time.perf_counter()
+    skipped = {"empty_text": 0, "no_tokens": 0, "bad_row": 0}
+    try:
+        batch: list[tuple[str, str]] = []
+
+        def flush() -> None:
+            texts = [t for _, t in batch]
+            if want_sents:
+                encs = tok.encode_batch(texts, add_special_tokens=False)
+            else:
+                encs = tok.encode_batch_fast(texts, add_special_tokens=False)
+            for (doc_id, text), enc in zip(batch, encs, strict=True):
+                ids = np.asarray(enc.ids, dtype=np.int64)
+                if ids.size == 0:
+                    skipped["no_tokens"] += 1
+                    continue
+                sent = None
+                if want_sents:
+                    char_starts = splitter.starts(text)
+                    if char_starts.size:
+                        ends = np.fromiter((e for _, e in enc.offsets), np.int64, ids.size)
+                        # a token belongs to the sentence where it ends: leading spaces go with the next word
+                        sent = np.searchsorted(ends, char_starts, side="right")
+                writer.add(doc_id, ids, sent)
+            batch.clear()
+
+        for row in read_shard(task["in_path"]):
+            text = row.get("text") if isinstance(row, dict) else None
+            if not isinstance(text, str):
+                skipped["bad_row"] += 1
+                continue
+            if not text.strip():
+                skipped["empty_text"] += 1
+                continue
+            batch.append((str(row.get("id", "")), text))
+            if len(batch) >= task["batch_docs"]:
+                flush()
+        if batch:
+            flush()
+    except BaseException:
+        writer.abort()
+        raise
+    meta = writer.close({**task["fingerprint"], "skipped": skipped, "seconds": round(time.perf_counter() - t0, 3)})
+    return {"source": task["source"], "stem": str(stem), "meta": meta, "reused": False}
+
+
+def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from tokenizers import Tokenizer
+
+    from data_pipeline.layout import RunLayout
+
+    layout = RunLayout(cfg)
+    tok_json = layout.tokenizer / "tokenizer.json"
+    if not tok_json.is_file():
+        raise FileNotFoundError(f"{tok_json} not found: run `python -m data_pipeline train-tokenizer` first")
+    tok = Tokenizer.from_file(str(tok_json))
+    tok_sha = hashlib.sha256(tok_json.read_bytes()).hexdigest()
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    dtype = smallest_dtype(vocab)
+    splitter = cfg.shards.sentence_splitter
+    info = {"tokenizer": {"path": str(layout.tokenizer), "sha256": tok_sha, "vocab_size": vocab,
+                          "type": cfg.tokenizer.type}, "special_ids": special_ids(tok),
+            "dtype": dtype.name, "sentence_splitter": splitter}  # fmt: skip
+    tasks = []
+    for source, paths in sorted(corpus_shards(cfg).items()):
+        for p in paths:
+            name = Path(p).name
+            stem_name = name.split(".")[0]
+            tasks.append({
+                "source": source, "in_path": str(p), "stem": str(layout.tokens / source / stem_name),
+                "tokenizer_json": str(tok_json), "splitter": splitter, "dtype": dtype.name,
+                "batch_docs": cfg.shards.encode_batch_docs,
+                "fingerprint": _fingerprint(Path(p), tok_sha, splitter),
+            })  # fmt: skip
+    return tasks, info
+
+
+def write_manifest(cfg: RunConfig, tasks: list[dict[str, Any]], info: dict[str, Any]) -> dict[str, Any]:
+    """Manifest over the shards that are complete now (all of them after a full run)."""
+    from data_pipeline.layout import RunLayout
+
+    sources: dict[str, Any] = {}
+    missing = 0
+    for t in tasks:
+        meta = _is_done(Path(t["stem"]), t["fingerprint"])
+        if meta is None:
+            missing += 1
+            continue
+        s = sources.setdefault(t["source"], {"shards": [], "docs": 0, "tokens": 0, "sentences": 0})
+        s["shards"].append(meta)
+        for k in ("docs", "tokens", "sentences"):
+            s[k] += meta[k]
+    manifest = {"version": 1, **info, "sources": sources, "complete": missing == 0, "missing_shards": missing,
+                "totals": {k: sum(s[k] for s in sources.values()) for k in ("docs", "tokens", "sentences")}}  # fmt: skip
+    write_json_atomic(RunLayout(cfg).tokens / MANIFEST, manifest)
+    return manifest
+
+
+def run_tokenize(cfg: RunConfig, shard_index: int | None = None) -> dict[str, Any]:
+    """Tokenize every cleaned shard (or one, by index) into token shards; returns a summary."""
+    from data_pipeline.layout import RunLayout
+
+    t0 = time.perf_counter()
+    tasks, info = _tasks(cfg)
+    if shard_index is not None:
+        if not 0 <= shard_index < len(tasks):
+            raise IndexError(f"--shard-index {shard_index} out of range: {len(tasks)} cleaned shards")
+        todo_all = [tasks[shard_index]]
+    else:
+        todo_all = tasks
+    results, todo = [], []
+    for t in todo_all:
+        meta = _is_done(Path(t["stem"]), t["fingerprint"])
+        if meta is not None:
+            results.append({"source": t["source"], "stem": t["stem"], "meta": meta, "reused": True})
+        else:
+            todo.append(t)
+    workers = min(cfg.shards.workers, len(todo))
+    for t in todo:
+        t["parallel_encode"] = workers <= 1
+    if workers <= 1:
+        results += [_encode_shard(t) for t in todo]
+    else:
+        # fork: workers start in milliseconds and callers need no __main__ guard; children only use their own
+        # freshly loaded tokenizer (tokenizers itself turns its thread pool off in a forked child)
+        with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as ex:
+            results += list(ex.map(_encode_shard, todo))
+    manifest = write_manifest(cfg, tasks, info)
+    secs = time.perf_counter() - t0
+    new_tokens = sum(r["meta"]["tokens"] for r in results if not r["reused"])
+    return {
+        "manifest": str(RunLayout(cfg).tokens / MANIFEST),
+        "shards_written": sum(not r["reused"] for r in results),
+        "shards_reused": sum(r["reused"] for r in results),
+        "complete": manifest["complete"],
+        "totals": manifest["totals"],
+        "dtype": info["dtype"],
+        "seconds": round(secs, 3),
+        "tokens_per_s": round(new_tokens / secs, 1) if secs > 0 else None,
+    }
