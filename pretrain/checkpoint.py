@@ -76,7 +76,10 @@ def read_complete(ckpt_dir: Path, tag: str) -> dict[str, Any]:
     return json.loads((ckpt_dir / tag / COMPLETE).read_text())
 
 
-def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, Any], keep_last: int) -> Path:
+def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, Any], keep_last: int,
+                    before_complete=None) -> Path:
+    """`before_complete(folder)` runs on every rank after all files are written and before the folder is
+    marked complete (the trainer stores its export-parity probe there)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     tag = tag_for(step)
     folder = ckpt_dir / tag
@@ -90,6 +93,8 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, A
     tmp = rng_path.with_suffix(".tmp")
     torch.save(rng_state(), tmp)
     os.replace(tmp, rng_path)
+    if before_complete is not None:
+        before_complete(folder)
     dist.barrier()  # every rank's files are on disk
     if rank == 0:
         meta = {"step": step, "world_size": world, "time": time.time(), "zero_stage": engine.zero_optimization_stage()}

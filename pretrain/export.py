@@ -18,6 +18,7 @@ from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 from data_pipeline.layout import RunLayout
 from pretrain import checkpoint as ckpt
 from pretrain.models import build_model
+from pretrain.parity import PROBE_FILE, check_parity
 from runconfig import RunConfig
 from runconfig.load import to_dict
 
@@ -85,6 +86,7 @@ def _model_card(cfg: RunConfig, state: dict[str, Any], manifest: dict[str, Any] 
         f"- Parameters: {n_params:,}",
         f"- Steps: {state.get('step')}, tokens seen: {state.get('tokens_seen')}",
         f"- Final training loss: {loss}" + (f" (perplexity {ppl:.2f})" if ppl else ""),
+        f"- Export parity (max |logit difference| vs the training engine): {state.get('parity_max_abs_diff')}",
         "",
         "## Data manifest",
         "```json",
@@ -97,6 +99,12 @@ def _model_card(cfg: RunConfig, state: dict[str, Any], manifest: dict[str, Any] 
         "```",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _auto_class(family: str):
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
+
+    return {"roberta": AutoModelForMaskedLM, "gpt2": AutoModelForCausalLM, "t5": AutoModelForSeq2SeqLM}[family]
 
 
 def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = None) -> Path:
@@ -114,9 +122,18 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
         if padded:
             gen.suppress_tokens = padded  # padding rows of the embedding are never produced
         gen.save_pretrained(out)
+    probe = ckpt_dir / tag / PROBE_FILE
+    if probe.is_file():
+        reloaded = _auto_class(cfg.model.family).from_pretrained(str(out))
+        state_parity = check_parity(reloaded, probe)
+        if state_parity > 1e-5 and cfg.deepspeed.precision == "fp32":
+            raise RuntimeError(f"export parity failed: max |logit difference| {state_parity:.3g} > 1e-5 "
+                               f"between the engine and the reloaded export")
+    else:
+        state_parity = None
     manifest_path = layout.tokens / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
-    state = client_state(ckpt_dir, tag)
+    state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity}
     n_params = sum(p.numel() for p in model.parameters())
     (out / "README.md").write_text(_model_card(cfg, state, manifest, n_params))
     (out / "training_state.json").write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), **state}, indent=1,

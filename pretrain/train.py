@@ -23,6 +23,7 @@ from pretrain import checkpoint as ckpt
 from pretrain.engine import build_engine, init_distributed
 from pretrain.metrics import MetricsLogger, Throughput, flops_per_token, measure_peak_flops
 from pretrain.models import build_model, count_parameters
+from pretrain.parity import PROBE_FILE, probe_inputs, probe_logits, save_probe
 from pretrain.schedule import make_plan
 from runconfig import RunConfig, save_resolved
 
@@ -139,6 +140,14 @@ def train(cfg: RunConfig) -> dict[str, Any]:
             "plan": plan.__dict__,
         }
 
+    probe_batch = probe_inputs(tokenizer, cfg.model.family)
+
+    def store_probe(folder: Path) -> None:
+        """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all)."""
+        logits = probe_logits(engine, probe_batch, device)
+        if rank == 0:
+            save_probe(folder / PROBE_FILE, probe_batch, logits)
+
     # --- metrics --------------------------------------------------------------------------------------------
     logger = MetricsLogger(layout.logs, rank == 0, cfg.logging.tensorboard, cfg.logging.jsonl)
     peak = cfg.logging.peak_flops or measure_peak_flops(device="cpu" if device.type == "cpu" else str(device))
@@ -200,7 +209,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
 
         preempted = stop.agreed(device)
         if step % cfg.checkpoint.every_steps == 0 or step == plan.total_steps or preempted:
-            ckpt.save_checkpoint(engine, ckpt_dir, step, client_state(), cfg.checkpoint.keep_last)
+            ckpt.save_checkpoint(engine, ckpt_dir, step, client_state(), cfg.checkpoint.keep_last, store_probe)
         if preempted:
             if rank == 0:
                 bar.write(f"[train] signal {stop.signum}: checkpointed at step {step}, exiting for requeue")
