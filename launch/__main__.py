@@ -143,6 +143,8 @@ def cmd_cancel(args) -> int:
 def cmd_pipeline(args) -> int:
     cfg = config_from_args(args)
     clean_n = args.clean_shards or _default_clean_shards(cfg)
+    # The corpus after cleaning (and dedup) has at most as many shards as the clean plan; tasks past the real
+    # count exit early, so the array can be submitted before cleaning has run.
     tok_n = args.tokenize_shards or clean_n
     jobs = slurm.pipeline(cfg, args.config, args.overrides, clean_n, tok_n, submit_jobs=not args.dry_run)
     for stage, path, job in jobs:
@@ -152,12 +154,20 @@ def cmd_pipeline(args) -> int:
     return 0
 
 
+def cmd_corpus_shards(args) -> int:
+    """How many final corpus shards exist (the tokenize array's real size; extra tasks exit early)."""
+    from data_pipeline.shards import corpus_shards
+
+    print(sum(len(v) for v in corpus_shards(config_from_args(args)).values()))
+    return 0
+
+
 def _default_clean_shards(cfg) -> int:
     """Array size for cleaning: the cleaning stage's own shard plan when it offers one."""
     try:
         from data_pipeline import clean  # the cleaning engineer's module; optional API
 
-        for name in ("num_input_shards", "count_input_shards", "plan_input_shards"):
+        for name in ("num_shards", "num_input_shards"):
             fn = getattr(clean, name, None)
             if fn is not None:
                 n = fn(cfg)
@@ -201,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenize-shards", type=int, default=None, help="tokenize array size (default: clean's)")
     p.add_argument("--dry-run", action="store_true", help="write and print the scripts, submit nothing")
     p.set_defaults(fn=cmd_pipeline)
+
+    p = sub.add_parser("corpus-shards", help="print the number of final corpus shards (used by the tokenize array)")
+    add_config_args(p)
+    p.set_defaults(fn=cmd_corpus_shards)
 
     args = parser.parse_args(argv)
     try:

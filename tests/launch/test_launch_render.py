@@ -138,12 +138,14 @@ def test_train_sbatch_script(tmp_path):
 def test_stage_array_scripts(tmp_path):
     cfg = cfg_with(tmp_path, "launch.slurm.array_concurrency=2", "launch.slurm.array_time=00:10:00")
     pipe = slurm.pipeline(cfg, TINY, ["data.clean.workers=1"], clean_shards=4, tokenize_shards=3, submit_jobs=False)
-    assert [s for s, _, job in pipe] == ["clean", "dedup+tokenizer", "tokenize", "train"]
+    assert [s for s, _, job in pipe] == ["clean", "dedup+tokenizer", "tokenize", "manifest", "train"]
     assert all(job is None for _, _, job in pipe)
     clean = pipe[0][1].read_text()
     assert "#SBATCH --array=0-3%2\n" in clean and "#SBATCH --time=00:10:00\n" in clean
     assert '--shard-index "$SLURM_ARRAY_TASK_ID"' in clean and "data.clean.workers=1" in clean
-    assert "#SBATCH --array=0-2%2\n" in pipe[2][1].read_text()
+    tok = pipe[2][1].read_text()
+    assert "#SBATCH --array=0-2%2\n" in tok and 'n_shards=$(' in tok and "corpus-shards" in tok
+    assert "--shard-index" not in pipe[3][1].read_text()
     prep = pipe[1][1].read_text()
     assert "--array" not in prep and " dedup " in prep and " train-tokenizer " in prep
     for _, path, _ in pipe:

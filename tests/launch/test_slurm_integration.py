@@ -1,0 +1,97 @@
+"""On a real local Slurm (2 nodes): a data-stage job array, and a 2-node DeepSpeed training job that is
+preempted (grace signal), checkpoints, requeues itself and finishes from the checkpoint."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launch import slurm
+from runconfig import load_config
+from tests.launch.conftest import ROOT, child_env, training_run, write_tiny_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
+
+def launch_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "launch", *args], cwd=ROOT, env=child_env(), capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def test_clean_job_array_cleans_four_shards(slurm_cluster, tmp_path):
+    cfg_path = write_tiny_config(tmp_path, "arr", tmp_path / "run", "")
+    cfg = load_config(cfg_path, ["launch.slurm.array_concurrency=2"])
+    # The same scripts `python -m launch pipeline-slurm` submits; here only the clean array is submitted.
+    stages = slurm.pipeline(cfg, cfg_path, ["launch.slurm.array_concurrency=2"], 4, 4, submit_jobs=False)
+    clean_script = stages[0][1]
+    assert "#SBATCH --array=0-3%2" in clean_script.read_text()
+    job = slurm.submit(clean_script)
+    deadline = time.monotonic() + 150
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        states = slurm_cluster.array_states(job)
+        if len(states) == 4 and all(s in ("COMPLETED", "FAILED", "CANCELLED") for s in states.values()):
+            break
+        time.sleep(1)
+    logs = "\n".join(p.read_text()[-1500:] for p in sorted((tmp_path / "run" / "slurm").glob("*.out")))
+    assert states == {str(i): "COMPLETED" for i in range(4)}, logs
+    shards = sorted((tmp_path / "run" / "clean" / "bbc").glob("shard-*.jsonl.zst"))
+    assert [p.name for p in shards] == [f"shard-0000{i}.jsonl.zst" for i in range(4)]
+    assert len(list((tmp_path / "run" / "slurm").glob("arr-clean-*_*.out"))) == 4  # one log per task
+    st = launch_cli("status", job)
+    assert st.returncode == 0 and st.stdout.count("COMPLETED") == 4, st.stdout + st.stderr
+
+
+def _checkpoint_steps(run: Path) -> list[int]:
+    return sorted(int(m.group(1)) for p in (run / "checkpoints").glob("*") if (m := re.search(r"(\d+)$", p.name)))
+
+
+def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepared_run, tmp_path):
+    cfg_path, run = training_run(tmp_path, "pre", prepared_run, "")
+    overrides = [
+        "launch.launcher=slurm", "launch.master_port=29611", "launch.slurm.signal_grace_s=60",
+        "launch.slurm.cpus_per_task=1", "schedule.total_steps=200", "checkpoint.every_steps=5",
+        "launch.env={GLOO_SOCKET_IFNAME: lo}",
+    ]  # fmt: skip
+    sub = launch_cli("sbatch", "--config", str(cfg_path), *overrides, "--submit")
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip()
+    log = run / "slurm" / f"pre-{job}.out"
+
+    def text() -> str:
+        return log.read_text() if log.exists() else ""
+
+    # Wait for the first complete checkpoint, then deliver the preemption warning exactly as Slurm would.
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and not _checkpoint_steps(run):
+        assert slurm_cluster.job_fields(job).get("JobState") not in ("FAILED", "COMPLETED"), text()
+        time.sleep(1)
+    assert _checkpoint_steps(run), f"no checkpoint within 150 s:\n{text()}"
+    assert launch_cli("cancel", job, "--signal", "USR1").returncode == 0
+
+    # The job requeues itself (same id, Restarts=1), resumes from the checkpoint it wrote and finishes.
+    deadline = time.monotonic() + 200
+    fields: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        fields = slurm_cluster.job_fields(job)
+        if fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime":
+            slurm_cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=False)
+        if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            break
+        time.sleep(1)
+    out = text()
+    assert fields.get("JobState") == "COMPLETED" and fields.get("Restarts") == "1", f"{fields}\n{out[-6000:]}"
+    assert "[launch] preemption signal" in out and "[launch] requeueing job" in out
+    resumed = re.findall(r"resumed from \S+ at step (\d+)", out)
+    assert resumed and int(resumed[0]) >= 5, out[-6000:]
+    assert max(_checkpoint_steps(run)) == 200
+    metrics = [json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert any(m.get("step") == 200 for m in metrics)
