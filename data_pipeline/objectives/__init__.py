@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from data_pipeline.objectives import causal
 from data_pipeline.objectives.causal import CausalCollator
 from data_pipeline.objectives.mlm import MLMCollator
 from data_pipeline.objectives.span_corruption import SpanCorruptionCollator
@@ -21,7 +22,18 @@ if TYPE_CHECKING:
 
 Collator = Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]
 
-__all__ = ["CausalCollator", "Collator", "MLMCollator", "SpanCorruptionCollator", "build_collator"]
+__all__ = ["CausalCollator", "Collator", "MLMCollator", "SpanCorruptionCollator", "build_collator", "prepare_model"]
+
+
+def prepare_model(cfg: RunConfig, model: Any) -> None:
+    """Model settings the objective relies on; the trainer calls it once on the model it trains.
+
+    GPT document masking: transformers builds the per-document attention from the restarted position_ids only
+    when no KV cache is created, so training must run with use_cache=False (set on the config here; the
+    exporter may set it back to True for generation).
+    """
+    if cfg.objective.type == "causal" and cfg.objective.document_masking:
+        causal.prepare_model(model)
 
 
 def build_collator(cfg: RunConfig, tokenizer: Any) -> Collator:
