@@ -63,6 +63,8 @@ def read_jsonl(src: SourceFile, source: str, text_field: str, errors: ErrorLog, 
                     offset = f.tell() if hasattr(f, "tell") and _tell_ok(f) else offset
                     continue
                 if not line:
+                    if offset == 0:
+                        errors.add(src.path, 0, "empty_file")
                     return
                 here, offset = offset, offset + len(line)
                 if not line.strip():

@@ -10,7 +10,7 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
 from data_pipeline.document import Document, stable_id
-from data_pipeline.readers.base import ErrorLog, SourceFile, open_binary
+from data_pipeline.readers.base import ErrorLog, SourceFile, looks_binary, open_binary
 
 HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml+xhtml")
 _GZ_MAGIC = b"\x1f\x8b\x08"
@@ -93,8 +93,16 @@ def _doc_from_record(rec, src: SourceFile, source: str, offset: int, wet: bool, 
     if len(payload) > max_bytes:
         errors.add(src.path, offset, "too_large", f">{max_bytes} bytes")
         return None
+    # A record cut short (truncated gzip member, short file) reads "successfully" but leaves part of its
+    # declared Content-Length unread: it is damaged, not a short page.
+    if getattr(rec.raw_stream, "limit", 0) > 0:
+        errors.add(src.path, offset, "truncated_record", f"{rec.raw_stream.limit} bytes missing")
+        return None
     if not payload.strip():
         errors.add(src.path, offset, "empty_payload", url or "")
+        return None
+    if looks_binary(payload):
+        errors.add(src.path, offset, "binary_payload", f"{ctype or 'text'} record with binary bytes")
         return None
     doc = Document(id=stable_id(source, src.rel, offset), url=url, timestamp=date, source=source,
                    meta={"file": src.path, "offset": offset, "content_type": ctype})
@@ -109,6 +117,9 @@ def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, we
               ) -> Iterator[Document]:
     """Response (WARC) or conversion (WET) records of one file, as documents with offsets for their ids."""
     with open_binary(src.path) as fh:
+        if not fh.read(1):
+            errors.add(src.path, 0, "empty_file")
+            return
         gz = _is_gz(fh, 0)
         pos = 0
         while True:
