@@ -18,7 +18,7 @@ from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from data_pipeline.layout import RunLayout
-from data_pipeline.objectives import build_collator
+from data_pipeline.objectives import build_collator, prepare_model
 from pretrain import checkpoint as ckpt
 from pretrain.engine import build_engine, init_distributed
 from pretrain.metrics import MetricsLogger, Throughput, flops_per_token, measure_peak_flops
@@ -48,6 +48,13 @@ class StopRequested:
 
 class TrainingHalted(RuntimeError):
     pass
+
+
+def _rng_isolated():
+    """Run a block without moving the global RNG (CPU and this rank's GPU), so that start-up work, evaluation
+    and loader set-up leave the dropout stream exactly as an uninterrupted run would have it."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    return torch.random.fork_rng(devices=devices)
 
 
 def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -109,6 +116,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
 
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
+    prepare_model(cfg, model)
     n_params = count_parameters(model)
     collate = build_collator(cfg, tokenizer)
     train_loader = PretrainLoader(cfg, rank, world, split="train", collate_fn=collate)
@@ -150,14 +158,16 @@ def train(cfg: RunConfig) -> dict[str, Any]:
 
     # --- metrics --------------------------------------------------------------------------------------------
     logger = MetricsLogger(layout.logs, rank == 0, cfg.logging.tensorboard, cfg.logging.jsonl)
-    peak = cfg.logging.peak_flops or measure_peak_flops(device="cpu" if device.type == "cpu" else str(device))
+    with _rng_isolated():  # nothing outside the loop may move the RNG: exact resume needs it
+        peak = cfg.logging.peak_flops or measure_peak_flops(device="cpu" if device.type == "cpu" else str(device))
     meter = Throughput(flops_per_token(cfg.model, n_params, cfg.packing.seq_len), peak, world)
     bar = tqdm(total=plan.total_steps, initial=step, disable=rank != 0 or not cfg.logging.progress_bar,
                desc="pretrain", unit="step", dynamic_ncols=True)
 
     # --- the loop -------------------------------------------------------------------------------------------
     engine.train()
-    batches = iter(train_loader)
+    with _rng_isolated():  # DataLoader draws a worker base seed from the global RNG
+        batches = iter(train_loader)
     preempted = False
     while step < plan.total_steps:
         step_loss, step_ok = 0.0, True
@@ -202,7 +212,8 @@ def train(cfg: RunConfig) -> dict[str, Any]:
             bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
                             tok_s=f"{stats['tokens_per_s']:.0f}", mfu=f"{stats['mfu']:.1%}")
         if step % cfg.eval.every_steps == 0 or step == plan.total_steps:
-            ev = evaluate(engine, eval_loader, cfg.eval.max_batches, device)
+            with _rng_isolated():
+                ev = evaluate(engine, eval_loader, cfg.eval.max_batches, device)
             logger.log(step, ev, prefix="eval")
             if rank == 0:
                 bar.write(f"[eval] step {step}: loss {ev['loss']:.4f} ppl {ev['perplexity']:.2f}")

