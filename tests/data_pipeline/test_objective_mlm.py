@@ -158,7 +158,9 @@ def test_whole_word_masking(family, bpe, wordpiece, samples):
     selected = out["labels"] != -100
     assert not selected[special].any()
     frac = selected.sum() / (~special).sum()
-    assert abs(frac - 0.15) < 0.005, frac
+    # exact in expectation (the word crossing the budget is kept with the matching probability); always
+    # keeping it would overshoot to ~15.3%
+    assert abs(frac - 0.15) < 0.0015, frac
     special_tokens = set(tok.all_special_tokens)
     multi = 0
     for r in range(0, len(data), 10):
