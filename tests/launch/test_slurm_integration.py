@@ -51,7 +51,8 @@ def test_clean_job_array_cleans_four_shards(slurm_cluster, tmp_path):
 
 
 def _checkpoint_steps(run: Path) -> list[int]:
-    return sorted(int(m.group(1)) for p in (run / "checkpoints").glob("*") if (m := re.search(r"(\d+)$", p.name)))
+    return sorted(int(m.group(1)) for p in (run / "checkpoints").glob("step*")
+                  if (p / "COMPLETE").exists() and (m := re.search(r"(\d+)$", p.name)))
 
 
 def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepared_run, tmp_path):
@@ -64,6 +65,7 @@ def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepare
     sub = launch_cli("sbatch", "--config", str(cfg_path), *overrides, "--submit")
     assert sub.returncode == 0, sub.stderr
     job = sub.stdout.strip()
+    t0 = time.monotonic()
     log = run / "slurm" / f"pre-{job}.out"
 
     def text() -> str:
@@ -76,6 +78,7 @@ def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepare
         time.sleep(1)
     assert _checkpoint_steps(run), f"no checkpoint within 150 s:\n{text()}"
     assert launch_cli("cancel", job, "--signal", "USR1").returncode == 0
+    t_signal = time.monotonic() - t0
 
     # The job requeues itself (same id, Restarts=1), resumes from the checkpoint it wrote and finishes.
     deadline = time.monotonic() + 200
@@ -88,6 +91,7 @@ def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepare
             break
         time.sleep(1)
     out = text()
+    print(f"first checkpoint + signal after {t_signal:.0f}s, finished after {time.monotonic() - t0:.0f}s")
     assert fields.get("JobState") == "COMPLETED" and fields.get("Restarts") == "1", f"{fields}\n{out[-6000:]}"
     assert "[launch] preemption signal" in out and "[launch] requeueing job" in out
     resumed = re.findall(r"resumed from \S+ at step (\d+)", out)
