@@ -61,3 +61,16 @@ def bbc_config(tmp: Path, preset: str = "roberta-tiny", overrides: list[str] | N
         part = rows if len(sources) == 1 else rows[k :: len(sources)]
         write_clean_shards(tmp, s, [dict(r, source=s) for r in part], per_shard)
     return cfg
+
+
+def tokenized_run(tmp: Path, preset: str = "roberta-tiny", overrides: list[str] | None = None, limit: int | None = 500,
+                  per_shard: int = 150, sources: tuple[str, ...] = ("bbc",)):  # fmt: skip
+    """Cleaned BBC shards -> trained tokenizer -> token shards, for tests of the later stages."""
+    from data_pipeline.tokenize import run_tokenize
+    from data_pipeline.tokenizers import train_tokenizer
+
+    cfg = bbc_config(tmp, preset, ["tokenizer.vocab_size=2000", *(overrides or [])], limit=limit,
+                     per_shard=per_shard, sources=sources)  # fmt: skip
+    train_tokenizer(cfg)
+    run_tokenize(cfg)
+    return cfg

@@ -1,0 +1,114 @@
+"""Tokenize stage on real BBC text: exact tokens, sentence index, manifest checksums, restart and bad rows."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from data_pipeline.layout import RunLayout
+from data_pipeline.shards import mark_done, write_shard
+from data_pipeline.token_shards import TokenShardWriter, open_token_shards, sha256_file, smallest_dtype
+from data_pipeline.tokenize import SentenceSplitter, run_tokenize
+from data_pipeline.tokenizers.corpus import corpus_shards, read_shard
+from tests.data_pipeline.tokens_fixtures import tokenized_run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return tokenized_run(tmp_path_factory.mktemp("tok"), limit=450, per_shard=150)
+
+
+def test_tokens_are_the_tokenizers_and_manifest_checks_out(run):
+    layout = RunLayout(run)
+    tok = Tokenizer.from_file(str(layout.tokenizer / "tokenizer.json"))
+    manifest, shards = open_token_shards(str(layout.tokens), verify=True)
+    assert manifest["complete"] and manifest["dtype"] == "uint16"
+    assert manifest["special_ids"]["bos"] == 0 and manifest["special_ids"]["eos"] == 2
+    src = corpus_shards(run)["bbc"]
+    assert len(shards["bbc"]) == len(src) == 3
+    total = 0
+    for meta, sh, clean in zip(manifest["sources"]["bbc"]["shards"], shards["bbc"], src, strict=True):
+        assert sh.tokens.dtype == np.uint16 and sh.num_tokens == meta["tokens"] == os.path.getsize(sh.bin_path) // 2
+        assert sha256_file(sh.bin_path) == meta["sha256_bin"]
+        rows = list(read_shard(clean))
+        assert list(sh.doc_ids()) == [r["id"] for r in rows]
+        for i in (0, len(rows) // 2, len(rows) - 1):
+            assert sh.doc(i).tolist() == tok.encode(rows[i]["text"], add_special_tokens=False).ids
+        total += sh.num_tokens
+    assert manifest["totals"]["tokens"] == total > 100_000
+
+
+def test_sentence_index_follows_the_splitter(run):
+    layout = RunLayout(run)
+    tok = Tokenizer.from_file(str(layout.tokenizer / "tokenizer.json"))
+    _, shards = open_token_shards(str(layout.tokens))
+    sh = shards["bbc"][0]
+    rows = list(read_shard(corpus_shards(run)["bbc"][0]))
+    split = SentenceSplitter("blingfire")
+    for d in (0, 7, 42):
+        text = rows[d]["text"]
+        starts = [0, *split.starts(text).tolist(), len(text)]
+        want = [text[a:b].strip() for a, b in zip(starts, starts[1:], strict=False) if text[a:b].strip()]
+        so = sh.sent_offsets
+        lo, hi = np.searchsorted(so, [sh.doc_offsets[d], sh.doc_offsets[d + 1]])
+        got = [tok.decode(sh.tokens[so[k] : so[k + 1]].tolist()).strip() for k in range(lo, hi)]
+        assert got == want
+        assert len(got) > 3
+
+
+def test_rerun_skips_finished_shards_and_redoes_stale_ones(run):
+    layout = RunLayout(run)
+    before = {p.name: p.read_bytes() for p in (layout.tokens / "bbc").glob("*.bin")}
+    r = run_tokenize(run)
+    assert r["shards_reused"] == 3 and r["shards_written"] == 0
+    # a crash mid-shard: no completion record, a stray temp file
+    (layout.tokens / "bbc" / "shard-00001.json").unlink()
+    (layout.tokens / "bbc" / ".shard-00001.bin.tmp999").write_bytes(b"partial")
+    r = run_tokenize(run, shard_index=1)
+    assert r["shards_written"] == 1 and r["shards_reused"] == 0
+    assert {p.name: p.read_bytes() for p in (layout.tokens / "bbc").glob("*.bin")} == before  # deterministic
+    # the cleaned input changed: its token shard is rebuilt
+    src = corpus_shards(run)["bbc"][2]
+    rows = list(read_shard(src))[:-5]
+    write_shard(src, rows)
+    mark_done(src, {"docs": len(rows)})
+    r = run_tokenize(run)
+    assert r["shards_written"] == 1 and r["shards_reused"] == 2
+    m = json.loads((layout.tokens / "manifest.json").read_text())
+    assert m["sources"]["bbc"]["shards"][2]["docs"] == len(rows)
+    with pytest.raises(IndexError, match="out of range"):
+        run_tokenize(run, shard_index=99)
+
+
+def test_bad_rows_are_counted_not_fatal(tmp_path):
+    cfg = tokenized_run(tmp_path, limit=20, per_shard=20)
+    src = corpus_shards(cfg)["bbc"][0]
+    rows = list(read_shard(src))
+    rows += [{"id": "x1", "text": ""}, {"id": "x2", "text": None}, {"id": "x3", "text": "   \n"}]
+    write_shard(src, rows)
+    mark_done(src, {})
+    run_tokenize(cfg)
+    meta = json.loads((RunLayout(cfg).tokens / "bbc" / "shard-00000.json").read_text())
+    assert meta["docs"] == 20 and meta["skipped"] == {"empty_text": 2, "no_tokens": 0, "bad_row": 1}
+
+
+def test_dtype_and_overflow(tmp_path):
+    assert smallest_dtype(50_265) == np.uint16 and smallest_dtype(65_536) == np.uint16
+    assert smallest_dtype(65_537) == np.uint32
+    w = TokenShardWriter(tmp_path / "s", np.uint16)
+    with pytest.raises(ValueError, match="does not fit"):
+        w.add("d", np.array([1, 70_000]))
+    w.abort()
+    assert not list(tmp_path.iterdir())
+
+
+def test_pysbd_splitter_agrees_on_plain_sentences():
+    text = "Title line\n\nFirst sentence here. Second one follows! A third?\nNew line."
+    for kind in ("pysbd", "blingfire"):
+        s = SentenceSplitter(kind).starts(text).tolist()
+        assert [text[a:b].strip() for a, b in zip([0, *s], [*s, len(text)], strict=True)] == [
+            "Title line", "First sentence here.", "Second one follows!", "A third?", "New line."]  # fmt: skip
