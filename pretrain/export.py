@@ -46,7 +46,12 @@ def consolidated_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]
 
 
 def client_state(ckpt_dir: Path, tag: str) -> dict[str, Any]:
-    states = torch.load(ckpt_dir / tag / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
+    """Our client state rides in rank 0's model-states file (named `zero_pp_rank_0_...` under ZeRO-3)."""
+    folder = ckpt_dir / tag
+    path = folder / "mp_rank_00_model_states.pt"
+    if not path.is_file():
+        path = folder / "zero_pp_rank_0_mp_rank_00_model_states.pt"
+    states = torch.load(path, map_location="cpu", weights_only=False)
     keep = ("step", "tokens_seen", "loss", "plan")
     return {k: states[k] for k in keep if k in states}
 
