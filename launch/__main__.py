@@ -53,7 +53,19 @@ def dry_run_text(cfg, entry: Entry) -> str:
     return "\n".join(lines)
 
 
-def _supervise(procs: list[subprocess.Popen]) -> int:
+def _children(pid: int) -> list[int]:
+    """Direct children of a process (Linux /proc); empty where that is not available."""
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+    return out
+
+
+def _supervise(procs: list[subprocess.Popen], rank_depth: int = 1) -> int:
     """Wait for launched processes; forward preemption signals; map 'signalled and not clean' to 75."""
     signalled = []
 
@@ -61,8 +73,17 @@ def _supervise(procs: list[subprocess.Popen]) -> int:
         signalled.append(signum)
         for p in procs:
             if p.poll() is None:
-                # torchrun turns TERM into "stop workers"; the trainer treats TERM and USR1 the same way.
-                p.send_signal(signal.SIGTERM)
+                # Signal the ranks themselves (torchrun's children), not torchrun: torchrun would answer TERM by
+                # signalling each rank's whole process group, DataLoader workers included, and the ranks would
+                # die mid-step instead of checkpointing. The trainer treats TERM and USR1 alike.
+                ranks = [p.pid]
+                for _ in range(rank_depth):
+                    ranks = [c for r in ranks for c in _children(r)]
+                for pid in ranks or [p.pid]:
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
 
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(s, forward)
@@ -108,7 +129,11 @@ def cmd_run(args) -> int:
     for argv, _ in argvs:
         print("[launch] " + " ".join(argv), file=sys.stderr)
     procs = [subprocess.Popen(argv, env={**os.environ, **(env or {})}) for argv, env in argvs]
-    return _supervise(procs)
+    # Ranks are torchrun's children; the DeepSpeed launcher has one more process (launcher.launch) in between.
+    # Over ssh / pdsh the remote ranks are out of reach: the local client gets the signal.
+    remote = args.all_nodes or (cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1)
+    depth = 0 if remote else (2 if cfg.launch.launcher == "deepspeed" else 1)
+    return _supervise(procs, depth)
 
 
 def cmd_sbatch(args) -> int:

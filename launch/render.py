@@ -153,9 +153,10 @@ def node_commands(cfg: RunConfig, entry: Entry) -> list[NodeCommand]:
         if lc.hostfile:
             argv += ["--hostfile", str(Path(lc.hostfile).resolve()), "--launcher", lc.multinode_runner]
         else:
-            # No hostfile: the launcher would read /job/hostfile if present; force the local node.
+            # No hostfile: the launcher would read /job/hostfile if present; /dev/null means "this node only".
             argv += ["--hostfile", "/dev/null"]
-        argv += ["--module", entry.module, *entry.args]
+        # --no_local_rank: our entry points read LOCAL_RANK from the environment, not a --local_rank argument.
+        argv += ["--no_local_rank", "--module", entry.module, *entry.args]
         if lc.nodes > 1:
             # Remote ranks only get PYTHON*/NCCL*-style variables and the DS_ENV_FILE lines: put ours there.
             env["DS_ENV_FILE"] = str(deepspeed_env_file(cfg))

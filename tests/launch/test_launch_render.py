@@ -84,6 +84,7 @@ def test_c10d_rendezvous_marks_the_store_host(tmp_path):
 def test_deepspeed_launcher(tmp_path):
     (single,) = render.node_commands(cfg_with(tmp_path, "launch.launcher=deepspeed"), entry())
     assert single.argv[1:3] == ["-m", "deepspeed.launcher.runner"] and "--module" in single.argv
+    assert "--no_local_rank" in single.argv  # the trainer takes LOCAL_RANK from the environment
     assert single.argv[single.argv.index("--num_gpus") + 1] == "2"
     hf = tmp_path / "hosts"
     hf.write_text("a slots=2\nb slots=2\n")
