@@ -85,6 +85,10 @@ class TokenShardWriter:
         self._doc_offsets.append(self._n)
         self._ids.append(doc_id)
 
+    @property
+    def docs(self) -> int:
+        return len(self._ids)
+
     def close(self, extra_meta: dict | None = None) -> dict:
         self._fh.flush()
         os.fsync(self._fh.fileno())

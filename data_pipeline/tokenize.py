@@ -26,6 +26,7 @@ import numpy as np
 
 from data_pipeline.token_shards import MANIFEST, TokenShardWriter, smallest_dtype, write_json_atomic
 from data_pipeline.tokenizers.corpus import corpus_shards, read_shard
+from data_pipeline.tokenizers.fast_bpe import TiktokenBPE
 from runconfig import RunConfig
 
 _LINE = re.compile(r"[^\n]+")
@@ -125,6 +126,8 @@ def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(task["tokenizer_json"])
+    fast = TiktokenBPE.load(task["tokenizer_json"], check=False) if task["engine"] == "tiktoken" else None
+    engine = task["engine"]
     splitter = SentenceSplitter(task["splitter"])
     want_sents = task["splitter"] != "none"
     stem = Path(task["stem"])
@@ -134,22 +137,43 @@ def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
     try:
         batch: list[tuple[str, str]] = []
 
-        def flush() -> None:
-            texts = [t for _, t in batch]
+        def hf_encode(texts: list[str]) -> list[tuple[np.ndarray, np.ndarray | None]]:
             if want_sents:
                 encs = tok.encode_batch(texts, add_special_tokens=False)
-            else:
-                encs = tok.encode_batch_fast(texts, add_special_tokens=False)
-            for (doc_id, text), enc in zip(batch, encs, strict=True):
-                ids = np.asarray(enc.ids, dtype=np.int64)
+                return [(np.asarray(e.ids, np.int64), np.fromiter((b for _, b in e.offsets), np.int64, len(e.ids)))
+                        for e in encs]  # fmt: skip
+            return [(np.asarray(e.ids, np.int64), None) for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
+
+        def fast_encode(texts: list[str]) -> list[tuple[np.ndarray, np.ndarray | None]]:
+            out: list = [None] * len(texts)
+            slow = [i for i, t in enumerate(texts) if fast.needs_fallback(t)]
+            slow_set = set(slow)
+            quick = [i for i in range(len(texts)) if i not in slow_set]
+            for i, ids in zip(quick, fast.encode_batch([texts[i] for i in quick]), strict=True):
+                arr = np.asarray(ids, np.int64)
+                out[i] = (arr, fast.char_ends(arr) if want_sents else None)
+            for i, r in zip(slow, hf_encode([texts[i] for i in slow]), strict=True):
+                out[i] = r
+            return out
+
+        def flush() -> None:
+            nonlocal engine, fast
+            texts = [t for _, t in batch]
+            if fast is not None and writer.docs == 0:
+                # first batch of the shard: the two engines must agree, or this shard uses `tokenizers` alone
+                probe = texts[:16]
+                ref = hf_encode(probe)
+                if any(not np.array_equal(a[0], b[0]) for a, b in zip(fast_encode(probe), ref, strict=True)):
+                    fast, engine = None, "tokenizers (tiktoken disagreed on this shard)"
+            encoded = fast_encode(texts) if fast is not None else hf_encode(texts)
+            for (doc_id, text), (ids, ends) in zip(batch, encoded, strict=True):
                 if ids.size == 0:
                     skipped["no_tokens"] += 1
                     continue
                 sent = None
-                if want_sents:
+                if ends is not None:
                     char_starts = splitter.starts(text)
                     if char_starts.size:
-                        ends = np.fromiter((e for _, e in enc.offsets), np.int64, ids.size)
                         # a token belongs to the sentence where it ends: leading spaces go with the next word
                         sent = np.searchsorted(ends, char_starts, side="right")
                 writer.add(doc_id, ids, sent)
@@ -171,7 +195,8 @@ def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         writer.abort()
         raise
-    meta = writer.close({**task["fingerprint"], "skipped": skipped, "seconds": round(time.perf_counter() - t0, 3)})
+    meta = writer.close({**task["fingerprint"], "skipped": skipped, "engine": engine,
+                         "seconds": round(time.perf_counter() - t0, 3)})  # fmt: skip
     return {"source": task["source"], "stem": str(stem), "meta": meta, "reused": False}
 
 
@@ -189,9 +214,12 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     vocab = tok.get_vocab_size(with_added_tokens=True)
     dtype = smallest_dtype(vocab)
     splitter = cfg.shards.sentence_splitter
+    if splitter == "auto":
+        splitter = "blingfire" if cfg.packing.mode == "full_sentences" else "none"
+    engine = "tiktoken" if TiktokenBPE.load(tok_json) is not None else "tokenizers"
     info = {"tokenizer": {"path": str(layout.tokenizer), "sha256": tok_sha, "vocab_size": vocab,
                           "type": cfg.tokenizer.type}, "special_ids": special_ids(tok),
-            "dtype": dtype.name, "sentence_splitter": splitter}  # fmt: skip
+            "dtype": dtype.name, "sentence_splitter": splitter, "engine": engine}  # fmt: skip
     tasks = []
     for source, paths in sorted(corpus_shards(cfg).items()):
         for p in paths:
@@ -199,7 +227,7 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             stem_name = name.split(".")[0]
             tasks.append({
                 "source": source, "in_path": str(p), "stem": str(layout.tokens / source / stem_name),
-                "tokenizer_json": str(tok_json), "splitter": splitter, "dtype": dtype.name,
+                "tokenizer_json": str(tok_json), "splitter": splitter, "dtype": dtype.name, "engine": engine,
                 "batch_docs": cfg.shards.encode_batch_docs,
                 "fingerprint": _fingerprint(Path(p), tok_sha, splitter),
             })  # fmt: skip

@@ -25,8 +25,9 @@ class TokenizerConfig(Section):
 class ShardsConfig(Section):
     workers: int = Field(2, gt=0)
     # blingfire (FSM, C++; ~30x faster than pysbd at similar quality on news text), pysbd (rule-based, pure
-    # Python), or none (no sentence index: full_sentences then packs documents only). Newlines always split.
-    sentence_splitter: Literal["blingfire", "pysbd", "none"] = "blingfire"
+    # Python), none (no sentence index), or auto: blingfire when packing.mode is full_sentences (the only mode that
+    # reads sentences), else none. Newlines always split.
+    sentence_splitter: Literal["auto", "blingfire", "pysbd", "none"] = "auto"
     # Documents per encode_batch call inside a shard worker (bounds memory, keeps the Rust encoder busy).
     encode_batch_docs: int = Field(256, gt=0)
 

@@ -112,3 +112,62 @@ def test_pysbd_splitter_agrees_on_plain_sentences():
         s = SentenceSplitter(kind).starts(text).tolist()
         assert [text[a:b].strip() for a, b in zip([0, *s], [*s, len(text)], strict=True)] == [
             "Title line", "First sentence here.", "Second one follows!", "A third?", "New line."]  # fmt: skip
+
+
+def test_tiktoken_engine_is_used_and_exact(run, tmp_path):
+    from data_pipeline.tokenizers.fast_bpe import TiktokenBPE
+
+    layout = RunLayout(run)
+    manifest = json.loads((layout.tokens / "manifest.json").read_text())
+    assert manifest["engine"] == "tiktoken"
+    assert {m["engine"] for m in manifest["sources"]["bbc"]["shards"]} == {"tiktoken"}
+    fast = TiktokenBPE.load(layout.tokenizer / "tokenizer.json")
+    tok = Tokenizer.from_file(str(layout.tokenizer / "tokenizer.json"))
+    texts = ["A literal <mask> and </s> in text", "naïve café — 日本語 😀\n\n  x", "  lead", "tail  "]
+    for t in texts:
+        ref = tok.encode(t, add_special_tokens=False)
+        if fast.needs_fallback(t):
+            continue  # added-token text goes through `tokenizers` (checked below through the stage)
+        ids = np.asarray(fast.encode_batch([t])[0])
+        assert ids.tolist() == ref.ids
+        assert fast.char_ends(ids).tolist() == [e for _, e in ref.offsets]
+    assert fast.needs_fallback(texts[0])
+
+
+def test_tiktoken_engine_refuses_inconsistent_or_other_tokenizers(tmp_path):
+    from tokenizers import models, pre_tokenizers
+
+    from data_pipeline.tokenizers import bpe_tokenizer
+    from data_pipeline.tokenizers.fast_bpe import TiktokenBPE, rank_consistent
+
+    # rule order b+c before a+b, then ab+c: rank-ordered merging would form "abc" where the rules cannot
+    assert not rank_consistent({b"a": 0, b"b": 1, b"c": 2, b"bc": 3, b"ab": 4, b"abc": 5},
+                               [(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")])  # fmt: skip
+    assert rank_consistent({b"a": 0, b"b": 1, b"c": 2, b"ab": 3, b"abc": 4}, [(b"a", b"b"), (b"ab", b"c")])
+    wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    wp.pre_tokenizer = pre_tokenizers.Whitespace()
+    wp.save(str(tmp_path / "wp.json"))
+    assert TiktokenBPE.load(tmp_path / "wp.json") is None
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {c: i for i, c in enumerate(sorted(alphabet))}
+    n = len(vocab)
+    vocab.update({"bc": n, "ab": n + 1, "abc": n + 2})
+    bad = bpe_tokenizer(vocab, [("b", "c"), ("a", "b"), ("ab", "c")])
+    bad.save(str(tmp_path / "bad.json"))
+    assert TiktokenBPE.load(tmp_path / "bad.json") is None  # `tokenizers` keeps the job: ids stay exact
+
+
+def test_added_token_text_falls_back_exactly(tmp_path):
+    cfg = tokenized_run(tmp_path, limit=20, per_shard=20)
+    src = corpus_shards(cfg)["bbc"][0]
+    rows = list(read_shard(src))
+    rows[3]["text"] = "We write <mask> and <s> literally. " + rows[3]["text"]
+    write_shard(src, rows)
+    mark_done(src, {})
+    run_tokenize(cfg)
+    layout = RunLayout(cfg)
+    tok = Tokenizer.from_file(str(layout.tokenizer / "tokenizer.json"))
+    _, shards = open_token_shards(str(layout.tokens))
+    for i in (2, 3):
+        assert shards["bbc"][0].doc(i).tolist() == tok.encode(rows[i]["text"], add_special_tokens=False).ids
+    assert tok.token_to_id("<mask>") in shards["bbc"][0].doc(3).tolist()
