@@ -34,6 +34,9 @@ def test_clean_job_array_cleans_four_shards(slurm_cluster, tmp_path):
     clean_script = stages[0][1]
     assert "#SBATCH --array=0-3%2" in clean_script.read_text()
     job = slurm.submit(clean_script)
+    # The next stage (dedup + tokenizer) waits on the whole array with afterok, as pipeline-slurm chains it.
+    prep_job = slurm.submit(stages[1][1], after=[job])
+    assert slurm_cluster.job_fields(prep_job).get("Reason") in ("Dependency", "None", "Resources", "Priority")
     deadline = time.monotonic() + 150
     states: dict[str, str] = {}
     while time.monotonic() < deadline:
@@ -48,6 +51,9 @@ def test_clean_job_array_cleans_four_shards(slurm_cluster, tmp_path):
     assert len(list((tmp_path / "run" / "slurm").glob("arr-clean-*_*.out"))) == 4  # one log per task
     st = launch_cli("status", job)
     assert st.returncode == 0 and st.stdout.count("COMPLETED") == 4, st.stdout + st.stderr
+    prep = slurm_cluster.wait_state(prep_job, {"COMPLETED", "FAILED", "CANCELLED"}, 120)
+    assert prep["JobState"] == "COMPLETED", "\n".join(p.read_text()[-2000:] for p in (tmp_path / "run" / "slurm").glob("arr-prep-*.out"))
+    assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").is_file()
 
 
 def _checkpoint_steps(run: Path) -> list[int]:
@@ -59,7 +65,7 @@ def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepare
     cfg_path, run = training_run(tmp_path, "pre", prepared_run, "")
     overrides = [
         "launch.launcher=slurm", "launch.master_port=29611", "launch.slurm.signal_grace_s=60",
-        "launch.slurm.cpus_per_task=1", "schedule.total_steps=200", "checkpoint.every_steps=5",
+        "launch.slurm.cpus_per_task=1", "schedule.total_steps=100", "checkpoint.every_steps=5",
         "launch.env={GLOO_SOCKET_IFNAME: lo}",
     ]  # fmt: skip
     sub = launch_cli("sbatch", "--config", str(cfg_path), *overrides, "--submit")
@@ -83,19 +89,23 @@ def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepare
     # The job requeues itself (same id, Restarts=1), resumes from the checkpoint it wrote and finishes.
     deadline = time.monotonic() + 200
     fields: dict[str, str] = {}
+    began_later: list[float] = []
     while time.monotonic() < deadline:
         fields = slurm_cluster.job_fields(job)
         if fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime":
+            # Slurm holds a requeued job back for a while (begin time); a test need not wait for that.
+            began_later.append(time.monotonic() - t0)
             slurm_cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=False)
         if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
             break
         time.sleep(1)
     out = text()
-    print(f"first checkpoint + signal after {t_signal:.0f}s, finished after {time.monotonic() - t0:.0f}s")
+    print(f"first checkpoint + signal after {t_signal:.0f}s, finished after {time.monotonic() - t0:.0f}s; "
+          f"requeued job held for BeginTime at {began_later[:1]}")
     assert fields.get("JobState") == "COMPLETED" and fields.get("Restarts") == "1", f"{fields}\n{out[-6000:]}"
     assert "[launch] preemption signal" in out and "[launch] requeueing job" in out
     resumed = re.findall(r"resumed from \S+ at step (\d+)", out)
     assert resumed and int(resumed[0]) >= 5, out[-6000:]
-    assert max(_checkpoint_steps(run)) == 200
+    assert max(_checkpoint_steps(run)) == 100
     metrics = [json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    assert any(m.get("step") == 200 for m in metrics)
+    assert any(m.get("step") == 100 for m in metrics)
