@@ -17,22 +17,31 @@ def stack_ids(samples: Sequence[dict[str, Any]], pad_id: int, key: str = "input_
     if not samples:
         raise ValueError("cannot collate an empty list of samples")
     try:
-        rows = [np.asarray(s[key]) for s in samples]
+        rows = [s[key] for s in samples]
     except KeyError as e:
         raise KeyError(f"sample is missing '{key}' (keys: {sorted(samples[0])})") from e
+    try:  # fast path: packed samples of one length (contract 3), checked once on the stacked array
+        ids = np.stack(rows)
+    except ValueError:
+        ids = None
+    if ids is not None and ids.ndim == 2:
+        _check_ids(ids, key)
+        return ids.astype(np.int64, copy=False), np.full(ids.shape[0], ids.shape[1], dtype=np.int64)
+    rows = [np.asarray(r) for r in rows]
     for r in rows:
         if r.ndim != 1:
             raise ValueError(f"'{key}' must be a 1-D token sequence per sample, got shape {r.shape}")
-        if r.size and not np.issubdtype(r.dtype, np.integer):
-            raise ValueError(f"'{key}' must hold integer token ids, got dtype {r.dtype}")
+        _check_ids(r, key)
     lengths = np.fromiter((r.shape[0] for r in rows), dtype=np.int64, count=len(rows))
-    longest = int(lengths.max())
-    if (lengths == longest).all():
-        return np.stack(rows).astype(np.int64, copy=False), lengths
-    out = np.full((len(rows), longest), pad_id, dtype=np.int64)
+    out = np.full((len(rows), int(lengths.max())), pad_id, dtype=np.int64)
     for i, r in enumerate(rows):  # one slice copy per sample, not per token
         out[i, : r.shape[0]] = r
     return out, lengths
+
+
+def _check_ids(a: np.ndarray, key: str) -> None:
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"'{key}' must hold integer token ids, got dtype {a.dtype}")
 
 
 def sample_meta(samples: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:

@@ -24,11 +24,8 @@ import numpy as np
 import torch
 
 from data_pipeline.objectives._batch import sample_meta, stack_ids
-from data_pipeline.objectives._rng import STREAM_SPAN_NOISE, STREAM_SPAN_NONNOISE, sample_keys, stream_bits
+from data_pipeline.objectives._rng import STREAM_SPAN, sample_keys, stream_bits32
 from data_pipeline.objectives.t5_lengths import t5_lengths
-
-_U64 = np.uint64
-_POS_BITS = 20
 
 
 def noise_counts(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
@@ -52,37 +49,54 @@ def sentinel_table(tokenizer: Any) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64)
 
 
-def _random_segmentation(keys: np.ndarray, num_items: int, num_segments: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cut each row's `num_items` items into `num_segments` non-empty segments, all cuttings equally likely.
+def _segment_starts(bits: np.ndarray, num_noise: int, num_keep: int, num_spans: int) -> np.ndarray:
+    """Cut each row's noise tokens and its non-noise tokens into `num_spans` non-empty segments each, all
+    cuttings equally likely. `bits` [B, num_noise-1 + num_keep-1] are the row's random words (noise gaps
+    first). Returns [2B, num_spans+1] ascending segment starts (rows :B noise, B: non-noise), each row closed by
+    its item count.
 
-    Returns (segment index of every item [B, num_items], first item of every segment [B, num_segments]).
-    Same distribution as the reference's shuffled boolean vector: the cut points are a uniform random
-    (num_segments-1)-subset of the num_items-1 gaps.
+    Same distribution as the reference's `_random_segmentation` (a shuffled boolean vector): the cut points
+    are a uniform random (num_spans-1)-subset of the gaps, here the gaps with the smallest random keys. Both
+    segmentations share one partition call (the shorter noise rows padded with never-selected keys).
     """
-    B = keys.shape[0]
-    first = np.zeros((B, num_items), dtype=bool)
-    if num_segments > 1:
-        gaps = num_items - 1
-        key = ((stream_bits(keys, gaps) >> _U64(_POS_BITS)) << _U64(_POS_BITS)) | np.arange(gaps, dtype=_U64)
-        kth = np.partition(key, num_segments - 2, axis=1)[:, num_segments - 2]
-        first[:, 1:] = key <= kth[:, None]
-    first[:, 0] = True
-    seg = np.cumsum(first, axis=1) - 1
-    starts = np.nonzero(first)[1].reshape(B, num_segments)
-    return seg, starts
+    B = bits.shape[0]
+    out = np.empty((2 * B, num_spans + 1), dtype=np.int64)
+    out[:, 0] = 0
+    out[:B, -1] = num_noise
+    out[B:, -1] = num_keep
+    if num_spans == 1:
+        return out
+    g_noise, g_keep = num_noise - 1, num_keep - 1
+    width = max(g_noise, g_keep)
+    idx_bits = max(int(width - 1).bit_length(), 1)
+    # Random high bits with the gap index in the low bits: keys are unique and carry their index, so a plain
+    # partition (2-3x faster than argpartition) selects the gaps. 32-bit keys keep >= 20 random bits up to
+    # 4096 gaps (a tie at the selection boundary, ~n/2^20, only prefers the lower index).
+    dtype = np.uint32 if idx_bits <= 12 else np.uint64
+    if dtype is np.uint64:
+        bits = bits.astype(np.uint64) << np.uint64(32)
+    low = dtype((1 << idx_bits) - 1)
+    key = np.full((2 * B, width), np.iinfo(dtype).max, dtype=dtype)
+    idx = np.arange(width, dtype=dtype)
+    np.bitwise_or(bits[:, :g_noise] & ~low, idx[:g_noise], out=key[:B, :g_noise])
+    np.bitwise_or(bits[:, g_noise:] & ~low, idx[:g_keep], out=key[B:, :g_keep])
+    cut = np.partition(key, num_spans - 2, axis=1)[:, : num_spans - 1] & low
+    cut.sort(axis=1)
+    out[:, 1:-1] = cut
+    out[:, 1:-1] += 1
+    return out
 
 
 def span_corrupt(
     tokens: np.ndarray,
-    noise_keys: np.ndarray,
-    nonnoise_keys: np.ndarray,
+    keys: np.ndarray,
     noise_density: float,
     mean_noise_span_length: float,
     sentinels: np.ndarray,
     eos_id: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Corrupt a [batch, n] block of equal-length rows; returns (inputs [B, n-noise+spans+1], targets
-    [B, noise+spans+1]), both ending with EOS."""
+    """Corrupt a [batch, n] block of equal-length rows (one random key per row); returns (inputs
+    [B, n-noise+spans+1], targets [B, noise+spans+1]), both ending with EOS."""
     B, n = tokens.shape
     if n < 2:  # the reference pads the length to 2 and truncates: no noise, targets = <extra_id_0>
         inputs = np.concatenate([tokens, np.full((B, 1), eos_id)], axis=1)
@@ -94,29 +108,40 @@ def span_corrupt(
             "shorten packing.seq_len or raise objective.mean_noise_span_length"
         )
     num_keep = n - num_noise
-    seg_n, starts_n = _random_segmentation(noise_keys, num_noise, S)
-    seg_k, starts_k = _random_segmentation(nonnoise_keys, num_keep, S)
-    ends_k = np.empty_like(starts_k)  # non-noise tokens up to the end of each non-noise span
-    ends_k[:, :-1] = starts_k[:, 1:]
-    ends_k[:, -1] = num_keep
-    span = np.arange(S, dtype=np.int64)[None, :]
+    w_in, w_tg = num_keep + S + 1, num_noise + S + 1
+    # Reference layout: keep_0 noise_0 keep_1 noise_1 ... keep_{S-1} noise_{S-1}.
+    at = _segment_starts(stream_bits32(keys, n - 2), num_noise, num_keep, S)
+    noise_at, keep_at = at[:B], at[B:]  # [B, S+1]: noise / non-noise tokens before span s
+    jump = np.diff(at, axis=1) - 1  # [2B, S]
+    span = np.arange(S, dtype=np.int64)
 
-    # Layout (reference order): keep_0 noise_0 keep_1 noise_1 ... keep_{S-1} noise_{S-1}.
-    i = np.arange(num_keep, dtype=np.int64)[None, :]
-    j = np.arange(num_noise, dtype=np.int64)[None, :]
-    raw_keep = i + np.take_along_axis(starts_n, seg_k, axis=1)  # + noise tokens in earlier spans
-    raw_noise = j + np.take_along_axis(ends_k, seg_n, axis=1)  # + non-noise tokens up to this span
-
-    inputs = np.empty((B, num_keep + S + 1), dtype=np.int64)
-    np.put_along_axis(inputs, i + seg_k, np.take_along_axis(tokens, raw_keep, axis=1), axis=1)
-    np.put_along_axis(inputs, ends_k + span, np.broadcast_to(sentinels[:S], (B, S)), axis=1)
-    inputs[:, -1] = eos_id
-
-    targets = np.empty((B, num_noise + S + 1), dtype=np.int64)
-    np.put_along_axis(targets, j + seg_n + 1, np.take_along_axis(tokens, raw_noise, axis=1), axis=1)
-    np.put_along_axis(targets, starts_n + span, np.broadcast_to(sentinels[:S], (B, S)), axis=1)
-    targets[:, -1] = eos_id
-    return inputs, targets
+    # Both outputs are built in one [B, w_in + w_tg] row: slot p copies raw token p + offset(p), the offset
+    # piecewise constant, changing only at sentinel slots, so one cumsum over a delta row gives every source
+    # index and one flat gather fills everything (no per-row boolean compaction).
+    # inputs  keep_0 <x0> keep_1 <x1> ... <x_{S-1}> EOS: sentinel s at keep_at[s+1] + s; the offset grows by
+    #         noise_len[s] - 1 there.
+    # targets <x0> noise_0 <x1> noise_1 ... EOS: sentinel s at noise_at[s] + s; the offset restarts at 0 and
+    #         grows by keep_len[s] - 1 there.
+    # The last slot of each lands on an EOS column appended to the tokens.
+    marks = np.empty((B, 2 * S), dtype=np.int64)
+    np.add(keep_at[:, 1:], span, out=marks[:, :S])
+    np.add(noise_at[:, :-1], span + w_in, out=marks[:, S:])
+    ext = np.empty((B, n + 1), dtype=np.int64)
+    ext[:, :n] = tokens
+    ext[:, n] = eos_id
+    width = w_in + w_tg
+    rows = np.arange(B, dtype=np.int64)
+    # One flat cumsum over all rows: each row ends on its EOS column b*(n+1) + n, so a step of 1 reaches the
+    # next row's first token.
+    delta = np.ones((B, width), dtype=np.int64)
+    delta[0, 0] = 0
+    delta[:, w_in] = -n  # back from the inputs' EOS column to raw token 0
+    flat_marks = (marks + (rows * width)[:, None]).ravel()
+    jumps = np.concatenate([jump[:B], jump[B:]], axis=1)  # noise_len - 1 for inputs, keep_len - 1 for targets
+    delta.ravel()[flat_marks] += jumps.ravel()
+    out = ext.ravel().take(np.cumsum(delta.ravel())).reshape(B, width)
+    out.ravel()[flat_marks] = np.tile(sentinels[:S], 2 * B)
+    return np.ascontiguousarray(out[:, :w_in]), np.ascontiguousarray(out[:, w_in:])
 
 
 class SpanCorruptionCollator:
@@ -151,23 +176,28 @@ class SpanCorruptionCollator:
 
     def __call__(self, samples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         ids, lengths = stack_ids(samples, self.pad_id)
+        epoch, sample_id = sample_meta(samples)
+        keys = sample_keys(self.seed, epoch, sample_id, STREAM_SPAN)
+        B = ids.shape[0]
+        if ids.shape[1] == self.raw_length and (ids[:, -1] != self.pad_id).all():
+            # The common case: every sample is a full block, outputs have exactly the configured lengths.
+            inputs, labels = span_corrupt(ids, keys, self.density, self.mean_span, self.sentinels, self.eos_id)
+            return {
+                "input_ids": torch.from_numpy(inputs),
+                "attention_mask": torch.from_numpy(np.ones(inputs.shape, dtype=np.int64)),
+                "labels": torch.from_numpy(labels),
+            }
         # A block cut short at the end of the stream may arrive right-padded: corrupt only its real tokens.
         real = ids != self.pad_id
         lengths = np.minimum(lengths, ids.shape[1] - np.argmax(real[:, ::-1], axis=1))
         lengths = np.where(real.any(axis=1), lengths, 0)
-        epoch, sample_id = sample_meta(samples)
-        noise_keys = sample_keys(self.seed, epoch, sample_id, STREAM_SPAN_NOISE)
-        keep_keys = sample_keys(self.seed, epoch, sample_id, STREAM_SPAN_NONNOISE)
-
-        B = ids.shape[0]
         inputs = np.full((B, self.inputs_length), self.pad_id, dtype=np.int64)
         labels = np.full((B, self.targets_length), -100, dtype=np.int64)
         attention = np.zeros((B, self.inputs_length), dtype=np.int64)
         for n in np.unique(lengths):  # one group per distinct length (normally exactly one)
             rows = np.flatnonzero(lengths == n)
             inp, tgt = span_corrupt(
-                ids[rows, :n], noise_keys[rows], keep_keys[rows], self.density, self.mean_span,
-                self.sentinels, self.eos_id,
+                ids[rows, :n], keys[rows], self.density, self.mean_span, self.sentinels, self.eos_id
             )
             if inp.shape[1] > self.inputs_length or tgt.shape[1] > self.targets_length:
                 raise ValueError(
