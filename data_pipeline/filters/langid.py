@@ -17,7 +17,7 @@ def _identifier():
 class LanguageFilter:
     name = "langid"
 
-    def __init__(self, languages: list[str] | None = None, threshold: float = 0.65, max_chars: int = 3_000):
+    def __init__(self, languages: list[str] | None = None, threshold: float = 0.65, max_chars: int = 2_000):
         self.languages = set(languages or [])
         self.threshold = threshold
         self.max_chars = max_chars  # the prefix decides; classifying megabytes adds nothing but time

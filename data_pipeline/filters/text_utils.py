@@ -4,7 +4,7 @@ The reference implementation (datatrove) tokenises every document, and every kep
 English tokenizer + sentencizer; that dominates its filter time. These regexes reproduce spaCy's splits on
 ordinary prose (punctuation split off as its own token, abbreviations kept whole, contractions split) so
 the rule thresholds mean the same thing, at a fraction of the cost. Known differences, all rare in
-prose: "Hello.World" stays one token, "a,b" stays one token, "600m" stays one token.
+prose: "Hello.World" stays one token, "A$" is two.
 """
 
 from __future__ import annotations
@@ -22,11 +22,20 @@ _ABBREV = (
 ).split()
 _ABBREV_RE = "|".join(sorted((re.escape(a) + r"\." for a in _ABBREV), key=len, reverse=True))
 _L = r"[^\W\d_]"  # a letter, in the stdlib `re` (which is ~3x faster than `regex` here)
+# spaCy splits these off a number as their own token ("600m" -> "600", "m"; "5km" -> "5", "km").
+_UNITS = ("km km² km³ m m² m³ dm dm² dm³ cm cm² cm³ mm mm² mm³ ha µm nm yd in ft kg g mg µg t lb oz m/s km/h kmh "
+          "mph hPa Pa mbar mb MB kb KB gb GB tb TB T G M K").split()
+_UNIT_RE = "|".join(sorted((re.escape(u) for u in _UNITS), key=len, reverse=True))
 WORD_RE = re.compile(
     rf"""
       (?<!\w)(?=\w\.\w\.)(?:{_L}\.){{2,}}(?!{_L})                     # U.S.  e.g.  D.C.
-    | (?<!\w)(?=\w{{1,7}}\.)(?:{_ABBREV_RE})(?!\w)                     # Mr.  Inc.  vs.
-    | \w+(?:(?:[.@/]|(?<=\d),(?=\d)|['’](?!(?:[sSdDmMtT]|re|RE|ve|VE|ll|LL)(?!\w)))\w+)*  # words, 1.13bn, 10,000
+    | (?<!{_L})(?=\w{{1,7}}\.)(?:{_ABBREV_RE})(?!\w)                    # Mr.  Inc.  vs.  (600)m.
+    | (?<!\w)\d+(?:[.,]\d+)*(?=(?:{_UNIT_RE})(?!\w))                    # 600 | m
+    | (?<!\w)[Cc]an(?=not(?!\w))                                        # can | not
+    | (?<!\w){_L}+(?=n['’]t(?!\w))                                      # do | n't
+    | n['’]t(?!\w)
+    | \w+(?:(?:[.@&]|(?<=\d)[,/](?=\d)|(?<={_L})-(?=\d)
+               |['’](?!(?:[sSdDmMtT]|re|RE|ve|VE|ll|LL)(?!\w)))\w+)*   # words, 1.13bn, 10,000, S&P
     | ['’](?:[sSdDmM]|re|RE|ve|VE|ll|LL|t|T)(?!\w)                        # 's 're 'll (split like spaCy)
     | \.{{2,}} | -{{2,}}                                                # ellipsis / dashes: one token
     | [^\s\w]                                                          # any other symbol: its own token

@@ -26,7 +26,7 @@ def doc(text: str) -> Document:
 
 def test_tokenizer_matches_spacy_splits():
     assert split_words("Mr. Smith's U.S. firm can't pay $1.13bn (10,000 well-known e.g. items)...") == [
-        "Mr.", "Smith", "'s", "U.S.", "firm", "can", "'t", "pay", "$", "1.13bn", "(", "10,000", "well", "-", "known",
+        "Mr.", "Smith", "'s", "U.S.", "firm", "ca", "n't", "pay", "$", "1.13bn", "(", "10,000", "well", "-", "known",
         "e.g.", "items", ")", "..."]
     assert count_sentences(split_words('He said "Stop." Then left! Ok?! Yes... no.')) == 4
     assert count_sentences(split_words("Mr. Smith met Dr. Jones in the U.S. today.")) == 1
