@@ -61,6 +61,12 @@ class LaunchConfig(Section):
     def _ranks(self) -> "LaunchConfig":
         if self.node_rank >= self.nodes:
             raise ValueError(f"launch.node_rank ({self.node_rank}) must be < launch.nodes ({self.nodes})")
+        gpus = self.slurm.gpus_per_node
+        if gpus and self.procs_per_node > gpus:
+            raise ValueError(
+                f"launch.procs_per_node ({self.procs_per_node}) exceeds launch.slurm.gpus_per_node ({gpus}): "
+                "one rank per GPU"
+            )
         return self
 
     @property

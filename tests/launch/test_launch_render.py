@@ -100,9 +100,11 @@ def test_deepspeed_launcher(tmp_path):
         render.node_commands(cfg_with(tmp_path, "launch.launcher=deepspeed", "launch.nodes=2"), entry())
 
 
-def test_node_rank_must_fit():
+def test_node_rank_and_gpus_must_fit():
     with pytest.raises(Exception, match="launch.node_rank"):
         load_config(TINY, ["launch.nodes=2", "launch.node_rank=2"])
+    with pytest.raises(Exception, match="exceeds launch.slurm.gpus_per_node"):
+        load_config(TINY, ["launch.procs_per_node=4", "launch.slurm.gpus_per_node=2"])
 
 
 def _check_script(path: Path) -> None:
