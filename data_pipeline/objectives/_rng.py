@@ -19,8 +19,6 @@ _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 # Independent streams so that e.g. the selection scores and the replacement tokens never reuse bits.
 STREAM_MLM = 1
-STREAM_MLM_ROW = 2
-STREAM_MLM_RANDOM_TOKEN = 3
 STREAM_SPAN = 11
 
 
@@ -31,13 +29,32 @@ def mix64(x: np.ndarray) -> np.ndarray:
     return z ^ (z >> _S31)
 
 
+_MASK = (1 << 64) - 1
+
+
+def _mix_int(x: int) -> int:
+    """`mix64` on one Python int (identical results), for per-batch constants without array overhead."""
+    x &= _MASK
+    z = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def _epoch_base(seed: int, stream: int, epoch: int) -> int:
+    return _mix_int(_mix_int(seed * 0x9E3779B97F4A7C15 + stream + 1) ^ ((epoch + 0x9E3779B97F4A7C15) & _MASK))
+
+
 def sample_keys(seed: int, epoch: np.ndarray, sample_id: np.ndarray, stream: int) -> np.ndarray:
-    """One 64-bit key per sample: a hash chain over (seed, stream, epoch, sample_id)."""
-    epoch = np.asarray(epoch, dtype=np.int64).astype(np.uint64)
-    sample_id = np.asarray(sample_id, dtype=np.int64).astype(np.uint64)
-    base = np.asarray([(seed * 0x9E3779B97F4A7C15 + stream + 1) & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
-    k = mix64(mix64(base) ^ (epoch + _GOLDEN))
-    return mix64(k ^ (sample_id * _M2 + _GOLDEN))
+    """One 64-bit key per sample: mix64(base(seed, stream, epoch) + sample_id * golden), i.e. SplitMix64's
+    sample_id-th output for a per-epoch seed. A batch from one epoch (the usual case) computes the base once."""
+    epoch = np.asarray(epoch, dtype=np.int64)
+    sid = np.asarray(sample_id, dtype=np.int64).astype(np.uint64) * _GOLDEN
+    if epoch.size and (epoch == epoch.flat[0]).all():
+        base = np.uint64(_epoch_base(seed, stream, int(epoch.flat[0])))
+    else:
+        uniq, inv = np.unique(epoch, return_inverse=True)
+        base = np.asarray([_epoch_base(seed, stream, int(e)) for e in uniq], dtype=np.uint64)[inv.ravel()]
+    return mix64(sid + base)
 
 
 def stream_bits(keys: np.ndarray, length: int) -> np.ndarray:

@@ -19,15 +19,7 @@ import numpy as np
 import torch
 
 from data_pipeline.objectives._batch import sample_meta, stack_ids
-from data_pipeline.objectives._rng import (
-    STREAM_MLM,
-    STREAM_MLM_RANDOM_TOKEN,
-    STREAM_MLM_ROW,
-    mix64,
-    row_uniform,
-    sample_keys,
-    stream_bits,
-)
+from data_pipeline.objectives._rng import STREAM_MLM, mix64, row_uniform, sample_keys, stream_bits
 
 # Byte-level BPE writes whitespace bytes as these characters (GPT-2's bytes_to_unicode: space, newline, tab,
 # carriage return); SentencePiece-style vocabularies use U+2581.
@@ -35,6 +27,7 @@ _WORD_START_MARKS = ("\u0120", "\u010a", "\u0109", "\u010d", "\u2581", " ", "\n"
 _POS_BITS = 20  # positions are packed into the low bits of sort keys (sequences up to ~1M tokens)
 _DEC_BITS = 24
 _U64 = np.uint64
+_RANDOM_TOKEN_SALT = _U64(0xD1B54A32D192ED03)
 
 
 def special_token_ids(tokenizer: Any) -> list[int]:
@@ -149,7 +142,7 @@ class MLMCollator:
             epoch = np.zeros_like(epoch)
         keys = sample_keys(self.seed, epoch, sample_id, STREAM_MLM)
         bits = stream_bits(keys, L)
-        row_u = row_uniform(sample_keys(self.seed, epoch, sample_id, STREAM_MLM_ROW))
+        row_u = row_uniform(keys)
         special = self.special_lut[ids]
         eligible = ~special
         pos = np.arange(L, dtype=_U64)
@@ -168,7 +161,8 @@ class MLMCollator:
         inputs = ids.copy()
         inputs[to_mask] = self.mask_id
         if to_random.any():
-            rb = mix64(stream_bits(sample_keys(self.seed, epoch, sample_id, STREAM_MLM_RANDOM_TOKEN), L)[to_random])
+            # a fresh word per position: a bijective re-hash of the position's own random word
+            rb = mix64(bits[to_random] ^ _RANDOM_TOKEN_SALT)
             pick = ((rb >> _U64(32)) * _U64(self.random_pool.size)) >> _U64(32)
             inputs[to_random] = self.random_pool[pick.astype(np.int64)]
         labels = np.where(selected, ids, -100)

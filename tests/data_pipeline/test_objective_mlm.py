@@ -124,6 +124,10 @@ def test_dynamic_deterministic_and_batch_independent(bpe, samples):
     sel0, sel1 = a["labels"] != -100, e1["labels"] != -100
     overlap = (sel0 & sel1).sum().item() / sel0.sum().item()
     assert overlap < 0.3, overlap  # independent masks overlap ~15%
+    # a batch mixing epochs (an epoch boundary inside a batch) gives each sample its own epoch's mask
+    mixed = coll([dict(s, epoch=i % 2) for i, s in enumerate(samples[:32])])
+    assert torch.equal(mixed["labels"][0::2], a["labels"][0::2])
+    assert torch.equal(mixed["labels"][1::2], e1["labels"][1::2])
     # another seed differs too; static masking ignores the epoch
     assert not torch.equal(MLMCollator(bpe, seed=8)(samples[:32])["labels"], a["labels"])
     static = MLMCollator(bpe, seed=7, static_masking=True)
