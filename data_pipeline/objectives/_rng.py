@@ -3,8 +3,8 @@
 
 Why not numpy Generators: a per-sample Generator costs ~20 us to build and forces a Python loop over the
 batch, while a batch-global Generator makes a sample's mask depend on its neighbours in the batch (breaking
-resume / re-sharding parity). SplitMix64 (Steele et al. 2014, the seeding hash of java.util.SplittableRandom and
-numpy's SeedSequence relatives) evaluated on the whole [batch, length] array at once is both fast and
+resume / re-sharding parity). SplitMix64 (Steele, Lea & Flood 2014, the generator of
+java.util.SplittableRandom) evaluated on the whole [batch, length] array at once is both fast and
 batch-composition independent.
 """
 
@@ -17,7 +17,7 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
-# Independent streams so that e.g. the selection scores and the replacement tokens never reuse bits.
+# One stream per objective, so that two objectives never share random words for the same sample.
 STREAM_MLM = 1
 STREAM_SPAN = 11
 
