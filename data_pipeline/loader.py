@@ -4,7 +4,8 @@ The whole training sample order is a pure function of (seed, epoch): per source,
 training samples (drawn round(weight x n) per epoch, cycling through fresh permutations when up-sampled), all
 sources' picks shuffled together by a second seeded permutation. Global position p is epoch p // N, index p % N.
 One optimizer step consumes positions [k*G, (k+1)*G) (G = global batch), whatever the world size; inside a step,
-micro-batch m of rank r takes positions k*G + (m*world + r)*mbs + [0, mbs). The state is therefore only the
+micro-batch m of rank r takes positions c + k*G + (m*world + r)*mbs + [0, mbs) (c = consumed at the start of this
+iteration, k the step since then). The state is therefore only the
 number of consumed samples: resuming is O(1) (no replay), and a resumed run with another world size consumes
 exactly the positions not yet consumed. Eval samples are chosen by a hash of (seed, source, sample index) and
 never appear in training.
@@ -134,8 +135,8 @@ class PretrainLoader:
         else:
             self._counts = n
         self.num_samples = int(self._counts.sum())
-        if self.num_samples == 0:
-            raise ValueError(f"{split} split is empty: {dict(zip(self.source_names, n.tolist(), strict=True))}")
+        if self.num_samples == 0 and split == "train":
+            raise ValueError(f"train split is empty: {dict(zip(self.source_names, n.tolist(), strict=True))}")
         self.tokens_per_sample = self.sources[0].tokens_per_sample
         self.consumed = 0
         self._epoch_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -191,15 +192,15 @@ class PretrainLoader:
             keys += list(zip(src[sel].tolist(), idx[sel].tolist(), cyc[sel].tolist(), strict=True))
         return keys
 
-    def _micro_positions(self, step: int, m: int) -> np.ndarray:
-        base = step * self.global_batch + (m * self.world_size + self.rank) * self.micro
+    def _micro_positions(self, start: int, step: int, m: int) -> np.ndarray:
+        base = start + step * self.global_batch + (m * self.world_size + self.rank) * self.micro
         return np.arange(base, base + self.micro, dtype=np.int64)
 
-    def _train_batches(self, start_step: int) -> Iterator[list[tuple[int, int, int]]]:
-        step = start_step
+    def _train_batches(self, start: int) -> Iterator[list[tuple[int, int, int]]]:
+        step = 0
         while True:
             for m in range(self.grad_accum):
-                yield self.positions_keys(self._micro_positions(step, m))
+                yield self.positions_keys(self._micro_positions(start, step, m))
             step += 1
 
     def _eval_batches(self) -> Iterator[list[tuple[int, int, int]]]:
@@ -210,18 +211,12 @@ class PretrainLoader:
 
     @property
     def eval_batches(self) -> int:
-        return self.num_samples // (self.micro * self.world_size)
+        return self.num_samples // (self.micro * self.world_size) if self.split == "eval" else 0
 
     # ------------------------------------------------------------------ iteration
     def __iter__(self) -> Iterator[Any]:
-        if self.split == "train":
-            if self.consumed % self.global_batch:
-                raise ValueError(f"consumed samples {self.consumed} is not a step boundary (G={self.global_batch})")
-            start_step = self.consumed // self.global_batch
-            sampler: Any = self._train_batches(start_step)
-        else:
-            start_step = 0
-            sampler = self._eval_batches()
+        start = self.consumed
+        sampler: Any = self._train_batches(start) if self.split == "train" else self._eval_batches()
         lc = self.cfg.loader
         kwargs: dict[str, Any] = {}
         if lc.num_workers > 0:
@@ -231,7 +226,7 @@ class PretrainLoader:
         for i, batch in enumerate(dl):
             if self.split == "train" and (i + 1) % self.grad_accum == 0:
                 # the step this micro-batch completes counts as consumed once the caller takes it
-                self.consumed = (start_step + (i + 1) // self.grad_accum) * self.global_batch
+                self.consumed = start + (i + 1) // self.grad_accum * self.global_batch
             yield batch
 
     # ------------------------------------------------------------------ state
@@ -251,11 +246,9 @@ class PretrainLoader:
                 "loader state does not match this data/packing/seed (token shards, packing, weights or seed "
                 "changed since the checkpoint); refusing to resume into a different sample order"
             )
-        if state["consumed_samples"] % self.global_batch:
-            raise ValueError(
-                f"consumed_samples {state['consumed_samples']} is not a multiple of the global batch "
-                f"{self.global_batch}: was batch.global_batch_size changed?"
-            )
+        if int(state["consumed_samples"]) < 0:
+            raise ValueError(f"consumed_samples must be >= 0, got {state['consumed_samples']}")
+        # positions are absolute, so a changed global batch size also continues exactly where the last one stopped
         self.consumed = int(state["consumed_samples"])
 
     def stats(self) -> dict[str, Any]:

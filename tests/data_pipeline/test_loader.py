@@ -74,8 +74,8 @@ def test_state_is_small_and_load_is_o1(cfg):
     batch = next(iter(ld))
     assert time.perf_counter() - t < 2.0
     assert batch["input_ids"].shape == (8, 128) and ld.epoch == 32 * 10**9 // ld.num_samples
-    with pytest.raises(ValueError, match="global batch"):
-        ld.load_state_dict(dict(state, consumed_samples=33))
+    with pytest.raises(ValueError, match=">= 0"):
+        ld.load_state_dict(dict(state, consumed_samples=-1))
     with pytest.raises(ValueError, match="does not match"):
         ld.load_state_dict(dict(state, fingerprint=123))
 
@@ -149,3 +149,23 @@ def test_remote_shards_through_fsspec_cache(cfg, tmp_path):
     c.loader.cache_dir = str(tmp_path / "cache2")
     with pytest.raises(ValueError, match="checksum"):
         PretrainLoader(c, 0, 2)
+
+
+def test_global_batch_change_continues_exactly(cfg):
+    ref = [s for step in take_steps([PretrainLoader(cfg, 0, 1)], 5) for s in step]  # 160 samples at G=32
+    first = PretrainLoader(cfg, 0, 1)
+    got = [s for step in take_steps([first], 1) for s in step]  # 32
+    c = cfg.model_copy(deep=True)
+    c.batch.global_batch_size = 64
+    bigger = [PretrainLoader(c, r, 2) for r in range(2)]
+    for ld in bigger:
+        ld.load_state_dict(first.state_dict())
+    got += [s for step in take_steps(bigger, 2) for s in step]  # 128 more
+    assert got == ref
+
+
+def test_empty_eval_split_is_allowed(cfg):
+    c = cfg.model_copy(deep=True)
+    c.loader.eval_fraction = 0.0
+    ev = PretrainLoader(c, 0, 2, split="eval")
+    assert ev.num_samples == 0 and list(ev) == []
