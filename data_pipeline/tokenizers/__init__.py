@@ -205,8 +205,6 @@ def save_tokenizer(tok: Tokenizer, kind: str, folder: Path, model_max_length: in
         names = ["input_ids", "token_type_ids", "attention_mask"] if kind == "wordpiece" else ["input_ids", "attention_mask"]
         hf = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length, model_input_names=names,
                                      **special_tokens_for(kind))  # fmt: skip
-        if kind == "wordpiece":
-            hf.do_lower_case = bool(tok.normalizer and '"lowercase":true' in tok.normalizer.__getstate__().decode())
         hf.save_pretrained(str(tmp))
         for name, data in (extra_files or {}).items():
             (tmp / name).write_bytes(data)
