@@ -56,6 +56,8 @@ class TokenShardWriter:
         self.stem = Path(stem)
         self.dtype = np.dtype(dtype)
         self.stem.parent.mkdir(parents=True, exist_ok=True)
+        for stale in self.stem.parent.glob(f".{self.stem.name}.bin.tmp*"):  # left by a killed earlier attempt
+            stale.unlink(missing_ok=True)
         self._tmp_bin = self.stem.with_name(f".{self.stem.name}.bin.tmp{os.getpid()}")
         self._fh = open(self._tmp_bin, "wb")
         self._sha = hashlib.sha256()

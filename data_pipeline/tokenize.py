@@ -192,6 +192,9 @@ def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
                 flush()
         if batch:
             flush()
+    except Exception as e:
+        writer.abort()
+        raise RuntimeError(f"tokenizing {task['in_path']} failed: {type(e).__name__}: {e}") from e
     except BaseException:
         writer.abort()
         raise

@@ -71,6 +71,7 @@ def test_rerun_skips_finished_shards_and_redoes_stale_ones(run):
     r = run_tokenize(run, shard_index=1)
     assert r["shards_written"] == 1 and r["shards_reused"] == 0
     assert {p.name: p.read_bytes() for p in (layout.tokens / "bbc").glob("*.bin")} == before  # deterministic
+    assert not list((layout.tokens / "bbc").glob(".*tmp*"))  # the dead attempt's temp file is gone
     # the cleaned input changed: its token shard is rebuilt
     src = corpus_shards(run)["bbc"][2]
     rows = list(read_shard(src))[:-5]
@@ -171,3 +172,14 @@ def test_added_token_text_falls_back_exactly(tmp_path):
     for i in (2, 3):
         assert shards["bbc"][0].doc(i).tolist() == tok.encode(rows[i]["text"], add_special_tokens=False).ids
     assert tok.token_to_id("<mask>") in shards["bbc"][0].doc(3).tolist()
+
+
+def test_corrupt_input_shard_is_a_clear_error(tmp_path):
+    import zstandard
+
+    cfg = tokenized_run(tmp_path, limit=10, per_shard=10)
+    src = corpus_shards(cfg)["bbc"][0]
+    src.write_bytes(zstandard.ZstdCompressor().compress(b'{"id": "a", "text": "fine"}\n{not json\n'))
+    with pytest.raises(RuntimeError, match="shard-00000.jsonl.zst"):
+        run_tokenize(cfg)
+    assert not list((RunLayout(cfg).tokens / "bbc").glob(".*tmp*"))
