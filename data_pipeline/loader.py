@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -108,7 +109,9 @@ class PretrainLoader:
         lc = cfg.loader
         url = tokens_dir or lc.tokens_url or str(RunLayout(cfg).tokens)
         self.manifest, shards = open_token_shards(url, cache_dir=lc.cache_dir)
-        packed = build_packed_sources(cfg, self.manifest, shards)
+        remote = "://" in url and not url.startswith("file://")
+        index_dir = (Path(lc.cache_dir) if remote else Path(url.removeprefix("file://"))) / "pack-index"
+        packed = build_packed_sources(cfg, self.manifest, shards, cache_dir=index_dir)
         self.source_names = list(packed)
         self.sources = [packed[n] for n in self.source_names]
         self.bases = list(np.cumsum([0] + [len(s) for s in self.sources[:-1]]).tolist())

@@ -5,8 +5,13 @@ Every mode is then a list of stream slices [start, end) plus framing:
 - full_sentences (RoBERTa): `<s> slice </s>`, separator `</s>` after each document (so a document boundary
   inside a block reads `</s>`, as fairseq's FULL-SENTENCES). sentence_break="fill" cuts the stream every
   seq_len-2 tokens (only the sentence crossing a block edge is split; padding only in the very last block);
-  "complete" ends blocks on sentence boundaries (the paper's wording) and pads, a sentence longer than a block
-  being split over blocks, never dropped.
+  "complete" ends blocks on sentence boundaries and pads the rest (fairseq's --sample-break-mode complete);
+  "best_fit" also holds whole sentences only, in document order, and fills the gap a block would
+  otherwise pad with the next whole sentences of one of the following documents (a 64-document look-ahead,
+  best fit first; the document separator marks the switch), so padding stays well under 1%. A sentence longer
+  than a block is split into block-sized pieces, never dropped. "auto" (default) takes best_fit when that keeps
+  padding <= 1% (RoBERTa's 512 tokens on news text: ~0.7%) and the zero-padding fill otherwise (short blocks,
+  e.g. 128 tokens, where sentences cannot tile blocks: ~4%).
 - contiguous (GPT): EOS after each document, blocks of exactly seq_len, `segment_ids` = document index inside
   the block (the EOS goes with its document). The tail shorter than a block is not used (no padding anywhere).
 - t5_spans: blocks of raw_len tokens (T5's random_spans_helper) so corrupted inputs are exactly seq_len.
@@ -15,13 +20,18 @@ Every mode is then a list of stream slices [start, end) plus framing:
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from data_pipeline.objectives.t5_lengths import t5_lengths
-from data_pipeline.token_shards import TokenShard
+from data_pipeline.token_shards import TokenShard, write_bytes_atomic
 
 
 class TokenStream:
@@ -101,21 +111,24 @@ class PackedSource:
     """One source's packed samples: `len()`, `[i]` -> dict of numpy arrays, `stats()`."""
 
     def __init__(self, shards: list[TokenShard], special: dict[str, int | None], mode: str, seq_len: int,
-                 objective: str, sentence_break: str = "fill", noise_density: float = 0.15,
-                 mean_noise_span_length: float = 3.0):  # fmt: skip
+                 objective: str, sentence_break: str = "auto", noise_density: float = 0.15,
+                 mean_noise_span_length: float = 3.0, cache: str | os.PathLike[str] | None = None):  # fmt: skip
         self.mode, self.seq_len = mode, seq_len
+        self.sentence_break = sentence_break if mode == "full_sentences" else None
         pad = special["pad"] if special.get("pad") is not None else 0
         eos = special.get("eos")
         if mode == "full_sentences":
             self.framing = Framing(special["bos"], eos, pad)
             self.stream = TokenStream(shards, eos)
             cap = seq_len - self.framing.extra
-            if sentence_break == "fill":
+            if sentence_break not in ("auto", "best_fit", "complete", "fill"):
+                raise ValueError(f"packing.sentence_break: unknown value '{sentence_break}'")
+            if sentence_break in ("auto", "best_fit", "complete"):
+                self._sentence_blocks(sentence_break, cap, cache)
+            if self.sentence_break == "fill":
                 n = -(-self.stream.total // cap)
                 self.starts = np.arange(n, dtype=np.int64) * cap
                 self.ends = np.minimum(self.starts + cap, self.stream.total)
-            else:
-                self.starts, self.ends = _complete_blocks(self.stream.sentence_starts(), self.stream.total, cap)
             self.block_len = seq_len
         elif mode in ("contiguous", "t5_spans"):
             self.framing = Framing(None, None, pad)
@@ -138,6 +151,42 @@ class PackedSource:
         else:
             raise ValueError(f"packing.mode: unknown mode '{mode}'")
 
+    seg_ptr: np.ndarray | None = None  # best_fit: block i = segments seg_ptr[i]:seg_ptr[i+1]
+
+    def _sentence_blocks(self, how: str, cap: int, cache: str | os.PathLike[str] | None) -> None:
+        """Sentence-aligned indexes cost a pass over every sentence: computed once, kept in `cache` (.npz)."""
+        arrays: dict[str, np.ndarray] | None = None
+        if cache is not None and Path(cache).is_file():
+            with np.load(cache) as z:
+                arrays = {k: z[k] for k in z.files}
+        if arrays is None:
+            arrays = {}
+            if how in ("auto", "best_fit"):
+                bounds = _split_long(self.stream.sentence_starts(), cap)
+                ptr, a, b, sep = _best_fit_blocks(bounds, self.stream.doc_start, cap)
+                pad = len(ptr[:-1]) * cap - int((b - a).sum() + sep.sum())
+                # auto: whole sentences while that keeps padding <= 1%, else the zero-padding stream cut
+                use = how == "best_fit" or pad <= 0.01 * len(ptr[:-1]) * self.seq_len
+                arrays = {"ptr": ptr, "a": a, "b": b, "sep": sep} if use else {"fill": np.ones(1, bool)}
+            else:
+                arrays["starts"], arrays["ends"] = _complete_blocks(self.stream.sentence_starts(), self.stream.total, cap)
+            if cache is not None:
+                try:
+                    buf = io.BytesIO()
+                    np.savez(buf, **arrays)
+                    write_bytes_atomic(Path(cache), buf.getvalue())
+                except OSError:  # read-only location: the index is simply recomputed next time
+                    pass
+        if "ptr" in arrays:
+            self.sentence_break = "best_fit"
+            self.seg_ptr, self.seg_a, self.seg_b, self.seg_sep = arrays["ptr"], arrays["a"], arrays["b"], arrays["sep"]
+            self.starts, self.ends = self.seg_a[self.seg_ptr[:-1]], self.seg_b[self.seg_ptr[1:] - 1]
+        elif "starts" in arrays:
+            self.sentence_break = "complete"
+            self.starts, self.ends = arrays["starts"], arrays["ends"]
+        else:
+            self.sentence_break = "fill"
+
     def __len__(self) -> int:
         return len(self.starts)
 
@@ -146,9 +195,17 @@ class PackedSource:
         return self.block_len
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-        a, b = int(self.starts[i]), int(self.ends[i])
         segments = self.mode == "contiguous"
-        ids, seg = self.stream.read(a, b, with_segments=segments)
+        seg = None
+        if self.seg_ptr is not None:
+            parts = []
+            for k in range(int(self.seg_ptr[i]), int(self.seg_ptr[i + 1])):
+                if self.seg_sep[k]:
+                    parts.append(np.array([self.stream.sep], np.int64))
+                parts.append(self.stream.read(int(self.seg_a[k]), int(self.seg_b[k]))[0])
+            ids = np.concatenate(parts)
+        else:
+            ids, seg = self.stream.read(int(self.starts[i]), int(self.ends[i]), with_segments=segments)
         f = self.framing
         if f.bos is not None or f.eos is not None:
             ids = np.concatenate([[f.bos] if f.bos is not None else [], ids, [f.eos] if f.eos is not None else []]
@@ -163,14 +220,19 @@ class PackedSource:
     def stats(self) -> dict[str, Any]:
         """Padding and unused tokens, from the index alone (no token reads)."""
         n = len(self)
-        real = int((self.ends - self.starts).sum()) + n * self.framing.extra
+        if self.seg_ptr is not None:
+            used_stream = int((self.seg_b - self.seg_a).sum())
+            real = used_stream + int(self.seg_sep.sum()) + n * self.framing.extra
+        else:
+            used_stream = int((self.ends - self.starts).sum())
+            real = used_stream + n * self.framing.extra
         if self.mode == "line_by_line":
             slots = real  # padded later, per batch; see the loader/bench for batch padding
         else:
             slots = n * self.block_len
-        used_stream = int((self.ends - self.starts).sum())
         return {
             "mode": self.mode,
+            "sentence_break": self.sentence_break,
             "samples": n,
             "tokens_per_sample": self.block_len,
             "documents": self.stream.num_docs,
@@ -199,7 +261,84 @@ def _complete_blocks(bounds: np.ndarray, total: int, cap: int) -> tuple[np.ndarr
     return np.asarray(starts, np.int64), np.asarray(ends, np.int64)
 
 
-def build_packed_sources(cfg, manifest: dict, shards: dict[str, list[TokenShard]]) -> dict[str, PackedSource]:
+def _split_long(bounds: np.ndarray, cap: int) -> np.ndarray:
+    """Sentence boundaries with every sentence longer than `cap` cut into `cap`-sized pieces."""
+    lens = np.diff(bounds)
+    long = np.flatnonzero(lens > cap)
+    if not long.size:
+        return bounds
+    extra = [np.arange(bounds[i] + cap, bounds[i + 1], cap, dtype=np.int64) for i in long]
+    return np.unique(np.concatenate([bounds, *extra]))
+
+
+def _best_fit_blocks(bounds: np.ndarray, doc_start: np.ndarray, cap: int, window: int = 64):
+    """Whole sentences per block, in document order; a block's tail is filled by the next sentences of a later
+    document (the best-fitting one in a look-ahead window) instead of padding.
+
+    Returns CSR segments: block i = segments ptr[i]:ptr[i+1], each stream slice [a, b) of whole sentences, with
+    sep=True where a document separator must be inserted before it (a switch to another document mid-way).
+    Bulk placement is one searchsorted per segment, so the Python loop runs per segment, not per sentence.
+    """
+    lens = np.diff(bounds)
+    cum = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    first = np.searchsorted(bounds, doc_start[:-1])  # each document's first sentence
+    end = np.searchsorted(bounds, doc_start[1:])  # one past its last sentence (its separator included)
+    nxt = first.copy()
+    n_docs = len(first)
+    ptr, seg_a, seg_b, seg_sep = [0], [], [], []
+    f = 0
+    while True:
+        while f < n_docs and nxt[f] >= end[f]:
+            f += 1
+        if f >= n_docs:
+            break
+        used, open_tail = 0, False  # open_tail: the last segment stops mid-document (a switch needs a separator)
+
+        def place(d: int) -> bool:
+            nonlocal used, open_tail
+            k = int(nxt[d])
+            need = 1 if (seg_a and len(seg_a) > ptr[-1] and open_tail) else 0
+            room = cap - used - need
+            if room <= 0:
+                return False
+            j = min(int(np.searchsorted(cum, cum[k] + room, side="right")) - 1, int(end[d]))
+            if j <= k:
+                return False
+            seg_a.append(int(bounds[k]))
+            seg_b.append(int(bounds[j]))
+            seg_sep.append(bool(need))
+            used += need + int(cum[j] - cum[k])
+            nxt[d] = j
+            open_tail = j < end[d]
+            return True
+
+        place(f)
+        while used < cap:
+            ds = np.arange(f + 1, min(n_docs, f + 1 + window))
+            ds = ds[nxt[ds] < end[ds]]
+            if not ds.size:
+                break
+            cost = lens[nxt[ds]] + (1 if open_tail else 0)
+            ok = cost <= cap - used
+            if not ok.any():
+                break
+            place(int(ds[ok][np.argmax(cost[ok])]))
+        ptr.append(len(seg_a))
+    return (np.asarray(ptr, np.int64), np.asarray(seg_a, np.int64), np.asarray(seg_b, np.int64),
+            np.asarray(seg_sep, bool))  # fmt: skip
+
+
+def index_cache_path(cfg, manifest: dict, source: str, cache_dir: str | os.PathLike[str] | None) -> Path | None:
+    """Where a source's sentence-aligned packing index is kept: keyed by its shards' checksums and the packing."""
+    if cache_dir is None or cfg.packing.mode != "full_sentences" or cfg.packing.sentence_break == "fill":
+        return None
+    shas = [m["sha256_bin"] + m["sha256_idx"] for m in manifest["sources"][source]["shards"]]
+    key = hashlib.sha256(json.dumps([shas, cfg.packing.model_dump(), manifest["special_ids"]]).encode()).hexdigest()
+    return Path(cache_dir) / source / f"pack-{key[:20]}.npz"
+
+
+def build_packed_sources(cfg, manifest: dict, shards: dict[str, list[TokenShard]],
+                         cache_dir: str | os.PathLike[str] | None = None) -> dict[str, PackedSource]:  # fmt: skip
     """Packed view of every configured source present in the token manifest, in config order."""
     out = {}
     for src in cfg.data.sources:
@@ -208,6 +347,7 @@ def build_packed_sources(cfg, manifest: dict, shards: dict[str, list[TokenShard]
         out[src.name] = PackedSource(
             shards[src.name], manifest["special_ids"], cfg.packing.mode, cfg.packing.seq_len, cfg.objective.type,
             cfg.packing.sentence_break, cfg.objective.noise_density, cfg.objective.mean_noise_span_length,
+            cache=index_cache_path(cfg, manifest, src.name, cache_dir),
         )  # fmt: skip
     if not out:
         raise ValueError(f"none of data.sources {[s.name for s in cfg.data.sources]} has token shards")

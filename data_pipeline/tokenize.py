@@ -288,6 +288,15 @@ def run_tokenize(cfg: RunConfig, shard_index: int | None = None) -> dict[str, An
         with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as ex:
             results += list(ex.map(_encode_shard, todo))
     manifest = write_manifest(cfg, tasks, info)
+    packing = {}
+    if manifest["complete"] and manifest["sources"]:
+        # build (and cache) the sentence-aligned packing index now, once, rather than on every rank at start-up
+        from data_pipeline.packing import build_packed_sources
+        from data_pipeline.token_shards import open_token_shards
+
+        _, shards = open_token_shards(str(RunLayout(cfg).tokens))
+        built = build_packed_sources(cfg, manifest, shards, cache_dir=RunLayout(cfg).tokens / "pack-index")
+        packing = {name: p.stats() for name, p in built.items()}
     secs = time.perf_counter() - t0
     new_tokens = sum(r["meta"]["tokens"] for r in results if not r["reused"])
     return {
@@ -297,6 +306,7 @@ def run_tokenize(cfg: RunConfig, shard_index: int | None = None) -> dict[str, An
         "complete": manifest["complete"],
         "totals": manifest["totals"],
         "dtype": info["dtype"],
+        "packing": packing,
         "seconds": round(secs, 3),
         "tokens_per_s": round(new_tokens / secs, 1) if secs > 0 else None,
     }

@@ -131,3 +131,48 @@ def test_padding_on_real_text(real, seq_len):
     st = PackedSource(shards["bbc"], manifest["special_ids"], "full_sentences", seq_len, "mlm", "complete").stats()
     assert 0 < st["padding_fraction"] < 0.2  # paper-style sentence breaks pay in padding; reported honestly
 
+
+
+def test_best_fit_whole_sentences_fill_gaps_from_next_documents(tmp_path, docs):
+    shards = synthetic(tmp_path, docs)
+    ps = PackedSource(shards, SPECIAL, "full_sentences", 24, "mlm", "best_fit")
+    assert ps.sentence_break == "best_fit"
+    # sentence boundaries in stream coordinates (the 45-token sentence is cut into 22-token pieces)
+    bounds, pos = {0}, 0
+    for sents in docs:
+        for k, s in enumerate(sents):
+            for cut in range(22, len(s), 22):
+                bounds.add(pos + cut)
+            pos += len(s) + (k == len(sents) - 1)
+            bounds.add(pos)
+    covered = []
+    for i in range(len(ps)):
+        x = ps[i]["input_ids"]
+        assert len(x) == 24 and x[0] == 0
+        for k in range(ps.seg_ptr[i], ps.seg_ptr[i + 1]):
+            a, b = int(ps.seg_a[k]), int(ps.seg_b[k])
+            assert a in bounds and b in bounds  # whole sentences only
+            covered += range(a, b)
+    assert sorted(covered) == list(range(len(stream_of(docs, 2))))  # every token once, none dropped
+    assert ps.seg_sep.any()  # some gaps were filled from another document, marked by a separator
+    # token content: each block's segments read back as the stream slices, with </s> at switches
+    stream = stream_of(docs, 2)
+    i = int(np.flatnonzero(np.diff(ps.seg_ptr) > 1)[0])
+    want = []
+    for k in range(ps.seg_ptr[i], ps.seg_ptr[i + 1]):
+        want += ([2] if ps.seg_sep[k] else []) + stream[ps.seg_a[k] : ps.seg_b[k]]
+    x = ps[i]["input_ids"]
+    assert x[x != 1].tolist() == [0, *want, 2]
+
+
+def test_auto_sentence_break_and_index_cache(real, tmp_path):
+    manifest, shards = open_token_shards(str(RunLayout(real).tokens))
+    big = PackedSource(shards["bbc"], manifest["special_ids"], "full_sentences", 512, "mlm", "auto",
+                       cache=tmp_path / "i512.npz")  # fmt: skip
+    small = PackedSource(shards["bbc"], manifest["special_ids"], "full_sentences", 128, "mlm", "auto")
+    assert big.sentence_break == "best_fit" and big.stats()["padding_fraction"] <= 0.01
+    assert small.sentence_break == "fill" and small.stats()["padding_fraction"] <= 0.01
+    again = PackedSource(shards["bbc"], manifest["special_ids"], "full_sentences", 512, "mlm", "auto",
+                         cache=tmp_path / "i512.npz")  # fmt: skip
+    assert (tmp_path / "i512.npz").is_file() and np.array_equal(again.seg_a, big.seg_a)
+    assert all(np.array_equal(again[i]["input_ids"], big[i]["input_ids"]) for i in range(0, len(big), 97))
