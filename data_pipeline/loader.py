@@ -132,7 +132,8 @@ class PretrainLoader:
             w = np.array([weights[s] for s in self.source_names], np.float64)
             if lc.mixing == "scale":
                 counts = np.rint(w * n)
-            else:
+            else:  # shares among the sources that have samples
+                w = np.where(n > 0, w, 0.0)
                 counts = np.rint(n.sum() * w / w.sum())
             self._counts = np.where(n > 0, np.maximum(counts, 1), 0).astype(np.int64)
         else:
@@ -151,6 +152,8 @@ class PretrainLoader:
         """Source s's picks for an epoch: slice [e*c, (e+1)*c) of its endless chain of permutations."""
         pool, c = self._pools[s], int(self._counts[s])
         n = len(pool)
+        if c == 0 or n == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         pos = np.arange(epoch * c, (epoch + 1) * c, dtype=np.int64)
         cycle, k = pos // n, pos % n
         out = np.empty(c, np.int64)
@@ -235,7 +238,7 @@ class PretrainLoader:
     # ------------------------------------------------------------------ state
     @property
     def epoch(self) -> int:
-        return self.consumed // self.num_samples
+        return self.consumed // self.num_samples if self.num_samples else 0
 
     def state_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "epoch": self.epoch, "consumed_samples": int(self.consumed),
