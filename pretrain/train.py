@@ -166,14 +166,14 @@ def train(cfg: RunConfig) -> dict[str, Any]:
 
     # --- the loop -------------------------------------------------------------------------------------------
     engine.train()
-    with _rng_isolated():  # DataLoader draws a worker base seed from the global RNG
-        batches = iter(train_loader)
+    batches = iter(train_loader)
     preempted = False
     while step < plan.total_steps:
         step_loss, step_ok = 0.0, True
         for _ in range(plan.grad_accum):
             t_wait = time.perf_counter()
-            batch = _to_device(next(batches), device)
+            with _rng_isolated():  # worker start-up and collation must not shift the dropout RNG stream
+                batch = _to_device(next(batches), device)
             waited = time.perf_counter() - t_wait
             loss = engine(**batch).loss
             if _all_finite(loss):
