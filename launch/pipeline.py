@@ -86,9 +86,8 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         return out
 
     from data_pipeline.clean import run_clean
-    from data_pipeline.tokenize import run_tokenize
-
     from data_pipeline.dedup import run_dedup
+    from data_pipeline.tokenize import run_tokenize
     from data_pipeline.tokenizers import train_tokenizer
 
     clean_stats = stage("clean: extract + filter the crawl and corpus", run_clean, cfg)

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from data_pipeline.loader import PretrainLoader
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from data_pipeline.layout import RunLayout
+from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator, prepare_model
 from pretrain import checkpoint as ckpt
 from pretrain.engine import build_engine, init_distributed
