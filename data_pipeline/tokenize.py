@@ -62,6 +62,7 @@ class SentenceSplitter:
             from blingfire import blingfire as bf_lib  # the loaded C library (ctypes)
 
             self._bf = bf_lib.TextToSentencesWithOffsets
+            self._cap = 0
 
     def starts(self, text: str) -> np.ndarray:
         if self.kind == "none":
@@ -84,15 +85,18 @@ class SentenceSplitter:
         # more than tokenizing; we call the C function directly and map with numpy.
         b = text.encode("utf-8")
         n = len(b)
-        out_buf = ctypes.create_string_buffer(2 * n + 1)
-        starts = (ctypes.c_int32 * (2 * n + 1))()
-        ends = (ctypes.c_int32 * (2 * n + 1))()
-        k = self._bf(ctypes.c_char_p(b), ctypes.c_int(n), ctypes.byref(out_buf), ctypes.byref(starts),
-                     ctypes.byref(ends), ctypes.c_int(2 * n + 1))  # fmt: skip
-        if k <= 0 or k > 2 * n + 1:
+        size = 2 * n + 1
+        if size > self._cap:  # buffers reused across documents (allocation was a third of the cost)
+            self._cap = max(size, 2 * self._cap)
+            self._out = ctypes.create_string_buffer(self._cap)
+            self._starts = (ctypes.c_int32 * self._cap)()
+            self._ends = (ctypes.c_int32 * self._cap)()
+        k = self._bf(ctypes.c_char_p(b), ctypes.c_int(n), ctypes.byref(self._out), ctypes.byref(self._starts),
+                     ctypes.byref(self._ends), ctypes.c_int(size))  # fmt: skip
+        if k <= 0 or k > size:
             return np.zeros(0, np.int64)
-        num = out_buf.value.count(b"\n") + 1
-        byte_starts = np.frombuffer(starts, np.int32, num).astype(np.int64)
+        num = ctypes.string_at(self._out, k).count(b"\n") + 1
+        byte_starts = np.frombuffer(self._starts, np.int32, num).astype(np.int64)
         byte_starts = byte_starts[(byte_starts > 0) & (byte_starts < n)]
         if len(b) == len(text):  # ASCII: bytes are characters
             return byte_starts
