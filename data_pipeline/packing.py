@@ -8,10 +8,10 @@ Every mode is then a list of stream slices [start, end) plus framing:
   "complete" ends blocks on sentence boundaries and pads the rest (fairseq's --sample-break-mode complete);
   "best_fit" also holds whole sentences only, in document order, and fills the gap a block would
   otherwise pad with the next whole sentences of one of the following documents (a 64-document look-ahead,
-  best fit first; the document separator marks the switch), so padding stays well under 1%. A sentence longer
+  best fit first; the document separator marks the switch): ~0.5% padding at 512 tokens. A sentence longer
   than a block is split into block-sized pieces, never dropped. "auto" (default) takes best_fit when that keeps
-  padding <= 1% (RoBERTa's 512 tokens on news text: ~0.7%) and the zero-padding fill otherwise (short blocks,
-  e.g. 128 tokens, where sentences cannot tile blocks: ~4%).
+  padding <= 1% (RoBERTa's 512 tokens on news text) and the zero-padding fill otherwise (short blocks, e.g. 128
+  tokens, where whole sentences cannot tile blocks: ~4% padding). Sentence-aligned indexes are cached (.npz).
 - contiguous (GPT): EOS after each document, blocks of exactly seq_len, `segment_ids` = document index inside
   the block (the EOS goes with its document). The tail shorter than a block is not used (no padding anywhere).
 - t5_spans: blocks of raw_len tokens (T5's random_spans_helper) so corrupted inputs are exactly seq_len.
