@@ -102,8 +102,42 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, A
         _atomic_write(ckpt_dir / "latest", tag)
         for old in complete_tags(ckpt_dir)[:-keep_last]:
             shutil.rmtree(ckpt_dir / old, ignore_errors=True)
+            shutil.rmtree(ckpt_dir / (old + UNIVERSAL_SUFFIX), ignore_errors=True)
     dist.barrier()
     return folder
+
+
+UNIVERSAL_SUFFIX = "_universal"
+
+
+def needs_universal(ckpt_dir: Path, tag: str, world_size: int) -> bool:
+    """ZeRO shards are laid out per data-parallel rank: another world size must go through DeepSpeed's
+    universal checkpoint (parameter-wise fp32 + optimizer fragments)."""
+    meta = read_complete(ckpt_dir, tag)
+    return meta["world_size"] != world_size and meta.get("zero_stage", 0) > 0
+
+
+def convert_to_universal(ckpt_dir: Path, tag: str) -> str:
+    """Rank 0 only: DeepSpeed's ds_to_universal into `<tag>_universal` (once; reused on later restarts)."""
+    import argparse
+
+    from deepspeed.checkpoint import ds_to_universal
+
+    out = ckpt_dir / (tag + UNIVERSAL_SUFFIX)
+    if (out / COMPLETE).is_file():
+        return out.name
+    if out.exists():
+        shutil.rmtree(out)
+    args = argparse.Namespace(
+        input_folder=str(ckpt_dir / tag), output_folder=str(out), num_extract_workers=1, num_merge_workers=1,
+        keep_temp_folder=False, strict=True,
+        inject_missing_state=True,  # transformers models carry no Megatron-style universal info; DeepSpeed adds it
+    )
+    ds_to_universal.main(args)
+    for f in (ckpt_dir / tag).glob("rng_rank*.pt"):
+        shutil.copy2(f, out / f.name)
+    shutil.copy2(ckpt_dir / tag / COMPLETE, out / COMPLETE)
+    return out.name
 
 
 def load_checkpoint(engine, ckpt_dir: Path, tag: str) -> dict[str, Any]:

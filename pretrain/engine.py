@@ -50,7 +50,7 @@ def init_distributed(cfg: RunConfig) -> tuple[int, int]:
     return torch.distributed.get_rank(), torch.distributed.get_world_size()
 
 
-def build_ds_config(cfg: RunConfig, plan: TrainPlan) -> dict[str, Any]:
+def build_ds_config(cfg: RunConfig, plan: TrainPlan, load_universal: bool = False) -> dict[str, Any]:
     ds = cfg.deepspeed
     zero: dict[str, Any] = {"stage": ds.zero_stage}
     if ds.zero_stage >= 1:
@@ -76,7 +76,7 @@ def build_ds_config(cfg: RunConfig, plan: TrainPlan) -> dict[str, Any]:
         "zero_optimization": zero,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
-        "checkpoint": {"load_universal": False},
+        "checkpoint": {"load_universal": load_universal},
     }
     if ds.precision == "bf16":
         conf["bf16"] = {"enabled": True}
@@ -119,12 +119,15 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str,
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan):
+def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_universal: bool = False):
     import deepspeed
 
     if cfg.deepspeed.activation_checkpointing:
         model.gradient_checkpointing_enable()
-    ds_config = build_ds_config(cfg, plan)
+    if cfg.optim.name == "lamb" and accelerator_name() == "cpu":
+        raise ValueError("optim.name: 'lamb' uses DeepSpeed's FusedLamb, which needs a CUDA accelerator; "
+                         "use 'adamw' on CPU")
+    ds_config = build_ds_config(cfg, plan, load_universal)
     groups = _param_groups(model, cfg.optim.weight_decay)
     optimizer = None
     if not _use_ds_optimizer(cfg):

@@ -122,15 +122,23 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     train_loader = PretrainLoader(cfg, rank, world, split="train", collate_fn=collate)
     eval_loader = PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate)
 
-    engine, scheduler, ds_config = build_engine(cfg, model, plan)
-    device = engine.device
-    stop = StopRequested()
-
-    # --- resume ---------------------------------------------------------------------------------------------
-    step, tokens_seen, bad_steps, last_loss = 0, 0, 0, float("nan")
+    # --- resume (decided before the engine exists: another world size loads a universal checkpoint) ---------
     tag = ckpt.find_resume_tag(ckpt_dir) if cfg.checkpoint.resume == "auto" else None
     if cfg.checkpoint.resume not in ("auto", "none"):
         ckpt_dir, tag = Path(cfg.checkpoint.resume).parent, Path(cfg.checkpoint.resume).name
+    universal = tag is not None and ckpt.needs_universal(ckpt_dir, tag, world)
+    if universal:
+        if rank == 0:
+            print(f"[train] {tag} was written by another world size: converting to a universal checkpoint",
+                  flush=True)
+            ckpt.convert_to_universal(ckpt_dir, tag)
+        dist.barrier()
+        tag += ckpt.UNIVERSAL_SUFFIX
+
+    engine, scheduler, ds_config = build_engine(cfg, model, plan, load_universal=universal)
+    device = engine.device
+    stop = StopRequested()
+    step, tokens_seen, bad_steps, last_loss = 0, 0, 0, float("nan")
     if tag is not None:
         state = ckpt.load_checkpoint(engine, ckpt_dir, tag)
         step, tokens_seen = state["step"], state["tokens_seen"]
