@@ -227,7 +227,8 @@ def train(cfg: RunConfig) -> dict[str, Any]:
                 bar.write(f"[eval] step {step}: loss {ev['loss']:.4f} ppl {ev['perplexity']:.2f}")
 
         preempted = stop.agreed(device)
-        if step % cfg.checkpoint.every_steps == 0 or step == plan.total_steps or preempted:
+        due = step % cfg.checkpoint.every_steps == 0 or step == plan.total_steps
+        if (due and step_ok) or preempted:  # never replace good checkpoints with a step that had a non-finite loss
             ckpt.save_checkpoint(engine, ckpt_dir, step, client_state(), cfg.checkpoint.keep_last, store_probe)
         if preempted:
             if rank == 0:
