@@ -17,7 +17,12 @@ from typing import Any
 import numpy as np
 import torch
 from tqdm import tqdm
-from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+)
 
 from data_pipeline.document import in_holdout
 from runconfig import RunConfig
@@ -79,6 +84,20 @@ def _batches(tok, rows, labels, bs, max_len, shuffle_rng=None):
         yield enc
 
 
+def _t2t_batches(tok, rows, labels, bs, max_len, shuffle_rng=None):
+    """T5 text-to-text: "<task prefix>: text" -> label string; pad positions of the target are ignored (-100)."""
+    order = np.arange(len(rows))
+    if shuffle_rng is not None:
+        shuffle_rng.shuffle(order)
+    for i in range(0, len(order), bs):
+        chunk = [rows[j] for j in order[i : i + bs]]
+        enc = tok([f"classify: {r[1]}" for r in chunk], truncation=True, max_length=max_len, padding=True,
+                  return_tensors="pt")
+        tgt = tok([r[2] for r in chunk], padding=True, return_tensors="pt")["input_ids"]
+        enc["labels"] = torch.where(tgt == tok.pad_token_id, -100, tgt)
+        yield dict(enc)
+
+
 def finetune(cfg: RunConfig, model_dir: str | Path, init: str = "pretrained", out_dir: str | Path | None = None,
              progress: bool = True) -> dict[str, Any]:
     """Train a classifier head (and the body) from `model_dir` ('pretrained') or from its config ('random')."""
@@ -91,15 +110,19 @@ def finetune(cfg: RunConfig, model_dir: str | Path, init: str = "pretrained", ou
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     torch.manual_seed(ft.seed)
     kwargs = {"num_labels": len(names), "id2label": dict(enumerate(names)), "label2id": labels}
+    text_to_text = AutoConfig.from_pretrained(str(model_dir)).model_type == "t5"
+    model_cls = AutoModelForSeq2SeqLM if text_to_text else AutoModelForSequenceClassification
+    if text_to_text:  # T5 fine-tunes text-to-text: the label is the target string (Raffel et al. 2020)
+        kwargs = {}
     if init == "pretrained":
-        model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), **kwargs)
+        model = model_cls.from_pretrained(str(model_dir), **kwargs)
     elif init == "random":
-        config = AutoConfig.from_pretrained(str(model_dir), **kwargs)
-        model = AutoModelForSequenceClassification.from_config(config)
+        model = model_cls.from_config(AutoConfig.from_pretrained(str(model_dir), **kwargs))
     else:
         raise ValueError(f"init must be 'pretrained' or 'random', got {init!r}")
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tok.pad_token_id
+    batches = _t2t_batches if text_to_text else _batches
     opt = torch.optim.AdamW(model.parameters(), lr=ft.lr, weight_decay=0.01)
     steps = ft.epochs * -(-len(train_rows) // ft.batch_size)
     warm = max(1, steps // 10)
@@ -108,7 +131,7 @@ def finetune(cfg: RunConfig, model_dir: str | Path, init: str = "pretrained", ou
     bar = tqdm(total=steps, desc=f"finetune ({init})", disable=not progress, unit="step")
     model.train()
     for _ in range(ft.epochs):
-        for batch in _batches(tok, train_rows, labels, ft.batch_size, ft.max_length, rng):
+        for batch in batches(tok, train_rows, labels, ft.batch_size, ft.max_length, rng):
             loss = model(**batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -121,9 +144,16 @@ def finetune(cfg: RunConfig, model_dir: str | Path, init: str = "pretrained", ou
     model.eval()
     correct = 0
     with torch.no_grad():
-        for batch in _batches(tok, test_rows, labels, 64, ft.max_length):
+        for batch in batches(tok, test_rows, labels, 64, ft.max_length):
             y = batch.pop("labels")
-            correct += int((model(**batch).logits.argmax(-1) == y).sum())
+            if text_to_text:
+                out = model.generate(**batch, max_new_tokens=8, do_sample=False)
+                pred = [p.strip() for p in tok.batch_decode(out, skip_special_tokens=True)]
+                gold = [g.strip() for g in tok.batch_decode(torch.where(y < 0, tok.pad_token_id, y),
+                                                             skip_special_tokens=True)]
+                correct += sum(p == g for p, g in zip(pred, gold))
+            else:
+                correct += int((model(**batch).logits.argmax(-1) == y).sum())
     result = {
         "init": init,
         "accuracy": correct / len(test_rows),
