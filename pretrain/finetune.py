@@ -151,7 +151,7 @@ def finetune(cfg: RunConfig, model_dir: str | Path, init: str = "pretrained", ou
                 pred = [p.strip() for p in tok.batch_decode(out, skip_special_tokens=True)]
                 gold = [g.strip() for g in tok.batch_decode(torch.where(y < 0, tok.pad_token_id, y),
                                                              skip_special_tokens=True)]
-                correct += sum(p == g for p, g in zip(pred, gold))
+                correct += sum(p == g for p, g in zip(pred, gold, strict=True))
             else:
                 correct += int((model(**batch).logits.argmax(-1) == y).sum())
     result = {
