@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m launch.pipeline --config configs/demo.yaml
+	$(BIN)/python -m launch pipeline --config configs/demo.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra

@@ -202,6 +202,13 @@ def _default_clean_shards(cfg) -> int:
     raise SystemExit("error: pass --clean-shards N (the data pipeline does not report its input shard count)")
 
 
+def _local_pipeline(args: argparse.Namespace) -> int:
+    from launch.pipeline import run_demo
+
+    run_demo(config_from_args(args))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -236,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenize-shards", type=int, default=None, help="tokenize array size (default: clean's)")
     p.add_argument("--dry-run", action="store_true", help="write and print the scripts, submit nothing")
     p.set_defaults(fn=cmd_pipeline)
+
+    p = sub.add_parser("pipeline", help="every stage on this machine: data -> pretrain -> export -> fine-tune "
+                       "(what `make demo` runs)")
+    add_config_args(p)
+    p.set_defaults(fn=_local_pipeline)
 
     p = sub.add_parser("corpus-shards", help="print the number of final corpus shards (used by the tokenize array)")
     add_config_args(p)

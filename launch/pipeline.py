@@ -56,16 +56,15 @@ def _banner(msg: str) -> None:
 
 
 def run_training(cfg: RunConfig, config_path: Path) -> None:
-    """torchrun on this machine with launch.procs_per_node ranks (gloo on CPU)."""
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", "1", "--nproc_per_node", str(cfg.launch.procs_per_node),
-        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-        "-m", "pretrain", "train", "--config", str(config_path),
-    ]
-    env = os.environ | cfg.launch.env | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    print("$ " + " ".join(cmd), flush=True)
-    rc = subprocess.run(cmd, env=env).returncode
+    """This machine's node command from launch.render (torchrun or the DeepSpeed launcher), on a free port."""
+    from launch.render import Entry, node_commands
+
+    local = cfg.model_copy(update={"launch": cfg.launch.model_copy(update={"nodes": 1, "master_port": _free_port()})})
+    cmd = node_commands(local, Entry.train(config_path))[0]
+    env = os.environ | cmd.env
+    env.setdefault("OMP_NUM_THREADS", "1")  # one thread per rank: the ranks already use every core
+    print("$ " + cmd.shell(), flush=True)
+    rc = subprocess.run(cmd.argv, env=env).returncode
     if rc != 0:
         raise SystemExit(f"training failed with exit code {rc}")
 
@@ -148,7 +147,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m launch.pipeline", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m launch pipeline", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(p)
     args = p.parse_args(argv)
