@@ -94,6 +94,16 @@ def default_collate(pad_id: int) -> Callable[[list[dict]], dict[str, torch.Tenso
     return collate
 
 
+def _ignore_stop_signals(_worker_id: int) -> None:
+    """Workers leave SIGTERM/SIGINT/SIGUSR1 to their rank: torchrun signals each rank's whole process group,
+    and a worker dying first would crash the rank mid-step instead of letting it checkpoint. The rank's exit
+    still ends the workers (DataLoader shuts them down; they die with their parent)."""
+    import signal
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(s, signal.SIG_IGN)
+
+
 class PretrainLoader:
     """This rank's micro-batches. Train: endless (epoch after epoch); eval: one pass over the held-out samples."""
 
@@ -226,7 +236,8 @@ class PretrainLoader:
         lc = self.cfg.loader
         kwargs: dict[str, Any] = {}
         if lc.num_workers > 0:
-            kwargs = {"num_workers": lc.num_workers, "prefetch_factor": lc.prefetch_factor}
+            kwargs = {"num_workers": lc.num_workers, "prefetch_factor": lc.prefetch_factor,
+                      "worker_init_fn": _ignore_stop_signals}
         dl = DataLoader(_Samples(self.sources, self.bases), batch_sampler=sampler, collate_fn=self.collate_fn,
                         **kwargs)  # fmt: skip
         for i, batch in enumerate(dl):
