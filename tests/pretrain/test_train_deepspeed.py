@@ -96,7 +96,9 @@ def test_roberta_zero2_train_checkpoint_resume_export(roberta_run, tmp_path):
 
 def test_gpt2_zero1_document_masking_export(gpt2_run, tmp_path):
     out = isolated(gpt2_run, tmp_path)
-    torchrun(gpt2_run, [out, "deepspeed.zero_stage=1", "objective.document_masking=true"])
+    # ZeRO-1 with the optimizer offloaded to CPU and activation checkpointing, plus document masking.
+    torchrun(gpt2_run, [out, "deepspeed.zero_stage=1", "objective.document_masking=true",
+                        "deepspeed.offload_optimizer=true", "deepspeed.activation_checkpointing=true"])
     info = _export_and_check(gpt2_run, out, "gpt2")
     assert info["class"] == "GPT2LMHeadModel" and info["heads"] == [[2, 5]]
     gen = json.loads((info["export"] / "generation_config.json").read_text())
