@@ -72,12 +72,16 @@ def split(rows: list[tuple[str, str, str]], test_fraction: float, seed: int):
     return train, test
 
 
-def _batches(tok, rows, labels, bs, max_len, shuffle_rng=None):
+def _chunks(rows, bs, shuffle_rng=None):
     order = np.arange(len(rows))
     if shuffle_rng is not None:
         shuffle_rng.shuffle(order)
     for i in range(0, len(order), bs):
-        chunk = [rows[j] for j in order[i : i + bs]]
+        yield [rows[j] for j in order[i : i + bs]]
+
+
+def _batches(tok, rows, labels, bs, max_len, shuffle_rng=None):
+    for chunk in _chunks(rows, bs, shuffle_rng):
         enc = tok([r[1] for r in chunk], truncation=True, max_length=max_len, padding=True, return_tensors="pt")
         enc.pop("token_type_ids", None)
         enc["labels"] = torch.tensor([labels[r[2]] for r in chunk])
@@ -86,11 +90,7 @@ def _batches(tok, rows, labels, bs, max_len, shuffle_rng=None):
 
 def _t2t_batches(tok, rows, labels, bs, max_len, shuffle_rng=None):
     """T5 text-to-text: "<task prefix>: text" -> label string; pad positions of the target are ignored (-100)."""
-    order = np.arange(len(rows))
-    if shuffle_rng is not None:
-        shuffle_rng.shuffle(order)
-    for i in range(0, len(order), bs):
-        chunk = [rows[j] for j in order[i : i + bs]]
+    for chunk in _chunks(rows, bs, shuffle_rng):
         enc = tok([f"classify: {r[1]}" for r in chunk], truncation=True, max_length=max_len, padding=True,
                   return_tensors="pt")
         tgt = tok([r[2] for r in chunk], padding=True, return_tensors="pt")["input_ids"]
