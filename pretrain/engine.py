@@ -104,9 +104,10 @@ def build_ds_config(cfg: RunConfig, plan: TrainPlan, load_universal: bool = Fals
 
 
 def _use_ds_optimizer(cfg: RunConfig) -> bool:
-    """DeepSpeed's fused optimizers (FusedAdam, FusedLamb, DeepSpeedCPUAdam) need compiled ops: use them on
-    accelerators, or for LAMB; on a CPU-only machine torch's AdamW avoids a JIT build of C++ ops."""
-    return cfg.optim.name == "lamb" or (accelerator_name() != "cpu")
+    """DeepSpeed's own optimizers only where they are needed: FusedLamb for LAMB, DeepSpeedCPUAdam for optimizer
+    offload on an accelerator. AdamW otherwise comes from torch (fused on CUDA), which needs no JIT-compiled ops
+    (FusedAdam would need nvcc on every node)."""
+    return cfg.optim.name == "lamb" or (cfg.deepspeed.offload_optimizer and accelerator_name() != "cpu")
 
 
 def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -131,8 +132,10 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
     groups = _param_groups(model, cfg.optim.weight_decay)
     optimizer = None
     if not _use_ds_optimizer(cfg):
+        fused = accelerator_name() == "cuda"
         optimizer = torch.optim.AdamW(
-            groups, lr=plan.peak_lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps, foreach=False
+            groups, lr=plan.peak_lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps,
+            foreach=False if not fused else None, fused=fused,
         )
     sched = WarmupDecay(plan.warmup_steps, plan.total_steps, cfg.schedule.decay, cfg.schedule.min_lr_ratio)
 
