@@ -68,6 +68,11 @@ def list_source_files(paths: list[str]) -> list[SourceFile]:
     from data_pipeline.paths import expand_paths
 
     out: dict[str, SourceFile] = {}
+    # Files named one by one share one root: their common folder. Otherwise ".../tech/001.txt" and
+    # ".../business/001.txt" would both be "001.txt": one id for two documents, and no folder label.
+    explicit = [expand_placeholders(p) for p in paths if not any(c in p for c in "*?[") and "://" not in p
+                and not os.path.isdir(expand_placeholders(p))]
+    common = os.path.commonpath([os.path.dirname(p) for p in explicit]) + "/" if len(explicit) > 1 else None
     for raw in paths:
         pat = expand_placeholders(raw).rstrip("/") if not raw.endswith("://") else raw
         files = expand_paths([raw], recursive_dirs=True)
@@ -78,6 +83,8 @@ def list_source_files(paths: list[str]) -> list[SourceFile]:
             root = _glob_root(strip)
         elif fs.isdir(strip):
             root = strip.rstrip("/") + "/"
+        elif common is not None and pat in explicit:
+            root = common
         else:
             root = strip.rsplit("/", 1)[0] + "/" if "/" in strip else ""
         for f in files:

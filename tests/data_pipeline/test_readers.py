@@ -100,3 +100,18 @@ def test_bounded_line_reader_skips_huge_line():
     assert read_bounded_line(f, 100) == (b"short\n", False)
     assert read_bounded_line(f, 100) == (b"", True)
     assert read_bounded_line(f, 100) == (b"next\n", False)
+
+
+def test_explicit_files_in_different_folders_keep_distinct_ids_and_labels(tmp_path):
+    """Regression: files listed one by one used to be identified by their bare file name."""
+    from data_pipeline.readers import read_source
+    from runconfig.data import SourceConfig
+
+    for topic in ("tech", "business"):
+        (tmp_path / topic).mkdir()
+        (tmp_path / topic / "001.txt").write_text(f"A {topic} article. It has text.")
+    src = SourceConfig(name="s", format="text_folder", label_from_folder=True,
+                       paths=[str(tmp_path / "tech" / "001.txt"), str(tmp_path / "business" / "001.txt")])
+    docs = list(read_source(src))
+    assert len({d.id for d in docs}) == 2
+    assert sorted(d.meta.get("label") for d in docs) == ["business", "tech"]
