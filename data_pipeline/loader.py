@@ -95,12 +95,16 @@ def default_collate(pad_id: int) -> Callable[[list[dict]], dict[str, torch.Tenso
 
 
 def _ignore_stop_signals(_worker_id: int) -> None:
-    """Workers leave SIGTERM/SIGINT/SIGUSR1 to their rank: torchrun signals each rank's whole process group,
-    and a worker dying first would crash the rank mid-step instead of letting it checkpoint. The rank's exit
-    still ends the workers (DataLoader shuts them down; they die with their parent)."""
+    """Keep stop signals meant for the rank away from its DataLoader workers, so the rank can finish its step
+    and checkpoint: torchrun SIGTERMs each rank's whole process group (the worker moves to its own group) and
+    Slurm signals every process of a step with USR1 (ignored here). SIGTERM itself keeps its default action,
+    so DataLoader shutdown and interpreter exit can still terminate the worker; an orphaned worker exits on
+    its own when it sees its parent gone."""
+    import os
     import signal
 
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+    os.setpgrp()
+    for s in (signal.SIGINT, signal.SIGUSR1):
         signal.signal(s, signal.SIG_IGN)
 
 
