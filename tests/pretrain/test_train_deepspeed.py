@@ -115,3 +115,15 @@ def test_t5_zero3_export_gathers_shards(t5_run, tmp_path):
     assert len(list(tag_dir.glob("*optim_states.pt"))) == 2  # sharded across both ranks
     info = _export_and_check(t5_run, out, "t5")
     assert info["class"] == "T5ForConditionalGeneration"
+
+
+def test_bf16_trains_and_exports_fp32_master_weights(roberta_run, tmp_path):
+    """bf16 mixed precision through DeepSpeed on CPU ranks; the export carries the fp32 master weights, so its
+    logits differ from the bf16 engine's only by bf16 rounding (fp32 runs are held to 1e-5 above)."""
+    out = isolated(roberta_run, tmp_path)
+    torchrun(roberta_run, [out, "deepspeed.precision=bf16", "schedule.total_steps=4"])
+    run_module(["-m", "pretrain", "export", "--config", str(roberta_run), out, "deepspeed.precision=bf16"])
+    export = Path(out.split("=", 1)[1]) / "export"
+    state = json.loads((export / "training_state.json").read_text())
+    assert 0 < state["parity_max_abs_diff"] < 0.1
+    assert json.loads((export / "config.json").read_text())["dtype"] == "float32"
