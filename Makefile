@@ -23,6 +23,8 @@ demo: $(STAMP)
 	$(BIN)/python -m launch pipeline --config configs/demo.yaml
 
 test: $(STAMP)
+	# As root, also install the system services the integration tests start (Slurm, munge, ip netns, shellcheck).
+	if [ "$$(id -u)" -eq 0 ]; then bash launch/ci_setup.sh; fi
 	$(BIN)/python -m pytest -q -ra
 
 test-unit: $(STAMP)
