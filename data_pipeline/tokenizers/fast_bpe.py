@@ -50,8 +50,9 @@ def _eligible(spec: dict) -> bool:
     )
 
 
-def rank_consistent(ranks: dict[bytes, int], merges: list[tuple[bytes, bytes]]) -> bool:
-    """True when the merge list is exactly what rank-ordered merging implies (tiktoken == tokenizers)."""
+def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]] | None:
+    """The merge that creates each multi-byte token, in rank order: run BPE on its bytes with lower ranks only
+    (as tiktoken would). None when some token is not reachable by a single final merge."""
     derived = []
     for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
         if len(token) < 2:
@@ -64,10 +65,15 @@ def rank_consistent(ranks: dict[bytes, int], merges: list[tuple[bytes, bytes]]) 
                 if r is not None and r < rank and (best is None or r < best):
                     best, best_i = r, i
             if best is None:
-                return False
+                return None
             parts[best_i : best_i + 2] = [parts[best_i] + parts[best_i + 1]]
         derived.append((parts[0], parts[1]))
-    return derived == merges
+    return derived
+
+
+def rank_consistent(ranks: dict[bytes, int], merges: list[tuple[bytes, bytes]]) -> bool:
+    """True when the merge list is exactly what rank-ordered merging implies (tiktoken == tokenizers)."""
+    return merges_from_ranks(ranks) == merges
 
 
 class TiktokenBPE:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from data_pipeline.tokenizers import bpe_tokenizer
+from data_pipeline.tokenizers.fast_bpe import merges_from_ranks
 from tests.data_pipeline.tokens_fixtures import ROOT, bbc_docs
 
 CACHE = ROOT / ".cache" / "reference-vocab"
@@ -67,28 +68,6 @@ def bytes_to_unicode() -> dict[int, str]:
     return dict(zip(bs, map(chr, cs), strict=True))
 
 
-def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
-    """The merge that creates each multi-byte token: run BPE on its bytes with lower ranks only (as tiktoken
-    would); exactly two parts remain, and their ranks order the merge list."""
-    merges = []
-    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
-        if len(token) < 2:
-            continue
-        parts = [bytes([b]) for b in token]
-        while len(parts) > 2:
-            best, best_i = None, -1
-            for i in range(len(parts) - 1):
-                r = ranks.get(parts[i] + parts[i + 1])
-                if r is not None and r < rank and (best is None or r < best):
-                    best, best_i = r, i
-            if best is None:
-                break
-            parts[best_i : best_i + 2] = [parts[best_i] + parts[best_i + 1]]
-        assert len(parts) == 2, f"token {token!r} (rank {rank}) is not reachable by a single merge"
-        merges.append((parts[0], parts[1]))
-    return merges
-
-
 @pytest.fixture(scope="module")
 def gpt2_from_whisper():
     (path,) = sdist_members(*WHISPER[:2], [WHISPER[2]])
@@ -96,7 +75,9 @@ def gpt2_from_whisper():
     b2u = bytes_to_unicode()
     enc = lambda b: "".join(b2u[x] for x in b)  # noqa: E731
     vocab = {enc(t): r for t, r in ranks.items()}
-    merges = [(enc(a), enc(b)) for a, b in merges_from_ranks(ranks)]
+    derived = merges_from_ranks(ranks)
+    assert derived is not None, "some GPT-2 token is not reachable by a single merge"
+    merges = [(enc(a), enc(b)) for a, b in derived]
     return ranks, bpe_tokenizer(vocab, merges)
 
 
