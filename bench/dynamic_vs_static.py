@@ -156,7 +156,7 @@ def probe(cfg_path: Path, runs: dict[str, Path], n_train_blocks: int, eval_draws
     for name, run in runs.items():
         rcfg = load_config(cfg_path, [f"run.output_dir={run}"])
         ckpt_dir, tag = resolve_checkpoint(rcfg, None)
-        model = load_trained_model(rcfg, ckpt_dir, tag)
+        model = load_trained_model(rcfg, ckpt_dir, tag, tok)  # both runs share the prepared tokenizer
         res[name] = {
             "train_seen_masks": loss(model, train_ids, train_sid, 0),
             "train_unseen_masks": loss(model, train_ids, train_sid, unseen),

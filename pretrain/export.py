@@ -56,14 +56,11 @@ def client_state(ckpt_dir: Path, tag: str) -> dict[str, Any]:
     return {k: states[k] for k in keep if k in states}
 
 
-def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str) -> PreTrainedModel:
-    tokenizer = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
+def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any) -> PreTrainedModel:
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
     sd = consolidated_state_dict(ckpt_dir, tag)
     missing, unexpected = model.load_state_dict(sd, strict=False)
-    tied = set(getattr(model, "_tied_weights_keys", None) or [])
-    if isinstance(getattr(model, "_tied_weights_keys", None), dict):
-        tied = set(model._tied_weights_keys)
+    tied = set(getattr(model, "_tied_weights_keys", None) or [])  # a list (4.x) or a dict keyed by name (5.x)
     real_missing = [k for k in missing if k not in tied]
     if real_missing or unexpected:
         raise RuntimeError(f"checkpoint {ckpt_dir / tag} does not match the model: missing={real_missing} "
@@ -117,8 +114,8 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
     out = Path(out_dir) if out_dir else layout.export
     out.mkdir(parents=True, exist_ok=True)
-    model = load_trained_model(cfg, ckpt_dir, tag)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
+    model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     if cfg.model.family in ("gpt2", "t5"):
