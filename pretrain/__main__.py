@@ -30,12 +30,17 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(args)
 
     if args.command == "train":
-        from pretrain.checkpoint import PREEMPTED_EXIT_CODE
-        from pretrain.train import train
-
-        result = train(cfg)
         import torch.distributed as dist
 
+        from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, PREEMPTED_EXIT_CODE, CannotContinue
+        from pretrain.train import train
+
+        try:
+            result = train(cfg)
+        except CannotContinue as e:  # a restart would fail the same way: a code Slurm does not requeue on
+            if not dist.is_initialized() or dist.get_rank() == 0:
+                print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            return CANNOT_CONTINUE_EXIT_CODE
         if dist.get_rank() == 0:
             print(json.dumps(result, indent=1, default=str), flush=True)
         dist.destroy_process_group()

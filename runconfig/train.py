@@ -68,6 +68,8 @@ class CheckpointConfig(Section):
     every_steps: int = Field(100, gt=0)
     keep_last: int = Field(3, gt=0)
     resume: str = "auto"  # auto | none | <checkpoint folder>
+    # Resume even where the config differs from the checkpoint's in keys that are not safe to change.
+    accept_config_changes: bool = False
 
 
 class LoggingConfig(Section):
