@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
-from runconfig.cli import add_config_args, config_from_args
+from data_pipeline.paths import check_source_paths
+from runconfig.cli import add_config_args, config_from_args, preflight
+from runconfig.preflight import check_output_writable
 
 
 def _stage_clean(cfg, args):
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
+    preflight(cfg, check_output_writable, *([check_source_paths] if args.stage in ("clean", "all") else []))
     result = STAGES[args.stage][0](cfg, args)
     print(json.dumps(result, indent=2, default=str))
     return 0

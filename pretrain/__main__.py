@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from runconfig.cli import add_config_args, config_from_args
+from runconfig.cli import add_config_args, config_from_args, preflight
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         import torch.distributed as dist
 
         from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, PREEMPTED_EXIT_CODE, CannotContinue
+        from pretrain.engine import accelerator_name
         from pretrain.train import train
+        from runconfig.preflight import check_train
+
+        preflight(cfg, lambda c: check_train(c, accelerator_name()))
 
         try:
             result = train(cfg)

@@ -1,5 +1,7 @@
 """The whole run: one YAML, one object, validated across sections before any work starts."""
 
+import warnings
+
 from pydantic import Field, model_validator
 
 from runconfig.base import Section
@@ -91,7 +93,21 @@ class RunConfig(Section):
             if self.finetune.source not in names:
                 raise ValueError(f"finetune.source: '{self.finetune.source}' is not one of data.sources {sorted(names)}")
         self.batch_plan()  # raises with the key named when the batch does not divide
+        self._warn_vocab()
         return self
+
+    def _warn_vocab(self) -> None:
+        """A vocabulary far beyond any real tokenizer (a typo such as an extra 0) makes the embedding dominate
+        the ZeRO memory plan: model states (fp32 weights, grads, Adam moments: 16 bytes/param) of the
+        embedding alone, before ZeRO partitions them."""
+        v, h = self.tokenizer.vocab_size, self.model.hidden_size
+        gib = v * h * 16 / 2**30
+        if v > 1_000_000 or gib > 64:
+            warnings.warn(
+                f"tokenizer.vocab_size ({v:,}) is absurd for the ZeRO memory plan: the embedding alone needs "
+                f"{gib:.1f} GiB of model states (x{h} hidden); see `python -m pretrain plan`",
+                UserWarning, stacklevel=2,
+            )
 
     def batch_plan(self, world_size: int | None = None) -> dict[str, int]:
         """Global batch -> (micro-batch, accumulation) for a world size; the one place this is derived."""

@@ -23,6 +23,13 @@ class OptimConfig(Section):
     weight_decay: float = Field(0.01, ge=0)
     grad_clip: float = Field(1.0, ge=0)
 
+    @model_validator(mode="after")
+    def _betas_in_range(self) -> "OptimConfig":
+        for i, b in enumerate(self.betas):
+            if not 0.0 <= b < 1.0:
+                raise ValueError(f"optim.betas.{i}: {b} is outside [0, 1) (Adam's moment decay rates)")
+        return self
+
 
 class ScheduleConfig(Section):
     total_steps: int = Field(1000, gt=0)
