@@ -18,8 +18,12 @@ def _stage_clean(cfg, args):
 
 
 def _stage_dedup(cfg, args):
-    from data_pipeline.dedup import run_dedup
+    from data_pipeline.dedup import run_dedup, run_dedup_task
 
+    if args.stage is not None:
+        if args.task_index is None:
+            raise SystemExit("error: --stage needs --task-index (one task of that stage)")
+        return run_dedup_task(cfg, args.stage, args.task_index, cfg.data.task_retries)
     return run_dedup(cfg)
 
 
@@ -38,13 +42,14 @@ def _stage_tokenize(cfg, args):
 def _stage_all(cfg, args):
     out = {}
     for name in ("clean", "dedup", "train-tokenizer", "tokenize"):
-        out[name] = STAGES[name][0](cfg, argparse.Namespace(shard_index=None))
+        out[name] = STAGES[name][0](cfg, argparse.Namespace(shard_index=None, stage=None, task_index=None))
     return out
 
 
 STAGES = {
     "clean": (_stage_clean, "read sources, extract text, apply cleaning filters, write cleaned shards"),
-    "dedup": (_stage_dedup, "exact + MinHash-LSH near-dedup across all cleaned shards"),
+    "dedup": (_stage_dedup, "exact + MinHash-LSH near-dedup across all cleaned shards (sharded stages; "
+                            "--stage S --task-index I runs one task)"),
     "train-tokenizer": (_stage_train_tokenizer, "train the configured tokenizer on the deduplicated corpus"),
     "tokenize": (_stage_tokenize, "cleaned shards -> binary token shards + manifest"),
     "all": (_stage_all, "clean, dedup, train-tokenizer and tokenize in order"),
@@ -61,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument(
                 "--shard-index", type=int, default=None, help="process only this input shard (Slurm array task)"
             )
+        if name == "dedup":
+            p.add_argument("--stage", default=None, help="run one task of this dedup stage (a Slurm array task)")
+            p.add_argument("--task-index", type=int, default=None, help="which task of --stage")
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
     preflight(cfg, check_output_writable, *([check_source_paths] if args.stage in ("clean", "all") else []))

@@ -104,12 +104,35 @@ def read_shard(path: str | Path) -> Iterator[dict[str, Any]]:
                     r.pop("label", None)
                 yield r
         return
-    import zstandard
-
-    with open(path, "rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as z:
-        for line in io.TextIOWrapper(z, encoding="utf-8"):
+    with open(path, "rb") as fh:
+        for line in _zstd_lines(fh, path):
             if line.strip():
                 yield json.loads(line)
+
+
+def _zstd_lines(fh, path: Path) -> Iterator[bytes]:
+    """Lines of a zstd file. zstandard's stream_reader returns a truncated frame as a short (even empty)
+    stream without an error, which would pass a damaged shard off as a smaller one; decompressobj tells us
+    whether the frame ended, so a truncated or damaged shard raises, naming the file."""
+    import zstandard
+
+    dobj = zstandard.ZstdDecompressor().decompressobj()
+    buf = b""
+    try:
+        while chunk := fh.read(1 << 20):
+            while chunk:
+                buf += dobj.decompress(chunk)
+                chunk = dobj.unused_data if dobj.eof else b""
+                if chunk:  # a second frame follows
+                    dobj = zstandard.ZstdDecompressor().decompressobj()
+            *lines, buf = buf.split(b"\n")
+            yield from lines
+    except zstandard.ZstdError as e:
+        raise ValueError(f"{path}: corrupt zstd data: {e}") from e
+    if not dobj.eof:
+        raise EOFError(f"{path}: truncated zstd stream (the frame does not end)")
+    if buf:
+        yield buf
 
 
 def mark_done(shard_path: Path, info: dict[str, Any]) -> None:
