@@ -57,6 +57,13 @@ def _batched(texts: Iterator[str], n: int = 1000) -> Iterator[list[str]]:
         yield batch
 
 
+def _family(cfg: RunConfig):
+    """The model family's spec: how sequences are wrapped and how long they may be (torch-free)."""
+    from pretrain.families import get_family
+
+    return get_family(cfg.model.family)
+
+
 # ---------------------------------------------------------------------------------------------------- BPE
 def bpe_tokenizer(vocab: dict[str, int] | None = None, merges: list[tuple[str, str]] | None = None) -> Tokenizer:
     """The byte-level BPE encoding path (GPT-2's regex pre-split + byte alphabet); empty or from vocab+merges."""
@@ -67,8 +74,8 @@ def bpe_tokenizer(vocab: dict[str, int] | None = None, merges: list[tuple[str, s
     return tok
 
 
-def _bpe_post(tok: Tokenizer, family: str) -> None:
-    if family == "roberta":
+def _bpe_post(tok: Tokenizer, wraps_sequences: bool) -> None:
+    if wraps_sequences:  # RoBERTa-style families: `<s> A </s>`, `<s> A </s></s> B </s>`
         tok.post_processor = processors.RobertaProcessing(
             ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")), trim_offsets=True, add_prefix_space=False
         )
@@ -88,7 +95,7 @@ def _train_bpe(cfg: RunConfig, texts: Iterator[str]) -> Tokenizer:
     )
     tok.train_from_iterator(_batched(texts), trainer=trainer)
     tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True)])
-    _bpe_post(tok, cfg.model.family)
+    _bpe_post(tok, _family(cfg).wraps_sequences)
     return tok
 
 
@@ -235,9 +242,7 @@ def train_tokenizer(cfg: RunConfig) -> Path:
 
     out = RunLayout(cfg).tokenizer
     tc = cfg.tokenizer
-    model_max_length = cfg.packing.seq_len if cfg.model.family == "t5" else cfg.model.max_position_embeddings
-    if cfg.model.family == "roberta":
-        model_max_length -= 2
+    model_max_length = _family(cfg).position_limit(cfg.model.max_position_embeddings) or cfg.packing.seq_len
     if tc.pretrained_path:
         from transformers import AutoTokenizer
 
