@@ -119,16 +119,3 @@ class LoggingConfig(Section):
 class EvalConfig(Section):
     every_steps: int = Field(100, gt=0)
     max_batches: int = Field(10, gt=0)
-
-
-class FinetuneConfig(Section):
-    """Downstream smoke fine-tune: a sequence classifier on a labelled folder, CSV, or a source's hold-out."""
-
-    source: str | None = None  # name of a data.sources entry whose hold-out split has labels
-    path: str | None = None  # or a labelled text folder (one sub-folder per label) / CSV (text,label)
-    test_fraction: float = Field(0.3, gt=0, lt=1)
-    epochs: int = Field(3, gt=0)
-    lr: float = Field(1e-4, gt=0)
-    batch_size: int = Field(16, gt=0)
-    max_length: int = Field(128, gt=8)
-    seed: int = 0
