@@ -90,15 +90,27 @@ class Encoded:
     gold: np.ndarray  # label index per example
 
 
+def special_frame(tok: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:
+    """The special tokens the tokenizer's post-processor puts before and after a text (e.g. <s> .. </s>), found
+    by encoding a probe with and without them (fast tokenizers expose no build_inputs_with_special_tokens)."""
+    plain = tok("hello world", add_special_tokens=False)["input_ids"]
+    full = tok("hello world", add_special_tokens=True)["input_ids"]
+    for i in range(len(full) - len(plain) + 1):
+        if full[i:i + len(plain)] == plain:
+            return full[:i], full[i + len(plain):]
+    raise ValueError(f"cannot locate the text inside the special-token frame of {type(tok).__name__}")
+
+
 def encode(tok: PreTrainedTokenizerBase, rows: list[Row], labels: dict[str, int], max_length: int,
            ft: FinetuneConfig, text_to_text: bool) -> Encoded:
-    budget = max_length - tok.num_special_tokens_to_add(pair=False)
+    prefix, suffix = special_frame(tok)
+    budget = max_length - len(prefix) - len(suffix)
     raw = tok([r[1] for r in rows], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
     label_ids = {name: tok(name, add_special_tokens=True)["input_ids"] for name in labels} if text_to_text else {}
     feats, owner = [], []
     for i, (ids, row) in enumerate(zip(raw, rows, strict=True)):
         for piece in windows(ids, budget, ft):
-            f = {"input_ids": tok.build_inputs_with_special_tokens(piece)}
+            f = {"input_ids": prefix + piece + suffix}
             f["labels"] = label_ids[row[2]] if text_to_text else labels[row[2]]
             feats.append(f)
             owner.append(i)
@@ -193,7 +205,7 @@ def _predict(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig, text
             batch.pop("labels")
             if text_to_text:
                 for j, target in enumerate(label_ids):
-                    lab = torch.tensor(target).expand(len(chunk), -1)
+                    lab = torch.tensor(target).repeat(len(chunk), 1)
                     logits = model(**batch, labels=lab).logits
                     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), lab, reduction="none").sum(1)
                     np.add.at(scores[:, j], owners, -nll.numpy())

@@ -72,6 +72,10 @@ class FinetuneConfig(Section):
             return data
         data = dict(data)
         task: dict[str, Any] = {}
+        for k in ("source", "path"):
+            if data.get(k) is not None and data.get("tasks"):
+                raise ValueError(f"finetune.{k} is the single-task shorthand, but finetune.tasks is set: give the "
+                                 f"task in finetune.tasks (e.g. finetune.tasks.0.{'source' if k == 'source' else 'train'})")
         if data.get("source") is not None:
             task = {"name": data["source"], "source": data["source"]}
         elif data.get("path") is not None:

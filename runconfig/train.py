@@ -37,8 +37,6 @@ class ScheduleConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ScheduleConfig":
-        if self.warmup_steps is not None and self.warmup_fraction is not None:
-            raise ValueError("schedule.warmup_steps and schedule.warmup_fraction are both set: set one of them")
         if self.budget_minutes is not None:
             if self.total_steps is not None:
                 raise ValueError(
@@ -51,6 +49,8 @@ class ScheduleConfig(Section):
                     f"schedule.warmup_steps ({self.warmup_steps}) conflicts with schedule.budget_minutes: warmup "
                     "follows the clock, set schedule.warmup_fraction instead (and schedule.warmup_steps: null)"
                 )
+        elif self.warmup_steps is not None and self.warmup_fraction is not None:
+            raise ValueError("schedule.warmup_steps and schedule.warmup_fraction are both set: set one of them")
         elif self.warmup_steps is not None and self.warmup_steps > self.steps:
             raise ValueError(f"schedule.warmup_steps ({self.warmup_steps}) exceeds schedule.total_steps ({self.steps})")
         return self

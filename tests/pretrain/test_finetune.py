@@ -141,9 +141,9 @@ def test_split_never_moves_with_seed_and_files_are_used_as_given(tmp_path, monke
     b = load_task(_task_cfg("roberta-tiny", [*TINY, "finetune.seeds=[7,8,9]"], train=str(path)), 0)
     assert [r[0] for r in a.test] == [r[0] for r in b.test] and [r[0] for r in a.dev] == [r[0] for r in b.dev]
     monkeypatch.setenv("LABELLED_DIR", str(tmp_path))
-    train = _write_csv(tmp_path / "train.csv", rows[:20] + rows[10:30] + rows[20:])
-    test = _write_csv(tmp_path / "test.csv", rows[::3])
-    dev = _write_jsonl(tmp_path / "dev.jsonl", rows[1::5])
+    _write_csv(tmp_path / "train.csv", rows[:20] + rows[10:30] + rows[20:])
+    _write_csv(tmp_path / "test.csv", rows[::3])
+    _write_jsonl(tmp_path / "dev.jsonl", rows[1::5])
     c = load_task(_task_cfg("roberta-tiny", TINY, train="$LABELLED_DIR/train.csv", dev="$LABELLED_DIR/dev.jsonl",
                             test="$LABELLED_DIR/test.csv"), 0)
     assert len(c.test) == len(rows[::3]) and len(c.dev) == len(rows[1::5]) and len(c.train) == 30 + 20
