@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from runconfig.base import Section
 from runconfig.data import DataConfig
+from runconfig.finetune import FinetuneConfig
 from runconfig.launch import LaunchConfig
 from runconfig.model import ModelConfig
 from runconfig.objective import ObjectiveConfig
@@ -15,7 +16,6 @@ from runconfig.train import (
     CheckpointConfig,
     DeepSpeedConfig,
     EvalConfig,
-    FinetuneConfig,
     LoggingConfig,
     LRScalingConfig,
     OptimConfig,
@@ -85,10 +85,10 @@ class RunConfig(Section):
             raise ValueError("deepspeed.offload_params needs deepspeed.zero_stage: 3")
         if self.deepspeed.offload_optimizer and self.deepspeed.zero_stage == 0:
             raise ValueError("deepspeed.offload_optimizer needs deepspeed.zero_stage >= 1")
-        if self.finetune.source is not None:
-            names = {s.name for s in self.data.sources}
-            if self.finetune.source not in names:
-                raise ValueError(f"finetune.source: '{self.finetune.source}' is not one of data.sources {sorted(names)}")
+        names = {s.name for s in self.data.sources}
+        for i, task in enumerate(self.finetune.tasks):
+            if task.source is not None and task.source not in names:
+                raise ValueError(f"finetune.tasks.{i}.source: '{task.source}' is not one of data.sources {sorted(names)}")
         self.batch_plan()  # raises with the key named when the batch does not divide
         self._warn_vocab()
         return self

@@ -44,8 +44,6 @@ class ScheduleConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ScheduleConfig":
-        if self.warmup_steps is not None and self.warmup_fraction is not None:
-            raise ValueError("schedule.warmup_steps and schedule.warmup_fraction are both set: set one of them")
         if self.budget_minutes is not None:
             if self.total_steps is not None:
                 raise ValueError(
@@ -58,6 +56,8 @@ class ScheduleConfig(Section):
                     f"schedule.warmup_steps ({self.warmup_steps}) conflicts with schedule.budget_minutes: warmup "
                     "follows the clock, set schedule.warmup_fraction instead (and schedule.warmup_steps: null)"
                 )
+        elif self.warmup_steps is not None and self.warmup_fraction is not None:
+            raise ValueError("schedule.warmup_steps and schedule.warmup_fraction are both set: set one of them")
         elif self.warmup_steps is not None and self.warmup_steps > self.steps:
             raise ValueError(f"schedule.warmup_steps ({self.warmup_steps}) exceeds schedule.total_steps ({self.steps})")
         return self
@@ -128,16 +128,3 @@ class LoggingConfig(Section):
 class EvalConfig(Section):
     every_steps: int = Field(100, gt=0)
     max_batches: int = Field(10, gt=0)
-
-
-class FinetuneConfig(Section):
-    """Downstream smoke fine-tune: a sequence classifier on a labelled folder, CSV, or a source's hold-out."""
-
-    source: str | None = None  # name of a data.sources entry whose hold-out split has labels
-    path: str | None = None  # or a labelled text folder (one sub-folder per label) / CSV (text,label)
-    test_fraction: float = Field(0.3, gt=0, lt=1)
-    epochs: int = Field(3, gt=0)
-    lr: float = Field(1e-4, gt=0)
-    batch_size: int = Field(16, gt=0)
-    max_length: int = Field(128, gt=8)
-    seed: int = 0
