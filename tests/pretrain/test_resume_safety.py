@@ -86,8 +86,9 @@ def test_config_changes_on_resume_are_applied_or_refused(roberta_run, tmp_path):
 def test_nonfinite_weights_are_never_checkpointed(roberta_run, tmp_path):
     out = isolated(roberta_run, tmp_path)
     ckpts = Path(out.split("=", 1)[1]) / "checkpoints"
-    # 1e39 is a finite float in the config but overflows fp32: step 1's loss is finite, its update is not
-    res = _train_1rank(roberta_run, [out, *BASE, "optim.lr=1e39", "schedule.warmup_steps=0",
+    # A finite config whose first update overflows fp32: AdamW's decoupled decay multiplies the weights by
+    # 1 - lr x weight_decay = -3e39. Step 1's loss is finite (computed before the update); its weights are not.
+    res = _train_1rank(roberta_run, [out, *BASE, "optim.lr=3e37", "optim.weight_decay=100", "schedule.warmup_steps=0",
                                      "schedule.total_steps=3", "checkpoint.every_steps=1"])
     assert res.returncode == CANNOT_CONTINUE_EXIT_CODE, res.stderr[-3000:]
     assert "the weights after step 1 are not finite" in res.stderr
