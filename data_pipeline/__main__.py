@@ -72,7 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
     preflight(cfg, check_output_writable, *([check_source_paths] if args.stage in ("clean", "all") else []))
-    result = STAGES[args.stage][0](cfg, args)
+    from data_pipeline.tokenizers.corpus import EmptyStageError
+
+    try:
+        result = STAGES[args.stage][0](cfg, args)
+    except EmptyStageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(result, indent=2, default=str))
     return 0
 

@@ -91,7 +91,7 @@ class _ShardCleaner:
 
     def records(self) -> Iterator[dict[str, Any]]:
         clean, frac, seed = self.cfg.data.clean, self.source.holdout_fraction, self.cfg.run.seed
-        for doc in read_shard_docs(self.source, self.shard, self.errors, clean.max_doc_bytes):
+        for doc in read_shard_docs(self.source, self.shard, self.errors, clean.max_doc_bytes, clean.read_timeout_s):
             self.counts["read"] += 1
             if in_holdout(doc.id, frac, seed):
                 self.counts["holdout"] += 1

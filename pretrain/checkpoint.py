@@ -13,6 +13,7 @@ loop. Weights that are not finite are never marked complete.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -196,13 +197,49 @@ def nonfinite_parameters(engine) -> list[str]:
     return sorted(set(_gather(bad)))
 
 
+def _any_rank(flag: bool, device: torch.device | str = "cpu") -> bool:
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
+def _free_bytes(path: Path) -> int:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def _is_disk_full(err: BaseException, free: int) -> bool:
+    """ENOSPC, or torch's C++ writer's 'basic_ios::clear: iostream error' (no errno) with no space left."""
+    e: BaseException | None = err
+    while e is not None:
+        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return free < (4 << 20)
+
+
+def _abandon(folder: Path, ckpt_dir: Path, step: int, why: str, rank: int) -> CannotContinue:
+    """Remove a checkpoint folder that will never be complete (all ranks call this together)."""
+    if rank == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+    dist.barrier()
+    last = complete_tags(ckpt_dir)
+    return CannotContinue(
+        f"{why}; step {step} was not checkpointed (partial folder {folder} removed); last good checkpoint: "
+        + (f"{last[-1]} in {ckpt_dir} (left untouched)" if last else f"none in {ckpt_dir}")
+    )
+
+
 def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, Any], keep_last: int,
                     before_complete=None, meta: dict[str, Any] | None = None) -> Path:
     """`before_complete(folder)` runs on every rank after all files are written and before the folder is
     marked complete (the trainer stores its export-parity probe there). `meta` (e.g. the resolved config) is
-    recorded in COMPLETE. Non-finite weights are never marked complete: the folder is removed and the run
-    stops (CannotContinue) naming the last good checkpoint."""
+    recorded in COMPLETE. A folder is never marked complete when a write failed (a full disk is named, with
+    the free space) or the weights are not finite: it is removed and the run stops (CannotContinue) naming the
+    last good checkpoint."""
     rank, world = dist.get_rank(), dist.get_world_size()
+    dev = engine.device  # NCCL reduces device tensors only
     tag = tag_for(step)
     folder = ckpt_dir / tag
     if rank == 0:
@@ -210,31 +247,56 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, A
         if folder.exists():  # a partial save from a killed run at this same step: never mix files
             shutil.rmtree(folder)
     dist.barrier()
-    engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
-    rng_path = folder / f"rng_rank{rank:05d}.pt"
-    tmp = rng_path.with_suffix(".tmp")
-    torch.save(rng_state(), tmp)
-    os.replace(tmp, rng_path)
-    if before_complete is not None:
-        before_complete(folder)
+    error: BaseException | None = None
+    try:
+        engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
+    except (OSError, RuntimeError) as e:  # a write failed before DeepSpeed's closing barrier: meet the others there
+        error = e
+        dist.barrier()
+    if error is None:
+        try:
+            rng_path = folder / f"rng_rank{rank:05d}.pt"
+            tmp = rng_path.with_suffix(".tmp")
+            torch.save(rng_state(), tmp)
+            os.replace(tmp, rng_path)
+        except (OSError, RuntimeError) as e:
+            error = e
+    if not _any_rank(error is not None, dev) and before_complete is not None:
+        try:
+            before_complete(folder)
+        except (OSError, RuntimeError) as e:
+            error = e
+    if _any_rank(error is not None, dev):
+        free = _free_bytes(ckpt_dir)
+        mine = [f"rank {rank}: {type(error).__name__}: {error}".splitlines()[0][:300]] if error else []
+        full = _any_rank(error is not None and _is_disk_full(error, free), dev)
+        errors = _gather(mine)
+        why = (f"saving checkpoint {folder} failed: the disk is full ({free / 2**20:.1f} MiB free on the "
+               f"filesystem of {ckpt_dir}); free space or lower checkpoint.keep_last, then resume"
+               if full else f"saving checkpoint {folder} failed ({'; '.join(errors)}); "
+                            f"{free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir}")
+        raise _abandon(folder, ckpt_dir, step, why, rank)
     bad = nonfinite_parameters(engine)
     dist.barrier()  # every rank's files are on disk
     if bad:
-        if rank == 0:
-            shutil.rmtree(folder, ignore_errors=True)
-        dist.barrier()
-        last = complete_tags(ckpt_dir)
-        raise CannotContinue(
-            f"the weights after step {step} are not finite ({len(bad)} tensors, e.g. {', '.join(bad[:3])}): "
-            f"step {step} was not checkpointed; last good checkpoint: "
-            + (f"{last[-1]} in {ckpt_dir}" if last else f"none in {ckpt_dir}")
-            + " (left untouched). Lower optim.lr or check the data, then resume."
-        )
+        raise _abandon(folder, ckpt_dir, step,
+                       f"the weights after step {step} are not finite ({len(bad)} tensors, e.g. {', '.join(bad[:3])})"
+                       "; lower optim.lr or check the data, then resume", rank)
     files = _gather_entries(folder, rank, world)
     if rank == 0:
         info = {"step": step, "world_size": world, "time": time.time(), "zero_stage": engine.zero_optimization_stage()}
-        write_complete(folder, {**info, **(meta or {})}, files)
-        _atomic_write(ckpt_dir / "latest", tag)
+        try:
+            write_complete(folder, {**info, **(meta or {})}, files)
+            _atomic_write(ckpt_dir / "latest", tag)
+        except OSError as e:
+            error = e
+    if _any_rank(error is not None, dev):
+        free = _free_bytes(ckpt_dir)
+        full = error is not None and _is_disk_full(error, free)
+        raise _abandon(folder, ckpt_dir, step, f"writing {COMPLETE} of {folder} failed"
+                       + (": the disk is full" if full else f" ({error})")
+                       + f" ({free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir})", rank)
+    if rank == 0:
         for old in complete_tags(ckpt_dir)[:-keep_last]:
             shutil.rmtree(ckpt_dir / old, ignore_errors=True)
             shutil.rmtree(ckpt_dir / (old + UNIVERSAL_SUFFIX), ignore_errors=True)

@@ -90,6 +90,8 @@ class CleanConfig(Section):
     output_format: Literal["jsonl.zst", "parquet"] = "jsonl.zst"
     min_chars: int = 0
     max_doc_bytes: int = Field(10_000_000, gt=0)
+    # A read that delivers nothing for this long (hung mount, silent remote store) is reported and skipped.
+    read_timeout_s: float = Field(300.0, ge=0)  # 0 = no limit
     dropped_samples_per_reason: int = 5
     progress: bool = True  # tqdm bar over shards
     extract: ExtractConfig = ExtractConfig()

@@ -37,7 +37,7 @@ from tokenizers import (
     trainers,
 )
 
-from data_pipeline.tokenizers.corpus import iter_texts
+from data_pipeline.tokenizers.corpus import iter_texts, require_texts
 from runconfig import RunConfig
 
 BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
@@ -252,6 +252,7 @@ def train_tokenizer(cfg: RunConfig) -> Path:
             shutil.rmtree(out)
         os.replace(tmp, out)
         return out
+    require_texts(cfg)
     texts = iter_texts(cfg, limit=tc.max_train_docs)
     extra: dict[str, bytes] = {}
     if tc.type == "bpe":

@@ -4,6 +4,8 @@ non-finite weights and a run folder in use (issue 12, items 1-5)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -86,8 +88,9 @@ def test_config_changes_on_resume_are_applied_or_refused(roberta_run, tmp_path):
 def test_nonfinite_weights_are_never_checkpointed(roberta_run, tmp_path):
     out = isolated(roberta_run, tmp_path)
     ckpts = Path(out.split("=", 1)[1]) / "checkpoints"
-    # 1e39 is a finite float in the config but overflows fp32: step 1's loss is finite, its update is not
-    res = _train_1rank(roberta_run, [out, *BASE, "optim.lr=1e39", "schedule.warmup_steps=0",
+    # A finite config whose first update overflows fp32: AdamW's decoupled decay multiplies the weights by
+    # 1 - lr x weight_decay = -3e39. Step 1's loss is finite (computed before the update); its weights are not.
+    res = _train_1rank(roberta_run, [out, *BASE, "optim.lr=3e37", "optim.weight_decay=100", "schedule.warmup_steps=0",
                                      "schedule.total_steps=3", "checkpoint.every_steps=1"])
     assert res.returncode == CANNOT_CONTINUE_EXIT_CODE, res.stderr[-3000:]
     assert "the weights after step 1 are not finite" in res.stderr
@@ -113,3 +116,29 @@ def test_second_run_on_the_same_folder_stops_before_any_work(roberta_run, tmp_pa
     res = _train_1rank(roberta_run, [out, *BASE, "schedule.total_steps=4"])
     assert res.returncode == 0 and "took over a stale lock" in res.stdout, res.stderr[-3000:]
     assert not (run / LOCK_NAME).exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None,
+                    reason="needs root to mount a small tmpfs as a full disk")
+def test_disk_full_names_the_path_and_removes_the_partial_folder(roberta_run, tmp_path):
+    out = isolated(roberta_run, tmp_path)
+    ckpts = Path(out.split("=", 1)[1]) / "checkpoints"
+    torchrun(roberta_run, [out, *BASE, "schedule.total_steps=4"], nproc=1)
+    size = sum(f.stat().st_size for f in (ckpts / "step00000004").iterdir())
+    small = tmp_path / "small"
+    small.mkdir()
+    # room for the copied step-4 checkpoint and half of another one
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size * 1.5) + (64 << 10)}", "tmpfs", str(small)],
+                   check=True)
+    try:
+        shutil.copytree(ckpts / "step00000004", small / "step00000004")
+        (small / "latest").write_text("step00000004")
+        res = _train_1rank(roberta_run, [out, *BASE, "schedule.total_steps=8", f"checkpoint.dir={small}"])
+        assert res.returncode == CANNOT_CONTINUE_EXIT_CODE, res.stderr[-3000:]
+        msg = res.stderr
+        assert f"saving checkpoint {small / 'step00000008'} failed: the disk is full" in msg, msg[-3000:]
+        assert "MiB free on the filesystem of" in msg and "last good checkpoint: step00000004" in msg
+        assert sorted(p.name for p in small.iterdir()) == ["latest", "resolved_config.yaml", "step00000004"]
+        assert complete_tags(small) == ["step00000004"]
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
