@@ -26,8 +26,8 @@ def _texts(n: int) -> list[str]:
 
 
 def _read(fmt: str, files, text_field: str = "text") -> list[tuple]:
-    from runconfig.data import SourceConfig
     from data_pipeline.readers import WorkShard
+    from runconfig.data import SourceConfig
 
     src = SourceConfig(name="s", format=fmt, paths=["/unused"], text_field=text_field)
     out, errors = [], ErrorLog()
