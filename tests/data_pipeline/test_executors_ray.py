@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,8 @@ PORT = 6391
 
 
 def _env(tmp: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
+    # Ray's token authentication, with a token of this test only (never the user's ~/.ray/auth_token).
+    return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
             "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
             # A dead node is declared dead after ~3 missed health checks of 0.5 s instead of ~30 s.
             "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
@@ -73,13 +75,13 @@ def test_two_node_ray_cluster_survives_worker_node_death(hosts, tmp_path):
         hosts.popen(0, [str(RAY), "start", "--head", "--node-ip-address", head, "--port", str(PORT),
                         "--include-dashboard=false", "--temp-dir", ray_tmp, *common], env, logs[0], str(ROOT))
         time.sleep(3)
-        hosts.popen(1, [str(RAY), "start", "--address", f"{head}:{PORT}", "--node-ip-address", worker,
+        worker_proc = hosts.popen(1, [str(RAY), "start", "--address", f"{head}:{PORT}", "--node-ip-address", worker,
                         *common], env, logs[1], str(ROOT))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # both nodes registered
             st = subprocess.run(["ip", "netns", "exec", hosts.names[0], str(RAY), "status", "--address",
                                  f"{head}:{PORT}"], env=env, capture_output=True, text=True)
-            if st.stdout.count("node_") >= 2:
+            if st.stdout.count("node_") >= 2 or worker_proc.poll() is not None:
                 break
             time.sleep(1)
         assert st.stdout.count("node_") >= 2, st.stdout + st.stderr + (tmp_path / "ray-worker.log").read_text()
