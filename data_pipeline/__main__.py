@@ -20,10 +20,10 @@ def _stage_clean(cfg, args):
 def _stage_dedup(cfg, args):
     from data_pipeline.dedup import run_dedup, run_dedup_task
 
-    if args.stage is not None:
+    if args.dedup_stage is not None:
         if args.task_index is None:
             raise SystemExit("error: --stage needs --task-index (one task of that stage)")
-        return run_dedup_task(cfg, args.stage, args.task_index, cfg.data.task_retries)
+        return run_dedup_task(cfg, args.dedup_stage, args.task_index, cfg.data.task_retries)
     return run_dedup(cfg)
 
 
@@ -42,7 +42,7 @@ def _stage_tokenize(cfg, args):
 def _stage_all(cfg, args):
     out = {}
     for name in ("clean", "dedup", "train-tokenizer", "tokenize"):
-        out[name] = STAGES[name][0](cfg, argparse.Namespace(shard_index=None, stage=None, task_index=None))
+        out[name] = STAGES[name][0](cfg, argparse.Namespace(shard_index=None, dedup_stage=None, task_index=None))
     return out
 
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--shard-index", type=int, default=None, help="process only this input shard (Slurm array task)"
             )
         if name == "dedup":
-            p.add_argument("--stage", default=None, help="run one task of this dedup stage (a Slurm array task)")
+            p.add_argument("--stage", dest="dedup_stage", default=None, help="run one task of this dedup stage (a Slurm array task)")
             p.add_argument("--task-index", type=int, default=None, help="which task of --stage")
     args = parser.parse_args(argv)
     cfg = config_from_args(args)

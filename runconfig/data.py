@@ -121,7 +121,7 @@ class DedupConfig(Section):
 
 
 class RayConfig(Section):
-    address: str = "auto"  # what ray.init takes: auto | host:port | ray://host:10001
+    address: str = "auto"  # what ray.init takes: auto | host:port | ray://host:10001; local: a Ray here
     num_cpus_per_task: float = Field(1.0, gt=0)
 
 

@@ -9,6 +9,7 @@ only the tasks without one. Stats are merged from the markers, so the report is 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 import traceback
@@ -64,14 +65,15 @@ class Stage:
     def todo(self) -> list[int]:
         return [i for i in range(self.num_tasks) if not self.is_done(i)]
 
-    def run_task(self, i: int) -> dict[str, Any]:
-        """Run task i and write its marker (what every executor calls, in whatever process it runs)."""
+    def run_task(self, i: int, where: str | None = None) -> dict[str, Any]:
+        """Run task i and write its marker (what every executor calls, in whatever process it runs);
+        `where` (the node that ran it) goes into the marker."""
         if not 0 <= i < self.num_tasks:
             raise IndexError(f"stage {self.name}: task index {i} outside 0..{self.num_tasks - 1}")
         t0 = time.time()
         stats = self.fn(i, **self.kwargs) or {}
         write_json_atomic(self.marker(i), {"task": self.task_name(i), "seconds": round(time.time() - t0, 3),
-                                           "stats": stats})
+                                           "where": where or socket.gethostname(), "stats": stats})
         return stats
 
     def task_stats(self) -> list[dict[str, Any]]:
@@ -85,10 +87,11 @@ class Stage:
         return out
 
 
-def run_task_guarded(stage: Stage, i: int) -> tuple[int, dict[str, Any] | None, str | None]:
+def run_task_guarded(stage: Stage, i: int, where: str | None = None
+                     ) -> tuple[int, dict[str, Any] | None, str | None]:
     """(i, stats, None) or (i, None, error text): a failing task never takes its worker down."""
     try:
-        return i, stage.run_task(i), None
+        return i, stage.run_task(i, where), None
     except Exception as e:
         tb = traceback.format_exc(limit=3)
         return i, None, f"{type(e).__name__}: {e}" + ("" if len(tb) > 1500 else f"\n{tb}")

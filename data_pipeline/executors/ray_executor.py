@@ -1,7 +1,7 @@
 """The Ray executor: each task is one Ray task (`num_cpus` each) on a running cluster.
 
 `data.ray.address` is what `ray.init` takes: `auto` (this node belongs to a cluster started with `ray start`),
-`host:port` of the head's GCS, or `ray://host:10001` (Ray Client). Tasks read and write the run folder, so every
+`host:port` of the head's GCS, or `ray://host:10001` (Ray Client); `local` starts a one-node Ray here. Tasks read and write the run folder, so every
 node must see it at the same path (a shared filesystem, as with Slurm). A node that dies mid-task is handled by
 Ray (`max_retries` system retries: the task reruns on a live node); a task that raises is resubmitted by us up
 to `data.task_retries` times. Outputs are written atomically and are a pure function of the inputs, so a task
@@ -16,6 +16,13 @@ from pathlib import Path
 from data_pipeline.executors.base import Executor, Progress, Stage, register_executor, run_task_guarded
 
 _REPO = str(Path(__file__).resolve().parents[2])
+
+
+def _ray_task(stage: Stage, i: int):
+    """Runs on a Ray worker: the task, with the node's address in its marker."""
+    import ray
+
+    return run_task_guarded(stage, i, ray.util.get_node_ip_address())
 
 
 @register_executor("ray")
@@ -37,10 +44,10 @@ class RayExecutor(Executor):
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             # Workers import data_pipeline: make this checkout importable there when it is not pip-installed.
             path = os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH", "")) if p)
-            ray.init(address=self.address, log_to_driver=False,
+            ray.init(address=None if self.address == "local" else self.address, log_to_driver=False,
                      runtime_env={"env_vars": {"PYTHONPATH": path, "DS_ACCELERATOR": "cpu"}})
         if self._remote is None:
-            self._remote = ray.remote(num_cpus=self.num_cpus, max_retries=max(self.retries, 1))(run_task_guarded)
+            self._remote = ray.remote(num_cpus=self.num_cpus, max_retries=max(self.retries, 1))(_ray_task)
         return ray
 
     def _run(self, stage: Stage, todo: list[int], progress: Progress) -> dict[int, str]:

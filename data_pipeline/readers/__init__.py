@@ -26,6 +26,7 @@ from data_pipeline.readers.formats import (
     read_parquet,
     read_text_file,
 )
+from data_pipeline.readers.ranges import split_file
 from data_pipeline.readers.warc import read_warc
 from runconfig.data import SourceConfig
 
@@ -59,9 +60,11 @@ def _label(rel: str) -> str | None:
     return parts[-2] if len(parts) >= 2 else None
 
 
-def plan_source_shards(source: SourceConfig, docs_per_shard: int) -> list[WorkShard]:
-    """Split a source into shards: one per container file, `docs_per_shard` files per shard for text
-    formats (one document each), row ranges of `docs_per_shard` for a `save_to_disk` dataset."""
+def plan_source_shards(source: SourceConfig, docs_per_shard: int, max_task_bytes: int | None = None
+                       ) -> list[WorkShard]:
+    """Split a source into shards: one per container file (or per record-aligned piece of a file larger than
+    `max_task_bytes`, see ranges.py), `docs_per_shard` files per shard for text formats (one document each),
+    row ranges of `docs_per_shard` for a `save_to_disk` dataset."""
     files = list_source_files(source.paths)
     if source.format in ("text", "text_folder"):
         return [
@@ -85,7 +88,8 @@ def plan_source_shards(source: SourceConfig, docs_per_shard: int) -> list[WorkSh
                 for f in list_source_files([raw]):
                     shards.append(WorkShard(source.name, len(shards), (f,)))
         return shards
-    return [WorkShard(source.name, i, (f,)) for i, f in enumerate(files)]
+    pieces = [p for f in files for p in split_file(f, source.format, max_task_bytes)]
+    return [WorkShard(source.name, i, (f,)) for i, f in enumerate(pieces)]
 
 
 def _first_split(ds):

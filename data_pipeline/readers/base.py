@@ -56,6 +56,8 @@ class ErrorLog:
 class SourceFile:
     path: str  # what fsspec opens
     rel: str  # path relative to the source root: the stable part of a document id
+    # A piece of a large file (readers/ranges.py): byte range, or row groups for Parquet. None: the whole file.
+    span: tuple[int, int] | None = None
 
 
 def _glob_root(pattern: str) -> str:

@@ -150,7 +150,7 @@ def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, we
             errors.add(src.path, 0, "empty_file")
             return
         gz = _is_gz(fh, 0)
-        pos = 0
+        pos, end = src.span if src.span else (0, float("inf"))  # a piece: records starting in [pos, end)
         while True:
             fh.seek(pos)
             it = ArchiveIterator(fh, arc2warc=True, check_digests=True)
@@ -162,6 +162,8 @@ def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, we
                     yield from held.release(it)
                     offset = pos if first else it.offset  # not get_record_offset(): it consumes the record
                     first = False
+                    if offset >= end:
+                        return
                     doc = _doc_from_record(rec, src, source, offset, wet, errors, max_bytes)
                     if doc is not None:
                         held.hold(doc, rec, offset, it)
@@ -187,7 +189,7 @@ def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, we
                 kind = "truncated_gzip" if isinstance(e, EOFError | zlib.error) else "corrupt_warc_record"
                 errors.add(src.path, bad_at, kind, f"{type(e).__name__}: {e}")
             nxt = _resync(fh, max(bad_at, pos) + 1, gz)
-            if nxt is None:
+            if nxt is None or nxt >= end:
                 return
             pos = nxt
 

@@ -148,7 +148,7 @@ def test_stage_array_scripts(tmp_path):
     arrays = {s: path.read_text() for s, path, _ in pipe if s.startswith("dedup-")}
     for stage, n in zip(dedup, [4, 14 + 1, 2, 1, 4], strict=True):
         assert f"#SBATCH --array=0-{n - 1}%2\n" in arrays[stage], stage
-        assert f"dedup --config" in arrays[stage] and f"--stage {stage} --task-index " in arrays[stage]
+        assert "dedup --config" in arrays[stage] and f"--stage {stage} --task-index " in arrays[stage]
         assert '"$SLURM_ARRAY_TASK_ID"' in arrays[stage] and "data.dedup.partitions=1" in arrays[stage]
     pipe = pipe[:1] + pipe[1 + len(dedup):]
     clean = pipe[0][1].read_text()

@@ -58,7 +58,7 @@ def test_clean_job_array_cleans_four_shards(slurm_cluster, tmp_path):
     st = launch_cli("status", job)
     assert st.returncode == 0 and st.stdout.count("COMPLETED") == 4, st.stdout + st.stderr
     prep = slurm_cluster.wait_state(prep_job, {"COMPLETED", "FAILED", "CANCELLED"}, 120)
-    assert prep["JobState"] == "COMPLETED", "\n".join(p.read_text()[-2000:] for p in (tmp_path / "run" / "slurm").glob("arr-prep-*.out"))
+    assert prep["JobState"] == "COMPLETED", "\n".join(p.read_text()[-2000:] for p in sorted((tmp_path / "run" / "slurm").glob("arr-*.out")))
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").is_file()
     dedup = json.loads((tmp_path / "run" / "dedup" / "dedup_stats.json").read_text())
     assert dedup["tasks"]["dedup-signatures"] == 4 and dedup["docs_in"] > 0  # every stage ran as array tasks
