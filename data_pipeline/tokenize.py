@@ -41,10 +41,10 @@ def special_ids(tok) -> dict[str, int | None]:
         return next((v[n] for n in names if n in v), None)
 
     return {
-        "bos": first("<s>", "[CLS]"),
-        "eos": first("</s>", "[SEP]"),
+        "bos": first("<s>", "[CLS]", "<|endoftext|>"),
+        "eos": first("</s>", "[SEP]", "<|endoftext|>"),
         "sep": first("</s>", "[SEP]"),
-        "pad": first("<pad>", "[PAD]"),
+        "pad": first("<pad>", "[PAD]", "<|endoftext|>"),  # GPT-2: pad = EOS
         "unk": first("<unk>", "[UNK]"),
         "mask": first("<mask>", "[MASK]"),
     }
