@@ -489,6 +489,10 @@ def hf_worker(argv: list[str]) -> None:
                                            "world_size": world, "ds_config": ds_config}))  # fmt: skip
 
 
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "hf":
         hf_worker(sys.argv[2:])
