@@ -68,7 +68,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (each: our run, then the HF run)")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (8 x 2 ranks each)")
+    ap.add_argument("--steps", type=int, default=MEASURE, help="measured steps (after 3 warm-up steps)")
     a = ap.parse_args()
+    global MEASURE
+    MEASURE = a.steps
     rep = C.Report(__file__)
     t_start = time.perf_counter()
     ga = a.grad_accum
