@@ -42,8 +42,8 @@ MODEL = ["model.hidden_size=256", "model.num_layers=4", "model.num_heads=4", "mo
 EXTRA_YAML = "tokenizer: {vocab_size: 8000}\npacking: {seq_len: 128}\n"
 
 
-def overrides(peak: float, grad_accum: int) -> list[str]:
-    total = WARMUP + MEASURE
+def overrides(peak: float, grad_accum: int, measure: int = MEASURE) -> list[str]:
+    total = WARMUP + measure
     return [*MODEL, "batch.micro_batch_size=8", f"batch.global_batch_size={16 * grad_accum}",
             f"schedule.total_steps={total}",
             f"schedule.warmup_steps={WARMUP}", f"eval.every_steps={total}", "eval.max_batches=1",
@@ -70,8 +70,7 @@ def main() -> int:
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (8 x 2 ranks each)")
     ap.add_argument("--steps", type=int, default=MEASURE, help="measured steps (after 3 warm-up steps)")
     a = ap.parse_args()
-    global MEASURE
-    MEASURE = a.steps
+    measure = a.steps
     rep = C.Report(__file__)
     t_start = time.perf_counter()
     ga = a.grad_accum
@@ -82,11 +81,11 @@ def main() -> int:
         cfg_path = C.prepare_run(tmp / "data", "roberta", EXTRA_YAML)
         print(f"data stages on BBC: {time.perf_counter() - t0:.0f}s")
         peak = C.cpu_peak_flops(threads=1)
-        ov = overrides(peak, ga)
+        ov = overrides(peak, ga, measure)
         fpt, n_params = model_flops_per_token(cfg_path, ov)
         rep.line(f"model: RoBERTa {n_params / 1e6:.2f}M params, {fpt / 1e6:.1f} MFLOP/token (training); per-rank fp32 "
                  f"matmul peak {peak / 1e9:.1f} GFLOP/s (1 thread); micro-batch 8 x 2 ranks x grad-accum {ga}; "
-                 f"{MEASURE} steps after {WARMUP}")  # fmt: skip
+                 f"{measure} steps after {WARMUP}")  # fmt: skip
         ours, hf = [], []
 
         def run_ours() -> float:
