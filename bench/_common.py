@@ -194,9 +194,10 @@ def torchrun(nproc: int, target: list[str], timeout: int = 600, env: dict[str, s
 
 
 def _code_version() -> str:
-    """HEAD plus the uncommitted changes of the code that produces a prepared run (a cache key part)."""
+    """The committed trees and uncommitted changes of the code that produces a prepared run (a cache key part)."""
     parts = ["data_pipeline", "runconfig", "configs"]
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    head = subprocess.run(["git", "rev-parse", *[f"HEAD:{p}" for p in parts]], cwd=ROOT, capture_output=True,
+                          text=True).stdout  # fmt: skip
     diff = subprocess.run(["git", "diff", "HEAD", "--", *parts], cwd=ROOT, capture_output=True, text=True).stdout
     return head + diff
 
