@@ -58,7 +58,7 @@ def test_readme_pipeline_data_stages_stay_off_the_gpu_partition(tmp_path, capsys
     scripts = {p.name: p.read_text() for p in (tmp_path / "run" / "slurm").glob("*.sbatch")}
     train = scripts.pop("gpt2-medium-train.sbatch")
     assert {"#SBATCH --gpus-per-node=8", "#SBATCH --partition=gpu"} <= sbatch_lines(train)
-    # clean, the dedup stages, manifest, tokenize (tokenizer training runs inside tokenize): every data stage of the pipeline, none of them on the GPUs
+    # clean, the dedup stages, manifest, tokenize (tokenizer training runs in the dedup report job): every data stage of the pipeline, none of them on the GPUs
     assert {"gpt2-medium-clean.sbatch", "gpt2-medium-manifest.sbatch", "gpt2-medium-tokenize.sbatch"} <= set(scripts)
     assert any("dedup" in name for name in scripts), sorted(scripts)
     for name, text in scripts.items():
