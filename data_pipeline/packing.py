@@ -341,7 +341,9 @@ def index_cache_path(cfg, manifest: dict, source: str, cache_dir: str | os.PathL
     if cache_dir is None or cfg.packing.mode != "full_sentences" or cfg.packing.sentence_break == "fill":
         return None
     shas = [m["sha256_bin"] + m["sha256_idx"] for m in manifest["sources"][source]["shards"]]
-    key = hashlib.sha256(json.dumps([shas, cfg.packing.model_dump(), manifest["special_ids"]]).encode()).hexdigest()
+    # sort_keys: the manifest read back from disk has its keys sorted, the one run_tokenize holds does not
+    parts = [shas, cfg.packing.model_dump(), manifest["special_ids"]]
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     return Path(cache_dir) / source / f"pack-{key[:20]}.npz"
 
 

@@ -1,7 +1,8 @@
 """The whole pipeline on one machine, stage by stage: what `make demo` runs.
 
 crawl + corpus -> clean -> dedup -> tokenizer -> token shards -> DeepSpeed pretraining (torchrun, N ranks)
--> checkpoint -> HF export -> reload in a fresh process -> fine-tune (pretrained vs random init) -> summary.
+-> checkpoint -> HF export -> reload in a fresh process -> transfer evaluation (pretrained vs random init, HF
+Trainer, LR per arm, seeds, probe) -> summary.
 Each stage is the same code the stage commands run; this module only sequences them.
 """
 
@@ -75,6 +76,10 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     t_start = time.time()
     times: dict[str, float] = {}
     resolved = save_resolved(cfg, layout.root)
+    if cfg.finetune.tasks:  # a bad fine-tune task (file, column, labels) stops the run before any work
+        from pretrain.labelled import load_tasks
+
+        load_tasks(cfg)
 
     def stage(name: str, fn, *a):
         _banner(name)
@@ -92,11 +97,12 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     dedup_stats = stage("dedup: exact + MinHash near-duplicates", run_dedup, cfg)
     stage("tokenizer: train byte-level BPE", train_tokenizer, cfg)
     token_stats = stage("tokenize: write token shards", run_tokenize, cfg)
+    budget = f", {cfg.schedule.budget_minutes:g} min budget" if cfg.schedule.budget_minutes else ""
     stage(f"pretrain: {cfg.model.family} via DeepSpeed ZeRO-{cfg.deepspeed.zero_stage} on "
-          f"{cfg.launch.procs_per_node} ranks", run_training, cfg, resolved)
+          f"{cfg.launch.procs_per_node} ranks{budget}", run_training, cfg, resolved)
 
     from pretrain.export import export
-    from pretrain.finetune import finetune
+    from pretrain.transfer import format_report, run_transfer
 
     export_dir = stage("export: Hugging Face folder", export, cfg)
     _banner("reload the export with plain transformers in a fresh process")
@@ -109,10 +115,8 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         raise SystemExit(f"reloading the export failed:\n{out.stderr[-3000:]}")
     reload_info = json.loads(out.stdout.strip().splitlines()[-1])
     print(json.dumps(reload_info))
-    ft_pre = stage("finetune: classifier from the pretrained export", finetune, cfg, export_dir, "pretrained",
-                   layout.finetune)
-    ft_rand = stage("finetune: same classifier from random initialisation", finetune, cfg, export_dir, "random",
-                    layout.finetune)
+    transfer = stage("transfer: pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)",
+                     run_transfer, cfg, export_dir, layout.finetune) if cfg.finetune.tasks else {"tasks": {}}
     state = json.loads((Path(export_dir) / "training_state.json").read_text())
     summary = {
         "run_dir": str(layout.root),
@@ -125,10 +129,8 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         "pretrain_steps": state.get("step"),
         "tokens_seen": state.get("tokens_seen"),
         "final_pretrain_loss": state.get("loss"),
-        "finetune_accuracy_pretrained": ft_pre["accuracy"],
-        "finetune_accuracy_random_init": ft_rand["accuracy"],
-        "finetune_train_examples": ft_pre["train_examples"],
-        "finetune_test_examples": ft_pre["test_examples"],
+        "eval_loss": _last_eval_loss(layout.logs),
+        "transfer": {name: _headline(r) for name, r in transfer["tasks"].items()},
         "reload": reload_info,
         "stats": {"clean": clean_stats, "dedup": dedup_stats, "tokens": token_stats},
         "stage_seconds": times,
@@ -138,14 +140,37 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     _banner("summary")
     for k in ("run_dir", "cleaned_corpus", "tokenizer", "token_shards", "checkpoints", "tensorboard", "export"):
         print(f"{k:<32} {summary[k]}")
-    for k in ("pretrain_steps", "tokens_seen", "final_pretrain_loss"):
+    for k in ("pretrain_steps", "tokens_seen", "final_pretrain_loss", "eval_loss"):
         print(f"{k:<32} {summary[k]}")
-    print(f"{'fine-tune accuracy (pretrained)':<32} {ft_pre['accuracy']:.3f}   "
-          f"({ft_pre['test_examples']} held-out BBC articles never seen in pretraining)")
-    print(f"{'fine-tune accuracy (random init)':<32} {ft_rand['accuracy']:.3f}")
+    if transfer["tasks"]:
+        print("transfer (test accuracy, mean ± sd over seeds; test text never seen in pretraining):")
+        print(format_report(transfer))
     print(f"{'stage seconds':<32} {times}")
     print(f"{'total seconds':<32} {summary['total_seconds']}")
     return summary
+
+
+def _headline(r: dict[str, Any]) -> dict[str, Any]:
+    """The figures summary.json keeps per task (the full report is transfer.json beside the export)."""
+    out: dict[str, Any] = {"test_examples": r["splits"]["test"], "train_examples": r["splits"]["train"]}
+    for arm, e in r["arms"].items():
+        out[f"{arm}_mean"] = e["test_accuracy"]["mean"]
+        out[f"{arm}_sd"] = e["test_accuracy"]["sd"]
+        out[f"{arm}_lr"] = e["lr"]
+        if "probe_accuracy" in e:
+            out[f"{arm}_probe"] = e["probe_accuracy"]
+    for k in ("margin", "p_value", "probe_margin"):
+        if k in r:
+            out[k] = r[k]
+    return out
+
+
+def _last_eval_loss(logs: Path) -> float | None:
+    path = logs / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if '"eval"' in line]
+    return rows[-1]["loss"] if rows else None
 
 
 def main(argv: list[str] | None = None) -> int:

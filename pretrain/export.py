@@ -16,6 +16,7 @@ import yaml
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from data_pipeline.layout import RunLayout
+from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
 from pretrain.families import get_family
 from pretrain.models import build_model
@@ -116,6 +117,7 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
         setattr(model.config, key, value)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+    make_portable(out)  # loads with transformers 4.40+ as well as 5.x
     if family.generative:
         padded = list(range(len(tokenizer), model.config.vocab_size))
         gen = GenerationConfig.from_model_config(model.config)

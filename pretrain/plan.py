@@ -76,8 +76,9 @@ def format_report(r: dict[str, Any]) -> str:
         f"grad accumulation {p['grad_accum']}",
         f"global batch      {p['global_batch_size']} sequences = {p['tokens_per_step']:,} tokens",
         f"peak LR           {p['peak_lr']:.3g} (rule: {p['lr_rule']})",
-        f"warmup            {p['warmup_steps']} of {p['total_steps']} steps",
-        f"total tokens      {p['total_tokens']:,}",
+        *([f"warmup            {p['warmup_steps']} of {p['total_steps']} steps",
+           f"total tokens      {p['total_tokens']:,}"] if p["total_steps"] is not None else
+          [f"time budget       {p['budget_s'] / 60:g} min, warmup {p['warmup_fraction']:.0%} of it (LR follows the clock)"]),
         f"parameters        {r['params']:,} (largest layer {r['largest_layer_params']:,})",
         "model-state memory per rank (GiB):",
     ]

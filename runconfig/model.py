@@ -19,8 +19,8 @@ class ModelConfig(Section):
     max_position_embeddings: int = Field(514, gt=0)  # RoBERTa reserves 2 positions (padding_idx + 1)
     dropout: float = Field(0.1, ge=0, lt=1)
     attention_dropout: float = Field(0.1, ge=0, lt=1)
-    layer_norm_eps: float = 1e-5
-    initializer_range: float = 0.02
+    layer_norm_eps: float = Field(1e-5, gt=0)
+    initializer_range: float = Field(0.02, gt=0)
     # T5 v1.0: relu; v1.1: gated-gelu (untied head). We follow the original paper by default.
     feed_forward_proj: str = "relu"
     tie_word_embeddings: bool = True

@@ -1,9 +1,12 @@
 """The whole run: one YAML, one object, validated across sections before any work starts."""
 
+import warnings
+
 from pydantic import Field, model_validator
 
 from runconfig.base import Section
 from runconfig.data import DataConfig
+from runconfig.finetune import FinetuneConfig
 from runconfig.launch import LaunchConfig
 from runconfig.model import ModelConfig
 from runconfig.objective import ObjectiveConfig
@@ -13,7 +16,6 @@ from runconfig.train import (
     CheckpointConfig,
     DeepSpeedConfig,
     EvalConfig,
-    FinetuneConfig,
     LoggingConfig,
     LRScalingConfig,
     OptimConfig,
@@ -86,12 +88,26 @@ class RunConfig(Section):
             raise ValueError("deepspeed.offload_params needs deepspeed.zero_stage: 3")
         if self.deepspeed.offload_optimizer and self.deepspeed.zero_stage == 0:
             raise ValueError("deepspeed.offload_optimizer needs deepspeed.zero_stage >= 1")
-        if self.finetune.source is not None:
-            names = {s.name for s in self.data.sources}
-            if self.finetune.source not in names:
-                raise ValueError(f"finetune.source: '{self.finetune.source}' is not one of data.sources {sorted(names)}")
+        names = {s.name for s in self.data.sources}
+        for i, task in enumerate(self.finetune.tasks):
+            if task.source is not None and task.source not in names:
+                raise ValueError(f"finetune.tasks.{i}.source: '{task.source}' is not one of data.sources {sorted(names)}")
         self.batch_plan()  # raises with the key named when the batch does not divide
+        self._warn_vocab()
         return self
+
+    def _warn_vocab(self) -> None:
+        """A vocabulary far beyond any real tokenizer (a typo such as an extra 0) makes the embedding dominate
+        the ZeRO memory plan: model states (fp32 weights, grads, Adam moments: 16 bytes/param) of the
+        embedding alone, before ZeRO partitions them."""
+        v, h = self.tokenizer.vocab_size, self.model.hidden_size
+        gib = v * h * 16 / 2**30
+        if v > 1_000_000 or gib > 64:
+            warnings.warn(
+                f"tokenizer.vocab_size ({v:,}) is absurd for the ZeRO memory plan: the embedding alone needs "
+                f"{gib:.1f} GiB of model states (x{h} hidden); see `python -m pretrain plan`",
+                UserWarning, stacklevel=2,
+            )
 
     def batch_plan(self, world_size: int | None = None) -> dict[str, int]:
         """Global batch -> (micro-batch, accumulation) for a world size; the one place this is derived."""
