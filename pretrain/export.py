@@ -112,10 +112,12 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
+    family = get_family(cfg.model.family)
+    for key, value in family.export_config.items():
+        setattr(model.config, key, value)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     make_portable(out)  # loads with transformers 4.40+ as well as 5.x
-    family = get_family(cfg.model.family)
     if family.generative:
         padded = list(range(len(tokenizer), model.config.vocab_size))
         gen = GenerationConfig.from_model_config(model.config)
