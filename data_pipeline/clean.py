@@ -31,7 +31,7 @@ def plan_clean(cfg) -> list[WorkShard]:
     """All work shards of all sources, in a fixed order: the global index is the Slurm array task id."""
     out: list[WorkShard] = []
     for src in cfg.data.sources:
-        out.extend(plan_source_shards(src, cfg.data.clean.docs_per_shard))
+        out.extend(plan_source_shards(src, cfg.data.clean.docs_per_shard, cfg.data.max_task_bytes))
     return out
 
 
@@ -43,7 +43,9 @@ def config_fingerprint(cfg) -> str:
     """Markers from a different cleaning config (or seed, which moves the holdout) are stale."""
     blob = json.dumps({"clean": cfg.data.clean.model_dump(mode="json"),
                        "sources": [s.model_dump(mode="json") for s in cfg.data.sources],
-                       "seed": cfg.run.seed}, sort_keys=True)
+                       "seed": cfg.run.seed,
+                       **({"max_task_bytes": cfg.data.max_task_bytes} if cfg.data.max_task_bytes else {})},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -91,7 +93,7 @@ class _ShardCleaner:
 
     def records(self) -> Iterator[dict[str, Any]]:
         clean, frac, seed = self.cfg.data.clean, self.source.holdout_fraction, self.cfg.run.seed
-        for doc in read_shard_docs(self.source, self.shard, self.errors, clean.max_doc_bytes):
+        for doc in read_shard_docs(self.source, self.shard, self.errors, clean.max_doc_bytes, clean.read_timeout_s):
             self.counts["read"] += 1
             if in_holdout(doc.id, frac, seed):
                 self.counts["holdout"] += 1

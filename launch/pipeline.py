@@ -22,23 +22,22 @@ from runconfig import RunConfig, save_resolved
 from runconfig.cli import add_config_args, config_from_args
 
 RELOAD_CHECK = """
-import json, sys, torch
-from transformers import AutoModelForMaskedLM, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
-path, family = sys.argv[1], sys.argv[2]
-cls = {"roberta": AutoModelForMaskedLM, "gpt2": AutoModelForCausalLM, "t5": AutoModelForSeq2SeqLM}[family]
+import json, sys, torch, transformers
+from transformers import AutoTokenizer
+path, auto_class, task = sys.argv[1], sys.argv[2], sys.argv[3]
 tok = AutoTokenizer.from_pretrained(path)
-model = cls.from_pretrained(path).eval()
+model = getattr(transformers, auto_class).from_pretrained(path).eval()
 text = "The company said its profits rose sharply in the third quarter."
-if family == "roberta":
+if task == "masked_lm":
     text = text.replace("profits", tok.mask_token)
 enc = tok(text, return_tensors="pt")
 with torch.no_grad():
-    if family == "t5":
+    if task == "seq2seq":
         out = model(**enc, decoder_input_ids=torch.zeros_like(enc["input_ids"][:, :1]))
     else:
         out = model(**enc)
 top = None
-if family == "roberta":
+if task == "masked_lm":
     pos = (enc["input_ids"][0] == tok.mask_token_id).nonzero()[0, 0]
     top = tok.convert_ids_to_tokens(out.logits[0, pos].topk(5).indices.tolist())
 print(json.dumps({"class": type(model).__name__, "params": sum(p.numel() for p in model.parameters()),
@@ -107,7 +106,10 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
 
     export_dir = stage("export: Hugging Face folder", export, cfg)
     _banner("reload the export with plain transformers in a fresh process")
-    out = subprocess.run([sys.executable, "-c", RELOAD_CHECK, str(export_dir), cfg.model.family],
+    from pretrain.families import get_family
+
+    family = get_family(cfg.model.family)
+    out = subprocess.run([sys.executable, "-c", RELOAD_CHECK, str(export_dir), family.auto_class, family.task],
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"reloading the export failed:\n{out.stderr[-3000:]}")

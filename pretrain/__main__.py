@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from runconfig.cli import add_config_args, config_from_args
+from runconfig.cli import add_config_args, config_from_args, preflight
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,12 +34,21 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(args)
 
     if args.command == "train":
-        from pretrain.checkpoint import PREEMPTED_EXIT_CODE
-        from pretrain.train import train
-
-        result = train(cfg)
         import torch.distributed as dist
 
+        from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, PREEMPTED_EXIT_CODE, CannotContinue
+        from pretrain.engine import accelerator_name
+        from pretrain.train import train
+        from runconfig.preflight import check_train
+
+        preflight(cfg, lambda c: check_train(c, accelerator_name()))
+
+        try:
+            result = train(cfg)
+        except CannotContinue as e:  # a restart would fail the same way: a code Slurm does not requeue on
+            if not dist.is_initialized() or dist.get_rank() == 0:
+                print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            return CANNOT_CONTINUE_EXIT_CODE
         if dist.get_rank() == 0:
             print(json.dumps(result, indent=1, default=str), flush=True)
         dist.destroy_process_group()

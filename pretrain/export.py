@@ -16,7 +16,9 @@ import yaml
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from data_pipeline.layout import RunLayout
+from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
+from pretrain.families import get_family
 from pretrain.models import build_model
 from pretrain.parity import PROBE_FILE, check_parity
 from runconfig import RunConfig
@@ -103,12 +105,6 @@ def _model_card(cfg: RunConfig, state: dict[str, Any], manifest: dict[str, Any] 
     return "\n".join(lines) + "\n"
 
 
-def _auto_class(family: str):
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
-
-    return {"roberta": AutoModelForMaskedLM, "gpt2": AutoModelForCausalLM, "t5": AutoModelForSeq2SeqLM}[family]
-
-
 def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = None) -> Path:
     layout = RunLayout(cfg)
     ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
@@ -118,7 +114,9 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    if cfg.model.family in ("gpt2", "t5"):
+    make_portable(out)  # loads with transformers 4.40+ as well as 5.x
+    family = get_family(cfg.model.family)
+    if family.generative:
         padded = list(range(len(tokenizer), model.config.vocab_size))
         gen = GenerationConfig.from_model_config(model.config)
         if padded:
@@ -126,7 +124,7 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
         gen.save_pretrained(out)
     probe = ckpt_dir / tag / PROBE_FILE
     if probe.is_file():
-        reloaded = _auto_class(cfg.model.family).from_pretrained(str(out))
+        reloaded = family.auto_cls().from_pretrained(str(out))
         state_parity = check_parity(reloaded, probe)
         if state_parity > 1e-5 and cfg.deepspeed.precision == "fp32":
             raise RuntimeError(f"export parity failed: max |logit difference| {state_parity:.3g} > 1e-5 "

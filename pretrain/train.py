@@ -20,12 +20,15 @@ from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator, prepare_model
 from pretrain import checkpoint as ckpt
+from pretrain import resume_diff
 from pretrain.engine import build_engine, init_distributed
 from pretrain.metrics import MetricsLogger, Throughput, flops_per_token, measure_peak_flops
 from pretrain.models import build_model, count_parameters
 from pretrain.parity import PROBE_FILE, probe_inputs, probe_logits, save_probe
+from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
 from runconfig import RunConfig, save_resolved
+from runconfig.load import to_dict
 
 
 class StopRequested:
@@ -94,8 +97,53 @@ class TrainingClock:
         return step if self.plan.budget_s is None else min(round(self.elapsed_s), self.bar_total)
 
 
-class TrainingHalted(RuntimeError):
+class TrainingHalted(ckpt.CannotContinue):
     pass
+
+
+def take_run_lock(folders: list[Path], rank: int) -> list[RunLock]:
+    """Rank 0 locks the run folders before any work; every rank stops if that fails."""
+    locks, error = [], None
+    if rank == 0:
+        try:
+            for folder in folders:
+                lock = RunLock(folder)
+                note = lock.acquire()
+                locks.append(lock)
+                if note:
+                    print(note, flush=True)
+        except RunFolderLocked as e:
+            for lock in locks:
+                lock.release()
+            error = str(e)
+    msg = [error]
+    dist.broadcast_object_list(msg, src=0)
+    if msg[0] is not None:
+        raise RunFolderLocked(msg[0])
+    return locks
+
+
+def resume_point(cfg: RunConfig, ckpt_dir: Path, rank: int) -> tuple[Path, str | None]:
+    """The checkpoint to resume from (verified on every rank), and the config changes since it (applied or
+    refused, printed)."""
+    tag = None
+    if cfg.checkpoint.resume == "auto":
+        tag = ckpt.select_resume_tag(ckpt_dir)
+    elif cfg.checkpoint.resume != "none":
+        ckpt_dir, tag = Path(cfg.checkpoint.resume).parent, Path(cfg.checkpoint.resume).name
+        if not (ckpt_dir / tag / ckpt.COMPLETE).is_file():
+            raise ckpt.CannotContinue(f"checkpoint.resume: {ckpt_dir / tag} is not a complete checkpoint "
+                                      f"(no {ckpt.COMPLETE} file)")
+        problems = ckpt.verify_checkpoint(ckpt_dir / tag)
+        if problems:
+            raise ckpt.CannotContinue(f"checkpoint.resume: {ckpt_dir / tag} is damaged: " + "; ".join(problems[:6]))
+    if tag is not None:
+        meta = ckpt.read_complete(ckpt_dir, tag)
+        changes = resume_diff.compare(meta.get("config"), to_dict(cfg), meta["step"],
+                                      cfg.checkpoint.accept_config_changes)
+        if rank == 0 and changes.describe():
+            print(changes.describe(), flush=True)
+    return ckpt_dir, tag
 
 
 def _rng_isolated():
@@ -159,12 +207,26 @@ def evaluate(engine, loader: PretrainLoader, max_batches: int, device: torch.dev
 
 
 def train(cfg: RunConfig) -> dict[str, Any]:
+    rank, _ = init_distributed(cfg)
+    out, ckpts = Path(cfg.run.output_dir).resolve(), Path(cfg.checkpoint_dir).resolve()
+    locks = take_run_lock([out] if ckpts.is_relative_to(out) else [out, ckpts], rank)
+    try:
+        return _train(cfg)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def _train(cfg: RunConfig) -> dict[str, Any]:
     # --- set-up ---------------------------------------------------------------------------------------------
-    rank, world = init_distributed(cfg)
+    rank, world = dist.get_rank(), dist.get_world_size()
     layout = RunLayout(cfg)
     ckpt_dir = Path(cfg.checkpoint_dir)
     plan = make_plan(cfg, world)
     torch.manual_seed(cfg.run.seed + rank)
+
+    # --- resume (decided before the engine exists: another world size loads a universal checkpoint) ---------
+    load_dir, tag = resume_point(cfg, ckpt_dir, rank)
     if rank == 0:
         save_resolved(cfg, cfg.run.output_dir)
         save_resolved(cfg, ckpt_dir)
@@ -178,16 +240,12 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     train_loader = PretrainLoader(cfg, rank, world, split="train", collate_fn=collate)
     eval_loader = PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate)
 
-    # --- resume (decided before the engine exists: another world size loads a universal checkpoint) ---------
-    tag = ckpt.find_resume_tag(ckpt_dir) if cfg.checkpoint.resume == "auto" else None
-    if cfg.checkpoint.resume not in ("auto", "none"):
-        ckpt_dir, tag = Path(cfg.checkpoint.resume).parent, Path(cfg.checkpoint.resume).name
-    universal = tag is not None and ckpt.needs_universal(ckpt_dir, tag, world)
+    universal = tag is not None and ckpt.needs_universal(load_dir, tag, world)
     if universal:
         if rank == 0:
             print(f"[train] {tag} was written by another world size: converting to a universal checkpoint",
                   flush=True)
-            ckpt.convert_to_universal(ckpt_dir, tag)
+            ckpt.convert_to_universal(load_dir, tag)
         dist.barrier()
         tag += ckpt.UNIVERSAL_SUFFIX
 
@@ -196,13 +254,16 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     stop = StopRequested()
     step, tokens_seen, bad_steps, last_loss, elapsed_s = 0, 0, 0, float("nan"), 0.0
     if tag is not None:
-        state = ckpt.load_checkpoint(engine, ckpt_dir, tag)
+        current = resume_diff.schedule_snapshot(scheduler)  # loading restores the checkpoint's schedule
+        state = ckpt.load_checkpoint(engine, load_dir, tag)
+        resume_diff.reapply_schedule(scheduler, current)
         step, tokens_seen = state["step"], state["tokens_seen"]
         last_loss = state.get("loss", last_loss)
         elapsed_s = float(state.get("elapsed_s", 0.0))  # the time-budget clock continues where it stopped
         train_loader.load_state_dict(state["loader"])
         if rank == 0:
-            print(f"[train] resumed from {ckpt_dir / tag} at step {step} ({elapsed_s:.1f}s of training)", flush=True)
+            print(f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
+                  f"lr now {scheduler.get_last_lr()[0]:.6g})", flush=True)
     clock = TrainingClock(cfg, plan, scheduler, elapsed_s)
 
     def client_state() -> dict[str, Any]:
@@ -216,6 +277,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         }
 
     probe_batch = probe_inputs(tokenizer, cfg.model.family)
+    ckpt_meta = {"config": to_dict(cfg)}
 
     def store_probe(folder: Path) -> None:
         """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all)."""
@@ -269,7 +331,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         if bad_steps >= cfg.deepspeed.max_consecutive_bad_steps:
             raise TrainingHalted(
                 f"{bad_steps} consecutive steps with non-finite loss at step {step}; last good checkpoint: "
-                f"{ckpt.find_resume_tag(ckpt_dir)} in {ckpt_dir} (left untouched)"
+                f"{(ckpt.complete_tags(ckpt_dir) or [None])[-1]} in {ckpt_dir} (left untouched)"
             )
         if step_ok:
             last_loss = step_loss
@@ -300,7 +362,8 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         preempted = stop_all
         due = step % cfg.checkpoint.every_steps == 0 or finished
         if (due and step_ok) or preempted:  # never replace good checkpoints with a step that had a non-finite loss
-            ckpt.save_checkpoint(engine, ckpt_dir, step, client_state(), cfg.checkpoint.keep_last, store_probe)
+            ckpt.save_checkpoint(engine, ckpt_dir, step, client_state(), cfg.checkpoint.keep_last, store_probe,
+                                 ckpt_meta)
         if preempted:
             if rank == 0:
                 bar.write(f"[train] signal {stop.signum}: checkpointed at step {step}, exiting for requeue")

@@ -1,14 +1,12 @@
 """Pretraining objective section."""
 
-from typing import Literal
-
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from runconfig.base import Section
 
 
 class ObjectiveConfig(Section):
-    type: Literal["mlm", "causal", "span_corruption"] = "mlm"
+    type: str = "mlm"  # a registered objective (data_pipeline/objectives/, or a `lmstack.objectives` entry point)
     # RoBERTa dynamic masking.
     mlm_probability: float = Field(0.15, gt=0, lt=1)
     mask_token_fraction: float = Field(0.8, ge=0, le=1)
@@ -22,6 +20,15 @@ class ObjectiveConfig(Section):
     # T5 span corruption.
     noise_density: float = Field(0.15, gt=0, lt=1)
     mean_noise_span_length: float = Field(3.0, gt=0)
+
+    @field_validator("type")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        from data_pipeline.objectives.registry import OBJECTIVES  # torch-free spec layer
+
+        if v not in OBJECTIVES:
+            raise ValueError(f"unknown objective '{v}' (registered: {OBJECTIVES.names()})")
+        return v
 
     @model_validator(mode="after")
     def _fractions(self) -> "ObjectiveConfig":

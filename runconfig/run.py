@@ -1,5 +1,7 @@
 """The whole run: one YAML, one object, validated across sections before any work starts."""
 
+import warnings
+
 from pydantic import Field, model_validator
 
 from runconfig.base import Section
@@ -19,14 +21,6 @@ from runconfig.train import (
     OptimConfig,
     ScheduleConfig,
 )
-
-# Which objective and packing each family can train with, and the tokenizer its special tokens assume.
-FAMILY_OBJECTIVES = {"roberta": {"mlm"}, "gpt2": {"causal"}, "t5": {"span_corruption"}}
-OBJECTIVE_PACKING = {
-    "mlm": {"full_sentences", "line_by_line"},
-    "causal": {"contiguous", "line_by_line"},
-    "span_corruption": {"t5_spans"},
-}
 
 
 class RunMeta(Section):
@@ -58,30 +52,35 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> "RunConfig":
-        fam, obj, pack = self.model.family, self.objective.type, self.packing.mode
-        if obj not in FAMILY_OBJECTIVES[fam]:
+        # Which objective and packing a family trains with, and the tokenizer its special tokens assume, come
+        # from the registered specs (torch-free; imported here, not at module load, to keep the floors apart).
+        from data_pipeline.objectives.registry import get_objective
+        from pretrain.families.registry import get_family
+
+        fam, obj, pack = get_family(self.model.family), get_objective(self.objective.type), self.packing.mode
+        if not (obj.name in fam.objectives or (obj.trains is not None and obj.trains(fam))):
             raise ValueError(
-                f"objective.type: '{obj}' cannot train model.family '{fam}' "
-                f"(allowed: {sorted(FAMILY_OBJECTIVES[fam])})"
+                f"objective.type: '{obj.name}' cannot train model.family '{fam.name}' "
+                f"(allowed: {sorted(fam.objectives)})"
             )
-        if pack not in OBJECTIVE_PACKING[obj]:
+        if pack not in obj.packing:
             raise ValueError(
-                f"packing.mode: '{pack}' does not fit objective.type '{obj}' "
-                f"(allowed: {sorted(OBJECTIVE_PACKING[obj])})"
+                f"packing.mode: '{pack}' does not fit objective.type '{obj.name}' (allowed: {sorted(obj.packing)})"
             )
-        expected_tok = {"roberta": {"bpe", "wordpiece"}, "gpt2": {"bpe"}, "t5": {"unigram"}}[fam]
-        if self.tokenizer.pretrained_path is None and self.tokenizer.type not in expected_tok:
+        if self.tokenizer.pretrained_path is None and self.tokenizer.type not in fam.tokenizer_types:
             raise ValueError(
-                f"tokenizer.type: '{self.tokenizer.type}' has no special tokens for model.family '{fam}' "
-                f"(allowed: {sorted(expected_tok)})"
+                f"tokenizer.type: '{self.tokenizer.type}' has no special tokens for model.family '{fam.name}' "
+                f"(allowed: {sorted(fam.tokenizer_types)})"
             )
-        if fam != "t5":
-            limit = self.model.max_position_embeddings - (2 if fam == "roberta" else 0)
-            if self.packing.seq_len > limit:
-                raise ValueError(
-                    f"packing.seq_len ({self.packing.seq_len}) exceeds the positions model.max_position_embeddings "
-                    f"allows ({limit})"
-                )
+        limit = fam.position_limit(self.model.max_position_embeddings)
+        if limit is not None and self.packing.seq_len > limit:
+            raise ValueError(
+                f"packing.seq_len ({self.packing.seq_len}) exceeds the positions model.max_position_embeddings "
+                f"allows ({limit})"
+            )
+        for check in (fam.validate, obj.validate):
+            if check is not None:
+                check(self)
         if self.deepspeed.offload_params and self.deepspeed.zero_stage != 3:
             raise ValueError("deepspeed.offload_params needs deepspeed.zero_stage: 3")
         if self.deepspeed.offload_optimizer and self.deepspeed.zero_stage == 0:
@@ -91,7 +90,21 @@ class RunConfig(Section):
             if task.source is not None and task.source not in names:
                 raise ValueError(f"finetune.tasks.{i}.source: '{task.source}' is not one of data.sources {sorted(names)}")
         self.batch_plan()  # raises with the key named when the batch does not divide
+        self._warn_vocab()
         return self
+
+    def _warn_vocab(self) -> None:
+        """A vocabulary far beyond any real tokenizer (a typo such as an extra 0) makes the embedding dominate
+        the ZeRO memory plan: model states (fp32 weights, grads, Adam moments: 16 bytes/param) of the
+        embedding alone, before ZeRO partitions them."""
+        v, h = self.tokenizer.vocab_size, self.model.hidden_size
+        gib = v * h * 16 / 2**30
+        if v > 1_000_000 or gib > 64:
+            warnings.warn(
+                f"tokenizer.vocab_size ({v:,}) is absurd for the ZeRO memory plan: the embedding alone needs "
+                f"{gib:.1f} GiB of model states (x{h} hidden); see `python -m pretrain plan`",
+                UserWarning, stacklevel=2,
+            )
 
     def batch_plan(self, world_size: int | None = None) -> dict[str, int]:
         """Global batch -> (micro-batch, accumulation) for a world size; the one place this is derived."""

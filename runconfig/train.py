@@ -23,6 +23,13 @@ class OptimConfig(Section):
     weight_decay: float = Field(0.01, ge=0)
     grad_clip: float = Field(1.0, ge=0)
 
+    @model_validator(mode="after")
+    def _betas_in_range(self) -> "OptimConfig":
+        for i, b in enumerate(self.betas):
+            if not 0.0 <= b < 1.0:
+                raise ValueError(f"optim.betas.{i}: {b} is outside [0, 1) (Adam's moment decay rates)")
+        return self
+
 
 class ScheduleConfig(Section):
     """Warmup then decay, counted in optimizer steps or, with `budget_minutes`, in elapsed training time
@@ -105,6 +112,8 @@ class CheckpointConfig(Section):
     every_steps: int = Field(100, gt=0)
     keep_last: int = Field(3, gt=0)
     resume: str = "auto"  # auto | none | <checkpoint folder>
+    # Resume even where the config differs from the checkpoint's in keys that are not safe to change.
+    accept_config_changes: bool = False
 
 
 class LoggingConfig(Section):

@@ -10,7 +10,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from data_pipeline.document import Document
-from data_pipeline.readers.base import BadRecord, ErrorLog, SourceFile, list_source_files
+from data_pipeline.readers.base import (
+    BadRecord,
+    ErrorLog,
+    ReadStalled,
+    SourceFile,
+    guarded,
+    list_source_files,
+    special_file_kind,
+)
 from data_pipeline.readers.formats import (
     hf_is_saved,
     read_hf_dataset,
@@ -18,6 +26,7 @@ from data_pipeline.readers.formats import (
     read_parquet,
     read_text_file,
 )
+from data_pipeline.readers.ranges import split_file
 from data_pipeline.readers.warc import read_warc
 from runconfig.data import SourceConfig
 
@@ -33,6 +42,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_DOC_BYTES = 10_000_000
+DEFAULT_READ_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -50,9 +60,11 @@ def _label(rel: str) -> str | None:
     return parts[-2] if len(parts) >= 2 else None
 
 
-def plan_source_shards(source: SourceConfig, docs_per_shard: int) -> list[WorkShard]:
-    """Split a source into shards: one per container file, `docs_per_shard` files per shard for text
-    formats (one document each), row ranges of `docs_per_shard` for a `save_to_disk` dataset."""
+def plan_source_shards(source: SourceConfig, docs_per_shard: int, max_task_bytes: int | None = None
+                       ) -> list[WorkShard]:
+    """Split a source into shards: one per container file (or per record-aligned piece of a file larger than
+    `max_task_bytes`, see ranges.py), `docs_per_shard` files per shard for text formats (one document each),
+    row ranges of `docs_per_shard` for a `save_to_disk` dataset."""
     files = list_source_files(source.paths)
     if source.format in ("text", "text_folder"):
         return [
@@ -76,7 +88,8 @@ def plan_source_shards(source: SourceConfig, docs_per_shard: int) -> list[WorkSh
                 for f in list_source_files([raw]):
                     shards.append(WorkShard(source.name, len(shards), (f,)))
         return shards
-    return [WorkShard(source.name, i, (f,)) for i, f in enumerate(files)]
+    pieces = [p for f in files for p in split_file(f, source.format, max_task_bytes)]
+    return [WorkShard(source.name, i, (f,)) for i, f in enumerate(pieces)]
 
 
 def _first_split(ds):
@@ -88,27 +101,43 @@ def _first_split(ds):
 
 
 def read_shard_docs(source: SourceConfig, shard: WorkShard, errors: ErrorLog,
-                    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[Document]:
-    """Documents of one work shard, in a deterministic order. HTML stays in `doc.html` (see extract.py)."""
+                    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES, read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+                    ) -> Iterator[Document]:
+    """Documents of one work shard, in a deterministic order. HTML stays in `doc.html` (see extract.py).
+    Non-regular files (named pipes, sockets, devices) are skipped and reported; a file whose read stalls for
+    `read_timeout_s` is reported and the shard moves on."""
     for src in shard.files:
-        fmt = source.format
         try:
-            if fmt in ("warc", "wet"):
-                yield from read_warc(src, source.name, errors, max_doc_bytes, wet=fmt == "wet")
-            elif fmt == "jsonl":
-                yield from read_jsonl(src, source.name, source.text_field, errors, max_doc_bytes)
-            elif fmt == "parquet":
-                yield from read_parquet(src, source.name, source.text_field, errors)
-            elif fmt in ("text", "text_folder"):
-                label = _label(src.rel) if fmt == "text_folder" and source.label_from_folder else None
-                yield from read_text_file(src, source.name, errors, max_doc_bytes, label)
-            elif fmt == "hf_dataset":
-                yield from read_hf_dataset(src.path, src.rel, source.name, source.text_field, errors, shard.rows)
-            else:  # pragma: no cover - the config's Literal rules this out
-                raise ValueError(f"unknown source format {fmt!r}")
-        except (OSError, EOFError) as e:
-            # A file that cannot even be opened (permissions, a directory, a dangling link, a dead URL).
-            errors.add(src.path, 0, "unreadable_file", f"{type(e).__name__}: {e}")
+            yield from guarded(_read_file(source, shard, src, errors, max_doc_bytes), read_timeout_s)
+        except ReadStalled as e:
+            errors.add(src.path, None, "read_timeout", f"{e}: the rest of this file is skipped")
+
+
+def _read_file(source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int
+               ) -> Iterator[Document]:
+    """One file's documents; a bad record never raises (it goes to `errors`)."""
+    fmt = source.format
+    special = special_file_kind(src.path)
+    if special is not None:
+        errors.add(src.path, 0, "not_a_regular_file", f"{special}: skipped (reading it could block forever)")
+        return
+    try:
+        if fmt in ("warc", "wet"):
+            yield from read_warc(src, source.name, errors, max_doc_bytes, wet=fmt == "wet")
+        elif fmt == "jsonl":
+            yield from read_jsonl(src, source.name, source.text_field, errors, max_doc_bytes)
+        elif fmt == "parquet":
+            yield from read_parquet(src, source.name, source.text_field, errors)
+        elif fmt in ("text", "text_folder"):
+            label = _label(src.rel) if fmt == "text_folder" and source.label_from_folder else None
+            yield from read_text_file(src, source.name, errors, max_doc_bytes, label)
+        elif fmt == "hf_dataset":
+            yield from read_hf_dataset(src.path, src.rel, source.name, source.text_field, errors, shard.rows)
+        else:  # pragma: no cover - the config's Literal rules this out
+            raise ValueError(f"unknown source format {fmt!r}")
+    except (OSError, EOFError) as e:
+        # A file that cannot even be opened (permissions, a directory, a dangling link, a dead URL).
+        errors.add(src.path, 0, "unreadable_file", f"{type(e).__name__}: {e}")
 
 
 def read_source(source: SourceConfig, errors: ErrorLog | None = None,
