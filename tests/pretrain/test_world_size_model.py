@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
 # same schedule as the reference's 12.
 COMMON = ["model.dropout=0", "model.attention_dropout=0", "schedule.decay=constant", "schedule.warmup_steps=2",
           "checkpoint.every_steps=4", "checkpoint.keep_last=5", "eval.every_steps=1000", "logging.every_steps=1"]
-LOSS_RTOL = 2e-3  # measured: see the assertion message
+LOSS_RTOL = 1e-5  # measured 5.0e-8 (CPU, fp32, gloo): only the gradient reduction order differs
 
 
 def _train_rows(run: Path) -> dict[int, dict]:
