@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from pretrain import resume_diff
 from pretrain.schedule import make_plan
 from runconfig import RunConfig
 
@@ -65,6 +66,7 @@ def plan_report(cfg: RunConfig, world_size: int | None = None) -> dict[str, Any]
         "params": total,
         "largest_layer_params": largest,
         "memory_per_rank": memory_estimates(cfg, total, largest, plan.world_size),
+        "resume": resume_diff.preview(cfg),
     }
 
 
@@ -84,4 +86,5 @@ def format_report(r: dict[str, Any]) -> str:
     ]
     for stage, m in r["memory_per_rank"].items():
         lines.append(f"  {stage:<6} device {m['device_gib']:8.2f}   cpu {m['cpu_gib']:8.2f}")
+    lines += resume_diff.format_preview(r.get("resume"))
     return "\n".join(lines)

@@ -6,6 +6,7 @@ Run under torchrun (or `python -m launch run`): `python -m pretrain train --conf
 from __future__ import annotations
 
 import math
+import os
 import signal
 import time
 from pathlib import Path
@@ -208,6 +209,8 @@ def evaluate(engine, loader: PretrainLoader, max_batches: int, device: torch.dev
 
 def train(cfg: RunConfig) -> dict[str, Any]:
     rank, _ = init_distributed(cfg)
+    if torch.cuda.is_available():  # object collectives before the engine exists need this rank's own GPU
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     out, ckpts = Path(cfg.run.output_dir).resolve(), Path(cfg.checkpoint_dir).resolve()
     locks = take_run_lock([out] if ckpts.is_relative_to(out) else [out, ckpts], rank)
     try:
