@@ -1,4 +1,4 @@
-"""`python -m pretrain <command>`: train, export, finetune, plan."""
+"""`python -m pretrain <command>`: train, export, card, finetune, plan."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     add_config_args(p)
     p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
     p.add_argument("--init", choices=["pretrained", "random", "both"], default="both")
+    p = sub.add_parser("card", help="(re)write the export's Hub model card (e.g. after `transfer` wrote transfer.json)")
+    add_config_args(p)
+    p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
     p = sub.add_parser("plan", help="batch plan, scaled LR, token budget and ZeRO memory estimates")
     add_config_args(p)
     p.add_argument("--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node")
@@ -54,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         results = [finetune(cfg, model_dir, init, RunLayout(cfg).finetune) for init in inits]
         for r in results:
             print(f"{r['init']:>10}: accuracy {r['accuracy']:.3f} on {r['test_examples']} held-out examples")
+        return 0
+    if args.command == "card":
+        from data_pipeline.layout import RunLayout
+        from pretrain.model_card import write_model_card
+
+        print(write_model_card(cfg, args.model or RunLayout(cfg).export))
         return 0
     if args.command == "plan":
         from pretrain.plan import format_report, plan_report

@@ -4,6 +4,7 @@ from pydantic import Field, model_validator
 
 from runconfig.base import Section
 from runconfig.data import DataConfig
+from runconfig.export import ExportConfig
 from runconfig.launch import LaunchConfig
 from runconfig.model import ModelConfig
 from runconfig.objective import ObjectiveConfig
@@ -54,6 +55,7 @@ class RunConfig(Section):
     eval: EvalConfig = EvalConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     launch: LaunchConfig = LaunchConfig()
+    export: ExportConfig = ExportConfig()
     inherit: list[str] = Field(default_factory=list, exclude=True)  # consumed by the loader
 
     @model_validator(mode="after")

@@ -58,7 +58,8 @@ def _export_and_check(config: Path, out_override: str, family: str) -> dict:
     for f in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", "README.md"):
         assert (export / f).is_file(), f
     card = (export / "README.md").read_text()
-    assert "Resolved training config" in card and "tokens seen" in card and "Data manifest" in card
+    assert card.startswith("---\nlicense: ") and "pipeline_tag: " in card and "tokens seen" in card
+    assert (export / "data_manifest.json").is_file() and (export / "resolved_config.yaml").is_file()
     state = json.loads((export / "training_state.json").read_text())
     assert state["parity_max_abs_diff"] is not None and state["parity_max_abs_diff"] <= 1e-5
     res = subprocess.run([sys.executable, "-c", LOAD_HEADS, str(export), family], capture_output=True, text=True,
