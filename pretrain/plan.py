@@ -58,9 +58,14 @@ def memory_estimates(cfg: RunConfig, total: int, largest: int, world: int) -> di
 
 
 def plan_report(cfg: RunConfig, world_size: int | None = None) -> dict[str, Any]:
+    from pretrain.lr_scaling import explain
+
     plan = make_plan(cfg, world_size)
     total, largest = model_param_counts(cfg)
+    lines, warnings = explain(cfg, plan.global_batch_size, plan.peak_lr, plan.warmup_steps)
     return {
+        "lr_scaling": lines,
+        "warnings": warnings,
         "plan": plan.__dict__ | {"tokens_per_step": plan.tokens_per_step, "total_tokens": plan.total_tokens},
         "params": total,
         "largest_layer_params": largest,
@@ -77,6 +82,8 @@ def format_report(r: dict[str, Any]) -> str:
         f"global batch      {p['global_batch_size']} sequences = {p['tokens_per_step']:,} tokens",
         f"peak LR           {p['peak_lr']:.3g} (rule: {p['lr_rule']})",
         f"warmup            {p['warmup_steps']} of {p['total_steps']} steps",
+        *r["lr_scaling"],
+        *r["warnings"],
         f"total tokens      {p['total_tokens']:,}",
         f"parameters        {r['params']:,} (largest layer {r['largest_layer_params']:,})",
         "model-state memory per rank (GiB):",

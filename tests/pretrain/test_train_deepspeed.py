@@ -88,6 +88,7 @@ def test_roberta_zero2_train_checkpoint_resume_export(roberta_run, tmp_path):
 
     res = torchrun(roberta_run, [out, "schedule.total_steps=12"])
     assert "resumed from" in res.stdout + res.stderr and "step 8" in res.stdout + res.stderr
+    assert "[train] lr_scaling: none (peak LR 0.001 = optim.lr" in res.stdout  # the training log says the rule
     assert complete_tags(ckpts) == ["step00000008", "step00000012"]  # keep_last: 2
 
     info = _export_and_check(roberta_run, out, "roberta")
