@@ -79,9 +79,12 @@ def _shard_done(cfg, shard: WorkShard, fp: str) -> bool:
 
 
 def _diff_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted paths where two JSON values differ (list items by index)."""
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        old, new = dict(enumerate(old)), dict(enumerate(new))
     if isinstance(old, dict) and isinstance(new, dict):
         out: list[str] = []
-        for k in sorted(set(old) | set(new)):
+        for k in sorted(set(old) | set(new), key=str):
             out += _diff_keys(old.get(k), new.get(k), f"{prefix}.{k}" if prefix else str(k))
         return out
     return [] if old == new else [prefix]
@@ -102,7 +105,7 @@ def stale_reason(cfg, shard: WorkShard, fp: str) -> str | None:
     new = fingerprint_parts(cfg, shard.source)
     keys = _diff_keys(old, new)
     code = [k.split(".", 1)[1] for k in keys if k.startswith("code.")]
-    settings = [k for k in keys if not k.startswith("code.")]
+    settings = [k.removeprefix("settings.") for k in keys if not k.startswith("code.")]
     why = []
     if settings:
         why.append("settings changed: " + ", ".join(settings[:6]) + (" ..." if len(settings) > 6 else ""))
