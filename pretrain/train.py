@@ -21,7 +21,7 @@ from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator, prepare_model
 from pretrain import checkpoint as ckpt
-from pretrain import resume_diff
+from pretrain import lr_scaling, resume_diff
 from pretrain.engine import build_engine, init_distributed
 from pretrain.metrics import MetricsLogger, Throughput, flops_per_token, measure_peak_flops
 from pretrain.models import build_model, count_parameters
@@ -234,6 +234,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         save_resolved(cfg, cfg.run.output_dir)
         save_resolved(cfg, ckpt_dir)
         print(f"[train] plan for world size {world}:\n{plan.describe()}", flush=True)
+        print("\n".join("[train] " + x for x in sum(lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr,
+                                                                        plan.warmup_steps), [])), flush=True)
 
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
