@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from runconfig.model import ModelConfig
     from runconfig.run import RunConfig
 
-BUILTIN = ("pretrain.families.roberta", "pretrain.families.gpt2", "pretrain.families.t5")
+BUILTIN = ("pretrain.families.roberta", "pretrain.families.gpt2", "pretrain.families.t5", "pretrain.families.electra")
 
 
 def default_probe_inputs(tokenizer: Any, texts: list[str]) -> dict[str, Any]:
@@ -44,7 +44,7 @@ class FamilySpec:
     # (model section, tokenizer, seq_len, padded vocab size) -> a transformers PretrainedConfig.
     build_config: Callable[[ModelConfig, Any, int, int], Any]
     model_class: str | type  # the pretraining model, built from scratch from build_config's output
-    task: Literal["masked_lm", "causal_lm", "seq2seq"]
+    task: Literal["masked_lm", "causal_lm", "seq2seq", "token_detection"]
     objectives: tuple[str, ...]  # objective.type values it trains with
     tokenizer_types: tuple[str, ...]  # tokenizer.type values whose special tokens it assumes
     auto_class: str = "AutoModel"  # what loads the export with its pretraining head (parity, reload check)
