@@ -127,13 +127,15 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
     objective = get_objective(cfg.objective.type)
+    family = get_family(cfg.model.family)
     if objective.export is not None:  # the objective writes its own folders (ELECTRA: discriminator + generator/)
         reloaded = objective.export(cfg, model, out, tokenizer)
     else:
+        for key, value in family.export_config.items():
+            setattr(model.config, key, value)
         model.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
         make_portable(out)  # loads with transformers 4.40+ as well as 5.x
-        family = get_family(cfg.model.family)
         if family.generative:
             padded = list(range(len(tokenizer), model.config.vocab_size))
             gen = GenerationConfig.from_model_config(model.config)
@@ -144,7 +146,7 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     probe = ckpt_dir / tag / PROBE_FILE
     if probe.is_file():
         if reloaded is None:
-            reloaded = get_family(cfg.model.family).auto_cls().from_pretrained(str(out))
+            reloaded = family.auto_cls().from_pretrained(str(out))
         state_parity = check_parity(reloaded, probe)
         if state_parity > 1e-5 and cfg.deepspeed.precision == "fp32":
             raise RuntimeError(f"export parity failed: max |logit difference| {state_parity:.3g} > 1e-5 "

@@ -86,6 +86,9 @@ class RunConfig(Section):
                 f"packing.seq_len ({self.packing.seq_len}) exceeds the positions model.max_position_embeddings "
                 f"allows ({limit})"
             )
+        for key, value in fam.objective_defaults.items():
+            if key not in self.objective.model_fields_set:
+                setattr(self.objective, key, value)  # the family's default (validated on assignment)
         for check in (fam.validate, obj.validate):
             if check is not None:
                 check(self)

@@ -18,7 +18,13 @@ if TYPE_CHECKING:
     from runconfig.model import ModelConfig
     from runconfig.run import RunConfig
 
-BUILTIN = ("pretrain.families.roberta", "pretrain.families.gpt2", "pretrain.families.t5", "pretrain.families.electra")
+BUILTIN = (
+    "pretrain.families.roberta",
+    "pretrain.families.gpt2",
+    "pretrain.families.t5",
+    "pretrain.families.modernbert",
+    "pretrain.families.electra",
+)
 
 
 def default_probe_inputs(tokenizer: Any, texts: list[str]) -> dict[str, Any]:
@@ -61,7 +67,13 @@ class FamilySpec:
     attention_layers: Callable[[ModelConfig], int] = attention_layers  # layers whose attention FLOPs count
     flops_per_token: Callable[[FamilySpec, ModelConfig, int, int], float] = default_flops_per_token
     validate: Callable[[RunConfig], None] | None = None  # family-specific config checks (raise naming the key)
-    notes: dict[str, Any] = field(default_factory=dict)
+    # A typed section (pydantic, unknown keys rejected) for the family's own `model.options` keys.
+    options: type | None = None
+    # Objective settings this family defaults to when the config does not set them (ModernBERT: 30% masking).
+    objective_defaults: dict[str, Any] = field(default_factory=dict)
+    # HF config fields the exported folder gets instead of the training ones (e.g. sparse prediction off, so
+    # the export returns dense logits as the published checkpoints do).
+    export_config: dict[str, Any] = field(default_factory=dict)
 
     def model_cls(self) -> type:
         return resolve(self.model_class)  # type: ignore[return-value]
