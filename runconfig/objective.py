@@ -38,6 +38,8 @@ class ObjectiveConfig(Section):
     @model_validator(mode="after")
     def _objective_options(self) -> "ObjectiveConfig":
         """Checks `options` against the objective's typed section (its factories read them with defaults)."""
+        if not self.options:
+            return self  # every spec's options have defaults
         from data_pipeline.objectives.registry import get_objective
 
         spec = get_objective(self.type)

@@ -9,16 +9,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from pretrain.families.registry import FamilySpec, register_family
+from runconfig.base import Section
 from runconfig.model import ModelConfig
+
+
+class ElectraModelOptions(Section):
+    """`model.options` for this family."""
+
+    # Factorised embeddings (ELECTRA-small: 128 under a 256-wide encoder; base and large: = hidden size): the
+    # embedding table, shared with the generator, is projected to each network's width. None: model.hidden_size.
+    embedding_size: int | None = Field(None, gt=0)
 
 
 def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     from transformers import ElectraConfig
 
+    o = ElectraModelOptions.model_validate(m.options)
     return ElectraConfig(
         vocab_size=vocab_size,
-        embedding_size=m.hidden_size,
+        embedding_size=o.embedding_size or m.hidden_size,
         hidden_size=m.hidden_size,
         num_hidden_layers=m.num_layers,
         num_attention_heads=m.num_heads,
@@ -44,4 +56,7 @@ SPEC = register_family(FamilySpec(
     auto_class="AutoModelForPreTraining",
     export_heads=("AutoModelForSequenceClassification", "AutoModelForTokenClassification"),
     reserved_positions=0,
+    options=ElectraModelOptions,
+    # The reference's masking: 85% [MASK], 15% kept, no random tokens (the generator supplies the replacements).
+    objective_defaults={"mask_token_fraction": 0.85, "random_token_fraction": 0.0},
 ))
