@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 
 from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
-from data_pipeline.objectives import build_collator, prepare_model
+from data_pipeline.objectives import build_collator, prepare_model, wrap_model
 from pretrain import checkpoint as ckpt
 from pretrain import lr_scaling, resume_diff
 from pretrain.engine import build_engine, init_distributed
@@ -240,6 +240,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
     prepare_model(cfg, model)
+    model = wrap_model(cfg, model, tokenizer)  # the objective's module around it (ELECTRA), else the model itself
     n_params = count_parameters(model)
     collate = build_collator(cfg, tokenizer)
     train_loader = PretrainLoader(cfg, rank, world, split="train", collate_fn=collate)

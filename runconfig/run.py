@@ -60,6 +60,14 @@ class RunConfig(Section):
         from pretrain.families.registry import get_family
 
         fam, obj, pack = get_family(self.model.family), get_objective(self.objective.type), self.packing.mode
+        if obj.needs_encoder and not fam.has_encoder:
+            from pretrain.families.registry import FAMILIES
+
+            with_encoder = [n for n in FAMILIES.names() if get_family(n).has_encoder]
+            raise ValueError(
+                f"objective.type: '{obj.name}' reads every token with a bidirectional encoder, and model.family "
+                f"'{fam.name}' has none (families with an encoder: {with_encoder})"
+            )
         if not (obj.name in fam.objectives or (obj.trains is not None and obj.trains(fam))):
             raise ValueError(
                 f"objective.type: '{obj.name}' cannot train model.family '{fam.name}' "
