@@ -45,8 +45,9 @@ def explain(cfg: RunConfig, global_batch: int, lr: float, warmup: int) -> tuple[
     """(lines describing the reference recipe and the rule, warnings for explicit values that were replaced)."""
     s = cfg.lr_scaling
     if s.rule == "none":
-        return [f"lr_scaling: none (peak LR {lr:.3g} = optim.lr, warmup {warmup} steps from schedule.warmup_steps or "
-                f"schedule.warmup_fraction)"], []
+        source = ("schedule.warmup_steps" if cfg.schedule.warmup_steps is not None else
+                  "schedule.warmup_fraction" if cfg.schedule.warmup_fraction is not None else "the default warmup")
+        return [f"lr_scaling: none (peak LR {lr:.3g} = optim.lr, warmup {warmup} = {source})"], []
     ref_lr, ref_warmup, ref_batch = reference_recipe(cfg)
     k = global_batch / (ref_batch or global_batch)
     src_lr = "lr_scaling.reference_lr" if s.reference_lr is not None else "optim.lr"
