@@ -46,14 +46,16 @@ RESULT_FILE = "transfer.json"
 
 # --- inputs ------------------------------------------------------------------------------------------------
 def model_positions(config) -> int | None:
-    """Tokens the model can attend to (None: relative positions, no table). RoBERTa-style embeddings start
-    their positions after padding_idx, so two rows of the table are never used."""
+    """Tokens the model can attend to (None: relative positions, no table bound), from the family registry
+    where the export's model type is a registered family (RoBERTa reserves padding_idx + 1 rows)."""
+    from pretrain.families import family_names, get_family
+
     n = getattr(config, "max_position_embeddings", None)
     if n is None or getattr(config, "is_encoder_decoder", False):
         return None
-    offset = config.pad_token_id + 1 if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert") \
-        else 0
-    return n - offset
+    if config.model_type in family_names():
+        return get_family(config.model_type).position_limit(n)
+    return n
 
 
 def resolve_max_length(ft: FinetuneConfig, config) -> int:
