@@ -44,6 +44,10 @@ from runconfig.finetune import FinetuneConfig
 RESULT_FILE = "transfer.json"
 
 
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
 # --- inputs ------------------------------------------------------------------------------------------------
 def model_positions(config) -> int | None:
     """Tokens the model can attend to (None: relative positions, no table bound), from the family registry
@@ -288,7 +292,7 @@ def _welch_p(a: list[float], b: list[float]) -> float | None:
     return None if math.isnan(p) else p
 
 
-def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path, log=print) -> dict[str, Any]:
+def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path, log=_log) -> dict[str, Any]:
     ft = cfg.finetune
     t0 = time.time()
     tok = AutoTokenizer.from_pretrained(str(model_dir))
@@ -336,7 +340,7 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
     return result
 
 
-def run_transfer(cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | None = None, log=print) -> dict[str, Any]:
+def run_transfer(cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | None = None, log=_log) -> dict[str, Any]:
     """Every configured task (each task, arm and seed in its own folder); writes `transfer.json` beside the
     export and into the output folder, and the headline figures to TensorBoard."""
     from data_pipeline.layout import RunLayout
