@@ -168,7 +168,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
             save_probe(folder / PROBE_FILE, probe_batch, logits)
 
     # --- metrics --------------------------------------------------------------------------------------------
-    logger = MetricsLogger(layout.logs, rank == 0, cfg.logging.tensorboard, cfg.logging.jsonl)
+    logger = MetricsLogger.from_config(cfg, layout.logs, rank == 0)
     with _rng_isolated():  # nothing outside the loop may move the RNG: exact resume needs it
         peak = cfg.logging.peak_flops or measure_peak_flops(device="cpu" if device.type == "cpu" else str(device))
     meter = Throughput(flops_per_token(cfg.model, n_params, cfg.packing.seq_len), peak, world)
