@@ -242,5 +242,9 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     logger.close()
     result = {"step": step, "tokens_seen": tokens_seen, "loss": last_loss, "preempted": preempted,
               "checkpoint": str(ckpt_dir / ckpt.tag_for(step)), "params": n_params}
+    if rank == 0 and cfg.logging.plots and cfg.logging.jsonl:
+        from pretrain.plots import plot_run
+
+        result["plots"] = str(plot_run(cfg.run.output_dir)[0].parent) if (layout.logs / "metrics.jsonl").is_file() else None
     dist.barrier()
     return result
