@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
-from runconfig.cli import add_config_args, config_from_args
+from data_pipeline.paths import check_source_paths
+from runconfig.cli import add_config_args, config_from_args, preflight
+from runconfig.preflight import check_output_writable
 
 
 def _stage_clean(cfg, args):
@@ -16,8 +18,12 @@ def _stage_clean(cfg, args):
 
 
 def _stage_dedup(cfg, args):
-    from data_pipeline.dedup import run_dedup
+    from data_pipeline.dedup import run_dedup, run_dedup_task
 
+    if args.dedup_stage is not None:
+        if args.task_index is None:
+            raise SystemExit("error: --stage needs --task-index (one task of that stage)")
+        return run_dedup_task(cfg, args.dedup_stage, args.task_index, cfg.data.task_retries)
     return run_dedup(cfg)
 
 
@@ -34,15 +40,20 @@ def _stage_tokenize(cfg, args):
 
 
 def _stage_all(cfg, args):
+    if cfg.data.executor != "local":  # every stage as tasks on that executor (e.g. a Ray cluster)
+        from data_pipeline.stage_tasks import run_data_path
+
+        return run_data_path(cfg)
     out = {}
     for name in ("clean", "dedup", "train-tokenizer", "tokenize"):
-        out[name] = STAGES[name][0](cfg, argparse.Namespace(shard_index=None))
+        out[name] = STAGES[name][0](cfg, argparse.Namespace(shard_index=None, dedup_stage=None, task_index=None))
     return out
 
 
 STAGES = {
     "clean": (_stage_clean, "read sources, extract text, apply cleaning filters, write cleaned shards"),
-    "dedup": (_stage_dedup, "exact + MinHash-LSH near-dedup across all cleaned shards"),
+    "dedup": (_stage_dedup, "exact + MinHash-LSH near-dedup across all cleaned shards (sharded stages; "
+                            "--stage S --task-index I runs one task)"),
     "train-tokenizer": (_stage_train_tokenizer, "train the configured tokenizer on the deduplicated corpus"),
     "tokenize": (_stage_tokenize, "cleaned shards -> binary token shards + manifest"),
     "all": (_stage_all, "clean, dedup, train-tokenizer and tokenize in order"),
@@ -59,9 +70,19 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument(
                 "--shard-index", type=int, default=None, help="process only this input shard (Slurm array task)"
             )
+        if name == "dedup":
+            p.add_argument("--stage", dest="dedup_stage", default=None, help="run one task of this dedup stage (a Slurm array task)")
+            p.add_argument("--task-index", type=int, default=None, help="which task of --stage")
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
-    result = STAGES[args.stage][0](cfg, args)
+    preflight(cfg, check_output_writable, *([check_source_paths] if args.stage in ("clean", "all") else []))
+    from data_pipeline.tokenizers.corpus import EmptyStageError
+
+    try:
+        result = STAGES[args.stage][0](cfg, args)
+    except EmptyStageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(result, indent=2, default=str))
     return 0
 

@@ -31,7 +31,7 @@ def plan_clean(cfg) -> list[WorkShard]:
     """All work shards of all sources, in a fixed order: the global index is the Slurm array task id."""
     out: list[WorkShard] = []
     for src in cfg.data.sources:
-        out.extend(plan_source_shards(src, cfg.data.clean.docs_per_shard))
+        out.extend(plan_source_shards(src, cfg.data.clean.docs_per_shard, cfg.data.max_task_bytes))
     return out
 
 
@@ -48,7 +48,8 @@ def fingerprint_parts(cfg, source: str) -> dict[str, Any]:
     settings = clean.model_dump(mode="json", exclude={"workers", "progress", "docs_per_shard"})
     src = next(s for s in cfg.data.sources if s.name == source)
     return {"settings": settings, "source": src.model_dump(mode="json", exclude={"clean", "clean_preset"}),
-            "seed": cfg.run.seed, "code": filters_code_version(clean), "docs_per_shard": clean.docs_per_shard}
+            "seed": cfg.run.seed, "code": filters_code_version(clean), "docs_per_shard": clean.docs_per_shard,
+            **({"max_task_bytes": cfg.data.max_task_bytes} if cfg.data.max_task_bytes else {})}
 
 
 def _hash(parts: dict[str, Any]) -> str:
@@ -147,7 +148,7 @@ class _ShardCleaner:
 
     def records(self) -> Iterator[dict[str, Any]]:
         clean, frac, seed = self.clean, self.source.holdout_fraction, self.cfg.run.seed
-        for doc in read_shard_docs(self.source, self.shard, self.errors, clean.max_doc_bytes):
+        for doc in read_shard_docs(self.source, self.shard, self.errors, clean.max_doc_bytes, clean.read_timeout_s):
             self.counts["read"] += 1
             if in_holdout(doc.id, frac, seed):
                 self.counts["holdout"] += 1

@@ -51,3 +51,20 @@ def expand_paths(patterns: list[str], recursive_dirs: bool = False) -> list[str]
             expanded = [p if "://" in p else f"{protocol}://{p}" for p in expanded]
         files.extend(expanded)
     return sorted(dict.fromkeys(files))
+
+
+def check_source_paths(cfg) -> None:
+    """Before any stage: every local path pattern of every source matches at least one file, else a
+    ConfigError naming the source's key (remote URLs and Hub dataset names are not probed)."""
+    from runconfig.load import ConfigError
+
+    for i, src in enumerate(cfg.data.sources):
+        if src.format == "hf_dataset":
+            continue
+        for j, pattern in enumerate(src.paths):
+            if "://" in pattern and not pattern.startswith("file://"):
+                continue
+            try:
+                expand_paths([pattern])
+            except OSError as e:
+                raise ConfigError(f"data.sources.{i}.paths.{j} (source '{src.name}'): {e}") from None

@@ -34,8 +34,28 @@ def marker_path(shard_path: Path) -> Path:
     return shard_path.with_name(name + ".done")
 
 
+def remove_orphans(path: Path) -> list[Path]:
+    """Delete `.<name>.*.tmp` left next to `path` by an attempt that was killed mid-write. Only for files one
+    task owns (a shard and its marker): the task rewriting it is the only writer, so any such temp is dead."""
+    gone = []
+    for tmp in Path(path).parent.glob(f".{Path(path).name}.*.tmp"):
+        try:
+            tmp.unlink()
+            gone.append(tmp)
+        except FileNotFoundError:
+            pass
+    if gone:
+        import sys
+
+        print(f"[shards] removed {len(gone)} orphaned temporary file(s) of an interrupted write: "
+              f"{', '.join(p.name for p in gone)}", file=sys.stderr)
+    return gone
+
+
 def _atomic_write_bytes(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.name.startswith("shard-"):  # a shard or its marker has one writer: earlier temps of it are orphans
+        remove_orphans(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -104,12 +124,35 @@ def read_shard(path: str | Path) -> Iterator[dict[str, Any]]:
                     r.pop("label", None)
                 yield r
         return
-    import zstandard
-
-    with open(path, "rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as z:
-        for line in io.TextIOWrapper(z, encoding="utf-8"):
+    with open(path, "rb") as fh:
+        for line in _zstd_lines(fh, path):
             if line.strip():
                 yield json.loads(line)
+
+
+def _zstd_lines(fh, path: Path) -> Iterator[bytes]:
+    """Lines of a zstd file. zstandard's stream_reader returns a truncated frame as a short (even empty)
+    stream without an error, which would pass a damaged shard off as a smaller one; decompressobj tells us
+    whether the frame ended, so a truncated or damaged shard raises, naming the file."""
+    import zstandard
+
+    dobj = zstandard.ZstdDecompressor().decompressobj()
+    buf = b""
+    try:
+        while chunk := fh.read(1 << 20):
+            while chunk:
+                buf += dobj.decompress(chunk)
+                chunk = dobj.unused_data if dobj.eof else b""
+                if chunk:  # a second frame follows
+                    dobj = zstandard.ZstdDecompressor().decompressobj()
+            *lines, buf = buf.split(b"\n")
+            yield from lines
+    except zstandard.ZstdError as e:
+        raise ValueError(f"{path}: corrupt zstd data: {e}") from e
+    if not dobj.eof:
+        raise EOFError(f"{path}: truncated zstd stream (the frame does not end)")
+    if buf:
+        yield buf
 
 
 def mark_done(shard_path: Path, info: dict[str, Any]) -> None:

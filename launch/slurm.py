@@ -311,13 +311,18 @@ def pipeline(
     tokenize_shards: int,
     submit_jobs: bool = True,
 ) -> list[tuple[str, Path, str | None]]:
-    """clean array -> dedup + tokenizer job -> tokenize array -> manifest job -> training, chained with afterok.
+    """clean array -> dedup stage arrays -> dedup report + tokenizer job -> tokenize array -> manifest job ->
+    training, chained with afterok.
 
     Returns [(stage, script, job id or None when only rendered)].
     """
     name = cfg.run.name
+    # Dedup's array sizes depend on its partition count: fix it now, for every job of the chain.
+    overrides = [*overrides, f"data.dedup.partitions={dedup_partitions(cfg, clean_shards)}"]
     stages: list[tuple[str, str]] = [
         ("clean", render_stage_script(cfg, [data_stage_cmd(cfg, "clean", config_path, overrides, True)], f"{name}-clean", clean_shards)),
+        *dedup_array_stages(cfg, config_path, overrides, clean_shards),
+        # All dedup tasks are done by now: `dedup` only merges their stats and marks dedup/ complete.
         ("dedup+tokenizer", render_stage_script(
             cfg, [data_stage_cmd(cfg, s, config_path, overrides) for s in ("dedup", "train-tokenizer")], f"{name}-prep")),
         ("tokenize", render_stage_script(
@@ -335,4 +340,24 @@ def pipeline(
         job = submit(path, [prev] if prev else ()) if submit_jobs else None
         out.append((stage, path, job))
         prev = job
+    return out
+
+
+def dedup_partitions(cfg: RunConfig, clean_shards: int) -> int:
+    """data.dedup.partitions, or an estimate from the clean plan (the corpus does not exist yet)."""
+    dd = cfg.data.dedup
+    return dd.partitions or max(1, -(-clean_shards * cfg.data.clean.docs_per_shard // dd.docs_per_partition))
+
+
+def dedup_array_stages(cfg: RunConfig, config_path: str | os.PathLike[str], overrides: list[str],
+                       clean_shards: int) -> list[tuple[str, str]]:
+    """One job array per dedup stage (signatures, buckets, components levels, filter): task i runs
+    `python -m data_pipeline dedup --stage S --task-index i`, retried in-process data.task_retries times."""
+    from data_pipeline.dedup.stages import plan_shapes
+
+    shapes = plan_shapes(cfg, clean_shards, dedup_partitions(cfg, clean_shards))
+    out = []
+    for stage, n in shapes:
+        cmd = [*data_stage_cmd(cfg, "dedup", config_path, overrides), "--stage", stage, "--task-index", "{task}"]
+        out.append((stage, render_stage_script(cfg, [cmd], f"{cfg.run.name}-{stage}", n)))
     return out

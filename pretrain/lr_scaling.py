@@ -18,22 +18,25 @@ def reference_recipe(cfg: RunConfig) -> tuple[float, int, int | None]:
     """(reference LR, reference warmup steps, reference global batch)."""
     s = cfg.lr_scaling
     lr = s.reference_lr if s.reference_lr is not None else cfg.optim.lr
-    warmup = s.reference_warmup_steps if s.reference_warmup_steps is not None else cfg.schedule.warmup_steps
+    warmup = s.reference_warmup_steps if s.reference_warmup_steps is not None else cfg.schedule.warmup
     return lr, warmup, s.reference_batch_size
 
 
-def scale(cfg: RunConfig, global_batch: int, total_steps: int) -> tuple[float, int]:
+def scale(cfg: RunConfig, global_batch: int, total_steps: int | None) -> tuple[float, int]:
     """Linear (Goyal et al. 2017) or square-root (Krizhevsky 2014; You et al. 2019 for LAMB) LR scaling from the
-    reference recipe, capped by max_lr; warmup is scaled inversely so the same number of samples are warmed."""
+    reference recipe, capped by max_lr; warmup is scaled inversely so the same number of samples are warmed.
+    `total_steps` None is a time-budget run: its warmup is `schedule.warmup_fraction` of the clock (0 steps)."""
     s = cfg.lr_scaling
     if s.rule == "none":
-        return cfg.optim.lr, cfg.schedule.warmup_steps
+        return cfg.optim.lr, cfg.schedule.warmup
     ref_lr, ref_warmup, ref_batch = reference_recipe(cfg)
     assert ref_batch is not None  # the config validator requires it with a rule
     k = global_batch / ref_batch
     lr = ref_lr * (k if s.rule == "linear" else math.sqrt(k))
     if s.max_lr is not None:
         lr = min(lr, s.max_lr)
+    if total_steps is None:
+        return lr, 0
     warmup = max(1, round(ref_warmup / k)) if ref_warmup else 0
     return lr, min(warmup, total_steps)
 
@@ -42,7 +45,9 @@ def explain(cfg: RunConfig, global_batch: int, lr: float, warmup: int) -> tuple[
     """(lines describing the reference recipe and the rule, warnings for explicit values that were replaced)."""
     s = cfg.lr_scaling
     if s.rule == "none":
-        return [f"lr_scaling: none (peak LR {lr:.3g} = optim.lr, warmup {warmup} = schedule.warmup_steps)"], []
+        source = ("schedule.warmup_steps" if cfg.schedule.warmup_steps is not None else
+                  "schedule.warmup_fraction" if cfg.schedule.warmup_fraction is not None else "the default warmup")
+        return [f"lr_scaling: none (peak LR {lr:.3g} = optim.lr, warmup {warmup} = {source})"], []
     ref_lr, ref_warmup, ref_batch = reference_recipe(cfg)
     k = global_batch / (ref_batch or global_batch)
     src_lr = "lr_scaling.reference_lr" if s.reference_lr is not None else "optim.lr"

@@ -11,16 +11,14 @@ from typing import Any
 
 import torch
 
+from pretrain.families import get_family
 from runconfig.model import ModelConfig
 
 
 def flops_per_token(m: ModelConfig, n_params: int, seq_len: int) -> float:
-    """Training FLOPs per token: 6N for the weight matmuls (forward + backward) plus the attention score and
-    value matmuls, 12 * layers * d_model * seq_len (PaLM appendix B). T5 counts both stacks; its decoder runs
-    on the targets, so this is an upper-bound estimate for span corruption."""
-    layers = m.num_layers + ((m.num_decoder_layers or m.num_layers) if m.family == "t5" else 0)
-    attn_width = (m.d_kv or m.hidden_size // m.num_heads) * m.num_heads
-    return 6.0 * n_params + 12.0 * layers * attn_width * seq_len
+    """Training FLOPs per token, as the family's spec counts them (default: 6N + attention, PaLM appendix B)."""
+    spec = get_family(m.family)
+    return spec.flops_per_token(spec, m, n_params, seq_len)
 
 
 def measure_peak_flops(n: int | None = None, repeats: int = 10, trials: int = 3, device: str = "cpu") -> float:

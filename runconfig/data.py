@@ -154,6 +154,8 @@ class CleanConfig(Section):
     output_format: Literal["jsonl.zst", "parquet"] = "jsonl.zst"
     min_chars: int = 0
     max_doc_bytes: int = Field(10_000_000, gt=0)
+    # A read that delivers nothing for this long (hung mount, silent remote store) is reported and skipped.
+    read_timeout_s: float = Field(300.0, ge=0)  # 0 = no limit
     dropped_samples_per_reason: int = 5
     progress: bool = True  # tqdm bar over shards
     extract: ExtractConfig = ExtractConfig()
@@ -175,12 +177,29 @@ class MinHashConfig(Section):
 class DedupConfig(Section):
     exact: bool = True
     minhash: MinHashConfig = MinHashConfig()
+    # Bucket / exact-hash partitions (hash ranges): 0 = ceil(cleaned documents / docs_per_partition). A bucket
+    # task holds one band of one partition (16 bytes per document in it), so this bounds its memory.
+    partitions: int = Field(0, ge=0)
+    docs_per_partition: int = Field(2_000_000, gt=0)
+    merge_fan_in: int = Field(8, ge=2)  # duplicate-edge files merged per connected-components task
+
+
+class RayConfig(Section):
+    address: str = "auto"  # what ray.init takes: auto | host:port | ray://host:10001; local: a Ray here
+    num_cpus_per_task: float = Field(1.0, gt=0)
 
 
 class DataConfig(Section):
     sources: list[SourceConfig] = Field(min_length=1)
     clean: CleanConfig = CleanConfig()
     dedup: DedupConfig = DedupConfig()
+    # Who runs the tasks of a data stage: a local process pool (data.clean.workers) or a Ray cluster.
+    executor: Literal["local", "ray"] = "local"
+    ray: RayConfig = RayConfig()
+    task_retries: int = Field(2, ge=0)  # a failed task is retried this many times, then reported by name
+    # A JSONL / WARC / Parquet input larger than this is read as several record-aligned byte ranges (row groups
+    # for Parquet), each its own cleaning task. None: one task per file.
+    max_task_bytes: int | None = Field(None, gt=0)
     _per_source: dict[str, CleanConfig] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")

@@ -10,7 +10,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from data_pipeline.document import Document
-from data_pipeline.readers.base import BadRecord, ErrorLog, SourceFile, list_source_files
+from data_pipeline.readers.base import (
+    BadRecord,
+    ErrorLog,
+    ReadStalled,
+    SourceFile,
+    guarded,
+    list_source_files,
+    special_file_kind,
+)
 from data_pipeline.readers.formats import (
     hf_is_saved,
     read_hf_dataset,
@@ -18,6 +26,7 @@ from data_pipeline.readers.formats import (
     read_parquet,
     read_text_file,
 )
+from data_pipeline.readers.ranges import split_file
 from data_pipeline.readers.warc import read_warc
 from runconfig.data import SourceConfig
 
@@ -36,6 +45,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_DOC_BYTES = 10_000_000
+DEFAULT_READ_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -53,9 +63,11 @@ def _label(rel: str) -> str | None:
     return parts[-2] if len(parts) >= 2 else None
 
 
-def plan_source_shards(source: SourceConfig, docs_per_shard: int) -> list[WorkShard]:
-    """Split a source into shards: one per container file, `docs_per_shard` files per shard for text
-    formats (one document each), row ranges of `docs_per_shard` for a `save_to_disk` dataset."""
+def plan_source_shards(source: SourceConfig, docs_per_shard: int, max_task_bytes: int | None = None
+                       ) -> list[WorkShard]:
+    """Split a source into shards: one per container file (or per record-aligned piece of a file larger than
+    `max_task_bytes`, see ranges.py), `docs_per_shard` files per shard for text formats (one document each),
+    row ranges of `docs_per_shard` for a `save_to_disk` dataset."""
     files = list_source_files(source.paths)
     if source.format in ("text", "text_folder"):
         return [
@@ -79,7 +91,8 @@ def plan_source_shards(source: SourceConfig, docs_per_shard: int) -> list[WorkSh
                 for f in list_source_files([raw]):
                     shards.append(WorkShard(source.name, len(shards), (f,)))
         return shards
-    return [WorkShard(source.name, i, (f,)) for i, f in enumerate(files)]
+    pieces = [p for f in files for p in split_file(f, source.format, max_task_bytes)]
+    return [WorkShard(source.name, i, (f,)) for i, f in enumerate(pieces)]
 
 
 def _first_split(ds):
@@ -137,15 +150,31 @@ register_reader("hf_dataset", lambda source, shard, src, errors, mdb: read_hf_da
 
 
 def read_shard_docs(source: SourceConfig, shard: WorkShard, errors: ErrorLog,
-                    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[Document]:
-    """Documents of one work shard, in a deterministic order. HTML stays in `doc.html` (see extract.py)."""
+                    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES, read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+                    ) -> Iterator[Document]:
+    """Documents of one work shard, in a deterministic order. HTML stays in `doc.html` (see extract.py).
+    Non-regular files (named pipes, sockets, devices) are skipped and reported; a file whose read stalls for
+    `read_timeout_s` is reported and the shard moves on."""
     reader = get_reader(source.format)
     for src in shard.files:
         try:
-            yield from reader(source, shard, src, errors, max_doc_bytes)
-        except (OSError, EOFError) as e:
-            # A file that cannot even be opened (permissions, a directory, a dangling link, a dead URL).
-            errors.add(src.path, 0, "unreadable_file", f"{type(e).__name__}: {e}")
+            yield from guarded(_read_file(reader, source, shard, src, errors, max_doc_bytes), read_timeout_s)
+        except ReadStalled as e:
+            errors.add(src.path, None, "read_timeout", f"{e}: the rest of this file is skipped")
+
+
+def _read_file(reader: Reader, source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog,
+               max_doc_bytes: int) -> Iterator[Document]:
+    """One file's documents through its registered reader; a bad record never raises (it goes to `errors`)."""
+    special = special_file_kind(src.path)
+    if special is not None:
+        errors.add(src.path, 0, "not_a_regular_file", f"{special}: skipped (reading it could block forever)")
+        return
+    try:
+        yield from reader(source, shard, src, errors, max_doc_bytes)
+    except (OSError, EOFError) as e:
+        # A file that cannot even be opened (permissions, a directory, a dangling link, a dead URL).
+        errors.add(src.path, 0, "unreadable_file", f"{type(e).__name__}: {e}")
 
 
 def read_source(source: SourceConfig, errors: ErrorLog | None = None,

@@ -17,6 +17,7 @@ from data_pipeline.readers.base import (
     open_decompressed,
     read_bounded_line,
 )
+from data_pipeline.readers.ranges import open_span
 
 _DECOMP_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, OSError)
 try:  # zstandard raises its own error type on a damaged frame
@@ -53,9 +54,9 @@ def _doc_from_row(row: dict, text_field: str, src: SourceFile, source: str, offs
 def read_jsonl(src: SourceFile, source: str, text_field: str, errors: ErrorLog, max_bytes: int
                ) -> Iterator[Document]:
     """One JSON object per line; the byte offset in the decompressed stream identifies the line."""
-    offset = 0
+    offset, last_good = (src.span[0] if src.span else 0), None
     try:
-        with open_decompressed(src.path) as f:
+        with open_span(src) if src.span else open_decompressed(src.path) as f:
             while True:
                 line, too_long = read_bounded_line(f, max_bytes)
                 if too_long:
@@ -82,7 +83,12 @@ def read_jsonl(src: SourceFile, source: str, text_field: str, errors: ErrorLog, 
                     continue
                 doc = _doc_from_row(row, text_field, src, source, here, errors)
                 if doc is not None:
+                    last_good = here
                     yield doc
+    except EOFError as e:  # the stream ends inside a compressed block: every record after `offset` is lost
+        errors.add(src.path, offset, "truncated_stream",
+                   f"compressed stream cut off; records from this offset on are lost; last good record at offset "
+                   f"{'none' if last_good is None else last_good} ({e})")
     except _DECOMP_ERRORS as e:
         errors.add(src.path, offset, "truncated_or_corrupt_compression", f"{type(e).__name__}: {e}")
 
@@ -104,7 +110,9 @@ def read_parquet(src: SourceFile, source: str, text_field: str, errors: ErrorLog
     try:
         with open_binary(src.path) as fh:
             pf = pq.ParquetFile(fh)
-            for batch in pf.iter_batches(batch_size=1024):
+            groups = range(*src.span) if src.span else range(pf.metadata.num_row_groups)
+            row = sum(pf.metadata.row_group(g).num_rows for g in range(groups.start))  # ids count from the file
+            for batch in pf.iter_batches(batch_size=1024, row_groups=list(groups)):
                 for rec in batch.to_pylist():
                     doc = _doc_from_row(rec, text_field, src, source, row, errors)
                     row += 1

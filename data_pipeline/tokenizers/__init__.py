@@ -47,7 +47,7 @@ from tokenizers import (
     trainers,
 )
 
-from data_pipeline.tokenizers.corpus import iter_texts
+from data_pipeline.tokenizers.corpus import iter_texts, require_texts
 from runconfig import RunConfig
 
 log = logging.getLogger(__name__)
@@ -111,9 +111,12 @@ def describe(cfg: RunConfig) -> str:
 
 
 def convention_name(tokenizer_type: str, family: str) -> str:
-    """wordpiece -> bert, unigram -> t5; byte-level BPE follows the family: GPT-2's conventions for gpt2."""
+    """wordpiece -> bert, unigram -> t5; byte-level BPE follows the family's spec: RoBERTa's conventions where
+    the family wraps sequences in `<s> ... </s>`, GPT-2's (`<|endoftext|>` only) where it does not."""
     if tokenizer_type == "bpe":
-        return "gpt2" if family == "gpt2" else "roberta"
+        from pretrain.families import get_family
+
+        return "roberta" if get_family(family).wraps_sequences else "gpt2"
     return {"wordpiece": "bert", "unigram": "t5"}[tokenizer_type]
 
 
@@ -128,6 +131,13 @@ def _batched(texts: Iterator[str], n: int = 1000) -> Iterator[list[str]]:
         yield batch
 
 
+def _family(cfg: RunConfig):
+    """The model family's spec: how sequences are wrapped and how long they may be (torch-free)."""
+    from pretrain.families import get_family
+
+    return get_family(cfg.model.family)
+
+
 # ---------------------------------------------------------------------------------------------------- BPE
 def bpe_tokenizer(vocab: dict[str, int] | None = None, merges: list[tuple[str, str]] | None = None) -> Tokenizer:
     """The byte-level BPE encoding path (GPT-2's regex pre-split + byte alphabet); empty or from vocab+merges."""
@@ -139,7 +149,7 @@ def bpe_tokenizer(vocab: dict[str, int] | None = None, merges: list[tuple[str, s
 
 
 def _bpe_post(tok: Tokenizer, convention: str) -> None:
-    if convention == "roberta":
+    if convention == "roberta":  # RoBERTa-style families: `<s> A </s>`, `<s> A </s></s> B </s>`
         tok.post_processor = processors.RobertaProcessing(
             ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")), trim_offsets=True, add_prefix_space=False
         )
@@ -356,9 +366,7 @@ def train_tokenizer(cfg: RunConfig) -> Path:
 
     out = RunLayout(cfg).tokenizer
     tc = cfg.tokenizer
-    model_max_length = cfg.packing.seq_len if cfg.model.family == "t5" else cfg.model.max_position_embeddings
-    if cfg.model.family == "roberta":
-        model_max_length -= 2
+    model_max_length = _family(cfg).position_limit(cfg.model.max_position_embeddings) or cfg.packing.seq_len
     if tc.pretrained_path:
         from transformers import AutoTokenizer
 
@@ -369,6 +377,7 @@ def train_tokenizer(cfg: RunConfig) -> Path:
             shutil.rmtree(out)
         os.replace(tmp, out)
         return out
+    require_texts(cfg)
     texts = iter_texts(cfg, limit=tc.max_train_docs)
     extra: dict[str, bytes] = {}
     if tc.type == "bpe":

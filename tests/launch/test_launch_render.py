@@ -141,8 +141,16 @@ def test_train_sbatch_script(tmp_path):
 def test_stage_array_scripts(tmp_path):
     cfg = cfg_with(tmp_path, "launch.slurm.array_concurrency=2", "launch.slurm.data_time=00:10:00")
     pipe = slurm.pipeline(cfg, TINY, ["data.clean.workers=1"], clean_shards=4, tokenize_shards=3, submit_jobs=False)
-    assert [s for s, _, job in pipe] == ["clean", "dedup+tokenizer", "tokenize", "manifest", "train"]
+    dedup = ["dedup-signatures", "dedup-buckets", "dedup-components-L0", "dedup-components-L1", "dedup-filter"]
+    assert [s for s, _, job in pipe] == ["clean", *dedup, "dedup+tokenizer", "tokenize", "manifest", "train"]
     assert all(job is None for _, _, job in pipe)
+    # One array per dedup stage, sized from the clean plan (4 shards) and the fixed partition count (1).
+    arrays = {s: path.read_text() for s, path, _ in pipe if s.startswith("dedup-")}
+    for stage, n in zip(dedup, [4, 14 + 1, 2, 1, 4], strict=True):
+        assert f"#SBATCH --array=0-{n - 1}%2\n" in arrays[stage], stage
+        assert "dedup --config" in arrays[stage] and f"--stage {stage} --task-index " in arrays[stage]
+        assert '"$SLURM_ARRAY_TASK_ID"' in arrays[stage] and "data.dedup.partitions=1" in arrays[stage]
+    pipe = pipe[:1] + pipe[1 + len(dedup):]
     clean = pipe[0][1].read_text()
     assert "#SBATCH --array=0-3%2\n" in clean and "#SBATCH --time=00:10:00\n" in clean
     assert '--shard-index "$SLURM_ARRAY_TASK_ID"' in clean and "data.clean.workers=1" in clean
@@ -167,7 +175,7 @@ def test_launch_scripts_pass_shellcheck():
 def test_cli_help_and_dry_run(tmp_path, capsys):
     res = subprocess.run([sys.executable, "-m", "launch", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0
-    for sub in ("run", "sbatch", "status", "cancel", "pipeline-slurm"):
+    for sub in ("run", "sbatch", "status", "cancel", "pipeline-slurm", "pipeline-ray"):
         assert sub in res.stdout
     assert main(["run", "--config", str(TINY), "--dry-run", f"run.output_dir={tmp_path}/r",
                  "launch.launcher=slurm", "launch.nodes=2", "launch.procs_per_node=1"]) == 0

@@ -34,8 +34,14 @@ def test_clean_job_array_cleans_four_shards(slurm_cluster, tmp_path):
     clean_script = stages[0][1]
     assert "#SBATCH --array=0-3%2" in clean_script.read_text()
     job = slurm.submit(clean_script)
-    # The next stage (dedup + tokenizer) waits on the whole array with afterok, as pipeline-slurm chains it.
-    prep_job = slurm.submit(stages[1][1], after=[job])
+    # The dedup stage arrays, then dedup report + tokenizer, each waiting on the previous job with afterok, as
+    # pipeline-slurm chains them.
+    prev = job
+    for stage, path, _ in stages[1:]:
+        prev = slurm.submit(path, after=[prev])
+        if stage == "dedup+tokenizer":
+            break
+    prep_job = prev
     assert slurm_cluster.job_fields(prep_job).get("Reason") in ("Dependency", "None", "Resources", "Priority")
     deadline = time.monotonic() + 150
     states: dict[str, str] = {}
@@ -52,8 +58,10 @@ def test_clean_job_array_cleans_four_shards(slurm_cluster, tmp_path):
     st = launch_cli("status", job)
     assert st.returncode == 0 and st.stdout.count("COMPLETED") == 4, st.stdout + st.stderr
     prep = slurm_cluster.wait_state(prep_job, {"COMPLETED", "FAILED", "CANCELLED"}, 120)
-    assert prep["JobState"] == "COMPLETED", "\n".join(p.read_text()[-2000:] for p in (tmp_path / "run" / "slurm").glob("arr-prep-*.out"))
+    assert prep["JobState"] == "COMPLETED", "\n".join(p.read_text()[-2000:] for p in sorted((tmp_path / "run" / "slurm").glob("arr-*.out")))
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").is_file()
+    dedup = json.loads((tmp_path / "run" / "dedup" / "dedup_stats.json").read_text())
+    assert dedup["tasks"]["dedup-signatures"] == 4 and dedup["docs_in"] > 0  # every stage ran as array tasks
 
 
 def _checkpoint_steps(run: Path) -> list[int]:

@@ -1,0 +1,22 @@
+"""One task model, several schedulers: a stage is "N tasks, task i does this" (`Stage`); an executor only
+decides where and when task i runs. Executors are registered by name (`data.executor`): `local` (a process
+pool on this machine) and `ray` (a Ray cluster); Slurm job arrays render the same tasks as `python -m
+data_pipeline task ...` lines (launch/slurm.py). Every executor skips tasks whose completion marker exists,
+retries a failed task `data.task_retries` times, shows a progress bar (or a periodic line) per stage and
+raises `StageFailed` naming every task that still failed.
+"""
+
+from data_pipeline.executors.base import (
+    EXECUTORS,
+    Executor,
+    Stage,
+    StageFailed,
+    StageResult,
+    build_executor,
+    register_executor,
+    run_stages,
+)
+from data_pipeline.executors.local import LocalExecutor
+
+__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "Stage", "StageFailed", "StageResult", "build_executor",
+           "register_executor", "run_stages"]

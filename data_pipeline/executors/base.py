@@ -1,0 +1,215 @@
+"""The task model (`Stage`), its completion markers and the executor registry.
+
+A task writes its outputs atomically, then its marker `<marker_dir>/<stage>-<i:05d>.done` (JSON: the task's
+name and the stats it returned). A task whose marker exists is done; a rerun after a crash or a SIGKILL does
+only the tasks without one. Stats are merged from the markers, so the report is the same whichever executor
+(or mix of executors, or Slurm array) ran the tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_pipeline.shards import write_json_atomic
+
+
+class StageFailed(RuntimeError):
+    """Some tasks of a stage still failed after their retries; `failed` maps task name -> last error."""
+
+    def __init__(self, stage: str, failed: dict[str, str], total: int):
+        self.stage, self.failed = stage, failed
+        names = "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:20])
+        more = f" (+{len(failed) - 20} more)" if len(failed) > 20 else ""
+        super().__init__(f"stage {stage}: {len(failed)} of {total} task(s) failed after retries: {names}{more}. "
+                         f"Fix the input and rerun: finished tasks are kept and skipped.")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """N independent tasks. `fn(i, **kwargs)` runs task i and returns its stats (a JSON-able dict).
+
+    `fn` must be a module-level function (pickled by reference to pool workers and Ray workers); `labels[i]`
+    names task i in reports (e.g. its input shard). `finalize`, when set, runs once in the driver after every
+    task is done (a report, a manifest) and its dict becomes the stage's summary.
+    """
+
+    name: str
+    fn: Callable[..., dict[str, Any]]
+    num_tasks: int
+    marker_dir: Path
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    labels: tuple[str, ...] = ()
+    done_fn: Callable[[int], bool] | None = None
+    finalize: Callable[[], dict[str, Any]] | None = None
+
+    def task_name(self, i: int) -> str:
+        label = self.labels[i] if i < len(self.labels) else ""
+        return f"{self.name}[{i}]" + (f" ({label})" if label else "")
+
+    def marker(self, i: int) -> Path:
+        return Path(self.marker_dir) / f"{self.name}-{i:05d}.done"
+
+    def is_done(self, i: int) -> bool:
+        if self.done_fn is not None:
+            return self.done_fn(i)
+        return self.marker(i).exists()
+
+    def todo(self) -> list[int]:
+        return [i for i in range(self.num_tasks) if not self.is_done(i)]
+
+    def run_task(self, i: int, where: str | None = None) -> dict[str, Any]:
+        """Run task i and write its marker (what every executor calls, in whatever process it runs);
+        `where` (the node that ran it) goes into the marker."""
+        if not 0 <= i < self.num_tasks:
+            raise IndexError(f"stage {self.name}: task index {i} outside 0..{self.num_tasks - 1}")
+        t0 = time.time()
+        stats = self.fn(i, **self.kwargs) or {}
+        write_json_atomic(self.marker(i), {"task": self.task_name(i), "seconds": round(time.time() - t0, 3),
+                                           "where": where or socket.gethostname(), "stats": stats})
+        return stats
+
+    def task_stats(self) -> list[dict[str, Any]]:
+        """Stats of every finished task, read back from the markers (executor-independent)."""
+        out = []
+        for i in range(self.num_tasks):
+            try:
+                out.append(json.loads(self.marker(i).read_text())["stats"])
+            except (OSError, ValueError, KeyError):
+                continue
+        return out
+
+
+def run_task_guarded(stage: Stage, i: int, where: str | None = None
+                     ) -> tuple[int, dict[str, Any] | None, str | None]:
+    """(i, stats, None) or (i, None, error text): a failing task never takes its worker down."""
+    try:
+        return i, stage.run_task(i, where), None
+    except Exception as e:
+        tb = traceback.format_exc(limit=3)
+        return i, None, f"{type(e).__name__}: {e}" + ("" if len(tb) > 1500 else f"\n{tb}")
+
+
+@dataclass
+class StageResult:
+    stage: str
+    total: int
+    ran: int
+    skipped: int
+    seconds: float
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+class Progress:
+    """A tqdm bar on a terminal, a periodic `[stage] k/N tasks` line otherwise (job logs, CI)."""
+
+    def __init__(self, stage: str, total: int, enabled: bool = True, every_s: float = 10.0):
+        self.stage, self.total, self.n, self.every_s = stage, total, 0, every_s
+        self.enabled = enabled and total > 0
+        self.t0 = self.last = time.time()
+        self.bar = None
+        if self.enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=stage, unit="task", file=sys.stderr)
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        if self.bar is not None:
+            self.bar.update(k)
+        elif self.enabled and (time.time() - self.last >= self.every_s or self.n == self.total):
+            self.last = time.time()
+            print(f"[{self.stage}] {self.n}/{self.total} tasks ({time.time() - self.t0:.1f}s)", file=sys.stderr,
+                  flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Executor:
+    """Schedules a stage's unfinished tasks; subclasses implement `_run(stage, todo, progress)` which returns
+    {task index: last error} for the tasks that still failed after `retries` retries."""
+
+    name = "base"
+
+    def __init__(self, retries: int = 2, progress: bool = True):
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0 (got {retries})")
+        self.retries, self.progress = retries, progress
+
+    def _run(self, stage: Stage, todo: list[int], progress: Progress) -> dict[int, str]:
+        raise NotImplementedError
+
+    def run(self, stage: Stage) -> StageResult:
+        t0 = time.time()
+        todo = stage.todo()
+        for i in todo:  # a marker left by an older run of a stage with its own done test is stale
+            stage.marker(i).unlink(missing_ok=True)
+        bar = Progress(stage.name, len(todo), self.progress)
+        try:
+            errors = self._run(stage, todo, bar) if todo else {}
+        finally:
+            bar.close()
+        if errors:
+            raise StageFailed(stage.name, {stage.task_name(i): e.splitlines()[0] for i, e in sorted(errors.items())},
+                              stage.num_tasks)
+        missing = [i for i in todo if not stage.marker(i).exists()]  # "succeeded" without output: a loss
+        if missing:
+            raise StageFailed(stage.name, {stage.task_name(i): "no completion marker after the run" for i in missing},
+                              stage.num_tasks)
+        summary = stage.finalize() if stage.finalize is not None else {}
+        return StageResult(stage.name, stage.num_tasks, len(todo), stage.num_tasks - len(todo),
+                           round(time.time() - t0, 3), summary)
+
+    def close(self) -> None:
+        """Release resources (pool, cluster connection)."""
+
+
+EXECUTORS: dict[str, type[Executor]] = {}
+
+
+def register_executor(name: str):
+    def deco(cls: type[Executor]) -> type[Executor]:
+        cls.name = name
+        EXECUTORS[name] = cls
+        return cls
+
+    return deco
+
+
+def build_executor(cfg) -> Executor:
+    """The executor named by `data.executor`, configured from the data section."""
+    from data_pipeline.executors import local  # noqa: F401  (registration)
+
+    d = cfg.data
+    if d.executor == "ray":
+        from data_pipeline.executors import ray_executor  # noqa: F401  (registration; imports ray lazily)
+    cls = EXECUTORS.get(d.executor)
+    if cls is None:
+        raise ValueError(f"data.executor: unknown executor {d.executor!r} (registered: {sorted(EXECUTORS)})")
+    return cls.from_config(cfg)  # type: ignore[attr-defined]
+
+
+def run_stages(stages: list[Stage], executor: Executor) -> list[StageResult]:
+    """Run stages in order; a stage starts only after the previous one completed."""
+    return [executor.run(s) for s in stages]
+
+
+def run_with_retries(stage: Stage, i: int, retries: int) -> dict[str, Any]:
+    """Run one task in this process, retrying it; raise StageFailed naming it if it never succeeds
+    (what a Slurm array task runs)."""
+    err = None
+    for _ in range(retries + 1):
+        _, stats, err = run_task_guarded(stage, i)
+        if err is None:
+            return stats or {}
+        print(f"[{stage.name}] {stage.task_name(i)} failed: {err.splitlines()[0]}", file=sys.stderr, flush=True)
+    raise StageFailed(stage.name, {stage.task_name(i): (err or "").splitlines()[0]}, stage.num_tasks)

