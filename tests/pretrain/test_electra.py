@@ -53,8 +53,14 @@ def test_electra_trains_resumes_and_exports_both_networks(stage, electra_run, tm
     ckpts = run_dir / "checkpoints"
     assert complete_tags(ckpts)[-1] == "step00000006"
     rows = [json.loads(x) for x in (run_dir / "logs" / "metrics.jsonl").read_text().splitlines()]
-    losses = [r["loss"] for r in rows if r["split"] == "train"]
+    train_rows = [r for r in rows if r["split"] == "train"]
+    losses = [r["loss"] for r in train_rows]
     assert losses and all(0 < v < 100 for v in losses), losses  # MLM (~log V) + 50 x BCE (~0.69 at init)
+    last = train_rows[-1]  # the objective's own figures, averaged over micro-batches and ranks (15% masked:
+    # floor(0.15 n + u) of each block's n maskable tokens, a sampled original not counted)
+    assert abs(last["generator_loss"] + 50 * last["discriminator_loss"] - last["loss"]) < 1e-3 * last["loss"], last
+    assert 0 < last["replaced_fraction"] < 0.17 and 0 <= last["replaced_recall"] <= 1, last
+    assert 0 < last["discriminator_accuracy"] <= 1, last
 
     run_module(["-m", "pretrain", "export", "--config", str(electra_run), out, f"deepspeed.zero_stage={stage}"])
     export = run_dir / "export"
