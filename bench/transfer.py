@@ -17,7 +17,7 @@ comparable with the others), test accuracy pretrained vs random (mean ± sd over
 margin; one VERDICT per task for the best recipe (goal: +5 points), and with electra-budget, its margin beside
 RoBERTa-MLM's and ModernBERT's and a VERDICT of its fine-tuned accuracy against RoBERTa-MLM's.
 `python bench/transfer.py [--minutes 8] [--recipes gpt2-budget roberta-budget t5-budget] [--quick]`
-(--quick: 0.5-minute budgets, 2 seeds, one LR, one epoch: a smoke run of the whole bench, not a result).
+(--quick: 0.5-minute budgets, 2 seeds, one LR, one epoch, 48-token inputs: a smoke run, not a result).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def drug_reviews(dest: Path) -> Path:
 
 
 def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool) -> str:
-    ft = ("  seeds: [0, 1]\n  lr_grid: [1.0e-3]\n  epochs: 1\n" if quick else
-          "  seeds: [0, 1, 2]\n  lr_grid: [3.0e-4, 1.0e-3]\n  epochs: 4\n")
+    ft = ("  seeds: [0, 1]\n  lr_grid: [1.0e-3]\n  epochs: 1\n  max_length: 48\n" if quick else
+          "  seeds: [0, 1, 2]\n  lr_grid: [3.0e-4, 1.0e-3]\n  epochs: 4\n  max_length: 128\n")
     return (f"inherit: [{C.ROOT}/configs/{recipe}.yaml]\n"
             f"run: {{name: bench-{recipe}, output_dir: {out}}}\n"
             f"schedule: {{budget_minutes: {minutes}}}\n"
@@ -67,7 +67,7 @@ def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool) -
             "    - {name: bbc, source: bbc, test_fraction: 0.3}\n"
             f"    - {{name: drugs, train: {drugs}/drugsComTrain.tsv, test: {drugs}/drugsComTest.tsv, "
             "text_column: review, label_column: rating}\n"
-            f"{ft}  batch_size: 16\n  max_length: 128\n")
+            f"{ft}  batch_size: 16\n")
 
 
 def tfidf_baseline(cfg_path: Path) -> dict[str, float]:

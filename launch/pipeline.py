@@ -178,7 +178,13 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(p)
     args = p.parse_args(argv)
-    run_demo(config_from_args(args))
+    cfg = config_from_args(args)
+    from data_pipeline.paths import check_source_paths
+    from runconfig.cli import preflight
+    from runconfig.preflight import check_output_writable
+
+    preflight(cfg, check_output_writable, check_source_paths)  # before the first of many stages
+    run_demo(cfg)
     return 0
 
 

@@ -7,12 +7,10 @@ so a ZeRO-3 model is exported without ever being whole on one rank's GPU.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from data_pipeline.layout import RunLayout
@@ -20,10 +18,10 @@ from data_pipeline.objectives import get_objective, wrap_model
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
 from pretrain.families import get_family
+from pretrain.model_card import write_model_card
 from pretrain.models import build_model
 from pretrain.parity import PROBE_FILE, check_parity
 from runconfig import RunConfig
-from runconfig.load import to_dict
 
 
 def resolve_checkpoint(cfg: RunConfig, checkpoint: str | None) -> tuple[Path, str]:
@@ -85,40 +83,6 @@ def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any)
     return model.eval()
 
 
-def _model_card(cfg: RunConfig, state: dict[str, Any], manifest: dict[str, Any] | None, n_params: int) -> str:
-    loss = state.get("loss")
-    ppl = math.exp(loss) if isinstance(loss, float) and math.isfinite(loss) and loss < 50 else None
-    checksums = {}
-    if manifest:
-        for k, v in manifest.items():
-            if isinstance(v, dict) and ("sha256" in v or "checksum" in v):
-                checksums[k] = v.get("sha256") or v.get("checksum")
-    lines = [
-        "---",
-        "library_name: transformers",
-        f"tags: [{cfg.model.family}, pretraining, deepspeed]",
-        "---",
-        f"# {cfg.run.name}: {cfg.model.family} ({cfg.model.size}) pretrained from scratch",
-        "",
-        f"- Objective: `{cfg.objective.type}`, packing `{cfg.packing.mode}`, sequence length {cfg.packing.seq_len}",
-        f"- Parameters: {n_params:,}",
-        f"- Steps: {state.get('step')}, tokens seen: {state.get('tokens_seen')}",
-        f"- Final training loss: {loss}" + (f" (perplexity {ppl:.2f})" if ppl else ""),
-        f"- Export parity (max |logit difference| vs the training engine): {state.get('parity_max_abs_diff')}",
-        "",
-        "## Data manifest",
-        "```json",
-        json.dumps(manifest if manifest is not None else {"note": "no token manifest found"}, indent=1)[:20000],
-        "```",
-        "",
-        "## Resolved training config",
-        "```yaml",
-        yaml.safe_dump(to_dict(cfg), sort_keys=False).rstrip(),
-        "```",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = None) -> Path:
     layout = RunLayout(cfg)
     ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
@@ -153,11 +117,9 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
                                f"between the engine and the reloaded export")
     else:
         state_parity = None
-    manifest_path = layout.tokens / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
     state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity}
     n_params = sum(p.numel() for p in model.parameters())
-    (out / "README.md").write_text(_model_card(cfg, state, manifest, n_params))
-    (out / "training_state.json").write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), **state}, indent=1,
-                                                         default=str))
+    (out / "training_state.json").write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), **state,
+                                                         "n_params": n_params}, indent=1, default=str))
+    write_model_card(cfg, out)  # README.md for the Hub, data_manifest.json and resolved_config.yaml beside it
     return out

@@ -6,6 +6,7 @@ Run under torchrun (or `python -m launch run`): `python -m pretrain train --conf
 from __future__ import annotations
 
 import math
+import os
 import signal
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator, prepare_model, wrap_model
 from pretrain import checkpoint as ckpt
-from pretrain import resume_diff
+from pretrain import lr_scaling, resume_diff
 from pretrain.engine import build_engine, init_distributed
 from pretrain.metrics import MetricsLogger, OutputMetrics, Throughput, flops_per_token, measure_peak_flops
 from pretrain.models import build_model, count_parameters
@@ -208,6 +209,8 @@ def evaluate(engine, loader: PretrainLoader, max_batches: int, device: torch.dev
 
 def train(cfg: RunConfig) -> dict[str, Any]:
     rank, _ = init_distributed(cfg)
+    if torch.cuda.is_available():  # object collectives before the engine exists need this rank's own GPU
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     out, ckpts = Path(cfg.run.output_dir).resolve(), Path(cfg.checkpoint_dir).resolve()
     locks = take_run_lock([out] if ckpts.is_relative_to(out) else [out, ckpts], rank)
     try:
@@ -231,6 +234,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         save_resolved(cfg, cfg.run.output_dir)
         save_resolved(cfg, ckpt_dir)
         print(f"[train] plan for world size {world}:\n{plan.describe()}", flush=True)
+        print("\n".join("[train] " + x for x in sum(lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr,
+                                                                        plan.warmup_steps), [])), flush=True)
 
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)

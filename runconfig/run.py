@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from runconfig.base import Section
 from runconfig.data import DataConfig
+from runconfig.export import ExportConfig
 from runconfig.finetune import FinetuneConfig
 from runconfig.launch import LaunchConfig
 from runconfig.model import ModelConfig
@@ -48,6 +49,7 @@ class RunConfig(Section):
     eval: EvalConfig = EvalConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     launch: LaunchConfig = LaunchConfig()
+    export: ExportConfig = ExportConfig()
     inherit: list[str] = Field(default_factory=list, exclude=True)  # consumed by the loader
 
     @model_validator(mode="after")
