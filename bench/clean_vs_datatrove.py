@@ -198,7 +198,7 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
-    a = ap.parse_args()
+    args = ap.parse_args()
     rep = C.Report(__file__)
     py = bench_python()
     rng = random.Random(0)
@@ -276,7 +276,7 @@ def main() -> int:
         print(f"  datatrove: cpu {sp['cpu']:.2f}s wall {sp['seconds']:.2f}s, kept {sp['kept']}", flush=True)
         return n / sp["cpu"]
 
-    o, p = C.alternate(ours_rate, peer_rate, a.rounds)
+    o, p = C.alternate(ours_rate, peer_rate, args.rounds)
     wf, cf, kept_f = run_ours_pipeline(pages, full=True)
     rep.line(f"pipeline on {n} pages, extraction {EXTRACT} on both sides: kept ours {kept['ours']}, datatrove "
              f"{kept['datatrove']}; ours with unicode repair + language ID too: {n / cf:.1f} docs/s/core")  # fmt: skip
