@@ -248,7 +248,6 @@ def main() -> int:
         agree = sum(x[0] == y[0] for x, y in zip(a, b, strict=True)) / len(a)
         kept_o, kept_t = sum(x[0] for x in a), sum(y[0] for y in b)
         dis = Counter((x[1] or "keep", y[1] or "keep") for x, y in zip(a, b, strict=True) if x[0] != y[0])
-        print(f"\n{name}: agreement {agree:.4f} on {len(a)} docs (kept: ours {kept_o}, datatrove {kept_t})")
         for (ro, rt), n in dis.most_common(8):
             print(f"   {n:>5}  ours={ro:<36} datatrove={rt}")
         for i in [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x[0] != y[0]][:6]:
