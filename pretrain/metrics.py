@@ -141,6 +141,42 @@ class MlflowSink(Sink):
 OPTIONAL_SINKS: dict[str, Any] = {"wandb": WandbSink, "mlflow": MlflowSink}
 
 
+class OutputMetrics:
+    """Figures a model output carries in a `metrics` dict (an objective's own: ELECTRA's generator and
+    discriminator losses, replaced fraction, discriminator accuracy): summed on the device per micro-batch (no host
+    sync), averaged over the step's micro-batches and ranks like its loss, with one all-reduce at logging steps
+    only (every rank logs at the same steps)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.total: torch.Tensor | None = None
+
+    def add(self, output: Any) -> None:
+        values = getattr(output, "metrics", None)
+        if not values:
+            return
+        row = torch.stack([*(v.detach().double().reshape(()) for v in values.values()),
+                           torch.ones((), dtype=torch.float64, device=next(iter(values.values())).device)])
+        if self.total is None:
+            self.names, self.total = list(values), torch.zeros_like(row)
+        self.total += row
+
+    def new_step(self) -> None:
+        if self.total is not None:
+            self.total.zero_()
+
+    def report(self) -> dict[str, float]:
+        if self.total is None:
+            return {}
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.all_reduce(self.total)
+        *sums, n = self.total.tolist()
+        self.total.zero_()
+        return {k: v / max(n, 1.0) for k, v in zip(self.names, sums, strict=True)}
+
+
 class MetricsLogger:
     """Rank 0 writes; other ranks hold a disabled logger so call sites need no rank checks."""
 
@@ -191,6 +227,10 @@ class Throughput:
         self.tokens += tokens
         self.samples += samples
         self.wait += wait_s
+
+    def new_step(self) -> None:
+        if self.total is not None:
+            self.total.zero_()
 
     def report(self) -> dict[str, float]:
         dt = max(time.perf_counter() - self.t0, 1e-9)

@@ -18,6 +18,7 @@ class _VocabOnly:
     def __init__(self, n: int):
         self.n = n
         self.pad_token_id, self.bos_token_id, self.eos_token_id = 1, 0, 2
+        self.all_special_ids = [0, 1, 2]
 
     def __len__(self) -> int:
         return self.n
@@ -25,10 +26,12 @@ class _VocabOnly:
 
 def model_param_counts(cfg: RunConfig) -> tuple[int, int]:
     """(total params, largest layer params), counted on the meta device (no memory allocated)."""
+    from data_pipeline.objectives import wrap_model
     from pretrain.models import build_model
 
-    with torch.device("meta"):
-        model = build_model(cfg.model, _VocabOnly(cfg.tokenizer.vocab_size), cfg.packing.seq_len)
+    tok = _VocabOnly(cfg.tokenizer.vocab_size)
+    with torch.device("meta"):  # the module trained: with the objective's wrapper (ELECTRA's generator) if any
+        model = wrap_model(cfg, build_model(cfg.model, tok, cfg.packing.seq_len), tok)
     total = sum(dict((id(p), p.numel()) for p in model.parameters()).values())
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     return total, largest

@@ -23,7 +23,7 @@ from data_pipeline.objectives import build_collator, prepare_model, wrap_model
 from pretrain import checkpoint as ckpt
 from pretrain import lr_scaling, resume_diff
 from pretrain.engine import build_engine, init_distributed
-from pretrain.metrics import MetricsLogger, Throughput, flops_per_token, measure_peak_flops
+from pretrain.metrics import MetricsLogger, OutputMetrics, Throughput, flops_per_token, measure_peak_flops
 from pretrain.models import build_model, count_parameters
 from pretrain.parity import PROBE_FILE, probe_inputs, probe_logits, save_probe
 from pretrain.run_lock import RunFolderLocked, RunLock
@@ -303,11 +303,13 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     engine.train()
     batches = iter(train_loader)
     sync = StepSync(device, rank)
+    output_metrics = OutputMetrics()  # the objective's own figures, if its model output carries any
     preempted, finished = False, clock.finished(step)
     clock.start()
     while not finished:
         loss_sum = torch.zeros((), device=device, dtype=torch.float64)
         n_bad = 0
+        output_metrics.new_step()
         for micro in range(plan.grad_accum):
             t_wait = time.perf_counter()
             with _rng_isolated():  # worker start-up and collation must not shift the dropout RNG stream
@@ -315,7 +317,10 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             waited = time.perf_counter() - t_wait
             n_tok = _count_tokens(host_batch)
             batch = _to_device(host_batch, device)
-            loss = engine(**batch).loss
+            output = engine(**batch)
+            loss = output.loss
+            output_metrics.add(output)
+            del output  # the logits need not live through backward
             # The only host read per micro-batch: this rank's own finiteness bit, which picks the loss to
             # backpropagate (a NaN must never reach the gradients). No collective until the step's end.
             if bool(torch.isfinite(loss.detach())):
@@ -354,6 +359,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
                 "skipped_steps": int(engine.skipped_steps),
                 "elapsed_s": clock.elapsed_s,
                 **meter.report(),
+                **output_metrics.report(),
             }
             logger.log(step, stats)
             bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",

@@ -76,10 +76,11 @@ class RunConfig(Section):
         if obj.needs_encoder and not fam.has_encoder:
             from pretrain.families.registry import FAMILIES
 
-            with_encoder = [n for n in FAMILIES.names() if get_family(n).has_encoder]
+            trainable = [n for n in FAMILIES.names()
+                         if obj.name in get_family(n).objectives or (obj.trains is not None and obj.trains(get_family(n)))]
             raise ValueError(
                 f"objective.type: '{obj.name}' reads every token with a bidirectional encoder, and model.family "
-                f"'{fam.name}' has none (families with an encoder: {with_encoder})"
+                f"'{fam.name}' has none (families it trains: {trainable})"
             )
         if not (obj.name in fam.objectives or (obj.trains is not None and obj.trains(fam))):
             raise ValueError(

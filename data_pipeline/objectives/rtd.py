@@ -74,6 +74,7 @@ class RTDOutput(ModelOutput):
     generator_loss: torch.Tensor | None = None
     discriminator_loss: torch.Tensor | None = None
     replaced: torch.Tensor | None = None  # [batch, length] 1 where the discriminator saw a replaced token
+    metrics: dict[str, torch.Tensor] | None = None  # logged by the trainer (means over micro-batches and ranks)
 
 
 class ReplacedTokenDetection(nn.Module):
@@ -129,10 +130,24 @@ class ReplacedTokenDetection(nn.Module):
         corrupted = original.masked_scatter(masked, sampled.to(original.dtype))
         replaced = (corrupted != original).long()
 
-        disc = self.discriminator(input_ids=corrupted, attention_mask=attention_mask, labels=replaced)
-        loss = gen_loss + self.weight * disc.loss
-        return RTDOutput(loss=loss, logits=disc.logits, generator_loss=gen_loss.detach(),
-                         discriminator_loss=disc.loss.detach(), replaced=replaced)
+        disc_logits = self.discriminator(input_ids=corrupted, attention_mask=attention_mask).logits
+        # BCE over every real (non-pad) token, in fp32 whatever the training precision (HF's own loss would mix a
+        # bf16 logit with an fp32 target).
+        real = torch.ones_like(masked) if attention_mask is None else attention_mask.bool()
+        disc_loss = F.binary_cross_entropy_with_logits(disc_logits.float()[real], replaced[real].float())
+        loss = gen_loss + self.weight * disc_loss
+        with torch.no_grad():
+            flagged, truth = disc_logits[real] > 0, replaced[real].bool()
+            metrics = {
+                "generator_loss": gen_loss.detach(),
+                "discriminator_loss": disc_loss.detach(),
+                "replaced_fraction": truth.float().mean(),  # of real tokens: the generator's errors
+                "discriminator_accuracy": (flagged == truth).float().mean(),
+                # Of the replaced tokens, how many the discriminator flags (0 while it predicts 'original' only).
+                "replaced_recall": (flagged & truth).float().sum() / truth.float().sum().clamp(min=1),
+            }
+        return RTDOutput(loss=loss, logits=disc_logits, generator_loss=gen_loss.detach(),
+                         discriminator_loss=disc_loss.detach(), replaced=replaced, metrics=metrics)
 
     def probe(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         disc = self.discriminator(input_ids=input_ids, attention_mask=attention_mask).logits

@@ -12,7 +12,7 @@ from transformers import ElectraForMaskedLM, ElectraForPreTraining, ElectraForSe
 
 from data_pipeline.objectives import build_collator, wrap_model
 from data_pipeline.objectives.mlm import special_token_ids
-from data_pipeline.objectives.rtd import GENERATOR_DIR, ReplacedTokenDetection, export_pair, sample_tokens
+from data_pipeline.objectives.rtd import GENERATOR_DIR, export_pair, sample_tokens
 from pretrain.models import build_model
 from runconfig import load_config
 from runconfig.load import ConfigError
