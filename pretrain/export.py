@@ -133,9 +133,10 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
                                f"between the engine and the reloaded export")
     else:
         state_parity = None
+    heads = {name: type(family.auto_cls(name).from_pretrained(str(out))).__name__ for name in family.export_heads}
     manifest_path = layout.tokens / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
-    state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity}
+    state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity, "export_heads": heads}
     n_params = sum(p.numel() for p in model.parameters())
     (out / "README.md").write_text(_model_card(cfg, state, manifest, n_params))
     (out / "training_state.json").write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), **state}, indent=1,
