@@ -105,6 +105,19 @@ def _model_card(cfg: RunConfig, state: dict[str, Any], manifest: dict[str, Any] 
     return "\n".join(lines) + "\n"
 
 
+def _load_heads(family: Any, out: Path) -> dict[str, str]:
+    """Each fine-tuning head the family promises loads from the folder (its new head weights are expected, so
+    transformers' missing-weights report is silenced)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return {name: type(family.auto_cls(name).from_pretrained(str(out))).__name__ for name in family.export_heads}
+    finally:
+        hf_logging.set_verbosity(level)
+
+
 def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = None) -> Path:
     layout = RunLayout(cfg)
     ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
@@ -133,7 +146,7 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
                                f"between the engine and the reloaded export")
     else:
         state_parity = None
-    heads = {name: type(family.auto_cls(name).from_pretrained(str(out))).__name__ for name in family.export_heads}
+    heads = _load_heads(family, out)
     manifest_path = layout.tokens / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
     state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity, "export_heads": heads}
