@@ -23,6 +23,7 @@ BUILTIN = (
     "pretrain.families.gpt2",
     "pretrain.families.t5",
     "pretrain.families.modernbert",
+    "pretrain.families.electra",
 )
 
 
@@ -49,7 +50,7 @@ class FamilySpec:
     # (model section, tokenizer, seq_len, padded vocab size) -> a transformers PretrainedConfig.
     build_config: Callable[[ModelConfig, Any, int, int], Any]
     model_class: str | type  # the pretraining model, built from scratch from build_config's output
-    task: Literal["masked_lm", "causal_lm", "seq2seq"]
+    task: Literal["masked_lm", "causal_lm", "seq2seq", "token_detection"]
     objectives: tuple[str, ...]  # objective.type values it trains with
     tokenizer_types: tuple[str, ...]  # tokenizer.type values whose special tokens it assumes
     auto_class: str = "AutoModel"  # what loads the export with its pretraining head (parity, reload check)

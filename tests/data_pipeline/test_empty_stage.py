@@ -28,7 +28,7 @@ def _config(tmp_path: Path, family: str, source: dict) -> Path:
         "inherit": [str(ROOT / f"configs/{family}-tiny.yaml")],
         "run": {"output_dir": str(tmp_path / "out")},
         "data": {"sources": [source], "clean": NO_FILTERS},
-        "tokenizer": {"vocab_size": 300},
+        "tokenizer": {"vocab_size": 600},  # >= 512: room for the byte-fallback Unigram pieces
     }))
     return path
 

@@ -58,7 +58,9 @@ def test_readme_pipeline_data_stages_stay_off_the_gpu_partition(tmp_path, capsys
     scripts = {p.name: p.read_text() for p in (tmp_path / "run" / "slurm").glob("*.sbatch")}
     train = scripts.pop("gpt2-medium-train.sbatch")
     assert {"#SBATCH --gpus-per-node=8", "#SBATCH --partition=gpu"} <= sbatch_lines(train)
-    assert len(scripts) == 4
+    # clean, the dedup stages, manifest, tokenize (tokenizer training runs in the dedup report job): every data stage of the pipeline, none of them on the GPUs
+    assert {"gpt2-medium-clean.sbatch", "gpt2-medium-manifest.sbatch", "gpt2-medium-tokenize.sbatch"} <= set(scripts)
+    assert any("dedup" in name for name in scripts), sorted(scripts)
     for name, text in scripts.items():
         lines = sbatch_lines(text)
         assert not any("--partition" in x or "gpu" in x.split("=")[0] or "--gres" in x for x in lines), (name, lines)

@@ -112,3 +112,9 @@ def modernbert_run(tmp_path_factory, roberta_run) -> Path:
     cfg = root / "modernbert.yaml"
     cfg.write_text(RUN_YAML.format(root=ROOT, family="modernbert", out=out))
     return cfg
+
+
+@pytest.fixture(scope="session")
+def electra_run(tmp_path_factory, cleaned_corpus) -> Path:
+    """ELECTRA trains its own WordPiece vocabulary (the reference's), as a BERT tokenizer."""
+    return _prepare_family(tmp_path_factory, cleaned_corpus, "electra")
