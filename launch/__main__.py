@@ -5,12 +5,15 @@
   sbatch          write the Slurm batch script; --submit submits it (sbatch --parsable) and prints the job id
   status JOB      job state, reason, restart count (works without Slurm accounting)
   cancel JOB      scancel (or --signal USR1: a preemption drill: checkpoint, requeue, resume)
-  pipeline-slurm  clean array -> dedup+tokenizer -> tokenize array -> train, chained with --dependency=afterok
+  pipeline-slurm  clean array -> dedup stage arrays -> tokenizer -> tokenize array -> train, chained with
+                  --dependency=afterok
+  pipeline-ray    clean -> dedup stages -> tokenizer -> tokenize, every task on a Ray cluster
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -204,6 +207,21 @@ def _default_clean_shards(cfg) -> int:
     raise SystemExit("error: pass --clean-shards N (the data pipeline does not report its input shard count)")
 
 
+def cmd_pipeline_ray(args) -> int:
+    """clean -> dedup stages -> tokenizer -> tokenize, every task on a Ray cluster (data.executor=ray)."""
+    from data_pipeline.stage_tasks import run_data_path
+
+    cfg = config_from_args(args)
+    cfg.data.executor = "ray"
+    if args.address:
+        cfg.data.ray.address = args.address
+    out = run_data_path(cfg)
+    print(json.dumps({k: out[k] for k in ("executor", "seconds")} | {
+        "kept": out["dedup"]["kept"], "tokens": out["tokenize"].get("totals"),
+        "manifest": out["tokenize"].get("manifest")}, indent=1, default=str))
+    return 0
+
+
 def _local_pipeline(args: argparse.Namespace) -> int:
     from launch.pipeline import run_demo
 
@@ -245,6 +263,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenize-shards", type=int, default=None, help="tokenize array size (default: clean's)")
     p.add_argument("--dry-run", action="store_true", help="write and print the scripts, submit nothing")
     p.set_defaults(fn=cmd_pipeline)
+
+    p = sub.add_parser("pipeline-ray", help="the data path (clean, dedup stages, tokenizer, tokenize) as tasks "
+                       "on a Ray cluster (data.ray.address)")
+    add_config_args(p)
+    p.add_argument("--address", default=None, help="Ray address (auto | host:port | ray://host:10001 | local); "
+                   "default data.ray.address")
+    p.set_defaults(fn=cmd_pipeline_ray)
 
     p = sub.add_parser("pipeline", help="every stage on this machine: data -> pretrain -> export -> fine-tune "
                        "(what `make demo` runs)")

@@ -1,4 +1,4 @@
-"""`python -m pretrain <command>`: train, export, finetune, transfer, plan."""
+"""`python -m pretrain <command>`: train, export, card, finetune, transfer, plan, plot."""
 
 from __future__ import annotations
 
@@ -26,11 +26,23 @@ def main(argv: list[str] | None = None) -> int:
     add_config_args(p)
     p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
     p.add_argument("--out", default=None, help="output folder (default: <run.output_dir>/finetune)")
+    p = sub.add_parser("card", help="(re)write the export's Hub model card (e.g. after `transfer` wrote transfer.json)")
+    add_config_args(p)
+    p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
     p = sub.add_parser("plan", help="batch plan, scaled LR, token budget and ZeRO memory estimates")
     add_config_args(p)
     p.add_argument("--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("plot", help="loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)")
+    p.add_argument("run", help="the run folder (run.output_dir)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN/logs/plots)")
     args = parser.parse_args(argv)
+    if args.command == "plot":
+        from pretrain.plots import plot_run
+
+        for path in plot_run(args.run, args.out):
+            print(path)
+        return 0
     cfg = config_from_args(args)
 
     if args.command == "train":
@@ -75,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
 
         report = run_transfer(cfg, args.model or RunLayout(cfg).export, args.out)
         print(format_report(report))
+        return 0
+    if args.command == "card":
+        from data_pipeline.layout import RunLayout
+        from pretrain.model_card import write_model_card
+
+        print(write_model_card(cfg, args.model or RunLayout(cfg).export))
         return 0
     if args.command == "plan":
         from pretrain.plan import format_report, plan_report

@@ -149,3 +149,45 @@ def reapply_schedule(scheduler, snap: dict[str, Any]) -> None:
         g["initial_lr"] = base
         g["lr"] = base * fn(scheduler.last_epoch)
     scheduler._last_lr = [g["lr"] for g in groups]
+
+
+def preview(cfg) -> dict[str, Any] | None:
+    """What `train` would resume from and which config changes it would apply or refuse (for `plan`: what it
+    prints is what runs). Reads COMPLETE only; the files are verified by `train` itself."""
+    from pathlib import Path
+
+    from pretrain.checkpoint import complete_tags, read_complete
+    from runconfig.load import to_dict
+
+    resume = cfg.checkpoint.resume
+    if resume == "none":
+        return None
+    if resume == "auto":
+        ckpt_dir = Path(cfg.checkpoint_dir)
+        tags = complete_tags(ckpt_dir)
+        if not tags:
+            return None
+        folder = ckpt_dir / tags[-1]
+    else:
+        folder = Path(resume)
+    meta = read_complete(folder.parent, folder.name)
+    out: dict[str, Any] = {"checkpoint": str(folder), "step": meta["step"]}
+    try:
+        ch = compare(meta.get("config"), to_dict(cfg), meta["step"], accept=True)
+    except CannotContinue as e:
+        return out | {"error": str(e)}
+    return out | {"applied": [[k, a, b] for k, a, b in ch.applied],
+                  "refused": [[k, a, b] for k, a, b in ch.refused],
+                  "accepted": bool(cfg.checkpoint.accept_config_changes)}
+
+
+def format_preview(p: dict[str, Any] | None) -> list[str]:
+    if p is None:
+        return ["resume            none (a fresh run)"]
+    lines = [f"resume            from {p['checkpoint']} at step {p['step']}"]
+    if "error" in p:
+        return lines + [f"  stops: {p['error']}"]
+    lines += [f"  applied: {k}: {a!r} -> {b!r}{_note(k)}" for k, a, b in p["applied"]]
+    verdict = "accepted" if p["accepted"] else f"the run stops unless {ACCEPT_FLAG}"
+    lines += [f"  refused ({verdict}): {k}: {a!r} -> {b!r}" for k, a, b in p["refused"]]
+    return lines

@@ -37,19 +37,10 @@ class TrainPlan:
 
 
 def scaled_lr_and_warmup(cfg: RunConfig, global_batch: int) -> tuple[float, int]:
-    """Linear (Goyal et al. 2017) or square-root (Krizhevsky 2014; You et al. 2019 for LAMB) LR scaling from a
-    reference recipe, capped by max_lr; warmup is scaled inversely so the same number of samples are warmed."""
-    s = cfg.lr_scaling
-    if s.rule == "none":
-        return cfg.optim.lr, cfg.schedule.warmup
-    k = global_batch / s.reference_batch_size
-    lr = s.reference_lr * (k if s.rule == "linear" else math.sqrt(k))
-    if s.max_lr is not None:
-        lr = min(lr, s.max_lr)
-    if cfg.schedule.steps is None:  # a time budget: warmup is schedule.warmup_fraction of the clock
-        return lr, 0
-    warmup = max(1, round(s.reference_warmup_steps / k))
-    return lr, min(warmup, cfg.schedule.steps)
+    """Peak LR and warmup for this global batch (pretrain/lr_scaling.py: the rule and its reference recipe)."""
+    from pretrain.lr_scaling import scale
+
+    return scale(cfg, global_batch, cfg.schedule.steps)
 
 
 def make_plan(cfg: RunConfig, world_size: int | None = None) -> TrainPlan:

@@ -6,6 +6,7 @@ Run under torchrun (or `python -m launch run`): `python -m pretrain train --conf
 from __future__ import annotations
 
 import math
+import os
 import signal
 import time
 from pathlib import Path
@@ -18,11 +19,11 @@ from transformers import AutoTokenizer
 
 from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
-from data_pipeline.objectives import build_collator, prepare_model
+from data_pipeline.objectives import build_collator, prepare_model, wrap_model
 from pretrain import checkpoint as ckpt
-from pretrain import resume_diff
+from pretrain import lr_scaling, resume_diff
 from pretrain.engine import build_engine, init_distributed
-from pretrain.metrics import MetricsLogger, Throughput, flops_per_token, measure_peak_flops
+from pretrain.metrics import MetricsLogger, OutputMetrics, Throughput, flops_per_token, measure_peak_flops
 from pretrain.models import build_model, count_parameters
 from pretrain.parity import PROBE_FILE, probe_inputs, probe_logits, save_probe
 from pretrain.run_lock import RunFolderLocked, RunLock
@@ -208,6 +209,8 @@ def evaluate(engine, loader: PretrainLoader, max_batches: int, device: torch.dev
 
 def train(cfg: RunConfig) -> dict[str, Any]:
     rank, _ = init_distributed(cfg)
+    if torch.cuda.is_available():  # object collectives before the engine exists need this rank's own GPU
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     out, ckpts = Path(cfg.run.output_dir).resolve(), Path(cfg.checkpoint_dir).resolve()
     locks = take_run_lock([out] if ckpts.is_relative_to(out) else [out, ckpts], rank)
     try:
@@ -231,10 +234,13 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         save_resolved(cfg, cfg.run.output_dir)
         save_resolved(cfg, ckpt_dir)
         print(f"[train] plan for world size {world}:\n{plan.describe()}", flush=True)
+        print("\n".join("[train] " + x for x in sum(lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr,
+                                                                        plan.warmup_steps), [])), flush=True)
 
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
     prepare_model(cfg, model)
+    model = wrap_model(cfg, model, tokenizer)  # the objective's module around it (ELECTRA), else the model itself
     n_params = count_parameters(model)
     collate = build_collator(cfg, tokenizer)
     train_loader = PretrainLoader(cfg, rank, world, split="train", collate_fn=collate)
@@ -286,7 +292,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             save_probe(folder / PROBE_FILE, probe_batch, logits)
 
     # --- metrics --------------------------------------------------------------------------------------------
-    logger = MetricsLogger(layout.logs, rank == 0, cfg.logging.tensorboard, cfg.logging.jsonl)
+    logger = MetricsLogger.from_config(cfg, layout.logs, rank == 0)
     with _rng_isolated():  # nothing outside the loop may move the RNG: exact resume needs it
         peak = cfg.logging.peak_flops or measure_peak_flops(device="cpu" if device.type == "cpu" else str(device))
     meter = Throughput(flops_per_token(cfg.model, n_params, cfg.packing.seq_len), peak, world)
@@ -297,11 +303,13 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     engine.train()
     batches = iter(train_loader)
     sync = StepSync(device, rank)
+    output_metrics = OutputMetrics()  # the objective's own figures, if its model output carries any
     preempted, finished = False, clock.finished(step)
     clock.start()
     while not finished:
         loss_sum = torch.zeros((), device=device, dtype=torch.float64)
         n_bad = 0
+        output_metrics.new_step()
         for micro in range(plan.grad_accum):
             t_wait = time.perf_counter()
             with _rng_isolated():  # worker start-up and collation must not shift the dropout RNG stream
@@ -309,7 +317,10 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             waited = time.perf_counter() - t_wait
             n_tok = _count_tokens(host_batch)
             batch = _to_device(host_batch, device)
-            loss = engine(**batch).loss
+            output = engine(**batch)
+            loss = output.loss
+            output_metrics.add(output)
+            del output  # the logits need not live through backward
             # The only host read per micro-batch: this rank's own finiteness bit, which picks the loss to
             # backpropagate (a NaN must never reach the gradients). No collective until the step's end.
             if bool(torch.isfinite(loss.detach())):
@@ -348,6 +359,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
                 "skipped_steps": int(engine.skipped_steps),
                 "elapsed_s": clock.elapsed_s,
                 **meter.report(),
+                **output_metrics.report(),
             }
             logger.log(step, stats)
             bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
@@ -374,5 +386,9 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     result = {"step": step, "tokens_seen": tokens_seen, "loss": last_loss, "preempted": preempted,
               "elapsed_s": round(clock.elapsed_s, 3), "budget_s": plan.budget_s,
               "checkpoint": str(ckpt_dir / ckpt.tag_for(step)), "params": n_params}
+    if rank == 0 and cfg.logging.plots and cfg.logging.jsonl:
+        from pretrain.plots import plot_run
+
+        result["plots"] = str(plot_run(cfg.run.output_dir)[0].parent) if (layout.logs / "metrics.jsonl").is_file() else None
     dist.barrier()
     return result

@@ -1,6 +1,8 @@
 """Model family and size. Presets in configs/ mirror the papers' sizes; every field can be overridden."""
 
-from pydantic import Field, field_validator, model_validator
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from runconfig.base import Section
 
@@ -24,6 +26,8 @@ class ModelConfig(Section):
     tie_word_embeddings: bool = True
     # Pad the embedding matrix for fast matmuls; extra rows are never produced (their logits are masked).
     vocab_pad_multiple: int = Field(8, ge=1)
+    # Family-specific keys, typed by the family's spec (`FamilySpec.options`), e.g. ModernBERT's local attention.
+    options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("family")
     @classmethod
@@ -33,6 +37,23 @@ class ModelConfig(Section):
         if v not in FAMILIES:
             raise ValueError(f"unknown family '{v}' (registered: {FAMILIES.names()})")
         return v
+
+    @model_validator(mode="after")
+    def _family_options(self) -> "ModelConfig":
+        """Checks `options` against the family's typed section; the family's builder fills in its defaults."""
+        if not self.options:
+            return self
+        from pretrain.families.registry import get_family
+
+        spec = get_family(self.family)
+        if spec.options is None:
+            raise ValueError(f"model.options: family '{self.family}' takes no options (got {sorted(self.options)})")
+        try:
+            spec.options.model_validate(self.options)
+        except ValidationError as e:
+            raise ValueError("; ".join(f"model.options.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+                                       for err in e.errors())) from None
+        return self
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":

@@ -1,6 +1,8 @@
 """Pretraining objective section."""
 
-from pydantic import Field, field_validator, model_validator
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from runconfig.base import Section
 
@@ -20,6 +22,9 @@ class ObjectiveConfig(Section):
     # T5 span corruption.
     noise_density: float = Field(0.15, gt=0, lt=1)
     mean_noise_span_length: float = Field(3.0, gt=0)
+    # Objective-specific keys, typed by the objective's spec (`ObjectiveSpec.options`), e.g. ELECTRA's generator
+    # size and discriminator weight.
+    options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("type")
     @classmethod
@@ -29,6 +34,26 @@ class ObjectiveConfig(Section):
         if v not in OBJECTIVES:
             raise ValueError(f"unknown objective '{v}' (registered: {OBJECTIVES.names()})")
         return v
+
+    @model_validator(mode="after")
+    def _objective_options(self) -> "ObjectiveConfig":
+        """Checks `options` against the objective's typed section (its factories read them with defaults)."""
+        if not self.options:
+            return self  # every spec's options have defaults
+        from data_pipeline.objectives.registry import get_objective
+
+        spec = get_objective(self.type)
+        if spec.options is None:
+            if self.options:
+                raise ValueError(f"objective.options: objective '{self.type}' takes no options "
+                                 f"(got {sorted(self.options)})")
+            return self
+        try:
+            spec.parse_options(self.options)
+        except ValidationError as e:
+            raise ValueError("; ".join(f"objective.options.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+                                       for err in e.errors())) from None
+        return self
 
     @model_validator(mode="after")
     def _fractions(self) -> "ObjectiveConfig":

@@ -2,10 +2,11 @@
 
 import warnings
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from runconfig.base import Section
 from runconfig.data import DataConfig
+from runconfig.export import ExportConfig
 from runconfig.finetune import FinetuneConfig
 from runconfig.launch import LaunchConfig
 from runconfig.model import ModelConfig
@@ -28,6 +29,19 @@ class RunMeta(Section):
     output_dir: str = "runs/run"
     seed: int = 1234
 
+    @field_validator("output_dir")
+    @classmethod
+    def _local_folder(cls, v: str) -> str:
+        """The run folder holds memory-mapped token shards and DeepSpeed checkpoints: it must be a filesystem
+        path (a mounted bucket works). A URL is never turned into a local folder such as './memory:/out'."""
+        if "://" in v:
+            scheme = v.split("://", 1)[0]
+            if scheme != "file":
+                raise ValueError(f"'{v}' is a {scheme}:// URL; the run folder must be a local or mounted path "
+                                 "(data sources may be URLs: data.sources.N.paths)")
+            v = v.split("://", 1)[1]
+        return v
+
 
 class RunConfig(Section):
     run: RunMeta = RunMeta()
@@ -48,6 +62,7 @@ class RunConfig(Section):
     eval: EvalConfig = EvalConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     launch: LaunchConfig = LaunchConfig()
+    export: ExportConfig = ExportConfig()
     inherit: list[str] = Field(default_factory=list, exclude=True)  # consumed by the loader
 
     @model_validator(mode="after")
@@ -58,6 +73,15 @@ class RunConfig(Section):
         from pretrain.families.registry import get_family
 
         fam, obj, pack = get_family(self.model.family), get_objective(self.objective.type), self.packing.mode
+        if obj.needs_encoder and not fam.has_encoder:
+            from pretrain.families.registry import FAMILIES
+
+            trainable = [n for n in FAMILIES.names()
+                         if obj.name in get_family(n).objectives or (obj.trains is not None and obj.trains(get_family(n)))]
+            raise ValueError(
+                f"objective.type: '{obj.name}' reads every token with a bidirectional encoder, and model.family "
+                f"'{fam.name}' has none (families it trains: {trainable})"
+            )
         if not (obj.name in fam.objectives or (obj.trains is not None and obj.trains(fam))):
             raise ValueError(
                 f"objective.type: '{obj.name}' cannot train model.family '{fam.name}' "
@@ -78,6 +102,9 @@ class RunConfig(Section):
                 f"packing.seq_len ({self.packing.seq_len}) exceeds the positions model.max_position_embeddings "
                 f"allows ({limit})"
             )
+        for key, value in fam.objective_defaults.items():
+            if key not in self.objective.model_fields_set:
+                setattr(self.objective, key, value)  # the family's default (validated on assignment)
         for check in (fam.validate, obj.validate):
             if check is not None:
                 check(self)

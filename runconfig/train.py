@@ -87,10 +87,20 @@ class LRScalingConfig(Section):
     """Scale a reference recipe (batch, peak LR, warmup) to the configured global batch."""
 
     rule: Literal["none", "linear", "sqrt"] = "none"
-    reference_batch_size: int = Field(256, gt=0)
-    reference_lr: float = Field(1e-4, gt=0)
-    reference_warmup_steps: int = Field(10000, ge=0)
+    # The global batch the reference LR and warmup were tuned for (required with a rule).
+    reference_batch_size: int | None = Field(None, gt=0)
+    reference_lr: float | None = Field(None, gt=0)  # default: optim.lr
+    reference_warmup_steps: int | None = Field(None, ge=0)  # default: schedule.warmup_steps
     max_lr: float | None = None  # cap for the scaled LR
+
+    @model_validator(mode="after")
+    def _reference_batch(self) -> "LRScalingConfig":
+        if self.rule != "none" and self.reference_batch_size is None:
+            raise ValueError(
+                f"lr_scaling.reference_batch_size: required with lr_scaling.rule={self.rule}: the global batch the "
+                "reference LR and warmup (default: optim.lr, schedule.warmup_steps) were tuned for"
+            )
+        return self
 
 
 class DeepSpeedConfig(Section):
@@ -116,10 +126,33 @@ class CheckpointConfig(Section):
     accept_config_changes: bool = False
 
 
+class WandbConfig(Section):
+    """Weights & Biases (optional extra `lmstack[wandb]`); mode offline writes runs to sync later."""
+
+    enabled: bool = False
+    project: str = "lmstack"
+    entity: str | None = None
+    name: str | None = None  # default: run.name
+    mode: Literal["online", "offline"] = "online"
+    dir: str | None = None  # default: <run.output_dir>/logs
+
+
+class MlflowConfig(Section):
+    """MLflow (optional extra `lmstack[mlflow]`); the default tracking URI is a local folder in the run."""
+
+    enabled: bool = False
+    tracking_uri: str | None = None  # default: file:<run.output_dir>/logs/mlruns
+    experiment: str = "lmstack"
+    run_name: str | None = None  # default: run.name
+
+
 class LoggingConfig(Section):
     every_steps: int = Field(10, gt=0)
     tensorboard: bool = True
     jsonl: bool = True
+    wandb: WandbConfig = WandbConfig()
+    mlflow: MlflowConfig = MlflowConfig()
+    plots: bool = True  # PNG curves in <run>/logs/plots at the end of training (also: python -m pretrain plot)
     progress_bar: bool = True
     # Peak FLOP/s per device for MFU; None = measure once with a matmul benchmark.
     peak_flops: float | None = None

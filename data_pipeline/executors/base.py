@@ -151,6 +151,8 @@ class Executor:
     def run(self, stage: Stage) -> StageResult:
         t0 = time.time()
         todo = stage.todo()
+        for i in todo:  # a marker left by an older run of a stage with its own done test is stale
+            stage.marker(i).unlink(missing_ok=True)
         bar = Progress(stage.name, len(todo), self.progress)
         try:
             errors = self._run(stage, todo, bar) if todo else {}
@@ -159,7 +161,7 @@ class Executor:
         if errors:
             raise StageFailed(stage.name, {stage.task_name(i): e.splitlines()[0] for i, e in sorted(errors.items())},
                               stage.num_tasks)
-        missing = stage.todo()  # a task that "succeeded" without its marker would be a silent loss
+        missing = [i for i in todo if not stage.marker(i).exists()]  # "succeeded" without output: a loss
         if missing:
             raise StageFailed(stage.name, {stage.task_name(i): "no completion marker after the run" for i in missing},
                               stage.num_tasks)

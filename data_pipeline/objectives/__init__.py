@@ -32,7 +32,7 @@ _LAZY = {
 }
 
 __all__ = ["CausalCollator", "Collator", "MLMCollator", "ObjectiveSpec", "SpanCorruptionCollator", "build_collator",
-           "get_objective", "objective_names", "prepare_model", "register_objective"]  # fmt: skip
+           "get_objective", "objective_names", "prepare_model", "register_objective", "wrap_model"]  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
@@ -46,6 +46,13 @@ def prepare_model(cfg: RunConfig, model: Any) -> None:
     spec = get_objective(cfg.objective.type)
     if spec.prepare_model is not None:
         spec.prepare_model(cfg, model)
+
+
+def wrap_model(cfg: RunConfig, model: Any, tokenizer: Any) -> Any:
+    """The module the trainer trains and checkpoints: the family's model, or the objective's wrapper around it
+    (ELECTRA's generator + discriminator). Export rebuilds the same module to load the checkpoint."""
+    spec = get_objective(cfg.objective.type)
+    return model if spec.wrap_model is None else spec.wrap_model(cfg, model, tokenizer)
 
 
 def build_collator(cfg: RunConfig, tokenizer: Any) -> Collator:

@@ -18,7 +18,13 @@ if TYPE_CHECKING:
     from runconfig.model import ModelConfig
     from runconfig.run import RunConfig
 
-BUILTIN = ("pretrain.families.roberta", "pretrain.families.gpt2", "pretrain.families.t5")
+BUILTIN = (
+    "pretrain.families.roberta",
+    "pretrain.families.gpt2",
+    "pretrain.families.t5",
+    "pretrain.families.modernbert",
+    "pretrain.families.electra",
+)
 
 
 def default_probe_inputs(tokenizer: Any, texts: list[str]) -> dict[str, Any]:
@@ -44,7 +50,7 @@ class FamilySpec:
     # (model section, tokenizer, seq_len, padded vocab size) -> a transformers PretrainedConfig.
     build_config: Callable[[ModelConfig, Any, int, int], Any]
     model_class: str | type  # the pretraining model, built from scratch from build_config's output
-    task: Literal["masked_lm", "causal_lm", "seq2seq"]
+    task: Literal["masked_lm", "causal_lm", "seq2seq", "token_detection"]
     objectives: tuple[str, ...]  # objective.type values it trains with
     tokenizer_types: tuple[str, ...]  # tokenizer.type values whose special tokens it assumes
     auto_class: str = "AutoModel"  # what loads the export with its pretraining head (parity, reload check)
@@ -61,7 +67,13 @@ class FamilySpec:
     attention_layers: Callable[[ModelConfig], int] = attention_layers  # layers whose attention FLOPs count
     flops_per_token: Callable[[FamilySpec, ModelConfig, int, int], float] = default_flops_per_token
     validate: Callable[[RunConfig], None] | None = None  # family-specific config checks (raise naming the key)
-    notes: dict[str, Any] = field(default_factory=dict)
+    # A typed section (pydantic, unknown keys rejected) for the family's own `model.options` keys.
+    options: type | None = None
+    # Objective settings this family defaults to when the config does not set them (ModernBERT: 30% masking).
+    objective_defaults: dict[str, Any] = field(default_factory=dict)
+    # HF config fields the exported folder gets instead of the training ones (e.g. sparse prediction off, so
+    # the export returns dense logits as the published checkpoints do).
+    export_config: dict[str, Any] = field(default_factory=dict)
 
     def model_cls(self) -> type:
         return resolve(self.model_class)  # type: ignore[return-value]

@@ -196,3 +196,17 @@ def test_vanished_intermediate_file_is_named(tmp_path):
     sig.unlink()
     with pytest.raises(StageFailed, match=r"dedup-buckets\[\d+\] \(band \d+ range 1\): FileNotFoundError.*s00001-r0001"):
         ex.run(stages[1])
+
+
+@pytest.mark.parametrize("dedup", [{"minhash": {"enabled": False}}, {"exact": False},
+                                   {"exact": False, "minhash": {"enabled": False}}])
+def test_exact_only_near_only_and_neither(tmp_path, dedup):
+    src = make_corpus(tmp_path, n_files=3, n_orig=30)
+    cfg = load_config(str(write_config(tmp_path, src, **dedup)))
+    run_clean(cfg)
+    stats = run_dedup(cfg, LocalExecutor(workers=1, retries=0, progress=False))
+    exact_on, near_on = cfg.data.dedup.exact, cfg.data.dedup.minhash.enabled
+    assert (stats["exact_duplicates"] > 0) == exact_on
+    assert (stats["near_duplicates"] > 0) == near_on
+    assert stats["kept"] + stats["exact_duplicates"] + stats["near_duplicates"] == stats["docs_in"]
+    assert len({r["id"] for r in iter_corpus(cfg)}) == stats["kept"]

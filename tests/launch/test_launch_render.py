@@ -175,7 +175,7 @@ def test_launch_scripts_pass_shellcheck():
 def test_cli_help_and_dry_run(tmp_path, capsys):
     res = subprocess.run([sys.executable, "-m", "launch", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0
-    for sub in ("run", "sbatch", "status", "cancel", "pipeline-slurm"):
+    for sub in ("run", "sbatch", "status", "cancel", "pipeline-slurm", "pipeline-ray"):
         assert sub in res.stdout
     assert main(["run", "--config", str(TINY), "--dry-run", f"run.output_dir={tmp_path}/r",
                  "launch.launcher=slurm", "launch.nodes=2", "launch.procs_per_node=1"]) == 0

@@ -167,3 +167,21 @@ def test_lock_from_another_host_is_reported(tmp_path):
     (tmp_path / LOCK_NAME).write_text(json.dumps({"host": "gpu-node-17", "pid": 4242, "started": "Monday"}))
     with pytest.raises(RunFolderLocked, match="host gpu-node-17 pid 4242 since Monday on another host"):
         RunLock(tmp_path).acquire()
+
+
+def test_plan_shows_the_resume_point_and_config_changes(tmp_path):
+    from pretrain.plan import format_report, plan_report
+    from runconfig import load_config
+    from runconfig.load import to_dict
+
+    old = load_config("configs/roberta-tiny.yaml", [f"run.output_dir={tmp_path}", "schedule.total_steps=30"])
+    folder = _fake_checkpoint(tmp_path / "checkpoints", 30)
+    meta = ckpt.read_complete(folder.parent, folder.name)
+    ckpt.write_complete(folder, {**meta, "config": to_dict(old)}, meta["files"])
+    new = load_config("configs/roberta-tiny.yaml", [f"run.output_dir={tmp_path}", "schedule.total_steps=33",
+                                                    "optim.lr=5e-4", "batch.global_batch_size=64"])
+    text = format_report(plan_report(new, 2))
+    assert f"resume            from {folder} at step 30" in text
+    assert "applied: schedule.total_steps: 30 -> 33 (the LR schedule is re-derived from the current step)" in text
+    assert "applied: optim.lr: 0.001 -> 0.0005" in text
+    assert "refused (the run stops unless checkpoint.accept_config_changes=true): batch.global_batch_size: 32 -> 64" in text

@@ -37,8 +37,40 @@ def test_lr_scaling_rules(rule, expected_lr):
 
 
 def test_lr_scaling_cap():
-    cfg = load_config("configs/roberta-base.yaml", ["lr_scaling.rule=linear", "lr_scaling.max_lr=1e-3"])
+    cfg = load_config("configs/roberta-base.yaml", ["lr_scaling.rule=linear", "lr_scaling.max_lr=1e-3",
+                                                    "batch.global_batch_size=32768"])
     assert make_plan(cfg).peak_lr == 1e-3
+
+
+def test_lr_scaling_keeps_the_preset_recipe_and_says_what_it_applies(capsys):
+    """The README's `plan --config configs/roberta-base.yaml launch.nodes=8 lr_scaling.rule=sqrt` keeps RoBERTa's
+    6e-4 / 24K warmup at its own batch (it used to print 5.66e-4 and 312 from hidden defaults)."""
+    from pretrain.__main__ import main
+
+    assert main(["plan", "--config", "configs/roberta-base.yaml", "launch.nodes=8", "lr_scaling.rule=sqrt"]) == 0
+    out = capsys.readouterr().out
+    assert "peak LR           0.0006 (rule: sqrt)" in out and "warmup            24000 of 500000 steps" in out
+    assert ("lr_scaling: reference recipe LR 0.0006 (optim.lr), warmup 24000 steps (schedule.warmup_steps) at "
+            "global batch 8192 (lr_scaling.reference_batch_size)") in out
+    assert "lr_scaling: rule sqrt: batch 8192 = 1 x reference -> LR x 1 = 0.0006, warmup / 1 = 24000 steps" in out
+    assert "warning" not in out
+
+    # A smaller batch scales the recipe, and the values written in the YAML being replaced is said out loud.
+    cfg = load_config("configs/roberta-base.yaml", ["lr_scaling.rule=sqrt", "batch.global_batch_size=2048"])
+    r = plan_report(cfg)
+    assert r["plan"]["peak_lr"] == pytest.approx(3e-4) and r["plan"]["warmup_steps"] == 96000
+    assert r["warnings"] == [
+        "warning: optim.lr 0.0006 set in the config is replaced by 0.0003 from lr_scaling.rule=sqrt; set "
+        "lr_scaling.rule=none to keep it",
+        "warning: schedule.warmup_steps 24000 set in the config is replaced by 96000 from lr_scaling.rule=sqrt; set "
+        "lr_scaling.rule=none to keep it"]
+    assert plan_report(load_config("configs/roberta-base.yaml"))["lr_scaling"] == [
+        "lr_scaling: none (peak LR 0.0006 = optim.lr, warmup 24000 = schedule.warmup_steps)"]
+
+
+def test_lr_scaling_needs_a_stated_reference_batch():
+    with pytest.raises(Exception, match="lr_scaling.reference_batch_size: required with lr_scaling.rule=linear"):
+        load_config("configs/roberta-tiny.yaml", ["lr_scaling.rule=linear"])
 
 
 def test_warmup_then_linear_and_cosine_decay():
