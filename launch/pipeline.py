@@ -129,7 +129,10 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     transfer = stage("transfer: pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)",
                      run_transfer, cfg, export_dir, layout.finetune) if cfg.finetune.tasks else {"tasks": {}}
     state = json.loads((Path(export_dir) / "training_state.json").read_text())
-    from pretrain.model_card import held_out_perplexity
+    from pretrain.model_card import held_out_perplexity, write_model_card
+
+    if transfer["tasks"]:
+        write_model_card(cfg, export_dir)  # the card's model-index now carries transfer.json's results
 
     ppl = held_out_perplexity(layout.logs / "metrics.jsonl", state.get("step"))
     summary = {

@@ -35,11 +35,13 @@ TASKS = {
     "masked_lm": ("fill-mask", "Masked language modeling", "AutoModelForMaskedLM"),
     "causal_lm": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),
     "seq2seq": ("text2text-generation", "Span corruption (text-to-text)", "AutoModelForSeq2SeqLM"),
+    # Heads with no Hub pipeline (e.g. ELECTRA's replaced-token discriminator): no pipeline_tag, a generic snippet.
+    "other": (None, "Pretraining", "AutoModel"),
 }
 
 
 def head_task(architecture: str, model_type: str) -> str:
-    """masked_lm | causal_lm | seq2seq for an exported architecture (e.g. RobertaForMaskedLM)."""
+    """masked_lm | causal_lm | seq2seq | other for an exported architecture (e.g. RobertaForMaskedLM)."""
     from transformers.models.auto import modeling_auto as ma
 
     for task, mapping in (("masked_lm", ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES),
@@ -48,7 +50,7 @@ def head_task(architecture: str, model_type: str) -> str:
         names = mapping.get(model_type)
         if names and architecture in ([names] if isinstance(names, str) else list(names)):
             return task
-    raise ValueError(f"model card: no Hub pipeline tag for architecture {architecture!r} ({model_type})")
+    return "other"
 
 
 def median_speed(metrics_file: Path) -> tuple[float, float] | None:
@@ -89,6 +91,10 @@ def _usage(task: str, auto_cls: str, repo: str, mask: str | None) -> str:
                 'batch = tok(["The company said", "Shares in"], padding=True, return_tensors="pt")  # left padding\n'
                 "out = model.generate(**batch, max_new_tokens=20, do_sample=False)\n"
                 "print(tok.batch_decode(out, skip_special_tokens=True))")
+    if task == "other":
+        return (f'from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer\n\n'
+                f'tok = AutoTokenizer.from_pretrained("{repo}")\nmodel = AutoModel.from_pretrained("{repo}")\n'
+                f'# fine-tune: AutoModelForSequenceClassification.from_pretrained("{repo}", num_labels=N)')
     return (f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")\n'
             f'model = {auto_cls}.from_pretrained("{repo}")\n'
             'batch = tok(["The company said its <extra_id_0> rose on Tuesday."], return_tensors="pt")\n'
@@ -141,7 +147,7 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     results: list[dict[str, Any]] = []
     if ppl is not None:
         results.append({
-            "task": {"type": pipeline_tag, "name": task_name},
+            "task": {"type": pipeline_tag or "fill-mask", "name": task_name},
             "dataset": {"name": f"Held-out {cfg.loader.eval_fraction:.0%} of the pretraining token stream "
                                 f"({', '.join(s.name for s in sources)})", "type": f"{cfg.run.name}-heldout",
                         "split": "validation"},
@@ -154,7 +160,8 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     if languages:
         meta["language"] = languages
     meta["library_name"] = "transformers"
-    meta["pipeline_tag"] = pipeline_tag
+    if pipeline_tag:
+        meta["pipeline_tag"] = pipeline_tag
     meta["tags"] = [cfg.model.family, cfg.objective.type.replace("_", "-"), "pretrained-from-scratch", "lmstack",
                     "deepspeed", *cfg.export.tags]  # fmt: skip
     if datasets:

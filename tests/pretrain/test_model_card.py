@@ -96,3 +96,10 @@ def test_card_carries_transfer_results_when_present(tmp_path):
     from huggingface_hub import ModelCard
 
     assert len(ModelCard(text).data.eval_results) == 5
+
+
+def test_heads_without_a_hub_pipeline_get_no_tag():
+    from pretrain.model_card import head_task
+
+    assert head_task("ModernBertForMaskedLM", "modernbert") == "masked_lm"
+    assert head_task("ElectraForPreTraining", "electra") == "other"  # no pipeline: the card omits pipeline_tag
