@@ -78,19 +78,26 @@ def test_twenty_sigkills_then_bit_exact(roberta_run, tmp_path):
     log_path = tmp_path / "chaos.log"
     log = open(log_path, "w")
     deadline = time.time() + 1500
+    step_s = [1.0]  # seconds between two checkpoints (one step), measured as the run goes: scales the kill delay
     while len(kills) < KILLS and time.time() < deadline:
         kind = plan[len(kills)]
         before = set(complete_tags(ckpt_dir))
         p = _start(roberta_run, out, log)
-        kill_at = None
+        kill_at, last_new, last_t = None, 0, None
         while p.poll() is None:
-            progressed = bool(set(complete_tags(ckpt_dir)) - before)  # each restart must make progress
+            new = len(set(complete_tags(ckpt_dir)) - before)
+            if new > last_new:
+                now = time.time()
+                if last_t is not None:
+                    step_s.append((now - last_t) / (new - last_new))
+                last_new, last_t = new, now
+            progressed = new > 0  # each restart must make progress
             if progressed and kind == "save" and _saving_now(ckpt_dir):
                 _kill([psutil.Process(p.pid), *_ranks(p)])
                 kills.append(f"save ({complete_tags(ckpt_dir)})")
                 break
             if progressed and kind != "save" and kill_at is None:
-                kill_at = time.time() + rng.uniform(0.0, 1.0)
+                kill_at = time.time() + rng.uniform(0.0, sorted(step_s)[len(step_s) // 2])  # within ~a step
             if kill_at is not None and time.time() >= kill_at:
                 ranks = _ranks(p)
                 if kind == "one_rank" and len(ranks) == 2:
