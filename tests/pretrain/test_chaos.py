@@ -122,8 +122,8 @@ def test_twenty_sigkills_then_bit_exact(roberta_run, tmp_path):
     assert p.wait(timeout=600) == 0, log_path.read_text()[-4000:]
     text = log_path.read_text()
     assert len(kills) == KILLS, kills
-    assert sum(k.startswith("save") for k in kills) >= min(3, KILLS)
-    assert sum(k.startswith("one_rank") for k in kills) >= min(2, KILLS)
+    for kind in ("save", "one_rank"):  # 3 and 2 of them with the default 20 kills
+        assert sum(k.startswith(kind) for k in kills) == plan[:KILLS].count(kind), (kind, kills)
     assert text.count("resumed from") >= KILLS, text[-3000:]
     assert "skipping damaged checkpoint" not in text  # kills only ever leave incomplete folders, never damage
 
