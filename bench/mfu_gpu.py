@@ -1,24 +1,29 @@
-"""Model FLOPs utilisation on one GPU: GPT-2 small (seq 1024) and RoBERTa-base (seq 512) in bf16 through our trainer.
+"""Model FLOPs utilisation on one GPU, bf16, through our trainer: GPT-2 small and medium (seq 1024), RoBERTa-base
+(seq 512), each with DeepSpeed ZeRO-1 and ZeRO-2 and activation checkpointing off and on.
 
-Each model is the size preset (`configs/gpt2-small.yaml`: 12 x 768, 12 heads, FFN 3072; `configs/roberta-base.yaml`:
-same shape, MLM) trained by `python -m pretrain train` on 1 rank: DeepSpeed ZeRO-2, bf16, the preset's optimizer, a
-realistic micro-batch (GPT-2 16 x 1024 tokens, RoBERTa 32 x 512), no gradient accumulation. Data is built here from
-the BBC News corpus by our data stages (no network): clean -> dedup -> byte-level BPE -> token shards (GPT-2:
-contiguous packing; RoBERTa: FULL-SENTENCES). BBC yields fewer merges than the requested vocabularies, so the
-embedding is padded (`model.vocab_pad_multiple`) to the papers' shapes: 50,304 rows for GPT-2 (nanoGPT's padded
-50,257) and 50,272 for RoBERTa (50,265 rounded to 8); the parameter counts printed are the trained models'.
+Each model is the size preset (`configs/gpt2-small.yaml` 12 x 768, `configs/gpt2-medium.yaml` 24 x 1024,
+`configs/roberta-base.yaml` 12 x 768 MLM) trained by `python -m pretrain train` on 1 rank with the preset's
+optimizer, a realistic micro-batch (GPT-2 16 x 1024 tokens, RoBERTa 32 x 512), no gradient accumulation. Data is
+built here from the BBC News corpus by our data stages (no network): clean -> dedup -> byte-level BPE -> token
+shards (GPT-2: contiguous packing; RoBERTa: FULL-SENTENCES). BBC yields fewer merges than the requested
+vocabularies, so the embedding is padded (`model.vocab_pad_multiple`) to the papers' shapes: 50,304 rows for GPT-2
+(nanoGPT's padded 50,257) and 50,272 for RoBERTa (50,265 rounded to 8); the parameter counts are the trained models'.
 
 What is timed: the trainer's own metrics.jsonl rows after the first WARMUP steps (start-up, the first steps, final
 eval and checkpoint excluded). MFU = tokens/s x training FLOPs per token (`pretrain.metrics.flops_per_token`:
-6N + 12 L d T, PaLM appendix B, no activation recompute counted) / peak, against (a) the GPU's published dense bf16
-peak (H100 SXM and H200: 989 TFLOP/s; H100 PCIe 756, H100 NVL 835, A100 312; `--peak-tflops` overrides) and (b) a
-measured peak: the best of 3 timings of 50 bf16 8192^3 matmuls in this process (what cuBLAS really reaches here).
+6N + 12 L d T, PaLM appendix B; activation recompute is not counted, so checkpointing lowers MFU by design) / the
+device's peak: its published dense bf16 peak (H100 SXM and H200: 989 TFLOP/s; H100 PCIe 756, H100 NVL 835, A100
+312; `--peak-tflops` overrides), and, printed next to it, a peak measured in this run (best of 3 timings of 50 bf16
+8192^3 matmuls: what cuBLAS reaches here).
+Every configuration of the matrix runs once (MFU lines); the VERDICT configurations (GPT-2 medium, ZeRO-1 and
+ZeRO-2, checkpointing off: goal >= 45% of the published peak) run `--rounds` times (default 5), median, min, max.
 
-Without CUDA the script prints `skipped (no GPU)` VERDICTs and exits 0. `--smoke` runs the whole path on CPU with
-tiny models (2 layers, 64 wide, seq 64, fp32 unless --smoke-bf16) to prove the script works; its MFU is against the
-measured CPU matmul peak and is not a result.
+Without CUDA the script prints `SKIP` (no VERDICT) and exits 0, writing nothing. `--smoke` runs the same path on
+CPU with tiny models (2 layers, 64 wide, seq 64; fp32 unless --smoke-bf16, gloo) over the matrix chosen with
+--models/--zero/--ckpt, to prove the script works unattended; its figures are not results and are not saved.
 
-`python bench/mfu_gpu.py [--steps 40] [--warmup 10] [--smoke]`
+`python bench/mfu_gpu.py [--steps 40] [--warmup 10] [--rounds 5] [--models ...] [--zero 1 2] [--ckpt off on]`
+(on an H100: about 15 minutes for the whole matrix; split it with --models to stay under a 10-minute limit)
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -42,8 +48,10 @@ PUBLISHED_BF16_DENSE = [  # (substring of torch.cuda.get_device_name(), TFLOP/s)
 MODELS = {
     # name: (family, preset, seq_len, micro-batch, requested vocabulary, padded embedding rows)
     "gpt2_small": ("gpt2", "gpt2-small", 1024, 16, 50257, 50304),
+    "gpt2_medium": ("gpt2", "gpt2-medium", 1024, 16, 50257, 50304),
     "roberta_base": ("roberta", "roberta-base", 512, 32, 50265, 50272),
 }
+VERDICT_CONFIGS = {("gpt2_medium", 1, "off"): 0.45, ("gpt2_medium", 2, "off"): 0.45}  # (model, zero, ckpt): goal
 SMOKE = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.ffn_size=256"]
 
 
@@ -87,7 +95,21 @@ def tokenizer_len(cfg_path: Path) -> int:
     return len(AutoTokenizer.from_pretrained(str(RunLayout(load_config(cfg_path)).tokenizer)))
 
 
-def run_model(name: str, tmp: Path, cleaned: Path | None, a, env: dict[str, str], peak: float) -> dict:
+def prepare(name: str, tmp: Path, cleaned: Path | None, a, env: dict[str, str]) -> tuple[Path, int]:
+    family, preset, seq, _, vocab, rows = MODELS[name]
+    if a.smoke:
+        seq, vocab, rows = 64, 1000, 8
+    extra = f"tokenizer: {{vocab_size: {vocab}}}\npacking: {{seq_len: {seq}}}\n"
+    if family == "roberta":
+        extra += f"model: {{max_position_embeddings: {seq + 2}}}\n"
+    cfg_path = C.prepare_run(tmp / name, family, extra, preset=None if a.smoke else preset, cleaned_from=cleaned,
+                             env=env, files="0[0-4]?.txt" if a.smoke else None)  # fmt: skip
+    n_tok = tokenizer_len(cfg_path)
+    return cfg_path, rows if n_tok <= rows else 8
+
+
+def run_model(name: str, cfg_path: Path, pad_multiple: int, zero: int, ckpt: str, tmp: Path, a,
+              env: dict[str, str], peak: float) -> dict:  # fmt: skip
     from transformers import AutoTokenizer
 
     from data_pipeline.layout import RunLayout
@@ -97,19 +119,12 @@ def run_model(name: str, tmp: Path, cleaned: Path | None, a, env: dict[str, str]
 
     family, preset, seq, micro, vocab, rows = MODELS[name]
     if a.smoke:
-        seq, micro, vocab, rows = 64, 4, 1000, 8
-    extra = f"tokenizer: {{vocab_size: {vocab}}}\npacking: {{seq_len: {seq}}}\n"
-    if family == "roberta":
-        extra += f"model: {{max_position_embeddings: {seq + 2}}}\n"
-    t0 = time.perf_counter()
-    cfg_path = C.prepare_run(tmp / name, family, extra, preset=None if a.smoke else preset, cleaned_from=cleaned,
-                             env=env)  # fmt: skip
-    n_tok = tokenizer_len(cfg_path)
-    pad_multiple = rows if n_tok <= rows else 8
+        seq, micro = 64, 4
     total = a.warmup + a.steps
     precision = "bf16" if (not a.smoke or a.smoke_bf16) else "fp32"
     ov = [f"batch.micro_batch_size={micro}", f"batch.global_batch_size={micro}", "launch.nodes=1",
-          "launch.procs_per_node=1", f"launch.backend={'gloo' if a.smoke else 'nccl'}", "deepspeed.zero_stage=2",
+          "launch.procs_per_node=1", f"launch.backend={'gloo' if a.smoke else 'nccl'}", f"deepspeed.zero_stage={zero}",
+          f"deepspeed.activation_checkpointing={'true' if ckpt == 'on' else 'false'}",
           f"deepspeed.precision={precision}", f"model.vocab_pad_multiple={pad_multiple}",
           f"schedule.total_steps={total}", f"schedule.warmup_steps={a.warmup}", f"eval.every_steps={total}",
           "eval.max_batches=1", f"checkpoint.every_steps={total}", f"loader.num_workers={a.workers}",
@@ -120,11 +135,11 @@ def run_model(name: str, tmp: Path, cleaned: Path | None, a, env: dict[str, str]
     tok = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
     n_params = count_parameters(build_model(cfg.model, tok, seq))
     fpt = flops_per_token(cfg.model, n_params, seq)
-    print(f"[{name}] data stages {time.perf_counter() - t0:.0f}s; tokenizer {n_tok} entries, embedding rows "
-          f"{-(-n_tok // pad_multiple) * pad_multiple}; {n_params / 1e6:.1f}M params, {fpt / 1e9:.3f} GFLOP/token; "
-          f"{precision}, micro-batch {micro} x {seq}", flush=True)  # fmt: skip
     r = C.run_ours(cfg_path, tmp / f"{name}-work", ov, a.warmup, nproc=1, env=env)
-    r.update(params=n_params, flops_per_token=fpt, cfg_path=cfg_path)
+    r.update(params=n_params, flops_per_token=fpt, achieved=r["tokens_per_s"] * fpt)
+    print(f"[{name} zero{zero} ckpt {ckpt}] {n_params / 1e6:.1f}M params, {precision}, micro-batch {micro} x {seq}: "
+          f"{r['tokens_per_s']:.0f} tokens/s, {r['achieved'] / 1e12:.2f} TFLOP/s, MFU {r['achieved'] / peak:.1%}; "
+          f"loader wait {r['loader_wait_frac']:.1%}; wall {r['wall_s']:.0f}s", flush=True)  # fmt: skip
     return r
 
 
@@ -132,81 +147,91 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=40, help="measured steps (after --warmup)")
     ap.add_argument("--warmup", type=int, default=10, help="steps excluded from the window; also the log interval")
+    ap.add_argument("--rounds", type=int, default=5, help="runs of each VERDICT configuration")
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--zero", nargs="+", type=int, default=[1, 2], choices=[1, 2])
+    ap.add_argument("--ckpt", nargs="+", default=["off", "on"], choices=["off", "on"], help="activation checkpointing")
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers (loader.num_workers)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="published bf16 dense peak, if not in the table")
     ap.add_argument("--smoke", action="store_true", help="tiny models on CPU: checks the script, not a result")
     ap.add_argument("--smoke-bf16", action="store_true", help="with --smoke: bf16 instead of fp32")
     a = ap.parse_args()
     if a.smoke:
-        a.steps, a.warmup = min(a.steps, 6), min(a.warmup, 2)
+        a.steps, a.warmup, a.rounds = min(a.steps, 6), min(a.warmup, 2), 1
 
     import torch
 
     have_gpu = torch.cuda.is_available()
     if not have_gpu and not a.smoke:
-        for name in MODELS:
-            print(f"VERDICT mfu_gpu_{name}: ours=n/a peer=989 ratio=n/a goal=0.5 skipped (no GPU)")
+        print("SKIP mfu_gpu: no CUDA device here (run it on a GPU machine; `--smoke` checks the CPU path)")
         return 0
-
+    rep = C.Report(__file__, save=not a.smoke)
     device = "cuda" if have_gpu and not a.smoke else "cpu"
     env = C.child_env(threads=1 if device == "cpu" else 8, accelerator=device)
     if device == "cuda":
         gpu = torch.cuda.get_device_name(0)
         pub = a.peak_tflops * 1e12 if a.peak_tflops else published_peak(gpu)
         meas = measured_peak("cuda")
-        print(f"GPU: {gpu}; published bf16 dense peak "
-              f"{'unknown' if pub is None else f'{pub / 1e12:.0f} TFLOP/s'}; measured bf16 matmul peak "
-              f"{meas / 1e12:.0f} TFLOP/s", flush=True)  # fmt: skip
+        if pub is None:
+            raise SystemExit(f"no published bf16 peak known for {gpu}: pass --peak-tflops")
+        rep.line(f"device: {gpu}; published bf16 dense peak {pub / 1e12:.0f} TFLOP/s; measured bf16 matmul peak "
+                 f"{meas / 1e12:.0f} TFLOP/s")  # fmt: skip
     else:
-        gpu, pub = "CPU (smoke)", None
-        meas = measured_peak("cpu")
-        print(f"SMOKE on CPU: tiny models, measured fp32 matmul peak {meas / 1e9:.1f} GFLOP/s (1 thread)", flush=True)
+        gpu = "CPU (smoke)"
+        pub = meas = measured_peak("cpu")
+        rep.line(f"SMOKE on CPU: tiny models, measured fp32 matmul peak {meas / 1e9:.1f} GFLOP/s (1 thread)")
 
-    results: dict[str, dict] = {}
+    mfu: dict[tuple[str, int, str], list[float]] = {}
+    failed: dict[tuple[str, int, str], str] = {}
     with tempfile.TemporaryDirectory(prefix="bench-mfu-") as d:
         tmp = Path(d)
         cleaned = None
-        for name in MODELS:
+        for name in a.models:
             try:
-                r = run_model(name, tmp, cleaned, a, env, pub or meas)
-            except Exception as e:  # report and go on to the next model
-                print(f"[{name}] FAILED: {str(e)[-3000:]}", flush=True)
-                results[name] = {"error": str(e).splitlines()[0][:200]}
+                cfg_path, pad_multiple = prepare(name, tmp, cleaned, a, env)
+            except Exception as e:
+                for zero in a.zero:
+                    for ckpt in a.ckpt:
+                        failed[name, zero, ckpt] = f"data preparation failed: {str(e)[-300:]}"
                 continue
             cleaned = cleaned or tmp / name
-            results[name] = r
-            achieved = r["tokens_per_s"] * r["flops_per_token"]
-            r["mfu_published"] = achieved / pub if pub else None
-            r["mfu_measured"] = achieved / meas
-            vs_pub = "n/a" if pub is None else f"{r['mfu_published']:.1%}"
-            print(f"[{name}] {r['tokens_per_s']:.0f} tokens/s over {r['tokens']} tokens "
-                  f"({r['seconds']:.1f}s steady state), {achieved / 1e12:.2f} TFLOP/s achieved; MFU "
-                  f"{vs_pub} of published, "
-                  f"{r['mfu_measured']:.1%} of measured peak; loader wait {r['loader_wait_frac']:.1%}; "
-                  f"logged MFU {r['mfu_logged']:.1%}", flush=True)  # fmt: skip
-
-    for name in MODELS:
-        r = results[name]
-        if device == "cpu":
-            ok = "error" not in r
-            print(f"SMOKE {name}: {'ran' if ok else 'FAILED'}"
-                  + (f", MFU vs measured CPU peak {r['mfu_measured']:.3f}" if ok else f" ({r['error']})"))  # fmt: skip
-            print(f"VERDICT mfu_gpu_{name}: ours=n/a peer=989 ratio=n/a goal=0.5 skipped (no GPU)")
+            for zero in a.zero:
+                for ckpt in a.ckpt:
+                    key = (name, zero, ckpt)
+                    rounds = a.rounds if key in VERDICT_CONFIGS else 1
+                    for _ in range(rounds):
+                        try:
+                            r = run_model(name, cfg_path, pad_multiple, zero, ckpt, tmp, a, env, pub)
+                        except Exception as e:  # report and go on to the next configuration
+                            print(f"[{name} zero{zero} ckpt {ckpt}] FAILED: {str(e)[-3000:]}", flush=True)
+                            failed[key] = str(e).splitlines()[0][:200]
+                            break
+                        mfu.setdefault(key, []).append(r["achieved"] / pub)
+                    if key in mfu:
+                        xs = mfu[key]
+                        rep.line(f"MFU {name} zero{zero} activation-checkpointing {ckpt}: median {statistics.median(xs):.1%}"
+                                 f" (min {min(xs):.1%}, max {max(xs):.1%}, {len(xs)} runs) of {pub / 1e12:.3g} TFLOP/s; "
+                                 f"{statistics.median(xs) * pub / meas:.1%} of the measured matmul peak")  # fmt: skip
+    for key, err in failed.items():
+        rep.line(f"FAILED {key[0]} zero{key[1]} activation-checkpointing {key[2]}: {err}")
+    if device == "cpu":  # the smoke run proves the path; its figures are no result
+        for key in [(m, z, c) for m in a.models for z in a.zero for c in a.ckpt]:
+            rep.line(f"SMOKE {' '.join(map(str, key))}: {'ran' if key in mfu else 'FAILED'}")
+        print(json.dumps({"device": gpu, "failed": {" ".join(map(str, k)): v for k, v in failed.items()}}))
+        return 1 if failed else 0
+    for key, goal in VERDICT_CONFIGS.items():
+        name, zero, ckpt = key
+        if name not in a.models or zero not in a.zero or ckpt not in a.ckpt:
             continue
-        if "error" in r:
-            print(f"VERDICT mfu_gpu_{name}: ours=n/a peer={(pub or 0) / 1e12:.0f} ratio=n/a goal=0.5 fail "
-                  f"(run failed: {r['error']})")  # fmt: skip
-            continue
-        if pub is not None:
-            m = r["mfu_published"]
-            print(f"VERDICT mfu_gpu_{name}: ours={m:.3f} peer={pub / 1e12:.0f} ratio={m:.3f} goal=0.5 "
-                  f"{'pass' if m >= 0.5 else 'fail'}")  # fmt: skip
-        m = r["mfu_measured"]
-        print(f"VERDICT mfu_gpu_{name}_vs_measured_peak: ours={m:.3f} peer={meas / 1e12:.0f} ratio={m:.3f} goal=0.5 "
-              f"{'pass' if m >= 0.5 else 'fail'}")  # fmt: skip
-    print(json.dumps({"device": gpu, **{k: {kk: vv for kk, vv in v.items() if kk != "cfg_path"}
-                                        for k, v in results.items()}}, default=str))  # fmt: skip
-    return 0
+        label = f"mfu_gpu_{name}_zero{zero}_bf16"
+        xs = mfu.get(key, [0.0])  # a failed configuration fails its VERDICT
+        if len(xs) < C.MIN_ROUNDS:
+            rep.quick.append(label)
+        m = statistics.median(xs)
+        rep.verdict(label, m * pub / 1e12, pub / 1e12, goal)  # ours = achieved TFLOP/s, peer = the peak
+    print(json.dumps({"device": gpu, "mfu": {" ".join(map(str, k)): v for k, v in mfu.items()},
+                      "failed": {" ".join(map(str, k)): v for k, v in failed.items()}}))  # fmt: skip
+    return rep.finish()
 
 
 if __name__ == "__main__":

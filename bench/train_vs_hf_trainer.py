@@ -11,19 +11,24 @@ blocks) collated by `DataCollatorForLanguageModeling`, so the engine is what dif
 
 What is timed: steady state only, steps WARMUP+1 .. WARMUP+MEASURE (the first WARMUP steps, start-up, the final
 eval and checkpoint are outside the window). Ours: the rows of its own metrics.jsonl (logged every WARMUP steps);
-HF: `on_step_end` timestamps on rank 0. Tokens are attention-mask sums (non-pad) on both sides. The two sides run
-alternately (A B A B ...) to spread the noise of this shared 2-core machine over both, and medians are reported.
+HF: `on_step_end` timestamps on rank 0. Tokens are counted the same way on both sides: the attention-mask sums
+(non-pad tokens) of every micro-batch trained on, summed over ranks (ours recomputed from the loader's
+deterministic order, `_common.consumed_tokens`). The two sides run alternately (ours, HF, ours, ...) for
+`--rounds` rounds (default 5); VERDICTs are medians of the per-round ratios (bench/_common.Report).
 
-MFU: our tokens/s x training FLOPs per token (`pretrain.metrics.flops_per_token`: 6N + attention) / (world size x
-per-rank peak), the peak being our own fp32 1024^3 matmul probe with one thread (best of 5), also handed to the
-trainer (`logging.peak_flops`) so its logged MFU uses the same denominator.
+MFU: tokens/s x training FLOPs per token (`pretrain.metrics.flops_per_token`: 6N + attention) / (world size x
+per-rank peak) for both sides with the same peak, our own fp32 1024^3 matmul probe with one thread (best of 5),
+also handed to the trainer (`logging.peak_flops`) so its logged MFU uses the same denominator.
 
-`python bench/train_vs_hf_trainer.py [--rounds 2]`  (about 5-6 minutes here)
+`--grad-accum 8` runs the same comparison at 8 micro-batches per step (global batch 128) and prints the step time.
+
+`python bench/train_vs_hf_trainer.py [--rounds 5] [--grad-accum 1]`  (about 10 minutes here)
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -37,9 +42,10 @@ MODEL = ["model.hidden_size=256", "model.num_layers=4", "model.num_heads=4", "mo
 EXTRA_YAML = "tokenizer: {vocab_size: 8000}\npacking: {seq_len: 128}\n"
 
 
-def overrides(peak: float) -> list[str]:
-    total = WARMUP + MEASURE
-    return [*MODEL, "batch.micro_batch_size=8", "batch.global_batch_size=16", f"schedule.total_steps={total}",
+def overrides(peak: float, grad_accum: int, measure: int = MEASURE) -> list[str]:
+    total = WARMUP + measure
+    return [*MODEL, "batch.micro_batch_size=8", f"batch.global_batch_size={16 * grad_accum}",
+            f"schedule.total_steps={total}",
             f"schedule.warmup_steps={WARMUP}", f"eval.every_steps={total}", "eval.max_batches=1",
             f"checkpoint.every_steps={total}", f"logging.peak_flops={peak:.6g}"]  # fmt: skip
 
@@ -58,46 +64,59 @@ def model_flops_per_token(cfg_path: Path, ov: list[str]) -> tuple[float, int]:
     return flops_per_token(cfg.model, n, cfg.packing.seq_len), n
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=2, help="A/B rounds (each: our run, then the HF run)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (each: our run, then the HF run)")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (8 x 2 ranks each)")
+    ap.add_argument("--steps", type=int, default=MEASURE, help="measured steps (after 3 warm-up steps)")
     a = ap.parse_args()
+    measure = a.steps
+    rep = C.Report(__file__)
     t_start = time.perf_counter()
+    ga = a.grad_accum
+    sfx = "" if ga == 1 else f"_ga{ga}"
     with tempfile.TemporaryDirectory(prefix="bench-train-") as d:
         tmp = Path(d)
         t0 = time.perf_counter()
         cfg_path = C.prepare_run(tmp / "data", "roberta", EXTRA_YAML)
         print(f"data stages on BBC: {time.perf_counter() - t0:.0f}s")
         peak = C.cpu_peak_flops(threads=1)
-        ov = overrides(peak)
+        ov = overrides(peak, ga, measure)
         fpt, n_params = model_flops_per_token(cfg_path, ov)
-        print(f"model: RoBERTa {n_params / 1e6:.2f}M params, {fpt / 1e6:.1f} MFLOP/token (training); "
-              f"per-rank fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (1 thread)")  # fmt: skip
+        rep.line(f"model: RoBERTa {n_params / 1e6:.2f}M params, {fpt / 1e6:.1f} MFLOP/token (training); per-rank fp32 "
+                 f"matmul peak {peak / 1e9:.1f} GFLOP/s (1 thread); micro-batch 8 x 2 ranks x grad-accum {ga}; "
+                 f"{measure} steps after {WARMUP}")  # fmt: skip
         ours, hf = [], []
-        for r in range(a.rounds):
+
+        def run_ours() -> float:
             o = C.run_ours(cfg_path, tmp / "work", ov, WARMUP)
             ours.append(o)
-            print(f"round {r + 1} ours: {o['tokens_per_s']:.0f} tokens/s over {o['tokens']} tokens "
-                  f"(loader wait {o['loader_wait_frac']:.1%}, logged MFU {o['mfu_logged']:.1%}, wall {o['wall_s']:.0f}s)")  # fmt: skip
+            print(f"  ours: {o['tokens_per_s']:.0f} tokens/s over {o['tokens']} tokens (trainer logged "
+                  f"{o['logged_tokens']}), step {o['step_s'] * 1e3:.0f} ms, loader wait {o['loader_wait_frac']:.1%}, "
+                  f"wall {o['wall_s']:.0f}s", flush=True)  # fmt: skip
+            return o["tokens_per_s"]
+
+        def run_hf() -> float:
             h = C.run_hf(cfg_path, tmp / "work", ov, WARMUP, "packed")
             hf.append(h)
-            print(f"round {r + 1} HF Trainer: {h['tokens_per_s']:.0f} tokens/s over {h['tokens']:.0f} tokens "
-                  f"({h['engine']}, {h['distributed_type']}, world {h['world_size']}, wall {h['wall_s']:.0f}s)")  # fmt: skip
-        print(f"ds_config (both sides): {hf[-1]['ds_config']}")
-    o_tps = C.median([x["tokens_per_s"] for x in ours])
-    h_tps = C.median([x["tokens_per_s"] for x in hf])
+            print(f"  HF Trainer: {h['tokens_per_s']:.0f} tokens/s over {h['tokens']:.0f} tokens, step "
+                  f"{h['step_s'] * 1e3:.0f} ms ({h['engine']}, {h['distributed_type']}, world {h['world_size']}, "
+                  f"wall {h['wall_s']:.0f}s)", flush=True)  # fmt: skip
+            return h["tokens_per_s"]
+
+        o_tps, h_tps = C.alternate(run_ours, run_hf, a.rounds)
+        rep.line(f"ds_config (both sides): {hf[-1]['ds_config']}")
+    so, sh = [x["step_s"] * 1e3 for x in ours], [x["step_s"] * 1e3 for x in hf]
+    rep.line(f"step time at grad-accum {ga} (ms per optimizer step, {a.rounds} rounds): ours median "
+             f"{statistics.median(so):.0f} (min {min(so):.0f}, max {max(so):.0f}); HF Trainer median "
+             f"{statistics.median(sh):.0f} (min {min(sh):.0f}, max {max(sh):.0f})")  # fmt: skip
+    rep.compare(f"train_tokens_per_s_vs_hf_trainer{sfx}", o_tps, h_tps, 1.1, unit="tokens/s, summed over ranks")
     world = 2
-    mfu = o_tps * fpt / (world * peak)
-    h_mfu = h_tps * fpt / (world * peak)
-    ratio = o_tps / h_tps
-    print(f"steady state ({MEASURE} steps after {WARMUP}), medians of {a.rounds}: ours {o_tps:.0f} tokens/s, "
-          f"HF Trainer {h_tps:.0f} tokens/s; MFU ours {mfu:.1%}, HF {h_mfu:.1%} of {peak / 1e9:.1f} GFLOP/s per rank")  # fmt: skip
+    rep.compare(f"train_mfu_cpu_vs_hf_trainer{sfx}", [x * fpt / (world * peak) for x in o_tps],
+                [x * fpt / (world * peak) for x in h_tps], 1.0, unit=f"MFU of {peak / 1e9:.1f} GFLOP/s per rank")  # fmt: skip
     print(f"total bench time {time.perf_counter() - t_start:.0f}s")
-    print(f"VERDICT train_tokens_per_s_vs_hf_trainer: ours={o_tps:.0f} peer={h_tps:.0f} ratio={ratio:.2f} goal=1.1 "
-          f"{'pass' if ratio >= 1.1 else 'fail'}")  # fmt: skip
-    # MFU has no peer: peer= carries the denominator (measured per-rank fp32 peak, GFLOP/s), ratio= the MFU itself.
-    print(f"VERDICT train_mfu_cpu: ours={mfu:.3f} peer={peak / 1e9:.1f} ratio={mfu:.3f} goal=report pass")
+    return rep.finish()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

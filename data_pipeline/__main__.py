@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
-from runconfig.cli import add_config_args, config_from_args
+from data_pipeline.paths import check_source_paths
+from runconfig.cli import add_config_args, config_from_args, preflight
+from runconfig.preflight import check_output_writable
 
 
 def _stage_clean(cfg, args):
@@ -73,7 +75,14 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--task-index", type=int, default=None, help="which task of --stage")
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
-    result = STAGES[args.stage][0](cfg, args)
+    preflight(cfg, check_output_writable, *([check_source_paths] if args.stage in ("clean", "all") else []))
+    from data_pipeline.tokenizers.corpus import EmptyStageError
+
+    try:
+        result = STAGES[args.stage][0](cfg, args)
+    except EmptyStageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(result, indent=2, default=str))
     return 0
 

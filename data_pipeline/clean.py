@@ -39,14 +39,29 @@ def num_shards(cfg) -> int:
     return len(plan_clean(cfg))
 
 
-def config_fingerprint(cfg) -> str:
-    """Markers from a different cleaning config (or seed, which moves the holdout) are stale."""
-    blob = json.dumps({"clean": cfg.data.clean.model_dump(mode="json"),
-                       "sources": [s.model_dump(mode="json") for s in cfg.data.sources],
-                       "seed": cfg.run.seed,
-                       **({"max_task_bytes": cfg.data.max_task_bytes} if cfg.data.max_task_bytes else {})},
-                      sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def fingerprint_parts(cfg, source: str) -> dict[str, Any]:
+    """What a source's cleaned shards depend on: its effective cleaning settings (global `clean:` + preset +
+    overrides), the source entry, the seed (it moves the holdout) and the code version of each filter used."""
+    from data_pipeline.filters.registry import filters_code_version
+
+    clean = cfg.data.clean_for(source)
+    settings = clean.model_dump(mode="json", exclude={"workers", "progress", "docs_per_shard"})
+    src = next(s for s in cfg.data.sources if s.name == source)
+    return {"settings": settings, "source": src.model_dump(mode="json", exclude={"clean", "clean_preset"}),
+            "seed": cfg.run.seed, "code": filters_code_version(clean), "docs_per_shard": clean.docs_per_shard,
+            **({"max_task_bytes": cfg.data.max_task_bytes} if cfg.data.max_task_bytes else {})}
+
+
+def _hash(parts: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def config_fingerprint(cfg, source: str | None = None) -> str:
+    """Markers from different settings or filter code (or seed, which moves the holdout) are stale. Per source:
+    changing one source's settings redoes only that source's shards."""
+    if source is None:
+        return _hash({s.name: fingerprint_parts(cfg, s.name) for s in cfg.data.sources})
+    return _hash(fingerprint_parts(cfg, source))
 
 
 def _shard_path(cfg, shard: WorkShard) -> Path:
@@ -64,6 +79,42 @@ def _shard_done(cfg, shard: WorkShard, fp: str) -> bool:
         return False
 
 
+def _diff_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted paths where two JSON values differ (list items by index)."""
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        old, new = dict(enumerate(old)), dict(enumerate(new))
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += _diff_keys(old.get(k), new.get(k), f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return [] if old == new else [prefix]
+
+
+def stale_reason(cfg, shard: WorkShard, fp: str) -> str | None:
+    """Why a finished shard must be redone (None: it is current or was never finished)."""
+    mp_ = marker_path(_shard_path(cfg, shard))
+    try:
+        info = json.loads(mp_.read_text())
+    except (OSError, ValueError):
+        return None
+    if info.get("fingerprint") == fp:
+        return None
+    old = info.get("fingerprint_parts")
+    if not isinstance(old, dict):
+        return "its marker predates settings fingerprints"
+    new = fingerprint_parts(cfg, shard.source)
+    keys = _diff_keys(old, new)
+    code = [k.split(".", 1)[1] for k in keys if k.startswith("code.")]
+    settings = [k.removeprefix("settings.") for k in keys if not k.startswith("code.")]
+    why = []
+    if settings:
+        why.append("settings changed: " + ", ".join(settings[:6]) + (" ..." if len(settings) > 6 else ""))
+    if code:
+        why.append("filter code changed: " + ", ".join(code))
+    return "; ".join(why) or "fingerprint changed"
+
+
 class _ShardCleaner:
     """Runs one shard's documents through holdout, extraction and the filters, counting every decision."""
 
@@ -71,7 +122,8 @@ class _ShardCleaner:
         from data_pipeline.extract import Extractor
         from data_pipeline.filters import build_filters
 
-        clean = cfg.data.clean
+        clean = cfg.data.clean_for(shard.source)
+        self.clean = clean
         self.cfg, self.shard = cfg, shard
         self.source = next(s for s in cfg.data.sources if s.name == shard.source)
         ex = clean.extract
@@ -84,16 +136,19 @@ class _ShardCleaner:
         self.samples: dict[str, list[dict[str, Any]]] = {}
         self.per_sample = clean.dropped_samples_per_reason
 
-    def _drop(self, doc: Document, reason: str) -> None:
+    def _drop(self, doc: Document, reason: str, value: Any = None) -> None:
+        """Count the drop; keep the first few per reason with the value the filter measured (datatrove's
+        exclusion writer keeps the same)."""
         self.dropped[reason] += 1
         bucket = self.samples.setdefault(reason, [])
         if len(bucket) < self.per_sample:
-            bucket.append({"id": doc.id, "url": doc.url, "file": doc.meta.get("file"),
-                           "offset": doc.meta.get("offset"), "text": (doc.text or "")[:SAMPLE_CHARS]})
+            bucket.append({"id": doc.id, "source": self.shard.source, "reason": reason, "value": value,
+                           "url": doc.url, "file": doc.meta.get("file"), "offset": doc.meta.get("offset"),
+                           "text": (doc.text or "")[:SAMPLE_CHARS]})
 
     def records(self) -> Iterator[dict[str, Any]]:
-        clean, frac, seed = self.cfg.data.clean, self.source.holdout_fraction, self.cfg.run.seed
-        for doc in read_shard_docs(self.source, self.shard, self.errors, clean.max_doc_bytes):
+        clean, frac, seed = self.clean, self.source.holdout_fraction, self.cfg.run.seed
+        for doc in read_shard_docs(self.source, self.shard, self.errors, clean.max_doc_bytes, clean.read_timeout_s):
             self.counts["read"] += 1
             if in_holdout(doc.id, frac, seed):
                 self.counts["holdout"] += 1
@@ -105,12 +160,12 @@ class _ShardCleaner:
                     self._drop(doc, reason or "extract")
                     continue
             if len(doc.text) < clean.min_chars:
-                self._drop(doc, "min_chars")
+                self._drop(doc, "min_chars", len(doc.text))
                 continue
-            for _, flt in self.filters:
-                keep, reason = flt(doc)
-                if not keep:
-                    self._drop(doc, reason or "filter")
+            for name, flt in self.filters:
+                res = flt(doc)
+                if not res[0]:
+                    self._drop(doc, res[1] or name, res[2] if len(res) > 2 else None)
                     break
             else:
                 self.counts["kept"] += 1
@@ -133,6 +188,7 @@ def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
     n = write_shard(out, worker.records())
     info = {
         "fingerprint": fingerprint,
+        "fingerprint_parts": fingerprint_parts(cfg, shard.source),
         "source": shard.source,
         "shard": shard.index,
         "output": str(out),
@@ -170,17 +226,24 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
     """Clean every missing shard (or just `shard_index`), then rebuild the report. Returns the summary."""
     t0 = time.time()
     plan = plan_clean(cfg)
-    fp = config_fingerprint(cfg)
+    fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
     if shard_index is not None:
         if not 0 <= shard_index < len(plan):
             raise IndexError(f"--shard-index {shard_index} is outside the plan's {len(plan)} shards")
         todo = [plan[shard_index]]
     else:
-        todo = [s for s in plan if not _shard_done(cfg, s, fp)]
+        todo = [s for s in plan if not _shard_done(cfg, s, fps[s.source])]
+    redo: Counter = Counter()
+    for s in todo:
+        why = stale_reason(cfg, s, fps[s.source])
+        if why:
+            redo[(s.source, why)] += 1
+    for (source, why), n in sorted(redo.items()):
+        print(f"clean: redoing {n} finished shard(s) of {source}: {why}", file=sys.stderr)
     skipped = len(plan) - len(todo) if shard_index is None else 0
     failures: list[dict[str, Any]] = []
     workers = min(cfg.data.clean.workers, len(todo)) if todo else 1
-    jobs = [(cfg, s, fp) for s in todo]
+    jobs = [(cfg, s, fps[s.source]) for s in todo]
     bar = _progress(len(todo), cfg.data.clean.progress)
     if workers <= 1:
         for j in jobs:
@@ -195,8 +258,9 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
                 failures += [res] if "error" in res else []
                 bar.update(1)
     bar.close()
-    summary = write_report(cfg, plan, fp)
+    summary = write_report(cfg, plan)
     summary.update({"shards_run": len(todo), "shards_skipped_done": skipped,
+                    "shards_redone": {f"{k[0]}: {k[1]}": v for k, v in redo.items()},
                     "seconds": round(time.time() - t0, 2), "failed_shards": failures})
     print(summary.pop("table"), file=sys.stderr)
     if failures:
@@ -212,11 +276,11 @@ def _progress(total: int, enabled: bool):
                 file=sys.stderr)
 
 
-def write_report(cfg, plan: list[WorkShard] | None = None, fp: str | None = None) -> dict[str, Any]:
-    """Aggregate every shard marker into stats.json, stats.txt and dropped/<reason>.jsonl."""
+def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
+    """Aggregate every shard marker into stats.json, stats.txt and dropped/<source>/<reason>.jsonl."""
     layout = RunLayout(cfg)
     plan = plan if plan is not None else plan_clean(cfg)
-    fp = fp or config_fingerprint(cfg)
+    fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
     per_source: dict[str, Counter] = {}
     dropped: Counter = Counter()
     line_drops: Counter = Counter()
@@ -224,7 +288,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None, fp: str | None = None
     skips: Counter = Counter()
     charsets: Counter = Counter()
     bad: list[dict[str, Any]] = []
-    samples: dict[str, list[dict[str, Any]]] = {}
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     missing: list[str] = []
     per_n = cfg.data.clean.dropped_samples_per_reason
     for shard in plan:
@@ -233,7 +297,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None, fp: str | None = None
             info = json.loads(m.read_text())
         except (OSError, ValueError):
             info = None
-        if not info or info.get("fingerprint") != fp:
+        if not info or info.get("fingerprint") != fps[shard.source]:
             missing.append(f"{shard.source}/{shard.index}")
             continue
         c = per_source.setdefault(shard.source, Counter())
@@ -249,7 +313,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None, fp: str | None = None
         charsets.update(info["charset_decisions"])
         bad.extend(info["bad_records"])
         for reason, rows in info["dropped_samples"].items():
-            bucket = samples.setdefault(reason, [])
+            bucket = samples.setdefault((shard.source, reason), [])  # per source x reason
             bucket.extend(rows[: max(0, per_n - len(bucket))])
     totals: Counter = Counter()
     for c in per_source.values():
@@ -260,6 +324,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None, fp: str | None = None
         "shards_total": len(plan),
         "totals": dict(totals),
         "per_source": {k: dict(v) for k, v in per_source.items()},
+        "source_settings": {s.name: source_settings(cfg, s) for s in cfg.data.sources},
         "dropped_by_reason": dict(dropped.most_common()),
         "line_drops": dict(line_drops.most_common()),
         "bad_records_by_kind": dict(bad_kinds.most_common()),
@@ -269,14 +334,30 @@ def write_report(cfg, plan: list[WorkShard] | None = None, fp: str | None = None
     }
     layout.clean.mkdir(parents=True, exist_ok=True)
     write_json_atomic(layout.clean / "stats.json", stats)
-    for reason, rows in samples.items():
-        write_text_atomic(layout.clean / "dropped" / f"{reason.replace(':', '__')}.jsonl",
+    for (source, reason), rows in samples.items():
+        write_text_atomic(layout.clean / "dropped" / source / f"{reason.replace(':', '__')}.jsonl",
                           "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     table = format_table(stats)
     write_text_atomic(layout.clean / "stats.txt", table + "\n")
     return {"stats": str(layout.clean / "stats.json"), "complete": stats["complete"], "totals": stats["totals"],
             "dropped_by_reason": stats["dropped_by_reason"], "bad_records_by_kind": stats["bad_records_by_kind"],
             "table": table}
+
+
+def source_settings(cfg, src) -> dict[str, Any]:
+    """How a source is cleaned, for the report: preset, overrides, and the filters that run with their settings."""
+    from data_pipeline.filters.registry import filter_specs
+
+    clean = cfg.data.clean_for(src.name)
+    steps = []
+    for spec in filter_specs(clean):
+        sec = getattr(clean, spec.name, None)
+        on = getattr(sec, "enabled", True) if sec is not None else True
+        steps.append({"name": spec.name, "enabled": on,
+                      "settings": ({**sec.model_dump(mode="json", exclude={"enabled"}), **spec.params}
+                                   if sec is not None else spec.params)})  # fmt: skip
+    return {"preset": src.clean_preset or "web", "overrides": src.clean, "min_chars": clean.min_chars,
+            "filters": steps}
 
 
 def format_table(stats: dict[str, Any]) -> str:
@@ -287,6 +368,12 @@ def format_table(stats: dict[str, Any]) -> str:
         lines.append(f"{name[:14]:<14} {c.get('shards', 0):>6} {c.get('read', 0):>7} {c.get('kept', 0):>7} "
                      f"{c.get('holdout', 0):>8} {c.get('dropped', 0):>8} {c.get('bad_records', 0):>4} "
                      f"{c.get('kept_chars', 0):>11}")
+    if stats.get("source_settings"):
+        lines += ["", "cleaning per source"]
+        for name, st in stats["source_settings"].items():
+            on = [f["name"] for f in st["filters"] if f["enabled"]]
+            over = f" overrides {json.dumps(st['overrides'], sort_keys=True)}" if st["overrides"] else ""
+            lines.append(f"  {name[:14]:<14} preset {st['preset']}: {', '.join(on) or 'no filters'}{over}")
     for title, key in (("dropped documents by reason", "dropped_by_reason"),
                        ("bad input records by kind", "bad_records_by_kind"),
                        ("lines removed inside kept pages", "line_drops")):

@@ -13,6 +13,7 @@ import threading
 from contextlib import contextmanager
 
 from data_pipeline.document import Document
+from data_pipeline.readers.base import decode_bom
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+)""", re.I)
 _HTTP_CHARSET = re.compile(r"charset\s*=\s*[\"']?\s*([A-Za-z0-9_\-:.]+)", re.I)
@@ -41,7 +42,10 @@ def _is_utf8_with_non_ascii(data: bytes) -> bool:
 
 
 def decode_html(payload: bytes, content_type: str | None = None) -> tuple[str, str, str]:
-    """(text, charset, decision). decision is one of: http, meta, utf8-over-declared, detected, replace."""
+    """(text, charset, decision). decision is one of: bom, http, meta, utf8-over-declared, detected, replace."""
+    bom = decode_bom(payload)  # a byte-order mark outranks any declaration
+    if bom is not None:
+        return bom[0], bom[1], "bom"
     hm = _HTTP_CHARSET.search(content_type or "")
     http = _norm(hm.group(1)) if hm else None
     m = _META_CHARSET.search(payload[:4096])

@@ -17,6 +17,7 @@ the main process and read memory-mapped shards, so nothing but indices crosses p
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -242,9 +243,18 @@ class PretrainLoader:
         if lc.num_workers > 0:
             kwargs = {"num_workers": lc.num_workers, "prefetch_factor": lc.prefetch_factor,
                       "worker_init_fn": _ignore_stop_signals}
-        dl = DataLoader(_Samples(self.sources, self.bases), batch_sampler=sampler, collate_fn=self.collate_fn,
-                        **kwargs)  # fmt: skip
-        for i, batch in enumerate(dl):
+        dataset = _Samples(self.sources, self.bases)
+        first = None
+        if kwargs:
+            # Resume latency: the first micro-batch is read and collated here while the workers start up (a
+            # worker's fork and first round trip cost ~50-100 ms, more than the batch itself); the workers take
+            # over from the second. Same batches: every random decision is a function of (seed, epoch, sample id).
+            first = next(sampler, None)
+        dl = DataLoader(dataset, batch_sampler=sampler, collate_fn=self.collate_fn, **kwargs)
+        batches = iter(dl)  # with workers: they start now, in the background
+        if first is not None:
+            batches = itertools.chain([self.collate_fn([dataset[k] for k in first])], batches)
+        for i, batch in enumerate(batches):
             if self.split == "train" and (i + 1) % self.grad_accum == 0:
                 # the step this micro-batch completes counts as consumed once the caller takes it
                 self.consumed = start + (i + 1) // self.grad_accum * self.global_batch

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from data_pipeline.objectives.t5_lengths import t5_lengths
+from data_pipeline.objectives.registry import ObjectiveSpec, get_objective
 from data_pipeline.token_shards import TokenShard, write_bytes_atomic
 
 
@@ -112,8 +112,15 @@ class PackedSource:
     """One source's packed samples: `len()`, `[i]` -> dict of numpy arrays, `stats()`."""
 
     def __init__(self, shards: list[TokenShard], special: dict[str, int | None], mode: str, seq_len: int,
-                 objective: str, sentence_break: str = "auto", noise_density: float = 0.15,
-                 mean_noise_span_length: float = 3.0, cache: str | os.PathLike[str] | None = None):  # fmt: skip
+                 objective: str | ObjectiveSpec, sentence_break: str = "auto", objective_cfg: Any = None,
+                 cache: str | os.PathLike[str] | None = None):  # fmt: skip
+        """`objective` (a registered name or spec) decides line_by_line framing and, with `objective_cfg` (the
+        objective section; defaults when None), the block length of contiguous / t5_spans blocks."""
+        spec = get_objective(objective) if isinstance(objective, str) else objective
+        if objective_cfg is None:
+            from runconfig.objective import ObjectiveConfig
+
+            objective_cfg = ObjectiveConfig(type=spec.name)
         self.mode, self.seq_len = mode, seq_len
         self.sentence_break = sentence_break if mode == "full_sentences" else None
         pad = special["pad"] if special.get("pad") is not None else 0
@@ -134,13 +141,12 @@ class PackedSource:
         elif mode in ("contiguous", "t5_spans"):
             self.framing = Framing(None, None, pad)
             self.stream = TokenStream(shards, eos if mode == "contiguous" else None)
-            self.block_len = seq_len if mode == "contiguous" else t5_lengths(
-                seq_len, noise_density, mean_noise_span_length)[0]  # fmt: skip
+            self.block_len = spec.block_length(seq_len, objective_cfg)
             n = self.stream.total // self.block_len
             self.starts = np.arange(n, dtype=np.int64) * self.block_len
             self.ends = self.starts + self.block_len
         elif mode == "line_by_line":
-            self.framing = Framing(special["bos"], eos, pad) if objective == "mlm" else Framing(None, eos, pad)
+            self.framing = Framing(special["bos"] if spec.wrap_bos else None, eos, pad)
             self.stream = TokenStream(shards, None)
             cap = seq_len - self.framing.extra
             pieces = -(-self.stream.doc_lens // cap)
@@ -335,7 +341,9 @@ def index_cache_path(cfg, manifest: dict, source: str, cache_dir: str | os.PathL
     if cache_dir is None or cfg.packing.mode != "full_sentences" or cfg.packing.sentence_break == "fill":
         return None
     shas = [m["sha256_bin"] + m["sha256_idx"] for m in manifest["sources"][source]["shards"]]
-    key = hashlib.sha256(json.dumps([shas, cfg.packing.model_dump(), manifest["special_ids"]]).encode()).hexdigest()
+    # sort_keys: the manifest read back from disk has its keys sorted, the one run_tokenize holds does not
+    parts = [shas, cfg.packing.model_dump(), manifest["special_ids"]]
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     return Path(cache_dir) / source / f"pack-{key[:20]}.npz"
 
 
@@ -348,8 +356,7 @@ def build_packed_sources(cfg, manifest: dict, shards: dict[str, list[TokenShard]
             continue
         out[src.name] = PackedSource(
             shards[src.name], manifest["special_ids"], cfg.packing.mode, cfg.packing.seq_len, cfg.objective.type,
-            cfg.packing.sentence_break, cfg.objective.noise_density, cfg.objective.mean_noise_span_length,
-            cache=index_cache_path(cfg, manifest, src.name, cache_dir),
+            cfg.packing.sentence_break, cfg.objective, cache=index_cache_path(cfg, manifest, src.name, cache_dir),
         )  # fmt: skip
     if not out:
         raise ValueError(f"none of data.sources {[s.name for s in cfg.data.sources]} has token shards")

@@ -34,8 +34,28 @@ def marker_path(shard_path: Path) -> Path:
     return shard_path.with_name(name + ".done")
 
 
+def remove_orphans(path: Path) -> list[Path]:
+    """Delete `.<name>.*.tmp` left next to `path` by an attempt that was killed mid-write. Only for files one
+    task owns (a shard and its marker): the task rewriting it is the only writer, so any such temp is dead."""
+    gone = []
+    for tmp in Path(path).parent.glob(f".{Path(path).name}.*.tmp"):
+        try:
+            tmp.unlink()
+            gone.append(tmp)
+        except FileNotFoundError:
+            pass
+    if gone:
+        import sys
+
+        print(f"[shards] removed {len(gone)} orphaned temporary file(s) of an interrupted write: "
+              f"{', '.join(p.name for p in gone)}", file=sys.stderr)
+    return gone
+
+
 def _atomic_write_bytes(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.name.startswith("shard-"):  # a shard or its marker has one writer: earlier temps of it are orphans
+        remove_orphans(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

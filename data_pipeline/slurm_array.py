@@ -33,14 +33,15 @@ def render_array_script(cfg, stage: str, num_tasks: int, config_path: str | None
     sc = cfg.launch.slurm
     log_dir = sc.output_dir or f"{cfg.run.output_dir}/slurm"
     name = f"{cfg.run.name}-{stage}"
-    # array_* (when the launch section has them) size data tasks apart from training jobs.
-    cpus = getattr(sc, "array_cpus_per_task", None) or sc.cpus_per_task
-    time_limit = getattr(sc, "array_time", None) or sc.time
-    mem = getattr(sc, "array_mem", None) or sc.mem
+    # data_* size data tasks apart from training jobs; a data task never lands on the GPU partition by default.
+    cpus = sc.data_cpus_per_task or 1
+    time_limit = sc.data_time or sc.time
+    mem = sc.data_mem
+    partition = sc.data_partition or (None if cfg.launch.gpus_per_node else sc.partition)
     lines = ["#!/bin/bash", f"#SBATCH --job-name={name}", f"#SBATCH --array=0-{num_tasks - 1}%{sc.array_concurrency}",
              "#SBATCH --ntasks=1", f"#SBATCH --cpus-per-task={cpus}", f"#SBATCH --time={time_limit}",
              f"#SBATCH --output={log_dir}/%x-%A_%a.out", "#SBATCH --open-mode=append"]
-    for opt, val in (("partition", sc.partition), ("account", sc.account), ("qos", sc.qos), ("mem", mem)):
+    for opt, val in (("partition", partition), ("account", sc.account), ("qos", sc.qos), ("mem", mem)):
         if val:
             lines.append(f"#SBATCH --{opt}={val}")
     if sc.requeue:

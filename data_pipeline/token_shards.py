@@ -80,8 +80,10 @@ class TokenShardWriter:
         start = self._n
         self._n += ids.size
         if sent_starts is not None and len(sent_starts):
-            s = np.unique(np.asarray(sent_starts, np.int64))
-            s = s[(s > 0) & (s < ids.size)]
+            s = np.sort(np.asarray(sent_starts, np.int64))  # sorted + deduplicated (np.unique's hashing is slower)
+            keep = (s > 0) & (s < ids.size)
+            keep[1:] &= s[1:] != s[:-1]
+            s = s[keep]
             self._sent_offsets.append(s + start)
         self._sent_offsets.append(np.array([self._n], np.int64))
         self._doc_offsets.append(self._n)

@@ -30,6 +30,7 @@ from data_pipeline.tokenizers.fast_bpe import TiktokenBPE
 from runconfig import RunConfig
 
 _LINE = re.compile(r"[^\n]+")
+_ENGINES: dict[str, tuple[Any, TiktokenBPE | None]] = {}  # tokenizer.json sha256 -> (Tokenizer, checked engine)
 
 
 def special_ids(tok) -> dict[str, int | None]:
@@ -40,10 +41,10 @@ def special_ids(tok) -> dict[str, int | None]:
         return next((v[n] for n in names if n in v), None)
 
     return {
-        "bos": first("<s>", "[CLS]"),
-        "eos": first("</s>", "[SEP]"),
+        "bos": first("<s>", "[CLS]", "<|endoftext|>"),
+        "eos": first("</s>", "[SEP]", "<|endoftext|>"),
         "sep": first("</s>", "[SEP]"),
-        "pad": first("<pad>", "[PAD]"),
+        "pad": first("<pad>", "[PAD]", "<|endoftext|>"),  # GPT-2: pad = EOS
         "unk": first("<unk>", "[UNK]"),
         "mask": first("<mask>", "[MASK]"),
     }
@@ -77,8 +78,12 @@ class SentenceSplitter:
                 for seg in self._seg.segment(m.group())[:-1]:
                     pos += len(seg)
                     inner.append(pos)
-        out = np.union1d(np.asarray(lines, np.int64), np.asarray(inner, np.int64))
-        return out[out > 0]
+        # sorted union (np.union1d's hash-based unique cost more than the splitter on short documents)
+        out = np.concatenate([np.asarray(lines, np.int64), np.asarray(inner, np.int64)])
+        out.sort()
+        keep = out > 0
+        keep[1:] &= out[1:] != out[:-1]
+        return out[keep]
 
     def _blingfire_starts(self, text: str) -> np.ndarray:
         # blingfire's own Python wrapper maps byte offsets to characters with a per-byte Python loop that costs
@@ -129,8 +134,13 @@ def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per shard worker
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(task["tokenizer_json"])
-    fast = TiktokenBPE.load(task["tokenizer_json"], check=False) if task["engine"] == "tiktoken" else None
+    # the tokenizer and the tiktoken engine `_tasks` loaded and checked, inherited through fork when there is one
+    tok, fast = _ENGINES.get(task["tokenizer_sha"], (None, None))
+    tok = tok or Tokenizer.from_file(task["tokenizer_json"])
+    if task["engine"] != "tiktoken":
+        fast = None
+    elif fast is None:
+        fast = TiktokenBPE.load(task["tokenizer_json"], check=False)
     engine = task["engine"]
     splitter = SentenceSplitter(task["splitter"])
     want_sents = task["splitter"] != "none"
@@ -223,7 +233,9 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     splitter = cfg.shards.sentence_splitter
     if splitter == "auto":
         splitter = "blingfire" if cfg.packing.mode == "full_sentences" else "none"
-    engine = "tiktoken" if TiktokenBPE.load(tok_json) is not None else "tokenizers"
+    fast = TiktokenBPE.load(tok_json)
+    engine = "tiktoken" if fast is not None else "tokenizers"
+    _ENGINES[tok_sha] = (tok, fast)  # forked shard workers reuse both (loading costs ~0.3 s per worker and shard)
     info = {"tokenizer": {"path": str(layout.tokenizer), "sha256": tok_sha, "vocab_size": vocab,
                           "type": cfg.tokenizer.type}, "special_ids": special_ids(tok),
             "dtype": dtype.name, "sentence_splitter": splitter, "engine": engine}  # fmt: skip
@@ -234,7 +246,7 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             stem_name = name.split(".")[0]
             tasks.append({
                 "source": source, "in_path": str(p), "stem": str(layout.tokens / source / stem_name),
-                "tokenizer_json": str(tok_json), "splitter": splitter, "dtype": dtype.name, "engine": engine,
+                "tokenizer_json": str(tok_json), "tokenizer_sha": tok_sha, "splitter": splitter, "dtype": dtype.name, "engine": engine,
                 "batch_docs": cfg.shards.encode_batch_docs,
                 "fingerprint": _fingerprint(Path(p), tok_sha, splitter),
             })  # fmt: skip

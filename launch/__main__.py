@@ -120,6 +120,8 @@ def cmd_run(args) -> int:
         print(f"submitted {path} as job {job}", file=sys.stderr)
         print(job)
         return 0
+    if args.all_nodes and not cfg.launch.hostfile:
+        raise LaunchError("launch.hostfile: --all-nodes starts every node over ssh and needs their host names")
     cmds = render.node_commands(cfg, entry)
     if cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1:
         render.write_deepspeed_env(cfg)

@@ -1,7 +1,8 @@
 """The whole pipeline on one machine, stage by stage: what `make demo` runs.
 
 crawl + corpus -> clean -> dedup -> tokenizer -> token shards -> DeepSpeed pretraining (torchrun, N ranks)
--> checkpoint -> HF export -> reload in a fresh process -> fine-tune (pretrained vs random init) -> summary.
+-> checkpoint -> HF export -> reload in a fresh process -> transfer evaluation (pretrained vs random init, HF
+Trainer, LR per arm, seeds, probe) -> summary.
 Each stage is the same code the stage commands run; this module only sequences them.
 """
 
@@ -21,28 +22,34 @@ from runconfig import RunConfig, save_resolved
 from runconfig.cli import add_config_args, config_from_args
 
 RELOAD_CHECK = """
-import json, sys, torch
-from transformers import AutoModelForMaskedLM, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
-path, family = sys.argv[1], sys.argv[2]
-cls = {"roberta": AutoModelForMaskedLM, "gpt2": AutoModelForCausalLM, "t5": AutoModelForSeq2SeqLM}[family]
+import json, sys, torch, transformers
+from transformers import AutoTokenizer
+path, auto_class, task = sys.argv[1], sys.argv[2], sys.argv[3]
 tok = AutoTokenizer.from_pretrained(path)
-model = cls.from_pretrained(path).eval()
+model = getattr(transformers, auto_class).from_pretrained(path).eval()
 text = "The company said its profits rose sharply in the third quarter."
-if family == "roberta":
+if task == "masked_lm":
     text = text.replace("profits", tok.mask_token)
 enc = tok(text, return_tensors="pt")
 with torch.no_grad():
-    if family == "t5":
+    if task == "seq2seq":
         out = model(**enc, decoder_input_ids=torch.zeros_like(enc["input_ids"][:, :1]))
     else:
         out = model(**enc)
 top = None
-if family == "roberta":
+if task == "masked_lm":
     pos = (enc["input_ids"][0] == tok.mask_token_id).nonzero()[0, 0]
     top = tok.convert_ids_to_tokens(out.logits[0, pos].topk(5).indices.tolist())
 print(json.dumps({"class": type(model).__name__, "params": sum(p.numel() for p in model.parameters()),
                   "vocab": len(tok), "logits_shape": list(out.logits.shape), "top5_for_mask": top}))
 """
+
+
+# How the fine-tune is scored, by the kind of exported model (printed in the summary).
+FINETUNE_SCORING = {
+    "classifier": "accuracy of a sequence-classification head (AutoModelForSequenceClassification) on the hold-out",
+    "seq2seq": "text-to-text: the generated label word must equal the gold label (exact-match accuracy)",
+}
 
 
 def _free_port() -> int:
@@ -76,6 +83,10 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     t_start = time.time()
     times: dict[str, float] = {}
     resolved = save_resolved(cfg, layout.root)
+    if cfg.finetune.tasks:  # a bad fine-tune task (file, column, labels) stops the run before any work
+        from pretrain.labelled import load_tasks
+
+        load_tasks(cfg)
 
     def stage(name: str, fn, *a):
         _banner(name)
@@ -87,31 +98,43 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     from data_pipeline.clean import run_clean
     from data_pipeline.dedup import run_dedup
     from data_pipeline.tokenize import run_tokenize
+    from data_pipeline.tokenizers import describe as describe_tokenizer
     from data_pipeline.tokenizers import train_tokenizer
 
-    clean_stats = stage("clean: extract + filter the crawl and corpus", run_clean, cfg)
-    dedup_stats = stage("dedup: exact + MinHash near-duplicates", run_dedup, cfg)
-    stage("tokenizer: train byte-level BPE", train_tokenizer, cfg)
+    srcs = ", ".join(f"{s.name} ({s.format})" for s in cfg.data.sources)
+    dd = cfg.data.dedup
+    kinds = " + ".join(k for k, on in (("exact", dd.exact), ("MinHash near-duplicates", dd.minhash.enabled)) if on)
+    clean_stats = stage(f"clean: read, extract and filter {srcs}", run_clean, cfg)
+    dedup_stats = stage(f"dedup: {kinds or 'off'}", run_dedup, cfg)
+    stage(f"tokenizer: train {describe_tokenizer(cfg)}", train_tokenizer, cfg)
     token_stats = stage("tokenize: write token shards", run_tokenize, cfg)
+    budget = f", {cfg.schedule.budget_minutes:g} min budget" if cfg.schedule.budget_minutes else ""
     stage(f"pretrain: {cfg.model.family} via DeepSpeed ZeRO-{cfg.deepspeed.zero_stage} on "
-          f"{cfg.launch.procs_per_node} ranks", run_training, cfg, resolved)
+          f"{cfg.launch.procs_per_node} ranks{budget}", run_training, cfg, resolved)
 
     from pretrain.export import export
-    from pretrain.finetune import finetune
+    from pretrain.transfer import format_report, run_transfer
 
     export_dir = stage("export: Hugging Face folder", export, cfg)
     _banner("reload the export with plain transformers in a fresh process")
-    out = subprocess.run([sys.executable, "-c", RELOAD_CHECK, str(export_dir), cfg.model.family],
+    from pretrain.families import get_family
+
+    family = get_family(cfg.model.family)
+    out = subprocess.run([sys.executable, "-c", RELOAD_CHECK, str(export_dir), family.auto_class, family.task],
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"reloading the export failed:\n{out.stderr[-3000:]}")
     reload_info = json.loads(out.stdout.strip().splitlines()[-1])
     print(json.dumps(reload_info))
-    ft_pre = stage("finetune: classifier from the pretrained export", finetune, cfg, export_dir, "pretrained",
-                   layout.finetune)
-    ft_rand = stage("finetune: same classifier from random initialisation", finetune, cfg, export_dir, "random",
-                    layout.finetune)
+    transfer = stage("transfer: pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)",
+                     run_transfer, cfg, export_dir, layout.finetune) if cfg.finetune.tasks else {"tasks": {}}
     state = json.loads((Path(export_dir) / "training_state.json").read_text())
+    from pretrain.model_card import held_out_perplexity, write_model_card
+
+    if transfer["tasks"]:
+        write_model_card(cfg, export_dir)  # the card's model-index now carries transfer.json's results
+
+    ppl = held_out_perplexity(layout.logs / "metrics.jsonl", state.get("step"))
     summary = {
         "run_dir": str(layout.root),
         "cleaned_corpus": str(layout.dedup),
@@ -119,14 +142,16 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         "token_shards": str(layout.tokens),
         "checkpoints": str(layout.checkpoints),
         "tensorboard": str(layout.logs),
+        "plots": str(layout.logs / "plots"),
         "export": str(export_dir),
+        "heldout_perplexity": ppl[0] if ppl else None,
+        "finetune_scoring": FINETUNE_SCORING["seq2seq" if reload_info.get("class", "").endswith(
+            "ForConditionalGeneration") else "classifier"],
         "pretrain_steps": state.get("step"),
         "tokens_seen": state.get("tokens_seen"),
         "final_pretrain_loss": state.get("loss"),
-        "finetune_accuracy_pretrained": ft_pre["accuracy"],
-        "finetune_accuracy_random_init": ft_rand["accuracy"],
-        "finetune_train_examples": ft_pre["train_examples"],
-        "finetune_test_examples": ft_pre["test_examples"],
+        "eval_loss": _last_eval_loss(layout.logs),
+        "transfer": {name: _headline(r) for name, r in transfer["tasks"].items()},
         "reload": reload_info,
         "stats": {"clean": clean_stats, "dedup": dedup_stats, "tokens": token_stats},
         "stage_seconds": times,
@@ -134,16 +159,41 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     }
     (layout.root / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     _banner("summary")
-    for k in ("run_dir", "cleaned_corpus", "tokenizer", "token_shards", "checkpoints", "tensorboard", "export"):
+    for k in ("run_dir", "cleaned_corpus", "tokenizer", "token_shards", "checkpoints", "tensorboard", "plots",
+              "export"):
         print(f"{k:<32} {summary[k]}")
-    for k in ("pretrain_steps", "tokens_seen", "final_pretrain_loss"):
+    for k in ("pretrain_steps", "tokens_seen", "final_pretrain_loss", "eval_loss", "heldout_perplexity",
+              "finetune_scoring"):
         print(f"{k:<32} {summary[k]}")
-    print(f"{'fine-tune accuracy (pretrained)':<32} {ft_pre['accuracy']:.3f}   "
-          f"({ft_pre['test_examples']} held-out BBC articles never seen in pretraining)")
-    print(f"{'fine-tune accuracy (random init)':<32} {ft_rand['accuracy']:.3f}")
+    if transfer["tasks"]:
+        print("transfer (test accuracy, mean ± sd over seeds; test text never seen in pretraining):")
+        print(format_report(transfer))
     print(f"{'stage seconds':<32} {times}")
     print(f"{'total seconds':<32} {summary['total_seconds']}")
     return summary
+
+
+def _headline(r: dict[str, Any]) -> dict[str, Any]:
+    """The figures summary.json keeps per task (the full report is transfer.json beside the export)."""
+    out: dict[str, Any] = {"test_examples": r["splits"]["test"], "train_examples": r["splits"]["train"]}
+    for arm, e in r["arms"].items():
+        out[f"{arm}_mean"] = e["test_accuracy"]["mean"]
+        out[f"{arm}_sd"] = e["test_accuracy"]["sd"]
+        out[f"{arm}_lr"] = e["lr"]
+        if "probe_accuracy" in e:
+            out[f"{arm}_probe"] = e["probe_accuracy"]
+    for k in ("margin", "p_value", "probe_margin"):
+        if k in r:
+            out[k] = r[k]
+    return out
+
+
+def _last_eval_loss(logs: Path) -> float | None:
+    path = logs / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if '"eval"' in line]
+    return rows[-1]["loss"] if rows else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,7 +201,13 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(p)
     args = p.parse_args(argv)
-    run_demo(config_from_args(args))
+    cfg = config_from_args(args)
+    from data_pipeline.paths import check_source_paths
+    from runconfig.cli import preflight
+    from runconfig.preflight import check_output_writable
+
+    preflight(cfg, check_output_writable, check_source_paths)  # before the first of many stages
+    run_demo(cfg)
     return 0
 
 

@@ -19,6 +19,9 @@ from runconfig import RunConfig
 SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 class LaunchError(ValueError):
     """The launch section cannot describe a runnable job (message names the key to fix)."""
 
@@ -89,6 +92,20 @@ def resolve_hosts(cfg: RunConfig) -> tuple[list[str], str]:
     if not lc.hostfile:
         if lc.nodes > 1 and lc.launcher == "deepspeed":
             raise LaunchError("launch.hostfile: the deepspeed launcher needs a hostfile for launch.nodes > 1")
+        if lc.nodes > 1 and lc.master_addr in LOOPBACK:
+            where = (
+                "launch.hostfile (its first host is the master) or launch.master_addr (the first node's address)"
+            )
+            if "master_addr" not in lc.model_fields_set:
+                raise LaunchError(
+                    f"launch.master_addr: launch.nodes={lc.nodes} without a hostfile would rendezvous at "
+                    f"{lc.master_addr}, which the other nodes cannot reach; set {where}"
+                )
+            print(
+                f"[launch] warning: launch.master_addr={lc.master_addr} with launch.nodes={lc.nodes}: only ranks on "
+                f"this machine can reach it (fine for a one-box rehearsal); for real nodes set {where}",
+                file=sys.stderr,
+            )
         return [lc.master_addr if i == 0 else f"node{i}" for i in range(lc.nodes)], lc.master_addr
     entries = parse_hostfile(lc.hostfile)
     if len(entries) != lc.nodes:
@@ -102,7 +119,7 @@ def resolve_hosts(cfg: RunConfig) -> tuple[list[str], str]:
             f"launch.procs_per_node ({lc.procs_per_node}) differs from slots= of {bad} in {lc.hostfile}"
         )
     hosts = [h for h, _ in entries]
-    master = hosts[0] if lc.master_addr in ("127.0.0.1", "localhost") and lc.nodes > 1 else lc.master_addr
+    master = hosts[0] if lc.master_addr in LOOPBACK and lc.nodes > 1 else lc.master_addr
     return hosts, master
 
 

@@ -1,4 +1,4 @@
-"""`python -m pretrain <command>`: train, export, finetune, plan."""
+"""`python -m pretrain <command>`: train, export, card, finetune, transfer, plan, plot."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from runconfig.cli import add_config_args, config_from_args
+from runconfig.cli import add_config_args, config_from_args, preflight
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,20 +22,45 @@ def main(argv: list[str] | None = None) -> int:
     add_config_args(p)
     p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
     p.add_argument("--init", choices=["pretrained", "random", "both"], default="both")
+    p = sub.add_parser("transfer", help="pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)")
+    add_config_args(p)
+    p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
+    p.add_argument("--out", default=None, help="output folder (default: <run.output_dir>/finetune)")
+    p = sub.add_parser("card", help="(re)write the export's Hub model card (e.g. after `transfer` wrote transfer.json)")
+    add_config_args(p)
+    p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
     p = sub.add_parser("plan", help="batch plan, scaled LR, token budget and ZeRO memory estimates")
     add_config_args(p)
     p.add_argument("--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("plot", help="loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)")
+    p.add_argument("run", help="the run folder (run.output_dir)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN/logs/plots)")
     args = parser.parse_args(argv)
+    if args.command == "plot":
+        from pretrain.plots import plot_run
+
+        for path in plot_run(args.run, args.out):
+            print(path)
+        return 0
     cfg = config_from_args(args)
 
     if args.command == "train":
-        from pretrain.checkpoint import PREEMPTED_EXIT_CODE
-        from pretrain.train import train
-
-        result = train(cfg)
         import torch.distributed as dist
 
+        from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, PREEMPTED_EXIT_CODE, CannotContinue
+        from pretrain.engine import accelerator_name
+        from pretrain.train import train
+        from runconfig.preflight import check_train
+
+        preflight(cfg, lambda c: check_train(c, accelerator_name()))
+
+        try:
+            result = train(cfg)
+        except CannotContinue as e:  # a restart would fail the same way: a code Slurm does not requeue on
+            if not dist.is_initialized() or dist.get_rank() == 0:
+                print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            return CANNOT_CONTINUE_EXIT_CODE
         if dist.get_rank() == 0:
             print(json.dumps(result, indent=1, default=str), flush=True)
         dist.destroy_process_group()
@@ -51,9 +76,23 @@ def main(argv: list[str] | None = None) -> int:
 
         model_dir = args.model or str(RunLayout(cfg).export)
         inits = ["pretrained", "random"] if args.init == "both" else [args.init]
-        results = [finetune(cfg, model_dir, init, RunLayout(cfg).finetune) for init in inits]
+        results = [r for init in inits for r in finetune(cfg, model_dir, init, RunLayout(cfg).finetune)]
         for r in results:
-            print(f"{r['init']:>10}: accuracy {r['accuracy']:.3f} on {r['test_examples']} held-out examples")
+            print(f"{r['task']}: {r['init']:>10}: accuracy {r['accuracy']:.3f} (mean of {len(r['accuracy_by_seed'])} "
+                  f"seeds) on {r['test_examples']} test examples")
+        return 0
+    if args.command == "transfer":
+        from data_pipeline.layout import RunLayout
+        from pretrain.transfer import format_report, run_transfer
+
+        report = run_transfer(cfg, args.model or RunLayout(cfg).export, args.out)
+        print(format_report(report))
+        return 0
+    if args.command == "card":
+        from data_pipeline.layout import RunLayout
+        from pretrain.model_card import write_model_card
+
+        print(write_model_card(cfg, args.model or RunLayout(cfg).export))
         return 0
     if args.command == "plan":
         from pretrain.plan import format_report, plan_report

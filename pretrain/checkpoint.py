@@ -4,10 +4,16 @@ DeepSpeed's own `latest` file is written by rank 0 without waiting for the other
 files are written in place: a kill mid-save can leave `latest` pointing at a half-written folder. So we save with
 `save_latest=False`, have every rank write its RNG state, barrier, and only then rank 0 writes `COMPLETE` in the
 tag folder and atomically replaces `latest`. Resume only ever considers folders holding `COMPLETE`.
+
+`COMPLETE` lists every file of the checkpoint with its size and xxh3 checksum (computed and verified in parallel,
+each rank a share of the files): a folder damaged after it was written (truncated, zeroed or deleted shard,
+missing RNG file) fails verification on resume and the previous complete checkpoint is used instead of a crash
+loop. Weights that are not finite are never marked complete.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -20,10 +26,20 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+import xxhash
 
 COMPLETE = "COMPLETE"
 TAG_RE = re.compile(r"^step(\d{8})$")
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "checkpointed on a signal, requeue me"
+# EX_DATAERR: restarting cannot help (no usable checkpoint, diverged weights, a refused config change, a run
+# folder held by another run). Any code but 75 stops the Slurm script from requeueing; this one says why.
+CANNOT_CONTINUE_EXIT_CODE = 65
+MANIFEST_VERSION = 2
+_CHUNK = 8 << 20
+
+
+class CannotContinue(RuntimeError):
+    """The run cannot go on and a restart would fail the same way: exit with CANNOT_CONTINUE_EXIT_CODE."""
 
 
 def tag_for(step: int) -> str:
@@ -61,26 +77,175 @@ def complete_tags(ckpt_dir: Path) -> list[str]:
     return sorted(tags)
 
 
-def find_resume_tag(ckpt_dir: Path) -> str | None:
-    """The `latest` pointer if its folder is complete, else the newest complete folder."""
-    latest = ckpt_dir / "latest"
-    if latest.is_file():
-        tag = latest.read_text().strip()
-        if (ckpt_dir / tag / COMPLETE).is_file():
-            return tag
-    tags = complete_tags(ckpt_dir)
-    return tags[-1] if tags else None
-
-
 def read_complete(ckpt_dir: Path, tag: str) -> dict[str, Any]:
     return json.loads((ckpt_dir / tag / COMPLETE).read_text())
 
 
+def _checksum(path: Path) -> str:
+    h = xxhash.xxh3_64()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _checkpoint_files(folder: Path) -> list[str]:
+    """Every file a checkpoint consists of (relative paths), COMPLETE and temporary files excepted."""
+    return sorted(
+        str(p.relative_to(folder)) for p in folder.rglob("*")
+        if p.is_file() and p.name != COMPLETE and ".tmp" not in p.name
+    )
+
+
+def file_entries(folder: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    return {n: {"size": (folder / n).stat().st_size, "xxh3": _checksum(folder / n)} for n in names}
+
+
+def _my_share(names: list[str], rank: int, world: int) -> list[str]:
+    return names[rank::world]
+
+
+def write_complete(folder: Path, meta: dict[str, Any], files: dict[str, dict[str, Any]]) -> None:
+    _atomic_write(folder / COMPLETE, json.dumps({**meta, "manifest": MANIFEST_VERSION, "files": files}))
+
+
+def verify_files(folder: Path, rank: int = 0, world: int = 1) -> list[str]:
+    """What is wrong with this rank's share of a complete checkpoint's files (empty: nothing)."""
+    try:
+        meta = json.loads((folder / COMPLETE).read_text())
+    except (OSError, ValueError) as e:
+        return [f"{COMPLETE} is unreadable ({e})"]
+    files = meta.get("files")
+    if files is None:  # written before COMPLETE listed its files: nothing to verify against
+        return []
+    problems = []
+    for name in _my_share(sorted(files), rank, world):
+        want, path = files[name], folder / name
+        if not path.is_file():
+            problems.append(f"{name}: missing")
+            continue
+        size = path.stat().st_size
+        if size != want["size"]:
+            problems.append(f"{name}: {size} bytes, {COMPLETE} records {want['size']}")
+        elif _checksum(path) != want["xxh3"]:
+            problems.append(f"{name}: checksum differs from {COMPLETE} (content damaged)")
+    return problems
+
+
+def _gather(items: list[str]) -> list[str]:
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return items
+    out: list[list[str] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, items)
+    return [x for part in out for x in (part or [])]
+
+
+def verify_checkpoint(folder: Path) -> list[str]:
+    """Every problem of a checkpoint folder; under torch.distributed each rank verifies a share (collective)."""
+    distributed = dist.is_available() and dist.is_initialized()
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    return _gather(verify_files(folder, rank, world))
+
+
+def _candidates(ckpt_dir: Path) -> list[str]:
+    """The `latest` pointer first, then every complete folder, newest first."""
+    tags = complete_tags(ckpt_dir)[::-1]
+    latest = ckpt_dir / "latest"
+    if latest.is_file():
+        tag = latest.read_text().strip()
+        if tag in tags:
+            tags.remove(tag)
+            tags.insert(0, tag)
+    return tags
+
+
+def select_resume_tag(ckpt_dir: Path, warn=print) -> str | None:
+    """The newest complete checkpoint that passes verification (every rank verifies a share of its files; all
+    ranks agree). None when there is none at all (a fresh run). A damaged one is skipped with a warning; when
+    checkpoints exist but every one is damaged, CannotContinue: starting over would silently discard them."""
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    skipped = []
+    for tag in _candidates(ckpt_dir):
+        problems = verify_checkpoint(ckpt_dir / tag)
+        if not problems:
+            return tag
+        skipped.append(f"{ckpt_dir / tag}: " + "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""))
+        if rank == 0:
+            warn(f"[checkpoint] WARNING: skipping damaged checkpoint {skipped[-1]}")
+    if skipped:
+        raise CannotContinue(
+            f"no usable checkpoint left in {ckpt_dir}: every complete checkpoint failed verification:\n  "
+            + "\n  ".join(skipped)
+            + "\nRestore the files, or start over with checkpoint.resume=none (and another checkpoint.dir)."
+        )
+    return None
+
+
+def find_resume_tag(ckpt_dir: Path) -> str | None:
+    """The `latest` pointer if its folder is complete and verifies, else the newest complete folder that does."""
+    return select_resume_tag(ckpt_dir)
+
+
+def nonfinite_parameters(engine) -> list[str]:
+    """Names of parameters with a non-finite value, over all ranks (ZeRO-3: each rank checks its partition)."""
+    bad = []
+    for name, p in engine.module.named_parameters():
+        t = getattr(p, "ds_tensor", None)
+        t = p if t is None else t
+        if t.numel() and not bool(torch.isfinite(t.detach()).all()):
+            bad.append(name)
+    return sorted(set(_gather(bad)))
+
+
+def _any_rank(flag: bool, device: torch.device | str = "cpu") -> bool:
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
+def _free_bytes(path: Path) -> int:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def _is_comm_error(err: BaseException) -> bool:
+    """A collective failed (dead peer, timeout): not a write error; re-raised at once, never waited on again."""
+    text = str(err).lower()
+    return isinstance(err, getattr(dist, "DistError", ())) or any(w in text for w in ("gloo", "nccl", "timed out"))
+
+
+def _is_disk_full(err: BaseException, free: int) -> bool:
+    """ENOSPC, or torch's C++ writer's 'basic_ios::clear: iostream error' (no errno) with no space left."""
+    e: BaseException | None = err
+    while e is not None:
+        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return free < (4 << 20)
+
+
+def _abandon(folder: Path, ckpt_dir: Path, step: int, why: str, rank: int) -> CannotContinue:
+    """Remove a checkpoint folder that will never be complete (all ranks call this together)."""
+    if rank == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+    dist.barrier()
+    last = complete_tags(ckpt_dir)
+    return CannotContinue(
+        f"{why}; step {step} was not checkpointed (partial folder {folder} removed); last good checkpoint: "
+        + (f"{last[-1]} in {ckpt_dir} (left untouched)" if last else f"none in {ckpt_dir}")
+    )
+
+
 def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, Any], keep_last: int,
-                    before_complete=None) -> Path:
+                    before_complete=None, meta: dict[str, Any] | None = None) -> Path:
     """`before_complete(folder)` runs on every rank after all files are written and before the folder is
-    marked complete (the trainer stores its export-parity probe there)."""
+    marked complete (the trainer stores its export-parity probe there). `meta` (e.g. the resolved config) is
+    recorded in COMPLETE. A folder is never marked complete when a write failed (a full disk is named, with
+    the free space) or the weights are not finite: it is removed and the run stops (CannotContinue) naming the
+    last good checkpoint."""
     rank, world = dist.get_rank(), dist.get_world_size()
+    dev = engine.device  # NCCL reduces device tensors only
     tag = tag_for(step)
     folder = ckpt_dir / tag
     if rank == 0:
@@ -88,23 +253,75 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, A
         if folder.exists():  # a partial save from a killed run at this same step: never mix files
             shutil.rmtree(folder)
     dist.barrier()
-    engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
-    rng_path = folder / f"rng_rank{rank:05d}.pt"
-    tmp = rng_path.with_suffix(".tmp")
-    torch.save(rng_state(), tmp)
-    os.replace(tmp, rng_path)
-    if before_complete is not None:
-        before_complete(folder)
+    error: BaseException | None = None
+    try:
+        engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
+    except (OSError, RuntimeError) as e:  # a write failed before DeepSpeed's closing barrier: meet the others there
+        if _is_comm_error(e):
+            raise
+        error = e
+        dist.barrier()
+    if error is None:
+        try:
+            rng_path = folder / f"rng_rank{rank:05d}.pt"
+            tmp = rng_path.with_suffix(".tmp")
+            torch.save(rng_state(), tmp)
+            os.replace(tmp, rng_path)
+        except (OSError, RuntimeError) as e:
+            if _is_comm_error(e):
+                raise
+            error = e
+    if not _any_rank(error is not None, dev) and before_complete is not None:
+        try:
+            before_complete(folder)
+        except (OSError, RuntimeError) as e:
+            if _is_comm_error(e):
+                raise
+            error = e
+    if _any_rank(error is not None, dev):
+        free = _free_bytes(ckpt_dir)
+        mine = [f"rank {rank}: {type(error).__name__}: {error}".splitlines()[0][:300]] if error else []
+        full = _any_rank(error is not None and _is_disk_full(error, free), dev)
+        errors = _gather(mine)
+        why = (f"saving checkpoint {folder} failed: the disk is full ({free / 2**20:.1f} MiB free on the "
+               f"filesystem of {ckpt_dir}); free space or lower checkpoint.keep_last, then resume"
+               if full else f"saving checkpoint {folder} failed ({'; '.join(errors)}); "
+                            f"{free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir}")
+        raise _abandon(folder, ckpt_dir, step, why, rank)
+    bad = nonfinite_parameters(engine)
     dist.barrier()  # every rank's files are on disk
+    if bad:
+        raise _abandon(folder, ckpt_dir, step,
+                       f"the weights after step {step} are not finite ({len(bad)} tensors, e.g. {', '.join(bad[:3])})"
+                       "; lower optim.lr or check the data, then resume", rank)
+    files = _gather_entries(folder, rank, world)
     if rank == 0:
-        meta = {"step": step, "world_size": world, "time": time.time(), "zero_stage": engine.zero_optimization_stage()}
-        _atomic_write(folder / COMPLETE, json.dumps(meta))
-        _atomic_write(ckpt_dir / "latest", tag)
+        info = {"step": step, "world_size": world, "time": time.time(), "zero_stage": engine.zero_optimization_stage()}
+        try:
+            write_complete(folder, {**info, **(meta or {})}, files)
+            _atomic_write(ckpt_dir / "latest", tag)
+        except OSError as e:
+            error = e
+    if _any_rank(error is not None, dev):
+        free = _free_bytes(ckpt_dir)
+        full = error is not None and _is_disk_full(error, free)
+        raise _abandon(folder, ckpt_dir, step, f"writing {COMPLETE} of {folder} failed"
+                       + (": the disk is full" if full else f" ({error})")
+                       + f" ({free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir})", rank)
+    if rank == 0:
         for old in complete_tags(ckpt_dir)[:-keep_last]:
             shutil.rmtree(ckpt_dir / old, ignore_errors=True)
             shutil.rmtree(ckpt_dir / (old + UNIVERSAL_SUFFIX), ignore_errors=True)
     dist.barrier()
     return folder
+
+
+def _gather_entries(folder: Path, rank: int, world: int) -> dict[str, dict[str, Any]]:
+    """Sizes and checksums of every file in the folder, each rank hashing a share."""
+    mine = file_entries(folder, _my_share(_checkpoint_files(folder), rank, world))
+    out: list[dict | None] = [None] * world
+    dist.all_gather_object(out, mine)
+    return {k: v for part in out for k, v in (part or {}).items()}
 
 
 UNIVERSAL_SUFFIX = "_universal"
@@ -124,7 +341,7 @@ def convert_to_universal(ckpt_dir: Path, tag: str) -> str:
     from deepspeed.checkpoint import ds_to_universal
 
     out = ckpt_dir / (tag + UNIVERSAL_SUFFIX)
-    if (out / COMPLETE).is_file():
+    if (out / COMPLETE).is_file() and not verify_files(out):
         return out.name
     if out.exists():
         shutil.rmtree(out)
@@ -136,7 +353,8 @@ def convert_to_universal(ckpt_dir: Path, tag: str) -> str:
     ds_to_universal.main(args)
     for f in (ckpt_dir / tag).glob("rng_rank*.pt"):
         shutil.copy2(f, out / f.name)
-    shutil.copy2(ckpt_dir / tag / COMPLETE, out / COMPLETE)
+    meta = {k: v for k, v in read_complete(ckpt_dir, tag).items() if k not in ("files", "manifest")}
+    write_complete(out, meta, file_entries(out, _checkpoint_files(out)))
     return out.name
 
 
@@ -148,6 +366,8 @@ def load_checkpoint(engine, ckpt_dir: Path, tag: str) -> dict[str, Any]:
     if path is None:
         raise RuntimeError(f"DeepSpeed could not load checkpoint {ckpt_dir / tag}")
     rng_path = ckpt_dir / tag / f"rng_rank{dist.get_rank():05d}.pt"
-    if rng_path.is_file() and read_complete(ckpt_dir, tag)["world_size"] == dist.get_world_size():
+    if read_complete(ckpt_dir, tag)["world_size"] == dist.get_world_size():
+        if not rng_path.is_file():  # verification lists it; only a checkpoint older than the file list gets here
+            raise CannotContinue(f"{rng_path} is missing: the resume would not be exact")
         set_rng_state(torch.load(rng_path, weights_only=False))
     return client_state or {}

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from pretrain.schedule import TrainPlan, WarmupDecay
+from pretrain.schedule import TrainPlan, lr_multiplier
 from runconfig import RunConfig
 
 
@@ -137,7 +137,7 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
             groups, lr=plan.peak_lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps,
             foreach=False if not fused else None, fused=fused,
         )
-    sched = WarmupDecay(plan.warmup_steps, plan.total_steps, cfg.schedule.decay, cfg.schedule.min_lr_ratio)
+    sched = lr_multiplier(cfg, plan)
 
     def lr_scheduler(opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
         return torch.optim.lr_scheduler.LambdaLR(opt, sched)

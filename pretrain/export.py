@@ -7,20 +7,21 @@ so a ZeRO-3 model is exported without ever being whole on one rank's GPU.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from data_pipeline.layout import RunLayout
+from data_pipeline.objectives import get_objective, wrap_model
+from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
+from pretrain.families import get_family
+from pretrain.model_card import write_model_card
 from pretrain.models import build_model
 from pretrain.parity import PROBE_FILE, check_parity
 from runconfig import RunConfig
-from runconfig.load import to_dict
 
 
 def resolve_checkpoint(cfg: RunConfig, checkpoint: str | None) -> tuple[Path, str]:
@@ -56,57 +57,30 @@ def client_state(ckpt_dir: Path, tag: str) -> dict[str, Any]:
     return {k: states[k] for k in keep if k in states}
 
 
-def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any) -> PreTrainedModel:
-    model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
+def _loaded_through_an_alias(model: torch.nn.Module, missing: list[str]) -> set[str]:
+    """Missing keys whose parameter is shared with a key that was loaded (a module used twice, e.g. ELECTRA's
+    embeddings shared by generator and discriminator): loading one name filled them all."""
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    gone = set(missing)
+    return {k for group in names.values() if len(group) > 1 and not set(group) <= gone for k in group if k in gone}
+
+
+def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any) -> torch.nn.Module:
+    """The module the trainer checkpointed (the family's model, or the objective's wrapper around it), loaded."""
+    model = wrap_model(cfg, build_model(cfg.model, tokenizer, cfg.packing.seq_len), tokenizer)
     sd = consolidated_state_dict(ckpt_dir, tag)
     missing, unexpected = model.load_state_dict(sd, strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])  # a list (4.x) or a dict keyed by name (5.x)
-    real_missing = [k for k in missing if k not in tied]
+    shared = _loaded_through_an_alias(model, missing)
+    real_missing = [k for k in missing if k not in tied and k not in shared]
     if real_missing or unexpected:
         raise RuntimeError(f"checkpoint {ckpt_dir / tag} does not match the model: missing={real_missing} "
                            f"unexpected={unexpected}")
-    model.tie_weights()
+    if isinstance(model, PreTrainedModel):
+        model.tie_weights()
     return model.eval()
-
-
-def _model_card(cfg: RunConfig, state: dict[str, Any], manifest: dict[str, Any] | None, n_params: int) -> str:
-    loss = state.get("loss")
-    ppl = math.exp(loss) if isinstance(loss, float) and math.isfinite(loss) and loss < 50 else None
-    checksums = {}
-    if manifest:
-        for k, v in manifest.items():
-            if isinstance(v, dict) and ("sha256" in v or "checksum" in v):
-                checksums[k] = v.get("sha256") or v.get("checksum")
-    lines = [
-        "---",
-        "library_name: transformers",
-        f"tags: [{cfg.model.family}, pretraining, deepspeed]",
-        "---",
-        f"# {cfg.run.name}: {cfg.model.family} ({cfg.model.size}) pretrained from scratch",
-        "",
-        f"- Objective: `{cfg.objective.type}`, packing `{cfg.packing.mode}`, sequence length {cfg.packing.seq_len}",
-        f"- Parameters: {n_params:,}",
-        f"- Steps: {state.get('step')}, tokens seen: {state.get('tokens_seen')}",
-        f"- Final training loss: {loss}" + (f" (perplexity {ppl:.2f})" if ppl else ""),
-        f"- Export parity (max |logit difference| vs the training engine): {state.get('parity_max_abs_diff')}",
-        "",
-        "## Data manifest",
-        "```json",
-        json.dumps(manifest if manifest is not None else {"note": "no token manifest found"}, indent=1)[:20000],
-        "```",
-        "",
-        "## Resolved training config",
-        "```yaml",
-        yaml.safe_dump(to_dict(cfg), sort_keys=False).rstrip(),
-        "```",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _auto_class(family: str):
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
-
-    return {"roberta": AutoModelForMaskedLM, "gpt2": AutoModelForCausalLM, "t5": AutoModelForSeq2SeqLM}[family]
 
 
 def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = None) -> Path:
@@ -116,28 +90,36 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    if cfg.model.family in ("gpt2", "t5"):
-        padded = list(range(len(tokenizer), model.config.vocab_size))
-        gen = GenerationConfig.from_model_config(model.config)
-        if padded:
-            gen.suppress_tokens = padded  # padding rows of the embedding are never produced
-        gen.save_pretrained(out)
+    objective = get_objective(cfg.objective.type)
+    family = get_family(cfg.model.family)
+    if objective.export is not None:  # the objective writes its own folders (ELECTRA: discriminator + generator/)
+        reloaded = objective.export(cfg, model, out, tokenizer)
+    else:
+        for key, value in family.export_config.items():
+            setattr(model.config, key, value)
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+        make_portable(out)  # loads with transformers 4.40+ as well as 5.x
+        if family.generative:
+            padded = list(range(len(tokenizer), model.config.vocab_size))
+            gen = GenerationConfig.from_model_config(model.config)
+            if padded:
+                gen.suppress_tokens = padded  # padding rows of the embedding are never produced
+            gen.save_pretrained(out)
+        reloaded = None
     probe = ckpt_dir / tag / PROBE_FILE
     if probe.is_file():
-        reloaded = _auto_class(cfg.model.family).from_pretrained(str(out))
+        if reloaded is None:
+            reloaded = family.auto_cls().from_pretrained(str(out))
         state_parity = check_parity(reloaded, probe)
         if state_parity > 1e-5 and cfg.deepspeed.precision == "fp32":
             raise RuntimeError(f"export parity failed: max |logit difference| {state_parity:.3g} > 1e-5 "
                                f"between the engine and the reloaded export")
     else:
         state_parity = None
-    manifest_path = layout.tokens / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
     state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity}
     n_params = sum(p.numel() for p in model.parameters())
-    (out / "README.md").write_text(_model_card(cfg, state, manifest, n_params))
-    (out / "training_state.json").write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), **state}, indent=1,
-                                                         default=str))
+    (out / "training_state.json").write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), **state,
+                                                         "n_params": n_params}, indent=1, default=str))
+    write_model_card(cfg, out)  # README.md for the Hub, data_manifest.json and resolved_config.yaml beside it
     return out

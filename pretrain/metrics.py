@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 from pathlib import Path
@@ -10,16 +11,14 @@ from typing import Any
 
 import torch
 
+from pretrain.families import get_family
 from runconfig.model import ModelConfig
 
 
 def flops_per_token(m: ModelConfig, n_params: int, seq_len: int) -> float:
-    """Training FLOPs per token: 6N for the weight matmuls (forward + backward) plus the attention score and
-    value matmuls, 12 * layers * d_model * seq_len (PaLM appendix B). T5 counts both stacks; its decoder runs
-    on the targets, so this is an upper-bound estimate for span corruption."""
-    layers = m.num_layers + ((m.num_decoder_layers or m.num_layers) if m.family == "t5" else 0)
-    attn_width = (m.d_kv or m.hidden_size // m.num_heads) * m.num_heads
-    return 6.0 * n_params + 12.0 * layers * attn_width * seq_len
+    """Training FLOPs per token, as the family's spec counts them (default: 6N + attention, PaLM appendix B)."""
+    spec = get_family(m.family)
+    return spec.flops_per_token(spec, m, n_params, seq_len)
 
 
 def measure_peak_flops(n: int | None = None, repeats: int = 10, trials: int = 3, device: str = "cpu") -> float:
@@ -52,39 +51,163 @@ def memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class Sink:
+    """One destination of metric rows (TensorBoard, JSONL, W&B, MLflow): log(step, values, prefix), close()."""
+
+    def log(self, step: int, values: dict[str, Any], prefix: str) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardSink(Sink):
+    def __init__(self, folder: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.tb = SummaryWriter(str(folder))
+
+    def log(self, step, values, prefix):
+        for k, v in values.items():
+            if isinstance(v, int | float):
+                self.tb.add_scalar(f"{prefix}/{k}", v, step)
+
+    def close(self):
+        self.tb.close()
+
+
+class JsonlSink(Sink):
+    """metrics.jsonl: one row per log call, with the wall-clock time (unix seconds and ISO 8601 UTC)."""
+
+    def __init__(self, folder: Path):
+        self.f = open(folder / "metrics.jsonl", "a")  # noqa: SIM115 - lives as long as the logger
+
+    def log(self, step, values, prefix):
+        now = time.time()
+        iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+        self.f.write(json.dumps({"step": step, "split": prefix, "time": round(now, 3), "timestamp": iso,
+                                 **values}) + "\n")  # fmt: skip
+        self.f.flush()
+
+    def close(self):
+        self.f.close()
+
+
+class WandbSink(Sink):
+    def __init__(self, cfg, folder: Path):
+        try:
+            import wandb
+        except ImportError:
+            raise RuntimeError("logging.wandb.enabled needs wandb: pip install 'lmstack[wandb]'") from None
+        wc = cfg.logging.wandb
+        self.run = wandb.init(project=wc.project, entity=wc.entity, name=wc.name or cfg.run.name, mode=wc.mode,
+                              dir=str(wc.dir or folder), config=json.loads(cfg.model_dump_json()), reinit=True)
+
+    def log(self, step, values, prefix):
+        self.run.log({f"{prefix}/{k}": v for k, v in values.items() if isinstance(v, int | float)}, step=step)
+
+    def close(self):
+        self.run.finish()
+
+
+class MlflowSink(Sink):
+    def __init__(self, cfg, folder: Path):
+        try:
+            import mlflow
+        except ImportError:
+            raise RuntimeError("logging.mlflow.enabled needs mlflow: pip install 'lmstack[mlflow]'") from None
+        mc = cfg.logging.mlflow
+        self.mlflow = mlflow
+        if mc.tracking_uri is None:
+            # The default keeps runs beside the others in the run folder, with no server or database needed;
+            # MLflow 3 asks for this opt-in to its (maintained but frozen) file store.
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        mlflow.set_tracking_uri(mc.tracking_uri or (folder / "mlruns").resolve().as_uri())
+        mlflow.set_experiment(mc.experiment)
+        self.run = mlflow.start_run(run_name=mc.run_name or cfg.run.name)
+        flat = {f"{sec}.{k}": v for sec, d in json.loads(cfg.model_dump_json()).items() if isinstance(d, dict)
+                for k, v in d.items() if not isinstance(v, dict | list)}  # fmt: skip
+        mlflow.log_params({k: str(v)[:250] for k, v in list(flat.items())[:100]})
+
+    def log(self, step, values, prefix):
+        self.mlflow.log_metrics({f"{prefix}/{k}": float(v) for k, v in values.items() if isinstance(v, int | float)},
+                                step=step)  # fmt: skip
+
+    def close(self):
+        self.mlflow.end_run()
+
+
+# Optional sinks by name: each is switched on by `logging.<name>.enabled` (extension by registration).
+OPTIONAL_SINKS: dict[str, Any] = {"wandb": WandbSink, "mlflow": MlflowSink}
+
+
+class OutputMetrics:
+    """Figures a model output carries in a `metrics` dict (an objective's own: ELECTRA's generator and
+    discriminator losses, replaced fraction, discriminator accuracy): summed on the device per micro-batch (no host
+    sync), averaged over the step's micro-batches and ranks like its loss, with one all-reduce at logging steps
+    only (every rank logs at the same steps)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.total: torch.Tensor | None = None
+
+    def add(self, output: Any) -> None:
+        values = getattr(output, "metrics", None)
+        if not values:
+            return
+        row = torch.stack([*(v.detach().double().reshape(()) for v in values.values()),
+                           torch.ones((), dtype=torch.float64, device=next(iter(values.values())).device)])
+        if self.total is None:
+            self.names, self.total = list(values), torch.zeros_like(row)
+        self.total += row
+
+    def new_step(self) -> None:
+        if self.total is not None:
+            self.total.zero_()
+
+    def report(self) -> dict[str, float]:
+        if self.total is None:
+            return {}
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.all_reduce(self.total)
+        *sums, n = self.total.tolist()
+        self.total.zero_()
+        return {k: v / max(n, 1.0) for k, v in zip(self.names, sums, strict=True)}
+
+
 class MetricsLogger:
     """Rank 0 writes; other ranks hold a disabled logger so call sites need no rank checks."""
 
-    def __init__(self, folder: Path, enabled: bool, tensorboard: bool = True, jsonl: bool = True):
+    def __init__(self, folder: Path, enabled: bool, tensorboard: bool = True, jsonl: bool = True, cfg=None):
         self.enabled = enabled
-        self.tb = None
-        self.jsonl = None
+        self.sinks: list[Sink] = []
         if not enabled:
             return
         folder.mkdir(parents=True, exist_ok=True)
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(folder))
+            self.sinks.append(TensorBoardSink(folder))
         if jsonl:
-            self.jsonl = open(folder / "metrics.jsonl", "a")
+            self.sinks.append(JsonlSink(folder))
+        if cfg is not None:
+            for name, factory in OPTIONAL_SINKS.items():
+                if getattr(cfg.logging, name).enabled:
+                    self.sinks.append(factory(cfg, folder))
+
+    @classmethod
+    def from_config(cls, cfg, folder: Path, enabled: bool) -> MetricsLogger:
+        return cls(folder, enabled, cfg.logging.tensorboard, cfg.logging.jsonl, cfg)
 
     def log(self, step: int, values: dict[str, Any], prefix: str = "train") -> None:
         if not self.enabled:
             return
-        if self.tb is not None:
-            for k, v in values.items():
-                if isinstance(v, int | float):
-                    self.tb.add_scalar(f"{prefix}/{k}", v, step)
-        if self.jsonl is not None:
-            self.jsonl.write(json.dumps({"step": step, "split": prefix, **values}) + "\n")
-            self.jsonl.flush()
+        for sink in self.sinks:
+            sink.log(step, values, prefix)
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-        if self.jsonl is not None:
-            self.jsonl.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 class Throughput:
@@ -104,6 +227,10 @@ class Throughput:
         self.tokens += tokens
         self.samples += samples
         self.wait += wait_s
+
+    def new_step(self) -> None:
+        if self.total is not None:
+            self.total.zero_()
 
     def report(self) -> dict[str, float]:
         dt = max(time.perf_counter() - self.t0, 1e-9)

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from pretrain.families import get_family
+
 PROBE_TEXTS = [
     "The central bank raised interest rates for the third time this year.",
     "Shares in the company fell sharply after the announcement on Monday.",
@@ -17,14 +19,8 @@ PROBE_FILE = "parity_probe.pt"
 
 
 def probe_inputs(tokenizer: Any, family: str) -> dict[str, torch.Tensor]:
-    enc = tokenizer(PROBE_TEXTS, padding=True, truncation=True, max_length=32, return_tensors="pt")
-    batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-    if family == "t5":
-        start = tokenizer.pad_token_id
-        batch["decoder_input_ids"] = torch.cat(
-            [torch.full((enc["input_ids"].shape[0], 1), start), enc["input_ids"][:, :7]], dim=1
-        )
-    return batch
+    """The family's parity batch for PROBE_TEXTS (its spec adds e.g. T5's decoder inputs)."""
+    return get_family(family).probe_inputs(tokenizer, PROBE_TEXTS)
 
 
 @torch.no_grad()

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from pretrain import resume_diff
 from pretrain.schedule import make_plan
 from runconfig import RunConfig
 
@@ -17,6 +18,7 @@ class _VocabOnly:
     def __init__(self, n: int):
         self.n = n
         self.pad_token_id, self.bos_token_id, self.eos_token_id = 1, 0, 2
+        self.all_special_ids = [0, 1, 2]
 
     def __len__(self) -> int:
         return self.n
@@ -24,10 +26,12 @@ class _VocabOnly:
 
 def model_param_counts(cfg: RunConfig) -> tuple[int, int]:
     """(total params, largest layer params), counted on the meta device (no memory allocated)."""
+    from data_pipeline.objectives import wrap_model
     from pretrain.models import build_model
 
-    with torch.device("meta"):
-        model = build_model(cfg.model, _VocabOnly(cfg.tokenizer.vocab_size), cfg.packing.seq_len)
+    tok = _VocabOnly(cfg.tokenizer.vocab_size)
+    with torch.device("meta"):  # the module trained: with the objective's wrapper (ELECTRA's generator) if any
+        model = wrap_model(cfg, build_model(cfg.model, tok, cfg.packing.seq_len), tok)
     total = sum(dict((id(p), p.numel()) for p in model.parameters()).values())
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     return total, largest
@@ -58,13 +62,19 @@ def memory_estimates(cfg: RunConfig, total: int, largest: int, world: int) -> di
 
 
 def plan_report(cfg: RunConfig, world_size: int | None = None) -> dict[str, Any]:
+    from pretrain.lr_scaling import explain
+
     plan = make_plan(cfg, world_size)
     total, largest = model_param_counts(cfg)
+    lines, warnings = explain(cfg, plan.global_batch_size, plan.peak_lr, plan.warmup_steps)
     return {
+        "lr_scaling": lines,
+        "warnings": warnings,
         "plan": plan.__dict__ | {"tokens_per_step": plan.tokens_per_step, "total_tokens": plan.total_tokens},
         "params": total,
         "largest_layer_params": largest,
         "memory_per_rank": memory_estimates(cfg, total, largest, plan.world_size),
+        "resume": resume_diff.preview(cfg),
     }
 
 
@@ -76,11 +86,15 @@ def format_report(r: dict[str, Any]) -> str:
         f"grad accumulation {p['grad_accum']}",
         f"global batch      {p['global_batch_size']} sequences = {p['tokens_per_step']:,} tokens",
         f"peak LR           {p['peak_lr']:.3g} (rule: {p['lr_rule']})",
-        f"warmup            {p['warmup_steps']} of {p['total_steps']} steps",
-        f"total tokens      {p['total_tokens']:,}",
+        *([f"warmup            {p['warmup_steps']} of {p['total_steps']} steps"] if p["total_steps"] is not None else
+          [f"time budget       {p['budget_s'] / 60:g} min, warmup {p['warmup_fraction']:.0%} of it (LR follows the clock)"]),
+        *r["lr_scaling"],
+        *r["warnings"],
+        *([f"total tokens      {p['total_tokens']:,}"] if p["total_steps"] is not None else []),
         f"parameters        {r['params']:,} (largest layer {r['largest_layer_params']:,})",
         "model-state memory per rank (GiB):",
     ]
     for stage, m in r["memory_per_rank"].items():
         lines.append(f"  {stage:<6} device {m['device_gib']:8.2f}   cpu {m['cpu_gib']:8.2f}")
+    lines += resume_diff.format_preview(r.get("resume"))
     return "\n".join(lines)

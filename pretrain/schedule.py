@@ -1,4 +1,5 @@
-"""Batch plan, large-batch LR scaling and the warmup/decay schedule: pure functions of the config."""
+"""Batch plan, large-batch LR scaling and the warmup/decay schedule (in steps or in elapsed time): pure
+functions of the config."""
 
 from __future__ import annotations
 
@@ -17,16 +18,18 @@ class TrainPlan:
     seq_len: int
     peak_lr: float
     warmup_steps: int
-    total_steps: int
+    total_steps: int | None  # None: a time-budget run (budget_s)
     lr_rule: str
+    budget_s: float | None = None
+    warmup_fraction: float = 0.0  # of the time budget
 
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.seq_len
 
     @property
-    def total_tokens(self) -> int:
-        return self.tokens_per_step * self.total_steps
+    def total_tokens(self) -> int | None:
+        return None if self.total_steps is None else self.tokens_per_step * self.total_steps
 
     def describe(self) -> str:
         d = asdict(self) | {"tokens_per_step": self.tokens_per_step, "total_tokens": self.total_tokens}
@@ -34,17 +37,10 @@ class TrainPlan:
 
 
 def scaled_lr_and_warmup(cfg: RunConfig, global_batch: int) -> tuple[float, int]:
-    """Linear (Goyal et al. 2017) or square-root (Krizhevsky 2014; You et al. 2019 for LAMB) LR scaling from a
-    reference recipe, capped by max_lr; warmup is scaled inversely so the same number of samples are warmed."""
-    s = cfg.lr_scaling
-    if s.rule == "none":
-        return cfg.optim.lr, cfg.schedule.warmup_steps
-    k = global_batch / s.reference_batch_size
-    lr = s.reference_lr * (k if s.rule == "linear" else math.sqrt(k))
-    if s.max_lr is not None:
-        lr = min(lr, s.max_lr)
-    warmup = max(1, round(s.reference_warmup_steps / k))
-    return lr, min(warmup, cfg.schedule.total_steps)
+    """Peak LR and warmup for this global batch (pretrain/lr_scaling.py: the rule and its reference recipe)."""
+    from pretrain.lr_scaling import scale
+
+    return scale(cfg, global_batch, cfg.schedule.steps)
 
 
 def make_plan(cfg: RunConfig, world_size: int | None = None) -> TrainPlan:
@@ -58,9 +54,21 @@ def make_plan(cfg: RunConfig, world_size: int | None = None) -> TrainPlan:
         seq_len=cfg.packing.seq_len,
         peak_lr=lr,
         warmup_steps=warmup,
-        total_steps=cfg.schedule.total_steps,
+        total_steps=cfg.schedule.steps,
         lr_rule=cfg.lr_scaling.rule,
+        budget_s=cfg.schedule.budget_s,
+        warmup_fraction=(0.05 if cfg.schedule.warmup_fraction is None else cfg.schedule.warmup_fraction)
+        if cfg.schedule.budget_s is not None else 0.0,
     )
+
+
+def _decayed(progress: float, decay: str, min_ratio: float) -> float:
+    """Multiplier after warmup at `progress` in [0, 1] of the decay phase."""
+    if decay == "constant":
+        return 1.0
+    progress = min(1.0, max(0.0, progress))
+    f = 1.0 - progress if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return min_ratio + (1.0 - min_ratio) * f
 
 
 class WarmupDecay:
@@ -73,11 +81,28 @@ class WarmupDecay:
     def __call__(self, step: int) -> float:
         if self.warmup and step < self.warmup:
             return (step + 1) / self.warmup
-        if self.decay == "constant":
-            return 1.0
-        progress = min(1.0, (step - self.warmup) / max(1, self.total - self.warmup))
-        if self.decay == "linear":
-            f = 1.0 - progress
-        else:
-            f = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.min_ratio + (1.0 - self.min_ratio) * f
+        return _decayed((step - self.warmup) / max(1, self.total - self.warmup), self.decay, self.min_ratio)
+
+
+class TimeWarmupDecay:
+    """The same shape over elapsed training seconds (Cramming): the loop sets `elapsed_s` (rank 0's clock,
+    agreed by every rank) before each optimizer step, so the LR reaches its floor when the budget is spent
+    whatever the step rate. LambdaLR's step argument is ignored; the attributes ride in its state_dict."""
+
+    def __init__(self, budget_s: float, warmup_fraction: float, decay: str, min_ratio: float):
+        self.budget_s, self.warmup_s = budget_s, warmup_fraction * budget_s
+        self.decay, self.min_ratio = decay, min_ratio
+        self.elapsed_s = 0.0
+
+    def __call__(self, _step: int) -> float:
+        t = self.elapsed_s
+        if self.warmup_s and t < self.warmup_s:
+            return max(t / self.warmup_s, 1e-3)
+        return _decayed((t - self.warmup_s) / max(1e-9, self.budget_s - self.warmup_s), self.decay, self.min_ratio)
+
+
+def lr_multiplier(cfg: RunConfig, plan: TrainPlan) -> WarmupDecay | TimeWarmupDecay:
+    """The schedule the engine's LambdaLR follows: counted in steps, or in seconds for a time budget."""
+    if plan.budget_s is not None:
+        return TimeWarmupDecay(plan.budget_s, plan.warmup_fraction, cfg.schedule.decay, cfg.schedule.min_lr_ratio)
+    return WarmupDecay(plan.warmup_steps, plan.total_steps, cfg.schedule.decay, cfg.schedule.min_lr_ratio)

@@ -6,6 +6,7 @@ Run under torchrun (or `python -m launch run`): `python -m pretrain train --conf
 from __future__ import annotations
 
 import math
+import os
 import signal
 import time
 from pathlib import Path
@@ -18,14 +19,17 @@ from transformers import AutoTokenizer
 
 from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
-from data_pipeline.objectives import build_collator, prepare_model
+from data_pipeline.objectives import build_collator, prepare_model, wrap_model
 from pretrain import checkpoint as ckpt
+from pretrain import lr_scaling, resume_diff
 from pretrain.engine import build_engine, init_distributed
-from pretrain.metrics import MetricsLogger, Throughput, flops_per_token, measure_peak_flops
+from pretrain.metrics import MetricsLogger, OutputMetrics, Throughput, flops_per_token, measure_peak_flops
 from pretrain.models import build_model, count_parameters
 from pretrain.parity import PROBE_FILE, probe_inputs, probe_logits, save_probe
-from pretrain.schedule import make_plan
+from pretrain.run_lock import RunFolderLocked, RunLock
+from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
 from runconfig import RunConfig, save_resolved
+from runconfig.load import to_dict
 
 
 class StopRequested:
@@ -39,15 +43,108 @@ class StopRequested:
     def _handler(self, signum: int, _frame: Any) -> None:
         self.signum = signum
 
-    def agreed(self, device: torch.device) -> bool:
-        """All ranks stop at the same step if any rank was signalled."""
-        flag = torch.tensor([1.0 if self.signum is not None else 0.0], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item() > 0)
+    @property
+    def requested(self) -> bool:
+        """This rank was signalled; all ranks agree through StepSync so they stop at the same step."""
+        return self.signum is not None
 
 
-class TrainingHalted(RuntimeError):
+class TrainingClock:
+    """When the run ends and where the LR schedule stands: after `total_steps`, or, with a time budget, when rank
+    0's training clock (agreed by all ranks once per step, carried in checkpoints) says the budget is spent.
+
+    The clock counts the loop's wall time (steps, evaluation, checkpoints), not set-up: it starts at the loop,
+    and a resumed run adds the elapsed time of its checkpoint. The run stops at the step whose end is nearest
+    the budget (within half a step), so it neither overshoots by a step nor stops one short."""
+
+    def __init__(self, cfg: RunConfig, plan, scheduler, elapsed_s: float):
+        self.plan, self.elapsed_s = plan, elapsed_s
+        self.last_step_s = 0.0
+        self.start()
+        self.time_schedule = next((f for f in scheduler.lr_lambdas if isinstance(f, TimeWarmupDecay)), None)
+        if self.time_schedule is not None:  # a resumed LambdaLR state must not carry an older budget
+            fresh = lr_multiplier(cfg, plan)
+            fresh.elapsed_s = elapsed_s
+            self.time_schedule.__dict__.update(fresh.__dict__)
+
+    def start(self) -> None:
+        """(Re)start counting from the checkpoint's elapsed time: called where the loop begins."""
+        self.t0 = time.perf_counter() - self.elapsed_s
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def agree(self, elapsed_s: float) -> None:
+        """Rank 0's clock, as every rank received it: the LR for the next step and the stop decision use it."""
+        self.last_step_s = max(0.0, elapsed_s - self.elapsed_s)
+        self.elapsed_s = elapsed_s
+        if self.time_schedule is not None:
+            self.time_schedule.elapsed_s = elapsed_s
+
+    def finished(self, step: int) -> bool:
+        if self.plan.budget_s is None:
+            return step >= self.plan.total_steps
+        return self.elapsed_s + 0.5 * self.last_step_s >= self.plan.budget_s
+
+    @property
+    def bar_total(self) -> int:
+        return self.plan.total_steps if self.plan.budget_s is None else round(self.plan.budget_s)
+
+    @property
+    def bar_unit(self) -> str:
+        return "step" if self.plan.budget_s is None else "s"
+
+    def bar_position(self, step: int) -> int:
+        return step if self.plan.budget_s is None else min(round(self.elapsed_s), self.bar_total)
+
+
+class TrainingHalted(ckpt.CannotContinue):
     pass
+
+
+def take_run_lock(folders: list[Path], rank: int) -> list[RunLock]:
+    """Rank 0 locks the run folders before any work; every rank stops if that fails."""
+    locks, error = [], None
+    if rank == 0:
+        try:
+            for folder in folders:
+                lock = RunLock(folder)
+                note = lock.acquire()
+                locks.append(lock)
+                if note:
+                    print(note, flush=True)
+        except RunFolderLocked as e:
+            for lock in locks:
+                lock.release()
+            error = str(e)
+    msg = [error]
+    dist.broadcast_object_list(msg, src=0)
+    if msg[0] is not None:
+        raise RunFolderLocked(msg[0])
+    return locks
+
+
+def resume_point(cfg: RunConfig, ckpt_dir: Path, rank: int) -> tuple[Path, str | None]:
+    """The checkpoint to resume from (verified on every rank), and the config changes since it (applied or
+    refused, printed)."""
+    tag = None
+    if cfg.checkpoint.resume == "auto":
+        tag = ckpt.select_resume_tag(ckpt_dir)
+    elif cfg.checkpoint.resume != "none":
+        ckpt_dir, tag = Path(cfg.checkpoint.resume).parent, Path(cfg.checkpoint.resume).name
+        if not (ckpt_dir / tag / ckpt.COMPLETE).is_file():
+            raise ckpt.CannotContinue(f"checkpoint.resume: {ckpt_dir / tag} is not a complete checkpoint "
+                                      f"(no {ckpt.COMPLETE} file)")
+        problems = ckpt.verify_checkpoint(ckpt_dir / tag)
+        if problems:
+            raise ckpt.CannotContinue(f"checkpoint.resume: {ckpt_dir / tag} is damaged: " + "; ".join(problems[:6]))
+    if tag is not None:
+        meta = ckpt.read_complete(ckpt_dir, tag)
+        changes = resume_diff.compare(meta.get("config"), to_dict(cfg), meta["step"],
+                                      cfg.checkpoint.accept_config_changes)
+        if rank == 0 and changes.describe():
+            print(changes.describe(), flush=True)
+    return ckpt_dir, tag
 
 
 def _rng_isolated():
@@ -62,22 +159,30 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
 
 
 def _count_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Non-pad tokens, counted on the host-side batch (before the copy to the device, so no device sync)."""
     mask = batch.get("attention_mask")
     if mask is not None and mask.dim() == 2:
         return int(mask.sum())
     return int(batch["input_ids"].numel())
 
 
-def _all_finite(loss: torch.Tensor) -> bool:
-    flag = torch.isfinite(loss.detach()).float().reshape(1)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item() > 0)
+class StepSync:
+    """Everything the ranks must agree on after a step, in ONE collective per optimizer step (no host sync per
+    micro-batch): the summed loss, the count of non-finite micro-batches, the stop flag and rank 0's clock."""
 
+    def __init__(self, device: torch.device, rank: int):
+        self.buf = torch.zeros(4, device=device, dtype=torch.float64)
+        self.rank = rank
 
-def _mean_over_ranks(value: float, device: torch.device) -> float:
-    t = torch.tensor([value], device=device, dtype=torch.float64)
-    dist.all_reduce(t)
-    return t.item() / dist.get_world_size()
+    def reduce(self, loss_sum: torch.Tensor, bad: int, stop: bool, elapsed_s: float) -> tuple[float, int, bool, float]:
+        b = self.buf
+        b[0] = loss_sum
+        b[1] = bad
+        b[2] = 1.0 if stop else 0.0
+        b[3] = elapsed_s if self.rank == 0 else 0.0
+        dist.all_reduce(b)
+        loss, n_bad, n_stop, clock = b.tolist()
+        return loss, int(n_bad), n_stop > 0, clock
 
 
 def _zero_loss(engine) -> torch.Tensor:
@@ -103,60 +208,82 @@ def evaluate(engine, loader: PretrainLoader, max_batches: int, device: torch.dev
 
 
 def train(cfg: RunConfig) -> dict[str, Any]:
+    rank, _ = init_distributed(cfg)
+    if torch.cuda.is_available():  # object collectives before the engine exists need this rank's own GPU
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    out, ckpts = Path(cfg.run.output_dir).resolve(), Path(cfg.checkpoint_dir).resolve()
+    locks = take_run_lock([out] if ckpts.is_relative_to(out) else [out, ckpts], rank)
+    try:
+        return _train(cfg)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def _train(cfg: RunConfig) -> dict[str, Any]:
     # --- set-up ---------------------------------------------------------------------------------------------
-    rank, world = init_distributed(cfg)
+    rank, world = dist.get_rank(), dist.get_world_size()
     layout = RunLayout(cfg)
     ckpt_dir = Path(cfg.checkpoint_dir)
     plan = make_plan(cfg, world)
     torch.manual_seed(cfg.run.seed + rank)
+
+    # --- resume (decided before the engine exists: another world size loads a universal checkpoint) ---------
+    load_dir, tag = resume_point(cfg, ckpt_dir, rank)
     if rank == 0:
         save_resolved(cfg, cfg.run.output_dir)
         save_resolved(cfg, ckpt_dir)
         print(f"[train] plan for world size {world}:\n{plan.describe()}", flush=True)
+        print("\n".join("[train] " + x for x in sum(lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr,
+                                                                        plan.warmup_steps), [])), flush=True)
 
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
     prepare_model(cfg, model)
+    model = wrap_model(cfg, model, tokenizer)  # the objective's module around it (ELECTRA), else the model itself
     n_params = count_parameters(model)
     collate = build_collator(cfg, tokenizer)
     train_loader = PretrainLoader(cfg, rank, world, split="train", collate_fn=collate)
     eval_loader = PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate)
 
-    # --- resume (decided before the engine exists: another world size loads a universal checkpoint) ---------
-    tag = ckpt.find_resume_tag(ckpt_dir) if cfg.checkpoint.resume == "auto" else None
-    if cfg.checkpoint.resume not in ("auto", "none"):
-        ckpt_dir, tag = Path(cfg.checkpoint.resume).parent, Path(cfg.checkpoint.resume).name
-    universal = tag is not None and ckpt.needs_universal(ckpt_dir, tag, world)
+    universal = tag is not None and ckpt.needs_universal(load_dir, tag, world)
     if universal:
         if rank == 0:
             print(f"[train] {tag} was written by another world size: converting to a universal checkpoint",
                   flush=True)
-            ckpt.convert_to_universal(ckpt_dir, tag)
+            ckpt.convert_to_universal(load_dir, tag)
         dist.barrier()
         tag += ckpt.UNIVERSAL_SUFFIX
 
     engine, scheduler, ds_config = build_engine(cfg, model, plan, load_universal=universal)
     device = engine.device
     stop = StopRequested()
-    step, tokens_seen, bad_steps, last_loss = 0, 0, 0, float("nan")
+    step, tokens_seen, bad_steps, last_loss, elapsed_s = 0, 0, 0, float("nan"), 0.0
     if tag is not None:
-        state = ckpt.load_checkpoint(engine, ckpt_dir, tag)
+        current = resume_diff.schedule_snapshot(scheduler)  # loading restores the checkpoint's schedule
+        state = ckpt.load_checkpoint(engine, load_dir, tag)
+        resume_diff.reapply_schedule(scheduler, current)
         step, tokens_seen = state["step"], state["tokens_seen"]
         last_loss = state.get("loss", last_loss)
+        elapsed_s = float(state.get("elapsed_s", 0.0))  # the time-budget clock continues where it stopped
         train_loader.load_state_dict(state["loader"])
         if rank == 0:
-            print(f"[train] resumed from {ckpt_dir / tag} at step {step}", flush=True)
+            print(f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
+                  f"lr now {scheduler.get_last_lr()[0]:.6g})", flush=True)
+    clock = TrainingClock(cfg, plan, scheduler, elapsed_s)
 
     def client_state() -> dict[str, Any]:
         return {
             "step": step,
             "tokens_seen": tokens_seen,
             "loss": last_loss,
+            "elapsed_s": clock.elapsed_s,
             "loader": train_loader.state_dict(),
             "plan": plan.__dict__,
         }
 
     probe_batch = probe_inputs(tokenizer, cfg.model.family)
+    ckpt_meta = {"config": to_dict(cfg)}
 
     def store_probe(folder: Path) -> None:
         """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all)."""
@@ -165,48 +292,64 @@ def train(cfg: RunConfig) -> dict[str, Any]:
             save_probe(folder / PROBE_FILE, probe_batch, logits)
 
     # --- metrics --------------------------------------------------------------------------------------------
-    logger = MetricsLogger(layout.logs, rank == 0, cfg.logging.tensorboard, cfg.logging.jsonl)
+    logger = MetricsLogger.from_config(cfg, layout.logs, rank == 0)
     with _rng_isolated():  # nothing outside the loop may move the RNG: exact resume needs it
         peak = cfg.logging.peak_flops or measure_peak_flops(device="cpu" if device.type == "cpu" else str(device))
     meter = Throughput(flops_per_token(cfg.model, n_params, cfg.packing.seq_len), peak, world)
-    bar = tqdm(total=plan.total_steps, initial=step, disable=rank != 0 or not cfg.logging.progress_bar,
-               desc="pretrain", unit="step", dynamic_ncols=True)
+    bar = tqdm(total=clock.bar_total, initial=clock.bar_position(step),
+               disable=rank != 0 or not cfg.logging.progress_bar, desc="pretrain", unit=clock.bar_unit, dynamic_ncols=True)
 
     # --- the loop -------------------------------------------------------------------------------------------
     engine.train()
     batches = iter(train_loader)
-    preempted = False
-    while step < plan.total_steps:
-        step_loss, step_ok = 0.0, True
-        for _ in range(plan.grad_accum):
+    sync = StepSync(device, rank)
+    output_metrics = OutputMetrics()  # the objective's own figures, if its model output carries any
+    preempted, finished = False, clock.finished(step)
+    clock.start()
+    while not finished:
+        loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+        n_bad = 0
+        output_metrics.new_step()
+        for micro in range(plan.grad_accum):
             t_wait = time.perf_counter()
             with _rng_isolated():  # worker start-up and collation must not shift the dropout RNG stream
-                batch = _to_device(next(batches), device)
+                host_batch = next(batches)
             waited = time.perf_counter() - t_wait
-            loss = engine(**batch).loss
-            if _all_finite(loss):
+            n_tok = _count_tokens(host_batch)
+            batch = _to_device(host_batch, device)
+            output = engine(**batch)
+            loss = output.loss
+            output_metrics.add(output)
+            del output  # the logits need not live through backward
+            # The only host read per micro-batch: this rank's own finiteness bit, which picks the loss to
+            # backpropagate (a NaN must never reach the gradients). No collective until the step's end.
+            if bool(torch.isfinite(loss.detach())):
                 engine.backward(loss)
-                step_loss += loss.item() / plan.grad_accum
+                loss_sum += loss.detach()
             else:
-                step_ok = False
+                n_bad += 1
                 engine.backward(_zero_loss(engine))
+            if micro == plan.grad_accum - 1:  # before the optimizer step, so the LR follows the agreed clock
+                total, n_bad_all, stop_all, agreed = sync.reduce(loss_sum, n_bad, stop.requested, clock.now())
+                clock.agree(agreed)
             engine.step()
-            n_tok = _count_tokens(batch)
             tokens_seen += n_tok * world
             meter.add(n_tok * world, batch["input_ids"].shape[0] * world, waited)
         step += 1
-        step_loss = _mean_over_ranks(step_loss, device)
+        step_ok = n_bad_all == 0
+        step_loss = total / (plan.grad_accum * world)
         bad_steps = 0 if step_ok else bad_steps + 1
         if bad_steps >= cfg.deepspeed.max_consecutive_bad_steps:
             raise TrainingHalted(
                 f"{bad_steps} consecutive steps with non-finite loss at step {step}; last good checkpoint: "
-                f"{ckpt.find_resume_tag(ckpt_dir)} in {ckpt_dir} (left untouched)"
+                f"{(ckpt.complete_tags(ckpt_dir) or [None])[-1]} in {ckpt_dir} (left untouched)"
             )
         if step_ok:
             last_loss = step_loss
-        bar.update(1)
+        finished = clock.finished(step)
+        bar.update(clock.bar_position(step) - bar.n)
 
-        if step % cfg.logging.every_steps == 0 or step == plan.total_steps:
+        if step % cfg.logging.every_steps == 0 or finished:
             stats = {
                 "loss": step_loss if step_ok else float("nan"),
                 "lr": scheduler.get_last_lr()[0],
@@ -214,22 +357,25 @@ def train(cfg: RunConfig) -> dict[str, Any]:
                 "loss_scale": float(getattr(engine.optimizer, "cur_scale", 1.0) or 1.0),
                 "tokens_seen": tokens_seen,
                 "skipped_steps": int(engine.skipped_steps),
+                "elapsed_s": clock.elapsed_s,
                 **meter.report(),
+                **output_metrics.report(),
             }
             logger.log(step, stats)
             bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
                             tok_s=f"{stats['tokens_per_s']:.0f}", mfu=f"{stats['mfu']:.1%}")
-        if step % cfg.eval.every_steps == 0 or step == plan.total_steps:
+        if step % cfg.eval.every_steps == 0 or finished:
             with _rng_isolated():
                 ev = evaluate(engine, eval_loader, cfg.eval.max_batches, device)
             logger.log(step, ev, prefix="eval")
             if rank == 0:
                 bar.write(f"[eval] step {step}: loss {ev['loss']:.4f} ppl {ev['perplexity']:.2f}")
 
-        preempted = stop.agreed(device)
-        due = step % cfg.checkpoint.every_steps == 0 or step == plan.total_steps
+        preempted = stop_all
+        due = step % cfg.checkpoint.every_steps == 0 or finished
         if (due and step_ok) or preempted:  # never replace good checkpoints with a step that had a non-finite loss
-            ckpt.save_checkpoint(engine, ckpt_dir, step, client_state(), cfg.checkpoint.keep_last, store_probe)
+            ckpt.save_checkpoint(engine, ckpt_dir, step, client_state(), cfg.checkpoint.keep_last, store_probe,
+                                 ckpt_meta)
         if preempted:
             if rank == 0:
                 bar.write(f"[train] signal {stop.signum}: checkpointed at step {step}, exiting for requeue")
@@ -238,6 +384,11 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     bar.close()
     logger.close()
     result = {"step": step, "tokens_seen": tokens_seen, "loss": last_loss, "preempted": preempted,
+              "elapsed_s": round(clock.elapsed_s, 3), "budget_s": plan.budget_s,
               "checkpoint": str(ckpt_dir / ckpt.tag_for(step)), "params": n_params}
+    if rank == 0 and cfg.logging.plots and cfg.logging.jsonl:
+        from pretrain.plots import plot_run
+
+        result["plots"] = str(plot_run(cfg.run.output_dir)[0].parent) if (layout.logs / "metrics.jsonl").is_file() else None
     dist.barrier()
     return result

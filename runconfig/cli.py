@@ -20,3 +20,14 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def preflight(cfg: RunConfig, *checks) -> None:
+    """Run config checks against this machine (runconfig/preflight.py) before any stage starts; a failure is
+    printed like a config error (exit 2)."""
+    for check in checks:
+        try:
+            check(cfg)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None

@@ -1,17 +1,42 @@
 """Data sources, cleaning and dedup sections."""
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from runconfig.base import Section
+from runconfig.plugins import FILTER_GROUP, READER_GROUP, entry_point_names
 
-SourceFormat = Literal["warc", "wet", "jsonl", "parquet", "text", "text_folder", "hf_dataset"]
+BUILTIN_FORMATS = ("warc", "wet", "jsonl", "parquet", "text", "text_folder", "hf_dataset")
+# The built-in filters in their default order: unicode repair, language ID, Gopher repetition + quality, C4 (it
+# edits lines, so it runs last).
+BUILTIN_FILTERS = ("unicode", "langid", "gopher_repetition", "gopher_quality", "c4")
+# Settings of the whole stage, not of one source's documents.
+STAGE_KEYS = ("docs_per_shard", "workers", "output_format", "progress", "dropped_samples_per_reason")
+
+# Named per-source cleaning presets (data.sources.N.clean_preset), applied over the global `clean:` section.
+# web: the global rules as they are (C4 + Gopher + language ID, tuned for web crawl).
+# curated: books, verse, reviews, edited corpora: only unicode repair. C4's terminal-punctuation and sentence
+#   rules cut verse to fragments, Gopher's minimum length and n-gram repetition drop every one-line review, and
+#   language ID is unreliable on short text.
+CLEAN_PRESETS: dict[str, dict[str, Any]] = {
+    "web": {},
+    "curated": {"c4": {"enabled": False}, "gopher_quality": {"enabled": False},
+                "gopher_repetition": {"enabled": False}, "langid": {"enabled": False}},
+}
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 class SourceConfig(Section):
     name: str
-    format: SourceFormat
+    # A built-in reader or one an installed package registers (entry point group `lmstack.readers`).
+    format: str
     # Local paths, globs or fsspec URLs. `{prefix}` expands to sys.prefix (where `pip install` puts package data),
     # `{site_packages}` to the purelib folder, and $VARS to environment variables.
     paths: list[str] = Field(min_length=1)
@@ -22,6 +47,40 @@ class SourceConfig(Section):
     holdout_fraction: float = Field(0.0, ge=0, lt=1)
     # text_folder: the sub-folder name is the document's label (kept in metadata for fine-tuning).
     label_from_folder: bool = False
+    # Cleaning for this source: a named preset (web | curated) and/or overrides of any key of `data.clean`
+    # (a filter's switch or threshold, `filters:`, `min_chars`, ...), applied over the global `clean:`.
+    clean_preset: Literal["web", "curated"] | None = None
+    clean: dict[str, Any] = {}
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        known = set(BUILTIN_FORMATS) | entry_point_names(READER_GROUP)
+        if v not in known:
+            raise ValueError(f"unknown format {v!r}; known: {sorted(known)} (a package adds one through the "
+                             f"'{READER_GROUP}' entry point group)")
+        return v
+
+
+class FilterSpec(Section):
+    """One step of `data.clean.filters`: a registered filter and its parameters (a plain name is accepted)."""
+
+    name: str
+    params: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, v: Any) -> Any:
+        return {"name": v} if isinstance(v, str) else v
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        known = set(BUILTIN_FILTERS) | entry_point_names(FILTER_GROUP)
+        if v not in known:
+            raise ValueError(f"unknown filter {v!r}; known: {sorted(known)} (a package adds one through the "
+                             f"'{FILTER_GROUP}' entry point group)")
+        return v
 
 
 class UnicodeConfig(Section):
@@ -85,11 +144,18 @@ class LangIdConfig(Section):
 
 
 class CleanConfig(Section):
+    # Which filters run, in which order, with which parameters, e.g.
+    # [unicode, {name: c4, params: {min_num_sentences: 3}}, {name: my_filter, params: {limit: 5}}].
+    # Built-in names take their settings from the sections below (params override them); null = the built-ins
+    # in their default order. Every built-in's `enabled` switch still applies.
+    filters: list[FilterSpec] | None = None
     docs_per_shard: int = Field(2000, gt=0)
     workers: int = Field(2, gt=0)
     output_format: Literal["jsonl.zst", "parquet"] = "jsonl.zst"
     min_chars: int = 0
     max_doc_bytes: int = Field(10_000_000, gt=0)
+    # A read that delivers nothing for this long (hung mount, silent remote store) is reported and skipped.
+    read_timeout_s: float = Field(300.0, ge=0)  # 0 = no limit
     dropped_samples_per_reason: int = 5
     progress: bool = True  # tqdm bar over shards
     extract: ExtractConfig = ExtractConfig()
@@ -134,6 +200,7 @@ class DataConfig(Section):
     # A JSONL / WARC / Parquet input larger than this is read as several record-aligned byte ranges (row groups
     # for Parquet), each its own cleaning task. None: one task per file.
     max_task_bytes: int | None = Field(None, gt=0)
+    _per_source: dict[str, CleanConfig] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _unique_names(self) -> "DataConfig":
@@ -141,4 +208,21 @@ class DataConfig(Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"data.sources: duplicate source name(s) {dupes}")
+        self._per_source = {}
+        base = self.clean.model_dump(mode="json")
+        for i, src in enumerate(self.sources):
+            stage = sorted(k for k in src.clean if k in STAGE_KEYS)
+            if stage:
+                raise ValueError(f"data.sources.{i}.clean: {stage} apply to the whole stage; set them in data.clean")
+            merged = _deep_merge(_deep_merge(base, CLEAN_PRESETS[src.clean_preset or "web"]), src.clean)
+            try:
+                self._per_source[src.name] = CleanConfig.model_validate(merged)
+            except ValidationError as e:
+                err = e.errors()[0]
+                key = ".".join(str(p) for p in err["loc"])
+                raise ValueError(f"data.sources.{i}.clean.{key}: {err['msg']}") from None
         return self
+
+    def clean_for(self, source: str) -> CleanConfig:
+        """The cleaning settings of one source: global `clean:`, its preset, its own overrides."""
+        return self._per_source.get(source) or self.clean

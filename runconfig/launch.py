@@ -12,12 +12,19 @@ class SlurmConfig(Section):
     account: str | None = None
     qos: str | None = None
     time: str = "01:00:00"
-    cpus_per_task: int = Field(2, gt=0)  # CPUs for the one task (torchrun) per node
+    # CPUs for the one task (torchrun) per node. Default: cpus_per_rank x launch.procs_per_node.
+    cpus_per_task: int | None = Field(None, gt=0)
+    # Default: 1 + loader.num_workers (the rank itself and its DataLoader workers).
+    cpus_per_rank: int | None = Field(None, gt=0)
     mem: str | None = None
-    gpus_per_node: int = Field(0, ge=0)
+    # GPUs per node. Default (null): launch.procs_per_node with backend nccl, none with gloo; 0 = request none.
+    gpus_per_node: int | None = Field(None, ge=0)
+    # How GPUs are requested, because sites differ: `--gpus-per-node=N` or `--gres=gpu:N`.
+    gpu_request: Literal["gpus-per-node", "gres"] = "gpus-per-node"
+    gpu_type: str | None = None  # e.g. a100 -> --gpus-per-node=a100:8 / --gres=gpu:a100:8
     nodelist: str | None = None
     exclude: str | None = None
-    constraint: str | None = None
+    constraint: str | None = None  # training job only
     output_dir: str | None = None  # default: <run.output_dir>/slurm
     signal_grace_s: int = Field(120, gt=0)  # --signal=B:USR1@<grace>: preemption warning before the kill
     requeue: bool = True
@@ -26,11 +33,29 @@ class SlurmConfig(Section):
     # srun --wait: once one node's torchrun exits, the others get this long (to finish a checkpoint) before
     # Slurm kills them, so a dead node ends the step instead of leaving survivors blocked.
     step_wait_s: int = Field(60, gt=0)
+    # Data-stage jobs (clean/tokenize arrays, dedup + tokenizer, manifest) need no GPU: their own resources.
+    # data_partition default: `partition` when training requests no GPUs, else the cluster's default partition
+    # (never the GPU partition by accident).
+    data_partition: str | None = None
+    data_constraint: str | None = None
     array_concurrency: int = Field(4, gt=0)  # %N cap for data-stage job arrays
-    array_time: str | None = None  # time limit of data-stage array tasks (default: time)
-    array_cpus_per_task: int | None = None  # CPUs per data-stage task (default: cpus_per_task)
-    array_mem: str | None = None  # memory per data-stage task (default: mem)
-    extra_sbatch: list[str] = []  # raw '#SBATCH' options, e.g. ["--exclusive", "--reservation=x"]
+    data_time: str | None = None  # time limit of data-stage tasks (default: time)
+    data_cpus_per_task: int | None = Field(None, gt=0)  # CPUs per data-stage task (default: data.clean.workers)
+    data_mem: str | None = None  # memory per data-stage task (default: the cluster's default)
+    extra_sbatch: list[str] = []  # raw '#SBATCH' options for every job, e.g. ["--reservation=x"]
+    extra_sbatch_train: list[str] = []  # raw '#SBATCH' options for the training job only, e.g. ["--exclusive"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        """array_time/array_cpus_per_task/array_mem were renamed data_*: say so instead of 'extra field'."""
+        if isinstance(data, dict):
+            old = sorted(k for k in data if k in ("array_time", "array_cpus_per_task", "array_mem"))
+            if old:
+                raise ValueError(
+                    "launch.slurm: " + ", ".join(f"{k} is now {k.replace('array_', 'data_')}" for k in old)
+                )
+        return data
 
 
 class LaunchConfig(Section):
@@ -61,13 +86,20 @@ class LaunchConfig(Section):
     def _ranks(self) -> "LaunchConfig":
         if self.node_rank >= self.nodes:
             raise ValueError(f"launch.node_rank ({self.node_rank}) must be < launch.nodes ({self.nodes})")
-        gpus = self.slurm.gpus_per_node
+        gpus = self.gpus_per_node
         if gpus and self.procs_per_node > gpus:
             raise ValueError(
                 f"launch.procs_per_node ({self.procs_per_node}) exceeds launch.slurm.gpus_per_node ({gpus}): "
                 "one rank per GPU"
             )
         return self
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs the training job requests per node: explicit, else one per rank with nccl, none with gloo."""
+        if self.slurm.gpus_per_node is not None:
+            return self.slurm.gpus_per_node
+        return self.procs_per_node if self.backend == "nccl" else 0
 
     @property
     def world_size(self) -> int:

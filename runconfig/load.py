@@ -17,11 +17,45 @@ class ConfigError(ValueError):
     """A config problem, with the offending key (and file) in the message."""
 
 
+def _reject_duplicate_keys(node: yaml.Node, path: str, name: str) -> None:
+    """PyYAML keeps the last of two equal keys without a word (`{lr: 1.0e-3, lr: 50.0}` trained at 50)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = f"{path}.{key_node.value}" if path else key_node.value
+            if key_node.value in seen:
+                first, again = seen[key_node.value].start_mark, key_node.start_mark
+                raise ConfigError(
+                    f"{name}: duplicate key '{key}': line {first.line + 1} column {first.column + 1} and line "
+                    f"{again.line + 1} column {again.column + 1} (YAML would silently keep the second); keep one"
+                )
+            seen[key_node.value] = key_node
+            _reject_duplicate_keys(value_node, key, name)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _reject_duplicate_keys(item, f"{path}.{i}" if path else str(i), name)
+
+
+def yaml_load(text: str, name: str = "<string>") -> Any:
+    """yaml.safe_load that rejects duplicate keys, naming the dotted key and both lines."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _reject_duplicate_keys(node, "", name)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml_load(path.read_text(), str(path)) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: invalid YAML: {e}") from e
     if not isinstance(data, dict):
@@ -63,7 +97,7 @@ def parse_overrides(items: list[str]) -> list[tuple[list[str], Any]]:
         if not key or any(not part for part in key.split(".")):
             raise ConfigError(f"override '{item}': empty key segment")
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = yaml_load(raw, f"override '{item}'") if raw != "" else ""
         except yaml.YAMLError as e:
             raise ConfigError(f"override '{item}': value is not valid YAML: {e}") from e
         out.append((key.split("."), value))

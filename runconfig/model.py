@@ -1,16 +1,14 @@
 """Model family and size. Presets in configs/ mirror the papers' sizes; every field can be overridden."""
 
-from typing import Literal
+from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from runconfig.base import Section
 
-Family = Literal["roberta", "gpt2", "t5"]
-
 
 class ModelConfig(Section):
-    family: Family = "roberta"
+    family: str = "roberta"  # a registered family (pretrain/families/, or a `lmstack.families` entry point)
     size: str = "tiny"  # a label for the preset (tiny, base, large, small, medium); the numbers below decide
     hidden_size: int = Field(128, gt=0)
     num_layers: int = Field(2, gt=0)
@@ -21,13 +19,41 @@ class ModelConfig(Section):
     max_position_embeddings: int = Field(514, gt=0)  # RoBERTa reserves 2 positions (padding_idx + 1)
     dropout: float = Field(0.1, ge=0, lt=1)
     attention_dropout: float = Field(0.1, ge=0, lt=1)
-    layer_norm_eps: float = 1e-5
-    initializer_range: float = 0.02
+    layer_norm_eps: float = Field(1e-5, gt=0)
+    initializer_range: float = Field(0.02, gt=0)
     # T5 v1.0: relu; v1.1: gated-gelu (untied head). We follow the original paper by default.
     feed_forward_proj: str = "relu"
     tie_word_embeddings: bool = True
     # Pad the embedding matrix for fast matmuls; extra rows are never produced (their logits are masked).
     vocab_pad_multiple: int = Field(8, ge=1)
+    # Family-specific keys, typed by the family's spec (`FamilySpec.options`), e.g. ModernBERT's local attention.
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("family")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        from pretrain.families.registry import FAMILIES  # torch-free spec layer, imported when first needed
+
+        if v not in FAMILIES:
+            raise ValueError(f"unknown family '{v}' (registered: {FAMILIES.names()})")
+        return v
+
+    @model_validator(mode="after")
+    def _family_options(self) -> "ModelConfig":
+        """Checks `options` against the family's typed section; the family's builder fills in its defaults."""
+        if not self.options:
+            return self
+        from pretrain.families.registry import get_family
+
+        spec = get_family(self.family)
+        if spec.options is None:
+            raise ValueError(f"model.options: family '{self.family}' takes no options (got {sorted(self.options)})")
+        try:
+            spec.options.model_validate(self.options)
+        except ValidationError as e:
+            raise ValueError("; ".join(f"model.options.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+                                       for err in e.errors())) from None
+        return self
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":

@@ -1,14 +1,14 @@
 """Pretraining objective section."""
 
-from typing import Literal
+from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from runconfig.base import Section
 
 
 class ObjectiveConfig(Section):
-    type: Literal["mlm", "causal", "span_corruption"] = "mlm"
+    type: str = "mlm"  # a registered objective (data_pipeline/objectives/, or a `lmstack.objectives` entry point)
     # RoBERTa dynamic masking.
     mlm_probability: float = Field(0.15, gt=0, lt=1)
     mask_token_fraction: float = Field(0.8, ge=0, le=1)
@@ -22,6 +22,38 @@ class ObjectiveConfig(Section):
     # T5 span corruption.
     noise_density: float = Field(0.15, gt=0, lt=1)
     mean_noise_span_length: float = Field(3.0, gt=0)
+    # Objective-specific keys, typed by the objective's spec (`ObjectiveSpec.options`), e.g. ELECTRA's generator
+    # size and discriminator weight.
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("type")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        from data_pipeline.objectives.registry import OBJECTIVES  # torch-free spec layer
+
+        if v not in OBJECTIVES:
+            raise ValueError(f"unknown objective '{v}' (registered: {OBJECTIVES.names()})")
+        return v
+
+    @model_validator(mode="after")
+    def _objective_options(self) -> "ObjectiveConfig":
+        """Checks `options` against the objective's typed section (its factories read them with defaults)."""
+        if not self.options:
+            return self  # every spec's options have defaults
+        from data_pipeline.objectives.registry import get_objective
+
+        spec = get_objective(self.type)
+        if spec.options is None:
+            if self.options:
+                raise ValueError(f"objective.options: objective '{self.type}' takes no options "
+                                 f"(got {sorted(self.options)})")
+            return self
+        try:
+            spec.parse_options(self.options)
+        except ValidationError as e:
+            raise ValueError("; ".join(f"objective.options.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+                                       for err in e.errors())) from None
+        return self
 
     @model_validator(mode="after")
     def _fractions(self) -> "ObjectiveConfig":

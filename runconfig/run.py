@@ -1,9 +1,13 @@
 """The whole run: one YAML, one object, validated across sections before any work starts."""
 
-from pydantic import Field, model_validator
+import warnings
+
+from pydantic import Field, field_validator, model_validator
 
 from runconfig.base import Section
 from runconfig.data import DataConfig
+from runconfig.export import ExportConfig
+from runconfig.finetune import FinetuneConfig
 from runconfig.launch import LaunchConfig
 from runconfig.model import ModelConfig
 from runconfig.objective import ObjectiveConfig
@@ -13,26 +17,30 @@ from runconfig.train import (
     CheckpointConfig,
     DeepSpeedConfig,
     EvalConfig,
-    FinetuneConfig,
     LoggingConfig,
     LRScalingConfig,
     OptimConfig,
     ScheduleConfig,
 )
 
-# Which objective and packing each family can train with, and the tokenizer its special tokens assume.
-FAMILY_OBJECTIVES = {"roberta": {"mlm"}, "gpt2": {"causal"}, "t5": {"span_corruption"}}
-OBJECTIVE_PACKING = {
-    "mlm": {"full_sentences", "line_by_line"},
-    "causal": {"contiguous", "line_by_line"},
-    "span_corruption": {"t5_spans"},
-}
-
 
 class RunMeta(Section):
     name: str = "run"
     output_dir: str = "runs/run"
     seed: int = 1234
+
+    @field_validator("output_dir")
+    @classmethod
+    def _local_folder(cls, v: str) -> str:
+        """The run folder holds memory-mapped token shards and DeepSpeed checkpoints: it must be a filesystem
+        path (a mounted bucket works). A URL is never turned into a local folder such as './memory:/out'."""
+        if "://" in v:
+            scheme = v.split("://", 1)[0]
+            if scheme != "file":
+                raise ValueError(f"'{v}' is a {scheme}:// URL; the run folder must be a local or mounted path "
+                                 "(data sources may be URLs: data.sources.N.paths)")
+            v = v.split("://", 1)[1]
+        return v
 
 
 class RunConfig(Section):
@@ -54,44 +62,76 @@ class RunConfig(Section):
     eval: EvalConfig = EvalConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     launch: LaunchConfig = LaunchConfig()
+    export: ExportConfig = ExportConfig()
     inherit: list[str] = Field(default_factory=list, exclude=True)  # consumed by the loader
 
     @model_validator(mode="after")
     def _consistent(self) -> "RunConfig":
-        fam, obj, pack = self.model.family, self.objective.type, self.packing.mode
-        if obj not in FAMILY_OBJECTIVES[fam]:
+        # Which objective and packing a family trains with, and the tokenizer its special tokens assume, come
+        # from the registered specs (torch-free; imported here, not at module load, to keep the floors apart).
+        from data_pipeline.objectives.registry import get_objective
+        from pretrain.families.registry import get_family
+
+        fam, obj, pack = get_family(self.model.family), get_objective(self.objective.type), self.packing.mode
+        if obj.needs_encoder and not fam.has_encoder:
+            from pretrain.families.registry import FAMILIES
+
+            trainable = [n for n in FAMILIES.names()
+                         if obj.name in get_family(n).objectives or (obj.trains is not None and obj.trains(get_family(n)))]
             raise ValueError(
-                f"objective.type: '{obj}' cannot train model.family '{fam}' "
-                f"(allowed: {sorted(FAMILY_OBJECTIVES[fam])})"
+                f"objective.type: '{obj.name}' reads every token with a bidirectional encoder, and model.family "
+                f"'{fam.name}' has none (families it trains: {trainable})"
             )
-        if pack not in OBJECTIVE_PACKING[obj]:
+        if not (obj.name in fam.objectives or (obj.trains is not None and obj.trains(fam))):
             raise ValueError(
-                f"packing.mode: '{pack}' does not fit objective.type '{obj}' "
-                f"(allowed: {sorted(OBJECTIVE_PACKING[obj])})"
+                f"objective.type: '{obj.name}' cannot train model.family '{fam.name}' "
+                f"(allowed: {sorted(fam.objectives)})"
             )
-        expected_tok = {"roberta": {"bpe", "wordpiece"}, "gpt2": {"bpe"}, "t5": {"unigram"}}[fam]
-        if self.tokenizer.pretrained_path is None and self.tokenizer.type not in expected_tok:
+        if pack not in obj.packing:
             raise ValueError(
-                f"tokenizer.type: '{self.tokenizer.type}' has no special tokens for model.family '{fam}' "
-                f"(allowed: {sorted(expected_tok)})"
+                f"packing.mode: '{pack}' does not fit objective.type '{obj.name}' (allowed: {sorted(obj.packing)})"
             )
-        if fam != "t5":
-            limit = self.model.max_position_embeddings - (2 if fam == "roberta" else 0)
-            if self.packing.seq_len > limit:
-                raise ValueError(
-                    f"packing.seq_len ({self.packing.seq_len}) exceeds the positions model.max_position_embeddings "
-                    f"allows ({limit})"
-                )
+        if self.tokenizer.pretrained_path is None and self.tokenizer.type not in fam.tokenizer_types:
+            raise ValueError(
+                f"tokenizer.type: '{self.tokenizer.type}' has no special tokens for model.family '{fam.name}' "
+                f"(allowed: {sorted(fam.tokenizer_types)})"
+            )
+        limit = fam.position_limit(self.model.max_position_embeddings)
+        if limit is not None and self.packing.seq_len > limit:
+            raise ValueError(
+                f"packing.seq_len ({self.packing.seq_len}) exceeds the positions model.max_position_embeddings "
+                f"allows ({limit})"
+            )
+        for key, value in fam.objective_defaults.items():
+            if key not in self.objective.model_fields_set:
+                setattr(self.objective, key, value)  # the family's default (validated on assignment)
+        for check in (fam.validate, obj.validate):
+            if check is not None:
+                check(self)
         if self.deepspeed.offload_params and self.deepspeed.zero_stage != 3:
             raise ValueError("deepspeed.offload_params needs deepspeed.zero_stage: 3")
         if self.deepspeed.offload_optimizer and self.deepspeed.zero_stage == 0:
             raise ValueError("deepspeed.offload_optimizer needs deepspeed.zero_stage >= 1")
-        if self.finetune.source is not None:
-            names = {s.name for s in self.data.sources}
-            if self.finetune.source not in names:
-                raise ValueError(f"finetune.source: '{self.finetune.source}' is not one of data.sources {sorted(names)}")
+        names = {s.name for s in self.data.sources}
+        for i, task in enumerate(self.finetune.tasks):
+            if task.source is not None and task.source not in names:
+                raise ValueError(f"finetune.tasks.{i}.source: '{task.source}' is not one of data.sources {sorted(names)}")
         self.batch_plan()  # raises with the key named when the batch does not divide
+        self._warn_vocab()
         return self
+
+    def _warn_vocab(self) -> None:
+        """A vocabulary far beyond any real tokenizer (a typo such as an extra 0) makes the embedding dominate
+        the ZeRO memory plan: model states (fp32 weights, grads, Adam moments: 16 bytes/param) of the
+        embedding alone, before ZeRO partitions them."""
+        v, h = self.tokenizer.vocab_size, self.model.hidden_size
+        gib = v * h * 16 / 2**30
+        if v > 1_000_000 or gib > 64:
+            warnings.warn(
+                f"tokenizer.vocab_size ({v:,}) is absurd for the ZeRO memory plan: the embedding alone needs "
+                f"{gib:.1f} GiB of model states (x{h} hidden); see `python -m pretrain plan`",
+                UserWarning, stacklevel=2,
+            )
 
     def batch_plan(self, world_size: int | None = None) -> dict[str, int]:
         """Global batch -> (micro-batch, accumulation) for a world size; the one place this is derived."""

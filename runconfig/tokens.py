@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from runconfig.base import Section
 
@@ -20,6 +20,20 @@ class TokenizerConfig(Section):
     # number of paragraphs SentencePiece samples into memory (it keeps its training sentences in RAM).
     character_coverage: float = Field(0.9995, gt=0, le=1)
     input_sentence_size: int = Field(2_000_000, gt=0)
+    # Unigram: characters outside the vocabulary become UTF-8 byte pieces instead of <unk> (256 of the ids).
+    byte_fallback: bool = True
+    # After training, <unk> tokens on a sample of the corpus (unk_sample_docs documents) above this share fail.
+    max_unk_rate: float = Field(0.001, ge=0, le=1)
+    unk_sample_docs: int = Field(500, gt=0)
+
+    @model_validator(mode="after")
+    def _byte_room(self) -> "TokenizerConfig":
+        if self.type == "unigram" and self.byte_fallback and self.vocab_size < 512:
+            raise ValueError(
+                f"tokenizer.vocab_size: {self.vocab_size} leaves no room for the 256 byte pieces and 100 sentinels "
+                "of a byte-fallback Unigram vocabulary (>= 512), or set tokenizer.byte_fallback=false"
+            )
+        return self
 
 
 class ShardsConfig(Section):

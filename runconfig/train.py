@@ -23,30 +23,84 @@ class OptimConfig(Section):
     weight_decay: float = Field(0.01, ge=0)
     grad_clip: float = Field(1.0, ge=0)
 
+    @model_validator(mode="after")
+    def _betas_in_range(self) -> "OptimConfig":
+        for i, b in enumerate(self.betas):
+            if not 0.0 <= b < 1.0:
+                raise ValueError(f"optim.betas.{i}: {b} is outside [0, 1) (Adam's moment decay rates)")
+        return self
+
 
 class ScheduleConfig(Section):
-    total_steps: int = Field(1000, gt=0)
-    warmup_steps: int = Field(100, ge=0)
+    """Warmup then decay, counted in optimizer steps or, with `budget_minutes`, in elapsed training time
+    (Cramming, Geiping & Goldstein 2023): the run ends when the budget is spent, with the LR at its floor."""
+
+    total_steps: int | None = Field(None, gt=0)  # None: 1000 steps, or the time budget when one is set
+    warmup_steps: int | None = Field(None, ge=0)  # None: warmup_fraction if set, else min(100, total_steps)
+    warmup_fraction: float | None = Field(None, ge=0, lt=1)  # of total_steps, or of the time budget
+    budget_minutes: float | None = Field(None, gt=0)  # wall-clock training budget; warmup/decay follow the clock
     decay: Literal["linear", "cosine", "constant"] = "linear"
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
 
     @model_validator(mode="after")
-    def _warmup_fits(self) -> "ScheduleConfig":
-        if self.warmup_steps > self.total_steps:
-            raise ValueError(
-                f"schedule.warmup_steps ({self.warmup_steps}) exceeds schedule.total_steps ({self.total_steps})"
-            )
+    def _consistent(self) -> "ScheduleConfig":
+        if self.budget_minutes is not None:
+            if self.total_steps is not None:
+                raise ValueError(
+                    f"schedule.total_steps ({self.total_steps}) conflicts with schedule.budget_minutes "
+                    f"({self.budget_minutes}): a time-budget run ends when its time is spent; set "
+                    "schedule.total_steps: null"
+                )
+            if self.warmup_steps is not None:
+                raise ValueError(
+                    f"schedule.warmup_steps ({self.warmup_steps}) conflicts with schedule.budget_minutes: warmup "
+                    "follows the clock, set schedule.warmup_fraction instead (and schedule.warmup_steps: null)"
+                )
+        elif self.warmup_steps is not None and self.warmup_fraction is not None:
+            raise ValueError("schedule.warmup_steps and schedule.warmup_fraction are both set: set one of them")
+        elif self.warmup_steps is not None and self.warmup_steps > self.steps:
+            raise ValueError(f"schedule.warmup_steps ({self.warmup_steps}) exceeds schedule.total_steps ({self.steps})")
         return self
+
+    @property
+    def budget_s(self) -> float | None:
+        return None if self.budget_minutes is None else self.budget_minutes * 60.0
+
+    @property
+    def steps(self) -> int | None:
+        """Optimizer steps of a step-counted run; None for a time-budget run."""
+        return None if self.budget_minutes is not None else (self.total_steps or 1000)
+
+    @property
+    def warmup(self) -> int:
+        """Warmup steps of a step-counted run (0 for a time-budget run: see warmup_fraction)."""
+        if self.steps is None:
+            return 0
+        if self.warmup_steps is not None:
+            return self.warmup_steps
+        if self.warmup_fraction is not None:
+            return round(self.warmup_fraction * self.steps)
+        return min(100, self.steps)
 
 
 class LRScalingConfig(Section):
     """Scale a reference recipe (batch, peak LR, warmup) to the configured global batch."""
 
     rule: Literal["none", "linear", "sqrt"] = "none"
-    reference_batch_size: int = Field(256, gt=0)
-    reference_lr: float = Field(1e-4, gt=0)
-    reference_warmup_steps: int = Field(10000, ge=0)
+    # The global batch the reference LR and warmup were tuned for (required with a rule).
+    reference_batch_size: int | None = Field(None, gt=0)
+    reference_lr: float | None = Field(None, gt=0)  # default: optim.lr
+    reference_warmup_steps: int | None = Field(None, ge=0)  # default: schedule.warmup_steps
     max_lr: float | None = None  # cap for the scaled LR
+
+    @model_validator(mode="after")
+    def _reference_batch(self) -> "LRScalingConfig":
+        if self.rule != "none" and self.reference_batch_size is None:
+            raise ValueError(
+                f"lr_scaling.reference_batch_size: required with lr_scaling.rule={self.rule}: the global batch the "
+                "reference LR and warmup (default: optim.lr, schedule.warmup_steps) were tuned for"
+            )
+        return self
 
 
 class DeepSpeedConfig(Section):
@@ -68,12 +122,37 @@ class CheckpointConfig(Section):
     every_steps: int = Field(100, gt=0)
     keep_last: int = Field(3, gt=0)
     resume: str = "auto"  # auto | none | <checkpoint folder>
+    # Resume even where the config differs from the checkpoint's in keys that are not safe to change.
+    accept_config_changes: bool = False
+
+
+class WandbConfig(Section):
+    """Weights & Biases (optional extra `lmstack[wandb]`); mode offline writes runs to sync later."""
+
+    enabled: bool = False
+    project: str = "lmstack"
+    entity: str | None = None
+    name: str | None = None  # default: run.name
+    mode: Literal["online", "offline"] = "online"
+    dir: str | None = None  # default: <run.output_dir>/logs
+
+
+class MlflowConfig(Section):
+    """MLflow (optional extra `lmstack[mlflow]`); the default tracking URI is a local folder in the run."""
+
+    enabled: bool = False
+    tracking_uri: str | None = None  # default: file:<run.output_dir>/logs/mlruns
+    experiment: str = "lmstack"
+    run_name: str | None = None  # default: run.name
 
 
 class LoggingConfig(Section):
     every_steps: int = Field(10, gt=0)
     tensorboard: bool = True
     jsonl: bool = True
+    wandb: WandbConfig = WandbConfig()
+    mlflow: MlflowConfig = MlflowConfig()
+    plots: bool = True  # PNG curves in <run>/logs/plots at the end of training (also: python -m pretrain plot)
     progress_bar: bool = True
     # Peak FLOP/s per device for MFU; None = measure once with a matmul benchmark.
     peak_flops: float | None = None
@@ -82,16 +161,3 @@ class LoggingConfig(Section):
 class EvalConfig(Section):
     every_steps: int = Field(100, gt=0)
     max_batches: int = Field(10, gt=0)
-
-
-class FinetuneConfig(Section):
-    """Downstream smoke fine-tune: a sequence classifier on a labelled folder, CSV, or a source's hold-out."""
-
-    source: str | None = None  # name of a data.sources entry whose hold-out split has labels
-    path: str | None = None  # or a labelled text folder (one sub-folder per label) / CSV (text,label)
-    test_fraction: float = Field(0.3, gt=0, lt=1)
-    epochs: int = Field(3, gt=0)
-    lr: float = Field(1e-4, gt=0)
-    batch_size: int = Field(16, gt=0)
-    max_length: int = Field(128, gt=8)
-    seed: int = 0

@@ -1,21 +1,24 @@
-"""Cleaning filters: each is a callable Document -> (keep, reason) and may rewrite doc.text (C4 drops lines).
-
-`build_filters(clean_cfg)` gives them in pipeline order, honouring each step's `enabled` switch.
+"""Cleaning filters: each is a callable Document -> (keep, reason[, measured value]) and may rewrite doc.text
+(C4 drops lines). They are registered by name (registry.py); `build_filters(clean_cfg)` gives them in the
+configured order (`data.clean.filters`, default: the built-ins' order), honouring each built-in's `enabled`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from data_pipeline.document import Document
 from data_pipeline.filters.c4 import C4QualityFilter
 from data_pipeline.filters.gopher import GopherQualityFilter, GopherRepetitionFilter
 from data_pipeline.filters.langid import LanguageFilter
+from data_pipeline.filters.registry import FILTERS, build_filters, get_filter, register_filter
 from data_pipeline.filters.unicode import UnicodeFixer
 
-Filter = Callable[[Document], tuple[bool, str | None]]
+Filter = Callable[[Document], tuple[bool, str | None] | tuple[bool, str | None, Any]]
 
 __all__ = [
+    "FILTERS",
     "C4QualityFilter",
     "Filter",
     "GopherQualityFilter",
@@ -23,20 +26,12 @@ __all__ = [
     "LanguageFilter",
     "UnicodeFixer",
     "build_filters",
+    "get_filter",
+    "register_filter",
 ]
 
-
-def build_filters(clean) -> list[tuple[str, Filter]]:
-    """(name, filter) in order: unicode repair, language ID, Gopher repetition + quality, C4 (it edits lines)."""
-    out: list[tuple[str, Filter]] = []
-    if clean.unicode.enabled:
-        out.append(("unicode", UnicodeFixer(clean.unicode.fix_text, clean.unicode.normalization)))
-    if clean.langid.enabled:
-        out.append(("langid", LanguageFilter(clean.langid.languages, clean.langid.threshold)))
-    if clean.gopher_repetition.enabled:
-        out.append(("gopher_repetition", GopherRepetitionFilter(**clean.gopher_repetition.model_dump(exclude={"enabled"}))))
-    if clean.gopher_quality.enabled:
-        out.append(("gopher_quality", GopherQualityFilter(**clean.gopher_quality.model_dump(exclude={"enabled"}))))
-    if clean.c4.enabled:
-        out.append(("c4", C4QualityFilter(**clean.c4.model_dump(exclude={"enabled"}))))
-    return out
+register_filter("unicode", UnicodeFixer, section="unicode")
+register_filter("langid", LanguageFilter, section="langid")
+register_filter("gopher_repetition", GopherRepetitionFilter, section="gopher_repetition")
+register_filter("gopher_quality", GopherQualityFilter, section="gopher_quality")
+register_filter("c4", C4QualityFilter, section="c4")

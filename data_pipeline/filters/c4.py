@@ -62,7 +62,7 @@ class C4QualityFilter:
             out.append(" ".join(cur))
         return out
 
-    def __call__(self, doc: Document) -> tuple[bool, str | None]:
+    def __call__(self, doc: Document) -> tuple[bool, str | None] | tuple[bool, str, object]:
         lines = doc.text.splitlines() if self.split_paragraph else self._sentences(doc.text)
         num_sentences = 0
         kept: list[str] = []
@@ -82,21 +82,21 @@ class C4QualityFilter:
                 continue
             low = line.lower()
             if self.filter_lorem_ipsum and "lorem ipsum" in low:
-                return False, "c4:lorem_ipsum"
+                return False, "c4:lorem_ipsum", line[:100]
             if self.filter_javascript and "javascript" in low:
                 self._line_drop("javascript")
                 continue
             if self.filter_curly_bracket and "{" in line:
-                return False, "c4:curly_bracket"
+                return False, "c4:curly_bracket", line[:100]
             if self.filter_policy and any(p in low for p in POLICY_SUBSTRINGS):
                 self._line_drop("policy")
                 continue
             if self.bad_words is not None and self.bad_words.intersection(re.findall(r"[a-z']+", low)):
-                return False, "c4:bad_words"
+                return False, "c4:bad_words", sorted(self.bad_words.intersection(re.findall(r"[a-z']+", low)))[:5]
             if self.min_num_sentences != -1:
                 num_sentences += count_sentences(split_words(line)) if self.split_paragraph else 1
             kept.append(line)
         if num_sentences < self.min_num_sentences:
-            return False, "c4:too_few_sentences"
+            return False, "c4:too_few_sentences", num_sentences
         doc.text = ("\n" if self.split_paragraph else " ").join(kept).strip()
         return True, None

@@ -33,42 +33,43 @@ class GopherQualityFilter:
         self.min_stop_words = min_stop_words
         self.stop_words = stop_words
 
-    def __call__(self, doc: Document) -> tuple[bool, str | None]:
+    def __call__(self, doc: Document) -> tuple[bool, str | None] | tuple[bool, str, float]:
         text = doc.text
         words = split_words(text)
         n_words = len(words)
         content = [w for w in words if not PUNCTUATION_SET.issuperset(w)]
         n_content = len(content)
+        # A drop returns the measured value beside the reason (kept with the dropped-document samples).
         if self.min_doc_words and n_content < self.min_doc_words:
-            return False, "gopher:short_doc"
+            return False, "gopher:short_doc", n_content
         if self.max_doc_words and n_content > self.max_doc_words:
-            return False, "gopher:long_doc"
+            return False, "gopher:long_doc", n_content
         avg = sum(map(len, content)) / n_content if n_content else 0.0
         if self.min_avg_word_length and avg < self.min_avg_word_length:
-            return False, "gopher:below_avg_word_length"
+            return False, "gopher:below_avg_word_length", round(avg, 4)
         if self.max_avg_word_length and avg > self.max_avg_word_length:
-            return False, "gopher:above_avg_word_length"
+            return False, "gopher:above_avg_word_length", round(avg, 4)
         if not n_words:
-            return False, "gopher:short_doc"
-        if self.max_symbol_word_ratio and text.count("#") / n_words > self.max_symbol_word_ratio:
-            return False, "gopher:too_many_hashes"
-        if self.max_symbol_word_ratio and (text.count("...") + text.count("…")) / n_words > self.max_symbol_word_ratio:
-            return False, "gopher:too_many_ellipsis"
+            return False, "gopher:short_doc", 0
+        hashes = text.count("#") / n_words
+        if self.max_symbol_word_ratio and hashes > self.max_symbol_word_ratio:
+            return False, "gopher:too_many_hashes", round(hashes, 4)
+        ell = (text.count("...") + text.count("…")) / n_words
+        if self.max_symbol_word_ratio and ell > self.max_symbol_word_ratio:
+            return False, "gopher:too_many_ellipsis", round(ell, 4)
         lines = text.splitlines()
-        if self.max_bullet_lines_ratio and lines and (
-            sum(s.lstrip().startswith(("•", "-")) for s in lines) / len(lines) > self.max_bullet_lines_ratio
-        ):
-            return False, "gopher:too_many_bullets"
-        if self.max_ellipsis_lines_ratio and lines and (
-            sum(s.rstrip().endswith(("...", "…")) for s in lines) / len(lines) > self.max_ellipsis_lines_ratio
-        ):
-            return False, "gopher:too_many_end_ellipsis"
-        if self.max_non_alpha_words_ratio and (
-            sum(1 for w in words if _HAS_ALPHA.search(w)) / n_words < self.max_non_alpha_words_ratio
-        ):
-            return False, "gopher:below_alpha_threshold"
-        if self.min_stop_words and len(self.stop_words.intersection(words)) < self.min_stop_words:
-            return False, "gopher:not_enough_stop_words"
+        bullets = sum(s.lstrip().startswith(("•", "-")) for s in lines) / len(lines) if lines else 0.0
+        if self.max_bullet_lines_ratio and lines and bullets > self.max_bullet_lines_ratio:
+            return False, "gopher:too_many_bullets", round(bullets, 4)
+        end_ell = sum(s.rstrip().endswith(("...", "…")) for s in lines) / len(lines) if lines else 0.0
+        if self.max_ellipsis_lines_ratio and lines and end_ell > self.max_ellipsis_lines_ratio:
+            return False, "gopher:too_many_end_ellipsis", round(end_ell, 4)
+        alpha = sum(1 for w in words if _HAS_ALPHA.search(w)) / n_words
+        if self.max_non_alpha_words_ratio and alpha < self.max_non_alpha_words_ratio:
+            return False, "gopher:below_alpha_threshold", round(alpha, 4)
+        stops = len(self.stop_words.intersection(words))
+        if self.min_stop_words and stops < self.min_stop_words:
+            return False, "gopher:not_enough_stop_words", stops
         return True, None
 
 
@@ -125,27 +126,29 @@ class GopherRepetitionFilter:
         self.top_n_grams = [tuple(x) for x in top_n_grams]
         self.dup_n_grams = [tuple(x) for x in dup_n_grams]
 
-    def __call__(self, doc: Document) -> tuple[bool, str | None]:
+    def __call__(self, doc: Document) -> tuple[bool, str | None] | tuple[bool, str, float]:
         text = doc.text
         if not text:
             return False, "gopher_rep:empty"
         paragraphs = self._para.split(text.strip())
         n_dup, chars = _find_duplicates(paragraphs)
         if self.dup_para_frac and n_dup / len(paragraphs) > self.dup_para_frac:
-            return False, "gopher_rep:dup_para_frac"
+            return False, "gopher_rep:dup_para_frac", round(n_dup / len(paragraphs), 4)
         if self.dup_para_char_frac and chars / len(text) > self.dup_para_char_frac:
-            return False, "gopher_rep:dup_para_char_frac"
+            return False, "gopher_rep:dup_para_char_frac", round(chars / len(text), 4)
         lines = self._line.split(text)
         n_dup, chars = _find_duplicates(lines)
         if self.dup_line_frac and n_dup / len(lines) > self.dup_line_frac:
-            return False, "gopher_rep:dup_line_frac"
+            return False, "gopher_rep:dup_line_frac", round(n_dup / len(lines), 4)
         if self.dup_line_char_frac and chars / len(text) > self.dup_line_char_frac:
-            return False, "gopher_rep:dup_line_char_frac"
+            return False, "gopher_rep:dup_line_char_frac", round(chars / len(text), 4)
         words = split_words(text)
         for n, frac in self.top_n_grams:
-            if len(words) >= n and _top_ngram_chars(words, n) / len(text) > frac:
-                return False, f"gopher_rep:top_{n}_gram"
+            share = _top_ngram_chars(words, n) / len(text) if len(words) >= n else 0.0
+            if share > frac:
+                return False, f"gopher_rep:top_{n}_gram", round(share, 4)
         for n, frac in self.dup_n_grams:
-            if _dup_ngram_chars(words, n) / len(text) > frac:
-                return False, f"gopher_rep:duplicated_{n}_n_grams"
+            share = _dup_ngram_chars(words, n) / len(text)
+            if share > frac:
+                return False, f"gopher_rep:duplicated_{n}_n_grams", round(share, 4)
         return True, None

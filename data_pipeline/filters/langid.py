@@ -26,11 +26,11 @@ class LanguageFilter:
         lang, prob = _identifier().classify(text[: self.max_chars])
         return lang, float(prob)
 
-    def __call__(self, doc: Document) -> tuple[bool, str | None]:
+    def __call__(self, doc: Document) -> tuple[bool, str | None] | tuple[bool, str, str]:
         lang, prob = self.classify(doc.text)
         doc.meta["lang"], doc.meta["lang_score"] = lang, round(prob, 4)
         if self.languages and lang not in self.languages:
-            return False, f"langid:not_{'_'.join(sorted(self.languages))}"
+            return False, f"langid:not_{'_'.join(sorted(self.languages))}", f"{lang}:{prob:.3f}"
         if prob < self.threshold:
-            return False, "langid:low_confidence"
+            return False, "langid:low_confidence", f"{lang}:{prob:.3f}"
         return True, None

@@ -10,6 +10,8 @@ batch-composition independent.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -40,6 +42,7 @@ def _mix_int(x: int) -> int:
     return z ^ (z >> 31)
 
 
+@functools.lru_cache(maxsize=256)
 def _epoch_base(seed: int, stream: int, epoch: int) -> int:
     return _mix_int(_mix_int(seed * 0x9E3779B97F4A7C15 + stream + 1) ^ ((epoch + 0x9E3779B97F4A7C15) & _MASK))
 
@@ -67,17 +70,31 @@ _G32, _L1, _L2 = np.uint32(0x9E3779B9), np.uint32(0x21F0AAAD), np.uint32(0x735A2
 _S16, _S15 = np.uint32(16), np.uint32(15)
 
 
-def stream_bits32(keys: np.ndarray, length: int) -> np.ndarray:
-    """[batch, length] uint32 random words, half the memory traffic of `stream_bits` where 32 bits suffice:
-    a Weyl sequence per key through Wellons' `lowbias32` integer hash."""
-    k32 = ((keys >> np.uint64(32)) ^ keys).astype(np.uint32)
-    x = k32[:, None] + np.arange(1, length + 1, dtype=np.uint32)[None, :] * _G32
+def key32(keys: np.ndarray) -> np.ndarray:
+    """The 32-bit seed of each 64-bit key for `stream_bits32` / `hash32`."""
+    return ((keys >> np.uint64(32)) ^ keys).astype(np.uint32)
+
+
+def weyl32(length: int) -> np.ndarray:
+    """Counters 1..length times the 32-bit golden ratio: add a `key32` to get a row's Weyl sequence."""
+    return np.arange(1, length + 1, dtype=np.uint32) * _G32
+
+
+def hash32(x: np.ndarray) -> np.ndarray:
+    """Wellons' `lowbias32` integer hash of a uint32 array, in place (returns x)."""
     x ^= x >> _S16
     x *= _L1
     x ^= x >> _S15
     x *= _L2
     x ^= x >> _S15
     return x
+
+
+def stream_bits32(keys: np.ndarray, length: int) -> np.ndarray:
+    """[batch, length] uint32 random words, half the memory traffic of `stream_bits` where 32 bits suffice:
+    a Weyl sequence per key through Wellons' `lowbias32` integer hash. Element (b, i) is
+    hash32(key32(keys)[b] + weyl32(length)[i])."""
+    return hash32(key32(keys)[:, None] + weyl32(length)[None, :])
 
 
 def row_uniform(keys: np.ndarray) -> np.ndarray:

@@ -6,11 +6,19 @@ array; `read_shard_docs` reads one shard. Bad records never raise: they go to an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from data_pipeline.document import Document
-from data_pipeline.readers.base import BadRecord, ErrorLog, SourceFile, list_source_files
+from data_pipeline.readers.base import (
+    BadRecord,
+    ErrorLog,
+    ReadStalled,
+    SourceFile,
+    guarded,
+    list_source_files,
+    special_file_kind,
+)
 from data_pipeline.readers.formats import (
     hf_is_saved,
     read_hf_dataset,
@@ -23,17 +31,21 @@ from data_pipeline.readers.warc import read_warc
 from runconfig.data import SourceConfig
 
 __all__ = [
+    "READERS",
     "BadRecord",
     "ErrorLog",
     "SourceFile",
     "WorkShard",
+    "get_reader",
     "list_source_files",
     "plan_source_shards",
     "read_shard_docs",
     "read_source",
+    "register_reader",
 ]
 
 DEFAULT_MAX_DOC_BYTES = 10_000_000
+DEFAULT_READ_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -91,28 +103,78 @@ def _first_split(ds):
     return ds
 
 
+# -- readers by name ---------------------------------------------------------------------------------------
+# A reader turns one file of a work shard into Documents: (source, shard, file, errors, max_doc_bytes) ->
+# Iterator[Document]; bad records go to `errors`, never raise. Outside packages add formats through the
+# `lmstack.readers` entry point group (the config accepts their names), so CLI, process pool and Slurm array
+# tasks all find them.
+Reader = Callable[[SourceConfig, WorkShard, SourceFile, ErrorLog, int], Iterator[Document]]
+READERS: dict[str, Reader] = {}
+_entry_points_loaded = False
+
+
+def register_reader(name: str, reader: Reader) -> None:
+    READERS[name] = reader
+
+
+def get_reader(name: str) -> Reader:
+    global _entry_points_loaded
+    if name not in READERS and not _entry_points_loaded:
+        _entry_points_loaded = True
+        from importlib.metadata import entry_points
+
+        from runconfig.plugins import READER_GROUP
+
+        for ep in entry_points(group=READER_GROUP):
+            READERS.setdefault(ep.name, ep.load())
+    if name not in READERS:
+        raise KeyError(f"unknown source format {name!r}; registered readers: {sorted(READERS)}")
+    return READERS[name]
+
+
+def _text(source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int):
+    label = _label(src.rel) if source.format == "text_folder" and source.label_from_folder else None
+    return read_text_file(src, source.name, errors, max_doc_bytes, label)
+
+
+register_reader("warc", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb))
+register_reader("wet", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb, wet=True))
+register_reader("jsonl", lambda source, shard, src, errors, mdb: read_jsonl(src, source.name, source.text_field,
+                                                                             errors, mdb))  # fmt: skip
+register_reader("parquet", lambda source, shard, src, errors, mdb: read_parquet(src, source.name, source.text_field,
+                                                                                 errors))  # fmt: skip
+register_reader("text", _text)
+register_reader("text_folder", _text)
+register_reader("hf_dataset", lambda source, shard, src, errors, mdb: read_hf_dataset(
+    src.path, src.rel, source.name, source.text_field, errors, shard.rows))  # fmt: skip
+
+
 def read_shard_docs(source: SourceConfig, shard: WorkShard, errors: ErrorLog,
-                    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[Document]:
-    """Documents of one work shard, in a deterministic order. HTML stays in `doc.html` (see extract.py)."""
+                    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES, read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+                    ) -> Iterator[Document]:
+    """Documents of one work shard, in a deterministic order. HTML stays in `doc.html` (see extract.py).
+    Non-regular files (named pipes, sockets, devices) are skipped and reported; a file whose read stalls for
+    `read_timeout_s` is reported and the shard moves on."""
+    reader = get_reader(source.format)
     for src in shard.files:
-        fmt = source.format
         try:
-            if fmt in ("warc", "wet"):
-                yield from read_warc(src, source.name, errors, max_doc_bytes, wet=fmt == "wet")
-            elif fmt == "jsonl":
-                yield from read_jsonl(src, source.name, source.text_field, errors, max_doc_bytes)
-            elif fmt == "parquet":
-                yield from read_parquet(src, source.name, source.text_field, errors)
-            elif fmt in ("text", "text_folder"):
-                label = _label(src.rel) if fmt == "text_folder" and source.label_from_folder else None
-                yield from read_text_file(src, source.name, errors, max_doc_bytes, label)
-            elif fmt == "hf_dataset":
-                yield from read_hf_dataset(src.path, src.rel, source.name, source.text_field, errors, shard.rows)
-            else:  # pragma: no cover - the config's Literal rules this out
-                raise ValueError(f"unknown source format {fmt!r}")
-        except (OSError, EOFError) as e:
-            # A file that cannot even be opened (permissions, a directory, a dangling link, a dead URL).
-            errors.add(src.path, 0, "unreadable_file", f"{type(e).__name__}: {e}")
+            yield from guarded(_read_file(reader, source, shard, src, errors, max_doc_bytes), read_timeout_s)
+        except ReadStalled as e:
+            errors.add(src.path, None, "read_timeout", f"{e}: the rest of this file is skipped")
+
+
+def _read_file(reader: Reader, source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog,
+               max_doc_bytes: int) -> Iterator[Document]:
+    """One file's documents through its registered reader; a bad record never raises (it goes to `errors`)."""
+    special = special_file_kind(src.path)
+    if special is not None:
+        errors.add(src.path, 0, "not_a_regular_file", f"{special}: skipped (reading it could block forever)")
+        return
+    try:
+        yield from reader(source, shard, src, errors, max_doc_bytes)
+    except (OSError, EOFError) as e:
+        # A file that cannot even be opened (permissions, a directory, a dangling link, a dead URL).
+        errors.add(src.path, 0, "unreadable_file", f"{type(e).__name__}: {e}")
 
 
 def read_source(source: SourceConfig, errors: ErrorLog | None = None,

@@ -54,7 +54,7 @@ def _doc_from_row(row: dict, text_field: str, src: SourceFile, source: str, offs
 def read_jsonl(src: SourceFile, source: str, text_field: str, errors: ErrorLog, max_bytes: int
                ) -> Iterator[Document]:
     """One JSON object per line; the byte offset in the decompressed stream identifies the line."""
-    offset = src.span[0] if src.span else 0
+    offset, last_good = (src.span[0] if src.span else 0), None
     try:
         with open_span(src) if src.span else open_decompressed(src.path) as f:
             while True:
@@ -83,7 +83,12 @@ def read_jsonl(src: SourceFile, source: str, text_field: str, errors: ErrorLog, 
                     continue
                 doc = _doc_from_row(row, text_field, src, source, here, errors)
                 if doc is not None:
+                    last_good = here
                     yield doc
+    except EOFError as e:  # the stream ends inside a compressed block: every record after `offset` is lost
+        errors.add(src.path, offset, "truncated_stream",
+                   f"compressed stream cut off; records from this offset on are lost; last good record at offset "
+                   f"{'none' if last_good is None else last_good} ({e})")
     except _DECOMP_ERRORS as e:
         errors.add(src.path, offset, "truncated_or_corrupt_compression", f"{type(e).__name__}: {e}")
 

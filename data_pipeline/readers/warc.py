@@ -113,6 +113,35 @@ def _doc_from_record(rec, src: SourceFile, source: str, offset: int, wet: bool, 
     return doc
 
 
+class _Held:
+    """A record's document is handed out only once warcio has moved past the record: a Content-Length smaller
+    than the payload shows only then (the next record does not start where this one declared its end: warcio
+    counts it in `err_count`), and so does a WARC digest mismatch (checked when the record is read to its end).
+    Either way the payload is cut and the record is reported, never kept."""
+
+    def __init__(self, src: SourceFile, errors: ErrorLog):
+        self.src, self.errors, self.item = src, errors, None
+
+    def hold(self, doc: Document, rec, offset: int, it) -> None:
+        self.item = (doc, rec, offset, it.err_count)
+
+    def release(self, it) -> Iterator[Document]:
+        if self.item is None:
+            return
+        doc, rec, offset, errs = self.item
+        self.item = None
+        checker = getattr(rec, "digest_checker", None)
+        if it.err_count > errs:
+            self.errors.add(self.src.path, offset, "truncated_record",
+                            "Content-Length ends before the payload does: the next record does not start where "
+                            "this one declares its end")
+        elif checker is not None and checker.passed is False:
+            self.errors.add(self.src.path, offset, "truncated_record",
+                            "WARC digest mismatch: " + "; ".join(map(str, checker.problems))[:200])
+        else:
+            yield doc
+
+
 def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, wet: bool = False
               ) -> Iterator[Document]:
     """Response (WARC) or conversion (WET) records of one file, as documents with offsets for their ids."""
@@ -124,29 +153,38 @@ def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, we
         pos, end = src.span if src.span else (0, float("inf"))  # a piece: records starting in [pos, end)
         while True:
             fh.seek(pos)
-            it = ArchiveIterator(fh, arc2warc=True)
+            it = ArchiveIterator(fh, arc2warc=True, check_digests=True)
             offset = pos
             first = True
+            held = _Held(src, errors)
             try:
                 for rec in it:
+                    yield from held.release(it)
                     offset = pos if first else it.offset  # not get_record_offset(): it consumes the record
                     first = False
                     if offset >= end:
                         return
                     doc = _doc_from_record(rec, src, source, offset, wet, errors, max_bytes)
                     if doc is not None:
-                        yield doc
+                        held.hold(doc, rec, offset, it)
+                yield from held.release(it)
+                if first and pos == 0:  # e.g. a 1-byte .warc.gz: warcio ends quietly without a single record
+                    fh.seek(0, 2)
+                    errors.add(src.path, 0, "truncated_or_corrupt_file", f"{fh.tell()} bytes and no WARC record")
                 return
             except ArchiveLoadFailed as e:
                 if "non-chunked gzip" in str(e) and pos == 0:
+                    held.item = None  # the sequential read below starts over, this record included
                     # One gzip stream around the whole file (not per record): still valid data, read it
                     # sequentially through gzip; offsets then refer to the decompressed stream.
                     errors.skip("warc_non_chunked_gzip_file")
                     yield from _read_sequential(src, source, errors, max_bytes, wet)
                     return
+                yield from held.release(it)
                 bad_at = it.offset if not first else offset
                 errors.add(src.path, bad_at, "corrupt_warc_record", str(e).strip().splitlines()[0][:200])
             except (EOFError, zlib.error, OSError, ValueError, IndexError) as e:
+                yield from held.release(it)
                 bad_at = it.offset if not first else offset
                 kind = "truncated_gzip" if isinstance(e, EOFError | zlib.error) else "corrupt_warc_record"
                 errors.add(src.path, bad_at, kind, f"{type(e).__name__}: {e}")

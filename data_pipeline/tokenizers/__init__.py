@@ -1,10 +1,18 @@
 """Train the run's tokenizer from the cleaned corpus and save it as a folder `AutoTokenizer` loads.
 
-Three families, each with the special tokens and post-processing its model expects (contract 2):
-- bpe: byte-level BPE (GPT-2/RoBERTa), `<s> <pad> </s> <unk> <mask>` = ids 0..4; RoBERTa adds `<s> A </s></s> B </s>`,
-  GPT-2 adds nothing (EOS goes between documents at packing time).
-- wordpiece: BERT, `[PAD] [UNK] [CLS] [SEP] [MASK]` = ids 0..4, `[CLS] A [SEP] B [SEP]`, optional lower-casing.
-- unigram: SentencePiece Unigram (T5), `<pad>`=0 `</s>`=1 `<unk>`=2, `<extra_id_0..99>` as the last 100 ids, `A </s>`.
+Four conventions (CONVENTIONS), each with the special tokens, post-processing and HF class its model expects:
+- roberta (byte-level BPE): `<s> <pad> </s> <unk> <mask>` = ids 0..4, `<s> A </s></s> B </s>`.
+- gpt2 (byte-level BPE): `<|endoftext|>` = id 0 as bos/eos/unk and pad, left padding (batched generation), no
+  specials added (EOS goes between documents at packing time).
+- bert (WordPiece): `[PAD] [UNK] [CLS] [SEP] [MASK]` = ids 0..4, `[CLS] A [SEP] B [SEP]`, optional lower-casing.
+- t5 (SentencePiece Unigram): `<pad>`=0 `</s>`=1 `<unk>`=2, `<extra_id_0..99>` as the last 100 ids, `A </s>`; byte
+  fallback by default (a character outside the vocabulary becomes its UTF-8 bytes, never `<unk>`).
+
+The saved folder loads with transformers 4.40 and newer, 5.x included (SUPPORTED_TRANSFORMERS): its
+`tokenizer_config.json` names a class both know (`RobertaTokenizer`, `GPT2Tokenizer`, `BertTokenizer`: 4.x loads
+their `*Fast` variant, 5.x its tokenizers-backed class; T5: the generic `PreTrainedTokenizerFast`, which keeps byte
+fallback in 5.x) and lists extra special tokens under the key both read. After training, the `<unk>` rate on a sample of the corpus is reported in
+`training_meta.json` and training fails above `tokenizer.max_unk_rate`.
 
 BPE and WordPiece use the `tokenizers` trainers. Unigram uses the `sentencepiece` trainer: it is the
 implementation T5's vocabulary came from (same EM + pruning, nmt_nfkc normalisation whose compiled charsmap we
@@ -18,10 +26,12 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +47,77 @@ from tokenizers import (
     trainers,
 )
 
-from data_pipeline.tokenizers.corpus import iter_texts
+from data_pipeline.tokenizers.corpus import iter_texts, require_texts
 from runconfig import RunConfig
+
+log = logging.getLogger(__name__)
 
 BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 T5_SPECIALS = ["<pad>", "</s>", "<unk>"]
 NUM_SENTINELS = 100
+EOT = "<|endoftext|>"
+# Oldest transformers the exported tokenizer and model folders are tested with (tests/pretrain/test_export_compat.py).
+SUPPORTED_TRANSFORMERS = ">=4.40"
+
+
+@dataclass(frozen=True)
+class Convention:
+    """How one kind of tokenizer is saved: the special tokens trained in (ids 0..n-1; T5's sentinels go last),
+    the HF special-token kwargs, and a `tokenizer_class` that transformers 4.40+ and 5.x both resolve."""
+
+    specials: list[str]
+    hf_tokens: dict[str, Any]
+    tokenizer_class: str
+    padding_side: str = "right"
+
+
+CONVENTIONS: dict[str, Convention] = {}
+
+
+def register_convention(name: str, conv: Convention) -> None:
+    CONVENTIONS[name] = conv
+
+
+register_convention("roberta", Convention(
+    BPE_SPECIALS,
+    dict(bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>", unk_token="<unk>", pad_token="<pad>",
+         mask_token=AddedToken("<mask>", lstrip=True, special=True)),
+    "RobertaTokenizer"))  # fmt: skip
+# GPT-2 has one special token; pad = EOS with left padding is what batched `generate` expects.
+register_convention("gpt2", Convention(
+    [EOT], dict(bos_token=EOT, eos_token=EOT, unk_token=EOT, pad_token=EOT), "GPT2Tokenizer", padding_side="left"))
+register_convention("bert", Convention(
+    WORDPIECE_SPECIALS,
+    dict(cls_token="[CLS]", sep_token="[SEP]", unk_token="[UNK]", pad_token="[PAD]", mask_token="[MASK]"),
+    "BertTokenizer"))  # fmt: skip
+register_convention("t5", Convention(
+    T5_SPECIALS,
+    dict(eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+         additional_special_tokens=[f"<extra_id_{i}>" for i in range(NUM_SENTINELS)]),
+    # transformers 5 rebuilds a T5Tokenizer's pipeline without byte fallback; the generic class loads tokenizer.json
+    # as written in both 4.x and 5.x.
+    "PreTrainedTokenizerFast"))  # fmt: skip
+
+
+def describe(cfg: RunConfig) -> str:
+    """What `train_tokenizer` will train, in words (stage banners)."""
+    tc = cfg.tokenizer
+    if tc.pretrained_path:
+        return f"(copy the pretrained tokenizer {tc.pretrained_path})"
+    kind = {"bpe": "byte-level BPE", "wordpiece": "WordPiece",
+            "unigram": "SentencePiece Unigram" + (" with byte fallback" if tc.byte_fallback else "")}[tc.type]
+    return f"{kind}, vocabulary {tc.vocab_size:,}, {convention_name(tc.type, cfg.model.family)} special tokens"
+
+
+def convention_name(tokenizer_type: str, family: str) -> str:
+    """wordpiece -> bert, unigram -> t5; byte-level BPE follows the family's spec: RoBERTa's conventions where
+    the family wraps sequences in `<s> ... </s>`, GPT-2's (`<|endoftext|>` only) where it does not."""
+    if tokenizer_type == "bpe":
+        from pretrain.families import get_family
+
+        return "roberta" if get_family(family).wraps_sequences else "gpt2"
+    return {"wordpiece": "bert", "unigram": "t5"}[tokenizer_type]
 
 
 def _batched(texts: Iterator[str], n: int = 1000) -> Iterator[list[str]]:
@@ -57,6 +131,13 @@ def _batched(texts: Iterator[str], n: int = 1000) -> Iterator[list[str]]:
         yield batch
 
 
+def _family(cfg: RunConfig):
+    """The model family's spec: how sequences are wrapped and how long they may be (torch-free)."""
+    from pretrain.families import get_family
+
+    return get_family(cfg.model.family)
+
+
 # ---------------------------------------------------------------------------------------------------- BPE
 def bpe_tokenizer(vocab: dict[str, int] | None = None, merges: list[tuple[str, str]] | None = None) -> Tokenizer:
     """The byte-level BPE encoding path (GPT-2's regex pre-split + byte alphabet); empty or from vocab+merges."""
@@ -67,8 +148,8 @@ def bpe_tokenizer(vocab: dict[str, int] | None = None, merges: list[tuple[str, s
     return tok
 
 
-def _bpe_post(tok: Tokenizer, family: str) -> None:
-    if family == "roberta":
+def _bpe_post(tok: Tokenizer, convention: str) -> None:
+    if convention == "roberta":  # RoBERTa-style families: `<s> A </s>`, `<s> A </s></s> B </s>`
         tok.post_processor = processors.RobertaProcessing(
             ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")), trim_offsets=True, add_prefix_space=False
         )
@@ -78,17 +159,21 @@ def _bpe_post(tok: Tokenizer, family: str) -> None:
 
 def _train_bpe(cfg: RunConfig, texts: Iterator[str]) -> Tokenizer:
     tc = cfg.tokenizer
+    conv = convention_name("bpe", cfg.model.family)
     tok = bpe_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=tc.vocab_size,
         min_frequency=tc.min_frequency,
-        special_tokens=BPE_SPECIALS,
+        special_tokens=CONVENTIONS[conv].specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(_batched(texts), trainer=trainer)
-    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True)])
-    _bpe_post(tok, cfg.model.family)
+    if conv == "roberta":
+        tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True)])
+    else:
+        tok.add_special_tokens([AddedToken(EOT, special=True)])
+    _bpe_post(tok, conv)
     return tok
 
 
@@ -138,12 +223,15 @@ def spm_to_tokenizer(model_proto: bytes, num_sentinels: int = NUM_SENTINELS) -> 
     vocab = [(p.piece, p.score) for p in proto.pieces]
     vocab += [(f"<extra_id_{i}>", 0.0) for i in range(num_sentinels - 1, -1, -1)]
     unk_id = proto.trainer_spec.unk_id
-    tok = Tokenizer(models.Unigram(vocab, unk_id=unk_id, byte_fallback=False))
+    byte_fallback = proto.trainer_spec.byte_fallback
+    tok = Tokenizer(models.Unigram(vocab, unk_id=unk_id, byte_fallback=byte_fallback))
     seq = [normalizers.Strip(left=False, right=True), normalizers.Replace(Regex(" {2,}"), "▁")]
     charsmap = proto.normalizer_spec.precompiled_charsmap
     tok.normalizer = normalizers.Sequence(([normalizers.Precompiled(charsmap)] if charsmap else []) + seq)
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    metaspace = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    # <0xE2><0x82><0xAC> -> "€" first, then the word-boundary marks (transformers' SpmConverter does the same).
+    tok.decoder = decoders.Sequence([decoders.ByteFallback(), metaspace]) if byte_fallback else metaspace
     tok.add_special_tokens(
         [AddedToken(t, special=True, normalized=False) for t in T5_SPECIALS]
         + [AddedToken(f"<extra_id_{i}>", special=True, normalized=False) for i in range(num_sentinels)]
@@ -178,34 +266,62 @@ def train_spm_unigram(cfg: RunConfig, texts: Iterator[str]) -> bytes:
         minloglevel=2,
         # Small corpora cannot fill a large vocabulary; fail with SentencePiece's own message rather than guess.
         hard_vocab_limit=True,
+        # Characters outside the vocabulary (rare letters, emoji, CJK) become UTF-8 byte pieces, not <unk>.
+        byte_fallback=tc.byte_fallback,
     )
     return buf.getvalue()
 
 
 # ---------------------------------------------------------------------------------------------------- saving
-def special_tokens_for(kind: str) -> dict[str, Any]:
-    """The HF special-token kwargs for a tokenizer family."""
-    if kind == "bpe":
-        return dict(bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>", unk_token="<unk>",
-                    pad_token="<pad>", mask_token=AddedToken("<mask>", lstrip=True, special=True))  # fmt: skip
-    if kind == "wordpiece":
-        return dict(cls_token="[CLS]", sep_token="[SEP]", unk_token="[UNK]", pad_token="[PAD]", mask_token="[MASK]")
-    return dict(eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
-                additional_special_tokens=[f"<extra_id_{i}>" for i in range(NUM_SENTINELS)])  # fmt: skip
+def make_portable(folder: Path, convention: str | None = None, **extra: Any) -> None:
+    """Rewrite a saved tokenizer folder so transformers 4.40+ and 5.x both load it.
+
+    - tokenizer_config.json: 5.x writes `tokenizer_class: TokenizersBackend` (unknown to 4.x) and a list under
+      `extra_special_tokens` (4.x reads that key as a dict and fails); both versions read
+      `additional_special_tokens` and resolve the class names of CONVENTIONS.
+    - tokenizer.json: tokenizers >= 0.20 writes BPE merges as pairs, which tokenizers 0.19 (transformers 4.40)
+      cannot parse; "a b" strings read in every version, and byte-level BPE tokens never contain a space.
+    """
+    folder = Path(folder)
+    path = folder / "tokenizer_config.json"
+    conf = json.loads(path.read_text())
+    extra_tokens = conf.pop("extra_special_tokens", None)
+    if isinstance(extra_tokens, list) and extra_tokens:
+        conf["additional_special_tokens"] = extra_tokens
+    conf.pop("backend", None)
+    if convention is not None:
+        conv = CONVENTIONS[convention]
+        conf["tokenizer_class"] = conv.tokenizer_class
+        conf["padding_side"] = conv.padding_side
+    if conf.get("tokenizer_class") in (None, "TokenizersBackend"):
+        conf["tokenizer_class"] = "PreTrainedTokenizerFast"  # tokenizer.json as written, in 4.x and 5.x
+    conf.update(extra)
+    path.write_text(json.dumps(conf, indent=2, ensure_ascii=False) + "\n")
+
+    tj_path = folder / "tokenizer.json"
+    tj = json.loads(tj_path.read_text())
+    merges = tj.get("model", {}).get("merges")
+    if merges and isinstance(merges[0], list) and not any(" " in a or " " in b for a, b in merges):
+        tj["model"]["merges"] = [f"{a} {b}" for a, b in merges]
+        tj_path.write_text(json.dumps(tj, indent=2, ensure_ascii=False))
 
 
-def save_tokenizer(tok: Tokenizer, kind: str, folder: Path, model_max_length: int, extra_files: dict | None = None):
+def save_tokenizer(tok: Tokenizer, convention: str, folder: Path, model_max_length: int,
+                   extra_files: dict | None = None, lowercase: bool = False):  # fmt: skip
     """Write an HF tokenizer folder atomically (tmp folder, then rename): a crash never leaves half a folder."""
     from transformers import PreTrainedTokenizerFast
 
+    conv = CONVENTIONS[convention]
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        names = ["input_ids", "token_type_ids", "attention_mask"] if kind == "wordpiece" else ["input_ids", "attention_mask"]
+        names = ["input_ids", "token_type_ids", "attention_mask"] if convention == "bert" else ["input_ids", "attention_mask"]
         hf = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length, model_input_names=names,
-                                     **special_tokens_for(kind))  # fmt: skip
+                                     padding_side=conv.padding_side, **conv.hf_tokens)  # fmt: skip
         hf.save_pretrained(str(tmp))
+        # BertTokenizerFast (4.x) re-lowercases unless told: the normaliser we trained is the truth.
+        make_portable(tmp, convention, **({"do_lower_case": lowercase} if convention == "bert" else {}))
         for name, data in (extra_files or {}).items():
             (tmp / name).write_bytes(data)
         old = folder.with_name(folder.name + ".old")
@@ -222,6 +338,21 @@ def save_tokenizer(tok: Tokenizer, kind: str, folder: Path, model_max_length: in
     return folder
 
 
+def unk_rate(tok: Tokenizer, texts: Iterator[str], max_tokens: int = 2_000_000) -> tuple[float, int]:
+    """Share of `<unk>` tokens when encoding texts (up to max_tokens tokens); (rate, tokens counted)."""
+    # Byte-level BPE has no <unk> at all (every byte is in the alphabet): its rate is 0 by construction.
+    unk_id = next((tok.token_to_id(t) for t in ("<unk>", "[UNK]") if tok.token_to_id(t) is not None), None)
+    n = hits = 0
+    for batch in _batched(texts, 256):
+        for enc in tok.encode_batch(batch, add_special_tokens=False):
+            n += len(enc.ids)
+            if unk_id is not None:
+                hits += sum(1 for i in enc.ids if i == unk_id)
+        if n >= max_tokens:
+            break
+    return (hits / n if n else 0.0), n
+
+
 def load_tokenizer(path: str | os.PathLike[str]):
     """The saved folder as transformers sees it (what training, export and fine-tuning use)."""
     from transformers import AutoTokenizer
@@ -235,18 +366,18 @@ def train_tokenizer(cfg: RunConfig) -> Path:
 
     out = RunLayout(cfg).tokenizer
     tc = cfg.tokenizer
-    model_max_length = cfg.packing.seq_len if cfg.model.family == "t5" else cfg.model.max_position_embeddings
-    if cfg.model.family == "roberta":
-        model_max_length -= 2
+    model_max_length = _family(cfg).position_limit(cfg.model.max_position_embeddings) or cfg.packing.seq_len
     if tc.pretrained_path:
         from transformers import AutoTokenizer
 
         tmp = out.with_name(out.name + ".tmp")
         AutoTokenizer.from_pretrained(tc.pretrained_path).save_pretrained(str(tmp))
+        make_portable(tmp)
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
         return out
+    require_texts(cfg)
     texts = iter_texts(cfg, limit=tc.max_train_docs)
     extra: dict[str, bytes] = {}
     if tc.type == "bpe":
@@ -259,9 +390,19 @@ def train_tokenizer(cfg: RunConfig) -> Path:
         extra["spiece.model"] = proto
     if tok.get_vocab_size() < 8 + len(BPE_SPECIALS):
         raise ValueError(f"tokenizer trained on an empty corpus (vocab {tok.get_vocab_size()}): no cleaned text?")
+    rate, counted = unk_rate(tok, iter_texts(cfg, limit=tc.unk_sample_docs))
+    log.info("tokenizer %s: <unk> rate %.4f%% over %d tokens of %d sampled documents", tc.type, 100 * rate,
+             counted, tc.unk_sample_docs)  # fmt: skip
+    print(f"[tokenizer] {tc.type}: <unk> rate {100 * rate:.4f}% over {counted:,} tokens "
+          f"(tokenizer.max_unk_rate {100 * tc.max_unk_rate:.4f}%)", flush=True)
+    if rate > tc.max_unk_rate:
+        hint = "set tokenizer.byte_fallback=true" if tc.type == "unigram" else "raise tokenizer.vocab_size"
+        raise ValueError(f"tokenizer.max_unk_rate: {100 * rate:.3f}% of tokens are <unk> on a corpus sample "
+                         f"(limit {100 * tc.max_unk_rate:.3f}%); {hint} or raise the limit")
+    conv = convention_name(tc.type, cfg.model.family)
     extra["training_meta.json"] = json.dumps(
-        {"type": tc.type, "family": cfg.model.family, "vocab_size": tok.get_vocab_size(),
-         "requested_vocab_size": tc.vocab_size, "lowercase": tc.lowercase}, indent=2).encode()  # fmt: skip
-    return save_tokenizer(tok, tc.type, out, model_max_length, extra)
-
-
+        {"type": tc.type, "convention": conv, "family": cfg.model.family, "vocab_size": tok.get_vocab_size(),
+         "requested_vocab_size": tc.vocab_size, "lowercase": tc.lowercase,
+         "byte_fallback": tc.byte_fallback if tc.type == "unigram" else None,
+         "unk_rate": rate, "unk_rate_tokens": counted}, indent=2).encode()  # fmt: skip
+    return save_tokenizer(tok, conv, out, model_max_length, extra, lowercase=tc.lowercase)

@@ -9,7 +9,11 @@ from data_pipeline.shards import corpus_shards as _corpus_shards
 from data_pipeline.shards import iter_corpus, read_shard
 from runconfig import RunConfig
 
-__all__ = ["corpus_shards", "iter_texts", "read_shard"]
+__all__ = ["EmptyStageError", "corpus_shards", "iter_texts", "read_shard", "require_texts"]
+
+
+class EmptyStageError(ValueError):
+    """A stage's output holds no documents: nothing downstream can be trained from it."""
 
 
 def corpus_shards(cfg: RunConfig) -> dict[str, list[Path]]:
@@ -36,3 +40,19 @@ def iter_texts(cfg: RunConfig, limit: int | None = None) -> Iterator[str]:
         n += 1
         if limit is not None and n >= limit:
             return
+
+
+def require_texts(cfg: RunConfig) -> None:
+    """Stop before training on an empty corpus (BPE used to exit 0 with a 261-token byte-only tokenizer and
+    Unigram to crash inside sentencepiece), naming the stage whose output is empty."""
+    shards = corpus_shards(cfg)
+    if next(iter_texts(cfg, limit=1), None) is None:
+        from data_pipeline.shards import final_stage_dir
+
+        stage = final_stage_dir(cfg)
+        n = sum(len(v) for v in shards.values())
+        raise EmptyStageError(
+            f"tokenizer training: the '{stage.name}' stage kept no text: its {n} finished shard(s) under {stage} "
+            f"hold 0 documents; see {stage / 'stats.txt' if stage.name == 'clean' else stage} for why, and check "
+            f"data.sources and data.clean"
+        )

@@ -87,10 +87,15 @@ class TiktokenBPE:
         size = max(ranks.values()) + 1
         self._lead = np.zeros(size, np.int64)  # characters that start inside each token
         self._cont0 = np.zeros(size, bool)  # token starts with a UTF-8 continuation byte
-        for b, r in ranks.items():
-            a = np.frombuffer(b, np.uint8)
-            self._lead[r] = int(((a & 0xC0) != 0x80).sum())
-            self._cont0[r] = (a[0] & 0xC0) == 0x80
+        # All tokens' bytes in one buffer, reduced per token (a per-token numpy loop cost ~0.3 s per load).
+        toks = list(ranks)
+        ids = np.fromiter(ranks.values(), np.int64, len(toks))
+        lens = np.fromiter(map(len, toks), np.int64, len(toks))
+        allb = np.frombuffer(b"".join(toks), np.uint8)
+        lead = ((allb & 0xC0) != 0x80).astype(np.int64)
+        first = np.concatenate([[0], np.cumsum(lens)[:-1]])
+        self._lead[ids] = np.add.reduceat(lead, first)
+        self._cont0[ids] = lead[first] == 0
 
     @classmethod
     def load(cls, tokenizer_json: str | Path, check: bool = True) -> TiktokenBPE | None:

@@ -191,7 +191,7 @@ def test_bad_input_run_keeps_good_and_names_bad(damaged):
     kinds = stats["bad_records_by_kind"]
     for kind in ("corrupt_warc_record", "truncated_record", "non_html_content_type", "binary_payload", "empty_file",
                  "unreadable_file", "malformed_json", "invalid_utf8", "line_too_long",
-                 "truncated_or_corrupt_compression"):
+                 "truncated_stream"):
         assert kinds.get(kind, 0) >= 1, (kind, kinds)
     assert all(b["path"] and b["offset"] is not None for b in stats["bad_records"])
     assert stats["charset_decisions"].get("utf8-over-declared") == 1

@@ -50,8 +50,9 @@ def test_holdout_excluded_labels_kept_and_report(tmp_path):
     clean_dir = tmp_path / "out/clean"
     assert (clean_dir / "stats.txt").read_text().startswith("source")
     for reason, n in out["dropped_by_reason"].items():
-        samples = (clean_dir / "dropped" / f"{reason.replace(':', '__')}.jsonl").read_text().splitlines()
+        samples = (clean_dir / "dropped" / "bbc" / f"{reason.replace(':', '__')}.jsonl").read_text().splitlines()
         assert 0 < len(samples) <= min(n, 5)
+        assert all(json.loads(x)["value"] is not None and json.loads(x)["source"] == "bbc" for x in samples)
 
 
 def test_rerun_does_only_missing_shards(tmp_path):

@@ -169,3 +169,25 @@ def test_empty_eval_split_is_allowed(cfg):
     c.loader.eval_fraction = 0.0
     ev = PretrainLoader(c, 0, 2, split="eval")
     assert ev.num_samples == 0 and list(ev) == []
+
+
+def test_first_batch_is_made_here_while_workers_start(cfg):
+    """Resume latency: the first micro-batch of an iteration is collated in this process (workers start up in
+    the background meanwhile), the rest by the workers; the batches and the consumed count are those of a loader
+    without workers."""
+    import os
+
+    def collate(samples):
+        return os.getpid(), [int(s["sample_id"]) for s in samples]
+
+    c = cfg.model_copy(deep=True)
+    c.loader.num_workers = 1
+    ref = PretrainLoader(cfg, 0, 2, collate_fn=collate)
+    ld = PretrainLoader(c, 0, 2, collate_fn=collate)
+    for x in (ref, ld):
+        x.consumed = 3 * x.global_batch
+    it, it_ref = iter(ld), iter(ref)
+    got = [next(it) for _ in range(2 * ld.grad_accum + 1)]
+    assert [g[1] for g in got] == [next(it_ref)[1] for _ in range(len(got))]
+    assert got[0][0] == os.getpid() and all(g[0] != os.getpid() for g in got[1:])
+    assert ld.consumed == ref.consumed == 5 * ld.global_batch

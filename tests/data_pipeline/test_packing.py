@@ -176,3 +176,20 @@ def test_auto_sentence_break_and_index_cache(real, tmp_path):
                          cache=tmp_path / "i512.npz")  # fmt: skip
     assert (tmp_path / "i512.npz").is_file() and np.array_equal(again.seg_a, big.seg_a)
     assert all(np.array_equal(again[i]["input_ids"], big[i]["input_ids"]) for i in range(0, len(big), 97))
+
+
+def test_index_cache_written_by_tokenize_is_found_by_the_loader(real):
+    """run_tokenize builds the sentence-aligned index from its in-memory manifest; the loader looks it up with the
+    manifest read back from disk (JSON with sorted keys). Both must name the same cache file, or every rank
+    recomputes the index at start-up."""
+    import json
+
+    from data_pipeline.packing import index_cache_path
+    from data_pipeline.token_shards import MANIFEST
+
+    cfg = real.model_copy(deep=True)
+    cfg.packing.sentence_break = "best_fit"
+    on_disk = json.loads((RunLayout(cfg).tokens / MANIFEST).read_text())
+    in_memory = {**on_disk, "special_ids": dict(reversed(list(on_disk["special_ids"].items())))}
+    where = RunLayout(cfg).tokens / "pack-index"
+    assert index_cache_path(cfg, in_memory, "bbc", where) == index_cache_path(cfg, on_disk, "bbc", where)

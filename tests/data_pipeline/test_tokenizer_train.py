@@ -51,7 +51,113 @@ def test_bpe_gpt2_adds_no_specials(trained):
     tok = AutoTokenizer.from_pretrained(path)
     ids = tok(TEXT)["input_ids"]
     assert ids == tok(TEXT, add_special_tokens=False)["input_ids"] and tok.decode(ids) == TEXT
-    assert tok.eos_token_id == 2
+
+
+def test_gpt2_conventions_and_left_padded_generation(trained):
+    """GPT-2's one special token `<|endoftext|>` (bos = eos = unk = pad), no RoBERTa tokens, left padding: a batched
+    `generate` of the real GPT-2 model built from this tokenizer runs without the right-padding warning."""
+    import logging
+
+    import torch
+
+    from pretrain.models import build_model
+
+    cfg, path = trained["gpt2"]
+    tok = AutoTokenizer.from_pretrained(path)
+    assert tok.convert_ids_to_tokens(0) == "<|endoftext|>" and tok.all_special_tokens == ["<|endoftext|>"]
+    assert tok.bos_token_id == tok.eos_token_id == tok.pad_token_id == tok.unk_token_id == 0
+    assert not {"<s>", "</s>", "<pad>", "<mask>"} & set(tok.get_vocab())
+    assert tok.padding_side == "left"
+    conf = json.loads((path / "tokenizer_config.json").read_text())
+    assert conf["tokenizer_class"] == "GPT2Tokenizer" and conf["padding_side"] == "left"
+
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tok, cfg.packing.seq_len).eval()
+    batch = tok(["Shares rose.", "The BBC said on Tuesday that shares in the company rose"], padding=True,
+                return_tensors="pt")
+    assert (batch["attention_mask"][0, 0] == 0) and (batch["attention_mask"][:, -1] == 1).all()  # padded on the left
+    logger = logging.getLogger("transformers.generation.utils")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda r: seen.append(r.getMessage())  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        out = model.generate(**batch, max_new_tokens=3, do_sample=False, pad_token_id=tok.pad_token_id)
+    finally:
+        logger.removeHandler(handler)
+    assert out.shape == (2, batch["input_ids"].shape[1] + 3)
+    assert not [m for m in seen if "right-padding" in m], seen
+
+
+# decode(encode(x)) == x for every tokenizer kind; the exceptions are the conventions' own normalisations.
+ROUND_TRIP = {
+    "unicode": "Xbox sales in Qatar hit 5/10! Café, naïve, Zürich, São Paulo & #hashtags: 50% off, €5 — “quoted”.",
+    "whitespace": "tabs\tand  double  spaces\nnew line\n\n  indented   ",
+    "emoji": "Great match 😀👍🏽 🇬🇧 ⚽",
+    "cjk": "日本語のテキスト 中文文本 한국어 텍스트",
+}
+
+
+@pytest.mark.parametrize("kind", ["roberta", "gpt2", "t5"])
+@pytest.mark.parametrize("case", sorted(ROUND_TRIP))
+def test_round_trip(trained, kind, case):
+    _, path = trained[kind]
+    tok = AutoTokenizer.from_pretrained(path)
+    text = ROUND_TRIP[case]
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.unk_token_id not in ids or kind == "gpt2"  # GPT-2's unk is its EOS; byte-level never emits it
+    back = tok.decode(ids)
+    if kind == "t5" and case == "whitespace":
+        # T5's normaliser (SentencePiece nmt_nfkc) collapses whitespace runs, tabs and newlines to one space and
+        # strips the ends: that is the convention, not a loss of content.
+        assert back == " ".join(text.split())
+    else:
+        assert back == text
+
+
+def test_wordpiece_round_trip_holds_modulo_bert_conventions(trained):
+    """WordPiece follows BERT: punctuation split off, optional lower-casing and accent stripping, and no byte
+    fallback in the model (a character outside the vocabulary is [UNK], counted by the <unk> report)."""
+    _, path = trained["bert"]
+    tok = AutoTokenizer.from_pretrained(path)
+    text = "Xbox sales in Qatar hit 5/10! Shares rose 50%."
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.unk_token_id not in ids
+    assert tok.decode(ids).replace(" ", "") == text.lower().replace(" ", "")
+
+
+def test_unk_rate_is_reported_and_enforced(trained, tmp_path):
+    for kind in ("roberta", "bert", "t5"):
+        meta = json.loads((trained[kind][1] / "training_meta.json").read_text())
+        assert meta["unk_rate_tokens"] > 10_000 and meta["unk_rate"] <= 0.001, (kind, meta)
+    assert json.loads((trained["t5"][1] / "training_meta.json").read_text())["unk_rate"] == 0.0  # byte fallback
+    # Without byte fallback the Unigram vocabulary drops rare characters of the BBC text (X, Q, /, £, ...): the
+    # report catches it and training fails, naming the key.
+    cfg = bbc_config(tmp_path, "t5-tiny", ["tokenizer.vocab_size=2000", "tokenizer.byte_fallback=false",
+                                           "tokenizer.max_unk_rate=0.0001"], limit=400)
+    with pytest.raises(ValueError, match=r"tokenizer.max_unk_rate: .*% of tokens are <unk>.*byte_fallback=true"):
+        train_tokenizer(cfg)
+    assert not (tmp_path / "tokenizer").exists()
+
+
+def test_byte_fallback_needs_vocabulary_room(tmp_path):
+    with pytest.raises(ValueError, match="tokenizer.vocab_size: 400 leaves no room for the 256 byte pieces"):
+        bbc_config(tmp_path, "t5-tiny", ["tokenizer.vocab_size=400"], limit=1)
+
+
+def test_folder_is_portable_to_transformers_4(trained):
+    """What transformers 4.40 needs (tests/pretrain/test_export_compat.py loads it there): a class 4.x knows,
+    extra special tokens under `additional_special_tokens`, BPE merges as "a b" strings."""
+    expected = {"roberta": "RobertaTokenizer", "gpt2": "GPT2Tokenizer", "bert": "BertTokenizer",
+                "t5": "PreTrainedTokenizerFast"}
+    for kind, cls in expected.items():
+        path = trained[kind][1]
+        conf = json.loads((path / "tokenizer_config.json").read_text())
+        assert conf["tokenizer_class"] == cls and "extra_special_tokens" not in conf
+        merges = json.loads((path / "tokenizer.json").read_text())["model"].get("merges") or ["a b"]
+        assert all(isinstance(m, str) for m in merges)
+    assert len(json.loads((trained["t5"][1] / "tokenizer_config.json").read_text())["additional_special_tokens"]) == 100
+    assert json.loads((trained["bert"][1] / "tokenizer_config.json").read_text())["do_lower_case"] is True
 
 
 def test_wordpiece_bert_layout_lowercase(trained):
@@ -109,3 +215,15 @@ def test_pretrained_path_is_copied_into_the_run(trained, tmp_path):
     out = train_tokenizer(cfg)
     assert out != src and AutoTokenizer.from_pretrained(out)(TEXT)["input_ids"] == AutoTokenizer.from_pretrained(
         src)(TEXT)["input_ids"]  # fmt: skip
+
+
+def test_stage_banner_describes_the_configured_tokenizer():
+    """`launch pipeline` prints this: derived from the config, not a fixed "byte-level BPE"."""
+    from data_pipeline.tokenizers import describe
+    from runconfig import load_config
+
+    assert describe(load_config("configs/t5-tiny.yaml")) == (
+        "SentencePiece Unigram with byte fallback, vocabulary 8,000, t5 special tokens")
+    assert describe(load_config("configs/gpt2-tiny.yaml", ["tokenizer.vocab_size=4000"])) == (
+        "byte-level BPE, vocabulary 4,000, gpt2 special tokens")
+    assert describe(load_config("configs/roberta-tiny.yaml", ["tokenizer.type=wordpiece"])).startswith("WordPiece")

@@ -40,9 +40,12 @@ def _free_port() -> int:
 class LocalSlurm:
     """Start/stop a 2-node cluster; helpers to wait for job states."""
 
-    def __init__(self, root: Path, nodes: tuple[str, ...] = ("n1", "n2")):
+    def __init__(self, root: Path, nodes: tuple[str, ...] = ("n1", "n2"), cpus: int | None = None, gpus: int = 0):
+        """cpus/gpus: declare nodes bigger than this machine (config_overrides; GPUs as count-only GRES) so that
+        the controller can judge GPU job scripts, e.g. with `sbatch --test-only`; nothing runs on them."""
         self.root = Path(root)
         self.nodes = nodes
+        self.cpus, self.gpus = cpus, gpus
         self.conf = self.root / "slurm.conf"
         self.munge_socket = self.root / "munge" / "munge.socket"
         self.procs: list[subprocess.Popen] = []
@@ -105,7 +108,8 @@ class LocalSlurm:
         self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env))
 
     def _write_conf(self) -> None:
-        r, host, cpus = self.root, socket.gethostname().split(".")[0], os.cpu_count() or 2
+        r, host, cpus = self.root, socket.gethostname().split(".")[0], self.cpus or os.cpu_count() or 2
+        gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
         lines = [
             "ClusterName=lmtest",
             f"SlurmctldHost={host}",
@@ -138,8 +142,21 @@ class LocalSlurm:
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
         ]
+        if self.cpus or self.gpus:
+            lines.append("SlurmdParameters=config_overrides")
+        if self.gpus:
+            lines.append("GresTypes=gpu")
+            # slurmd drops file-less GPUs: give each fake GPU a device file of its own (a link to /dev/null).
+            lines_gres = []
+            for n in self.nodes:
+                dev = r / "dev" / n
+                dev.mkdir(parents=True, exist_ok=True)
+                for i in range(self.gpus):
+                    (dev / f"gpu{i}").symlink_to("/dev/null")
+                lines_gres.append(f"NodeName={n} Name=gpu File={dev}/gpu[0-{self.gpus - 1}]\n")
+            (r / "gres.conf").write_text("".join(lines_gres))
         for n in self.nodes:
-            lines.append(f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus} State=UNKNOWN")
+            lines.append(f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus}{gres} State=UNKNOWN")
         lines.append(f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
 

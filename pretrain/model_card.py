@@ -1,0 +1,275 @@
+"""The exported folder's model card (README.md) in the form the Hugging Face Hub reads.
+
+The YAML header carries the Hub's metadata: license, language, datasets, `pipeline_tag`, and a `model-index`
+with the held-out perplexity (the last eval row of logs/metrics.jsonl) and, when `transfer.json` lies beside
+the export (written by `python -m pretrain transfer`), the fine-tuned vs random-init accuracies. The body says in
+plain words what data, cleaning, tokens, recipe and compute produced the model, and how to use it. Shard hashes
+and the full config go to files beside the card (`data_manifest.json`, `resolved_config.yaml`), not into it.
+
+`write_model_card` reads everything from the run and export folders, so it can be re-run after `transfer`
+(`python -m pretrain card --config C`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from data_pipeline.layout import RunLayout
+from data_pipeline.tokenizers import SUPPORTED_TRANSFORMERS
+from runconfig import RunConfig
+from runconfig.load import to_dict
+
+CARD = "README.md"
+MANIFEST_FILE = "data_manifest.json"
+CONFIG_FILE = "resolved_config.yaml"
+TRANSFER_FILE = "transfer.json"
+
+# The Hub's pipeline tag and a usage snippet, by what the exported architecture's head does (transformers' own
+# Auto mappings decide, so a new family needs no entry here).
+TASKS = {
+    "masked_lm": ("fill-mask", "Masked language modeling", "AutoModelForMaskedLM"),
+    "causal_lm": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),
+    "seq2seq": ("text2text-generation", "Span corruption (text-to-text)", "AutoModelForSeq2SeqLM"),
+    # Heads with no Hub pipeline (e.g. ELECTRA's replaced-token discriminator): no pipeline_tag, a generic snippet.
+    "other": (None, "Pretraining", "AutoModel"),
+}
+
+
+def head_task(architecture: str, model_type: str) -> str:
+    """masked_lm | causal_lm | seq2seq | other for an exported architecture (e.g. RobertaForMaskedLM)."""
+    from transformers.models.auto import modeling_auto as ma
+
+    for task, mapping in (("masked_lm", ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES),
+                          ("causal_lm", ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
+                          ("seq2seq", ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)):  # fmt: skip
+        names = mapping.get(model_type)
+        if names and architecture in ([names] if isinstance(names, str) else list(names)):
+            return task
+    return "other"
+
+
+def median_speed(metrics_file: Path) -> tuple[float, float] | None:
+    """(tokens/s, MFU) medians over the logged training rows."""
+    import statistics
+
+    if not metrics_file.is_file():
+        return None
+    rows = [json.loads(x) for x in metrics_file.read_text().splitlines() if x.strip().startswith("{")]
+    tps = [r["tokens_per_s"] for r in rows if r.get("split") == "train" and "tokens_per_s" in r]
+    mfu = [r.get("mfu", 0.0) for r in rows if r.get("split") == "train" and "tokens_per_s" in r]
+    return (statistics.median(tps), statistics.median(mfu)) if tps else None
+
+
+def held_out_perplexity(metrics_file: Path, step: int | None) -> tuple[float, int] | None:
+    """(perplexity, step) of the last eval row at or before the exported step."""
+    if not metrics_file.is_file():
+        return None
+    best = None
+    for line in metrics_file.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("split") == "eval" and "perplexity" in row and (step is None or row.get("step", 0) <= step):
+            best = (float(row["perplexity"]), int(row.get("step", 0)))
+    return best
+
+
+def _usage(task: str, auto_cls: str, repo: str, mask: str | None) -> str:
+    if task == "masked_lm":
+        call = f'fill("The company said its shares {mask} on Tuesday.")'
+        return (f'from transformers import pipeline\n\nfill = pipeline("fill-mask", model="{repo}")\nprint({call})\n'
+                f"\n# fine-tune: AutoModelForSequenceClassification.from_pretrained(\"{repo}\", num_labels=N)")
+    if task == "causal_lm":
+        return (f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")'
+                f'\nmodel = {auto_cls}.from_pretrained("{repo}")\n'
+                'batch = tok(["The company said", "Shares in"], padding=True, return_tensors="pt")  # left padding\n'
+                "out = model.generate(**batch, max_new_tokens=20, do_sample=False)\n"
+                "print(tok.batch_decode(out, skip_special_tokens=True))")
+    if task == "other":
+        return (f'from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer\n\n'
+                f'tok = AutoTokenizer.from_pretrained("{repo}")\nmodel = AutoModel.from_pretrained("{repo}")\n'
+                f'# fine-tune: AutoModelForSequenceClassification.from_pretrained("{repo}", num_labels=N)')
+    return (f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")\n'
+            f'model = {auto_cls}.from_pretrained("{repo}")\n'
+            'batch = tok(["The company said its <extra_id_0> rose on Tuesday."], return_tensors="pt")\n'
+            "out = model.generate(**batch, max_new_tokens=10)\nprint(tok.batch_decode(out))")
+
+
+def _transfer_results(report: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """model-index entries and body lines from transfer.json (pretrained vs random init, per task)."""
+    entries, lines = [], []
+    for name, r in sorted(report.get("tasks", {}).items()):
+        metrics = []
+        row = [name]
+        for arm in ("pretrained", "random"):
+            e = r.get("arms", {}).get(arm)
+            if not e:
+                row.append("n/a")
+                continue
+            t = e["test_accuracy"]
+            n = len(t.get("values", [])) or 1
+            label = "fine-tuned from this model" if arm == "pretrained" else "same architecture, random init"
+            metrics.append({"type": "accuracy", "value": round(float(t["mean"]), 4),
+                            "name": f"Test accuracy, {label} (mean of {n} seeds)"})  # fmt: skip
+            row.append(f"{t['mean']:.3f} ± {t.get('sd', 0.0):.3f}")
+            if "probe_accuracy" in e:
+                metrics.append({"type": "accuracy", "value": round(float(e["probe_accuracy"]), 4),
+                                "name": f"Linear probe accuracy, {label}"})  # fmt: skip
+        row.append(f"{100 * r['margin']:+.1f}" if "margin" in r else "n/a")
+        lines.append("| " + " | ".join(row) + " |")
+        entries.append({
+            "task": {"type": "text-classification", "name": "Text classification"},
+            "dataset": {"name": name, "type": name, "split": "test"},
+            "metrics": metrics,
+        })  # fmt: skip
+    return entries, lines
+
+
+def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], model_config: dict[str, Any],
+                      manifest: dict[str, Any] | None, clean_stats: dict[str, Any] | None,
+                      ppl: tuple[float, int] | None, transfer: dict[str, Any] | None,
+                      mask_token: str | None = None, speed: tuple[float, float] | None = None) -> str:  # fmt: skip
+    arch = (model_config.get("architectures") or ["?"])[0]
+    task = head_task(arch, model_config.get("model_type", ""))
+    pipeline_tag, task_name, auto_cls = TASKS[task]
+    name = cfg.export.model_name or cfg.run.name
+    repo = cfg.export.repo_id or f"path/to/{export_dir.name}"
+    sources = cfg.data.sources
+    datasets = list(cfg.export.datasets) or [s.paths[0] for s in sources if s.format == "hf_dataset"]
+    languages = list(cfg.export.language or (cfg.data.clean.langid.languages if cfg.data.clean.langid.enabled else []))
+
+    results: list[dict[str, Any]] = []
+    if ppl is not None:
+        results.append({
+            "task": {"type": pipeline_tag or "fill-mask", "name": task_name},
+            "dataset": {"name": f"Held-out {cfg.loader.eval_fraction:.0%} of the pretraining token stream "
+                                f"({', '.join(s.name for s in sources)})", "type": f"{cfg.run.name}-heldout",
+                        "split": "validation"},
+            "metrics": [{"type": "perplexity", "value": round(ppl[0], 3), "name": f"Held-out perplexity (step {ppl[1]})"}],
+        })  # fmt: skip
+    transfer_entries, transfer_rows = _transfer_results(transfer) if transfer else ([], [])
+    results += transfer_entries
+
+    meta: dict[str, Any] = {"license": cfg.export.license}
+    if languages:
+        meta["language"] = languages
+    meta["library_name"] = "transformers"
+    if pipeline_tag:
+        meta["pipeline_tag"] = pipeline_tag
+    meta["tags"] = [cfg.model.family, cfg.objective.type.replace("_", "-"), "pretrained-from-scratch", "lmstack",
+                    "deepspeed", *cfg.export.tags]  # fmt: skip
+    if datasets:
+        meta["datasets"] = datasets
+    if results:
+        meta["model-index"] = [{"name": name, "results": results}]
+
+    n_params = state.get("n_params")
+    tokens_seen = state.get("tokens_seen")
+    steps = state.get("step")
+    lc, ds = cfg.launch, cfg.deepspeed
+    plan = state.get("plan") or {}
+    filters = [f for f in ("c4", "gopher_quality", "gopher_repetition") if getattr(cfg.data.clean, f).enabled]
+    dedup = [x for x, on in (("exact", cfg.data.dedup.exact), ("MinHash near-duplicate", cfg.data.dedup.minhash.enabled))
+             if on]  # fmt: skip
+    totals = (manifest or {}).get("totals", {})
+    per_src_tokens = {k: v.get("tokens") for k, v in (manifest or {}).get("sources", {}).items()}
+    stats = (clean_stats or {}).get("per_source", {})
+
+    body = [f"# {name}", ""]
+    body.append(
+        f"A {cfg.model.family} ({cfg.model.size}, {n_params:,} parameters) language model pretrained from scratch with "
+        f"{cfg.objective.type.replace('_', ' ')} on {len(sources)} source(s) by lmstack (DeepSpeed ZeRO-{ds.zero_stage})."
+        if isinstance(n_params, int) else f"A {cfg.model.family} ({cfg.model.size}) model pretrained from scratch."
+    )  # fmt: skip
+    body += ["", "## Usage", "", "```python", _usage(task, auto_cls, repo, mask_token), "```", ""]
+    body += [f"Loads with transformers {SUPPORTED_TRANSFORMERS} (tested with 4.40 and 5.x); tokenizer class "
+             f"`{state.get('tokenizer_class', '?')}`.", ""]  # fmt: skip
+
+    body += ["## Training data", ""]
+    for s in sources:
+        st = stats.get(s.name, {})
+        kept = f"{st['kept']:,} of {st['read']:,} documents kept" if "kept" in st and "read" in st else "documents"
+        tok = per_src_tokens.get(s.name)
+        held = f"; {s.holdout_fraction:.0%} held out of pretraining by id hash" if s.holdout_fraction else ""
+        body.append(f"- **{s.name}** ({s.format}, weight {s.weight:g}): {kept}"
+                    + (f", {tok:,} tokens" if isinstance(tok, int) else "") + held)  # fmt: skip
+    body += [
+        "",
+        f"Cleaning: {', '.join(filters) or 'no'} filters"
+        + (f", language ID ({', '.join(cfg.data.clean.langid.languages)})" if cfg.data.clean.langid.enabled else "")
+        + f"; deduplication: {', '.join(dedup) or 'none'}.",
+        f"Tokenizer: {cfg.tokenizer.type} trained on the cleaned corpus, vocabulary {cfg.tokenizer.vocab_size:,}"
+        + (f"; corpus: {totals['tokens']:,} tokens in {totals.get('docs', 0):,} documents" if "tokens" in totals else "")
+        + ".",
+        "",
+        "## Training recipe",
+        "",
+        f"- Objective `{cfg.objective.type}`, packing `{cfg.packing.mode}`, sequence length {cfg.packing.seq_len}",
+        f"- Global batch {cfg.batch.global_batch_size} sequences, {steps} steps, {tokens_seen:,} tokens seen"
+        if isinstance(tokens_seen, int) else f"- Global batch {cfg.batch.global_batch_size} sequences, {steps} steps",
+        f"- Optimizer {cfg.optim.name}, peak LR {plan.get('peak_lr', cfg.optim.lr):g} with {plan.get('warmup_steps')} "
+        f"warmup steps and {cfg.schedule.decay} decay, weight decay {cfg.optim.weight_decay}; precision {ds.precision}",
+        "",
+        "## Compute",
+        "",
+        f"- {lc.nodes} node(s) × {lc.procs_per_node} rank(s), backend {lc.backend}, DeepSpeed ZeRO stage {ds.zero_stage}",
+        *([f"- Throughput {speed[0]:,.0f} tokens/s, MFU {speed[1]:.1%} (medians of the logged steps)"] if speed else []),
+        "",
+        "## Evaluation",
+        "",
+    ]  # fmt: skip
+    if ppl is not None:
+        body.append(f"Held-out perplexity: **{ppl[0]:.2f}** (step {ppl[1]}; {cfg.loader.eval_fraction:.0%} of the "
+                    "packed token stream never trained on).")  # fmt: skip
+    else:
+        body.append("Held-out perplexity: not measured (no eval rows in logs/metrics.jsonl).")
+    if transfer_rows:
+        body += ["", "Downstream fine-tuning (test accuracy, mean ± sd over seeds):", "",
+                 "| task | fine-tuned from this model | random init | margin (points) |", "|---|---|---|---|",
+                 *transfer_rows]  # fmt: skip
+    else:
+        body.append("Downstream transfer: not run yet (`python -m pretrain transfer`, then `python -m pretrain card`).")
+    parity = state.get("parity_max_abs_diff")
+    if parity is not None:
+        body.append(f"\nExport parity: max |logit difference| vs the training engine {parity:.3g}.")
+    body += ["", "## Files", "",
+             f"- `{MANIFEST_FILE}`: token shards with their sha256 (the exact data the model saw)",
+             f"- `{CONFIG_FILE}`: the full resolved run configuration",
+             "- `training_state.json`: step, tokens seen, final loss, the checkpoint it came from"]  # fmt: skip
+    head = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
+    return f"---\n{head}---\n\n" + "\n".join(body) + "\n"
+
+
+def write_model_card(cfg: RunConfig, export_dir: str | Path) -> Path:
+    """(Re)write README.md, data_manifest.json and resolved_config.yaml in the export folder."""
+    export_dir = Path(export_dir)
+    layout = RunLayout(cfg)
+    state = json.loads((export_dir / "training_state.json").read_text())
+    model_config = json.loads((export_dir / "config.json").read_text())
+    tok_conf_path = export_dir / "tokenizer_config.json"
+    tok_conf = json.loads(tok_conf_path.read_text()) if tok_conf_path.is_file() else {}
+    state.setdefault("tokenizer_class", tok_conf.get("tokenizer_class"))
+    manifest_path = layout.tokens / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
+    (export_dir / MANIFEST_FILE).write_text(json.dumps(manifest if manifest is not None else {}, indent=1))
+    (export_dir / CONFIG_FILE).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    stats_path = layout.clean / "stats.json"
+    clean_stats = json.loads(stats_path.read_text()) if stats_path.is_file() else None
+    ppl = held_out_perplexity(layout.logs / "metrics.jsonl", state.get("step"))
+    if ppl is not None and not math.isfinite(ppl[0]):
+        ppl = None
+    transfer_path = export_dir / TRANSFER_FILE
+    transfer = json.loads(transfer_path.read_text()) if transfer_path.is_file() else None
+    mask = tok_conf.get("mask_token")
+    mask = mask.get("content") if isinstance(mask, dict) else mask
+    speed = median_speed(layout.logs / "metrics.jsonl")
+    text = render_model_card(cfg, export_dir, state, model_config, manifest, clean_stats, ppl, transfer, mask, speed)
+    path = export_dir / CARD
+    path.write_text(text)
+    return path

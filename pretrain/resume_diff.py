@@ -1,0 +1,193 @@
+"""Resuming with a changed config: apply what is safe to apply and say so, refuse the rest.
+
+A checkpoint records the resolved config it was written with (in COMPLETE). On resume the current config is
+compared key by key with it, as Megatron does with its checkpoint args. Each changed key is looked up by its
+longest registered dotted prefix in `POLICIES`: "apply" keys take effect (the LR schedule and optimizer
+hyper-parameters are re-derived from the current config at the checkpoint's step, see `reapply_schedule`);
+any other change stops the run with every differing key, its old and new value, and the flag that accepts them.
+New schedule keys (e.g. a time budget) are covered by the `schedule` prefix without an entry of their own.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from pretrain.checkpoint import CannotContinue
+
+ACCEPT_FLAG = "checkpoint.accept_config_changes=true"
+
+# Dotted prefix -> what happens when such a key differs from the checkpoint's. The longest prefix wins.
+POLICIES: dict[str, str] = {
+    "run": "apply",
+    "checkpoint": "apply",
+    "logging": "apply",
+    "eval": "apply",
+    "finetune": "apply",
+    "launch": "apply",  # another world size goes through the universal checkpoint
+    "schedule": "apply",  # the LR schedule is re-derived at the checkpoint's step
+    "lr_scaling": "apply",
+    "optim.lr": "apply",
+    "optim.betas": "apply",
+    "optim.eps": "apply",
+    "optim.weight_decay": "apply",
+    "optim.grad_clip": "apply",
+    "deepspeed.comm_timeout_s": "apply",
+    "deepspeed.max_consecutive_bad_steps": "apply",
+    "loader.num_workers": "apply",
+}
+_NOTES = {
+    "schedule": "the LR schedule is re-derived from the current step",
+    "lr_scaling": "the scaled peak LR and warmup are re-derived",
+    "optim.lr": "the new peak LR takes effect now",
+    "optim": "set on every optimizer parameter group",
+}
+_ABSENT = "<absent>"
+
+
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts/lists -> {"a.b.0.c": value}."""
+    if isinstance(d, dict):
+        items = d.items()
+    elif isinstance(d, list | tuple) and any(isinstance(x, dict | list) for x in d):
+        items = ((str(i), x) for i, x in enumerate(d))
+    else:
+        return {prefix: list(d) if isinstance(d, tuple) else d}
+    out: dict[str, Any] = {}
+    for k, v in items:
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def policy(key: str) -> str:
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        p = ".".join(parts[:n])
+        if p in POLICIES:
+            return POLICIES[p]
+    return "refuse"
+
+
+def _note(key: str) -> str:
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        if (p := ".".join(parts[:n])) in _NOTES:
+            return f" ({_NOTES[p]})"
+    return ""
+
+
+@dataclass
+class ConfigChanges:
+    applied: list[tuple[str, Any, Any]] = field(default_factory=list)
+    refused: list[tuple[str, Any, Any]] = field(default_factory=list)
+    unknown_before: list[str] = field(default_factory=list)  # keys the checkpoint's config did not have
+
+    def describe(self) -> str:
+        lines = []
+        if self.applied:
+            lines.append("[train] config changes since the checkpoint, applied:")
+            lines += [f"  {k}: {old!r} -> {new!r}{_note(k)}" for k, old, new in self.applied]
+        if self.refused:
+            lines.append("[train] config changes since the checkpoint, accepted with " + ACCEPT_FLAG + ":")
+            lines += [f"  {k}: {old!r} -> {new!r}" for k, old, new in self.refused]
+        return "\n".join(lines)
+
+
+def compare(old_cfg: dict[str, Any] | None, new_cfg: dict[str, Any], step: int, accept: bool) -> ConfigChanges:
+    """The differences between the checkpoint's config and the current one; CannotContinue when a change is
+    refused (and not accepted) or the schedule would end before the checkpoint's step."""
+    changes = ConfigChanges()
+    if old_cfg is None:  # a checkpoint written before configs were recorded: nothing to compare
+        return changes
+    old, new = flatten(old_cfg), flatten(new_cfg)
+    for key in sorted(set(old) | set(new)):
+        if key not in old:
+            changes.unknown_before.append(key)
+            continue
+        a, b = old[key], new.get(key, _ABSENT)
+        if a == b:
+            continue
+        (changes.applied if policy(key) == "apply" else changes.refused).append((key, a, b))
+    total = new_cfg.get("schedule", {}).get("total_steps")
+    if isinstance(total, int) and total < step:
+        raise CannotContinue(f"schedule.total_steps ({total}) is below the checkpoint's step {step}: "
+                             "nothing would be trained; raise schedule.total_steps")
+    if changes.refused and not accept:
+        rows = "\n".join(f"  {k}: checkpoint {a!r}, now {b!r}" for k, a, b in changes.refused)
+        raise CannotContinue(
+            f"the config differs from the checkpoint's (step {step}) in keys that cannot be changed safely on "
+            f"resume:\n{rows}\nRestore them, or rerun with {ACCEPT_FLAG} to resume with the new values anyway."
+        )
+    return changes
+
+
+# --- applying the schedule and optimizer hyper-parameters of the current config after a load ---------------
+_GROUP_KEEP = ("params", "lr", "initial_lr")
+
+
+def schedule_snapshot(scheduler) -> dict[str, Any]:
+    """The LR schedule and optimizer hyper-parameters as built from the current config (take it before the
+    checkpoint is loaded: loading restores the old ones, which silently ignored any change)."""
+    return {
+        "base_lrs": list(scheduler.base_lrs),
+        "lambdas": [copy.deepcopy(fn.__dict__) for fn in scheduler.lr_lambdas],
+        "groups": [{k: copy.deepcopy(v) for k, v in g.items() if k not in _GROUP_KEEP}
+                   for g in scheduler.optimizer.param_groups],
+    }
+
+
+def reapply_schedule(scheduler, snap: dict[str, Any]) -> None:
+    """Put the current config's schedule back after a load and derive the LR at the restored step (the same
+    arithmetic as LambdaLR.get_lr, so an unchanged config resumes bit-exactly)."""
+    scheduler.base_lrs = list(snap["base_lrs"])
+    for fn, state in zip(scheduler.lr_lambdas, snap["lambdas"], strict=True):
+        fn.__dict__.update(copy.deepcopy(state))
+    groups = scheduler.optimizer.param_groups
+    for g, hp, base, fn in zip(groups, snap["groups"], scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
+        g.update(copy.deepcopy(hp))
+        g["initial_lr"] = base
+        g["lr"] = base * fn(scheduler.last_epoch)
+    scheduler._last_lr = [g["lr"] for g in groups]
+
+
+def preview(cfg) -> dict[str, Any] | None:
+    """What `train` would resume from and which config changes it would apply or refuse (for `plan`: what it
+    prints is what runs). Reads COMPLETE only; the files are verified by `train` itself."""
+    from pathlib import Path
+
+    from pretrain.checkpoint import complete_tags, read_complete
+    from runconfig.load import to_dict
+
+    resume = cfg.checkpoint.resume
+    if resume == "none":
+        return None
+    if resume == "auto":
+        ckpt_dir = Path(cfg.checkpoint_dir)
+        tags = complete_tags(ckpt_dir)
+        if not tags:
+            return None
+        folder = ckpt_dir / tags[-1]
+    else:
+        folder = Path(resume)
+    meta = read_complete(folder.parent, folder.name)
+    out: dict[str, Any] = {"checkpoint": str(folder), "step": meta["step"]}
+    try:
+        ch = compare(meta.get("config"), to_dict(cfg), meta["step"], accept=True)
+    except CannotContinue as e:
+        return out | {"error": str(e)}
+    return out | {"applied": [[k, a, b] for k, a, b in ch.applied],
+                  "refused": [[k, a, b] for k, a, b in ch.refused],
+                  "accepted": bool(cfg.checkpoint.accept_config_changes)}
+
+
+def format_preview(p: dict[str, Any] | None) -> list[str]:
+    if p is None:
+        return ["resume            none (a fresh run)"]
+    lines = [f"resume            from {p['checkpoint']} at step {p['step']}"]
+    if "error" in p:
+        return lines + [f"  stops: {p['error']}"]
+    lines += [f"  applied: {k}: {a!r} -> {b!r}{_note(k)}" for k, a, b in p["applied"]]
+    verdict = "accepted" if p["accepted"] else f"the run stops unless {ACCEPT_FLAG}"
+    lines += [f"  refused ({verdict}): {k}: {a!r} -> {b!r}" for k, a, b in p["refused"]]
+    return lines

@@ -1,0 +1,395 @@
+"""Does pretraining pay off? The export vs the same architecture from random initialisation, fine-tuned with the
+HF `Trainer` on the same splits, plus a frozen-feature probe.
+
+Protocol (ULMFiT / BERT practice, made honest about noise):
+- each arm (pretrained, random) picks its learning rate from the same grid on a dev slice of the training
+  split, with the first seed; the test split is never looked at for the choice;
+- with that LR, each seed fine-tunes on the training split (dev excluded) and is scored on the test split;
+  test accuracy is reported as mean ± sd over seeds, with the margin and Welch's t-test p-value;
+- the probe: mean-pooled last hidden state of the frozen model -> logistic regression (scikit-learn).
+
+Family-agnostic through transformers' Auto classes: `AutoModelForSequenceClassification` for encoders and
+decoders, text-to-text (`AutoModelForSeq2SeqLM`, the label string as target) where the config says
+`is_encoder_decoder` (T5). The random arm is `from_config` of the export's own config.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from pretrain.labelled import Row, TaskData, load_tasks
+from runconfig import RunConfig
+from runconfig.finetune import FinetuneConfig
+
+RESULT_FILE = "transfer.json"
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# --- inputs ------------------------------------------------------------------------------------------------
+def model_positions(config) -> int | None:
+    """Tokens the model can attend to (None: relative positions, no table bound), from the family registry
+    where the export's model type is a registered family (RoBERTa reserves padding_idx + 1 rows)."""
+    from pretrain.families import family_names, get_family
+
+    n = getattr(config, "max_position_embeddings", None)
+    if n is None or getattr(config, "is_encoder_decoder", False):
+        return None
+    if config.model_type in family_names():
+        return get_family(config.model_type).position_limit(n)
+    return n
+
+
+def resolve_max_length(ft: FinetuneConfig, config) -> int:
+    limit = model_positions(config)
+    if ft.max_length == "model":
+        if limit is None:
+            raise ValueError("finetune.max_length: 'model' needs a model with a position table; give a number")
+        return limit
+    if limit is not None and ft.max_length > limit:
+        raise ValueError(f"finetune.max_length ({ft.max_length}) exceeds the {limit} positions of the model; "
+                         f"use at most {limit} (or 'model')")
+    return ft.max_length
+
+
+def windows(ids: list[int], budget: int, ft: FinetuneConfig) -> list[list[int]]:
+    """Token ids (no special tokens) -> the pieces that fit `budget`: one (truncate, head+tail) or several
+    overlapping windows (sliding_window)."""
+    if len(ids) <= budget:
+        return [ids]
+    if ft.long_inputs == "truncate":
+        return [ids[:budget]]
+    if ft.long_inputs == "head_tail":
+        head = round(budget * ft.head_fraction)
+        return [ids[:head] + ids[len(ids) - (budget - head):]]
+    stride = max(1, round(budget * ft.window_stride))
+    out = [ids[i:i + budget] for i in range(0, len(ids) - budget + stride, stride)]
+    return [w for w in out if w]
+
+
+@dataclass
+class Encoded:
+    features: list[dict[str, Any]]  # one per window
+    owner: np.ndarray  # example index of each window
+    gold: np.ndarray  # label index per example
+
+
+def special_frame(tok: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:
+    """The special tokens the tokenizer's post-processor puts before and after a text (e.g. <s> .. </s>), found
+    by encoding a probe with and without them (fast tokenizers expose no build_inputs_with_special_tokens)."""
+    plain = tok("hello world", add_special_tokens=False)["input_ids"]
+    full = tok("hello world", add_special_tokens=True)["input_ids"]
+    for i in range(len(full) - len(plain) + 1):
+        if full[i:i + len(plain)] == plain:
+            return full[:i], full[i + len(plain):]
+    raise ValueError(f"cannot locate the text inside the special-token frame of {type(tok).__name__}")
+
+
+def encode(tok: PreTrainedTokenizerBase, rows: list[Row], labels: dict[str, int], max_length: int,
+           ft: FinetuneConfig, text_to_text: bool) -> Encoded:
+    prefix, suffix = special_frame(tok)
+    budget = max_length - len(prefix) - len(suffix)
+    raw = tok([r[1] for r in rows], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+    label_ids = {name: tok(name, add_special_tokens=True)["input_ids"] for name in labels} if text_to_text else {}
+    feats, owner = [], []
+    for i, (ids, row) in enumerate(zip(raw, rows, strict=True)):
+        for piece in windows(ids, budget, ft):
+            f = {"input_ids": prefix + piece + suffix}
+            f["labels"] = label_ids[row[2]] if text_to_text else labels[row[2]]
+            feats.append(f)
+            owner.append(i)
+    return Encoded(feats, np.asarray(owner), np.asarray([labels[r[2]] for r in rows]))
+
+
+class Collator:
+    """Right-pads input ids (attention mask from lengths) and, for text-to-text, the target ids with -100."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, feats: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        n = max(len(f["input_ids"]) for f in feats)
+        ids = torch.full((len(feats), n), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(feats), n), dtype=torch.long)
+        for i, f in enumerate(feats):
+            ids[i, : len(f["input_ids"])] = torch.tensor(f["input_ids"])
+            mask[i, : len(f["input_ids"])] = 1
+        out = {"input_ids": ids, "attention_mask": mask}
+        if isinstance(feats[0]["labels"], list):
+            m = max(len(f["labels"]) for f in feats)
+            lab = torch.full((len(feats), m), -100, dtype=torch.long)
+            for i, f in enumerate(feats):
+                lab[i, : len(f["labels"])] = torch.tensor(f["labels"])
+            out["labels"] = lab
+        else:
+            out["labels"] = torch.tensor([f["labels"] for f in feats])
+        return out
+
+
+class _ListDataset(torch.utils.data.Dataset):
+    def __init__(self, items: list[dict[str, Any]]):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.items[i]
+
+
+# --- models ------------------------------------------------------------------------------------------------
+class Arms:
+    """Builds each arm's model from one export folder: the export's weights, or its config from random init."""
+
+    def __init__(self, model_dir: Path, labels: list[str]):
+        self.model_dir = model_dir
+        self.labels = labels
+        base = AutoConfig.from_pretrained(str(model_dir))
+        self.text_to_text = bool(getattr(base, "is_encoder_decoder", False))
+        kwargs = {} if self.text_to_text else {
+            "num_labels": len(labels), "id2label": dict(enumerate(labels)), "label2id": {n: i for i, n in enumerate(labels)}}
+        self.config = AutoConfig.from_pretrained(str(model_dir), **kwargs)
+        self.cls = AutoModelForSeq2SeqLM if self.text_to_text else AutoModelForSequenceClassification
+        self.pad_id: int | None = None
+
+    def build(self, arm: str) -> torch.nn.Module:
+        """Called by the Trainer after it seeds torch: the head (and the random arm's body) depend on the seed."""
+        if arm == "pretrained":
+            model = self.cls.from_pretrained(str(self.model_dir), config=self.config)
+        elif arm == "random":
+            model = self.cls.from_config(self.config)
+        else:
+            raise ValueError(f"finetune.arms: unknown arm {arm!r} (pretrained, random)")
+        if model.config.pad_token_id is None and self.pad_id is not None:
+            model.config.pad_token_id = self.pad_id  # decoders classify from the last non-pad token
+        return model
+
+    def encoder(self, arm: str) -> torch.nn.Module:
+        """The body without a head, for the frozen-feature probe (the encoder of an encoder-decoder)."""
+        config = AutoConfig.from_pretrained(str(self.model_dir))
+        model = AutoModel.from_pretrained(str(self.model_dir)) if arm == "pretrained" else AutoModel.from_config(config)
+        return model.get_encoder() if self.text_to_text else model
+
+
+# --- one fine-tune -----------------------------------------------------------------------------------------
+def _predict(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig, text_to_text: bool,
+             label_ids: list[list[int]] | None) -> np.ndarray:
+    """Predicted label index per example. Classifiers average window logits per example; text-to-text scores
+    every label string (rank classification: the label with the lowest target loss), which never produces an
+    out-of-label answer."""
+    collate = Collator(tok.pad_token_id)
+    model.eval()
+    n_labels = int(enc.gold.max(initial=0)) + 1 if label_ids is None else len(label_ids)
+    scores = np.zeros((len(enc.gold), n_labels))
+    with torch.no_grad():
+        for s in range(0, len(enc.features), ft.eval_batch_size):
+            chunk = enc.features[s:s + ft.eval_batch_size]
+            owners = enc.owner[s:s + ft.eval_batch_size]
+            batch = collate(chunk)
+            batch.pop("labels")
+            if text_to_text:
+                for j, target in enumerate(label_ids):
+                    lab = torch.tensor(target).repeat(len(chunk), 1)
+                    logits = model(**batch, labels=lab).logits
+                    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), lab, reduction="none").sum(1)
+                    np.add.at(scores[:, j], owners, -nll.numpy())
+            else:
+                logits = model(**batch).logits.float().log_softmax(-1).numpy()
+                np.add.at(scores, owners, logits)
+    return scores.argmax(1)
+
+
+def fine_tune_once(arms: Arms, arm: str, tok, train: Encoded, evals: dict[str, Encoded], lr: float, seed: int,
+                   ft: FinetuneConfig, out_dir: Path, label_ids, save_model: bool = False) -> dict[str, float]:
+    """One Trainer run; returns accuracy on each of `evals`."""
+    args = TrainingArguments(
+        output_dir=str(out_dir), learning_rate=lr, num_train_epochs=ft.epochs,
+        per_device_train_batch_size=ft.batch_size, weight_decay=ft.weight_decay, warmup_steps=ft.warmup_ratio,
+        lr_scheduler_type="linear", seed=seed, data_seed=seed, save_strategy="no", eval_strategy="no",
+        logging_strategy="no", report_to=[], disable_tqdm=True, use_cpu=not torch.cuda.is_available(),
+        dataloader_num_workers=0, remove_unused_columns=False, max_grad_norm=1.0,
+    )
+    trainer = Trainer(model_init=lambda: arms.build(arm), args=args, train_dataset=_ListDataset(train.features),
+                      data_collator=Collator(tok.pad_token_id))
+    trainer.train()
+    model = trainer.model
+    out = {name: float((_predict(model, tok, enc, ft, arms.text_to_text, label_ids) == enc.gold).mean())
+           for name, enc in evals.items()}
+    if save_model:
+        trainer.save_model(str(out_dir))
+        tok.save_pretrained(str(out_dir))
+    (out_dir / "result.json").write_text(json.dumps({"arm": arm, "lr": lr, "seed": seed, "accuracy": out}, indent=1))
+    return out
+
+
+# --- probe -------------------------------------------------------------------------------------------------
+def _pooled(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig) -> np.ndarray:
+    """Mean-pooled last hidden state per example (averaged over its windows)."""
+    collate = Collator(tok.pad_token_id)
+    model.eval()
+    feats: np.ndarray | None = None
+    counts = np.bincount(enc.owner, minlength=len(enc.gold))[:, None]
+    with torch.no_grad():
+        for s in range(0, len(enc.features), ft.eval_batch_size):
+            batch = collate(enc.features[s:s + ft.eval_batch_size])
+            mask = batch["attention_mask"].unsqueeze(-1).float()
+            h = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+            pooled = ((h * mask).sum(1) / mask.sum(1).clamp(min=1)).numpy()
+            if feats is None:
+                feats = np.zeros((len(enc.gold), pooled.shape[1]))
+            np.add.at(feats, enc.owner[s:s + ft.eval_batch_size], pooled)
+    return feats / counts
+
+
+def probe(arms: Arms, arm: str, tok, train: Encoded, test: Encoded, ft: FinetuneConfig, seed: int) -> float:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    set_seed(seed)
+    body = arms.encoder(arm)
+    x_train, x_test = _pooled(body, tok, train, ft), _pooled(body, tok, test, ft)
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=1.0))
+    clf.fit(x_train, train.gold)
+    return float((clf.predict(x_test) == test.gold).mean())
+
+
+# --- the comparison ----------------------------------------------------------------------------------------
+def _stats(xs: list[float]) -> dict[str, float]:
+    return {"mean": statistics.fmean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0, "values": xs}
+
+
+def _welch_p(a: list[float], b: list[float]) -> float | None:
+    if len(a) < 2 or len(b) < 2:
+        return None
+    from scipy.stats import ttest_ind
+
+    if statistics.pstdev(a) == 0 and statistics.pstdev(b) == 0:
+        return 0.0 if statistics.fmean(a) != statistics.fmean(b) else 1.0
+    p = float(ttest_ind(a, b, equal_var=False).pvalue)
+    return None if math.isnan(p) else p
+
+
+def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path, log=_log) -> dict[str, Any]:
+    ft = cfg.finetune
+    t0 = time.time()
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    arms = Arms(model_dir, data.labels)
+    arms.pad_id = tok.pad_token_id
+    max_len = resolve_max_length(ft, arms.config)
+    index = {n: i for i, n in enumerate(data.labels)}
+    enc = {s: encode(tok, rows, index, max_len, ft, arms.text_to_text)
+           for s, rows in (("train", data.train), ("dev", data.dev), ("test", data.test))}
+    label_ids = [tok(n)["input_ids"] for n in data.labels] if arms.text_to_text else None
+    result: dict[str, Any] = {"task": data.name, "labels": data.labels, "splits": data.sizes(), "origin": data.origin,
+                              "max_length": max_len, "long_inputs": ft.long_inputs, "seeds": ft.seeds,
+                              "lr_grid": ft.lr_grid, "text_to_text": arms.text_to_text, "arms": {}}
+    seed0 = ft.seeds[0]
+    for arm in ft.arms:
+        dev_acc: dict[float, float] = {}
+        test_acc: dict[float, float] = {}  # scored now, read only for the LR the dev split picks
+        for lr in ft.lr_grid:  # the LR is chosen on dev with the first seed; the test split is not consulted
+            acc = fine_tune_once(arms, arm, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, lr, seed0, ft,
+                                 out_dir / arm / f"lr{lr:g}-seed{seed0}", label_ids)
+            dev_acc[lr], test_acc[lr] = acc["dev"], acc["test"]
+            log(f"[transfer] {data.name} {arm:<10} lr {lr:g} seed {seed0}: dev {acc['dev']:.3f}")
+        best = max(ft.lr_grid, key=lambda x: (dev_acc[x], -ft.lr_grid.index(x)))  # ties: the first in the grid
+        test_by_seed = {seed0: test_acc[best]}
+        for seed in ft.seeds[1:]:
+            acc = fine_tune_once(arms, arm, tok, enc["train"], {"test": enc["test"]}, best, seed, ft,
+                                 out_dir / arm / f"lr{best:g}-seed{seed}", label_ids)
+            test_by_seed[seed] = acc["test"]
+        accs = [test_by_seed[s] for s in ft.seeds]
+        entry: dict[str, Any] = {"lr": best, "dev_accuracy_by_lr": {f"{k:g}": v for k, v in dev_acc.items()},
+                                 "test_accuracy": _stats(accs)}
+        if ft.probe:
+            entry["probe_accuracy"] = probe(arms, arm, tok, enc["train"], enc["test"], ft, seed0)
+        result["arms"][arm] = entry
+        log(f"[transfer] {data.name} {arm:<10} lr {best:g}: test {entry['test_accuracy']['mean']:.3f} ± "
+            f"{entry['test_accuracy']['sd']:.3f} over seeds {ft.seeds}"
+            + (f", probe {entry['probe_accuracy']:.3f}" if ft.probe else ""))
+    if {"pretrained", "random"} <= set(result["arms"]):
+        pre, rnd = result["arms"]["pretrained"], result["arms"]["random"]
+        result["margin"] = pre["test_accuracy"]["mean"] - rnd["test_accuracy"]["mean"]
+        result["p_value"] = _welch_p(pre["test_accuracy"]["values"], rnd["test_accuracy"]["values"])
+        if ft.probe:
+            result["probe_margin"] = pre["probe_accuracy"] - rnd["probe_accuracy"]
+    result["seconds"] = round(time.time() - t0, 1)
+    return result
+
+
+def run_transfer(cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | None = None, log=_log) -> dict[str, Any]:
+    """Every configured task (each task, arm and seed in its own folder); writes `transfer.json` beside the
+    export and into the output folder, and the headline figures to TensorBoard."""
+    from data_pipeline.layout import RunLayout
+
+    layout = RunLayout(cfg)
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"no exported model (config.json) in {model_dir}: run `python -m pretrain export` "
+                                "first or pass --model")
+    if cfg.finetune.threads:
+        torch.set_num_threads(cfg.finetune.threads)
+    tasks = load_tasks(cfg)  # every task read and checked before any training
+    out = Path(out_dir) if out_dir is not None else layout.finetune
+    results = [evaluate_task(cfg, t, model_dir, out / t.name, log=log) for t in tasks]
+    report = {"model": str(model_dir), "tasks": {r["task"]: r for r in results}}
+    text = json.dumps(report, indent=1)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RESULT_FILE).write_text(text)
+    (model_dir / RESULT_FILE).write_text(text)
+    _to_tensorboard(layout.logs, results)
+    return report
+
+
+def _to_tensorboard(folder: Path, results: list[dict[str, Any]]) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(folder))
+    for r in results:
+        for arm, e in r["arms"].items():
+            w.add_scalar(f"transfer/{r['task']}/{arm}/test_accuracy", e["test_accuracy"]["mean"], 0)
+            if "probe_accuracy" in e:
+                w.add_scalar(f"transfer/{r['task']}/{arm}/probe_accuracy", e["probe_accuracy"], 0)
+        if "margin" in r:
+            w.add_scalar(f"transfer/{r['task']}/margin", r["margin"], 0)
+    w.close()
+
+
+def format_report(report: dict[str, Any]) -> str:
+    lines = []
+    for name, r in report["tasks"].items():
+        lines.append(f"{name}: {r['splits']['train']} train / {r['splits']['dev']} dev / {r['splits']['test']} test "
+                     f"({len(r['labels'])} labels; {r['origin']})")
+        for arm, e in r["arms"].items():
+            t = e["test_accuracy"]
+            probe_txt = f"   probe {e['probe_accuracy']:.3f}" if "probe_accuracy" in e else ""
+            lines.append(f"  {arm:<10} {t['mean']:.3f} ± {t['sd']:.3f}  (lr {e['lr']:g}, {len(t['values'])} seeds)"
+                         f"{probe_txt}")
+        if "margin" in r:
+            p = r.get("p_value")
+            lines.append(f"  margin     {100 * r['margin']:+.1f} points" + (f" (Welch p={p:.3g})" if p is not None else "")
+                         + (f", probe {100 * r['probe_margin']:+.1f} points" if "probe_margin" in r else ""))
+    return "\n".join(lines)

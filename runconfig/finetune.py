@@ -1,0 +1,107 @@
+"""Downstream evaluation: labelled classification tasks, the fine-tune recipe, and the transfer comparison
+(pretrained export vs the same architecture from random initialisation, LR picked per arm on a dev slice,
+several seeds, frozen-feature probe)."""
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from runconfig.base import Section
+
+LabelledFormat = Literal["auto", "csv", "tsv", "jsonl", "folder", "hf_dataset"]
+
+
+class FinetuneTask(Section):
+    """One labelled task, given the way teams hold it: explicit train/dev/test files, or a data source's
+    pretraining hold-out. A split given by files is used as is; a split made here (test_fraction, dev_fraction)
+    hashes example ids with the task name, never with a seed, so seeds never move the test set."""
+
+    name: str
+    source: str | None = None  # a data.sources entry whose hold-out documents carry labels
+    # Files (local paths; $VARS, ~, {prefix}, {site_packages} expand): CSV (a BOM is fine), TSV, JSONL, a folder
+    # with one sub-folder per label, or an HF `datasets` folder (save_to_disk).
+    train: str | None = None
+    dev: str | None = None
+    test: str | None = None
+    dataset: str | None = None  # an HF DatasetDict folder: its train / validation|dev / test splits
+    format: LabelledFormat = "auto"
+    text_column: str = "text"
+    label_column: str = "label"
+    test_fraction: float = Field(0.3, gt=0, lt=1)  # only when no test file is given
+    dev_fraction: float = Field(0.15, gt=0, lt=1)  # slice of train for picking the LR, when no dev file
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> "FinetuneTask":
+        given = [k for k in ("source", "train", "dataset") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"finetune.tasks ({self.name}): set exactly one of source, train (with optional dev/test) "
+                             f"or dataset; got {given or 'none'}")
+        if self.source is not None and (self.dev or self.test):
+            raise ValueError(f"finetune.tasks ({self.name}): dev/test files need train files, not source")
+        return self
+
+
+class FinetuneConfig(Section):
+    """The fine-tune recipe shared by every task, arm and seed (HF `Trainer`)."""
+
+    tasks: list[FinetuneTask] = Field(default_factory=list)
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    lr_grid: list[float] = Field(default_factory=lambda: [1e-4, 3e-4, 1e-3])
+    epochs: float = Field(3, gt=0)
+    batch_size: int = Field(16, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    # Token budget per example (special tokens included); "model" = the model's position table.
+    max_length: int | Literal["model"] = 128
+    # Inputs longer than max_length: head+tail keeps the first head_fraction and the end (Sun et al. 2019),
+    # truncate keeps the head, sliding_window trains on every window and averages the logits per example.
+    long_inputs: Literal["head_tail", "truncate", "sliding_window"] = "head_tail"
+    head_fraction: float = Field(0.25, ge=0, le=1)
+    window_stride: float = Field(0.5, gt=0, le=1)  # sliding_window: stride as a fraction of max_length
+    probe: bool = True  # frozen-feature probe: mean-pooled last hidden state -> logistic regression
+    arms: list[Literal["pretrained", "random"]] = Field(default_factory=lambda: ["pretrained", "random"], min_length=1)
+    eval_batch_size: int = Field(64, gt=0)
+    threads: int | None = None  # torch intra-op threads (None: torch's default, all cores)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _single_task_shorthand(cls, data: Any) -> Any:
+        """`finetune: {source: bbc}` / `{path: file_or_folder}` / `{lr: x}` / `{seed: n}`: one task, one LR,
+        one seed (the older single-task keys)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        task: dict[str, Any] = {}
+        for k in ("source", "path"):
+            if data.get(k) is not None and data.get("tasks"):
+                raise ValueError(f"finetune.{k} is the single-task shorthand, but finetune.tasks is set: give the "
+                                 f"task in finetune.tasks (e.g. finetune.tasks.0.{'source' if k == 'source' else 'train'})")
+        if data.get("source") is not None:
+            task = {"name": data["source"], "source": data["source"]}
+        elif data.get("path") is not None:
+            task = {"name": "task", "train": data["path"]}
+        data.pop("source", None)
+        data.pop("path", None)
+        if "test_fraction" in data:
+            task["test_fraction"] = data.pop("test_fraction")
+        if task.get("name") and not data.get("tasks"):
+            data["tasks"] = [task]
+        for one, many in (("lr", "lr_grid"), ("seed", "seeds")):
+            if one in data:
+                if many in data:
+                    raise ValueError(f"finetune.{one} and finetune.{many} are both set: keep finetune.{many}")
+                data[many] = [data.pop(one)]
+        return data
+
+    @model_validator(mode="after")
+    def _valid(self) -> "FinetuneConfig":
+        if not self.lr_grid:
+            raise ValueError("finetune.lr_grid is empty: give at least one learning rate")
+        if any(lr <= 0 for lr in self.lr_grid):
+            raise ValueError(f"finetune.lr_grid: learning rates must be > 0, got {self.lr_grid}")
+        names = [t.name for t in self.tasks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"finetune.tasks: duplicate task names {names}")
+        if isinstance(self.max_length, int) and self.max_length < 8:
+            raise ValueError(f"finetune.max_length ({self.max_length}) must be >= 8")
+        return self

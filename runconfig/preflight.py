@@ -1,0 +1,41 @@
+"""Checks of a loaded config against this machine, run by a command before its first stage starts.
+
+Schema validation (load.py) cannot know the file system or the accelerator; without these checks a missing
+data path surfaced as a traceback from a worker, an unwritable output folder after the first stage, a missing
+resume folder as a fresh run, and fp16 on a CPU accelerator deep inside DeepSpeed. Each error names the key.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from runconfig.load import ConfigError
+from runconfig.run import RunConfig
+
+
+def check_output_writable(cfg: RunConfig) -> None:
+    out = Path(cfg.run.output_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"run.output_dir: {out} is not writable ({e.strerror or e})") from None
+
+
+def check_train(cfg: RunConfig, accelerator: str) -> None:
+    """`accelerator`: DeepSpeed's device name ("cpu", "cuda", ...), given by the caller (runconfig does not
+    import DeepSpeed)."""
+    if cfg.deepspeed.precision == "fp16" and accelerator == "cpu":
+        raise ConfigError("deepspeed.precision: fp16 needs a GPU accelerator (DeepSpeed's accelerator here is "
+                          "'cpu'); use bf16 or fp32")
+    resume = cfg.checkpoint.resume
+    if resume not in ("auto", "none"):
+        if not os.path.isdir(resume):
+            raise ConfigError(f"checkpoint.resume: {resume} does not exist (give a step folder such as "
+                              f"<checkpoint dir>/step00000100, or 'auto' / 'none')")
+        if not (Path(resume) / "COMPLETE").is_file():
+            raise ConfigError(f"checkpoint.resume: {resume} is not a complete checkpoint (no COMPLETE file)")
+    check_output_writable(cfg)

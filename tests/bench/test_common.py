@@ -1,0 +1,47 @@
+"""bench/_common.Report: medians of paired alternating rounds decide pass/fail; quick runs are never saved."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import _common as C  # noqa: E402
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setattr(C, "RESULTS", tmp_path)
+    return tmp_path
+
+
+def test_alternate_runs_ours_then_peer_each_round():
+    calls = []
+    o, p = C.alternate(lambda: calls.append("o") or 1.0, lambda: calls.append("p") or 2.0, 3)
+    assert calls == ["o", "p"] * 3 and o == [1.0] * 3 and p == [2.0] * 3
+
+
+def test_verdict_is_the_median_of_paired_ratios_and_can_fail(results, capsys):
+    rep = C.Report("bench/example.py")
+    # one noisy round (ratio 5) must not carry the verdict: per-round ratios 1, 1, 1, 1, 5 -> median 1
+    ok = rep.compare("speed", [10, 10, 10, 10, 50], [10, 10, 10, 10, 10], 1.1)
+    assert not ok and rep.verdicts[-1].endswith(" fail") and "ratio=1 " in rep.verdicts[-1]
+    assert rep.compare("latency", [5, 5, 5, 5, 5], [10, 10, 10, 10, 10], 1.0, lower_is_better=True)
+    assert rep.verdicts[-1].startswith("VERDICT latency_lower_is_better: ours=5 peer=10 ratio=0.5 goal=1 pass")
+    assert rep.finish() == 1  # a fail is the exit code
+    text = (results / "example.txt").read_text()
+    assert text.startswith("# bench/example.py: written by the script itself")
+    for field in ("command: ", "commit: ", "date: ", "machine: ", "load average at start"):
+        assert field in text
+    assert text.rstrip().splitlines()[-2:] == rep.verdicts
+    assert "min 10, max 50" in text
+
+
+def test_quick_run_prints_verdicts_but_writes_nothing(results, capsys):
+    rep = C.Report("bench/example.py")
+    rep.compare("speed", [3.0, 3.0], [1.0, 1.0], 2.0)
+    assert rep.finish() == 0
+    assert not (results / "example.txt").exists()
+    assert "VERDICT speed: ours=3 peer=1 ratio=3 goal=2 pass" in capsys.readouterr().out

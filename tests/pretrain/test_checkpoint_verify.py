@@ -1,0 +1,187 @@
+"""Checkpoint verification, config changes on resume and the run-folder lock, without the engine (fast)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pretrain import checkpoint as ckpt
+from pretrain import resume_diff
+from pretrain.run_lock import LOCK_NAME, RunFolderLocked, RunLock
+from pretrain.schedule import WarmupDecay
+
+
+def _fake_checkpoint(root: Path, step: int, world: int = 2) -> Path:
+    folder = root / ckpt.tag_for(step)
+    folder.mkdir(parents=True)
+    (folder / "mp_rank_00_model_states.pt").write_bytes(os.urandom(4096))
+    for r in range(world):
+        (folder / f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt").write_bytes(os.urandom(2048))
+        (folder / f"rng_rank{r:05d}.pt").write_bytes(os.urandom(512))
+    files = ckpt.file_entries(folder, ckpt._checkpoint_files(folder))
+    ckpt.write_complete(folder, {"step": step, "world_size": world, "zero_stage": 2}, files)
+    (root / "latest").write_text(folder.name)
+    return folder
+
+
+def test_complete_lists_every_file_with_size_and_checksum(tmp_path):
+    folder = _fake_checkpoint(tmp_path, 4)
+    meta = ckpt.read_complete(tmp_path, folder.name)
+    assert sorted(meta["files"]) == sorted(p.name for p in folder.iterdir() if p.name != ckpt.COMPLETE)
+    assert all(set(v) == {"size", "xxh3"} for v in meta["files"].values())
+    assert ckpt.verify_files(folder) == []
+
+
+@pytest.mark.parametrize("damage", ["truncate", "zero", "delete_optim", "delete_rng"])
+def test_damaged_newest_checkpoint_falls_back_to_previous(tmp_path, damage):
+    _fake_checkpoint(tmp_path, 4)
+    new = _fake_checkpoint(tmp_path, 8)
+    target = {"truncate": "mp_rank_00_model_states.pt", "zero": "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+              "delete_optim": "zero_pp_rank_0_mp_rank_00_optim_states.pt", "delete_rng": "rng_rank00001.pt"}[damage]
+    path = new / target
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:100])
+    elif damage == "zero":
+        path.write_bytes(bytes(path.stat().st_size))
+    else:
+        path.unlink()
+    warnings: list[str] = []
+    assert ckpt.select_resume_tag(tmp_path, warn=warnings.append) == "step00000004"
+    assert len(warnings) == 1 and "step00000008" in warnings[0] and target in warnings[0], warnings
+    assert {"truncate": "100 bytes", "zero": "checksum", "delete_optim": "missing",
+            "delete_rng": "missing"}[damage] in warnings[0]
+    # verification split over 2 ranks finds the same problem on exactly one of them
+    shares = [ckpt.verify_files(new, r, 2) for r in range(2)]
+    assert sum(len(s) for s in shares) == 1
+
+
+def test_every_checkpoint_damaged_stops_with_clear_message(tmp_path):
+    for step in (4, 8):
+        (_fake_checkpoint(tmp_path, step) / "rng_rank00000.pt").unlink()
+    with pytest.raises(ckpt.CannotContinue, match="no usable checkpoint left") as e:
+        ckpt.select_resume_tag(tmp_path, warn=lambda _m: None)
+    assert "step00000004" in str(e.value) and "step00000008" in str(e.value)
+    assert ckpt.CANNOT_CONTINUE_EXIT_CODE != ckpt.PREEMPTED_EXIT_CODE
+    assert ckpt.select_resume_tag(tmp_path / "none") is None  # a fresh run
+
+
+# --- config changes on resume --------------------------------------------------------------------------------
+OLD = {"optim": {"lr": 1e-3, "betas": [0.9, 0.98]}, "schedule": {"total_steps": 30, "warmup_steps": 2},
+       "batch": {"global_batch_size": 8}, "model": {"hidden_size": 64},
+       "data": {"sources": [{"name": "a", "paths": ["x"]}]}, "checkpoint": {"every_steps": 4}}
+
+
+def _new(**changes) -> dict:
+    new = json.loads(json.dumps(OLD))
+    for key, value in changes.items():
+        node = new
+        *head, last = key.split("__")
+        for k in head:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        node[last] = value
+    return new
+
+
+def test_safe_changes_are_applied_and_listed():
+    ch = resume_diff.compare(OLD, _new(schedule__total_steps=33, optim__lr=5e-4, checkpoint__every_steps=1),
+                             step=30, accept=False)
+    assert [k for k, *_ in ch.applied] == ["checkpoint.every_steps", "optim.lr", "schedule.total_steps"]
+    text = ch.describe()
+    assert "schedule.total_steps: 30 -> 33 (the LR schedule is re-derived from the current step)" in text
+    assert "optim.lr: 0.001 -> 0.0005 (the new peak LR takes effect now)" in text
+    # a key the code adds later (e.g. a schedule budget) is not a change against an older checkpoint
+    assert resume_diff.compare(OLD, _new(schedule__budget_minutes=5), 30, False).applied == []
+    assert resume_diff.policy("schedule.budget_minutes") == "apply"
+
+
+def test_unsafe_changes_are_refused_with_old_new_and_flag():
+    with pytest.raises(ckpt.CannotContinue) as e:
+        resume_diff.compare(OLD, _new(batch__global_batch_size=16, model__hidden_size=128,
+                                      data__sources__0__paths=["y"]), step=30, accept=False)
+    msg = str(e.value)
+    for line in ("batch.global_batch_size: checkpoint 8, now 16", "model.hidden_size: checkpoint 64, now 128",
+                 "data.sources.0.paths: checkpoint ['x'], now ['y']", resume_diff.ACCEPT_FLAG):
+        assert line in msg, msg
+    ch = resume_diff.compare(OLD, _new(batch__global_batch_size=16), step=30, accept=True)
+    assert ch.refused == [("batch.global_batch_size", 8, 16)] and "accepted with" in ch.describe()
+    with pytest.raises(ckpt.CannotContinue, match="schedule.total_steps .20. is below the checkpoint's step 30"):
+        resume_diff.compare(OLD, _new(schedule__total_steps=20), step=30, accept=False)
+
+
+def test_reapplied_schedule_takes_new_peak_and_length_at_restored_step():
+    import torch
+
+    p = torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.AdamW([{"params": [p], "weight_decay": 0.1}], lr=1e-3, betas=(0.9, 0.98))
+    old = torch.optim.lr_scheduler.LambdaLR(opt, WarmupDecay(2, 30, "linear", 0.0))
+    for _ in range(30):
+        opt.step()
+        old.step()
+    state, opt_state = old.state_dict(), opt.state_dict()
+    assert old.get_last_lr()[0] == 0.0  # the end of the 30-step schedule
+
+    opt2 = torch.optim.AdamW([{"params": [p], "weight_decay": 0.0}], lr=5e-4, betas=(0.8, 0.9))
+    new = torch.optim.lr_scheduler.LambdaLR(opt2, WarmupDecay(2, 33, "linear", 0.0))
+    snap = resume_diff.schedule_snapshot(new)
+    opt2.load_state_dict(opt_state)
+    new.load_state_dict(state)
+    assert new.get_last_lr()[0] == 0.0 and opt2.param_groups[0]["betas"] == (0.9, 0.98)  # the silent bug
+    resume_diff.reapply_schedule(new, snap)
+    assert new.get_last_lr()[0] == pytest.approx(5e-4 * WarmupDecay(2, 33, "linear", 0.0)(30))
+    assert new.get_last_lr()[0] > 0 and opt2.param_groups[0]["betas"] == (0.8, 0.9)
+    assert opt2.param_groups[0]["weight_decay"] == 0.0
+    opt2.step()
+    new.step()
+    assert new.get_last_lr()[0] == pytest.approx(5e-4 * WarmupDecay(2, 33, "linear", 0.0)(31))
+
+
+# --- the run-folder lock ---------------------------------------------------------------------------------------
+def test_second_run_on_a_folder_is_refused_naming_the_holder(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        info = {"host": socket.gethostname(), "pid": holder.pid, "started": "then", "proc_start": None}
+        (tmp_path / LOCK_NAME).write_text(json.dumps(info))
+        with pytest.raises(RunFolderLocked, match=f"in use by another training run: host {socket.gethostname()} "
+                                                  f"pid {holder.pid}"):
+            RunLock(tmp_path).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is dead now: its lock is stale and taken over
+    lock = RunLock(tmp_path)
+    assert "took over a stale lock" in lock.acquire()
+    assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
+    with pytest.raises(RunFolderLocked):  # held by this live process
+        RunLock(tmp_path).acquire()
+    lock.release()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_lock_from_another_host_is_reported(tmp_path):
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"host": "gpu-node-17", "pid": 4242, "started": "Monday"}))
+    with pytest.raises(RunFolderLocked, match="host gpu-node-17 pid 4242 since Monday on another host"):
+        RunLock(tmp_path).acquire()
+
+
+def test_plan_shows_the_resume_point_and_config_changes(tmp_path):
+    from pretrain.plan import format_report, plan_report
+    from runconfig import load_config
+    from runconfig.load import to_dict
+
+    old = load_config("configs/roberta-tiny.yaml", [f"run.output_dir={tmp_path}", "schedule.total_steps=30"])
+    folder = _fake_checkpoint(tmp_path / "checkpoints", 30)
+    meta = ckpt.read_complete(folder.parent, folder.name)
+    ckpt.write_complete(folder, {**meta, "config": to_dict(old)}, meta["files"])
+    new = load_config("configs/roberta-tiny.yaml", [f"run.output_dir={tmp_path}", "schedule.total_steps=33",
+                                                    "optim.lr=5e-4", "batch.global_batch_size=64"])
+    text = format_report(plan_report(new, 2))
+    assert f"resume            from {folder} at step 30" in text
+    assert "applied: schedule.total_steps: 30 -> 33 (the LR schedule is re-derived from the current step)" in text
+    assert "applied: optim.lr: 0.001 -> 0.0005" in text
+    assert "refused (the run stops unless checkpoint.accept_config_changes=true): batch.global_batch_size: 32 -> 64" in text
