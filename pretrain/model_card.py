@@ -35,16 +35,19 @@ TASKS = {
     "masked_lm": ("fill-mask", "Masked language modeling", "AutoModelForMaskedLM"),
     "causal_lm": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),
     "seq2seq": ("text2text-generation", "Span corruption (text-to-text)", "AutoModelForSeq2SeqLM"),
+    # A replaced-token-detection discriminator (ELECTRA) has no Hub pipeline of its own; its encoder is the product.
+    "token_detection": ("feature-extraction", "Replaced-token detection", "AutoModelForPreTraining"),
 }
 
 
 def head_task(architecture: str, model_type: str) -> str:
-    """masked_lm | causal_lm | seq2seq for an exported architecture (e.g. RobertaForMaskedLM)."""
+    """masked_lm | causal_lm | seq2seq | token_detection for an exported architecture (e.g. RobertaForMaskedLM)."""
     from transformers.models.auto import modeling_auto as ma
 
     for task, mapping in (("masked_lm", ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES),
                           ("causal_lm", ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
-                          ("seq2seq", ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)):  # fmt: skip
+                          ("seq2seq", ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES),
+                          ("token_detection", ma.MODEL_FOR_PRETRAINING_MAPPING_NAMES)):  # fmt: skip
         names = mapping.get(model_type)
         if names and architecture in ([names] if isinstance(names, str) else list(names)):
             return task
@@ -83,6 +86,13 @@ def _usage(task: str, auto_cls: str, repo: str, mask: str | None) -> str:
         call = f'fill("The company said its shares {mask} on Tuesday.")'
         return (f'from transformers import pipeline\n\nfill = pipeline("fill-mask", model="{repo}")\nprint({call})\n'
                 f"\n# fine-tune: AutoModelForSequenceClassification.from_pretrained(\"{repo}\", num_labels=N)")
+    if task == "token_detection":
+        return (f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")\n'
+                f'disc = {auto_cls}.from_pretrained("{repo}")\n'
+                'batch = tok(["The company said its shares fell on Tuesday."], return_tensors="pt")\n'
+                "replaced = disc(**batch).logits > 0  # per token: True where it looks replaced\n"
+                f"\n# fine-tune: AutoModelForSequenceClassification.from_pretrained(\"{repo}\", num_labels=N)"
+                f"\n# the generator: AutoModelForMaskedLM.from_pretrained(\"{repo}\", subfolder=\"generator\")")
     if task == "causal_lm":
         return (f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")'
                 f'\nmodel = {auto_cls}.from_pretrained("{repo}")\n'
@@ -139,6 +149,8 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     languages = list(cfg.export.language or (cfg.data.clean.langid.languages if cfg.data.clean.langid.enabled else []))
 
     results: list[dict[str, Any]] = []
+    if task == "token_detection":
+        ppl = None  # ELECTRA's eval loss is MLM + lambda x BCE, not a language model's likelihood
     if ppl is not None:
         results.append({
             "task": {"type": pipeline_tag, "name": task_name},
@@ -220,6 +232,9 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     if ppl is not None:
         body.append(f"Held-out perplexity: **{ppl[0]:.2f}** (step {ppl[1]}; {cfg.loader.eval_fraction:.0%} of the "
                     "packed token stream never trained on).")  # fmt: skip
+    elif task == "token_detection":
+        body.append("Held-out perplexity: none (replaced-token detection is not a language model's likelihood; "
+                    "logs/metrics.jsonl has the generator and discriminator losses).")
     else:
         body.append("Held-out perplexity: not measured (no eval rows in logs/metrics.jsonl).")
     if transfer_rows:
