@@ -14,12 +14,27 @@ def expand_placeholders(path: str) -> str:
     return os.path.expanduser(os.path.expandvars(path))
 
 
+# The package extra that brings each remote filesystem's fsspec backend.
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
+
+
+def filesystem(url: str):
+    """fsspec's filesystem for a path or URL; a missing backend is an error naming the extra to install."""
+    try:
+        return fsspec.core.get_fs_token_paths(url)[0]
+    except ImportError as e:
+        proto = url.split("://", 1)[0] if "://" in url else "file"
+        extra = EXTRAS.get(proto)
+        hint = f"pip install 'lmstack[{extra}]'" if extra else f"install the fsspec backend for {proto}://"
+        raise ImportError(f"{url}: reading {proto}:// paths needs its fsspec backend: {hint} ({e})") from None
+
+
 def expand_paths(patterns: list[str], recursive_dirs: bool = False) -> list[str]:
     """Sorted, de-duplicated file list. A pattern that matches nothing is an error naming it."""
     files: list[str] = []
     for raw in patterns:
         pat = expand_placeholders(raw)
-        fs, _, _ = fsspec.core.get_fs_token_paths(pat)
+        fs = filesystem(pat)
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         has_glob = any(c in pat for c in "*?[")
         found = fs.glob(pat) if has_glob else ([pat] if fs.exists(pat) else [])

@@ -45,6 +45,13 @@ print(json.dumps({"class": type(model).__name__, "params": sum(p.numel() for p i
 """
 
 
+# How the fine-tune is scored, by the kind of exported model (printed in the summary).
+FINETUNE_SCORING = {
+    "classifier": "accuracy of a sequence-classification head (AutoModelForSequenceClassification) on the hold-out",
+    "seq2seq": "text-to-text: the generated label word must equal the gold label (exact-match accuracy)",
+}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -91,11 +98,15 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     from data_pipeline.clean import run_clean
     from data_pipeline.dedup import run_dedup
     from data_pipeline.tokenize import run_tokenize
+    from data_pipeline.tokenizers import describe as describe_tokenizer
     from data_pipeline.tokenizers import train_tokenizer
 
-    clean_stats = stage("clean: extract + filter the crawl and corpus", run_clean, cfg)
-    dedup_stats = stage("dedup: exact + MinHash near-duplicates", run_dedup, cfg)
-    stage("tokenizer: train byte-level BPE", train_tokenizer, cfg)
+    srcs = ", ".join(f"{s.name} ({s.format})" for s in cfg.data.sources)
+    dd = cfg.data.dedup
+    kinds = " + ".join(k for k, on in (("exact", dd.exact), ("MinHash near-duplicates", dd.minhash.enabled)) if on)
+    clean_stats = stage(f"clean: read, extract and filter {srcs}", run_clean, cfg)
+    dedup_stats = stage(f"dedup: {kinds or 'off'}", run_dedup, cfg)
+    stage(f"tokenizer: train {describe_tokenizer(cfg)}", train_tokenizer, cfg)
     token_stats = stage("tokenize: write token shards", run_tokenize, cfg)
     budget = f", {cfg.schedule.budget_minutes:g} min budget" if cfg.schedule.budget_minutes else ""
     stage(f"pretrain: {cfg.model.family} via DeepSpeed ZeRO-{cfg.deepspeed.zero_stage} on "
@@ -118,6 +129,12 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     transfer = stage("transfer: pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)",
                      run_transfer, cfg, export_dir, layout.finetune) if cfg.finetune.tasks else {"tasks": {}}
     state = json.loads((Path(export_dir) / "training_state.json").read_text())
+    from pretrain.model_card import held_out_perplexity, write_model_card
+
+    if transfer["tasks"]:
+        write_model_card(cfg, export_dir)  # the card's model-index now carries transfer.json's results
+
+    ppl = held_out_perplexity(layout.logs / "metrics.jsonl", state.get("step"))
     summary = {
         "run_dir": str(layout.root),
         "cleaned_corpus": str(layout.dedup),
@@ -125,7 +142,11 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         "token_shards": str(layout.tokens),
         "checkpoints": str(layout.checkpoints),
         "tensorboard": str(layout.logs),
+        "plots": str(layout.logs / "plots"),
         "export": str(export_dir),
+        "heldout_perplexity": ppl[0] if ppl else None,
+        "finetune_scoring": FINETUNE_SCORING["seq2seq" if reload_info.get("class", "").endswith(
+            "ForConditionalGeneration") else "classifier"],
         "pretrain_steps": state.get("step"),
         "tokens_seen": state.get("tokens_seen"),
         "final_pretrain_loss": state.get("loss"),
@@ -138,9 +159,11 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     }
     (layout.root / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     _banner("summary")
-    for k in ("run_dir", "cleaned_corpus", "tokenizer", "token_shards", "checkpoints", "tensorboard", "export"):
+    for k in ("run_dir", "cleaned_corpus", "tokenizer", "token_shards", "checkpoints", "tensorboard", "plots",
+              "export"):
         print(f"{k:<32} {summary[k]}")
-    for k in ("pretrain_steps", "tokens_seen", "final_pretrain_loss", "eval_loss"):
+    for k in ("pretrain_steps", "tokens_seen", "final_pretrain_loss", "eval_loss", "heldout_perplexity",
+              "finetune_scoring"):
         print(f"{k:<32} {summary[k]}")
     if transfer["tasks"]:
         print("transfer (test accuracy, mean ± sd over seeds; test text never seen in pretraining):")

@@ -1,4 +1,4 @@
-"""`python -m pretrain <command>`: train, export, card, finetune, transfer, plan."""
+"""`python -m pretrain <command>`: train, export, card, finetune, transfer, plan, plot."""
 
 from __future__ import annotations
 
@@ -33,7 +33,16 @@ def main(argv: list[str] | None = None) -> int:
     add_config_args(p)
     p.add_argument("--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("plot", help="loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)")
+    p.add_argument("run", help="the run folder (run.output_dir)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN/logs/plots)")
     args = parser.parse_args(argv)
+    if args.command == "plot":
+        from pretrain.plots import plot_run
+
+        for path in plot_run(args.run, args.out):
+            print(path)
+        return 0
     cfg = config_from_args(args)
 
     if args.command == "train":

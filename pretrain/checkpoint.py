@@ -209,6 +209,12 @@ def _free_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
+def _is_comm_error(err: BaseException) -> bool:
+    """A collective failed (dead peer, timeout): not a write error; re-raised at once, never waited on again."""
+    text = str(err).lower()
+    return isinstance(err, getattr(dist, "DistError", ())) or any(w in text for w in ("gloo", "nccl", "timed out"))
+
+
 def _is_disk_full(err: BaseException, free: int) -> bool:
     """ENOSPC, or torch's C++ writer's 'basic_ios::clear: iostream error' (no errno) with no space left."""
     e: BaseException | None = err
@@ -251,6 +257,8 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, A
     try:
         engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
     except (OSError, RuntimeError) as e:  # a write failed before DeepSpeed's closing barrier: meet the others there
+        if _is_comm_error(e):
+            raise
         error = e
         dist.barrier()
     if error is None:
@@ -260,11 +268,15 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, A
             torch.save(rng_state(), tmp)
             os.replace(tmp, rng_path)
         except (OSError, RuntimeError) as e:
+            if _is_comm_error(e):
+                raise
             error = e
     if not _any_rank(error is not None, dev) and before_complete is not None:
         try:
             before_complete(folder)
         except (OSError, RuntimeError) as e:
+            if _is_comm_error(e):
+                raise
             error = e
     if _any_rank(error is not None, dev):
         free = _free_bytes(ckpt_dir)

@@ -14,12 +14,12 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from pretrain.labelled import load_tasks
-from pretrain.transfer import Arms, encode, fine_tune_once, resolve_max_length
+from pretrain.transfer import Arms, _log, encode, fine_tune_once, resolve_max_length
 from runconfig import RunConfig
 
 
 def finetune(cfg: RunConfig, model_dir: str | Path, init: str = "pretrained", out_dir: str | Path | None = None,
-             log=print) -> list[dict[str, Any]]:
+             log=_log) -> list[dict[str, Any]]:
     """Fine-tune `init` ('pretrained' or 'random') on every task and seed; returns one result per task."""
     from data_pipeline.layout import RunLayout
 

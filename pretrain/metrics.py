@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 from pathlib import Path
@@ -50,6 +51,96 @@ def memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class Sink:
+    """One destination of metric rows (TensorBoard, JSONL, W&B, MLflow): log(step, values, prefix), close()."""
+
+    def log(self, step: int, values: dict[str, Any], prefix: str) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardSink(Sink):
+    def __init__(self, folder: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.tb = SummaryWriter(str(folder))
+
+    def log(self, step, values, prefix):
+        for k, v in values.items():
+            if isinstance(v, int | float):
+                self.tb.add_scalar(f"{prefix}/{k}", v, step)
+
+    def close(self):
+        self.tb.close()
+
+
+class JsonlSink(Sink):
+    """metrics.jsonl: one row per log call, with the wall-clock time (unix seconds and ISO 8601 UTC)."""
+
+    def __init__(self, folder: Path):
+        self.f = open(folder / "metrics.jsonl", "a")  # noqa: SIM115 - lives as long as the logger
+
+    def log(self, step, values, prefix):
+        now = time.time()
+        iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+        self.f.write(json.dumps({"step": step, "split": prefix, "time": round(now, 3), "timestamp": iso,
+                                 **values}) + "\n")  # fmt: skip
+        self.f.flush()
+
+    def close(self):
+        self.f.close()
+
+
+class WandbSink(Sink):
+    def __init__(self, cfg, folder: Path):
+        try:
+            import wandb
+        except ImportError:
+            raise RuntimeError("logging.wandb.enabled needs wandb: pip install 'lmstack[wandb]'") from None
+        wc = cfg.logging.wandb
+        self.run = wandb.init(project=wc.project, entity=wc.entity, name=wc.name or cfg.run.name, mode=wc.mode,
+                              dir=str(wc.dir or folder), config=json.loads(cfg.model_dump_json()), reinit=True)
+
+    def log(self, step, values, prefix):
+        self.run.log({f"{prefix}/{k}": v for k, v in values.items() if isinstance(v, int | float)}, step=step)
+
+    def close(self):
+        self.run.finish()
+
+
+class MlflowSink(Sink):
+    def __init__(self, cfg, folder: Path):
+        try:
+            import mlflow
+        except ImportError:
+            raise RuntimeError("logging.mlflow.enabled needs mlflow: pip install 'lmstack[mlflow]'") from None
+        mc = cfg.logging.mlflow
+        self.mlflow = mlflow
+        if mc.tracking_uri is None:
+            # The default keeps runs beside the others in the run folder, with no server or database needed;
+            # MLflow 3 asks for this opt-in to its (maintained but frozen) file store.
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        mlflow.set_tracking_uri(mc.tracking_uri or (folder / "mlruns").resolve().as_uri())
+        mlflow.set_experiment(mc.experiment)
+        self.run = mlflow.start_run(run_name=mc.run_name or cfg.run.name)
+        flat = {f"{sec}.{k}": v for sec, d in json.loads(cfg.model_dump_json()).items() if isinstance(d, dict)
+                for k, v in d.items() if not isinstance(v, dict | list)}  # fmt: skip
+        mlflow.log_params({k: str(v)[:250] for k, v in list(flat.items())[:100]})
+
+    def log(self, step, values, prefix):
+        self.mlflow.log_metrics({f"{prefix}/{k}": float(v) for k, v in values.items() if isinstance(v, int | float)},
+                                step=step)  # fmt: skip
+
+    def close(self):
+        self.mlflow.end_run()
+
+
+# Optional sinks by name: each is switched on by `logging.<name>.enabled` (extension by registration).
+OPTIONAL_SINKS: dict[str, Any] = {"wandb": WandbSink, "mlflow": MlflowSink}
+
+
 class OutputMetrics:
     """Figures a model output carries in a `metrics` dict (an objective's own: ELECTRA's generator and
     discriminator losses, replaced fraction, discriminator accuracy): summed on the device per micro-batch (no host
@@ -89,36 +180,34 @@ class OutputMetrics:
 class MetricsLogger:
     """Rank 0 writes; other ranks hold a disabled logger so call sites need no rank checks."""
 
-    def __init__(self, folder: Path, enabled: bool, tensorboard: bool = True, jsonl: bool = True):
+    def __init__(self, folder: Path, enabled: bool, tensorboard: bool = True, jsonl: bool = True, cfg=None):
         self.enabled = enabled
-        self.tb = None
-        self.jsonl = None
+        self.sinks: list[Sink] = []
         if not enabled:
             return
         folder.mkdir(parents=True, exist_ok=True)
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(folder))
+            self.sinks.append(TensorBoardSink(folder))
         if jsonl:
-            self.jsonl = open(folder / "metrics.jsonl", "a")
+            self.sinks.append(JsonlSink(folder))
+        if cfg is not None:
+            for name, factory in OPTIONAL_SINKS.items():
+                if getattr(cfg.logging, name).enabled:
+                    self.sinks.append(factory(cfg, folder))
+
+    @classmethod
+    def from_config(cls, cfg, folder: Path, enabled: bool) -> MetricsLogger:
+        return cls(folder, enabled, cfg.logging.tensorboard, cfg.logging.jsonl, cfg)
 
     def log(self, step: int, values: dict[str, Any], prefix: str = "train") -> None:
         if not self.enabled:
             return
-        if self.tb is not None:
-            for k, v in values.items():
-                if isinstance(v, int | float):
-                    self.tb.add_scalar(f"{prefix}/{k}", v, step)
-        if self.jsonl is not None:
-            self.jsonl.write(json.dumps({"step": step, "split": prefix, **values}) + "\n")
-            self.jsonl.flush()
+        for sink in self.sinks:
+            sink.log(step, values, prefix)
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-        if self.jsonl is not None:
-            self.jsonl.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 class Throughput:

@@ -35,23 +35,22 @@ TASKS = {
     "masked_lm": ("fill-mask", "Masked language modeling", "AutoModelForMaskedLM"),
     "causal_lm": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),
     "seq2seq": ("text2text-generation", "Span corruption (text-to-text)", "AutoModelForSeq2SeqLM"),
-    # A replaced-token-detection discriminator (ELECTRA) has no Hub pipeline of its own; its encoder is the product.
-    "token_detection": ("feature-extraction", "Replaced-token detection", "AutoModelForPreTraining"),
+    # Heads with no Hub pipeline (e.g. ELECTRA's replaced-token discriminator): no pipeline_tag, a generic snippet.
+    "other": (None, "Pretraining", "AutoModel"),
 }
 
 
 def head_task(architecture: str, model_type: str) -> str:
-    """masked_lm | causal_lm | seq2seq | token_detection for an exported architecture (e.g. RobertaForMaskedLM)."""
+    """masked_lm | causal_lm | seq2seq | other for an exported architecture (e.g. RobertaForMaskedLM)."""
     from transformers.models.auto import modeling_auto as ma
 
     for task, mapping in (("masked_lm", ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES),
                           ("causal_lm", ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
-                          ("seq2seq", ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES),
-                          ("token_detection", ma.MODEL_FOR_PRETRAINING_MAPPING_NAMES)):  # fmt: skip
+                          ("seq2seq", ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)):  # fmt: skip
         names = mapping.get(model_type)
         if names and architecture in ([names] if isinstance(names, str) else list(names)):
             return task
-    raise ValueError(f"model card: no Hub pipeline tag for architecture {architecture!r} ({model_type})")
+    return "other"
 
 
 def median_speed(metrics_file: Path) -> tuple[float, float] | None:
@@ -81,24 +80,23 @@ def held_out_perplexity(metrics_file: Path, step: int | None) -> tuple[float, in
     return best
 
 
-def _usage(task: str, auto_cls: str, repo: str, mask: str | None) -> str:
+def _usage(task: str, auto_cls: str, repo: str, mask: str | None, generator: bool = False) -> str:
     if task == "masked_lm":
         call = f'fill("The company said its shares {mask} on Tuesday.")'
         return (f'from transformers import pipeline\n\nfill = pipeline("fill-mask", model="{repo}")\nprint({call})\n'
                 f"\n# fine-tune: AutoModelForSequenceClassification.from_pretrained(\"{repo}\", num_labels=N)")
-    if task == "token_detection":
-        return (f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")\n'
-                f'disc = {auto_cls}.from_pretrained("{repo}")\n'
-                'batch = tok(["The company said its shares fell on Tuesday."], return_tensors="pt")\n'
-                "replaced = disc(**batch).logits > 0  # per token: True where it looks replaced\n"
-                f"\n# fine-tune: AutoModelForSequenceClassification.from_pretrained(\"{repo}\", num_labels=N)"
-                f"\n# the generator: AutoModelForMaskedLM.from_pretrained(\"{repo}\", subfolder=\"generator\")")
     if task == "causal_lm":
         return (f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")'
                 f'\nmodel = {auto_cls}.from_pretrained("{repo}")\n'
                 'batch = tok(["The company said", "Shares in"], padding=True, return_tensors="pt")  # left padding\n'
                 "out = model.generate(**batch, max_new_tokens=20, do_sample=False)\n"
                 "print(tok.batch_decode(out, skip_special_tokens=True))")
+    if task == "other":
+        return (f'from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer\n\n'
+                f'tok = AutoTokenizer.from_pretrained("{repo}")\nmodel = AutoModel.from_pretrained("{repo}")\n'
+                f'# fine-tune: AutoModelForSequenceClassification.from_pretrained("{repo}", num_labels=N)'
+                + (f'\n# the generator trained beside it: AutoModelForMaskedLM.from_pretrained("{repo}", '
+                   'subfolder="generator")' if generator else ""))
     return (f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")\n'
             f'model = {auto_cls}.from_pretrained("{repo}")\n'
             'batch = tok(["The company said its <extra_id_0> rose on Tuesday."], return_tensors="pt")\n'
@@ -149,11 +147,11 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     languages = list(cfg.export.language or (cfg.data.clean.langid.languages if cfg.data.clean.langid.enabled else []))
 
     results: list[dict[str, Any]] = []
-    if task == "token_detection":
-        ppl = None  # ELECTRA's eval loss is MLM + lambda x BCE, not a language model's likelihood
+    if task == "other":
+        ppl = None  # a head with no LM pipeline (ELECTRA: MLM + lambda x BCE): its eval loss is no perplexity
     if ppl is not None:
         results.append({
-            "task": {"type": pipeline_tag, "name": task_name},
+            "task": {"type": pipeline_tag or "fill-mask", "name": task_name},
             "dataset": {"name": f"Held-out {cfg.loader.eval_fraction:.0%} of the pretraining token stream "
                                 f"({', '.join(s.name for s in sources)})", "type": f"{cfg.run.name}-heldout",
                         "split": "validation"},
@@ -166,7 +164,8 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     if languages:
         meta["language"] = languages
     meta["library_name"] = "transformers"
-    meta["pipeline_tag"] = pipeline_tag
+    if pipeline_tag:
+        meta["pipeline_tag"] = pipeline_tag
     meta["tags"] = [cfg.model.family, cfg.objective.type.replace("_", "-"), "pretrained-from-scratch", "lmstack",
                     "deepspeed", *cfg.export.tags]  # fmt: skip
     if datasets:
@@ -192,7 +191,7 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         f"{cfg.objective.type.replace('_', ' ')} on {len(sources)} source(s) by lmstack (DeepSpeed ZeRO-{ds.zero_stage})."
         if isinstance(n_params, int) else f"A {cfg.model.family} ({cfg.model.size}) model pretrained from scratch."
     )  # fmt: skip
-    body += ["", "## Usage", "", "```python", _usage(task, auto_cls, repo, mask_token), "```", ""]
+    body += ["", "## Usage", "", "```python", _usage(task, auto_cls, repo, mask_token, (export_dir / "generator").is_dir()), "```", ""]
     body += [f"Loads with transformers {SUPPORTED_TRANSFORMERS} (tested with 4.40 and 5.x); tokenizer class "
              f"`{state.get('tokenizer_class', '?')}`.", ""]  # fmt: skip
 
@@ -232,9 +231,9 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     if ppl is not None:
         body.append(f"Held-out perplexity: **{ppl[0]:.2f}** (step {ppl[1]}; {cfg.loader.eval_fraction:.0%} of the "
                     "packed token stream never trained on).")  # fmt: skip
-    elif task == "token_detection":
-        body.append("Held-out perplexity: none (replaced-token detection is not a language model's likelihood; "
-                    "logs/metrics.jsonl has the generator and discriminator losses).")
+    elif task == "other":
+        body.append("Held-out perplexity: none (this head's loss is not a language model's likelihood; "
+                    "logs/metrics.jsonl has the training and eval losses).")
     else:
         body.append("Held-out perplexity: not measured (no eval rows in logs/metrics.jsonl).")
     if transfer_rows:

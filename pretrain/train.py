@@ -292,7 +292,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             save_probe(folder / PROBE_FILE, probe_batch, logits)
 
     # --- metrics --------------------------------------------------------------------------------------------
-    logger = MetricsLogger(layout.logs, rank == 0, cfg.logging.tensorboard, cfg.logging.jsonl)
+    logger = MetricsLogger.from_config(cfg, layout.logs, rank == 0)
     with _rng_isolated():  # nothing outside the loop may move the RNG: exact resume needs it
         peak = cfg.logging.peak_flops or measure_peak_flops(device="cpu" if device.type == "cpu" else str(device))
     meter = Throughput(flops_per_token(cfg.model, n_params, cfg.packing.seq_len), peak, world)
@@ -386,5 +386,9 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     result = {"step": step, "tokens_seen": tokens_seen, "loss": last_loss, "preempted": preempted,
               "elapsed_s": round(clock.elapsed_s, 3), "budget_s": plan.budget_s,
               "checkpoint": str(ckpt_dir / ckpt.tag_for(step)), "params": n_params}
+    if rank == 0 and cfg.logging.plots and cfg.logging.jsonl:
+        from pretrain.plots import plot_run
+
+        result["plots"] = str(plot_run(cfg.run.output_dir)[0].parent) if (layout.logs / "metrics.jsonl").is_file() else None
     dist.barrier()
     return result

@@ -44,16 +44,22 @@ from runconfig.finetune import FinetuneConfig
 RESULT_FILE = "transfer.json"
 
 
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
 # --- inputs ------------------------------------------------------------------------------------------------
 def model_positions(config) -> int | None:
-    """Tokens the model can attend to (None: relative positions, no table). RoBERTa-style embeddings start
-    their positions after padding_idx, so two rows of the table are never used."""
+    """Tokens the model can attend to (None: relative positions, no table bound), from the family registry
+    where the export's model type is a registered family (RoBERTa reserves padding_idx + 1 rows)."""
+    from pretrain.families import family_names, get_family
+
     n = getattr(config, "max_position_embeddings", None)
     if n is None or getattr(config, "is_encoder_decoder", False):
         return None
-    offset = config.pad_token_id + 1 if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert") \
-        else 0
-    return n - offset
+    if config.model_type in family_names():
+        return get_family(config.model_type).position_limit(n)
+    return n
 
 
 def resolve_max_length(ft: FinetuneConfig, config) -> int:
@@ -286,7 +292,7 @@ def _welch_p(a: list[float], b: list[float]) -> float | None:
     return None if math.isnan(p) else p
 
 
-def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path, log=print) -> dict[str, Any]:
+def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path, log=_log) -> dict[str, Any]:
     ft = cfg.finetune
     t0 = time.time()
     tok = AutoTokenizer.from_pretrained(str(model_dir))
@@ -334,7 +340,7 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
     return result
 
 
-def run_transfer(cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | None = None, log=print) -> dict[str, Any]:
+def run_transfer(cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | None = None, log=_log) -> dict[str, Any]:
     """Every configured task (each task, arm and seed in its own folder); writes `transfer.json` beside the
     export and into the output folder, and the headline figures to TensorBoard."""
     from data_pipeline.layout import RunLayout

@@ -2,7 +2,7 @@
 
 import warnings
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from runconfig.base import Section
 from runconfig.data import DataConfig
@@ -28,6 +28,19 @@ class RunMeta(Section):
     name: str = "run"
     output_dir: str = "runs/run"
     seed: int = 1234
+
+    @field_validator("output_dir")
+    @classmethod
+    def _local_folder(cls, v: str) -> str:
+        """The run folder holds memory-mapped token shards and DeepSpeed checkpoints: it must be a filesystem
+        path (a mounted bucket works). A URL is never turned into a local folder such as './memory:/out'."""
+        if "://" in v:
+            scheme = v.split("://", 1)[0]
+            if scheme != "file":
+                raise ValueError(f"'{v}' is a {scheme}:// URL; the run folder must be a local or mounted path "
+                                 "(data sources may be URLs: data.sources.N.paths)")
+            v = v.split("://", 1)[1]
+        return v
 
 
 class RunConfig(Section):

@@ -126,10 +126,33 @@ class CheckpointConfig(Section):
     accept_config_changes: bool = False
 
 
+class WandbConfig(Section):
+    """Weights & Biases (optional extra `lmstack[wandb]`); mode offline writes runs to sync later."""
+
+    enabled: bool = False
+    project: str = "lmstack"
+    entity: str | None = None
+    name: str | None = None  # default: run.name
+    mode: Literal["online", "offline"] = "online"
+    dir: str | None = None  # default: <run.output_dir>/logs
+
+
+class MlflowConfig(Section):
+    """MLflow (optional extra `lmstack[mlflow]`); the default tracking URI is a local folder in the run."""
+
+    enabled: bool = False
+    tracking_uri: str | None = None  # default: file:<run.output_dir>/logs/mlruns
+    experiment: str = "lmstack"
+    run_name: str | None = None  # default: run.name
+
+
 class LoggingConfig(Section):
     every_steps: int = Field(10, gt=0)
     tensorboard: bool = True
     jsonl: bool = True
+    wandb: WandbConfig = WandbConfig()
+    mlflow: MlflowConfig = MlflowConfig()
+    plots: bool = True  # PNG curves in <run>/logs/plots at the end of training (also: python -m pretrain plot)
     progress_bar: bool = True
     # Peak FLOP/s per device for MFU; None = measure once with a matmul benchmark.
     peak_flops: float | None = None

@@ -88,7 +88,7 @@ def list_source_files(paths: list[str]) -> list[SourceFile]:
         strip = pat.split("://", 1)[1] if "://" in pat else pat
         if has_glob:
             root = _glob_root(strip)
-        elif fs.isdir(strip):
+        elif fs.isdir(pat):  # the URL itself: HTTP cannot resolve a path stripped of its scheme
             root = strip.rstrip("/") + "/"
         elif common is not None and pat in explicit:
             root = common
@@ -120,7 +120,11 @@ def special_file_kind(path: str) -> str | None:
 
 def open_binary(path: str) -> IO[bytes]:
     """Raw bytes of a local path or fsspec URL, no decompression (readers choose their own)."""
-    return fsspec.open(path, "rb", compression=None).open()
+    f = fsspec.open(path, "rb", compression=None).open()
+    if "://" in path and not path.startswith("file://"):
+        # Remote fsspec files (s3fs, HTTP) take no size in readline(); buffered, they read like local files.
+        return io.BufferedReader(f)
+    return f
 
 
 def open_decompressed(path: str) -> IO[bytes]:

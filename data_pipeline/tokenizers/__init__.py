@@ -100,6 +100,16 @@ register_convention("t5", Convention(
     "PreTrainedTokenizerFast"))  # fmt: skip
 
 
+def describe(cfg: RunConfig) -> str:
+    """What `train_tokenizer` will train, in words (stage banners)."""
+    tc = cfg.tokenizer
+    if tc.pretrained_path:
+        return f"(copy the pretrained tokenizer {tc.pretrained_path})"
+    kind = {"bpe": "byte-level BPE", "wordpiece": "WordPiece",
+            "unigram": "SentencePiece Unigram" + (" with byte fallback" if tc.byte_fallback else "")}[tc.type]
+    return f"{kind}, vocabulary {tc.vocab_size:,}, {convention_name(tc.type, cfg.model.family)} special tokens"
+
+
 def convention_name(tokenizer_type: str, family: str) -> str:
     """wordpiece -> bert, unigram -> t5; byte-level BPE follows the family's spec: RoBERTa's conventions where
     the family wraps sequences in `<s> ... </s>`, GPT-2's (`<|endoftext|>` only) where it does not."""

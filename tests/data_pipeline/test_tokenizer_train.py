@@ -215,3 +215,15 @@ def test_pretrained_path_is_copied_into_the_run(trained, tmp_path):
     out = train_tokenizer(cfg)
     assert out != src and AutoTokenizer.from_pretrained(out)(TEXT)["input_ids"] == AutoTokenizer.from_pretrained(
         src)(TEXT)["input_ids"]  # fmt: skip
+
+
+def test_stage_banner_describes_the_configured_tokenizer():
+    """`launch pipeline` prints this: derived from the config, not a fixed "byte-level BPE"."""
+    from data_pipeline.tokenizers import describe
+    from runconfig import load_config
+
+    assert describe(load_config("configs/t5-tiny.yaml")) == (
+        "SentencePiece Unigram with byte fallback, vocabulary 8,000, t5 special tokens")
+    assert describe(load_config("configs/gpt2-tiny.yaml", ["tokenizer.vocab_size=4000"])) == (
+        "byte-level BPE, vocabulary 4,000, gpt2 special tokens")
+    assert describe(load_config("configs/roberta-tiny.yaml", ["tokenizer.type=wordpiece"])).startswith("WordPiece")

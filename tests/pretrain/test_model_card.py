@@ -98,13 +98,21 @@ def test_card_carries_transfer_results_when_present(tmp_path):
     assert len(ModelCard(text).data.eval_results) == 5
 
 
+def test_heads_without_a_hub_pipeline_get_no_tag():
+    from pretrain.model_card import head_task
+
+    assert head_task("ModernBertForMaskedLM", "modernbert") == "masked_lm"
+    assert head_task("ElectraForPreTraining", "electra") == "other"  # no pipeline: the card omits pipeline_tag
+
+
 def test_electra_card_is_a_discriminator_card(tmp_path):
-    """ELECTRA's export (ElectraForPreTraining) gets a card: no perplexity (its eval loss is MLM + 50 x BCE), a
-    usage snippet for the discriminator, its fine-tuning head and the generator beside it."""
+    """ELECTRA's export (ElectraForPreTraining) gets a card: no pipeline tag, no perplexity (its eval loss is
+    MLM + 50 x BCE), a usage snippet with its fine-tuning head and the generator beside it."""
     cfg, out = _export(tmp_path, "electra-tiny", ["model.hidden_size=32", "model.num_heads=2", "model.ffn_size=64"])
+    (out / "generator").mkdir()  # as the electra objective's export writes it
     meta, body = _front_matter(write_model_card(cfg, out).read_text())
-    assert meta["pipeline_tag"] == "feature-extraction" and "model-index" not in meta, meta
+    assert "pipeline_tag" not in meta and "model-index" not in meta, meta
     assert "electra" in meta["tags"]
-    for needle in ("AutoModelForPreTraining.from_pretrained", 'subfolder="generator"',
+    for needle in ("AutoModel.from_pretrained", 'subfolder="generator"',
                    "AutoModelForSequenceClassification", "Held-out perplexity: none"):
         assert needle in body, needle

@@ -85,6 +85,8 @@ def test_roberta_zero2_train_checkpoint_resume_export(roberta_run, tmp_path):
         assert key in train_rows[-1], key
     assert any(r["split"] == "eval" and "perplexity" in r for r in rows)
     assert list((run_dir / "logs").glob("events.out.tfevents.*")), "no TensorBoard event file"
+    assert (run_dir / "logs" / "plots" / "loss.png").is_file()  # curves written at the end of training
+    assert all("time" in r for r in rows)
 
     res = torchrun(roberta_run, [out, "schedule.total_steps=12"])
     assert "resumed from" in res.stdout + res.stderr and "step 8" in res.stdout + res.stderr

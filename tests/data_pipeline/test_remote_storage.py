@@ -1,0 +1,122 @@
+"""Remote inputs through fsspec: a real S3 API (moto in server mode, started and stopped here) and plain HTTP;
+URLs are never turned into local folders; a missing fsspec backend names the extra to install."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from data_pipeline.clean import run_clean
+from runconfig import load_config
+from tests.data_pipeline.tokens_fixtures import BBC
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def s3_server(monkeypatch):
+    pytest.importorskip("moto.server", reason="moto[server] (test extra) not installed")
+    pytest.importorskip("s3fs", reason="s3fs (lmstack[s3]) not installed")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise RuntimeError("moto server did not start") from None
+                time.sleep(0.2)
+        yield env
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_clean_reads_a_source_from_s3(s3_server, tmp_path):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_server["AWS_ENDPOINT_URL"]})
+    fs.mkdir("corpus")
+    files = sorted((BBC / "tech").glob("*.txt"))[:40]
+    for part in range(2):
+        rows = [{"text": f.read_text(errors="replace")} for f in files[part::2]]
+        with fs.open(f"corpus/bbc/part-{part}.jsonl", "w") as out:
+            out.write("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config(ROOT / "configs/roberta-tiny.yaml", [
+        f"run.output_dir={tmp_path}/run", "data.clean.workers=2", "data.clean.progress=false",
+        "data.sources=[{name: bbc, format: jsonl, paths: ['s3://corpus/bbc/*.jsonl']}]"])  # fmt: skip
+    out = run_clean(cfg)
+    assert out["complete"] and out["totals"]["read"] == 40 and out["totals"]["kept"] >= 35
+    assert len(list((tmp_path / "run/clean/bbc").glob("shard-*.jsonl.zst"))) == 2  # one shard per object
+    # Ids come from the path inside the bucket: the same data under another prefix keeps its ids.
+    assert not any(p.name.startswith("s3:") for p in Path.cwd().iterdir())
+
+
+def test_clean_reads_over_http(tmp_path):
+    pytest.importorskip("aiohttp", reason="aiohttp (lmstack[http]) not installed")
+    root = tmp_path / "www"
+    root.mkdir()
+    rows = [{"text": f.read_text(errors="replace")} for f in sorted((BBC / "sports").glob("*.txt"))[:10]]
+    (root / "sport.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[method-assign]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/sport.jsonl"
+        cfg = load_config(ROOT / "configs/roberta-tiny.yaml", [
+            f"run.output_dir={tmp_path}/run", "data.clean.workers=1", "data.clean.progress=false",
+            f"data.sources=[{{name: web, format: jsonl, paths: ['{url}']}}]"])  # fmt: skip
+        out = run_clean(cfg)
+    finally:
+        server.shutdown()
+    assert out["totals"]["read"] == 10 and out["totals"]["kept"] >= 8
+
+
+def test_url_output_dir_is_refused_not_turned_into_a_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Exception, match=r"run.output_dir: 'memory://out' is a memory:// URL"):
+        load_config(ROOT / "configs/roberta-tiny.yaml", ["run.output_dir=memory://out"])
+    assert not os.listdir(tmp_path)
+    assert load_config(ROOT / "configs/roberta-tiny.yaml", [f"run.output_dir=file://{tmp_path}/r"]).run.output_dir == (
+        f"{tmp_path}/r")  # fmt: skip
+
+
+def test_missing_backend_names_the_extra():
+    from data_pipeline.paths import expand_paths
+
+    try:
+        import gcsfs  # noqa: F401
+
+        pytest.skip("gcsfs is installed: no missing backend to report")
+    except ImportError:
+        pass
+    with pytest.raises(ImportError, match=r"gs://bucket/x.jsonl: reading gs:// paths needs its fsspec backend: "
+                                          r"pip install 'lmstack\[gcs\]'"):
+        expand_paths(["gs://bucket/x.jsonl"])
