@@ -198,7 +198,7 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
-    a = ap.parse_args()
+    args = ap.parse_args()
     rep = C.Report(__file__)
     py = bench_python()
     rng = random.Random(0)
@@ -248,7 +248,6 @@ def main() -> int:
         agree = sum(x[0] == y[0] for x, y in zip(a, b, strict=True)) / len(a)
         kept_o, kept_t = sum(x[0] for x in a), sum(y[0] for y in b)
         dis = Counter((x[1] or "keep", y[1] or "keep") for x, y in zip(a, b, strict=True) if x[0] != y[0])
-        print(f"\n{name}: agreement {agree:.4f} on {len(a)} docs (kept: ours {kept_o}, datatrove {kept_t})")
         for (ro, rt), n in dis.most_common(8):
             print(f"   {n:>5}  ours={ro:<36} datatrove={rt}")
         for i in [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x[0] != y[0]][:6]:
@@ -276,7 +275,7 @@ def main() -> int:
         print(f"  datatrove: cpu {sp['cpu']:.2f}s wall {sp['seconds']:.2f}s, kept {sp['kept']}", flush=True)
         return n / sp["cpu"]
 
-    o, p = C.alternate(ours_rate, peer_rate, a.rounds)
+    o, p = C.alternate(ours_rate, peer_rate, args.rounds)
     wf, cf, kept_f = run_ours_pipeline(pages, full=True)
     rep.line(f"pipeline on {n} pages, extraction {EXTRACT} on both sides: kept ours {kept['ours']}, datatrove "
              f"{kept['datatrove']}; ours with unicode repair + language ID too: {n / cf:.1f} docs/s/core")  # fmt: skip

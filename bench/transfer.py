@@ -147,7 +147,7 @@ def main() -> None:
             results.append(r)
             s = r["seconds"]
             print(f"{recipe}: {r['tokens']:,} tokens in {r['steps']} steps ({minutes:g} min budget), held-out loss "
-                  f"{r['eval_loss']:.3f}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
+                  f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
                   f"{s['transfer']:.0f}s", flush=True)
         baseline = tfidf_baseline(results[0]["cfg"])
     tasks = list(results[0]["tasks"])
@@ -158,10 +158,12 @@ def main() -> None:
             t = r["tasks"][name]
             pre, rnd = t["arms"]["pretrained"], t["arms"]["random"]
             p = t.get("p_value")
-            print(f"{r['recipe']:<16} {name:<6} {r['tokens']:>10,} {r['eval_loss']:>6.2f}  "
+            p_txt = "-" if p is None else f"{p:.3f}"
+            loss_txt = "-" if r["eval_loss"] is None else f"{r['eval_loss']:.2f}"
+            print(f"{r['recipe']:<16} {name:<6} {r['tokens']:>10,} {loss_txt:>6}  "
                   f"{pre['test_accuracy']['mean']:.3f}±{pre['test_accuracy']['sd']:.3f}  "
                   f"{rnd['test_accuracy']['mean']:.3f}±{rnd['test_accuracy']['sd']:.3f}  "
-                  f"{100 * t['margin']:>+6.1f}  {p if p is None else f'{p:.3f}':>6}  "
+                  f"{100 * t['margin']:>+6.1f}  {p_txt:>6}  "
                   f"{pre.get('probe_accuracy', float('nan')):.3f}/{rnd.get('probe_accuracy', float('nan')):.3f}  "
                   f"{baseline[name]:.3f}")
     print(f"total bench time {time.perf_counter() - t_start:.0f}s" + (" (quick mode: a smoke run)" if a.quick else ""))

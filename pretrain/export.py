@@ -83,6 +83,19 @@ def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any)
     return model.eval()
 
 
+def _load_heads(family: Any, out: Path) -> dict[str, str]:
+    """Each fine-tuning head the family promises loads from the folder (its new head weights are expected, so
+    transformers' missing-weights report is silenced)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return {name: type(family.auto_cls(name).from_pretrained(str(out))).__name__ for name in family.export_heads}
+    finally:
+        hf_logging.set_verbosity(level)
+
+
 def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = None) -> Path:
     layout = RunLayout(cfg)
     ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
@@ -117,7 +130,8 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
                                f"between the engine and the reloaded export")
     else:
         state_parity = None
-    state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity}
+    heads = _load_heads(family, out)
+    state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity, "export_heads": heads}
     n_params = sum(p.numel() for p in model.parameters())
     (out / "training_state.json").write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), **state,
                                                          "n_params": n_params}, indent=1, default=str))

@@ -29,8 +29,7 @@ def finetune(cfg: RunConfig, model_dir: str | Path, init: str = "pretrained", ou
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     results = []
     for data in load_tasks(cfg):  # every task read and checked before any training
-        arms = Arms(model_dir, data.labels)
-        arms.pad_id = tok.pad_token_id
+        arms = Arms(model_dir, data.labels, tok.pad_token_id)
         max_len = resolve_max_length(ft, arms.config)
         index = {n: i for i, n in enumerate(data.labels)}
         enc = {s: encode(tok, rows, index, max_len, ft, arms.text_to_text)

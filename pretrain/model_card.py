@@ -80,7 +80,7 @@ def held_out_perplexity(metrics_file: Path, step: int | None) -> tuple[float, in
     return best
 
 
-def _usage(task: str, auto_cls: str, repo: str, mask: str | None) -> str:
+def _usage(task: str, auto_cls: str, repo: str, mask: str | None, generator: bool = False) -> str:
     if task == "masked_lm":
         call = f'fill("The company said its shares {mask} on Tuesday.")'
         return (f'from transformers import pipeline\n\nfill = pipeline("fill-mask", model="{repo}")\nprint({call})\n'
@@ -94,7 +94,9 @@ def _usage(task: str, auto_cls: str, repo: str, mask: str | None) -> str:
     if task == "other":
         return (f'from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer\n\n'
                 f'tok = AutoTokenizer.from_pretrained("{repo}")\nmodel = AutoModel.from_pretrained("{repo}")\n'
-                f'# fine-tune: AutoModelForSequenceClassification.from_pretrained("{repo}", num_labels=N)')
+                f'# fine-tune: AutoModelForSequenceClassification.from_pretrained("{repo}", num_labels=N)'
+                + (f'\n# the generator trained beside it: AutoModelForMaskedLM.from_pretrained("{repo}", '
+                   'subfolder="generator")' if generator else ""))
     return (f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")\n'
             f'model = {auto_cls}.from_pretrained("{repo}")\n'
             'batch = tok(["The company said its <extra_id_0> rose on Tuesday."], return_tensors="pt")\n'
@@ -145,6 +147,8 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     languages = list(cfg.export.language or (cfg.data.clean.langid.languages if cfg.data.clean.langid.enabled else []))
 
     results: list[dict[str, Any]] = []
+    if task == "other":
+        ppl = None  # a head with no LM pipeline (ELECTRA: MLM + lambda x BCE): its eval loss is no perplexity
     if ppl is not None:
         results.append({
             "task": {"type": pipeline_tag or "fill-mask", "name": task_name},
@@ -187,7 +191,7 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         f"{cfg.objective.type.replace('_', ' ')} on {len(sources)} source(s) by lmstack (DeepSpeed ZeRO-{ds.zero_stage})."
         if isinstance(n_params, int) else f"A {cfg.model.family} ({cfg.model.size}) model pretrained from scratch."
     )  # fmt: skip
-    body += ["", "## Usage", "", "```python", _usage(task, auto_cls, repo, mask_token), "```", ""]
+    body += ["", "## Usage", "", "```python", _usage(task, auto_cls, repo, mask_token, (export_dir / "generator").is_dir()), "```", ""]
     body += [f"Loads with transformers {SUPPORTED_TRANSFORMERS} (tested with 4.40 and 5.x); tokenizer class "
              f"`{state.get('tokenizer_class', '?')}`.", ""]  # fmt: skip
 
@@ -227,6 +231,9 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     if ppl is not None:
         body.append(f"Held-out perplexity: **{ppl[0]:.2f}** (step {ppl[1]}; {cfg.loader.eval_fraction:.0%} of the "
                     "packed token stream never trained on).")  # fmt: skip
+    elif task == "other":
+        body.append("Held-out perplexity: none (this head's loss is not a language model's likelihood; "
+                    "logs/metrics.jsonl has the training and eval losses).")
     else:
         body.append("Held-out perplexity: not measured (no eval rows in logs/metrics.jsonl).")
     if transfer_rows:

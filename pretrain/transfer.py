@@ -163,16 +163,16 @@ class _ListDataset(torch.utils.data.Dataset):
 class Arms:
     """Builds each arm's model from one export folder: the export's weights, or its config from random init."""
 
-    def __init__(self, model_dir: Path, labels: list[str]):
+    def __init__(self, model_dir: Path, labels: list[str], pad_id: int | None):
         self.model_dir = model_dir
         self.labels = labels
+        self.pad_id = pad_id  # decoders without a pad token classify from the last non-pad token
         base = AutoConfig.from_pretrained(str(model_dir))
         self.text_to_text = bool(getattr(base, "is_encoder_decoder", False))
         kwargs = {} if self.text_to_text else {
             "num_labels": len(labels), "id2label": dict(enumerate(labels)), "label2id": {n: i for i, n in enumerate(labels)}}
         self.config = AutoConfig.from_pretrained(str(model_dir), **kwargs)
         self.cls = AutoModelForSeq2SeqLM if self.text_to_text else AutoModelForSequenceClassification
-        self.pad_id: int | None = None
 
     def build(self, arm: str) -> torch.nn.Module:
         """Called by the Trainer after it seeds torch: the head (and the random arm's body) depend on the seed."""
@@ -183,7 +183,7 @@ class Arms:
         else:
             raise ValueError(f"finetune.arms: unknown arm {arm!r} (pretrained, random)")
         if model.config.pad_token_id is None and self.pad_id is not None:
-            model.config.pad_token_id = self.pad_id  # decoders classify from the last non-pad token
+            model.config.pad_token_id = self.pad_id
         return model
 
     def encoder(self, arm: str) -> torch.nn.Module:
@@ -296,8 +296,7 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
     ft = cfg.finetune
     t0 = time.time()
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    arms = Arms(model_dir, data.labels)
-    arms.pad_id = tok.pad_token_id
+    arms = Arms(model_dir, data.labels, tok.pad_token_id)
     max_len = resolve_max_length(ft, arms.config)
     index = {n: i for i, n in enumerate(data.labels)}
     enc = {s: encode(tok, rows, index, max_len, ft, arms.text_to_text)

@@ -51,7 +51,7 @@ def sample_keys(seed: int, epoch: np.ndarray, sample_id: np.ndarray, stream: int
     """One 64-bit key per sample: mix64(base(seed, stream, epoch) + sample_id * golden), i.e. SplitMix64's
     sample_id-th output for a per-epoch seed. A batch from one epoch (the usual case) computes the base once."""
     epoch = np.asarray(epoch, dtype=np.int64)
-    sid = np.asarray(sample_id, dtype=np.int64).astype(np.uint64) * _GOLDEN
+    sid = np.asarray(sample_id, dtype=np.int64).view(np.uint64) * _GOLDEN
     if epoch.size and (epoch == epoch.flat[0]).all():
         base = np.uint64(_epoch_base(seed, stream, int(epoch.flat[0])))
     else:
@@ -72,7 +72,8 @@ _S16, _S15 = np.uint32(16), np.uint32(15)
 
 def key32(keys: np.ndarray) -> np.ndarray:
     """The 32-bit seed of each 64-bit key for `stream_bits32` / `hash32`."""
-    return ((keys >> np.uint64(32)) ^ keys).astype(np.uint32)
+    halves = np.ascontiguousarray(keys, dtype=np.uint64).view(np.uint32).reshape(-1, 2)
+    return halves[:, 0] ^ halves[:, 1]  # high ^ low word (either byte order), one op instead of shift+xor+cast
 
 
 def weyl32(length: int) -> np.ndarray:

@@ -72,23 +72,18 @@ class _Plan:
         self.at[:, 0, -1] = num_noise
         self.at[:, 1, -1] = num_keep
         g_noise, g_keep = num_noise - 1, num_keep - 1
-        width = max(g_noise, g_keep)
-        idx_bits = max(int(width - 1).bit_length(), 1)
-        # Sort keys [B, 2, width]: random high bits with the gap index in the low bits, so keys are unique and
-        # carry their index and a plain partition (2-3x faster than argpartition) selects the gaps. The random
-        # word of noise gap j is the row's stream word j, of non-noise gap j word g_noise + j (`weyl` holds the
-        # counters in that layout); the slots past a row's gaps get all-ones keys (never selected). 32-bit keys
-        # keep >= 20 random bits up to 4096 gaps (a tie at the selection boundary, ~n/2^20, only prefers the
-        # lower index).
+        self.g_noise = g_noise
+        idx_bits = max(int(max(g_noise, g_keep) - 1).bit_length(), 1)
+        # Sort keys [B, g_noise + g_keep] (the row's random words: noise gaps first, then non-noise gaps) with the
+        # gap index in the low bits, so keys are unique and carry their index and a plain partition (2-3x faster
+        # than argpartition) selects the gaps; each segmentation partitions its own columns. 32-bit keys keep
+        # >= 20 random bits up to 4096 gaps (a tie at the selection boundary, ~n/2^20, only prefers the lower
+        # index).
         self.dtype = np.uint32 if idx_bits <= 12 else np.uint64
         self.low = self.dtype((1 << idx_bits) - 1)
-        counters = weyl32(max(n - 2, 1))
-        self.weyl = np.zeros((1, 2, width), dtype=np.uint32)
-        self.weyl[0, 0, :g_noise] = counters[:g_noise]
-        self.weyl[0, 1, :g_keep] = counters[g_noise : g_noise + g_keep]
-        self.idx = np.full((1, 2, width), np.iinfo(self.dtype).max, dtype=self.dtype)
-        self.idx[0, 0, :g_noise] = np.arange(g_noise)
-        self.idx[0, 1, :g_keep] = np.arange(g_keep)
+        self.high = ~self.low
+        self.weyl = weyl32(n - 2)[None, :]
+        self.idx = np.concatenate([np.arange(g_noise), np.arange(g_keep)]).astype(self.dtype)[None, :]
         # Output layout, flat: all B input rows, then all B target rows (both come out contiguous). Slot p copies
         # ext[src[p]], src = cumsum(delta): +1 per slot, changed only at sentinel slots (see span_corrupt).
         rows, span = np.arange(B, dtype=np.int64)[:, None], np.arange(S, dtype=np.int64)
@@ -96,7 +91,8 @@ class _Plan:
         self.off_tg = B * self.w_in + rows * self.w_tg + span  # target sentinel s = noise_at[s] + off_tg[s]
         self.delta = np.ones(B * (self.w_in + self.w_tg), dtype=np.int64)
         self.delta[0] = 0
-        self.delta[B * self.w_in] = -(B * (n + 1) - 1)  # from the last input row's EOS back to row 0's token 0
+        # from the last input row's EOS back to row 0's token 0: the first target slot's step minus this
+        self.first_target, self.back = B * self.w_in, B * (n + 1)
         self.work_delta = np.empty_like(self.delta)
         self.src = np.empty_like(self.delta)
         self.marks = np.empty((B, 2 * S), dtype=np.int64)
@@ -110,20 +106,21 @@ class _Plan:
         until the next call).
 
         Same distribution as the reference's `_random_segmentation` (a shuffled boolean vector): the cut points
-        are a uniform random (S-1)-subset of the gaps, here the gaps with the smallest random keys; both
-        segmentations share one partition call (the shorter rows padded with never-selected keys)."""
+        are a uniform random (S-1)-subset of the gaps, here the gaps with the smallest random keys."""
         S = self.S
         if S == 1:
             return self.at
-        key = hash32(key32(keys)[:, None, None] + self.weyl)
+        key = hash32(key32(keys)[:, None] + self.weyl)
         if self.dtype is np.uint64:
             key = key.astype(np.uint64) << np.uint64(32)
-        key &= ~self.low
+        key &= self.high
         key |= self.idx
-        cut = np.partition(key, S - 2, axis=-1)[..., : S - 1]
-        cut &= self.low
-        cut.sort(axis=-1)
-        np.add(cut, 1, out=self.at[..., 1:-1], casting="unsafe")
+        g = self.g_noise
+        for half, cols in ((0, key[:, :g]), (1, key[:, g:])):
+            cut = np.partition(cols, S - 2, axis=-1)[:, : S - 1]
+            cut &= self.low
+            cut.sort(axis=-1)
+            np.add(cut, 1, out=self.at[:, half, 1:-1], casting="unsafe")
         return self.at
 
 
@@ -168,15 +165,17 @@ def span_corrupt(
     # targets <x0> noise_0 <x1> noise_1 ... EOS: sentinel s at noise_at[s] + s; the offset restarts at the row's
     #         token 0 and grows by keep_len[s] - 1 there.
     # Each row ends on its EOS column b*(n+1) + n, so a step of 1 reaches the next row's token 0.
-    jumps = at[:, :, 1:] - at[:, :, :-1]  # [B, 2, S] = [noise_len | keep_len] per row, as `marks` below
-    jumps -= 1
+    lens = at[:, :, 1:] - at[:, :, :-1]  # [B, 2, S] = [noise_len | keep_len] per row, as `marks` below
     marks = p.marks
     np.add(at[:, 1, 1:], p.off_in, out=marks[:, :S])
     np.add(at[:, 0, :-1], p.off_tg, out=marks[:, S:])
     flat = marks.ravel()
     delta = p.work_delta
     np.copyto(delta, p.delta)
-    delta[flat] += jumps.ravel()
+    # A sentinel slot's step is 1 + (span length - 1); marks never hit slot 0 (keep_at[1] >= 1) and always hit the
+    # first target slot (noise_at[0] = 0), whose step also jumps back from the last input row's EOS.
+    delta[flat] = lens.ravel()
+    delta[p.first_target] -= p.back
     p.ext[:, :n] = tokens
     out = p.ext.ravel().take(np.cumsum(delta, out=p.src))
     out[flat] = p.sent
@@ -242,7 +241,7 @@ class SpanCorruptionCollator:
                                           self._work())  # fmt: skip
             return {
                 "input_ids": torch.from_numpy(inputs),
-                "attention_mask": torch.ones(inputs.shape, dtype=torch.int64),
+                "attention_mask": torch.from_numpy(np.ones(inputs.shape, dtype=np.int64)),  # cheaper than torch.ones
                 "labels": torch.from_numpy(labels),
             }
         # A block cut short at the end of the stream may arrive right-padded: corrupt only its real tokens.

@@ -54,7 +54,8 @@ class FamilySpec:
     objectives: tuple[str, ...]  # objective.type values it trains with
     tokenizer_types: tuple[str, ...]  # tokenizer.type values whose special tokens it assumes
     auto_class: str = "AutoModel"  # what loads the export with its pretraining head (parity, reload check)
-    # Further Auto classes the exported folder must load with (fine-tuning heads).
+    # Further Auto classes the exported folder must load with (fine-tuning heads); the export loads each one
+    # and records the class it got in training_state.json.
     export_heads: tuple[str, ...] = ("AutoModelForSequenceClassification",)
     # Positions of the table a sequence cannot use (RoBERTa's padding_idx + 1 offset: 2); None: no position
     # table bounds the sequence (T5's relative buckets).

@@ -85,7 +85,7 @@ def _task_cfg(preset: str, overrides: list[str], **task) -> object:
     return load_config(f"configs/{preset}.yaml", [*overrides, f"finetune.tasks=[{spec}]"])
 
 
-@pytest.mark.parametrize("preset", ["roberta-tiny", "gpt2-tiny", "t5-tiny"])
+@pytest.mark.parametrize("preset", ["roberta-tiny", "gpt2-tiny", "t5-tiny", "electra-tiny"])
 def test_finetune_and_transfer_every_family(tmp_path, preset):
     """One code path for encoders, decoders and encoder-decoders (text-to-text): each task, arm and seed in its
     own folder; transfer.json beside the export."""

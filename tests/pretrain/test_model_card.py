@@ -103,3 +103,16 @@ def test_heads_without_a_hub_pipeline_get_no_tag():
 
     assert head_task("ModernBertForMaskedLM", "modernbert") == "masked_lm"
     assert head_task("ElectraForPreTraining", "electra") == "other"  # no pipeline: the card omits pipeline_tag
+
+
+def test_electra_card_is_a_discriminator_card(tmp_path):
+    """ELECTRA's export (ElectraForPreTraining) gets a card: no pipeline tag, no perplexity (its eval loss is
+    MLM + 50 x BCE), a usage snippet with its fine-tuning head and the generator beside it."""
+    cfg, out = _export(tmp_path, "electra-tiny", ["model.hidden_size=32", "model.num_heads=2", "model.ffn_size=64"])
+    (out / "generator").mkdir()  # as the electra objective's export writes it
+    meta, body = _front_matter(write_model_card(cfg, out).read_text())
+    assert "pipeline_tag" not in meta and "model-index" not in meta, meta
+    assert "electra" in meta["tags"]
+    for needle in ("AutoModel.from_pretrained", 'subfolder="generator"',
+                   "AutoModelForSequenceClassification", "Held-out perplexity: none"):
+        assert needle in body, needle

@@ -124,6 +124,7 @@ def test_zero3_trains_exports_with_parity_and_loads_with_auto_classes(modernbert
     export = run_dir / "export"
     state = json.loads((export / "training_state.json").read_text())
     assert state["step"] == 8 and state["parity_max_abs_diff"] <= 1e-5
+    assert state["export_heads"] == {"AutoModelForSequenceClassification": "ModernBertForSequenceClassification"}
     config = json.loads((export / "config.json").read_text())
     assert config["architectures"] == ["ModernBertForMaskedLM"] and config["sparse_prediction"] is False
     res = subprocess.run([sys.executable, "-c", LOAD_HEADS, str(export), str(tag_dir / "parity_probe.pt")],
