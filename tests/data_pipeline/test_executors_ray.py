@@ -92,9 +92,9 @@ def test_two_node_ray_cluster_survives_worker_node_death(hosts, tmp_path):
         while worker not in _where(cfg, "dedup-signatures") and driver.poll() is None and \
                 time.monotonic() < deadline:
             time.sleep(0.05)
-        before = _where(cfg, "dedup-signatures")
         hosts.kill_host(1)  # the worker node loses power mid-stage
         t_kill = time.monotonic()
+        before = _where(cfg, "dedup-signatures")  # read after the kill: the dead node writes nothing more
         rc = driver.wait(timeout=150)
         elapsed = time.monotonic() - t_kill
     finally:
