@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import codecs
 import re
-import signal
-import threading
-from contextlib import contextmanager
 
 from data_pipeline.document import Document
-from data_pipeline.readers.base import decode_bom
+from data_pipeline.readers.base import alarm_after, decode_bom
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+)""", re.I)
 _HTTP_CHARSET = re.compile(r"charset\s*=\s*[\"']?\s*([A-Za-z0-9_\-:.]+)", re.I)
@@ -78,23 +75,9 @@ class ExtractTimeout(Exception):
     pass
 
 
-@contextmanager
 def _time_limit(seconds: float):
-    """SIGALRM-based limit (main thread of a worker process only); a pathological page must not stall a shard."""
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _raise(signum, frame):
-        raise ExtractTimeout()
-
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    """A pathological page must not stall a shard (main thread of a worker process only)."""
+    return alarm_after(seconds, ExtractTimeout)
 
 
 class Extractor:

@@ -14,7 +14,7 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from pretrain.labelled import load_tasks
-from pretrain.transfer import Arms, _log, encode, fine_tune_once, resolve_max_length
+from pretrain.transfer import _log, fine_tune_once, prepare_task
 from runconfig import RunConfig
 
 
@@ -29,12 +29,8 @@ def finetune(cfg: RunConfig, model_dir: str | Path, init: str = "pretrained", ou
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     results = []
     for data in load_tasks(cfg):  # every task read and checked before any training
-        arms = Arms(model_dir, data.labels, tok.pad_token_id)
-        max_len = resolve_max_length(ft, arms.config)
-        index = {n: i for i, n in enumerate(data.labels)}
-        enc = {s: encode(tok, rows, index, max_len, ft, arms.text_to_text)
-               for s, rows in (("train", data.train), ("dev", data.dev), ("test", data.test))}
-        label_ids = [tok(n)["input_ids"] for n in data.labels] if arms.text_to_text else None
+        task = prepare_task(ft, data, tok, model_dir)
+        arms, enc, label_ids = task.arms, task.enc, task.label_ids
         lr = ft.lr_grid[0]
         if len(ft.lr_grid) > 1:
             dev = {x: fine_tune_once(arms, init, tok, enc["train"], {"dev": enc["dev"]}, x, ft.seeds[0], ft,

@@ -292,16 +292,33 @@ def _welch_p(a: list[float], b: list[float]) -> float | None:
     return None if math.isnan(p) else p
 
 
-def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path, log=_log) -> dict[str, Any]:
-    ft = cfg.finetune
-    t0 = time.time()
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
+@dataclass
+class PreparedTask:
+    """One task ready to fine-tune on: both arms' model factory, the splits encoded once, and (text-to-text) the
+    label strings' ids. Shared by `pretrain finetune` and the transfer evaluation so both score the same inputs."""
+
+    arms: Arms
+    max_len: int
+    enc: dict[str, Any]
+    label_ids: list[list[int]] | None
+
+
+def prepare_task(ft: FinetuneConfig, data: TaskData, tok: PreTrainedTokenizerBase, model_dir: Path) -> PreparedTask:
     arms = Arms(model_dir, data.labels, tok.pad_token_id)
     max_len = resolve_max_length(ft, arms.config)
     index = {n: i for i, n in enumerate(data.labels)}
     enc = {s: encode(tok, rows, index, max_len, ft, arms.text_to_text)
            for s, rows in (("train", data.train), ("dev", data.dev), ("test", data.test))}
     label_ids = [tok(n)["input_ids"] for n in data.labels] if arms.text_to_text else None
+    return PreparedTask(arms, max_len, enc, label_ids)
+
+
+def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path, log=_log) -> dict[str, Any]:
+    ft = cfg.finetune
+    t0 = time.time()
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    task = prepare_task(ft, data, tok, model_dir)
+    arms, max_len, enc, label_ids = task.arms, task.max_len, task.enc, task.label_ids
     result: dict[str, Any] = {"task": data.name, "labels": data.labels, "splits": data.sizes(), "origin": data.origin,
                               "max_length": max_len, "long_inputs": ft.long_inputs, "seeds": ft.seeds,
                               "lr_grid": ft.lr_grid, "text_to_text": arms.text_to_text, "arms": {}}

@@ -11,20 +11,19 @@ from data_pipeline.objectives.registry import ObjectiveSpec, register_objective
 from data_pipeline.objectives.t5_lengths import t5_lengths
 
 
+def masking_kwargs(cfg: Any) -> dict[str, Any]:
+    """The masking settings of the config, as every MLM-style collator (MLM, ELECTRA's generator input) takes them."""
+    obj = cfg.objective
+    return dict(seed=cfg.run.seed, mlm_probability=obj.mlm_probability, mask_token_fraction=obj.mask_token_fraction,
+                random_token_fraction=obj.random_token_fraction, whole_word_masking=obj.whole_word_masking,
+                static_masking=obj.static_masking)
+
+
 def mlm_collator(cfg: Any, tokenizer: Any):
     """input_ids, attention_mask, labels (-100 where not predicted)."""
     from data_pipeline.objectives.mlm import MLMCollator
 
-    obj = cfg.objective
-    return MLMCollator(
-        tokenizer,
-        seed=cfg.run.seed,
-        mlm_probability=obj.mlm_probability,
-        mask_token_fraction=obj.mask_token_fraction,
-        random_token_fraction=obj.random_token_fraction,
-        whole_word_masking=obj.whole_word_masking,
-        static_masking=obj.static_masking,
-    )
+    return MLMCollator(tokenizer, **masking_kwargs(cfg))
 
 
 def causal_collator(cfg: Any, tokenizer: Any):

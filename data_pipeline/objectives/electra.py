@@ -66,18 +66,10 @@ def validate(cfg: Any) -> None:
 
 def collator(cfg: Any, tokenizer: Any):
     """MLM inputs and labels plus `sample_u`, the uniform per position the generator's sample is drawn with."""
+    from data_pipeline.objectives.builtin import masking_kwargs
     from data_pipeline.objectives.rtd import ElectraCollator
 
-    obj = cfg.objective
-    return ElectraCollator(
-        tokenizer,
-        seed=cfg.run.seed,
-        mlm_probability=obj.mlm_probability,
-        mask_token_fraction=obj.mask_token_fraction,
-        random_token_fraction=obj.random_token_fraction,
-        whole_word_masking=obj.whole_word_masking,
-        static_masking=obj.static_masking,
-    )
+    return ElectraCollator(tokenizer, **masking_kwargs(cfg))
 
 
 def wrap_model(cfg: Any, discriminator: Any, tokenizer: Any):

@@ -8,7 +8,7 @@ import signal
 import stat
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
@@ -191,15 +191,16 @@ class ReadStalled(Exception):
 
 
 @contextmanager
-def read_deadline(seconds: float):
-    """Raise ReadStalled in the block after `seconds` (SIGALRM: main thread of a process only, elsewhere no
-    limit). A handler that raises interrupts a blocking read (PEP 475), so a stalled read cannot hang a shard."""
+def alarm_after(seconds: float, make_error: Callable[[], BaseException]):
+    """Raise `make_error()` in the block after `seconds` (SIGALRM: main thread of a process only, elsewhere no
+    limit). A handler that raises interrupts a blocking call (PEP 475), so a stalled read or a pathological page
+    cannot hang a shard. The one SIGALRM helper of the data stages (reads here, extraction in extract.py)."""
     if seconds <= 0 or threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def _raise(signum, frame):
-        raise ReadStalled(f"no data for {seconds:g} s")
+        raise make_error()
 
     old = signal.signal(signal.SIGALRM, _raise)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -208,6 +209,11 @@ def read_deadline(seconds: float):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def read_deadline(seconds: float):
+    """Raise ReadStalled in the block after `seconds` of no progress."""
+    return alarm_after(seconds, lambda: ReadStalled(f"no data for {seconds:g} s"))
 
 
 def guarded(docs: Iterator[Any], seconds: float) -> Iterator[Any]:
