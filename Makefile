@@ -31,7 +31,7 @@ demo: $(STAMP)
 test: $(TEST_STAMP)
 	# As root, also install the system services the integration tests start (Slurm, munge, ip netns, shellcheck).
 	if [ "$$(id -u)" -eq 0 ]; then bash launch/ci_setup.sh; fi
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=25
 
 test-unit: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -m "not integration"
