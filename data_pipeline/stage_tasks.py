@@ -19,7 +19,8 @@ from data_pipeline.layout import RunLayout
 def _clean_task(i: int, *, cfg) -> dict[str, Any]:
     from data_pipeline.clean import clean_shard, config_fingerprint, plan_clean
 
-    info = clean_shard(cfg, plan_clean(cfg)[i], config_fingerprint(cfg))
+    shard = plan_clean(cfg)[i]
+    info = clean_shard(cfg, shard, config_fingerprint(cfg, shard.source))  # per source, as run_clean writes them
     return {k: info[k] for k in ("source", "shard", "read", "kept", "holdout", "kept_chars")}
 
 
@@ -46,8 +47,9 @@ def _clean_report(cfg) -> dict[str, Any]:
 def clean_stage(cfg) -> Stage:
     from data_pipeline.clean import _shard_done, config_fingerprint, plan_clean
 
-    plan, fp = plan_clean(cfg), config_fingerprint(cfg)
-    done = frozenset(i for i, s in enumerate(plan) if _shard_done(cfg, s, fp))
+    plan = plan_clean(cfg)
+    fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
+    done = frozenset(i for i, s in enumerate(plan) if _shard_done(cfg, s, fps[s.source]))
     return Stage("clean", _clean_task, len(plan), RunLayout(cfg).root / "_tasks", kwargs={"cfg": cfg},
                  labels=tuple(f"{s.source}/{s.index}" for s in plan),
                  done_fn=functools.partial(_done_set, done), finalize=functools.partial(_clean_report, cfg))
