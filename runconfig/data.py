@@ -181,7 +181,10 @@ class DedupConfig(Section):
     # task holds one band of one partition (16 bytes per document in it), so this bounds its memory.
     partitions: int = Field(0, ge=0)
     docs_per_partition: int = Field(2_000_000, gt=0)
-    merge_fan_in: int = Field(8, ge=2)  # duplicate-edge files merged per connected-components task
+    merge_fan_in: int = Field(8, ge=2)  # duplicate-edge files merged per first connected-components task
+    # Rounds (large-star + small-star, each a stage of `partitions` tasks) of the partitioned connected
+    # components; O(log n) suffice (a chain of 2^k copies needs about k). Too few fails naming this key.
+    component_rounds: int = Field(12, ge=1)
 
 
 class RayConfig(Section):

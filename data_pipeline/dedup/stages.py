@@ -12,13 +12,25 @@ another config or another cleaned corpus never mix with these.
                            (first gid, gid) for every later document of a shared bucket; the last R tasks do
                            the same with content hashes (exact dedup, partitioned by hash the same way).
                            Memory: 16 bytes x documents in the range (~ corpus / R): bounded by the partition.
-3. components-L0..Lk      union-find (vectorised min-label propagation) over F edge files -> a star forest
-                           (root, member) per connected component, written as the next level's input; repeated
-                           until one task is left, which also writes remove/s<s>.npz (rows to drop, reason) for
-                           every shard. Memory: 16 bytes x duplicate documents in the task's inputs: edges only
-                           name documents that have a duplicate, so this is bounded by the number of
-                           duplicates, never by the number of documents.
-4. filter (S tasks)       shard s minus its removed rows -> dedup/<source>/<shard name>, with its marker.
+3. components               connected components of the edge graph, partitioned by a hash of the document id
+                           into P = R node partitions, so no task holds every duplicate:
+   components-L0 (E/F)     union-find over F edge files -> a star forest per group, routed to P partitions.
+                           Memory: 16 bytes x edges in F edge files (each bounded by its range).
+   components-large<k>,    K = `component_rounds` rounds of the alternating algorithm of Kiveris et al. (2014,
+   components-small<k>     "Connected Components in MapReduce and Beyond"): large-star (every node links its larger
+   (P tasks each)          neighbours to its smallest neighbour) then small-star (every node links its smaller
+                           neighbours to the smallest of them). Task p reads the edges keyed by the nodes of
+                           partition p from every producer of the previous step and writes its output edges
+                           routed to the partition of their key node. Converges to stars centred on each
+                           component's smallest gid in O(log n) rounds (a chain of 2^k documents needs ~k); a
+                           round at the fixed point changes nothing. Memory: 32 bytes x edges incident to the
+                           partition's nodes ~ duplicates / P (plus the largest component's star, which is one
+                           cluster of copies): bounded by the partition, not by the corpus.
+   components-labels (P)   checks the last round changed nothing (else fails naming `data.dedup.component_rounds`)
+                           and writes remove/p<p>.npz: per input shard the rows of partition p's non-root nodes.
+                           Memory: the partition's edges.
+4. filter (S tasks)       shard s minus its removed rows (read from its key in each of the P label files and
+                           the R exact-duplicate files) -> dedup/<source>/<shard name>, with its marker.
                            Memory: one shard's removal list; rows are streamed.
 
 The kept document of a cluster is its smallest gid, i.e. the earliest in corpus order (source order, then shard,
@@ -92,31 +104,36 @@ def _fingerprint(cfg, inputs: list[Path], ranges: int) -> str:
             files.append([str(p), st.st_size, st.st_mtime_ns])
         except OSError:
             files.append([str(p), None, None])  # vanished: the signatures task for it reports it
-    blob = {"dedup": cfg.data.dedup.model_dump(mode="json"), "ranges": ranges, "inputs": files}
+    # component_rounds only appends rounds: raising it after a non-converged run keeps the finished tasks.
+    blob = {"dedup": cfg.data.dedup.model_dump(mode="json", exclude={"component_rounds"}), "ranges": ranges,
+            "inputs": files}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def stage_shapes(num_inputs: int, ranges: int, bands: int, fan_in: int, minhash: bool, exact: bool
-                 ) -> list[tuple[str, int]]:
+def component_stage_names(rounds: int) -> list[str]:
+    steps = [f"dedup-components-{kind}{k}" for k in range(rounds) for kind in ("large", "small")]
+    return ["dedup-components-L0", *steps, "dedup-components-labels"]
+
+
+def stage_shapes(num_inputs: int, ranges: int, bands: int, fan_in: int, minhash: bool, exact: bool,
+                 rounds: int) -> list[tuple[str, int]]:
     """[(stage name, tasks)]: what a Slurm pipeline renders before the corpus exists."""
     n_edges = (bands * ranges if minhash else 0) + (ranges if exact else 0)
     shapes = [("dedup-signatures", num_inputs)]
     if n_edges:
         shapes.append(("dedup-buckets", n_edges))
-    level, n = 0, n_edges
-    while True:
-        tasks = max(1, math.ceil(n / fan_in))
-        shapes.append((f"dedup-components-L{level}", tasks))
-        if tasks == 1:
-            break
-        level, n = level + 1, tasks
+        names = component_stage_names(rounds)
+        shapes += [(names[0], math.ceil(n_edges / fan_in))] + [(n, ranges) for n in names[1:]]
+    else:  # nothing to compare: the labels stage still writes the (empty) removal files the filter reads
+        shapes.append(("dedup-components-labels", ranges))
     shapes.append(("dedup-filter", num_inputs))
     return shapes
 
 
 def plan_shapes(cfg, num_inputs: int, ranges: int) -> list[tuple[str, int]]:
     dd = cfg.data.dedup
-    return stage_shapes(num_inputs, ranges, dd.minhash.bands, dd.merge_fan_in, dd.minhash.enabled, dd.exact)
+    return stage_shapes(num_inputs, ranges, dd.minhash.bands, dd.merge_fan_in, dd.minhash.enabled, dd.exact,
+                        dd.component_rounds)
 
 
 def build_stages(cfg) -> list[Stage]:
@@ -132,40 +149,60 @@ def build_stages(cfg) -> list[Stage]:
     B = dd.minhash.bands
     mh_kw = {"ngram": dd.minhash.ngram, "bands": B, "rows": dd.minhash.rows, "seed": dd.minhash.seed}
     names = tuple(f"{p.parent.name}/{p.name}" for p in inputs)
-    shapes = dict(plan_shapes(cfg, len(inputs), R))
     S = len(inputs)
     stages = [Stage("dedup-signatures", signature_task, S, marks, labels=names,
                     kwargs={"inputs": [str(p) for p in inputs], "work": str(work), "ranges": R, "mh_kw": mh_kw,
                             "minhash": dd.minhash.enabled, "exact": dd.exact})]
-    edge_files: list[str] = []
-    if "dedup-buckets" in shapes:
-        jobs = ([("b", b, r) for b in range(B) for r in range(R)] if dd.minhash.enabled else []) + \
-               ([("x", 0, r) for r in range(R)] if dd.exact else [])
-        edge_files = [str(work / "pairs" / (f"b{b:03d}-r{r:04d}.npy" if k == "b" else f"x-r{r:04d}.npy"))
-                      for k, b, r in jobs]
+    jobs = ([("b", b, r) for b in range(B) for r in range(R)] if dd.minhash.enabled else []) + \
+           ([("x", 0, r) for r in range(R)] if dd.exact else [])
+    edge_files = [str(work / "pairs" / (f"b{b:03d}-r{r:04d}.npy" if k == "b" else f"x-r{r:04d}.npy"))
+                  for k, b, r in jobs]
+    if jobs:
         stages.append(Stage("dedup-buckets", bucket_task, len(jobs), marks,
                             labels=tuple(f"band {b} range {r}" if k == "b" else f"exact range {r}"
                                          for k, b, r in jobs),
-                            kwargs={"jobs": jobs, "work": str(work), "num_inputs": S}))
-    level_inputs = edge_files
-    level = 0
-    while f"dedup-components-L{level}" in shapes:
-        n = shapes[f"dedup-components-L{level}"]
-        last = n == 1
-        outs = [str(work / "cc" / f"L{level}-{j:05d}.npy") for j in range(n)]
-        stages.append(Stage(f"dedup-components-L{level}", components_task, n, marks,
-                            kwargs={"inputs": level_inputs, "outputs": outs, "fan_in": dd.merge_fan_in,
-                                    "final": last, "work": str(work), "shard_names": names,
-                                    "exact_files": [str(work / "pairs" / f"xdup-r{r:04d}.npy") for r in range(R)]
-                                    if dd.exact else []}))
-        level_inputs, level = outs, level + 1
+                            kwargs={"jobs": jobs, "work": str(work), "num_inputs": S, "ranges": R}))
+    exact_files = [str(work / "pairs" / f"xdup-r{r:04d}.npz") for r in range(R)] if dd.exact else []
+    stages += component_stages(edge_files, work, marks, R, dd.merge_fan_in, dd.component_rounds, names,
+                               exact_files)
     shapes_list = [(st.name, st.num_tasks) for st in stages] + [("dedup-filter", S)]
     stages.append(Stage("dedup-filter", filter_task, S, marks, labels=names,
                         kwargs={"inputs": [str(p) for p in inputs], "work": str(work),
-                                "out_root": str(layout.dedup)},
+                                "out_root": str(layout.dedup), "partitions": R, "exact_files": exact_files},
                         finalize=functools.partial(finalize, str(layout.dedup), fp, mh_kw, R, str(marks),
                                                    shapes_list, S)))
     return stages
+
+
+def component_stages(edge_files: list[str], work: Path, marks: Path, partitions: int, fan_in: int, rounds: int,
+                     shard_names: tuple[str, ...], exact_files: list[str] = ()) -> list[Stage]:
+    """L0 (union-find over groups of edge files), `rounds` x (large-star, small-star) over `partitions` node
+    partitions, then labels: see the module docstring."""
+    cc = Path(work) / "cc"
+    names = component_stage_names(rounds)
+    out: list[Stage] = []
+    prev: tuple[str, int] | None = None  # (file prefix, producers) of the previous step
+    if edge_files:
+        n0 = math.ceil(len(edge_files) / fan_in)
+        out.append(Stage(names[0], components_l0_task, n0, marks,
+                         kwargs={"inputs": edge_files, "fan_in": fan_in, "out": str(cc / "L0"),
+                                 "partitions": partitions}))
+        prev = (str(cc / "L0"), n0)
+        steps: list[tuple[str, str]] = []
+        for name in names[1:-1]:
+            kind = "large" if name.startswith("dedup-components-large") else "small"
+            step = name.removeprefix("dedup-components-")
+            out.append(Stage(name, star_step_task, partitions, marks,
+                             kwargs={"kind": kind, "inputs": prev, "out": str(cc / step),
+                                     "partitions": partitions, "marker_dir": str(marks),
+                                     "prev_round": [n for n, _ in steps[-2:]] if kind == "large" else []}))
+            steps.append((name, str(cc / step)))
+            prev = (str(cc / step), partitions)
+    out.append(Stage(names[-1], labels_task, partitions, marks,
+                     kwargs={"steps": steps if edge_files else [], "work": str(work), "shard_names": shard_names,
+                             "marker_dir": str(marks), "partitions": partitions, "rounds": rounds,
+                             "exact_files": list(exact_files)}))
+    return out
 
 
 # -- tasks -----------------------------------------------------------------------------------------------------
@@ -229,7 +266,34 @@ def _bucket_edges(pairs: np.ndarray) -> np.ndarray:
     return np.stack([g[first[dup]], g[dup]], axis=1)
 
 
-def bucket_task(i: int, *, jobs: list[tuple[str, int, int]], work: str, num_inputs: int) -> dict[str, Any]:
+def node_partition(gids: np.ndarray, partitions: int) -> np.ndarray:
+    """Node partition of each gid: a Fibonacci hash, so a shard's rows spread over every partition."""
+    with np.errstate(over="ignore"):
+        return _range_of(gids.astype(np.uint64, copy=False) * np.uint64(0x9E3779B97F4A7C15), partitions)
+
+
+def _by_key(arr: np.ndarray, key: np.ndarray, n: int, prefix: str) -> dict[str, np.ndarray]:
+    """{prefix<k>: rows of arr whose key is k} for the keys present (a missing member reads as empty)."""
+    order = np.argsort(key, kind="stable")
+    arr, key = arr[order], key[order]
+    bounds = np.searchsorted(key, np.arange(n + 1))
+    return {f"{prefix}{k}": arr[bounds[k]:bounds[k + 1]] for k in range(n) if bounds[k + 1] > bounds[k]}
+
+
+def _read_key(files: list[str], key: str, width: int) -> np.ndarray:
+    """Concatenate member `key` of every npz file (each must exist: a missing file raises, naming it)."""
+    parts = []
+    for f in files:
+        with np.load(f) as z:
+            if key in z.files:
+                parts.append(z[key])
+    if not parts:
+        return np.zeros((0, width), np.uint64) if width else np.zeros(0, np.uint64)
+    return np.concatenate(parts)
+
+
+def bucket_task(i: int, *, jobs: list[tuple[str, int, int]], work: str, num_inputs: int, ranges: int
+                ) -> dict[str, Any]:
     kind, b, r = jobs[i]
     member = f"b{b}" if kind == "b" else "exact"
     parts = []
@@ -241,8 +305,11 @@ def bucket_task(i: int, *, jobs: list[tuple[str, int, int]], work: str, num_inpu
     edges = _bucket_edges(pairs)
     if kind == "b":
         _save_npy(Path(work) / "pairs" / f"b{b:03d}-r{r:04d}.npy", edges)
-    else:
-        _save_npy(Path(work) / "pairs" / f"xdup-r{r:04d}.npy", np.unique(edges[:, 1]))
+    else:  # exact copies of range r by input shard (for the filter's reasons) and by node partition (examples)
+        dups = np.unique(edges[:, 1])
+        _save_npz(Path(work) / "pairs" / f"xdup-r{r:04d}.npz",
+                  **_by_key(dups, (dups >> np.uint64(32)).astype(np.int64), num_inputs, "s"),
+                  **_by_key(dups, node_partition(dups, ranges).astype(np.int64), ranges, "n"))
         _save_npy(Path(work) / "pairs" / f"x-r{r:04d}.npy", edges)
     return {"kind": "near" if kind == "b" else "exact", "docs": int(len(pairs)), "pairs": int(len(edges))}
 
@@ -276,47 +343,126 @@ def star_forest(edges: np.ndarray) -> np.ndarray:
     return np.stack([nodes[label[member]], nodes[member]], axis=1)
 
 
-def components_task(i: int, *, inputs: list[str], outputs: list[str], fan_in: int, final: bool, work: str,
-                    shard_names: tuple[str, ...], exact_files: list[str]) -> dict[str, Any]:
+def _save_routed(path: Path, edges: np.ndarray, partitions: int) -> None:
+    """Write keyed edges (key node, neighbour) as one npz, member p<k> = the rows whose key is in partition k."""
+    key = node_partition(edges[:, 0], partitions).astype(np.int64) if len(edges) else np.zeros(0, np.int64)
+    _save_npz(path, **_by_key(edges, key, partitions, "p"))
+
+
+def _both_ways(edges: np.ndarray) -> np.ndarray:
+    return np.concatenate([edges, edges[:, ::-1]])
+
+
+def components_l0_task(i: int, *, inputs: list[str], fan_in: int, out: str, partitions: int) -> dict[str, Any]:
+    """Union-find over edge files [i*F, (i+1)*F) -> star forest, keyed both ways for the first large-star step."""
     mine = inputs[i * fan_in:(i + 1) * fan_in]
     parts = [np.load(f) for f in mine]
     edges = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
     forest = star_forest(edges.astype(np.uint64, copy=False))
-    _save_npy(Path(outputs[i]), forest)
-    stats: dict[str, Any] = {"edges_in": int(len(edges)), "members": int(len(forest)),
-                             "clusters": int(len(np.unique(forest[:, 0]))) if len(forest) else 0}
-    if final:
-        stats.update(_write_removals(forest, work, shard_names, exact_files))
-    return stats
+    _save_routed(Path(f"{out}-{i:05d}.npz"), _both_ways(forest), partitions)
+    return {"edges_in": int(len(edges)), "members": int(len(forest))}
 
 
-def _write_removals(forest: np.ndarray, work: str, shard_names: tuple[str, ...], exact_files: list[str]
-                    ) -> dict[str, Any]:
-    """remove/s<s>.npz for every shard (rows to drop, 1 = exact copy, 2 = near copy), even when empty: the
-    filter task of a shard without its file fails instead of keeping everything."""
-    exact_dups = np.unique(np.concatenate([np.load(f) for f in exact_files])) if exact_files else \
-        np.zeros(0, np.uint64)
-    members = np.sort(forest[:, 1]) if len(forest) else np.zeros(0, np.uint64)
-    reason = np.where(np.isin(members, exact_dups), EXACT, NEAR).astype(np.int8)
+def _groups(keyed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Unique keyed edges sorted by (key, neighbour); per row its group's min neighbour and group size."""
+    if len(keyed) == 0:
+        z = np.zeros(0, np.uint64)
+        return z, z, z, np.zeros(0, np.int64)
+    keyed = np.unique(keyed, axis=0)  # sorted by key, then neighbour
+    u, v = keyed[:, 0], keyed[:, 1]
+    start = np.ones(len(u), bool)
+    start[1:] = u[1:] != u[:-1]
+    idx = np.nonzero(start)[0]
+    sizes = np.diff(np.append(idx, len(u)))
+    gmin = np.repeat(v[idx], sizes)  # sorted by neighbour within a key: the first is the smallest
+    return u, v, gmin, np.repeat(sizes, sizes)
+
+
+def _changed(marker_dir: str, stage: str, partitions: int) -> int | None:
+    """Edges changed by a step (summed over its tasks), None when it was skipped at the fixed point."""
+    stats = [json.loads((Path(marker_dir) / f"{stage}-{j:05d}.done").read_text())["stats"]
+             for j in range(partitions)]
+    return None if any(s.get("skipped") for s in stats) else sum(s["changed"] for s in stats)
+
+
+def star_step_task(i: int, *, kind: str, inputs: tuple[str, int], out: str, partitions: int, marker_dir: str,
+                   prev_round: list[str]) -> dict[str, Any]:
+    """One large-star or small-star step over the edges keyed by the nodes of partition i.
+
+    large-star (input: both directions): node u with m = min(u, neighbours) links every neighbour v > u to m;
+    output keyed by the larger end for small-star. small-star (input: keyed by the larger end, so each node sees
+    its smaller neighbours N): m = min(N) and every v in N + {u}, v != m, links to m; output both directions.
+    `changed` counts output edges that were not input edges; once a round changed nothing (the fixed point: a
+    forest of stars centred on each component's smallest gid) the later rounds skip without reading anything.
+    """
+    if kind == "small" and json.loads((Path(marker_dir) / f"dedup-components-large{out.rsplit('small', 1)[1]}"
+                                       f"-{i:05d}.done").read_text())["stats"].get("skipped"):
+        return {"skipped": "fixed point", "changed": 0}
+    if prev_round and all(_changed(marker_dir, n, partitions) in (0, None) for n in prev_round):
+        return {"skipped": "fixed point", "changed": 0}
+    prefix, producers = inputs
+    keyed = _read_key([f"{prefix}-{j:05d}.npz" for j in range(producers)], f"p{i}", 2)
+    u, v, gmin, size = _groups(keyed)
+    if kind == "large":
+        m = np.minimum(u, gmin)
+        sel = v > u
+        new = np.stack([v[sel], m[sel]], axis=1)  # v > u >= m: keyed by its larger end v
+        changed = int((m[sel] != u[sel]).sum())
+        _save_routed(Path(f"{out}-{i:05d}.npz"), new, partitions)
+    else:
+        sel = v != gmin  # the smaller neighbours other than the smallest move to it; u keeps its edge to it
+        first = np.ones(len(u), bool)
+        first[1:] = u[1:] != u[:-1]
+        new = np.concatenate([np.stack([v[sel], gmin[sel]], axis=1), np.stack([u[first], gmin[first]], axis=1)])
+        changed = int(sel.sum())
+        _save_routed(Path(f"{out}-{i:05d}.npz"), _both_ways(new), partitions)
+    return {"edges_in": int(len(u)), "edges_out": int(len(new)), "changed": changed,
+            "max_degree": int(size.max()) if len(size) else 0}
+
+
+def labels_task(i: int, *, steps: list[tuple[str, str]], work: str, shard_names: tuple[str, ...],
+                marker_dir: str, partitions: int, rounds: int, exact_files: list[str]) -> dict[str, Any]:
+    """remove/p<i>.npz: per input shard (member s<k>) the rows of partition i's nodes that are not their
+    component's smallest gid, and (root<k>) the gid of that smallest document, the one kept. Reads the small-star
+    output of the first round that changed nothing; fails when no round reached that fixed point."""
+    src = None
+    for k in range(1, len(steps), 2):
+        if _changed(marker_dir, steps[k - 1][0], partitions) == 0 and \
+                _changed(marker_dir, steps[k][0], partitions) == 0:
+            src = steps[k][1]
+            break
+    if steps and src is None:
+        last = _changed(marker_dir, steps[-1][0], partitions)
+        raise RuntimeError(f"connected components did not converge in data.dedup.component_rounds={rounds} rounds "
+                           f"(the last round still changed {last} edges); raise it and rerun: finished tasks are "
+                           f"kept")
+    keyed = (_read_key([f"{src}-{j:05d}.npz" for j in range(partitions)], f"p{i}", 2) if src
+             else np.zeros((0, 2), np.uint64))
+    u, _, gmin, _ = _groups(keyed)
+    first = np.ones(len(u), bool)
+    first[1:] = u[1:] != u[:-1]
+    members, roots = u[first], gmin[first]
+    sel = roots < members  # at the fixed point a member's only neighbour is its root; a root's are larger
+    members, roots = members[sel], roots[sel]
     shard = (members >> np.uint64(32)).astype(np.int64)
     rows = (members & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    bounds = np.searchsorted(shard, np.arange(len(shard_names) + 1))
-    for s in range(len(shard_names)):
-        lo, hi = bounds[s], bounds[s + 1]
-        _save_npz(Path(work) / "remove" / f"s{s:05d}.npz", rows=rows[lo:hi], reason=reason[lo:hi])
+    _save_npz(Path(work) / "remove" / f"p{i:05d}.npz", **_by_key(rows, shard, len(shard_names), "s"),
+              **_by_key(roots, shard, len(shard_names), "root"))
+    exact = _read_key(exact_files, f"n{i}", 0)
+    near = ~np.isin(members, exact)
     examples = []
-    if len(forest):
-        near_roots = np.unique(forest[np.isin(forest[:, 1], exact_dups, invert=True), 0])[:5]
-        for root in near_roots:
-            ids = [root, *forest[forest[:, 0] == root, 1][:4]]
-            examples.append([f"{shard_names[int(g) >> 32]}#{int(g) & 0xFFFFFFFF}" for g in ids])
-    return {"cluster_examples": examples}
+    for root in np.unique(roots[near])[:3]:
+        ids = [root, *members[roots == root][:4]]
+        examples.append([f"{shard_names[int(g) >> 32]}#{int(g) & 0xFFFFFFFF}" for g in ids])
+    return {"members": int(len(members)), "clusters": int(len(np.unique(roots))), "cluster_examples": examples}
 
 
-def filter_task(i: int, *, inputs: list[str], work: str, out_root: str) -> dict[str, Any]:
+def filter_task(i: int, *, inputs: list[str], work: str, out_root: str, partitions: int, exact_files: list[str]
+                ) -> dict[str, Any]:
     src_path = Path(inputs[i])
-    with np.load(Path(work) / "remove" / f"s{i:05d}.npz") as z:
-        rows, reason = z["rows"], z["reason"]
+    rows = _read_key([str(Path(work) / "remove" / f"p{p:05d}.npz") for p in range(partitions)], f"s{i}", 0)
+    exact_gids = _read_key(exact_files, f"s{i}", 0)
+    reason = np.where(np.isin(rows, (exact_gids & np.uint64(0xFFFFFFFF)).astype(np.uint32)), EXACT, NEAR)
     drop = set(rows.tolist())
     out = Path(out_root) / src_path.parent.name / src_path.name
     n = 0
@@ -361,8 +507,11 @@ def finalize(dedup_root: str, fp: str, mh_kw: dict, ranges: int, marker_dir: str
     shapes_d = dict(shapes)
     buckets = _marker_stats(marks, "dedup-buckets", shapes_d["dedup-buckets"]) if "dedup-buckets" in shapes_d \
         else []
-    last = [n for n in shapes_d if n.startswith("dedup-components-")][-1]
-    final = _marker_stats(marks, last, 1)[0]
+    labels = _marker_stats(marks, "dedup-components-labels", shapes_d["dedup-components-labels"])
+    steps = [n for n in shapes_d if n.startswith(("dedup-components-large", "dedup-components-small"))]
+    rounds_used = next((k // 2 for k in range(1, len(steps), 2)
+                        if not any(s["changed"] for n in steps[k - 1:k + 1]
+                                   for s in _marker_stats(marks, n, shapes_d[n]))), 0)
     b, rr = mh_kw["bands"], mh_kw["rows"]
     stats = {
         "docs_in": sum(s["docs_in"] for s in filt),
@@ -371,8 +520,9 @@ def finalize(dedup_root: str, fp: str, mh_kw: dict, ranges: int, marker_dir: str
         "near_duplicates": sum(s["near_duplicates"] for s in filt),
         "candidate_pairs": sum(s["pairs"] for s in buckets if s["kind"] == "near"),
         "per_source": per_source,
-        "near_duplicate_cluster_examples": final.get("cluster_examples", []),
+        "near_duplicate_cluster_examples": [e for s in labels for e in s["cluster_examples"]][:5],
         "partitions": ranges,
+        "component_rounds_to_fixed_point": rounds_used,
         "tasks": dict(shapes),
         "minhash": {**mh_kw, "threshold": round((1 / b) ** (1 / rr), 3),
                     "P(candidate|s)": {str(s): round(expected_collision_probability(s, b, rr), 4)

@@ -19,7 +19,7 @@ from data_pipeline.clean import run_clean
 from data_pipeline.dedup import run_dedup
 from data_pipeline.dedup.exact import content_hash
 from data_pipeline.dedup.minhash import MinHasher, UnionFind, lsh_pairs
-from data_pipeline.dedup.stages import build_stages, star_forest
+from data_pipeline.dedup.stages import build_stages, component_stages, node_partition, star_forest
 from data_pipeline.executors import LocalExecutor, StageFailed
 from data_pipeline.shards import DEDUP_DONE, iter_corpus, read_shard
 from runconfig import load_config
@@ -34,8 +34,9 @@ def _edit(text: str, rate: float, rng: random.Random) -> str:
     return " ".join(w if rng.random() > rate else f"edited{rng.randrange(10**6)}" for w in words)
 
 
-def make_corpus(folder: Path, n_files: int = 12, n_orig: int = 120, seed: int = 0) -> Path:
-    """Real BBC articles with planted exact copies, near copies at several edit rates and chains of copies."""
+def make_corpus(folder: Path, n_files: int = 12, n_orig: int = 120, seed: int = 0, chain: int = 0) -> Path:
+    """Real BBC articles with planted exact copies, near copies at several edit rates and chains of copies
+    (`chain`: one more chain of that many successive 1% edits, whose ends share almost no 5-gram)."""
     rng = random.Random(seed)
     arts = [p.read_text("utf-8", errors="replace") for p in sorted((BBC / "business").glob("*.txt"))[:n_orig]]
     rows = [{"text": t} for t in arts]
@@ -45,6 +46,11 @@ def make_corpus(folder: Path, n_files: int = 12, n_orig: int = 120, seed: int = 
         rows.append({"text": _edit(arts[i], rng.choice([0.005, 0.01, 0.02, 0.04, 0.08]), rng)})
     for i in rng.sample(range(n_orig), 5):  # chains: a copy of a copy
         rows.append({"text": _edit(_edit(arts[i], 0.01, rng), 0.01, rng)})
+    text = arts[-1]
+    for k in range(chain):
+        text = _edit(text, 0.01, rng)
+        rows.append({"text": text})
+    (folder / "chain.json").write_text(json.dumps([r["text"] for r in rows[len(rows) - chain:]]))
     rng.shuffle(rows)
     src = folder / "in"
     src.mkdir(parents=True)
@@ -103,24 +109,97 @@ def test_sharded_equals_global(tmp_path):
     kept_ref, clusters_ref = global_reference(cfg)
     stats = run_dedup(cfg)
     assert stats["tasks"]["dedup-signatures"] == 12 and stats["tasks"]["dedup-buckets"] == 14 * 3 + 3
-    assert len([s for s in stats["tasks"] if s.startswith("dedup-components")]) >= 3  # merged over levels
+    assert stats["tasks"]["dedup-components-L0"] == 23 and stats["tasks"]["dedup-components-large0"] == 3
+    assert 0 <= stats["component_rounds_to_fixed_point"] < cfg.data.dedup.component_rounds
     kept = {r["id"] for r in iter_corpus(cfg)}
     assert kept == kept_ref
     assert stats["kept"] == len(kept_ref) and stats["exact_duplicates"] >= 20 - 1
-    # Same clusters: rebuild ours from the star forest of the last components task.
+    # Same clusters: rebuild ours from the (member, root) lists the labels tasks wrote per node partition.
     stages = build_stages(cfg)
-    last = [s for s in stages if s.name.startswith("dedup-components")][-1]
-    forest = np.load(last.kwargs["outputs"][0])
     inputs = stages[0].kwargs["inputs"]
     ids = [[r["id"] for r in read_shard(p)] for p in inputs]
     ours: dict[int, set[str]] = {}
-    for root, member in forest.tolist():
-        for g in (root, member):
-            ours.setdefault(root, set()).add(ids[g >> 32][g & 0xFFFFFFFF])
+    for p in Path(stages[0].kwargs["work"]).glob("remove/p*.npz"):
+        with np.load(p) as z:
+            for s in range(len(inputs)):
+                if f"s{s}" in z.files:
+                    for row, root in zip(z[f"s{s}"].tolist(), z[f"root{s}"].tolist(), strict=True):
+                        ours.setdefault(root, {ids[root >> 32][root & 0xFFFFFFFF]}).add(ids[s][row])
     assert {frozenset(c) for c in ours.values()} == clusters_ref
     # A rerun does nothing and gives the same answer.
     again = run_dedup(cfg)
     assert set(again["tasks_run"].values()) == {0} and again["kept"] == stats["kept"]
+
+
+def _read_removals(work: Path, num_inputs: int) -> dict[int, int]:
+    """{removed gid: its root gid} from every labels task's file."""
+    out = {}
+    for p in sorted(work.glob("remove/p*.npz")):
+        with np.load(p) as z:
+            for s in range(num_inputs):
+                if f"s{s}" in z.files:
+                    out.update({(s << 32) | r: root for r, root in zip(z[f"s{s}"].tolist(), z[f"root{s}"].tolist(),
+                                                                       strict=True)})
+    return out
+
+
+def test_long_chain_across_partitions_collapses_into_one_cluster(tmp_path):
+    """Edges a-b, b-c, c-d, ... of a 300-link chain spread over many edge files and node partitions: one component
+    rooted at its smallest gid after a few rounds, the same result whatever the partition count."""
+    rng = np.random.default_rng(0)
+    g = (rng.integers(0, 7, 300).astype(np.uint64) << np.uint64(32)) | rng.permutation(10**5)[:300].astype(np.uint64)
+    assert len(set(node_partition(g, 4).tolist())) == 4
+    files = []
+    for k in range(6):  # every 6th link in one file: no file holds two consecutive links
+        np.save(tmp_path / f"e{k}.npy", np.stack([g[:-1], g[1:]], 1)[k::6])
+        files.append(str(tmp_path / f"e{k}.npy"))
+    results = []
+    for parts in (1, 4):
+        work = tmp_path / f"w{parts}"
+        stages = component_stages(files, work, work / "m", parts, 2, 12, tuple(f"s{k}" for k in range(7)))
+        ex = LocalExecutor(workers=1, retries=0, progress=False)
+        for st in stages:
+            ex.run(st)
+        removed = _read_removals(work, 7)
+        assert set(removed) == set(g.tolist()) - {int(g.min())}
+        assert set(removed.values()) == {int(g.min())}
+        rounds = [st for st in stages if "-large" in st.name]
+        assert 3 <= sum(not st.task_stats()[0].get("skipped") for st in rounds) < 12
+        results.append(removed)
+    assert results[0] == results[1]
+    # Too few rounds: the labels stage fails naming the key, nothing is half-labelled.
+    work = tmp_path / "short"
+    stages = component_stages(files, work, work / "m", 4, 2, 2, tuple(f"s{k}" for k in range(7)))
+    ex = LocalExecutor(workers=1, retries=0, progress=False)
+    for st in stages[:-1]:
+        ex.run(st)
+    with pytest.raises(StageFailed, match=r"did not converge in data.dedup.component_rounds=2 rounds"):
+        ex.run(stages[-1])
+    assert not list(work.glob("remove/*.npz"))
+
+
+def test_chain_of_edited_copies_spanning_partitions_matches_global(tmp_path):
+    src = make_corpus(tmp_path, n_files=16, n_orig=60, chain=40)
+    cfg = load_config(str(write_config(tmp_path, src, partitions=4, merge_fan_in=3)))
+    run_clean(cfg)
+    kept_ref, clusters_ref = global_reference(cfg)
+    stats = run_dedup(cfg, LocalExecutor(workers=2, retries=0, progress=False))
+    assert {r["id"] for r in iter_corpus(cfg)} == kept_ref and stats["kept"] == len(kept_ref)
+    stages = build_stages(cfg)
+    inputs = stages[0].kwargs["inputs"]
+    rows = [r for p in inputs for r in read_shard(p)]
+    chain_texts = {" ".join(t.split()) for t in json.loads((tmp_path / "chain.json").read_text())}
+    chain_ids = {r["id"] for r in rows if " ".join(r["text"].split()) in chain_texts}
+    assert len(chain_ids) >= 40  # (an edit that changed no word repeats a text)
+    big = max(clusters_ref, key=len)
+    assert chain_ids <= big  # the reference collapses the chain through transitivity ...
+    removed = _read_removals(Path(stages[0].kwargs["work"]), len(inputs))
+    gid = {r["id"]: (s << 32) | k for s, p in enumerate(inputs) for k, r in enumerate(read_shard(p))}
+    chain_gids = [gid[i] for i in big]
+    assert len(set(node_partition(np.array(chain_gids, np.uint64), 4).tolist())) == 4
+    roots = {removed.get(x, x) for x in chain_gids}
+    assert roots == {min(chain_gids)}  # ... and so do the partitioned rounds: one root, the earliest document
+    assert stats["component_rounds_to_fixed_point"] >= 1
 
 
 def _child_env() -> dict[str, str]:
@@ -133,7 +212,9 @@ def _markers(cfg, stage: str) -> int:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("stage", ["dedup-signatures", "dedup-buckets", "dedup-components-L0", "dedup-filter"])
+@pytest.mark.parametrize("stage", ["dedup-signatures", "dedup-buckets", "dedup-components-L0",
+                                   "dedup-components-large0", "dedup-components-small0", "dedup-components-labels",
+                                   "dedup-filter"])
 def test_sigkill_mid_stage_then_restart_does_only_missing_tasks(tmp_path, stage):
     src = make_corpus(tmp_path, n_files=16)
     cfg_path = write_config(tmp_path, src, partitions=2, merge_fan_in=2)
