@@ -192,7 +192,9 @@ def component_stages(edge_files: list[str], work: Path, marks: Path, partitions:
         for name in names[1:-1]:
             kind = "large" if name.startswith("dedup-components-large") else "small"
             step = name.removeprefix("dedup-components-")
+            before = [n for n, _ in steps if "-large" in n]  # the earlier rounds, by their large step
             out.append(Stage(name, star_step_task, partitions, marks,
+                             done_fn=functools.partial(_step_done, str(marks), name, before, partitions),
                              kwargs={"kind": kind, "inputs": prev, "out": str(cc / step),
                                      "partitions": partitions, "marker_dir": str(marks),
                                      "prev_round": [n for n, _ in steps[-2:]] if kind == "large" else []}))
@@ -383,6 +385,27 @@ def _changed(marker_dir: str, stage: str, partitions: int) -> int | None:
     stats = [json.loads((Path(marker_dir) / f"{stage}-{j:05d}.done").read_text())["stats"]
              for j in range(partitions)]
     return None if any(s.get("skipped") for s in stats) else sum(s["changed"] for s in stats)
+
+
+_FIXED: set[tuple[str, str]] = set()  # (marker dir, round's large step) known to be the fixed point
+
+
+def _step_done(marker_dir: str, name: str, earlier_rounds: list[str], partitions: int, i: int) -> bool:
+    """A step task is done when its marker exists or an earlier round changed nothing (the fixed point): the
+    rounds after it are then not scheduled at all (no marker, no process), so a spare round costs nothing."""
+    if (Path(marker_dir) / f"{name}-{i:05d}.done").exists():
+        return True
+    for large in earlier_rounds:
+        small = large.replace("-large", "-small")
+        if (marker_dir, large) in _FIXED and (Path(marker_dir) / f"{large}-00000.done").exists():
+            return True
+        try:
+            if _changed(marker_dir, large, partitions) == 0 and _changed(marker_dir, small, partitions) == 0:
+                _FIXED.add((marker_dir, large))
+                return True
+        except (OSError, ValueError, KeyError):  # that round has not run yet
+            return False
+    return False
 
 
 def star_step_task(i: int, *, kind: str, inputs: tuple[str, int], out: str, partitions: int, marker_dir: str,

@@ -47,7 +47,7 @@ def make_corpus(folder: Path, n_files: int = 12, n_orig: int = 120, seed: int = 
     for i in rng.sample(range(n_orig), 5):  # chains: a copy of a copy
         rows.append({"text": _edit(_edit(arts[i], 0.01, rng), 0.01, rng)})
     text = arts[-1]
-    for k in range(chain):
+    for _ in range(chain):
         text = _edit(text, 0.01, rng)
         rows.append({"text": text})
     (folder / "chain.json").write_text(json.dumps([r["text"] for r in rows[len(rows) - chain:]]))
@@ -164,7 +164,7 @@ def test_long_chain_across_partitions_collapses_into_one_cluster(tmp_path):
         assert set(removed) == set(g.tolist()) - {int(g.min())}
         assert set(removed.values()) == {int(g.min())}
         rounds = [st for st in stages if "-large" in st.name]
-        assert 3 <= sum(not st.task_stats()[0].get("skipped") for st in rounds) < 12
+        assert 3 <= sum(bool(st.task_stats()) for st in rounds) < 12  # later rounds are never scheduled
         results.append(removed)
     assert results[0] == results[1]
     # Too few rounds: the labels stage fails naming the key, nothing is half-labelled.
@@ -234,7 +234,11 @@ def test_sigkill_mid_stage_then_restart_does_only_missing_tasks(tmp_path, stage)
     assert 0 < done_before[stage] < total[stage], (done_before, total)  # really killed mid-stage
     assert not (Path(cfg.run.output_dir) / "dedup" / DEDUP_DONE).exists()
     stats = run_dedup(cfg)
-    assert stats["tasks_run"] == {name: total[name] - done_before[name] for name in total}
+    # Rounds after the components' fixed point are done without running (no marker): not redone either.
+    after_fixed = {s.name: sum(s.is_done(i) and not s.marker(i).exists() for i in range(s.num_tasks))
+                   for s in build_stages(cfg)}
+    assert stats["tasks_run"] == {name: total[name] - done_before[name] - after_fixed[name] for name in total}
+    assert sum(after_fixed.values()) > 0
     # Identical to an uninterrupted run in a fresh folder.
     fresh = load_config(str(cfg_path), [f"run.output_dir={tmp_path / 'fresh'}"])
     run_clean(fresh)
