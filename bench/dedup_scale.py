@@ -229,7 +229,8 @@ def ours(folder: Path, cfg: Path, seed: int = 1) -> dict[str, float]:
 
 
 def ours_details(folder: Path, cfg: Path, seed: int) -> dict[str, object]:
-    """Per-stage docs/s/core from the task markers; peak RSS of one task per stage, each in its own process."""
+    """Per-stage docs/s/core from the task markers; peak RSS of one task per stage (components: L0, round 0,
+    labels), each in its own process."""
     from data_pipeline.dedup.stages import build_stages
     from runconfig import load_config
 
@@ -245,6 +246,8 @@ def ours_details(folder: Path, cfg: Path, seed: int) -> dict[str, object]:
         d = per_stage.setdefault(key, {"task_seconds": 0.0, "tasks": 0, "peak_rss_mb": 0.0})
         d["task_seconds"] += secs
         d["tasks"] += len(ran)
+        if re.search(r"-(large|small)([1-9]|\d\d)$", s.name):  # later rounds: same work as round 0, less
+            continue
         i = ran[0]
         s.marker(i).unlink()
         m = run_measured([sys.executable, "-c", HWM_WRAPPER, "dedup", "--config", str(cfg),
@@ -352,6 +355,70 @@ def verdict(name: str, ours_v: float, peer: float, goal: str, ok: bool) -> str:
     return f"VERDICT {name}: ours={ours_v:.4g} peer={peer:.4g} ratio={ratio:.3g} goal={goal} {'pass' if ok else 'fail'}"
 
 
+def run_size(n: int, args: argparse.Namespace, first_size: int) -> tuple[dict, list[str]]:
+    """One corpus size: build it, time both sides in alternating rounds, score, measure per-stage RSS."""
+    lines: list[str] = []
+    folder = WORK / f"n{n}"
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    truth = build_corpus(n, folder, args.docs_per_shard)
+    print(f"[{n}] corpus: {truth['shards']} shards in {time.perf_counter() - t0:.1f}s", flush=True)
+    cfg = write_config(folder, docs_per_partition=first_size)
+    o_cpu, d_cpu, o_wall, d_wall = [], [], [], []
+    o_q: list[dict[str, float]] = []
+    d_q: list[dict[str, float]] = []
+    dt = None
+    peer = args.peer_max_docs is None or n <= args.peer_max_docs
+    for r in range(args.rounds if peer else args.solo_rounds):
+        for side in (("ours", "dt") if r % 2 == 0 else ("dt", "ours")) if peer else ("ours",):
+            if side == "ours":
+                m = ours(folder, cfg, seed=r + 1)
+                o_cpu.append(m["cpu"])
+                o_wall.append(m["wall"])
+                o_q.append(score(truth, ours_kept(folder)))
+            else:
+                dt = datatrove(folder, truth["shards"], seed=r + 1)
+                d_cpu.append(dt["cpu"])
+                d_wall.append(dt["wall"])
+                d_q.append(score(truth, dt["kept"]))
+        print(f"[{n}] round {r} (seed {r + 1}): ours cpu {o_cpu[-1]:.1f}s recall "
+              f"{o_q[-1]['recall_above_threshold']:.4f}, datatrove "
+              + (f"cpu {d_cpu[-1]:.1f}s recall {d_q[-1]['recall_above_threshold']:.4f}" if peer
+                 else "(not run at this size)"), flush=True)
+    q_ours = _mean_quality(o_q)
+    nan = float("nan")
+    q_dt = _mean_quality(d_q) if peer else {"recall_above_threshold": nan, "precision": nan}
+    if not peer:
+        d_cpu = d_wall = [nan]
+    details = ours_details(folder, cfg, seed=len(o_cpu))  # the last round's run is still on disk
+    row = {"docs": n, "shards": truth["shards"],
+           "ours_docs_per_s_per_core": n / statistics.median(o_cpu),
+           "datatrove_docs_per_s_per_core": n / statistics.median(d_cpu),
+           "ours_cpu_s": _stat(o_cpu), "datatrove_cpu_s": _stat(d_cpu),
+           "ours_wall_s": _stat(o_wall), "datatrove_wall_s": _stat(d_wall),
+           "ours_stages": details, "datatrove_stages": dt["stages"] if peer else [], "ours_quality": q_ours,
+           "datatrove_quality": q_dt, "rounds_ours": len(o_cpu), "rounds_datatrove": len(d_q)}
+    print(json.dumps(row, indent=1, default=float), flush=True)
+    tag = f"@{n}"
+    if not peer:  # ours alone: recall and precision against the ground truth only
+        lines.append(verdict(f"dedup_recall_above_threshold{tag}", q_ours["recall_above_threshold"], nan,
+                             ">=0.95 (no peer run at this size)", q_ours["recall_above_threshold"] >= 0.95))
+        lines.append(verdict(f"dedup_precision{tag}", q_ours["precision"], nan, ">=0.99",
+                             q_ours["precision"] >= 0.99))
+        return row, lines
+    lines.append(verdict(f"dedup_docs_per_s_per_core_end_to_end{tag}", row["ours_docs_per_s_per_core"],
+                         row["datatrove_docs_per_s_per_core"], ">=2x",
+                         row["ours_docs_per_s_per_core"] >= 2 * row["datatrove_docs_per_s_per_core"]))
+    o_r, d_r = q_ours["recall_above_threshold"], q_dt["recall_above_threshold"]
+    se = _se_diff([q["recall_above_threshold"] for q in o_q], [q["recall_above_threshold"] for q in d_q])
+    lines.append(verdict(f"dedup_recall_above_threshold_mean_of_{len(o_q)}_seeds{tag}", o_r, d_r,
+                         f">=0.95 and >=peer-2SE (SE={se:.4f}; strictly {'>=' if o_r >= d_r else '<'} peer)",
+                         o_r >= 0.95 and o_r >= d_r - 2 * se))
+    lines.append(verdict(f"dedup_precision_min_over_seeds{tag}", q_ours["precision_min_over_seeds"],
+                         q_dt["precision_min_over_seeds"], ">=0.99", q_ours["precision_min_over_seeds"] >= 0.99))
+    return row, lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="62500,250000,1000000")
@@ -363,75 +430,33 @@ def main() -> int:
     ap.add_argument("--solo-rounds", type=int, default=1, help="timed rounds of ours at sizes without the peer")
     ap.add_argument("--ray-docs", type=int, default=None, help="corpus size of the Ray vs pool rounds "
                     "(default: the smallest size)")
+    ap.add_argument("--parallel-sizes", type=int, default=1, help="run this many sizes at once (a loaded or "
+                    "small machine: CPU-time figures stay per size)")
     ap.add_argument("--quick", action="store_true", help="sizes 4000,16000,64000, 2000 docs per shard")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.docs_per_shard = "4000,16000,64000", 2000
     sizes = [int(s) for s in args.sizes.split(",")]
-    lines, table = [], []
-    rss: dict[int, dict[str, float]] = {}
-    for n in sizes:
-        _save(table, rss, lines, {}, complete=False)  # the sizes so far, should a later size not finish
-        folder = WORK / f"n{n}"
-        folder.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        truth = build_corpus(n, folder, args.docs_per_shard)
-        print(f"[{n}] corpus: {truth['shards']} shards in {time.perf_counter() - t0:.1f}s", flush=True)
-        cfg = write_config(folder, docs_per_partition=sizes[0])
-        o_cpu, d_cpu, o_wall, d_wall = [], [], [], []
-        o_q: list[dict[str, float]] = []
-        d_q: list[dict[str, float]] = []
-        dt = None
-        peer = args.peer_max_docs is None or n <= args.peer_max_docs
-        for r in range(args.rounds if peer else args.solo_rounds):
-            for side in (("ours", "dt") if r % 2 == 0 else ("dt", "ours")) if peer else ("ours",):
-                if side == "ours":
-                    m = ours(folder, cfg, seed=r + 1)
-                    o_cpu.append(m["cpu"])
-                    o_wall.append(m["wall"])
-                    o_q.append(score(truth, ours_kept(folder)))
-                else:
-                    dt = datatrove(folder, truth["shards"], seed=r + 1)
-                    d_cpu.append(dt["cpu"])
-                    d_wall.append(dt["wall"])
-                    d_q.append(score(truth, dt["kept"]))
-            print(f"[{n}] round {r} (seed {r + 1}): ours cpu {o_cpu[-1]:.1f}s recall "
-                  f"{o_q[-1]['recall_above_threshold']:.4f}, datatrove "
-                  + (f"cpu {d_cpu[-1]:.1f}s recall {d_q[-1]['recall_above_threshold']:.4f}" if peer
-                     else "(not run at this size)"), flush=True)
-        q_ours = _mean_quality(o_q)
-        nan = float("nan")
-        q_dt = _mean_quality(d_q) if peer else {"recall_above_threshold": nan, "precision": nan}
-        if not peer:
-            d_cpu = d_wall = [nan]
-        details = ours_details(folder, cfg, seed=len(o_cpu))  # the last round's run is still on disk
-        rss[n] = {k: v["peak_rss_mb"] for k, v in details.items()}
-        row = {"docs": n, "shards": truth["shards"],
-               "ours_docs_per_s_per_core": n / statistics.median(o_cpu),
-               "datatrove_docs_per_s_per_core": n / statistics.median(d_cpu),
-               "ours_cpu_s": _stat(o_cpu), "datatrove_cpu_s": _stat(d_cpu),
-               "ours_wall_s": _stat(o_wall), "datatrove_wall_s": _stat(d_wall),
-               "ours_stages": details, "datatrove_stages": dt["stages"] if peer else [], "ours_quality": q_ours,
-               "datatrove_quality": q_dt, "rounds_ours": len(o_cpu), "rounds_datatrove": len(d_q)}
-        table.append(row)
-        print(json.dumps(row, indent=1, default=float), flush=True)
-        tag = f"@{n}"
-        if not peer:  # ours alone: recall and precision against the ground truth only
-            lines.append(verdict(f"dedup_recall_above_threshold{tag}", q_ours["recall_above_threshold"], nan,
-                                 ">=0.95 (no peer run at this size)", q_ours["recall_above_threshold"] >= 0.95))
-            lines.append(verdict(f"dedup_precision{tag}", q_ours["precision"], nan, ">=0.99",
-                                 q_ours["precision"] >= 0.99))
-            continue
-        lines.append(verdict(f"dedup_docs_per_s_per_core_end_to_end{tag}", row["ours_docs_per_s_per_core"],
-                             row["datatrove_docs_per_s_per_core"], ">=2x",
-                             row["ours_docs_per_s_per_core"] >= 2 * row["datatrove_docs_per_s_per_core"]))
-        o_r, d_r = q_ours["recall_above_threshold"], q_dt["recall_above_threshold"]
-        se = _se_diff([q["recall_above_threshold"] for q in o_q], [q["recall_above_threshold"] for q in d_q])
-        lines.append(verdict(f"dedup_recall_above_threshold_mean_of_{len(o_q)}_seeds{tag}", o_r, d_r,
-                             f">=0.95 and >=peer-2SE (SE={se:.4f}; strictly {'>=' if o_r >= d_r else '<'} peer)",
-                             o_r >= 0.95 and o_r >= d_r - 2 * se))
-        lines.append(verdict(f"dedup_precision_min_over_seeds{tag}", q_ours["precision_min_over_seeds"],
-                             q_dt["precision_min_over_seeds"], ">=0.99", q_ours["precision_min_over_seeds"] >= 0.99))
+    if args.parallel_sizes > 1:  # sizes side by side (CPU-time figures; each size's own processes are timed)
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(args.parallel_sizes, mp_context=mp.get_context("fork")) as pool:
+            futs = {pool.submit(run_size, n, args, sizes[0]): n for n in sizes}
+            done: dict[int, tuple[dict, list[str]]] = {}
+            for fut in as_completed(futs):
+                done[futs[fut]] = fut.result()
+                _save([done[k][0] for k in sorted(done)], {}, [x for k in sorted(done) for x in done[k][1]], {},
+                      complete=False)
+        results = [done[n] for n in sizes]
+    else:
+        results = []
+        for n in sizes:
+            results.append(run_size(n, args, sizes[0]))
+            _save([r for r, _ in results], {}, [x for _, ls in results for x in ls], {}, complete=False)
+    table = [r for r, _ in results]
+    lines = [x for _, ls in results for x in ls]
+    rss = {row["docs"]: {k: v["peak_rss_mb"] for k, v in row["ours_stages"].items()} for row in table}
     small, large = sizes[0], sizes[-1]
     growth = max(rss[large][k] / rss[small][k] for k in rss[small])
     with_peer = [row for row in table if row["datatrove_stages"]]

@@ -1,4 +1,4 @@
-"""Sharded exact + MinHash-LSH dedup as five stages of independent, restartable tasks.
+"""Sharded exact + MinHash-LSH dedup as stages of independent, restartable tasks.
 
 Documents are named by a 64-bit gid = (input shard ordinal << 32) | row, so gid order is corpus order.
 S = cleaned shards, B = bands, R = hash-range partitions (`data.dedup.partitions`, or documents /
@@ -22,13 +22,16 @@ another config or another cleaned corpus never mix with these.
                            neighbours to the smallest of them). Task p reads the edges keyed by the nodes of
                            partition p from every producer of the previous step and writes its output edges
                            routed to the partition of their key node. Converges to stars centred on each
-                           component's smallest gid in O(log n) rounds (a chain of 2^k documents needs ~k); a
-                           round at the fixed point changes nothing. Memory: 32 bytes x edges incident to the
-                           partition's nodes ~ duplicates / P (plus the largest component's star, which is one
-                           cluster of copies): bounded by the partition, not by the corpus.
-   components-labels (P)   checks the last round changed nothing (else fails naming `data.dedup.component_rounds`)
-                           and writes remove/p<p>.npz: per input shard the rows of partition p's non-root nodes.
-                           Memory: the partition's edges.
+                           component's smallest gid in O(log n) rounds (a chain of 2^k documents needs ~k). A
+                           round that changed nothing is the fixed point; the rounds after it are never
+                           scheduled. Memory: ~3 x 16 bytes x the edges keyed by the partition's nodes, i.e.
+                           ~2 x duplicate edges / P, plus at most one component's star (every member of a cluster
+                           links to its root, so the root's task holds the whole cluster): bounded by the
+                           partition and the largest cluster, never by the corpus.
+   components-labels (P)   finds the first round that changed nothing (none: fails naming
+                           `data.dedup.component_rounds`; raising it keeps the finished tasks) and writes
+                           remove/p<p>.npz: per input shard the rows of partition p's non-root nodes and their
+                           roots. Memory: the partition's edges.
 4. filter (S tasks)       shard s minus its removed rows (read from its key in each of the P label files and
                            the R exact-duplicate files) -> dedup/<source>/<shard name>, with its marker.
                            Memory: one shard's removal list; rows are streamed.
@@ -192,7 +195,7 @@ def component_stages(edge_files: list[str], work: Path, marks: Path, partitions:
         for name in names[1:-1]:
             kind = "large" if name.startswith("dedup-components-large") else "small"
             step = name.removeprefix("dedup-components-")
-            before = [n for n, _ in steps if "-large" in n]  # the earlier rounds, by their large step
+            before = [f"dedup-components-large{k}" for k in range(int(step.removeprefix(kind)))]  # earlier rounds
             out.append(Stage(name, star_step_task, partitions, marks,
                              done_fn=functools.partial(_step_done, str(marks), name, before, partitions),
                              kwargs={"kind": kind, "inputs": prev, "out": str(cc / step),
@@ -397,8 +400,8 @@ def _step_done(marker_dir: str, name: str, earlier_rounds: list[str], partitions
         return True
     for large in earlier_rounds:
         small = large.replace("-large", "-small")
-        if (marker_dir, large) in _FIXED and (Path(marker_dir) / f"{large}-00000.done").exists():
-            return True
+        if (marker_dir, large) in _FIXED and (Path(marker_dir) / f"{small}-00000.done").exists():
+            return True  # (a rerun after the work folder was deleted finds no marker and looks again)
         try:
             if _changed(marker_dir, large, partitions) == 0 and _changed(marker_dir, small, partitions) == 0:
                 _FIXED.add((marker_dir, large))

@@ -202,6 +202,20 @@ def test_chain_of_edited_copies_spanning_partitions_matches_global(tmp_path):
     assert stats["component_rounds_to_fixed_point"] >= 1
 
 
+def test_rerun_in_the_same_process_after_deleting_the_output(tmp_path):
+    """What a benchmark does between rounds: the remembered fixed point must not skip this run's round 0."""
+    import shutil
+
+    src = make_corpus(tmp_path, n_files=4, n_orig=40)
+    cfg = load_config(str(write_config(tmp_path, src, partitions=2)))
+    run_clean(cfg)
+    ex = LocalExecutor(workers=1, retries=0, progress=False)
+    first = run_dedup(cfg, ex)
+    shutil.rmtree(Path(cfg.run.output_dir) / "dedup")
+    again = run_dedup(cfg, ex)
+    assert again["kept"] == first["kept"] and again["tasks_run"] == first["tasks_run"]
+
+
 def _child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
 
