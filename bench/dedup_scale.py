@@ -124,7 +124,18 @@ def _jaccard(a: str, b: str) -> float:
 
 
 def build_corpus(n: int, folder: Path, docs_per_shard: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Write clean/bench/shard-*.jsonl.zst (+ markers, stats.json); return the ground truth per document."""
+    """Write clean/bench/shard-*.jsonl.zst (+ markers, stats.json); return the ground truth per document.
+    A corpus already built with the same n, shard size and seed is reused (its ground truth is in truth.npz)."""
+    cached = folder / f"truth-{n}-{docs_per_shard}-{seed}.npz"
+    try:
+        stats = json.loads((folder / "run" / "clean" / "stats.json").read_text())
+        if stats.get("complete") and stats["totals"]["kept"] == n and cached.exists():
+            with np.load(cached) as z:
+                return {k: z[k] for k in ("group", "kind", "jaccard")} | {"shards": int(z["shards"])}
+    except (OSError, ValueError, KeyError):
+        pass
+    for old in folder.glob("truth-*.npz"):
+        old.unlink()
     rng = np.random.default_rng(seed)
     pool = sentence_pool()
     n_exact, n_near = round(n * 0.05), round(n * 0.025)
@@ -166,7 +177,9 @@ def build_corpus(n: int, folder: Path, docs_per_shard: int, seed: int = 0) -> di
         shards += 1
     write_json_atomic(clean / "stats.json", {"complete": True, "per_source": {"bench": {"shards": shards}},
                                              "totals": {"kept": n}})
-    return {"group": np.array(group), "kind": np.array(kind), "jaccard": np.array(jac), "shards": shards}
+    truth = {"group": np.array(group), "kind": np.array(kind), "jaccard": np.array(jac), "shards": shards}
+    np.savez(cached, **truth)
+    return truth
 
 
 def score(truth: dict[str, np.ndarray], kept_ids: set[str]) -> dict[str, float]:
@@ -211,12 +224,12 @@ def run_measured(argv: list[str], env: dict[str, str] | None = None) -> dict[str
     return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024, "stdout": out.decode()}
 
 
-def write_config(folder: Path, docs_per_partition: int) -> Path:
+def write_config(folder: Path, docs_per_partition: int, workers: int = 1) -> Path:
     cfg = folder / "c.yaml"
     cfg.write_text(json.dumps({
         "inherit": [str(ROOT / "configs/roberta-tiny.yaml")], "run": {"output_dir": str(folder / "run")},
         "data": {"sources": [{"name": "bench", "format": "jsonl", "paths": ["/unused"]}],
-                 "clean": {"workers": 1, "progress": False},
+                 "clean": {"workers": workers, "progress": False},
                  "dedup": {"docs_per_partition": docs_per_partition}},
     }))
     return cfg
@@ -363,7 +376,7 @@ def run_size(n: int, args: argparse.Namespace, first_size: int) -> tuple[dict, l
     t0 = time.perf_counter()
     truth = build_corpus(n, folder, args.docs_per_shard)
     print(f"[{n}] corpus: {truth['shards']} shards in {time.perf_counter() - t0:.1f}s", flush=True)
-    cfg = write_config(folder, docs_per_partition=first_size)
+    cfg = write_config(folder, docs_per_partition=first_size, workers=args.workers)
     o_cpu, d_cpu, o_wall, d_wall = [], [], [], []
     o_q: list[dict[str, float]] = []
     d_q: list[dict[str, float]] = []
@@ -430,6 +443,7 @@ def main() -> int:
     ap.add_argument("--solo-rounds", type=int, default=1, help="timed rounds of ours at sizes without the peer")
     ap.add_argument("--ray-docs", type=int, default=None, help="corpus size of the Ray vs pool rounds "
                     "(default: the smallest size)")
+    ap.add_argument("--workers", type=int, default=1, help="processes of our dedup (CPU time is summed over them)")
     ap.add_argument("--parallel-sizes", type=int, default=1, help="run this many sizes at once (a loaded or "
                     "small machine: CPU-time figures stay per size)")
     ap.add_argument("--quick", action="store_true", help="sizes 4000,16000,64000, 2000 docs per shard")
