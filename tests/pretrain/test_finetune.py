@@ -149,6 +149,24 @@ def test_split_never_moves_with_seed_and_files_are_used_as_given(tmp_path, monke
     assert len(c.test) == len(rows[::3]) and len(c.dev) == len(rows[1::5]) and len(c.train) == 30 + 20
 
 
+def test_example_caps_take_a_fixed_subset_of_large_tasks(tmp_path):
+    """`max_train_examples` / `max_test_examples` (HF run_glue's max_train_samples / max_predict_samples): a
+    fixed subset chosen by id hash, the same for every seed, and the dev slice taken from the capped train."""
+    rows = _labelled_rows(per_label=20)
+    train = _write_csv(tmp_path / "train.csv", rows)
+    test = _write_csv(tmp_path / "test.csv", rows[::2])
+    full = load_task(_task_cfg("roberta-tiny", TINY, train=str(train), test=str(test)), 0)
+    capped = [load_task(_task_cfg("roberta-tiny", [*TINY, f"finetune.seeds=[{s}]"], train=str(train),
+                                  test=str(test), max_train_examples=24, max_test_examples=10), 0) for s in (0, 5)]
+    a, b = capped
+    assert len(a.train) + len(a.dev) == 24 and len(a.test) == 10
+    assert [r[0] for r in a.train + a.dev + a.test] == [r[0] for r in b.train + b.dev + b.test]
+    assert {r[0] for r in a.test} <= {r[0] for r in full.test}
+    assert {r[0] for r in a.train + a.dev} <= {r[0] for r in full.train + full.dev}
+    with pytest.raises(ConfigError, match="max_train_examples"):
+        _task_cfg("roberta-tiny", TINY, train=str(train), max_train_examples=0)
+
+
 def test_bad_tasks_are_named_before_any_training(tmp_path):
     rows = _labelled_rows(per_label=4)
     with pytest.raises(LabelledDataError, match=r"finetune.tasks.0.train: '\$NOPE_DIR/x.csv' not found"):
