@@ -66,6 +66,9 @@ class FinetuneConfig(Section):
     arms: list[Literal["pretrained", "random"]] = Field(default_factory=lambda: ["pretrained", "random"], min_length=1)
     eval_batch_size: int = Field(64, gt=0)
     threads: int | None = None  # torch intra-op threads (None: torch's default, all cores)
+    # Transfer evaluation: arms fine-tuned at once, each in its own process (small models use 2 cores better as two
+    # 1-thread runs than as one 2-thread run); each worker gets `threads` or cores // workers intra-op threads.
+    workers: int = Field(1, ge=1)
 
     @model_validator(mode="before")
     @classmethod

@@ -105,6 +105,24 @@ def test_finetune_and_transfer_every_family(tmp_path, preset):
     assert json.loads((export / "transfer.json").read_text())["tasks"]["t"]["margin"] == r["margin"]
 
 
+def test_arms_in_parallel_workers_give_the_sequential_result(tmp_path):
+    """`finetune.workers=2` fine-tunes the two arms in two processes: with the same threads per run, every
+    accuracy equals the sequential run's (the protocol is the same; only the scheduling differs)."""
+    rows = _labelled_rows(per_label=8, chars=300)
+    export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
+    ov = [*overrides, "finetune.seeds=[0,1]", "finetune.lr_grid=[1.0e-3]", "finetune.epochs=1",
+          "finetune.probe=false"]
+    folder = str(_labelled_folder(tmp_path, rows))
+    seq = run_transfer(_task_cfg("gpt2-tiny", ov, train=folder), export, tmp_path / "seq", log=lambda *_: None)
+    par = run_transfer(_task_cfg("gpt2-tiny", [*ov, "finetune.workers=2"], train=folder), export, tmp_path / "par",
+                       log=lambda *_: None)
+    for arm in ("pretrained", "random"):
+        a, b = seq["tasks"]["t"]["arms"][arm], par["tasks"]["t"]["arms"][arm]
+        assert a["test_accuracy"]["values"] == b["test_accuracy"]["values"], arm
+        assert a["dev_accuracy_by_lr"] == b["dev_accuracy_by_lr"] and a["lr"] == b["lr"], arm
+    assert (tmp_path / "par" / "t" / "random" / "lr0.001-seed1" / "result.json").is_file()
+
+
 def test_every_file_layout_reads_the_same_examples(tmp_path):
     rows = _labelled_rows(per_label=12)
     overrides = TINY
