@@ -231,7 +231,10 @@ def _markers(cfg, stage: str) -> int:
                                    "dedup-filter"])
 def test_sigkill_mid_stage_then_restart_does_only_missing_tasks(tmp_path, stage):
     src = make_corpus(tmp_path, n_files=16)
-    cfg_path = write_config(tmp_path, src, partitions=2, merge_fan_in=2)
+    # The partitioned components stages have one task per partition: enough of them to be caught mid-stage.
+    parts = 8 if stage.startswith(("dedup-components-large", "dedup-components-small", "dedup-components-labels")) \
+        else 2
+    cfg_path = write_config(tmp_path, src, partitions=parts, merge_fan_in=2)
     cfg = load_config(str(cfg_path))
     run_clean(cfg)
     total = {s.name: s.num_tasks for s in build_stages(cfg)}
