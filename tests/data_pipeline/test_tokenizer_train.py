@@ -127,9 +127,13 @@ def test_wordpiece_round_trip_holds_modulo_bert_conventions(trained):
 
 
 def test_unk_rate_is_reported_and_enforced(trained, tmp_path):
-    for kind in ("roberta", "bert", "t5"):
+    for kind in ("bert", "t5"):
         meta = json.loads((trained[kind][1] / "training_meta.json").read_text())
         assert meta["unk_rate_tokens"] > 10_000 and meta["unk_rate"] <= 0.001, (kind, meta)
+        assert meta["unk_rate_basis"] == "sample", (kind, meta)
+    for kind in ("roberta", "gpt2"):  # byte-level: checked on the vocabulary, no encoding pass
+        meta = json.loads((trained[kind][1] / "training_meta.json").read_text())
+        assert (meta["unk_rate"], meta["unk_rate_tokens"], meta["unk_rate_basis"]) == (0.0, 0, "byte alphabet"), meta
     assert json.loads((trained["t5"][1] / "training_meta.json").read_text())["unk_rate"] == 0.0  # byte fallback
     # Without byte fallback the Unigram vocabulary drops rare characters of the BBC text (X, Q, /, £, ...): the
     # report catches it and training fails, naming the key.
@@ -138,6 +142,22 @@ def test_unk_rate_is_reported_and_enforced(trained, tmp_path):
     with pytest.raises(ValueError, match=r"tokenizer.max_unk_rate: .*% of tokens are <unk>.*byte_fallback=true"):
         train_tokenizer(cfg)
     assert not (tmp_path / "tokenizer").exists()
+
+
+def test_byte_level_bpe_unk_check_is_structural():
+    """A byte-level BPE has no <unk>: a byte outside its vocabulary is dropped from the text without a trace, so
+    counting <unk> ids said 0% for a vocabulary that lost characters. The check is on the 256-byte alphabet."""
+    from tokenizers import pre_tokenizers
+
+    from data_pipeline.tokenizers import bpe_tokenizer, unk_rate
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    full = bpe_tokenizer({c: i for i, c in enumerate(alphabet)}, [])
+    assert unk_rate(full, iter(["café"])) == (0.0, 0)
+    lossy = bpe_tokenizer({c: i for i, c in enumerate(c for c in alphabet if c not in "Ã©")}, [])
+    assert len(lossy.encode("café").ids) == 3  # é's two bytes vanished
+    with pytest.raises(ValueError, match=r"byte-level BPE vocabulary lacks 2 of the 256 bytes"):
+        unk_rate(lossy, iter(["café"]))
 
 
 def test_byte_fallback_needs_vocabulary_room(tmp_path):
