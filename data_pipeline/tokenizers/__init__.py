@@ -339,8 +339,9 @@ def save_tokenizer(tok: Tokenizer, convention: str, folder: Path, model_max_leng
     return folder
 
 
-def unk_rate(tok: Tokenizer, texts: Iterator[str], max_tokens: int = 2_000_000) -> tuple[float, int]:
-    """Share of `<unk>` tokens when encoding texts (up to max_tokens tokens); (rate, tokens counted).
+def unk_rate(tok: Tokenizer, texts: Iterator[str], max_tokens: int = 100_000) -> tuple[float, int]:
+    """Share of `<unk>` tokens when encoding texts (stops after the batch that reaches max_tokens tokens);
+    (rate, tokens counted).
 
     A byte-level BPE has no `<unk>`: a byte missing from its vocabulary is dropped from the text silently. Its check
     is structural (every one of the 256 bytes in the vocabulary: rate 0 with 0 tokens encoded, else an error) and
@@ -353,8 +354,8 @@ def unk_rate(tok: Tokenizer, texts: Iterator[str], max_tokens: int = 2_000_000) 
         return 0.0, 0
     unk_id = next((tok.token_to_id(t) for t in ("<unk>", "[UNK]") if tok.token_to_id(t) is not None), None)
     n = hits = 0
-    # encode_batch_fast: ids only (no offsets), large batches so the Rust side runs them in parallel.
-    for batch in _batched(texts, 1024):
+    # encode_batch_fast: ids only (no offsets); batches of 64 documents keep both cores busy and stop near max_tokens.
+    for batch in _batched(texts, 64):
         for enc in tok.encode_batch_fast(batch, add_special_tokens=False):
             ids = enc.ids
             n += len(ids)
@@ -402,10 +403,10 @@ def train_tokenizer(cfg: RunConfig) -> Path:
         extra["spiece.model"] = proto
     if tok.get_vocab_size() < 8 + len(BPE_SPECIALS):
         raise ValueError(f"tokenizer trained on an empty corpus (vocab {tok.get_vocab_size()}): no cleaned text?")
-    rate, counted = unk_rate(tok, iter_texts(cfg, limit=tc.unk_sample_docs))
+    rate, counted = unk_rate(tok, iter_texts(cfg, limit=tc.unk_sample_docs), max_tokens=tc.unk_sample_tokens)
     basis = "byte alphabet" if tc.type == "bpe" else "sample"  # our BPE is byte-level: see unk_rate
     where = ("(byte-level: all 256 bytes in the vocabulary)" if basis == "byte alphabet"
-             else f"over {counted:,} tokens of a {tc.unk_sample_docs}-document sample")  # fmt: skip
+             else f"over a sample of {counted:,} tokens")  # fmt: skip
     log.info("tokenizer %s: <unk> rate %.4f%% %s", tc.type, 100 * rate, where)
     print(f"[tokenizer] {tc.type}: <unk> rate {100 * rate:.4f}% {where} "
           f"(tokenizer.max_unk_rate {100 * tc.max_unk_rate:.4f}%)", flush=True)
