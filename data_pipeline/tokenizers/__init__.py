@@ -203,9 +203,14 @@ def _train_wordpiece(cfg: RunConfig, texts: Iterator[str]) -> Tokenizer:
 # ---------------------------------------------------------------------------------------------------- Unigram
 def _paragraphs(texts: Iterator[str], max_bytes: int) -> Iterator[str]:
     """SentencePiece trains on lines; paragraphs keep context, and over-long ones are cut (it would skip them)."""
+    short = max_bytes // 4  # UTF-8 takes at most 4 bytes a character: shorter paragraphs need no byte count
     for text in texts:
         for para in text.split("\n"):
             para = para.strip()
+            if len(para) <= short:
+                if para:
+                    yield para
+                continue
             while para:
                 chunk = para.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
                 if len(chunk) < len(para):  # cut at the last space inside the limit

@@ -249,3 +249,16 @@ def test_stage_banner_describes_the_configured_tokenizer():
     assert describe(load_config("configs/gpt2-tiny.yaml", ["tokenizer.vocab_size=4000"])) == (
         "byte-level BPE, vocabulary 4,000, gpt2 special tokens")
     assert describe(load_config("configs/roberta-tiny.yaml", ["tokenizer.type=wordpiece"])).startswith("WordPiece")
+
+
+def test_paragraphs_for_sentencepiece_are_cut_within_the_byte_limit():
+    """SentencePiece skips lines over max_sentence_length bytes: long paragraphs are cut at a space inside the
+    limit (counted in UTF-8 bytes, so accented text is cut earlier); short ones pass unchanged, blank lines go."""
+    from data_pipeline.tokenizers import _paragraphs
+
+    long = " ".join(["café"] * 30)  # 149 characters, 179 bytes
+    out = list(_paragraphs(iter(["  short one \n\n" + long, "x" * 40]), max_bytes=40))
+    assert out[0] == "short one" and out[-1] == "x" * 40
+    pieces = out[1:-1]
+    assert " ".join(pieces) == long and all(len(p.encode()) <= 40 for p in pieces)
+    assert all(p.startswith("café") and p.endswith("café") for p in pieces)
