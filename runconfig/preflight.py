@@ -16,13 +16,23 @@ from runconfig.run import RunConfig
 
 
 def check_output_writable(cfg: RunConfig) -> None:
-    out = Path(cfg.run.output_dir)
+    """The local run folder (or the staging folder of a remote one) and, for a URL, the remote store accept a
+    file; an unreachable bucket or a missing fsspec backend stops here, naming the key."""
+    out = Path(cfg.run.root)
+    key = "run.local_dir" if cfg.run.is_remote else "run.output_dir"
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
             pass
     except OSError as e:
-        raise ConfigError(f"run.output_dir: {out} is not writable ({e.strerror or e})") from None
+        raise ConfigError(f"{key}: {out} is not writable ({e.strerror or e})") from None
+    if cfg.run.is_remote:
+        from data_pipeline.storage import RunStore
+
+        try:
+            RunStore.from_config(cfg).check_writable()
+        except (OSError, ImportError, ValueError) as e:
+            raise ConfigError(f"run.output_dir: {cfg.run.output_dir} is not writable ({e})") from None
 
 
 def check_train(cfg: RunConfig, accelerator: str) -> None:
