@@ -226,7 +226,6 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from tokenizers import Tokenizer
 
     from data_pipeline.layout import RunLayout
-
     from data_pipeline.shards import pull_corpus
 
     layout = RunLayout(cfg)

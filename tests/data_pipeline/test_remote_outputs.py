@@ -16,7 +16,6 @@ import pytest
 from data_pipeline.clean import run_clean
 from data_pipeline.dedup import run_dedup
 from data_pipeline.tokenize import run_tokenize
-from data_pipeline.tokenizers import train_tokenizer
 from runconfig import load_config
 from tests.data_pipeline.tokens_fixtures import BBC
 from tests.moto_s3 import s3_server, s3fs_client  # noqa: F401  (fixture)
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 def _config(tmp_path: Path, stage: str, extra: list[str] = ()):
-    return [f"run.output_dir=s3://runs/r1", f"run.local_dir={tmp_path / stage}", "data.clean.workers=2",
+    return ["run.output_dir=s3://runs/r1", f"run.local_dir={tmp_path / stage}", "data.clean.workers=2",
             "data.clean.progress=false", "data.clean.docs_per_shard=40", "tokenizer.vocab_size=600",
             "shards.workers=2", "data.sources=[{name: bbc, format: jsonl, paths: ['s3://corpus/bbc/*.jsonl']}]",
             *extra]  # fmt: skip
