@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,8 +19,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def s3_server(monkeypatch):
+@contextlib.contextmanager
+def moto_server() -> Iterator[dict[str, str]]:
     pytest.importorskip("moto.server", reason="moto[server] (test extra) not installed")
     pytest.importorskip("s3fs", reason="s3fs (lmstack[s3]) not installed")
     port = _free_port()
@@ -27,25 +29,38 @@ def s3_server(monkeypatch):
     url = f"http://127.0.0.1:{port}"
     env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
            "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto server did not start") from None
-                time.sleep(0.2)
-        yield env
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        import fsspec
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        try:
+            deadline = time.time() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.time() > deadline or proc.poll() is not None:
+                        raise RuntimeError("moto server did not start") from None
+                    time.sleep(0.2)
+            yield env
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            import s3fs
 
-        fsspec.AbstractFileSystem.clear_instance_cache()  # s3fs clients bound to this endpoint
+            s3fs.S3FileSystem.clear_instance_cache()  # clients bound to this endpoint (fsspec caches per class)
+
+
+@pytest.fixture
+def s3_server():
+    with moto_server() as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def s3_server_module():
+    with moto_server() as env:
+        yield env
 
 
 def s3fs_client(env: dict[str, str]):
