@@ -164,11 +164,11 @@ class RunStore:
                 os.unlink(tmp)
 
     def pull(self, paths: Iterable[str | os.PathLike[str]], exclude: tuple[str, ...] = (),
-             prune_markers: bool = False, only_markers: bool = False) -> list[Path]:
+             prune_markers: bool = False, only_markers: bool = False, force: bool = False) -> list[Path]:
         """Download the remote files under each local path (a folder or a file) that are missing here or differ
         in size (markers: always). `exclude`: folder names to leave out. `prune_markers`: delete local markers
         the remote lacks (a task finished here whose upload did not finish is not done). `only_markers`: fetch
-        nothing else (a report that reads markers). Returns the files fetched."""
+        nothing else (a report that reads markers). `force`: fetch every file again. Returns the files fetched."""
         if self.remote is None:
             return []
         got = []
@@ -194,7 +194,7 @@ class RunStore:
                 remote_files.add(local)
                 if only_markers and not is_marker(local.name):
                     continue
-                if (not is_marker(local.name) and local.is_file()
+                if (not force and not is_marker(local.name) and local.is_file()
                         and local.stat().st_size == info.get("size")):  # fmt: skip
                     continue
                 self._get(bare, local, info)

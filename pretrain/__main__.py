@@ -70,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(export(cfg, args.checkpoint, args.out))
         return 0
+    if args.command in ("finetune", "transfer", "card") and not args.model:
+        from data_pipeline.layout import RunLayout
+
+        layout = RunLayout(cfg)  # a remote run: its export (and what the card reads), fetched once
+        layout.store.pull([layout.export, layout.tokens / "manifest.json", layout.clean / "stats.json", layout.logs])
     if args.command == "finetune":
         from data_pipeline.layout import RunLayout
         from pretrain.finetune import finetune

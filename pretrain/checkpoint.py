@@ -9,6 +9,10 @@ tag folder and atomically replaces `latest`. Resume only ever considers folders 
 each rank a share of the files): a folder damaged after it was written (truncated, zeroed or deleted shard,
 missing RNG file) fails verification on resume and the previous complete checkpoint is used instead of a crash
 loop. Weights that are not finite are never marked complete.
+
+A remote run (`run.output_dir: s3://...`) saves the same way into the local staging folder, then rank 0 uploads
+the folder with COMPLETE after every file it lists and `latest` last; a resume lists the remote checkpoints,
+downloads the newest whose COMPLETE exists and verifies it like a local one (falling back to older ones).
 """
 
 from __future__ import annotations
@@ -173,6 +177,9 @@ def select_resume_tag(ckpt_dir: Path, warn=print, remote: str | None = None) -> 
         if remote:
             fetch_checkpoint(ckpt_dir, tag, remote)
         problems = verify_checkpoint(ckpt_dir / tag)
+        if remote and problems:  # a damaged local copy of a good remote file has the same size: fetch it all again
+            fetch_checkpoint(ckpt_dir, tag, remote, force=True)
+            problems = verify_checkpoint(ckpt_dir / tag)
         if not problems:
             return tag
         skipped.append(f"{ckpt_dir / tag}: " + "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""))
@@ -209,13 +216,13 @@ def _remote_candidates(ckpt_dir: Path, remote: str) -> list[str]:
     return tags
 
 
-def fetch_checkpoint(ckpt_dir: Path, tag: str, remote: str) -> None:
+def fetch_checkpoint(ckpt_dir: Path, tag: str, remote: str, force: bool = False) -> None:
     """Rank 0 downloads a remote checkpoint folder into `ckpt_dir` (the staging folder every rank reads; missing
     or differently sized files, and COMPLETE, are fetched); the other ranks wait for it."""
     from data_pipeline.storage import RunStore
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
-        RunStore(ckpt_dir, remote).pull([ckpt_dir / tag])
+        RunStore(ckpt_dir, remote).pull([ckpt_dir / tag], force=force)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
 
@@ -229,8 +236,12 @@ def upload_checkpoint(ckpt_dir: Path, tag: str, remote: str, keep_last: int, war
     store = RunStore(ckpt_dir, remote)
     for attempt in range(retries):
         try:
-            store.push([ckpt_dir / tag, *[p for p in (ckpt_dir / "resolved_config.yaml",) if p.is_file()]])
-            store.push([ckpt_dir / "latest"])
+            t0 = time.time()
+            sent = store.push([ckpt_dir / tag, *[p for p in (ckpt_dir / "resolved_config.yaml",) if p.is_file()]])
+            sent += store.push([ckpt_dir / "latest"])
+            mb = sum(p.stat().st_size for p in sent) / 2**20
+            warn(f"[checkpoint] uploaded {tag} to {store.url(ckpt_dir / tag)} ({len(sent)} files, {mb:.1f} MiB, "
+                 f"{time.time() - t0:.1f}s)")
             remote_tags = sorted(t for t in store.list_dir(ckpt_dir) if TAG_RE.match(t))
             for old in remote_tags[:-keep_last]:
                 store.remove(ckpt_dir / old)

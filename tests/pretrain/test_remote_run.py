@@ -80,3 +80,45 @@ def test_export_from_the_bucket_to_s3(remote_run, tmp_path):
     assert res.returncode == 0 and "GPT2LMHeadModel True" in res.stdout, res.stderr[-2000:]
     state = json.loads((got / "training_state.json").read_text())
     assert state["parity_max_abs_diff"] is not None and state["parity_max_abs_diff"] <= 1e-5
+
+
+def _fake_checkpoint(ckpt_dir: Path, tag: str, payload: bytes) -> None:
+    """A checkpoint folder as save_checkpoint leaves it (files, then COMPLETE listing them; no engine needed)."""
+    from pretrain.checkpoint import file_entries, write_complete
+
+    folder = ckpt_dir / tag
+    folder.mkdir(parents=True)
+    (folder / "mp_rank_00_model_states.pt").write_bytes(payload)
+    (folder / "rng_rank00000.pt").write_bytes(b"rng" + payload[:8])
+    write_complete(folder, {"step": int(tag[4:]), "world_size": 1},
+                   file_entries(folder, ["mp_rank_00_model_states.pt", "rng_rank00000.pt"]))
+    (ckpt_dir / "latest").write_text(tag)
+
+
+def test_resume_skips_a_damaged_or_unfinished_remote_checkpoint(s3_server_module, tmp_path, capsys):  # noqa: F811
+    from pretrain.checkpoint import select_resume_tag, upload_checkpoint
+
+    fs = s3fs_client(s3_server_module)
+    fs.mkdir("ckpts")
+    url = "s3://ckpts/run/checkpoints"
+    src = tmp_path / "writer/checkpoints"
+    for step, payload in ((4, b"a" * 4096), (8, b"b" * 4096)):
+        _fake_checkpoint(src, f"step{step:08d}", payload)
+        assert upload_checkpoint(src, f"step{step:08d}", url, keep_last=3)
+    assert "uploaded step00000008" in capsys.readouterr().out
+    # step 12 was cut off during its upload: files but no COMPLETE in the bucket
+    _fake_checkpoint(src, "step00000012", b"c" * 4096)
+    fs.put(str(src / "step00000012/mp_rank_00_model_states.pt"), "ckpts/run/checkpoints/step00000012/")
+    # step 8 was damaged in the bucket after its upload: same size, other bytes
+    fs.pipe("ckpts/run/checkpoints/step00000008/mp_rank_00_model_states.pt", b"x" * 4096)
+    fresh = tmp_path / "reader/checkpoints"
+    warnings: list[str] = []
+    assert select_resume_tag(fresh, warn=warnings.append, remote=url) == "step00000004"
+    assert any("skipping damaged checkpoint" in w and "step00000008" in w and "checksum" in w for w in warnings)
+    assert not (fresh / "step00000012").exists()  # never downloaded: its COMPLETE is not in the bucket
+    assert (fresh / "step00000004/COMPLETE").is_file()
+    # a local copy damaged in place (same size) while the bucket's is good: fetched again, not skipped
+    (fresh / "step00000004/mp_rank_00_model_states.pt").write_bytes(b"z" * 4096)
+    fs.pipe("ckpts/run/checkpoints/latest", b"step00000004")
+    assert select_resume_tag(fresh, warn=warnings.append, remote=url) == "step00000004"
+    assert (fresh / "step00000004/mp_rank_00_model_states.pt").read_bytes() == b"a" * 4096
