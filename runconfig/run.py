@@ -144,6 +144,11 @@ class RunConfig(Section):
             raise ValueError("deepspeed.offload_params needs deepspeed.zero_stage: 3")
         if self.deepspeed.offload_optimizer and self.deepspeed.zero_stage == 0:
             raise ValueError("deepspeed.offload_optimizer needs deepspeed.zero_stage >= 1")
+        if self.run.output_dir.startswith("memory://"):  # one process's memory: a pool worker's uploads vanish
+            for key, n in (("data.clean.workers", self.data.clean.workers), ("shards.workers", self.shards.workers)):
+                if n > 1:
+                    raise ValueError(f"{key}: {n} worker processes cannot write to run.output_dir "
+                                     f"'{self.run.output_dir}' (memory:// lives in one process); set {key}=1")
         names = {s.name for s in self.data.sources}
         for i, task in enumerate(self.finetune.tasks):
             if task.source is not None and task.source not in names:

@@ -73,7 +73,7 @@ def test_url_output_dir_is_staged_locally_never_turned_into_a_folder(tmp_path, m
     rows = [{"text": f.read_text(errors="replace")} for f in sorted((BBC / "tech").glob("*.txt"))[:6]]
     (tmp_path / "src/a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = load_config(ROOT / "configs/roberta-tiny.yaml", [
-        "run.output_dir=memory://out", "data.clean.workers=1", "data.clean.progress=false",
+        "run.output_dir=memory://out", "data.clean.workers=1", "shards.workers=1", "data.clean.progress=false",
         f"data.sources=[{{name: web, format: jsonl, paths: ['{tmp_path}/src/a.jsonl']}}]"])  # fmt: skip
     assert cfg.run.output_dir == "memory://out" and cfg.run.is_remote
     assert Path(cfg.run.root).is_relative_to(tmp_path / "cache/runs")
@@ -89,6 +89,10 @@ def test_url_output_dir_is_staged_locally_never_turned_into_a_folder(tmp_path, m
     assert not list(Path(cfg.run.root).parent.parent.rglob("memory:*"))
     with pytest.raises(Exception, match=r"run.local_dir: .*'s3://b/x' is a URL; the staging folder must be a local"):
         load_config(ROOT / "configs/roberta-tiny.yaml", ["run.output_dir=s3://b/r", "run.local_dir=s3://b/x"])
+    with pytest.raises(Exception, match=r"data.clean.workers: 2 worker processes cannot write to run.output_dir "
+                                        r"'memory://out'"):
+        load_config(ROOT / "configs/roberta-tiny.yaml", ["run.output_dir=memory://out", "data.clean.workers=2",
+                                                         "shards.workers=1"])
     assert load_config(ROOT / "configs/roberta-tiny.yaml", [f"run.output_dir=file://{tmp_path}/r"]).run.output_dir == (
         f"{tmp_path}/r")  # fmt: skip
 
