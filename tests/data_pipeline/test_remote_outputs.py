@@ -83,3 +83,13 @@ def test_data_path_from_and_to_s3(s3_server, tmp_path):  # noqa: F811
     out = run_clean(cfg_a)
     assert out["shards_run"] == 1 and out["complete"]
     assert fs.exists("runs/r1/clean/bbc/shard-00001.done")
+
+
+def test_an_unreachable_bucket_stops_before_any_work(s3_server, tmp_path):  # noqa: F811
+    from runconfig.load import ConfigError
+    from runconfig.preflight import check_output_writable
+
+    cfg = load_config(ROOT / "configs/gpt2-tiny.yaml", ["run.output_dir=s3://no-such-bucket/r",
+                                                         f"run.local_dir={tmp_path / 'stage'}"])  # fmt: skip
+    with pytest.raises(ConfigError, match=r"run.output_dir: s3://no-such-bucket/r is not writable"):
+        check_output_writable(cfg)
