@@ -83,8 +83,18 @@ class Stage:
             self.store.pull([self.marker_dir] if markers_only else [*self.outputs, self.marker_dir],
                             exclude=self.exclude)
 
+    def markers_present(self) -> set[str]:
+        """Names of the task markers that exist (remotely on a remote run), in one listing."""
+        if self.remote:
+            return set(self.store.list_dir(self.marker_dir))
+        d = Path(self.marker_dir)
+        return {p.name for p in d.iterdir()} if d.is_dir() else set()
+
     def todo(self) -> list[int]:
-        return [i for i in range(self.num_tasks) if not self.is_done(i)]
+        if self.done_fn is not None:
+            return [i for i in range(self.num_tasks) if not self.done_fn(i)]
+        have = self.markers_present()
+        return [i for i in range(self.num_tasks) if self.marker(i).name not in have]
 
     def run_task(self, i: int, where: str | None = None) -> dict[str, Any]:
         """Run task i and write its marker (what every executor calls, in whatever process it runs);
@@ -188,7 +198,8 @@ class Executor:
         if errors:
             raise StageFailed(stage.name, {stage.task_name(i): e.splitlines()[0] for i, e in sorted(errors.items())},
                               stage.num_tasks)
-        missing = [i for i in todo if not stage.marker_exists(i)]  # "succeeded" without output: a loss
+        have = stage.markers_present()
+        missing = [i for i in todo if stage.marker(i).name not in have]  # "succeeded" without output: a loss
         if missing:
             raise StageFailed(stage.name, {stage.task_name(i): "no completion marker after the run" for i in missing},
                               stage.num_tasks)

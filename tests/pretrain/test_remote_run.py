@@ -60,6 +60,12 @@ def test_train_checkpoints_to_s3_and_resumes_from_the_bucket(remote_run, tmp_pat
     assert fs.cat("runs/gpt/checkpoints/latest").decode() == "step00000012"
     rows = [json.loads(x) for x in fs.cat("runs/gpt/logs/metrics.jsonl").decode().splitlines()]
     assert max(r["step"] for r in rows) == 12
+    assert fs.exists("runs/gpt/logs/plots/loss.png")  # written at the end of training, uploaded with the logs
+    fs.rm("runs/gpt/logs/plots", recursive=True)
+    res = run_module(["-m", "pretrain", "plot", URL], check=True)  # on demand, from the bucket, into it
+    assert "s3://runs/gpt/logs/plots/loss.png" in res.stdout
+    fs.invalidate_cache()
+    assert fs.exists("runs/gpt/logs/plots/loss.png")
 
 
 def test_export_from_the_bucket_to_s3(remote_run, tmp_path):
