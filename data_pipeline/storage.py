@@ -147,6 +147,15 @@ class RunStore:
             self._put(f)
         return order
 
+    def push_or_warn(self, paths: Iterable[str | os.PathLike[str]], warn=print) -> bool:
+        """push(), a failure reported instead of raised (logs, plots: the work goes on, the next push retries)."""
+        try:
+            self.push(paths)
+            return True
+        except (OSError, RuntimeError, ValueError) as e:  # network and backend errors (botocore: OSError)
+            warn(f"[storage] WARNING: uploading to {self.remote} failed ({type(e).__name__}: {e}); kept locally")
+            return False
+
     # -- download -----------------------------------------------------------------------------------------------
 
     def _get(self, bare: str, local: Path, info: dict[str, Any]) -> None:
