@@ -227,6 +227,19 @@ def fetch_checkpoint(ckpt_dir: Path, tag: str, remote: str, force: bool = False)
         dist.barrier()
 
 
+def fetch_url(url: str, cache_root: Path) -> tuple[Path, str]:
+    """A checkpoint given by URL (`s3://.../checkpoints/step00000100`): downloaded into
+    `cache_root/<hash of its folder>/<tag>`; returns (local checkpoints folder, tag) to load like a local one."""
+    import hashlib
+
+    parent, tag = url.rstrip("/").rsplit("/", 1)
+    if not TAG_RE.match(tag):
+        raise ValueError(f"{url}: not a checkpoint folder (stepNNNNNNNN)")
+    local = Path(cache_root) / hashlib.sha256(parent.encode()).hexdigest()[:12]
+    fetch_checkpoint(local, tag, parent)
+    return local, tag
+
+
 def upload_checkpoint(ckpt_dir: Path, tag: str, remote: str, keep_last: int, warn=print, retries: int = 3) -> bool:
     """Rank 0, after COMPLETE and `latest` are written locally: the folder's files, then COMPLETE, then `latest`
     (a remote COMPLETE never precedes the files it lists); remote checkpoints beyond `keep_last` are removed.

@@ -34,15 +34,13 @@ def resolve_checkpoint(cfg: RunConfig, checkpoint: str | None) -> tuple[Path, st
     remote = cfg.checkpoint_remote if not checkpoint else None
     if checkpoint and "://" in checkpoint and not checkpoint.startswith("file://"):
         url = checkpoint.rstrip("/")
-        name = url.rsplit("/", 1)[-1]
-        remote = url.rsplit("/", 1)[0] if ckpt.TAG_RE.match(name) else url
-        digest = hashlib.sha256(remote.encode()).hexdigest()[:12]
-        local = Path(cfg.run.root) / "fetched-checkpoints" / digest
-        if ckpt.TAG_RE.match(name):
-            ckpt.fetch_checkpoint(local, name, remote)
-            checkpoint = str(local / name)
-        else:
-            checkpoint = str(local)
+        cache = Path(cfg.run.root) / "fetched-checkpoints"
+        if ckpt.TAG_RE.match(url.rsplit("/", 1)[-1]):  # one checkpoint
+            local, tag = ckpt.fetch_url(url, cache)
+            checkpoint = str(local / tag)
+        else:  # a checkpoints folder: its newest complete checkpoint, below
+            remote = url
+            checkpoint = str(cache / hashlib.sha256(url.encode()).hexdigest()[:12])
     path = Path(checkpoint.removeprefix("file://")) if checkpoint else Path(cfg.checkpoint_dir)
     if (path / ckpt.COMPLETE).is_file():
         return path.parent, path.name

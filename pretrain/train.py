@@ -130,6 +130,8 @@ def resume_point(cfg: RunConfig, ckpt_dir: Path, rank: int) -> tuple[Path, str |
     tag = None
     if cfg.checkpoint.resume == "auto":
         tag = ckpt.select_resume_tag(ckpt_dir, remote=cfg.checkpoint_remote)
+    elif "://" in cfg.checkpoint.resume:  # a checkpoint in a bucket: downloaded into the staging folder first
+        ckpt_dir, tag = ckpt.fetch_url(cfg.checkpoint.resume, Path(cfg.run.root) / "fetched-checkpoints")
     elif cfg.checkpoint.resume != "none":
         ckpt_dir, tag = Path(cfg.checkpoint.resume).parent, Path(cfg.checkpoint.resume).name
         if not (ckpt_dir / tag / ckpt.COMPLETE).is_file():

@@ -42,7 +42,16 @@ def check_train(cfg: RunConfig, accelerator: str) -> None:
         raise ConfigError("deepspeed.precision: fp16 needs a GPU accelerator (DeepSpeed's accelerator here is "
                           "'cpu'); use bf16 or fp32")
     resume = cfg.checkpoint.resume
-    if resume not in ("auto", "none"):
+    if "://" in resume:  # a checkpoint in a bucket (downloaded by the trainer)
+        from data_pipeline.paths import filesystem
+
+        try:
+            found = filesystem(resume).exists(f"{resume.rstrip('/')}/COMPLETE")
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"checkpoint.resume: {resume} cannot be read ({e})") from None
+        if not found:
+            raise ConfigError(f"checkpoint.resume: {resume} is not a complete checkpoint (no COMPLETE file)")
+    elif resume not in ("auto", "none"):
         if not os.path.isdir(resume):
             raise ConfigError(f"checkpoint.resume: {resume} does not exist (give a step folder such as "
                               f"<checkpoint dir>/step00000100, or 'auto' / 'none')")

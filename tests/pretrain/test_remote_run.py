@@ -128,3 +128,25 @@ def test_resume_skips_a_damaged_or_unfinished_remote_checkpoint(s3_server_module
     fs.pipe("ckpts/run/checkpoints/latest", b"step00000004")
     assert select_resume_tag(fresh, warn=warnings.append, remote=url) == "step00000004"
     assert (fresh / "step00000004/mp_rank_00_model_states.pt").read_bytes() == b"a" * 4096
+
+
+def test_checkpoint_resume_may_name_a_checkpoint_in_a_bucket(s3_server_module, tmp_path):  # noqa: F811
+    from pretrain.checkpoint import fetch_url, upload_checkpoint, verify_files
+    from runconfig import load_config
+    from runconfig.load import ConfigError
+    from runconfig.preflight import check_train
+
+    fs = s3fs_client(s3_server_module)
+    fs.mkdir("loads")
+    src = tmp_path / "w/checkpoints"
+    _fake_checkpoint(src, "step00000006", b"q" * 1000)
+    assert upload_checkpoint(src, "step00000006", "s3://loads/a/checkpoints", keep_last=2)
+    local, tag = fetch_url("s3://loads/a/checkpoints/step00000006", tmp_path / "cache")
+    assert tag == "step00000006" and not verify_files(local / tag)
+    over = [f"run.output_dir={tmp_path}/run"]
+    check_train(load_config(ROOT / "configs/gpt2-tiny.yaml", [*over, "checkpoint.resume=s3://loads/a/checkpoints/"
+                                                                       "step00000006"]), "cpu")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"checkpoint.resume: s3://loads/a/checkpoints/step00000009 is not a "
+                                          r"complete checkpoint \(no COMPLETE file\)"):
+        check_train(load_config(ROOT / "configs/gpt2-tiny.yaml", [*over, "checkpoint.resume=s3://loads/a/"
+                                                                           "checkpoints/step00000009"]), "cpu")
