@@ -167,20 +167,27 @@ def select_resume_tag(ckpt_dir: Path, warn=print, remote: str | None = None) -> 
     """The newest complete checkpoint that passes verification (every rank verifies a share of its files; all
     ranks agree). None when there is none at all (a fresh run). A damaged one is skipped with a warning; when
     checkpoints exist but every one is damaged, CannotContinue: starting over would silently discard them.
-    `remote` (the checkpoints folder of a remote run): only checkpoints whose COMPLETE was uploaded count; each
-    candidate is downloaded into `ckpt_dir` (files already there with the right size are kept) and verified."""
+    `remote` (the checkpoints folder of a remote run): checkpoints whose COMPLETE was uploaded count; each is
+    downloaded into `ckpt_dir` (files already there with the right size are kept) and verified. A local complete
+    checkpoint newer than every remote one (its upload failed) is verified, uploaded now, and used."""
     distributed = dist.is_available() and dist.is_initialized()
     rank = dist.get_rank() if distributed else 0
     skipped = []
-    candidates = _remote_candidates(ckpt_dir, remote) if remote else _candidates(ckpt_dir)
-    for tag in candidates:
-        if remote:
+    candidates = _remote_candidates(ckpt_dir, remote) if remote else [(t, False) for t in _candidates(ckpt_dir)]
+    for tag, in_bucket in candidates:
+        if in_bucket:
             fetch_checkpoint(ckpt_dir, tag, remote)
         problems = verify_checkpoint(ckpt_dir / tag)
-        if remote and problems:  # a damaged local copy of a good remote file has the same size: fetch it all again
+        if in_bucket and problems:  # a damaged local copy of a good remote file has the same size: fetch it again
             fetch_checkpoint(ckpt_dir, tag, remote, force=True)
             problems = verify_checkpoint(ckpt_dir / tag)
         if not problems:
+            if remote and not in_bucket and rank == 0:
+                from data_pipeline.storage import RunStore
+
+                warn(f"[checkpoint] {tag} is newer than every checkpoint in {remote} (its upload failed): "
+                     f"uploading it now")
+                RunStore(ckpt_dir, remote).push_or_warn([ckpt_dir / tag], warn)
             return tag
         skipped.append(f"{ckpt_dir / tag}: " + "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""))
         if rank == 0:
@@ -194,21 +201,23 @@ def select_resume_tag(ckpt_dir: Path, warn=print, remote: str | None = None) -> 
     return None
 
 
-def _remote_candidates(ckpt_dir: Path, remote: str) -> list[str]:
-    """Rank 0 lists the remote checkpoints whose COMPLETE exists, the remote `latest` first, then newest first;
-    every rank gets the same list."""
+def _remote_candidates(ckpt_dir: Path, remote: str) -> list[tuple[str, bool]]:
+    """Rank 0 lists the remote checkpoints whose COMPLETE exists, the remote `latest` first, then newest first,
+    after any local complete checkpoint newer than all of them; every rank gets the same (tag, in bucket) list."""
     from data_pipeline.storage import RunStore
 
-    tags: list[str] = []
+    tags: list[tuple[str, bool]] = []
     if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
         store = RunStore(ckpt_dir, remote)
         names = store.list_dir(ckpt_dir)
-        tags = [t for t in sorted(names, reverse=True) if TAG_RE.match(t) and store.exists(ckpt_dir / t / COMPLETE)]
+        up = [t for t in sorted(names, reverse=True) if TAG_RE.match(t) and store.exists(ckpt_dir / t / COMPLETE)]
         if "latest" in names:
             latest = store.fs.cat_file(store.url(ckpt_dir / "latest")).decode().strip()
-            if latest in tags:
-                tags.remove(latest)
-                tags.insert(0, latest)
+            if latest in up:
+                up.remove(latest)
+                up.insert(0, latest)
+        newer = [t for t in complete_tags(ckpt_dir)[::-1] if t not in up and t > max(up, default="")]
+        tags = [(t, False) for t in newer] + [(t, True) for t in up]
     if dist.is_available() and dist.is_initialized():
         box = [tags]
         dist.broadcast_object_list(box, src=0)

@@ -128,6 +128,11 @@ def test_resume_skips_a_damaged_or_unfinished_remote_checkpoint(s3_server_module
     fs.pipe("ckpts/run/checkpoints/latest", b"step00000004")
     assert select_resume_tag(fresh, warn=warnings.append, remote=url) == "step00000004"
     assert (fresh / "step00000004/mp_rank_00_model_states.pt").read_bytes() == b"a" * 4096
+    # a local checkpoint newer than the bucket's (its upload failed): verified, uploaded, used
+    _fake_checkpoint(fresh, "step00000016", b"d" * 4096)
+    assert select_resume_tag(fresh, warn=warnings.append, remote=url) == "step00000016"
+    assert any("step00000016 is newer than every checkpoint" in w for w in warnings)
+    assert fs.exists("ckpts/run/checkpoints/step00000016/COMPLETE")
 
 
 def test_checkpoint_resume_may_name_a_checkpoint_in_a_bucket(s3_server_module, tmp_path):  # noqa: F811
