@@ -73,9 +73,10 @@ def test_two_hosts_train_fail_fast_and_resume(hosts, prepared_run, tmp_path):
         for i in range(2):
             hosts.kill_host(i)
     out0 = logs[0].read_text()
-    # Connection reset reaches the survivor within a second; its rank then ended with os._exit. It used to run
-    # CPython's teardown first: 14-22 s on a loaded 2-core machine, over 90 s once in CI.
-    assert rc != 0 and elapsed < 10, f"survivor rc={rc} after {elapsed:.1f}s\n{out0[-3000:]}"
+    # Connection reset reaches the survivor's rank within a second and it ends with os._exit; torchrun follows.
+    # 1.8-4.1 s at load 14-19 on 2 cores. The rank used to run CPython's teardown first: 14-22 s at load 7-10,
+    # over 90 s once in CI.
+    assert rc != 0 and elapsed < 15, f"survivor rc={rc} after {elapsed:.1f}s\n{out0[-3000:]}"
     assert re.search(r"(Connection reset|Connection closed|connection|timed out|failed)", out0, re.I), out0[-3000:]
     last = max(_checkpoints(run))
     print(f"survivor exited {rc} {elapsed:.1f}s after host b was killed; last checkpoint step {last}")
