@@ -67,7 +67,7 @@ def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool) -
             "    - {name: bbc, source: bbc, test_fraction: 0.3}\n"
             f"    - {{name: drugs, train: {drugs}/drugsComTrain.tsv, test: {drugs}/drugsComTest.tsv, "
             "text_column: review, label_column: rating}\n"
-            f"{ft}  batch_size: 16\n")
+            f"{ft}  batch_size: 16\n  workers: 2\n")
 
 
 def tfidf_baseline(cfg_path: Path) -> dict[str, float]:

@@ -35,13 +35,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("plot", help="loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)")
-    p.add_argument("run", help="the run folder (run.output_dir)")
+    p.add_argument("run", help="the run folder (run.output_dir; a URL: plots are uploaded to RUN/logs/plots)")
     p.add_argument("--out", default=None, help="output folder (default: RUN/logs/plots)")
     args = parser.parse_args(argv)
     if args.command == "plot":
         from pretrain.plots import plot_run
 
-        for path in plot_run(args.run, args.out):
+        if "://" in args.run and not args.run.startswith("file://"):  # a remote run folder: never a local path
+            import tempfile
+            from pathlib import Path
+
+            from data_pipeline.storage import RunStore
+
+            with tempfile.TemporaryDirectory(prefix="lmstack-plot-") as tmp:
+                store = RunStore(Path(tmp), args.run.rstrip("/"))
+                store.pull([Path(tmp) / "logs"])
+                paths = plot_run(tmp, args.out)
+                if args.out is None:
+                    store.push(paths)
+                    paths = [store.url(p) for p in paths]
+                for path in paths:
+                    print(path)
+            return 0
+        for path in plot_run(args.run.removeprefix("file://"), args.out):
             print(path)
         return 0
     cfg = config_from_args(args)
@@ -81,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(export(cfg, args.checkpoint, args.out))
         return 0
+    if args.command in ("finetune", "transfer", "card") and not args.model:
+        from data_pipeline.layout import RunLayout
+
+        layout = RunLayout(cfg)  # a remote run: its export (and what the card reads), fetched once
+        layout.store.pull([layout.export, layout.tokens / "manifest.json", layout.clean / "stats.json", layout.logs])
     if args.command == "finetune":
         from data_pipeline.layout import RunLayout
         from pretrain.finetune import finetune
