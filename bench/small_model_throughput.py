@@ -108,27 +108,29 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     threads = [int(x) for x in a.peer_threads.split(",")] if a.peer_threads else sorted({cores, 1}, reverse=True)
     t_start = time.perf_counter()
+    rep = C.Report(__file__)
     with tempfile.TemporaryDirectory(prefix="bench-small-") as d:
         tmp = Path(d)
         cfg_path = C.prepare_run(tmp / "data", family, preset=a.preset)
-        print(f"data stages on BBC: {time.perf_counter() - t_start:.0f}s; preset {a.preset}; {cores} cores")
+        rep.line(f"data stages on BBC: {time.perf_counter() - t_start:.0f}s; preset {a.preset}; {cores} cores; "
+                 f"ours: 2 ranks x 1 thread; plain loop: best of {threads} thread(s) per round")
         ov = [*overrides(a.steps), *a.set]
-        ours, peer = [], []
-        for r in range(a.rounds):
+
+        def ours() -> float:
             o = C.run_ours(cfg_path, tmp / "work", [*ov, "launch.procs_per_node=2"], WARMUP)
-            ours.append(o["tokens_per_s"])
+            rep.line(f"  ours {o['tokens_per_s']:.0f} tokens/s (loader wait {o['loader_wait_frac']:.1%})")
+            return o["tokens_per_s"]
+
+        def peer() -> float:
             tried = {n: run_peer(cfg_path, tmp / "work", ov, threads=n)["tokens_per_s"] for n in threads}
-            peer.append(max(tried.values()))
-            print(f"round {r + 1}: ours {o['tokens_per_s']:.0f} tokens/s (2 ranks x 1 thread, loader wait "
-                  f"{o['loader_wait_frac']:.1%}), plain loop " + ", ".join(f"{v:.0f} tokens/s with {n} thread(s)"
-                                                                   for n, v in tried.items()), flush=True)
-    mo, mp = C.median(ours), C.median(peer)
-    print(f"ours: median {mo:.0f} min {min(ours):.0f} max {max(ours):.0f}; plain loop: median {mp:.0f} "
-          f"min {min(peer):.0f} max {max(peer):.0f} tokens/s ({a.rounds} alternating rounds, {a.steps} steps each)")
-    print(f"total bench time {time.perf_counter() - t_start:.0f}s")
-    ratio = mo / mp
-    print(f"VERDICT small_model_tokens_per_s_vs_plain_loop: ours={mo:.0f} peer={mp:.0f} ratio={ratio:.2f} goal=0.8 "
-          f"{'pass' if ratio >= 0.8 else 'fail'}")
+            rep.line("  plain loop " + ", ".join(f"{v:.0f} tokens/s with {n} thread(s)" for n, v in tried.items()))
+            return max(tried.values())
+
+        o, p = C.alternate(ours, peer, a.rounds)
+    rep.line(f"total bench time {time.perf_counter() - t_start:.0f}s ({a.rounds} alternating rounds, {a.steps} "
+             "steps each)")
+    rep.compare("small_model_tokens_per_s_vs_plain_loop", o, p, goal=0.8, unit="tokens/s")
+    sys.exit(rep.finish())
 
 
 if __name__ == "__main__":

@@ -50,6 +50,14 @@ def split_by_id(rows: list[Row], fraction: float, salt: str) -> tuple[list[Row],
     return rest, held
 
 
+def cap_by_id(rows: list[Row], cap: int | None, salt: str) -> list[Row]:
+    """At most `cap` rows: those with the smallest salted id hash (a fixed subset for every seed), in file order."""
+    if cap is None or len(rows) <= cap:
+        return rows
+    keep = set(sorted(range(len(rows)), key=lambda i: _fraction_hash(salt, rows[i][0]))[:cap])
+    return [r for i, r in enumerate(rows) if i in keep]
+
+
 def _resolve(raw: str, key: str) -> Path:
     p = Path(expand_placeholders(raw))
     if not p.exists():
@@ -179,6 +187,8 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
         if not test:
             train, test = split_by_id(train, task.test_fraction, f"{task.name}/test")
         origin = "files: " + ", ".join(files)
+    train = cap_by_id(train, task.max_train_examples, f"{task.name}/cap")
+    test = cap_by_id(test, task.max_test_examples, f"{task.name}/cap")
     if not dev:
         train, dev = split_by_id(train, task.dev_fraction, f"{task.name}/dev")
     for split, rows in (("train", train), ("dev", dev), ("test", test)):

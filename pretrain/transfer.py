@@ -313,39 +313,57 @@ def prepare_task(ft: FinetuneConfig, data: TaskData, tok: PreTrainedTokenizerBas
     return PreparedTask(arms, max_len, enc, label_ids)
 
 
+def _evaluate_arm(ft: FinetuneConfig, task: PreparedTask, arm: str, tok, out_dir: Path, name: str,
+                  log=_log) -> dict[str, Any]:
+    """One arm of the protocol: the LR picked on dev with the first seed, then the other seeds at that LR, and
+    the probe. Self-contained (picklable arguments), so arms can run in worker processes."""
+    arms, enc, label_ids = task.arms, task.enc, task.label_ids
+    seed0 = ft.seeds[0]
+    dev_acc: dict[float, float] = {}
+    test_acc: dict[float, float] = {}  # scored now, read only for the LR the dev split picks
+    for lr in ft.lr_grid:  # the LR is chosen on dev with the first seed; the test split is not consulted
+        acc = fine_tune_once(arms, arm, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, lr, seed0, ft,
+                             out_dir / arm / f"lr{lr:g}-seed{seed0}", label_ids)
+        dev_acc[lr], test_acc[lr] = acc["dev"], acc["test"]
+        log(f"[transfer] {name} {arm:<10} lr {lr:g} seed {seed0}: dev {acc['dev']:.3f}")
+    best = max(ft.lr_grid, key=lambda x: (dev_acc[x], -ft.lr_grid.index(x)))  # ties: the first in the grid
+    test_by_seed = {seed0: test_acc[best]}
+    for seed in ft.seeds[1:]:
+        acc = fine_tune_once(arms, arm, tok, enc["train"], {"test": enc["test"]}, best, seed, ft,
+                             out_dir / arm / f"lr{best:g}-seed{seed}", label_ids)
+        test_by_seed[seed] = acc["test"]
+    accs = [test_by_seed[s] for s in ft.seeds]
+    entry: dict[str, Any] = {"lr": best, "dev_accuracy_by_lr": {f"{k:g}": v for k, v in dev_acc.items()},
+                             "test_accuracy": _stats(accs)}
+    if ft.probe:
+        entry["probe_accuracy"] = probe(arms, arm, tok, enc["train"], enc["test"], ft, seed0)
+    log(f"[transfer] {name} {arm:<10} lr {best:g}: test {entry['test_accuracy']['mean']:.3f} ± "
+        f"{entry['test_accuracy']['sd']:.3f} over seeds {ft.seeds}"
+        + (f", probe {entry['probe_accuracy']:.3f}" if ft.probe else ""))
+    return entry
+
+
 def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path, log=_log) -> dict[str, Any]:
     ft = cfg.finetune
     t0 = time.time()
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     task = prepare_task(ft, data, tok, model_dir)
-    arms, max_len, enc, label_ids = task.arms, task.max_len, task.enc, task.label_ids
+    arms, max_len = task.arms, task.max_len
     result: dict[str, Any] = {"task": data.name, "labels": data.labels, "splits": data.sizes(), "origin": data.origin,
                               "max_length": max_len, "long_inputs": ft.long_inputs, "seeds": ft.seeds,
                               "lr_grid": ft.lr_grid, "text_to_text": arms.text_to_text, "arms": {}}
-    seed0 = ft.seeds[0]
-    for arm in ft.arms:
-        dev_acc: dict[float, float] = {}
-        test_acc: dict[float, float] = {}  # scored now, read only for the LR the dev split picks
-        for lr in ft.lr_grid:  # the LR is chosen on dev with the first seed; the test split is not consulted
-            acc = fine_tune_once(arms, arm, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, lr, seed0, ft,
-                                 out_dir / arm / f"lr{lr:g}-seed{seed0}", label_ids)
-            dev_acc[lr], test_acc[lr] = acc["dev"], acc["test"]
-            log(f"[transfer] {data.name} {arm:<10} lr {lr:g} seed {seed0}: dev {acc['dev']:.3f}")
-        best = max(ft.lr_grid, key=lambda x: (dev_acc[x], -ft.lr_grid.index(x)))  # ties: the first in the grid
-        test_by_seed = {seed0: test_acc[best]}
-        for seed in ft.seeds[1:]:
-            acc = fine_tune_once(arms, arm, tok, enc["train"], {"test": enc["test"]}, best, seed, ft,
-                                 out_dir / arm / f"lr{best:g}-seed{seed}", label_ids)
-            test_by_seed[seed] = acc["test"]
-        accs = [test_by_seed[s] for s in ft.seeds]
-        entry: dict[str, Any] = {"lr": best, "dev_accuracy_by_lr": {f"{k:g}": v for k, v in dev_acc.items()},
-                                 "test_accuracy": _stats(accs)}
-        if ft.probe:
-            entry["probe_accuracy"] = probe(arms, arm, tok, enc["train"], enc["test"], ft, seed0)
-        result["arms"][arm] = entry
-        log(f"[transfer] {data.name} {arm:<10} lr {best:g}: test {entry['test_accuracy']['mean']:.3f} ± "
-            f"{entry['test_accuracy']['sd']:.3f} over seeds {ft.seeds}"
-            + (f", probe {entry['probe_accuracy']:.3f}" if ft.probe else ""))
+    jobs = [(ft, task, arm, tok, out_dir, data.name) for arm in ft.arms]
+    if ft.workers > 1 and len(jobs) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        threads = ft.threads or max(1, (torch.get_num_threads()) // min(ft.workers, len(jobs)))
+        with ProcessPoolExecutor(min(ft.workers, len(jobs)), mp_context=mp.get_context("spawn"),
+                                 initializer=torch.set_num_threads, initargs=(threads,)) as pool:
+            entries = list(pool.map(_evaluate_arm, *zip(*jobs, strict=True)))
+    else:
+        entries = [_evaluate_arm(*job, log=log) for job in jobs]
+    result["arms"] = dict(zip(ft.arms, entries, strict=True))
     if {"pretrained", "random"} <= set(result["arms"]):
         pre, rnd = result["arms"]["pretrained"], result["arms"]["random"]
         result["margin"] = pre["test_accuracy"]["mean"] - rnd["test_accuracy"]["mean"]

@@ -29,6 +29,10 @@ class FinetuneTask(Section):
     label_column: str = "label"
     test_fraction: float = Field(0.3, gt=0, lt=1)  # only when no test file is given
     dev_fraction: float = Field(0.15, gt=0, lt=1)  # slice of train for picking the LR, when no dev file
+    # Caps for large tasks (HF run_glue's max_train_samples / max_predict_samples): a fixed subset chosen by a hash
+    # of the example id, the same for every seed; the dev slice is then taken from the capped train split.
+    max_train_examples: int | None = Field(None, gt=0)
+    max_test_examples: int | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _one_origin(self) -> "FinetuneTask":
@@ -62,6 +66,9 @@ class FinetuneConfig(Section):
     arms: list[Literal["pretrained", "random"]] = Field(default_factory=lambda: ["pretrained", "random"], min_length=1)
     eval_batch_size: int = Field(64, gt=0)
     threads: int | None = None  # torch intra-op threads (None: torch's default, all cores)
+    # Transfer evaluation: arms fine-tuned at once, each in its own process (small models use 2 cores better as two
+    # 1-thread runs than as one 2-thread run); each worker gets `threads` or cores // workers intra-op threads.
+    workers: int = Field(1, ge=1)
 
     @model_validator(mode="before")
     @classmethod

@@ -89,9 +89,9 @@ def _fingerprint(cfg, inputs: list[Path], ranges: int) -> str:
     for p in inputs:
         try:
             st = p.stat()
-            files.append([str(p), st.st_size, st.st_mtime_ns])
+            files.append([f"{p.parent.name}/{p.name}", st.st_size, st.st_mtime_ns])  # the same on every node
         except OSError:
-            files.append([str(p), None, None])  # vanished: the signatures task for it reports it
+            files.append([f"{p.parent.name}/{p.name}", None, None])  # vanished: the signatures task for it reports it
     blob = {"dedup": cfg.data.dedup.model_dump(mode="json"), "ranges": ranges, "inputs": files}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -122,6 +122,7 @@ def plan_shapes(cfg, num_inputs: int, ranges: int) -> list[tuple[str, int]]:
 def build_stages(cfg) -> list[Stage]:
     """The dedup stages of this run, in order (needs the finished clean stage)."""
     layout = RunLayout(cfg)
+    layout.store.pull([layout.clean])  # a remote run: the cleaned shards, wherever they were written
     dd = cfg.data.dedup
     inputs = _clean_inputs(cfg)
     docs = json.loads((layout.clean / "stats.json").read_text()).get("totals", {}).get("kept", 0)
@@ -129,12 +130,14 @@ def build_stages(cfg) -> list[Stage]:
     fp = _fingerprint(cfg, inputs, R)
     work = layout.dedup / "_work" / fp
     marks = work / "markers"
+    # a remote run: every task uploads what it wrote under dedup/ before its marker (storage.py)
+    new_stage = functools.partial(Stage, store=layout.store, outputs=(str(work), str(layout.dedup)), exclude=("_work",))
     B = dd.minhash.bands
     mh_kw = {"ngram": dd.minhash.ngram, "bands": B, "rows": dd.minhash.rows, "seed": dd.minhash.seed}
     names = tuple(f"{p.parent.name}/{p.name}" for p in inputs)
     shapes = dict(plan_shapes(cfg, len(inputs), R))
     S = len(inputs)
-    stages = [Stage("dedup-signatures", signature_task, S, marks, labels=names,
+    stages = [new_stage("dedup-signatures", signature_task, S, marks, labels=names,
                     kwargs={"inputs": [str(p) for p in inputs], "work": str(work), "ranges": R, "mh_kw": mh_kw,
                             "minhash": dd.minhash.enabled, "exact": dd.exact})]
     edge_files: list[str] = []
@@ -143,7 +146,7 @@ def build_stages(cfg) -> list[Stage]:
                ([("x", 0, r) for r in range(R)] if dd.exact else [])
         edge_files = [str(work / "pairs" / (f"b{b:03d}-r{r:04d}.npy" if k == "b" else f"x-r{r:04d}.npy"))
                       for k, b, r in jobs]
-        stages.append(Stage("dedup-buckets", bucket_task, len(jobs), marks,
+        stages.append(new_stage("dedup-buckets", bucket_task, len(jobs), marks,
                             labels=tuple(f"band {b} range {r}" if k == "b" else f"exact range {r}"
                                          for k, b, r in jobs),
                             kwargs={"jobs": jobs, "work": str(work), "num_inputs": S}))
@@ -153,14 +156,14 @@ def build_stages(cfg) -> list[Stage]:
         n = shapes[f"dedup-components-L{level}"]
         last = n == 1
         outs = [str(work / "cc" / f"L{level}-{j:05d}.npy") for j in range(n)]
-        stages.append(Stage(f"dedup-components-L{level}", components_task, n, marks,
+        stages.append(new_stage(f"dedup-components-L{level}", components_task, n, marks,
                             kwargs={"inputs": level_inputs, "outputs": outs, "fan_in": dd.merge_fan_in,
                                     "final": last, "work": str(work), "shard_names": names,
                                     "exact_files": [str(work / "pairs" / f"xdup-r{r:04d}.npy") for r in range(R)]
                                     if dd.exact else []}))
         level_inputs, level = outs, level + 1
     shapes_list = [(st.name, st.num_tasks) for st in stages] + [("dedup-filter", S)]
-    stages.append(Stage("dedup-filter", filter_task, S, marks, labels=names,
+    stages.append(new_stage("dedup-filter", filter_task, S, marks, labels=names,
                         kwargs={"inputs": [str(p) for p in inputs], "work": str(work),
                                 "out_root": str(layout.dedup)},
                         finalize=functools.partial(finalize, str(layout.dedup), fp, mh_kw, R, str(marks),

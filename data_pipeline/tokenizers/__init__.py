@@ -379,10 +379,21 @@ def load_tokenizer(path: str | os.PathLike[str]):
 
 
 def train_tokenizer(cfg: RunConfig) -> Path:
-    """Train cfg.tokenizer on the cleaned corpus (streamed) and save it under RunLayout.tokenizer."""
+    """Train cfg.tokenizer on the cleaned corpus (streamed) and save it under RunLayout.tokenizer; a remote run
+    reads the corpus from, and uploads the folder to, run.output_dir (tokenizer.json last)."""
     from data_pipeline.layout import RunLayout
+    from data_pipeline.shards import pull_corpus
 
-    out = RunLayout(cfg).tokenizer
+    layout = RunLayout(cfg)
+    if cfg.tokenizer.pretrained_path is None:
+        pull_corpus(cfg)
+    out = _train_tokenizer(cfg, layout.tokenizer)
+    layout.store.remove(out)  # no file of an older tokenizer may stay beside the new one
+    layout.store.push([out])
+    return out
+
+
+def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
     tc = cfg.tokenizer
     model_max_length = _family(cfg).position_limit(cfg.model.max_position_embeddings) or cfg.packing.seq_len
     if tc.pretrained_path:

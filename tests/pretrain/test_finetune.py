@@ -105,6 +105,24 @@ def test_finetune_and_transfer_every_family(tmp_path, preset):
     assert json.loads((export / "transfer.json").read_text())["tasks"]["t"]["margin"] == r["margin"]
 
 
+def test_arms_in_parallel_workers_give_the_sequential_result(tmp_path):
+    """`finetune.workers=2` fine-tunes the two arms in two processes: with the same threads per run, every
+    accuracy equals the sequential run's (the protocol is the same; only the scheduling differs)."""
+    rows = _labelled_rows(per_label=8, chars=300)
+    export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
+    ov = [*overrides, "finetune.seeds=[0,1]", "finetune.lr_grid=[1.0e-3]", "finetune.epochs=1",
+          "finetune.probe=false"]
+    folder = str(_labelled_folder(tmp_path, rows))
+    seq = run_transfer(_task_cfg("gpt2-tiny", ov, train=folder), export, tmp_path / "seq", log=lambda *_: None)
+    par = run_transfer(_task_cfg("gpt2-tiny", [*ov, "finetune.workers=2"], train=folder), export, tmp_path / "par",
+                       log=lambda *_: None)
+    for arm in ("pretrained", "random"):
+        a, b = seq["tasks"]["t"]["arms"][arm], par["tasks"]["t"]["arms"][arm]
+        assert a["test_accuracy"]["values"] == b["test_accuracy"]["values"], arm
+        assert a["dev_accuracy_by_lr"] == b["dev_accuracy_by_lr"] and a["lr"] == b["lr"], arm
+    assert (tmp_path / "par" / "t" / "random" / "lr0.001-seed1" / "result.json").is_file()
+
+
 def test_every_file_layout_reads_the_same_examples(tmp_path):
     rows = _labelled_rows(per_label=12)
     overrides = TINY
@@ -147,6 +165,24 @@ def test_split_never_moves_with_seed_and_files_are_used_as_given(tmp_path, monke
     c = load_task(_task_cfg("roberta-tiny", TINY, train="$LABELLED_DIR/train.csv", dev="$LABELLED_DIR/dev.jsonl",
                             test="$LABELLED_DIR/test.csv"), 0)
     assert len(c.test) == len(rows[::3]) and len(c.dev) == len(rows[1::5]) and len(c.train) == 30 + 20
+
+
+def test_example_caps_take_a_fixed_subset_of_large_tasks(tmp_path):
+    """`max_train_examples` / `max_test_examples` (HF run_glue's max_train_samples / max_predict_samples): a
+    fixed subset chosen by id hash, the same for every seed, and the dev slice taken from the capped train."""
+    rows = _labelled_rows(per_label=20)
+    train = _write_csv(tmp_path / "train.csv", rows)
+    test = _write_csv(tmp_path / "test.csv", rows[::2])
+    full = load_task(_task_cfg("roberta-tiny", TINY, train=str(train), test=str(test)), 0)
+    capped = [load_task(_task_cfg("roberta-tiny", [*TINY, f"finetune.seeds=[{s}]"], train=str(train),
+                                  test=str(test), max_train_examples=24, max_test_examples=10), 0) for s in (0, 5)]
+    a, b = capped
+    assert len(a.train) + len(a.dev) == 24 and len(a.test) == 10
+    assert [r[0] for r in a.train + a.dev + a.test] == [r[0] for r in b.train + b.dev + b.test]
+    assert {r[0] for r in a.test} <= {r[0] for r in full.test}
+    assert {r[0] for r in a.train + a.dev} <= {r[0] for r in full.train + full.dev}
+    with pytest.raises(ConfigError, match="max_train_examples"):
+        _task_cfg("roberta-tiny", TINY, train=str(train), max_train_examples=0)
 
 
 def test_bad_tasks_are_named_before_any_training(tmp_path):
