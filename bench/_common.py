@@ -135,6 +135,17 @@ class Report:
         """VERDICT for a figure that is not timed (deterministic given the seed: a loss, a padding fraction)."""
         return self._emit(name, ours, peer, ours / peer if peer else float("inf"), goal, lower_is_better)
 
+    def margin(self, name: str, ours: float, peer: float, goal_points: float) -> bool:
+        """VERDICT for an accuracy margin (transfer: pretrained vs random init): passes when ours - peer, in
+        percentage points, reaches `goal_points`; the ratio is printed for reference."""
+        pts = 100 * (ours - peer)
+        ok = pts >= goal_points
+        v = (f"VERDICT {name}: ours={ours:.3f} peer={peer:.3f} ratio={ours / peer if peer else float('inf'):.2f} "
+             f"goal=+{goal_points:g}pt {'pass' if ok else 'fail'}")
+        print(v, flush=True)
+        self.verdicts.append(v)
+        return ok
+
     def failed(self) -> bool:
         return any(v.endswith(" fail") for v in self.verdicts)
 

@@ -154,9 +154,12 @@ def trainer_restart(tmp: Path, cfg_path: Path, loaders: Loaders, rounds: int) ->
     src = seed_dir / "ckpt" / "step00000002"
 
     def clone_as(n: int, ck: Path) -> str:
+        from pretrain.checkpoint import file_entries
+
         tag = f"step{n:08d}"
         shutil.copytree(src, ck / tag)
-        for f in (ck / tag).glob("mp_rank_*_model_states.pt"):
+        rewritten = sorted((ck / tag).glob("mp_rank_*_model_states.pt"))
+        for f in rewritten:
             st = torch.load(f, weights_only=False)
             g = st["loader"]["global_batch_size"]
             st["loader"] = {**st["loader"], "consumed_samples": n * g,
@@ -164,6 +167,8 @@ def trainer_restart(tmp: Path, cfg_path: Path, loaders: Loaders, rounds: int) ->
             st.update(step=n, tokens_seen=n * g * 128, global_steps=n, global_samples=n * g)
             torch.save(st, f)
         meta = json.loads((ck / tag / "COMPLETE").read_text())
+        if "files" in meta:  # COMPLETE lists sizes and checksums: record those of the rewritten files
+            meta["files"].update(file_entries(ck / tag, [f.name for f in rewritten]))
         (ck / tag / "COMPLETE").write_text(json.dumps({**meta, "step": n}))
         (ck / "latest").write_text(tag)
         return tag

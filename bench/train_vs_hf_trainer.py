@@ -8,6 +8,9 @@ DeepSpeed ZeRO-2 with the ds_config dict our `build_ds_config` generates (the HF
 `TrainingArguments(deepspeed=dict)`), torch AdamW with the same hyper-parameters and linear warmup/decay, one
 DataLoader worker per rank. The HF side trains on the very same packed samples (a torch Dataset over our packed
 blocks) collated by `DataCollatorForLanguageModeling`, so the engine is what differs.
+Ours runs with its defaults, which include MLM sparse prediction (`objective.sparse_prediction`: the head only on
+masked positions; the same loss and gradients as the dense head the HF model computes for every position). To see
+the dense-head figure, pass `--set objective.sparse_prediction=false`.
 
 What is timed: steady state only, steps WARMUP+1 .. WARMUP+MEASURE (the first WARMUP steps, start-up, the final
 eval and checkpoint are outside the window). Ours: the rows of its own metrics.jsonl (logged every WARMUP steps);
@@ -69,9 +72,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (each: our run, then the HF run)")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (8 x 2 ranks each)")
     ap.add_argument("--steps", type=int, default=MEASURE, help="measured steps (after 3 warm-up steps)")
+    ap.add_argument("--set", nargs="*", default=[], help="extra overrides for our side (k=v); results not saved")
     a = ap.parse_args()
     measure = a.steps
-    rep = C.Report(__file__)
+    rep = C.Report(__file__, save=not a.set)
     t_start = time.perf_counter()
     ga = a.grad_accum
     sfx = "" if ga == 1 else f"_ga{ga}"
@@ -89,7 +93,7 @@ def main() -> int:
         ours, hf = [], []
 
         def run_ours() -> float:
-            o = C.run_ours(cfg_path, tmp / "work", ov, WARMUP)
+            o = C.run_ours(cfg_path, tmp / "work", [*ov, *a.set], WARMUP)
             ours.append(o)
             print(f"  ours: {o['tokens_per_s']:.0f} tokens/s over {o['tokens']} tokens (trainer logged "
                   f"{o['logged_tokens']}), step {o['step_s'] * 1e3:.0f} ms, loader wait {o['loader_wait_frac']:.1%}, "

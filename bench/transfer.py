@@ -135,6 +135,9 @@ def main() -> None:
     a = ap.parse_args()
     minutes = 0.5 if a.quick else a.minutes
     t_start = time.perf_counter()
+    rep = C.Report(__file__, save=not a.quick)
+    rep.line(f"recipes {a.recipes}; pretraining budget {minutes:g} min each on 2 ranks; "
+             + ("quick mode: a smoke run, not a result" if a.quick else "3 seeds, LR grid [3e-4, 1e-3] per arm"))
     C.ensure_bbc()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-transfer-") as d:
@@ -146,12 +149,12 @@ def main() -> None:
             cleaned = cleaned or r["run_dir"]
             results.append(r)
             s = r["seconds"]
-            print(f"{recipe}: {r['tokens']:,} tokens in {r['steps']} steps ({minutes:g} min budget), held-out loss "
-                  f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
-                  f"{s['transfer']:.0f}s", flush=True)
+            rep.line(f"{recipe}: {r['tokens']:,} tokens in {r['steps']} steps ({minutes:g} min budget), held-out loss "
+                     f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
+                     f"{s['transfer']:.0f}s")
         baseline = tfidf_baseline(results[0]["cfg"])
     tasks = list(results[0]["tasks"])
-    print(f"\n{'recipe':<16} {'task':<6} {'tokens':>10} {'loss':>6}  {'pretrained':>13}  {'random init':>13}  "
+    rep.line(f"{'recipe':<16} {'task':<6} {'tokens':>10} {'loss':>6}  {'pretrained':>13}  {'random init':>13}  "
           f"{'margin':>7}  {'p':>6}  {'probe pre/rnd':>13}  tfidf")
     for r in results:
         for name in tasks:
@@ -160,25 +163,26 @@ def main() -> None:
             p = t.get("p_value")
             p_txt = "-" if p is None else f"{p:.3f}"
             loss_txt = "-" if r["eval_loss"] is None else f"{r['eval_loss']:.2f}"
-            print(f"{r['recipe']:<16} {name:<6} {r['tokens']:>10,} {loss_txt:>6}  "
+            rep.line(f"{r['recipe']:<16} {name:<6} {r['tokens']:>10,} {loss_txt:>6}  "
                   f"{pre['test_accuracy']['mean']:.3f}±{pre['test_accuracy']['sd']:.3f}  "
                   f"{rnd['test_accuracy']['mean']:.3f}±{rnd['test_accuracy']['sd']:.3f}  "
                   f"{100 * t['margin']:>+6.1f}  {p_txt:>6}  "
                   f"{pre.get('probe_accuracy', float('nan')):.3f}/{rnd.get('probe_accuracy', float('nan')):.3f}  "
                   f"{baseline[name]:.3f}")
-    print(f"total bench time {time.perf_counter() - t_start:.0f}s" + (" (quick mode: a smoke run)" if a.quick else ""))
+    rep.line(f"total bench time {time.perf_counter() - t_start:.0f}s" + (" (quick mode: a smoke run)" if a.quick else ""))
     for name in tasks:
         best = max(results, key=lambda r: r["tasks"][name]["margin"])
         t = best["tasks"][name]
         pre, rnd = t["arms"]["pretrained"]["test_accuracy"]["mean"], t["arms"]["random"]["test_accuracy"]["mean"]
         pts = 100 * (pre - rnd)
-        print(f"{name}: best recipe {best['recipe']}, margin {pts:+.1f} points over random init (goal +{GOAL_POINTS:g})")
-        print(f"VERDICT transfer_{name}_{best['recipe']}_vs_random_init: ours={pre:.3f} peer={rnd:.3f} "
-              f"ratio={pre / rnd:.2f} goal=+{GOAL_POINTS:g}pt {'pass' if pts >= GOAL_POINTS else 'fail'}")
-    electra_vs_mlm(results, tasks)
+        rep.line(f"{name}: best recipe {best['recipe']}, margin {pts:+.1f} points over random init "
+                 f"(goal +{GOAL_POINTS:g})")
+        rep.margin(f"transfer_{name}_{best['recipe']}_vs_random_init", pre, rnd, GOAL_POINTS)
+    electra_vs_mlm(rep, results, tasks)
+    sys.exit(rep.finish())
 
 
-def electra_vs_mlm(results: list[dict], tasks: list[str]) -> None:
+def electra_vs_mlm(rep: C.Report, results: list[dict], tasks: list[str]) -> None:
     """ELECTRA's margin beside the MLM encoders' at the same budget, and one VERDICT per task: does replaced-token
     detection fine-tune at least as well as RoBERTa-MLM (the paper's claim at equal compute, shown at GPU scale)?"""
     by = {r["recipe"]: r for r in results}
@@ -188,12 +192,11 @@ def electra_vs_mlm(results: list[dict], tasks: list[str]) -> None:
     for name in tasks:
         margins = ", ".join(f"{k} {100 * by[k]['tasks'][name]['margin']:+.1f}"
                             for k in ("electra-budget", "roberta-budget", "modernbert-budget") if k in by)
-        print(f"{name}: margin over random init at equal time: {margins} points")
+        rep.line(f"{name}: margin over random init at equal time: {margins} points")
         if "roberta-budget" in by:
             ours = electra["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
             peer = by["roberta-budget"]["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
-            print(f"VERDICT transfer_{name}_electra_vs_roberta_mlm: ours={ours:.3f} peer={peer:.3f} "
-                  f"ratio={ours / peer:.2f} goal=1.00 {'pass' if ours >= peer else 'fail'}")
+            rep.verdict(f"transfer_{name}_electra_vs_roberta_mlm", ours, peer, 1.0)
 
 
 if __name__ == "__main__":

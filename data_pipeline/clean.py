@@ -208,6 +208,7 @@ def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
         "seconds": round(time.time() - t0, 3),
     }
     write_json_atomic(marker_path(out), info)
+    RunLayout(cfg).store.push([out, marker_path(out)])  # a remote run: the shard, then its marker
     return info
 
 
@@ -227,6 +228,9 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
     t0 = time.time()
     plan = plan_clean(cfg)
     fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
+    if shard_index is None:  # a remote run: what is done remotely counts, a local marker never uploaded does not
+        layout = RunLayout(cfg)
+        layout.store.pull([layout.clean], prune_markers=True)
     if shard_index is not None:
         if not 0 <= shard_index < len(plan):
             raise IndexError(f"--shard-index {shard_index} is outside the plan's {len(plan)} shards")
@@ -279,6 +283,7 @@ def _progress(total: int, enabled: bool):
 def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
     """Aggregate every shard marker into stats.json, stats.txt and dropped/<source>/<reason>.jsonl."""
     layout = RunLayout(cfg)
+    layout.store.pull([layout.clean], only_markers=True)  # a remote run: shards cleaned on other nodes count
     plan = plan if plan is not None else plan_clean(cfg)
     fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
     per_source: dict[str, Counter] = {}
@@ -339,6 +344,8 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
                           "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     table = format_table(stats)
     write_text_atomic(layout.clean / "stats.txt", table + "\n")
+    if stats["complete"]:  # never let a partial view (one array task's) replace the remote report
+        layout.store.push([layout.clean / "dropped", layout.clean / "stats.txt", layout.clean / "stats.json"])
     return {"stats": str(layout.clean / "stats.json"), "complete": stats["complete"], "totals": stats["totals"],
             "dropped_by_reason": stats["dropped_by_reason"], "bad_records_by_kind": stats["bad_records_by_kind"],
             "table": table}

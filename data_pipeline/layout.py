@@ -1,15 +1,20 @@
-"""Where each stage reads and writes inside a run folder: the one map every stage agrees on."""
+"""Where each stage reads and writes inside a run folder: the one map every stage agrees on.
+
+`root` is always a local folder: `run.output_dir` itself, or, when that is a URL, the local staging folder
+(`run.local_dir`) that `store` mirrors to it (data_pipeline/storage.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from data_pipeline.storage import RunStore
 from runconfig import RunConfig
 
 
 class RunLayout:
     def __init__(self, cfg: RunConfig):
-        self.root = Path(cfg.run.output_dir)
+        self.root = Path(cfg.run.root)
+        self.store = RunStore.from_config(cfg)
 
     @property
     def clean(self) -> Path:  # clean/<source>/shard-XXXXX.jsonl.zst, stats.json, stats.txt, dropped/

@@ -186,6 +186,16 @@ def final_stage_dir(cfg) -> Path:
     return layout.clean
 
 
+def pull_corpus(cfg) -> None:
+    """A remote run: bring the final corpus (dedup/ without its work files, else clean/) into the local folder."""
+    layout = RunLayout(cfg)
+    if layout.store.remote is None:
+        return
+    layout.store.pull([layout.dedup], exclude=("_work",))
+    if final_stage_dir(cfg) == layout.clean:
+        layout.store.pull([layout.clean])
+
+
 def corpus_shards(cfg) -> dict[str, list[Path]]:
     """source name -> finished shard files of the final corpus, in order."""
     names = [s.name for s in cfg.data.sources]

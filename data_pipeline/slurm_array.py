@@ -31,7 +31,7 @@ def render_array_script(cfg, stage: str, num_tasks: int, config_path: str | None
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be >= 1 (got {num_tasks})")
     sc = cfg.launch.slurm
-    log_dir = sc.output_dir or f"{cfg.run.output_dir}/slurm"
+    log_dir = sc.output_dir or f"{cfg.run.root}/slurm"
     name = f"{cfg.run.name}-{stage}"
     # data_* size data tasks apart from training jobs; a data task never lands on the GPU partition by default.
     cpus = sc.data_cpus_per_task or 1

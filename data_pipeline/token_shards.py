@@ -197,9 +197,10 @@ def _verify(path: str, sha: str, what: str, force: bool) -> None:
         pass
 
 
-def open_token_shards(tokens_dir: str, cache_dir: str | None = None, verify: bool = False
+def open_token_shards(tokens_dir: str, cache_dir: str | None = None, verify: bool = False, check: bool = False
                       ) -> tuple[dict, dict[str, list[TokenShard]]]:  # fmt: skip
-    """Manifest + source name -> shards, from a local folder or an fsspec URL (copied into cache_dir)."""
+    """Manifest + source name -> shards, from a local folder or an fsspec URL (copied into cache_dir).
+    `verify`: hash every file now; `check` (downloaded copies): hash each copy once against the manifest."""
     remote = "://" in tokens_dir and not tokens_dir.startswith("file://")
     if remote:
         import fsspec
@@ -215,7 +216,7 @@ def open_token_shards(tokens_dir: str, cache_dir: str | None = None, verify: boo
         for m in src["shards"]:
             bin_p = _localize(f"{base}/{name}/{m['bin']}", cache_dir)
             idx_p = _localize(f"{base}/{name}/{m['idx']}", cache_dir)
-            if verify or remote:
+            if verify or remote or check:
                 for p, key in ((bin_p, "sha256_bin"), (idx_p, "sha256_idx")):
                     _verify(p, m[key], f"{name}/{m[key[7:]]}", force=verify)
             shards.append(TokenShard(bin_p, idx_p, m["dtype"]))

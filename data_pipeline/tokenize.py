@@ -109,9 +109,12 @@ class SentenceSplitter:
         return (np.cumsum(lead) - 1)[byte_starts]
 
 
-def _fingerprint(in_path: Path, tokenizer_sha: str, splitter: str) -> dict[str, Any]:
+def _fingerprint(in_path: Path, tokenizer_sha: str, splitter: str, root: Path) -> dict[str, Any]:
+    """The input by its path inside the run folder (the same on every node staging a remote run; a downloaded
+    file carries the remote object's mtime), size and mtime; the tokenizer; the sentence splitter."""
     st = in_path.stat()
-    return {"input": str(in_path), "input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns,
+    rel = in_path.relative_to(root).as_posix() if in_path.is_relative_to(root) else str(in_path)
+    return {"input": rel, "input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns,
             "tokenizer_sha256": tokenizer_sha, "sentence_splitter": splitter}  # fmt: skip
 
 
@@ -214,6 +217,8 @@ def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
         raise
     meta = writer.close({**task["fingerprint"], "skipped": skipped, "engine": engine,
                          "seconds": round(time.perf_counter() - t0, 3)})  # fmt: skip
+    # a remote run: the shard's files, then its record (the marker)
+    task["store"].push([stem.with_suffix(".bin"), stem.with_suffix(".idx.npz"), stem.with_suffix(".json")])
     return {"source": task["source"], "stem": str(stem), "meta": meta, "reused": False}
 
 
@@ -221,8 +226,11 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from tokenizers import Tokenizer
 
     from data_pipeline.layout import RunLayout
+    from data_pipeline.shards import pull_corpus
 
     layout = RunLayout(cfg)
+    layout.store.pull([layout.tokenizer])  # a remote run: the tokenizer and corpus, wherever they were made
+    pull_corpus(cfg)
     tok_json = layout.tokenizer / "tokenizer.json"
     if not tok_json.is_file():
         raise FileNotFoundError(f"{tok_json} not found: run `python -m data_pipeline train-tokenizer` first")
@@ -247,8 +255,8 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             tasks.append({
                 "source": source, "in_path": str(p), "stem": str(layout.tokens / source / stem_name),
                 "tokenizer_json": str(tok_json), "tokenizer_sha": tok_sha, "splitter": splitter, "dtype": dtype.name, "engine": engine,
-                "batch_docs": cfg.shards.encode_batch_docs,
-                "fingerprint": _fingerprint(Path(p), tok_sha, splitter),
+                "batch_docs": cfg.shards.encode_batch_docs, "store": layout.store,
+                "fingerprint": _fingerprint(Path(p), tok_sha, splitter, layout.root),
             })  # fmt: skip
     return tasks, info
 
@@ -280,12 +288,16 @@ def run_tokenize(cfg: RunConfig, shard_index: int | None = None) -> dict[str, An
 
     t0 = time.perf_counter()
     tasks, info = _tasks(cfg)
+    store = RunLayout(cfg).store
     if shard_index is not None:
         if not 0 <= shard_index < len(tasks):
             raise IndexError(f"--shard-index {shard_index} out of range: {len(tasks)} cleaned shards")
         todo_all = [tasks[shard_index]]
+        stem = Path(todo_all[0]["stem"])  # a remote run: done only when its record exists remotely
+        store.confirm(stem.with_suffix(".json"), [stem.with_suffix(".bin"), stem.with_suffix(".idx.npz")])
     else:
         todo_all = tasks
+        store.pull([RunLayout(cfg).tokens], prune_markers=True)
     results, todo = [], []
     for t in todo_all:
         meta = _is_done(Path(t["stem"]), t["fingerprint"])
@@ -313,6 +325,8 @@ def run_tokenize(cfg: RunConfig, shard_index: int | None = None) -> dict[str, An
         _, shards = open_token_shards(str(RunLayout(cfg).tokens))
         built = build_packed_sources(cfg, manifest, shards, cache_dir=RunLayout(cfg).tokens / "pack-index")
         packing = {name: p.stats() for name, p in built.items()}
+    if shard_index is None:  # the packing index, then the manifest last (what training trusts)
+        store.push([RunLayout(cfg).tokens / "pack-index", RunLayout(cfg).tokens / MANIFEST])
     secs = time.perf_counter() - t0
     new_tokens = sum(r["meta"]["tokens"] for r in results if not r["reused"])
     return {

@@ -158,6 +158,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         "total_seconds": round(time.time() - t_start, 1),
     }
     (layout.root / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    layout.store.push([layout.finetune, resolved, layout.root / "summary.json"])  # a remote run (run.output_dir URL)
     _banner("summary")
     for k in ("run_dir", "cleaned_corpus", "tokenizer", "token_shards", "checkpoints", "tensorboard", "plots",
               "export"):

@@ -183,7 +183,7 @@ def node_commands(cfg: RunConfig, entry: Entry) -> list[NodeCommand]:
 
 def deepspeed_env_file(cfg: RunConfig) -> Path:
     """Where the pass-through environment for remote DeepSpeed ranks is written (DS_ENV_FILE, absolute)."""
-    return (Path(cfg.run.output_dir) / "launch" / "deepspeed_env").resolve()
+    return (Path(cfg.run.root) / "launch" / "deepspeed_env").resolve()  # local (the staging folder of a URL)
 
 
 def write_deepspeed_env(cfg: RunConfig) -> Path:

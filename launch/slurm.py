@@ -30,7 +30,7 @@ EX_TEMPFAIL = 75
 
 
 def slurm_dir(cfg: RunConfig) -> Path:
-    return Path(cfg.launch.slurm.output_dir or Path(cfg.run.output_dir) / "slurm").resolve()
+    return Path(cfg.launch.slurm.output_dir or Path(cfg.run.root) / "slurm").resolve()
 
 
 def gpu_option(cfg: RunConfig) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from runconfig.cli import add_config_args, config_from_args, preflight
@@ -34,13 +35,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("plot", help="loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)")
-    p.add_argument("run", help="the run folder (run.output_dir)")
+    p.add_argument("run", help="the run folder (run.output_dir; a URL: plots are uploaded to RUN/logs/plots)")
     p.add_argument("--out", default=None, help="output folder (default: RUN/logs/plots)")
     args = parser.parse_args(argv)
     if args.command == "plot":
         from pretrain.plots import plot_run
 
-        for path in plot_run(args.run, args.out):
+        if "://" in args.run and not args.run.startswith("file://"):  # a remote run folder: never a local path
+            import tempfile
+            from pathlib import Path
+
+            from data_pipeline.storage import RunStore
+
+            with tempfile.TemporaryDirectory(prefix="lmstack-plot-") as tmp:
+                store = RunStore(Path(tmp), args.run.rstrip("/"))
+                store.pull([Path(tmp) / "logs"])
+                paths = plot_run(tmp, args.out)
+                if args.out is None:
+                    store.push(paths)
+                    paths = [store.url(p) for p in paths]
+                for path in paths:
+                    print(path)
+            return 0
+        for path in plot_run(args.run.removeprefix("file://"), args.out):
             print(path)
         return 0
     cfg = config_from_args(args)
@@ -61,6 +78,16 @@ def main(argv: list[str] | None = None) -> int:
             if not dist.is_initialized() or dist.get_rank() == 0:
                 print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             return CANNOT_CONTINUE_EXIT_CODE
+        except Exception:
+            # A failed rank (a dead peer's "Connection reset", a collective timeout, a bug) reports and ends at
+            # once: CPython's teardown of a process holding torch, DeepSpeed and the model (a GC of the whole heap,
+            # no Python frames left) took 17 s on a loaded 2-core machine, beyond 90 s under heavier load, and
+            # torchrun ends the job only once this process is gone. Checkpoints are atomic and metrics.jsonl is
+            # flushed per line, so nothing is lost by skipping it.
+            sys.excepthook(*sys.exc_info())  # torch's hook: the traceback with its [rankN] prefix
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
         if dist.get_rank() == 0:
             print(json.dumps(result, indent=1, default=str), flush=True)
         dist.destroy_process_group()
@@ -70,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(export(cfg, args.checkpoint, args.out))
         return 0
+    if args.command in ("finetune", "transfer", "card") and not args.model:
+        from data_pipeline.layout import RunLayout
+
+        layout = RunLayout(cfg)  # a remote run: its export (and what the card reads), fetched once
+        layout.store.pull([layout.export, layout.tokens / "manifest.json", layout.clean / "stats.json", layout.logs])
     if args.command == "finetune":
         from data_pipeline.layout import RunLayout
         from pretrain.finetune import finetune

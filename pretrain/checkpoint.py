@@ -9,6 +9,10 @@ tag folder and atomically replaces `latest`. Resume only ever considers folders 
 each rank a share of the files): a folder damaged after it was written (truncated, zeroed or deleted shard,
 missing RNG file) fails verification on resume and the previous complete checkpoint is used instead of a crash
 loop. Weights that are not finite are never marked complete.
+
+A remote run (`run.output_dir: s3://...`) saves the same way into the local staging folder, then rank 0 uploads
+the folder with COMPLETE after every file it lists and `latest` last; a resume lists the remote checkpoints,
+downloads the newest whose COMPLETE exists and verifies it like a local one (falling back to older ones).
 """
 
 from __future__ import annotations
@@ -159,15 +163,31 @@ def _candidates(ckpt_dir: Path) -> list[str]:
     return tags
 
 
-def select_resume_tag(ckpt_dir: Path, warn=print) -> str | None:
+def select_resume_tag(ckpt_dir: Path, warn=print, remote: str | None = None) -> str | None:
     """The newest complete checkpoint that passes verification (every rank verifies a share of its files; all
     ranks agree). None when there is none at all (a fresh run). A damaged one is skipped with a warning; when
-    checkpoints exist but every one is damaged, CannotContinue: starting over would silently discard them."""
-    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    checkpoints exist but every one is damaged, CannotContinue: starting over would silently discard them.
+    `remote` (the checkpoints folder of a remote run): checkpoints whose COMPLETE was uploaded count; each is
+    downloaded into `ckpt_dir` (files already there with the right size are kept) and verified. A local complete
+    checkpoint newer than every remote one (its upload failed) is verified, uploaded now, and used."""
+    distributed = dist.is_available() and dist.is_initialized()
+    rank = dist.get_rank() if distributed else 0
     skipped = []
-    for tag in _candidates(ckpt_dir):
+    candidates = _remote_candidates(ckpt_dir, remote) if remote else [(t, False) for t in _candidates(ckpt_dir)]
+    for tag, in_bucket in candidates:
+        if in_bucket:
+            fetch_checkpoint(ckpt_dir, tag, remote)
         problems = verify_checkpoint(ckpt_dir / tag)
+        if in_bucket and problems:  # a damaged local copy of a good remote file has the same size: fetch it again
+            fetch_checkpoint(ckpt_dir, tag, remote, force=True)
+            problems = verify_checkpoint(ckpt_dir / tag)
         if not problems:
+            if remote and not in_bucket and rank == 0:
+                from data_pipeline.storage import RunStore
+
+                warn(f"[checkpoint] {tag} is newer than every checkpoint in {remote} (its upload failed): "
+                     f"uploading it now")
+                RunStore(ckpt_dir, remote).push_or_warn([ckpt_dir / tag], warn)
             return tag
         skipped.append(f"{ckpt_dir / tag}: " + "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""))
         if rank == 0:
@@ -179,6 +199,82 @@ def select_resume_tag(ckpt_dir: Path, warn=print) -> str | None:
             + "\nRestore the files, or start over with checkpoint.resume=none (and another checkpoint.dir)."
         )
     return None
+
+
+def _remote_candidates(ckpt_dir: Path, remote: str) -> list[tuple[str, bool]]:
+    """Rank 0 lists the remote checkpoints whose COMPLETE exists, the remote `latest` first, then newest first,
+    after any local complete checkpoint newer than all of them; every rank gets the same (tag, in bucket) list."""
+    from data_pipeline.storage import RunStore
+
+    tags: list[tuple[str, bool]] = []
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
+        store = RunStore(ckpt_dir, remote)
+        names = store.list_dir(ckpt_dir)
+        up = [t for t in sorted(names, reverse=True) if TAG_RE.match(t) and store.exists(ckpt_dir / t / COMPLETE)]
+        if "latest" in names:
+            latest = store.fs.cat_file(store.url(ckpt_dir / "latest")).decode().strip()
+            if latest in up:
+                up.remove(latest)
+                up.insert(0, latest)
+        newer = [t for t in complete_tags(ckpt_dir)[::-1] if t not in up and t > max(up, default="")]
+        tags = [(t, False) for t in newer] + [(t, True) for t in up]
+    if dist.is_available() and dist.is_initialized():
+        box = [tags]
+        dist.broadcast_object_list(box, src=0)
+        tags = box[0]
+    return tags
+
+
+def fetch_checkpoint(ckpt_dir: Path, tag: str, remote: str, force: bool = False) -> None:
+    """Rank 0 downloads a remote checkpoint folder into `ckpt_dir` (the staging folder every rank reads; missing
+    or differently sized files, and COMPLETE, are fetched); the other ranks wait for it."""
+    from data_pipeline.storage import RunStore
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
+        RunStore(ckpt_dir, remote).pull([ckpt_dir / tag], force=force)
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def fetch_url(url: str, cache_root: Path) -> tuple[Path, str]:
+    """A checkpoint given by URL (`s3://.../checkpoints/step00000100`): downloaded into
+    `cache_root/<hash of its folder>/<tag>`; returns (local checkpoints folder, tag) to load like a local one."""
+    import hashlib
+
+    parent, tag = url.rstrip("/").rsplit("/", 1)
+    if not TAG_RE.match(tag):
+        raise ValueError(f"{url}: not a checkpoint folder (stepNNNNNNNN)")
+    local = Path(cache_root) / hashlib.sha256(parent.encode()).hexdigest()[:12]
+    fetch_checkpoint(local, tag, parent)
+    return local, tag
+
+
+def upload_checkpoint(ckpt_dir: Path, tag: str, remote: str, keep_last: int, warn=print, retries: int = 3) -> bool:
+    """Rank 0, after COMPLETE and `latest` are written locally: the folder's files, then COMPLETE, then `latest`
+    (a remote COMPLETE never precedes the files it lists); remote checkpoints beyond `keep_last` are removed.
+    A failed upload is retried, then reported: the local checkpoint stays usable and training goes on."""
+    from data_pipeline.storage import RunStore
+
+    store = RunStore(ckpt_dir, remote)
+    for attempt in range(retries):
+        try:
+            t0 = time.time()
+            sent = store.push([ckpt_dir / tag, *[p for p in (ckpt_dir / "resolved_config.yaml",) if p.is_file()]])
+            sent += store.push([ckpt_dir / "latest"])
+            mb = sum(p.stat().st_size for p in sent) / 2**20
+            warn(f"[checkpoint] uploaded {tag} to {store.url(ckpt_dir / tag)} ({len(sent)} files, {mb:.1f} MiB, "
+                 f"{time.time() - t0:.1f}s)")
+            remote_tags = sorted(t for t in store.list_dir(ckpt_dir) if TAG_RE.match(t))
+            for old in remote_tags[:-keep_last]:
+                store.remove(ckpt_dir / old)
+            return True
+        except (OSError, RuntimeError, ValueError) as e:  # network and backend errors (botocore wraps in OSError)
+            if attempt == retries - 1:
+                warn(f"[checkpoint] WARNING: uploading {ckpt_dir / tag} to {store.url(ckpt_dir / tag)} failed "
+                     f"({type(e).__name__}: {e}); it stays local only, the next checkpoint uploads again")
+                return False
+            time.sleep(2**attempt)
+    return False
 
 
 def find_resume_tag(ckpt_dir: Path) -> str | None:
@@ -238,7 +334,7 @@ def _abandon(folder: Path, ckpt_dir: Path, step: int, why: str, rank: int) -> Ca
 
 
 def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, Any], keep_last: int,
-                    before_complete=None, meta: dict[str, Any] | None = None) -> Path:
+                    before_complete=None, meta: dict[str, Any] | None = None, remote: str | None = None) -> Path:
     """`before_complete(folder)` runs on every rank after all files are written and before the folder is
     marked complete (the trainer stores its export-parity probe there). `meta` (e.g. the resolved config) is
     recorded in COMPLETE. A folder is never marked complete when a write failed (a full disk is named, with
@@ -312,6 +408,8 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, A
         for old in complete_tags(ckpt_dir)[:-keep_last]:
             shutil.rmtree(ckpt_dir / old, ignore_errors=True)
             shutil.rmtree(ckpt_dir / (old + UNIVERSAL_SUFFIX), ignore_errors=True)
+        if remote is not None:  # `remote`: the checkpoints folder of a remote run (run.output_dir is a URL)
+            upload_checkpoint(ckpt_dir, tag, remote, keep_last)
     dist.barrier()
     return folder
 

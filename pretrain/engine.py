@@ -46,8 +46,24 @@ def init_distributed(cfg: RunConfig) -> tuple[int, int]:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(cfg.launch.master_port))
     backend = cfg.launch.backend if accelerator_name() != "cpu" else "gloo"
+    if accelerator_name() == "cpu":
+        _skip_shm_op()
     deepspeed.init_distributed(dist_backend=backend, timeout=timeout, verbose=False)
     return torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+
+def _skip_shm_op() -> None:
+    """Start without DeepSpeed's CPU shared-memory all-reduce op (it serves inference_all_reduce only; training
+    never calls it).
+
+    DeepSpeed JIT-builds that op at every init, under torch's file lock in ~/.cache/torch_extensions: each rank
+    start on the machine waited for the others' ninja runs (84 s measured on a loaded 2-core machine), and a
+    rank SIGKILLed while holding the lock left it behind, after which every DeepSpeed start on the machine
+    waited forever in FileBaton.wait (no CPU, no output)."""
+    import importlib
+
+    # importlib: `import deepspeed.comm.torch as m` binds deepspeed.comm's attribute `torch`, which is torch itself.
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 
 
 def build_ds_config(cfg: RunConfig, plan: TrainPlan, load_universal: bool = False) -> dict[str, Any]:

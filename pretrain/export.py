@@ -6,7 +6,9 @@ so a ZeRO-3 model is exported without ever being whole on one rank's GPU.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from data_pipeline.layout import RunLayout
 from data_pipeline.objectives import get_objective, wrap_model
+from data_pipeline.storage import RunStore
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
 from pretrain.families import get_family
@@ -25,11 +28,23 @@ from runconfig import RunConfig
 
 
 def resolve_checkpoint(cfg: RunConfig, checkpoint: str | None) -> tuple[Path, str]:
-    """Accepts a tag folder, a checkpoints folder (newest complete tag), or None (the run's own)."""
-    path = Path(checkpoint) if checkpoint else Path(cfg.checkpoint_dir)
+    """Accepts a tag folder, a checkpoints folder (newest complete tag), or None (the run's own); any of them may
+    be a URL (s3://.../checkpoints[/stepNNNNNNNN]), downloaded into the staging folder, as is the run's own
+    checkpoint on a remote run."""
+    remote = cfg.checkpoint_remote if not checkpoint else None
+    if checkpoint and "://" in checkpoint and not checkpoint.startswith("file://"):
+        url = checkpoint.rstrip("/")
+        cache = Path(cfg.run.root) / "fetched-checkpoints"
+        if ckpt.TAG_RE.match(url.rsplit("/", 1)[-1]):  # one checkpoint
+            local, tag = ckpt.fetch_url(url, cache)
+            checkpoint = str(local / tag)
+        else:  # a checkpoints folder: its newest complete checkpoint, below
+            remote = url
+            checkpoint = str(cache / hashlib.sha256(url.encode()).hexdigest()[:12])
+    path = Path(checkpoint.removeprefix("file://")) if checkpoint else Path(cfg.checkpoint_dir)
     if (path / ckpt.COMPLETE).is_file():
         return path.parent, path.name
-    tag = ckpt.find_resume_tag(path)
+    tag = ckpt.select_resume_tag(path, remote=remote) if remote else ckpt.find_resume_tag(path)
     if tag is None:
         raise FileNotFoundError(f"no complete checkpoint (a step folder with {ckpt.COMPLETE}) under {path}")
     return path, tag
@@ -97,9 +112,24 @@ def _load_heads(family: Any, out: Path) -> dict[str, str]:
 
 
 def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = None) -> Path:
+    """Write the HF folder locally (`out_dir`, default <run>/export); when `out_dir` is a URL, or the run folder
+    is remote and no `out_dir` is given, the folder is written in the staging folder and then uploaded (its
+    model card last). Returns the local folder."""
     layout = RunLayout(cfg)
     ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
-    out = Path(out_dir) if out_dir else layout.export
+    upload: RunStore | None = None
+    if out_dir and "://" in out_dir and not out_dir.startswith("file://"):
+        digest = hashlib.sha256(out_dir.encode()).hexdigest()[:12]
+        out = layout.root / "export-staging" / digest
+        upload = RunStore(out, out_dir.rstrip("/"))
+    else:
+        out = Path(out_dir.removeprefix("file://")) if out_dir else layout.export
+        if not out_dir and layout.store.remote:
+            upload = RunStore(layout.export, layout.store.url(layout.export))
+    # a remote run: what the export and its model card read (tokenizer, manifest, clean stats, metrics)
+    layout.store.pull([layout.tokenizer, layout.tokens / "manifest.json", layout.clean / "stats.json", layout.logs])
+    if upload is not None and out.exists():
+        shutil.rmtree(out)  # nothing of an older export may be uploaded with this one
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
@@ -136,4 +166,10 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     (out / "training_state.json").write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), **state,
                                                          "n_params": n_params}, indent=1, default=str))
     write_model_card(cfg, out)  # README.md for the Hub, data_manifest.json and resolved_config.yaml beside it
+    if upload is not None:
+        upload.remove(out)
+        files = sorted(p for p in out.rglob("*") if p.is_file())
+        upload.push([p for p in files if p.name != "README.md"])
+        upload.push([p for p in files if p.name == "README.md"])  # the card last: the folder is complete
+        print(f"[export] uploaded {len(files)} files to {upload.remote}", flush=True)
     return out

@@ -129,7 +129,9 @@ def resume_point(cfg: RunConfig, ckpt_dir: Path, rank: int) -> tuple[Path, str |
     refused, printed)."""
     tag = None
     if cfg.checkpoint.resume == "auto":
-        tag = ckpt.select_resume_tag(ckpt_dir)
+        tag = ckpt.select_resume_tag(ckpt_dir, remote=cfg.checkpoint_remote)
+    elif "://" in cfg.checkpoint.resume:  # a checkpoint in a bucket: downloaded into the staging folder first
+        ckpt_dir, tag = ckpt.fetch_url(cfg.checkpoint.resume, Path(cfg.run.root) / "fetched-checkpoints")
     elif cfg.checkpoint.resume != "none":
         ckpt_dir, tag = Path(cfg.checkpoint.resume).parent, Path(cfg.checkpoint.resume).name
         if not (ckpt_dir / tag / ckpt.COMPLETE).is_file():
@@ -211,7 +213,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     rank, _ = init_distributed(cfg)
     if torch.cuda.is_available():  # object collectives before the engine exists need this rank's own GPU
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    out, ckpts = Path(cfg.run.output_dir).resolve(), Path(cfg.checkpoint_dir).resolve()
+    out, ckpts = Path(cfg.run.root).resolve(), Path(cfg.checkpoint_dir).resolve()
     locks = take_run_lock([out] if ckpts.is_relative_to(out) else [out, ckpts], rank)
     try:
         return _train(cfg)
@@ -231,12 +233,13 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     # --- resume (decided before the engine exists: another world size loads a universal checkpoint) ---------
     load_dir, tag = resume_point(cfg, ckpt_dir, rank)
     if rank == 0:
-        save_resolved(cfg, cfg.run.output_dir)
+        save_resolved(cfg, cfg.run.root)
         save_resolved(cfg, ckpt_dir)
         print(f"[train] plan for world size {world}:\n{plan.describe()}", flush=True)
         print("\n".join("[train] " + x for x in sum(lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr,
                                                                         plan.warmup_steps), [])), flush=True)
 
+    layout.store.pull([layout.tokenizer])  # a remote run: fetched into the staging folder (token shards: loader)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
     prepare_model(cfg, model)
@@ -375,7 +378,9 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         due = step % cfg.checkpoint.every_steps == 0 or finished
         if (due and step_ok) or preempted:  # never replace good checkpoints with a step that had a non-finite loss
             ckpt.save_checkpoint(engine, ckpt_dir, step, client_state(), cfg.checkpoint.keep_last, store_probe,
-                                 ckpt_meta)
+                                 ckpt_meta, remote=cfg.checkpoint_remote)
+            if rank == 0:  # a remote run: the logs so far and the resolved config go up with each checkpoint
+                layout.store.push_or_warn([layout.logs, layout.root / "resolved_config.yaml"])
         if preempted:
             if rank == 0:
                 bar.write(f"[train] signal {stop.signum}: checkpointed at step {step}, exiting for requeue")
@@ -389,6 +394,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     if rank == 0 and cfg.logging.plots and cfg.logging.jsonl:
         from pretrain.plots import plot_run
 
-        result["plots"] = str(plot_run(cfg.run.output_dir)[0].parent) if (layout.logs / "metrics.jsonl").is_file() else None
+        result["plots"] = str(plot_run(cfg.run.root)[0].parent) if (layout.logs / "metrics.jsonl").is_file() else None
+    if rank == 0:
+        layout.store.push_or_warn([layout.logs])
     dist.barrier()
     return result

@@ -17,6 +17,10 @@ class ObjectiveConfig(Section):
     # One mask fixed per sequence for the whole run (BERT-style static masking) instead of a fresh one per
     # epoch; exists to measure the dynamic-masking effect (bench/dynamic_vs_static.py).
     static_masking: bool = False
+    # MLM: run the vocabulary projection only on the masked positions (ModernBERT, Cramming, MosaicBERT). The same
+    # loss and gradients as the dense head at a fraction of its cost; logits without labels stay dense. Families
+    # name their MLM head in their spec (`FamilySpec.mlm_head`); ModernBERT does it natively.
+    sparse_prediction: bool = True
     # GPT: reset attention and positions at document boundaries inside a packed block.
     document_masking: bool = False
     # T5 span corruption.

@@ -16,13 +16,23 @@ from runconfig.run import RunConfig
 
 
 def check_output_writable(cfg: RunConfig) -> None:
-    out = Path(cfg.run.output_dir)
+    """The local run folder (or the staging folder of a remote one) and, for a URL, the remote store accept a
+    file; an unreachable bucket or a missing fsspec backend stops here, naming the key."""
+    out = Path(cfg.run.root)
+    key = "run.local_dir" if cfg.run.is_remote else "run.output_dir"
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
             pass
     except OSError as e:
-        raise ConfigError(f"run.output_dir: {out} is not writable ({e.strerror or e})") from None
+        raise ConfigError(f"{key}: {out} is not writable ({e.strerror or e})") from None
+    if cfg.run.is_remote:
+        from data_pipeline.storage import RunStore
+
+        try:
+            RunStore.from_config(cfg).check_writable()
+        except (OSError, ImportError, ValueError) as e:
+            raise ConfigError(f"run.output_dir: {cfg.run.output_dir} is not writable ({e})") from None
 
 
 def check_train(cfg: RunConfig, accelerator: str) -> None:
@@ -32,7 +42,16 @@ def check_train(cfg: RunConfig, accelerator: str) -> None:
         raise ConfigError("deepspeed.precision: fp16 needs a GPU accelerator (DeepSpeed's accelerator here is "
                           "'cpu'); use bf16 or fp32")
     resume = cfg.checkpoint.resume
-    if resume not in ("auto", "none"):
+    if "://" in resume:  # a checkpoint in a bucket (downloaded by the trainer)
+        from data_pipeline.paths import filesystem
+
+        try:
+            found = filesystem(resume).exists(f"{resume.rstrip('/')}/COMPLETE")
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"checkpoint.resume: {resume} cannot be read ({e})") from None
+        if not found:
+            raise ConfigError(f"checkpoint.resume: {resume} is not a complete checkpoint (no COMPLETE file)")
+    elif resume not in ("auto", "none"):
         if not os.path.isdir(resume):
             raise ConfigError(f"checkpoint.resume: {resume} does not exist (give a step folder such as "
                               f"<checkpoint dir>/step00000100, or 'auto' / 'none')")

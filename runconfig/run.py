@@ -1,5 +1,9 @@
 """The whole run: one YAML, one object, validated across sections before any work starts."""
 
+import hashlib
+import os
+import re
+import tempfile
 import warnings
 
 from pydantic import Field, field_validator, model_validator
@@ -26,21 +30,49 @@ from runconfig.train import (
 
 class RunMeta(Section):
     name: str = "run"
+    # A local folder, or an fsspec URL (s3://bucket/prefix, gs://..., memory://...): stages then write into the
+    # local staging folder `local_dir` and upload each finished task there, its completion marker last.
     output_dir: str = "runs/run"
+    # Local staging folder and cache of a remote output_dir (token shards are memory-mapped and DeepSpeed writes
+    # checkpoints to a filesystem). Default: $LMSTACK_CACHE/runs/<url slug>, else <system temp>/lmstack/runs/...
+    local_dir: str | None = None
     seed: int = 1234
 
     @field_validator("output_dir")
     @classmethod
-    def _local_folder(cls, v: str) -> str:
-        """The run folder holds memory-mapped token shards and DeepSpeed checkpoints: it must be a filesystem
-        path (a mounted bucket works). A URL is never turned into a local folder such as './memory:/out'."""
-        if "://" in v:
-            scheme = v.split("://", 1)[0]
-            if scheme != "file":
-                raise ValueError(f"'{v}' is a {scheme}:// URL; the run folder must be a local or mounted path "
-                                 "(data sources may be URLs: data.sources.N.paths)")
-            v = v.split("://", 1)[1]
+    def _strip_file_scheme(cls, v: str) -> str:
+        """file:// is a local path; any other URL stays a URL and is never turned into a local folder (such as
+        './memory:/out'): every write to it goes through fsspec."""
+        if v.startswith("file://"):
+            return v[len("file://"):]
+        if "://" in v and not v.split("://", 1)[1].strip("/"):
+            raise ValueError(f"'{v}' names no bucket or folder")
         return v
+
+    @field_validator("local_dir")
+    @classmethod
+    def _local_path(cls, v: str | None) -> str | None:
+        if v is not None and "://" in v:
+            if not v.startswith("file://"):
+                raise ValueError(f"'{v}' is a URL; the staging folder must be a local path")
+            v = v[len("file://"):]
+        return v
+
+    @property
+    def is_remote(self) -> bool:
+        return "://" in self.output_dir
+
+    @property
+    def root(self) -> str:
+        """The local folder every stage reads and writes: output_dir itself, or the staging folder of a URL."""
+        if not self.is_remote:
+            return self.output_dir
+        if self.local_dir:
+            return self.local_dir
+        base = os.environ.get("LMSTACK_CACHE") or os.path.join(tempfile.gettempdir(), "lmstack")
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.output_dir)[:80]
+        digest = hashlib.sha256(self.output_dir.encode()).hexdigest()[:8]
+        return os.path.join(base, "runs", f"{slug}-{digest}")
 
 
 class RunConfig(Section):
@@ -112,6 +144,11 @@ class RunConfig(Section):
             raise ValueError("deepspeed.offload_params needs deepspeed.zero_stage: 3")
         if self.deepspeed.offload_optimizer and self.deepspeed.zero_stage == 0:
             raise ValueError("deepspeed.offload_optimizer needs deepspeed.zero_stage >= 1")
+        if self.run.output_dir.startswith("memory://"):  # one process's memory: a pool worker's uploads vanish
+            for key, n in (("data.clean.workers", self.data.clean.workers), ("shards.workers", self.shards.workers)):
+                if n > 1:
+                    raise ValueError(f"{key}: {n} worker processes cannot write to run.output_dir "
+                                     f"'{self.run.output_dir}' (memory:// lives in one process); set {key}=1")
         names = {s.name for s in self.data.sources}
         for i, task in enumerate(self.finetune.tasks):
             if task.source is not None and task.source not in names:
@@ -158,5 +195,11 @@ class RunConfig(Section):
         }
 
     @property
+    def checkpoint_remote(self) -> str | None:
+        """Where checkpoints are uploaded: <run.output_dir>/checkpoints of a remote run (None: local only)."""
+        return f"{self.run.output_dir.rstrip('/')}/checkpoints" if self.run.is_remote and not self.checkpoint.dir \
+            else None
+
+    @property
     def checkpoint_dir(self) -> str:
-        return self.checkpoint.dir or f"{self.run.output_dir}/checkpoints"
+        return self.checkpoint.dir or f"{self.run.root}/checkpoints"

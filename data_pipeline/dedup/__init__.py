@@ -23,11 +23,14 @@ def run_dedup(cfg, executor: Executor | None = None) -> dict[str, Any]:
     """Deduplicate the cleaned corpus into dedup/ (only the tasks not yet done); returns dedup_stats.json."""
     t0 = time.time()
     stages = build_stages(cfg)
-    done = RunLayout(cfg).dedup / DEDUP_DONE
+    layout = RunLayout(cfg)
+    done = layout.dedup / DEDUP_DONE
+    layout.store.pull([done])
     fp = stages[-1].finalize.args[1]  # type: ignore[union-attr]
     try:
         if json.loads(done.read_text()).get("fingerprint") != fp:
             done.unlink()  # another corpus or config: not complete until this run finishes
+            layout.store.remove(done)
     except (OSError, ValueError):
         pass
     own = executor is None
@@ -54,4 +57,5 @@ def run_dedup_task(cfg, stage: str, index: int, retries: int = 0) -> dict[str, A
         return {"task": s.task_name(index), "skipped": "done"}
     from data_pipeline.executors.base import run_with_retries
 
+    s.pull()  # a remote run: the earlier stages' files this task reads
     return run_with_retries(s, index, retries)

@@ -43,10 +43,12 @@ then its marker; a rerun does only the tasks without one.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +106,9 @@ def _fingerprint(cfg, inputs: list[Path], ranges: int) -> str:
     for p in inputs:
         try:
             st = p.stat()
-            files.append([str(p), st.st_size, st.st_mtime_ns])
+            files.append([f"{p.parent.name}/{p.name}", st.st_size, st.st_mtime_ns])  # the same on every node
         except OSError:
-            files.append([str(p), None, None])  # vanished: the signatures task for it reports it
+            files.append([f"{p.parent.name}/{p.name}", None, None])  # vanished: the signatures task for it reports it
     # component_rounds only appends rounds: raising it after a non-converged run keeps the finished tasks.
     blob = {"dedup": cfg.data.dedup.model_dump(mode="json", exclude={"component_rounds"}), "ranges": ranges,
             "inputs": files}
@@ -142,6 +144,7 @@ def plan_shapes(cfg, num_inputs: int, ranges: int) -> list[tuple[str, int]]:
 def build_stages(cfg) -> list[Stage]:
     """The dedup stages of this run, in order (needs the finished clean stage)."""
     layout = RunLayout(cfg)
+    layout.store.pull([layout.clean])  # a remote run: the cleaned shards, wherever they were written
     dd = cfg.data.dedup
     inputs = _clean_inputs(cfg)
     docs = json.loads((layout.clean / "stats.json").read_text()).get("totals", {}).get("kept", 0)
@@ -149,11 +152,13 @@ def build_stages(cfg) -> list[Stage]:
     fp = _fingerprint(cfg, inputs, R)
     work = layout.dedup / "_work" / fp
     marks = work / "markers"
+    # a remote run: every task uploads what it wrote under dedup/ before its marker (storage.py)
+    new_stage = functools.partial(Stage, store=layout.store, outputs=(str(work), str(layout.dedup)), exclude=("_work",))
     B = dd.minhash.bands
     mh_kw = {"ngram": dd.minhash.ngram, "bands": B, "rows": dd.minhash.rows, "seed": dd.minhash.seed}
     names = tuple(f"{p.parent.name}/{p.name}" for p in inputs)
     S = len(inputs)
-    stages = [Stage("dedup-signatures", signature_task, S, marks, labels=names,
+    stages = [new_stage("dedup-signatures", signature_task, S, marks, labels=names,
                     kwargs={"inputs": [str(p) for p in inputs], "work": str(work), "ranges": R, "mh_kw": mh_kw,
                             "minhash": dd.minhash.enabled, "exact": dd.exact})]
     jobs = ([("b", b, r) for b in range(B) for r in range(R)] if dd.minhash.enabled else []) + \
@@ -161,15 +166,15 @@ def build_stages(cfg) -> list[Stage]:
     edge_files = [str(work / "pairs" / (f"b{b:03d}-r{r:04d}.npy" if k == "b" else f"x-r{r:04d}.npy"))
                   for k, b, r in jobs]
     if jobs:
-        stages.append(Stage("dedup-buckets", bucket_task, len(jobs), marks,
-                            labels=tuple(f"band {b} range {r}" if k == "b" else f"exact range {r}"
-                                         for k, b, r in jobs),
-                            kwargs={"jobs": jobs, "work": str(work), "num_inputs": S, "ranges": R}))
+        stages.append(new_stage("dedup-buckets", bucket_task, len(jobs), marks,
+                                labels=tuple(f"band {b} range {r}" if k == "b" else f"exact range {r}"
+                                             for k, b, r in jobs),
+                                kwargs={"jobs": jobs, "work": str(work), "num_inputs": S, "ranges": R}))
     exact_files = [str(work / "pairs" / f"xdup-r{r:04d}.npz") for r in range(R)] if dd.exact else []
     stages += component_stages(edge_files, work, marks, R, dd.merge_fan_in, dd.component_rounds, names,
-                               exact_files)
+                               exact_files, make_stage=new_stage)
     shapes_list = [(st.name, st.num_tasks) for st in stages] + [("dedup-filter", S)]
-    stages.append(Stage("dedup-filter", filter_task, S, marks, labels=names,
+    stages.append(new_stage("dedup-filter", filter_task, S, marks, labels=names,
                         kwargs={"inputs": [str(p) for p in inputs], "work": str(work),
                                 "out_root": str(layout.dedup), "partitions": R, "exact_files": exact_files},
                         finalize=functools.partial(finalize, str(layout.dedup), fp, mh_kw, R, str(marks),
@@ -178,16 +183,17 @@ def build_stages(cfg) -> list[Stage]:
 
 
 def component_stages(edge_files: list[str], work: Path, marks: Path, partitions: int, fan_in: int, rounds: int,
-                     shard_names: tuple[str, ...], exact_files: list[str] = ()) -> list[Stage]:
+                     shard_names: tuple[str, ...], exact_files: list[str] = (),
+                     make_stage: Callable[..., Stage] = Stage) -> list[Stage]:
     """L0 (union-find over groups of edge files), `rounds` x (large-star, small-star) over `partitions` node
-    partitions, then labels: see the module docstring."""
+    partitions, then labels: see the module docstring. `make_stage` builds each Stage (a remote run's store)."""
     cc = Path(work) / "cc"
     names = component_stage_names(rounds)
     out: list[Stage] = []
     prev: tuple[str, int] | None = None  # (file prefix, producers) of the previous step
     if edge_files:
         n0 = math.ceil(len(edge_files) / fan_in)
-        out.append(Stage(names[0], components_l0_task, n0, marks,
+        out.append(make_stage(names[0], components_l0_task, n0, marks,
                          kwargs={"inputs": edge_files, "fan_in": fan_in, "out": str(cc / "L0"),
                                  "partitions": partitions}))
         prev = (str(cc / "L0"), n0)
@@ -196,14 +202,14 @@ def component_stages(edge_files: list[str], work: Path, marks: Path, partitions:
             kind = "large" if name.startswith("dedup-components-large") else "small"
             step = name.removeprefix("dedup-components-")
             before = [f"dedup-components-large{k}" for k in range(int(step.removeprefix(kind)))]  # earlier rounds
-            out.append(Stage(name, star_step_task, partitions, marks,
-                             done_fn=functools.partial(_step_done, str(marks), name, before, partitions),
-                             kwargs={"kind": kind, "inputs": prev, "out": str(cc / step),
-                                     "partitions": partitions, "marker_dir": str(marks),
-                                     "prev_round": [n for n, _ in steps[-2:]] if kind == "large" else []}))
+            plain = make_stage(name, star_step_task, partitions, marks,
+                               kwargs={"kind": kind, "inputs": prev, "out": str(cc / step),
+                                       "partitions": partitions, "marker_dir": str(marks),
+                                       "prev_round": [n for n, _ in steps[-2:]] if kind == "large" else []})
+            out.append(dataclasses.replace(plain, done_fn=functools.partial(_step_done, plain, before)))
             steps.append((name, str(cc / step)))
             prev = (str(cc / step), partitions)
-    out.append(Stage(names[-1], labels_task, partitions, marks,
+    out.append(make_stage(names[-1], labels_task, partitions, marks,
                      kwargs={"steps": steps if edge_files else [], "work": str(work), "shard_names": shard_names,
                              "marker_dir": str(marks), "partitions": partitions, "rounds": rounds,
                              "exact_files": list(exact_files)}))
@@ -393,21 +399,27 @@ def _changed(marker_dir: str, stage: str, partitions: int) -> int | None:
 _FIXED: set[tuple[str, str]] = set()  # (marker dir, round's large step) known to be the fixed point
 
 
-def _step_done(marker_dir: str, name: str, earlier_rounds: list[str], partitions: int, i: int) -> bool:
-    """A step task is done when its marker exists or an earlier round changed nothing (the fixed point): the
-    rounds after it are then not scheduled at all (no marker, no process), so a spare round costs nothing."""
-    if (Path(marker_dir) / f"{name}-{i:05d}.done").exists():
+def _step_done(stage: Stage, earlier_rounds: list[str], i: int) -> bool:
+    """A step task is done when its marker exists (remotely on a remote run) or an earlier round changed nothing
+    (the fixed point): the rounds after it are then not scheduled at all (no marker, no process), so a spare round
+    costs nothing."""
+    if stage.marker_exists(i):
         return True
+    marker_dir, partitions = str(stage.marker_dir), stage.num_tasks
     for large in earlier_rounds:
         small = large.replace("-large", "-small")
         if (marker_dir, large) in _FIXED and (Path(marker_dir) / f"{small}-00000.done").exists():
             return True  # (a rerun after the work folder was deleted finds no marker and looks again)
-        try:
-            if _changed(marker_dir, large, partitions) == 0 and _changed(marker_dir, small, partitions) == 0:
-                _FIXED.add((marker_dir, large))
-                return True
-        except (OSError, ValueError, KeyError):  # that round has not run yet
-            return False
+        for attempt in range(2):
+            try:
+                if _changed(marker_dir, large, partitions) == 0 and _changed(marker_dir, small, partitions) == 0:
+                    _FIXED.add((marker_dir, large))
+                    return True
+                break
+            except (OSError, ValueError, KeyError):  # that round has not run yet, or ran on another node
+                if attempt or not stage.remote:
+                    return False
+                stage.pull(markers_only=True)
     return False
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline.shards import write_json_atomic
+from data_pipeline.storage import RunStore
 
 
 class StageFailed(RuntimeError):
@@ -49,6 +50,15 @@ class Stage:
     labels: tuple[str, ...] = ()
     done_fn: Callable[[int], bool] | None = None
     finalize: Callable[[], dict[str, Any]] | None = None
+    # A remote run folder (data_pipeline/storage.py): `outputs` are the local folders the tasks write (uploaded
+    # after each task, before its marker), `exclude` folder names inside them that a pull leaves out.
+    store: RunStore | None = None
+    outputs: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    @property
+    def remote(self) -> bool:
+        return self.store is not None and self.store.remote is not None
 
     def task_name(self, i: int) -> str:
         label = self.labels[i] if i < len(self.labels) else ""
@@ -60,10 +70,31 @@ class Stage:
     def is_done(self, i: int) -> bool:
         if self.done_fn is not None:
             return self.done_fn(i)
-        return self.marker(i).exists()
+        return self.marker_exists(i)
+
+    def marker_exists(self, i: int) -> bool:
+        """On a remote run only the remote marker counts (a local one may never have been uploaded)."""
+        return self.store.exists(self.marker(i)) if self.remote else self.marker(i).exists()
+
+    def pull(self, markers_only: bool = False) -> None:
+        """Remote run: bring the stage's task markers (and, unless `markers_only`, its folders: what the next
+        tasks read) here, as other nodes and earlier runs wrote them."""
+        if self.remote:
+            self.store.pull([self.marker_dir] if markers_only else [*self.outputs, self.marker_dir],
+                            exclude=self.exclude)
+
+    def markers_present(self) -> set[str]:
+        """Names of the task markers that exist (remotely on a remote run), in one listing."""
+        if self.remote:
+            return set(self.store.list_dir(self.marker_dir))
+        d = Path(self.marker_dir)
+        return {p.name for p in d.iterdir()} if d.is_dir() else set()
 
     def todo(self) -> list[int]:
-        return [i for i in range(self.num_tasks) if not self.is_done(i)]
+        if self.done_fn is not None:
+            return [i for i in range(self.num_tasks) if not self.done_fn(i)]
+        have = self.markers_present()
+        return [i for i in range(self.num_tasks) if self.marker(i).name not in have]
 
     def run_task(self, i: int, where: str | None = None) -> dict[str, Any]:
         """Run task i and write its marker (what every executor calls, in whatever process it runs);
@@ -72,8 +103,12 @@ class Stage:
             raise IndexError(f"stage {self.name}: task index {i} outside 0..{self.num_tasks - 1}")
         t0 = time.time()
         stats = self.fn(i, **self.kwargs) or {}
+        if self.remote:  # the task's files first (1 s margin: file mtimes come from a coarser clock)
+            self.store.push(self.outputs, since=t0 - 1.0)
         write_json_atomic(self.marker(i), {"task": self.task_name(i), "seconds": round(time.time() - t0, 3),
                                            "where": where or socket.gethostname(), "stats": stats})
+        if self.remote:
+            self.store.push([self.marker(i)])
         return stats
 
     def task_stats(self) -> list[dict[str, Any]]:
@@ -151,6 +186,8 @@ class Executor:
     def run(self, stage: Stage) -> StageResult:
         t0 = time.time()
         todo = stage.todo()
+        if todo:
+            stage.pull()
         for i in todo:  # a marker left by an older run of a stage with its own done test is stale
             stage.marker(i).unlink(missing_ok=True)
         bar = Progress(stage.name, len(todo), self.progress)
@@ -161,11 +198,18 @@ class Executor:
         if errors:
             raise StageFailed(stage.name, {stage.task_name(i): e.splitlines()[0] for i, e in sorted(errors.items())},
                               stage.num_tasks)
-        missing = [i for i in todo if not stage.marker(i).exists()]  # "succeeded" without output: a loss
+        have = stage.markers_present()
+        missing = [i for i in todo if stage.marker(i).name not in have]  # "succeeded" without output: a loss
         if missing:
             raise StageFailed(stage.name, {stage.task_name(i): "no completion marker after the run" for i in missing},
                               stage.num_tasks)
-        summary = stage.finalize() if stage.finalize is not None else {}
+        summary = {}
+        if stage.finalize is not None:
+            stage.pull(markers_only=True)  # finalize merges the markers of tasks that ran on other nodes
+            t_fin = time.time()
+            summary = stage.finalize()
+            if stage.remote:
+                stage.store.push(stage.outputs, since=t_fin - 1.0)
         return StageResult(stage.name, stage.num_tasks, len(todo), stage.num_tasks - len(todo),
                            round(time.time() - t0, 3), summary)
 

@@ -26,6 +26,19 @@ def mlm_collator(cfg: Any, tokenizer: Any):
     return MLMCollator(tokenizer, **masking_kwargs(cfg))
 
 
+def mlm_prepare(cfg: Any, model: Any) -> None:
+    """Sparse prediction (objective.sparse_prediction) where the family names its MLM head."""
+    if not cfg.objective.sparse_prediction:
+        return
+    from pretrain.families import get_family
+
+    head = get_family(cfg.model.family).mlm_head
+    if head is not None:
+        from data_pipeline.objectives.sparse_mlm import enable_sparse_prediction
+
+        enable_sparse_prediction(model, head)
+
+
 def causal_collator(cfg: Any, tokenizer: Any):
     """input_ids, attention_mask, labels; with document masking input_ids, position_ids, labels."""
     from data_pipeline.objectives.causal import CausalCollator
@@ -62,7 +75,8 @@ def span_block_length(seq_len: int, obj: Any) -> int:
     return t5_lengths(seq_len, obj.noise_density, obj.mean_noise_span_length)[0]
 
 
-MLM = register_objective(ObjectiveSpec("mlm", ("full_sentences", "line_by_line"), mlm_collator))
+MLM = register_objective(ObjectiveSpec("mlm", ("full_sentences", "line_by_line"), mlm_collator,
+                                       prepare_model=mlm_prepare))
 CAUSAL = register_objective(ObjectiveSpec("causal", ("contiguous", "line_by_line"), causal_collator, wrap_bos=False,
                                           prepare_model=causal_prepare))  # fmt: skip
 SPAN_CORRUPTION = register_objective(ObjectiveSpec("span_corruption", ("t5_spans",), span_collator,

@@ -157,10 +157,14 @@ def read_shard_docs(source: SourceConfig, shard: WorkShard, errors: ErrorLog,
     `read_timeout_s` is reported and the shard moves on."""
     reader = get_reader(source.format)
     for src in shard.files:
+        last = None
         try:
-            yield from guarded(_read_file(reader, source, shard, src, errors, max_doc_bytes), read_timeout_s)
+            for doc in guarded(_read_file(reader, source, shard, src, errors, max_doc_bytes), read_timeout_s):
+                last = doc.meta.get("offset", last)
+                yield doc
         except ReadStalled as e:
-            errors.add(src.path, None, "read_timeout", f"{e}: the rest of this file is skipped")
+            after = f" after the record at offset {last}" if last is not None else ""
+            errors.add(src.path, None, "read_timeout", f"{e}: the rest of this file{after} is skipped")
 
 
 def _read_file(reader: Reader, source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog,

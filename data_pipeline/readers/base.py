@@ -194,12 +194,19 @@ class ReadStalled(Exception):
 def alarm_after(seconds: float, make_error: Callable[[], BaseException]):
     """Raise `make_error()` in the block after `seconds` (SIGALRM: main thread of a process only, elsewhere no
     limit). A handler that raises interrupts a blocking call (PEP 475), so a stalled read or a pathological page
-    cannot hang a shard. The one SIGALRM helper of the data stages (reads here, extraction in extract.py)."""
+    cannot hang a shard. The one SIGALRM helper of the data stages (reads here, extraction in extract.py).
+
+    The error is raised where the signal lands, which may be inside a library's `except Exception` (warcio's
+    inflate treats any error there as the end of the data, trafilatura returns no text): a deadline that fired
+    is therefore raised again when the block ends normally, so a timeout is never silently eaten."""
     if seconds <= 0 or threading.current_thread() is not threading.main_thread():
         yield
         return
+    fired = False
 
     def _raise(signum, frame):
+        nonlocal fired
+        fired = True
         raise make_error()
 
     old = signal.signal(signal.SIGALRM, _raise)
@@ -208,7 +215,13 @@ def alarm_after(seconds: float, make_error: Callable[[], BaseException]):
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        try:
+            signal.signal(signal.SIGALRM, old)
+        except BaseException:  # an alarm still pending ran our handler first: restore the old one all the same
+            signal.signal(signal.SIGALRM, old)
+            raise
+    if fired:
+        raise make_error()
 
 
 def read_deadline(seconds: float):

@@ -113,6 +113,19 @@ def _doc_from_record(rec, src: SourceFile, source: str, offset: int, wet: bool, 
     return doc
 
 
+class _LostSync(Exception):
+    """A record of a .warc.gz file that warcio parsed from raw, undecompressed bytes.
+
+    When a member's first block does not inflate, warcio quietly assumes the data is not compressed and parses
+    the compressed bytes as WARC text: a made-up Content-Length then swallows the good members behind it, which
+    vanished without a report. In a gzipped WARC every record is its own member, so this record is corrupt and
+    reading resumes at the next member (`_resync`)."""
+
+    def __init__(self, offset: int):
+        super().__init__(offset)
+        self.offset = offset
+
+
 class _Held:
     """A record's document is handed out only once warcio has moved past the record: a Content-Length smaller
     than the payload shows only then (the next record does not start where this one declared its end: warcio
@@ -164,6 +177,8 @@ def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, we
                     first = False
                     if offset >= end:
                         return
+                    if gz and it.reader.decompressor is None:
+                        raise _LostSync(offset)
                     doc = _doc_from_record(rec, src, source, offset, wet, errors, max_bytes)
                     if doc is not None:
                         held.hold(doc, rec, offset, it)
@@ -183,6 +198,11 @@ def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, we
                 yield from held.release(it)
                 bad_at = it.offset if not first else offset
                 errors.add(src.path, bad_at, "corrupt_warc_record", str(e).strip().splitlines()[0][:200])
+            except _LostSync as e:
+                yield from held.release(it)
+                bad_at = e.offset
+                errors.add(src.path, bad_at, "corrupt_warc_record",
+                           "gzip member does not decompress (read as raw bytes, it would swallow the records behind it)")
             except (EOFError, zlib.error, OSError, ValueError, IndexError) as e:
                 yield from held.release(it)
                 bad_at = it.offset if not first else offset

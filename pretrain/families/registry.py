@@ -72,6 +72,9 @@ class FamilySpec:
     options: type | None = None
     # Objective settings this family defaults to when the config does not set them (ModernBERT: 30% masking).
     objective_defaults: dict[str, Any] = field(default_factory=dict)
+    # The attribute holding the MLM prediction head (transform + vocabulary projection) on top of `base_model`,
+    # for the MLM objective's sparse prediction; None: the family has none, or predicts sparsely itself.
+    mlm_head: str | None = None
     # HF config fields the exported folder gets instead of the training ones (e.g. sparse prediction off, so
     # the export returns dense logits as the published checkpoints do).
     export_config: dict[str, Any] = field(default_factory=dict)

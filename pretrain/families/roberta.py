@@ -42,4 +42,5 @@ SPEC = register_family(FamilySpec(
     tokenizer_types=("bpe", "wordpiece"),
     auto_class="AutoModelForMaskedLM",
     reserved_positions=2,
+    mlm_head="lm_head",
 ))

@@ -201,3 +201,17 @@ def test_bad_input_run_keeps_good_and_names_bad(damaged):
     texts = {r["url"]: r["text"] for r in iter_corpus(cfg, ["crawl"])}
     assert "Zürich" in texts["http://news.example/latin"]  # not mojibake: the wrong declaration was overridden
     assert "café" in texts["http://news.example/cp"]  # cp1252 bytes declared UTF-8: detected
+
+
+def test_extraction_timeouts_are_counted_and_named(damaged, tmp_path):
+    """Every page's extraction runs out of time (a limit far below any page's cost): each good record is still
+    read and counted as dropped under `extract:timeout`, none vanishes."""
+    root, yaml, expect = damaged
+    cfg = load_config(str(yaml), [f"run.output_dir={tmp_path / 'out'}", "data.clean.extract.timeout_s=1.0e-6"])
+    run_clean(cfg)
+    stats = json.loads((tmp_path / "out/clean/stats.json").read_text())
+    crawl = stats["per_source"]["crawl"]
+    assert crawl["read"] == expect["kept"]["crawl"], crawl
+    assert crawl["kept"] + crawl.get("dropped", 0) == crawl["read"], crawl
+    assert stats["dropped_by_reason"].get("extract:timeout", 0) == crawl["read"] - crawl["kept"] > 0, stats["dropped_by_reason"]
+    assert set(stats["dropped_by_reason"]) == {"extract:timeout"}, stats["dropped_by_reason"]

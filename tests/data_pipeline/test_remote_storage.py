@@ -7,11 +7,7 @@ import functools
 import http.server
 import json
 import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,46 +15,13 @@ import pytest
 from data_pipeline.clean import run_clean
 from runconfig import load_config
 from tests.data_pipeline.tokens_fixtures import BBC
+from tests.moto_s3 import s3_server  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def s3_server(monkeypatch):
-    pytest.importorskip("moto.server", reason="moto[server] (test extra) not installed")
-    pytest.importorskip("s3fs", reason="s3fs (lmstack[s3]) not installed")
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto server did not start") from None
-                time.sleep(0.2)
-        yield env
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def test_clean_reads_a_source_from_s3(s3_server, tmp_path):
+def test_clean_reads_a_source_from_s3(s3_server, tmp_path):  # noqa: F811
     import s3fs
 
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_server["AWS_ENDPOINT_URL"]})
@@ -99,11 +62,37 @@ def test_clean_reads_over_http(tmp_path):
     assert out["totals"]["read"] == 10 and out["totals"]["kept"] >= 8
 
 
-def test_url_output_dir_is_refused_not_turned_into_a_folder(tmp_path, monkeypatch):
+def test_url_output_dir_is_staged_locally_never_turned_into_a_folder(tmp_path, monkeypatch):
+    """The `./memory:/out` bug: a URL output_dir is written through fsspec from a local staging folder
+    ($LMSTACK_CACHE/runs/... by default), and no folder named after the URL appears anywhere."""
+    import fsspec
+
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(Exception, match=r"run.output_dir: 'memory://out' is a memory:// URL"):
-        load_config(ROOT / "configs/roberta-tiny.yaml", ["run.output_dir=memory://out"])
-    assert not os.listdir(tmp_path)
+    monkeypatch.setenv("LMSTACK_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "src").mkdir()
+    rows = [{"text": f.read_text(errors="replace")} for f in sorted((BBC / "tech").glob("*.txt"))[:6]]
+    (tmp_path / "src/a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config(ROOT / "configs/roberta-tiny.yaml", [
+        "run.output_dir=memory://out", "data.clean.workers=1", "shards.workers=1", "data.clean.progress=false",
+        f"data.sources=[{{name: web, format: jsonl, paths: ['{tmp_path}/src/a.jsonl']}}]"])  # fmt: skip
+    assert cfg.run.output_dir == "memory://out" and cfg.run.is_remote
+    assert Path(cfg.run.root).is_relative_to(tmp_path / "cache/runs")
+    try:
+        out = run_clean(cfg)
+        fs = fsspec.filesystem("memory")
+        assert out["totals"]["read"] == 6
+        assert fs.exists("/out/clean/web/shard-00000.jsonl.zst") and fs.exists("/out/clean/web/shard-00000.done")
+        assert fs.exists("/out/clean/stats.json")
+    finally:
+        fsspec.filesystem("memory").rm("/out", recursive=True)
+    assert sorted(os.listdir(tmp_path)) == ["cache", "src"]  # no ./memory:/out
+    assert not list(Path(cfg.run.root).parent.parent.rglob("memory:*"))
+    with pytest.raises(Exception, match=r"run.local_dir: .*'s3://b/x' is a URL; the staging folder must be a local"):
+        load_config(ROOT / "configs/roberta-tiny.yaml", ["run.output_dir=s3://b/r", "run.local_dir=s3://b/x"])
+    with pytest.raises(Exception, match=r"data.clean.workers: 2 worker processes cannot write to run.output_dir "
+                                        r"'memory://out'"):
+        load_config(ROOT / "configs/roberta-tiny.yaml", ["run.output_dir=memory://out", "data.clean.workers=2",
+                                                         "shards.workers=1"])
     assert load_config(ROOT / "configs/roberta-tiny.yaml", [f"run.output_dir=file://{tmp_path}/r"]).run.output_dir == (
         f"{tmp_path}/r")  # fmt: skip
 

@@ -127,9 +127,15 @@ def test_wordpiece_round_trip_holds_modulo_bert_conventions(trained):
 
 
 def test_unk_rate_is_reported_and_enforced(trained, tmp_path):
-    for kind in ("roberta", "bert", "t5"):
+    for kind in ("bert", "t5"):
         meta = json.loads((trained[kind][1] / "training_meta.json").read_text())
         assert meta["unk_rate_tokens"] > 10_000 and meta["unk_rate"] <= 0.001, (kind, meta)
+        assert meta["unk_rate_basis"] == "sample", (kind, meta)
+        # the sample stops at tokenizer.unk_sample_tokens (100k), give or take one batch of 64 documents
+        assert meta["unk_rate_tokens"] < 150_000, (kind, meta)
+    for kind in ("roberta", "gpt2"):  # byte-level: checked on the vocabulary, no encoding pass
+        meta = json.loads((trained[kind][1] / "training_meta.json").read_text())
+        assert (meta["unk_rate"], meta["unk_rate_tokens"], meta["unk_rate_basis"]) == (0.0, 0, "byte alphabet"), meta
     assert json.loads((trained["t5"][1] / "training_meta.json").read_text())["unk_rate"] == 0.0  # byte fallback
     # Without byte fallback the Unigram vocabulary drops rare characters of the BBC text (X, Q, /, £, ...): the
     # report catches it and training fails, naming the key.
@@ -138,6 +144,22 @@ def test_unk_rate_is_reported_and_enforced(trained, tmp_path):
     with pytest.raises(ValueError, match=r"tokenizer.max_unk_rate: .*% of tokens are <unk>.*byte_fallback=true"):
         train_tokenizer(cfg)
     assert not (tmp_path / "tokenizer").exists()
+
+
+def test_byte_level_bpe_unk_check_is_structural():
+    """A byte-level BPE has no <unk>: a byte outside its vocabulary is dropped from the text without a trace, so
+    counting <unk> ids said 0% for a vocabulary that lost characters. The check is on the 256-byte alphabet."""
+    from tokenizers import pre_tokenizers
+
+    from data_pipeline.tokenizers import bpe_tokenizer, unk_rate
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    full = bpe_tokenizer({c: i for i, c in enumerate(alphabet)}, [])
+    assert unk_rate(full, iter(["café"])) == (0.0, 0)
+    lossy = bpe_tokenizer({c: i for i, c in enumerate(c for c in alphabet if c not in "Ã©")}, [])
+    assert len(lossy.encode("café").ids) == 3  # é's two bytes vanished
+    with pytest.raises(ValueError, match=r"byte-level BPE vocabulary lacks 2 of the 256 bytes"):
+        unk_rate(lossy, iter(["café"]))
 
 
 def test_byte_fallback_needs_vocabulary_room(tmp_path):
@@ -227,3 +249,16 @@ def test_stage_banner_describes_the_configured_tokenizer():
     assert describe(load_config("configs/gpt2-tiny.yaml", ["tokenizer.vocab_size=4000"])) == (
         "byte-level BPE, vocabulary 4,000, gpt2 special tokens")
     assert describe(load_config("configs/roberta-tiny.yaml", ["tokenizer.type=wordpiece"])).startswith("WordPiece")
+
+
+def test_paragraphs_for_sentencepiece_are_cut_within_the_byte_limit():
+    """SentencePiece skips lines over max_sentence_length bytes: long paragraphs are cut at a space inside the
+    limit (counted in UTF-8 bytes, so accented text is cut earlier); short ones pass unchanged, blank lines go."""
+    from data_pipeline.tokenizers import _paragraphs
+
+    long = " ".join(["café"] * 30)  # 149 characters, 179 bytes
+    out = list(_paragraphs(iter(["  short one \n\n" + long, "x" * 40]), max_bytes=40))
+    assert out[0] == "short one" and out[-1] == "x" * 40
+    pieces = out[1:-1]
+    assert " ".join(pieces) == long and all(len(p.encode()) <= 40 for p in pieces)
+    assert all(p.startswith("café") and p.endswith("café") for p in pieces)

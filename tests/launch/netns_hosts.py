@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 PREFIX = f"lmt{os.getpid() % 100000}"
@@ -67,6 +68,17 @@ class TwoHosts:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def stacks(self, host: int) -> str:
+        """py-spy dumps of every Python process on host (what a hung survivor is waiting in), or why not."""
+        spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+        if spy is None:
+            return "(no py-spy: pip install py-spy for the survivor's stacks)"
+        out = []
+        for pid in self.pids(host):
+            res = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60)
+            out.append(f"--- pid {pid}\n{res.stdout}{res.stderr}")
+        return "\n".join(out)
 
     def pids(self, host: int) -> list[int]:
         out = _ip("netns", "pids", self.names[host], check=False).stdout

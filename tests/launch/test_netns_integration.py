@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -62,13 +63,20 @@ def test_two_hosts_train_fail_fast_and_resume(hosts, prepared_run, tmp_path):
 
         hosts.kill_host(1)  # host b dies: every process on it is gone at once
         t0 = time.monotonic()
-        rc = procs[0].wait(timeout=90)
+        try:
+            rc = procs[0].wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"survivor still running 90 s after host b died; its stacks:\n{hosts.stacks(0)}\n"
+                        f"{logs[0].read_text()[-3000:]}")
         elapsed = time.monotonic() - t0
     finally:
         for i in range(2):
             hosts.kill_host(i)
     out0 = logs[0].read_text()
-    assert rc != 0 and elapsed < 60, f"survivor rc={rc} after {elapsed:.1f}s\n{out0[-3000:]}"
+    # Connection reset reaches the survivor's rank within a second and it ends with os._exit; torchrun follows.
+    # 1.8-4.1 s at load 14-19 on 2 cores. The rank used to run CPython's teardown first: 14-22 s at load 7-10,
+    # over 90 s once in CI.
+    assert rc != 0 and elapsed < 15, f"survivor rc={rc} after {elapsed:.1f}s\n{out0[-3000:]}"
     assert re.search(r"(Connection reset|Connection closed|connection|timed out|failed)", out0, re.I), out0[-3000:]
     last = max(_checkpoints(run))
     print(f"survivor exited {rc} {elapsed:.1f}s after host b was killed; last checkpoint step {last}")
