@@ -165,4 +165,8 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
         lr_scheduler=lr_scheduler,
         config=ds_config,
     )
+    if cfg.deepspeed.compile:
+        engine.compile(backend=cfg.deepspeed.compile_backend)
+        print(f"[train] torch.compile ({cfg.deepspeed.compile_backend}) through DeepSpeed's engine.compile()",
+              flush=True)
     return engine, scheduler, ds_config

@@ -35,6 +35,8 @@ POLICIES: dict[str, str] = {
     "optim.grad_clip": "apply",
     "deepspeed.comm_timeout_s": "apply",
     "deepspeed.max_consecutive_bad_steps": "apply",
+    "deepspeed.compile": "apply",  # compilation changes no state
+    "deepspeed.compile_backend": "apply",
     "loader.num_workers": "apply",
 }
 _NOTES = {

@@ -25,6 +25,8 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
         layer_norm_epsilon=m.layer_norm_eps,
         initializer_range=m.initializer_range,
         tie_word_embeddings=m.tie_word_embeddings,
+        # GPT-2's tanh GELU as one fused kernel; the default `gelu_new` composes it from ~8 elementwise kernels.
+        activation_function="gelu_pytorch_tanh",
         **special_ids(tokenizer),
     )
 

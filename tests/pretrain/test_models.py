@@ -35,3 +35,11 @@ def test_tiny_models_tie_embeddings_and_run(preset):
     kwargs = {"labels": ids} if cfg.model.family != "roberta" else {"labels": ids}
     loss = model(input_ids=ids, **kwargs).loss
     assert torch.isfinite(loss)
+
+
+def test_gpt2_uses_the_fused_tanh_gelu():
+    """GPT-2's tanh GELU as one fused kernel (`gelu_pytorch_tanh`, the same function as `gelu_new` to 2e-7): the
+    composed `gelu_new` ran as a chain of elementwise kernels, the largest non-matmul cost in an H100 profile."""
+    cfg = load_config("configs/gpt2-tiny.yaml")
+    model = build_model(cfg.model, _VocabOnly(1000), cfg.packing.seq_len)
+    assert model.config.activation_function == "gelu_pytorch_tanh"
