@@ -33,7 +33,9 @@ demo: $(STAMP)
 test: $(TEST_STAMP)
 	# As root, also install the system services the integration tests start (Slurm, munge, ip netns, shellcheck).
 	if [ "$$(id -u)" -eq 0 ]; then bash launch/ci_setup.sh; fi
-	$(BIN)/python -m pytest -q -ra --durations=25
+	# Two xdist workers: half the suite waits on subprocesses, Slurm, Ray or sleeps (tests/conftest.py groups
+	# the tests that start machine-wide services onto one worker).
+	$(BIN)/python -m pytest -q -ra --durations=25 -n 2 --dist loadgroup
 
 test-unit: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -m "not integration"

@@ -61,7 +61,8 @@ def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return consolidated_state_dict(ckpts, tag)
 
 
-@pytest.mark.parametrize("family", ["roberta", "modernbert", "electra"])
+# RoBERTa takes its SIGKILLs in tests/pretrain/test_chaos.py (20 of them, 3+ mid-checkpoint, 2 single-rank).
+@pytest.mark.parametrize("family", ["modernbert", "electra"])
 def test_sigkill_anywhere_then_resume_is_bit_exact(family, request, tmp_path):
     run_config = request.getfixturevalue(f"{family}_run")
     ref_dir, kill_dir = tmp_path / "ref", tmp_path / "killed"
