@@ -60,10 +60,12 @@ def _where(cfg, stage: str) -> list[str]:
 
 
 def test_two_node_ray_cluster_survives_worker_node_death(hosts, tmp_path):
-    # 64 shards: under load the head finished all of 24 before the joining node's first task was done (CI
-    # beside another pytest worker), leaving nothing to lose when the node died.
+    # Under load (CI beside a second pytest worker) the head finished all of 24 tiny shards before the joining
+    # node's first task was done, leaving nothing to lose when the node died.
     src = make_corpus(tmp_path, n_files=N_SHARDS, n_orig=400)
-    cfg_path = write_config(tmp_path, src, partitions=2)
+    # 896 permutations (8x the default) make each signature task ~50 ms rather than ~16 ms (real shards take
+    # seconds): the head must not finish the stage before the joining node's first task is done.
+    cfg_path = write_config(tmp_path, src, partitions=2, minhash={"bands": 112, "rows": 8})
     cfg = load_config(str(cfg_path))
     run_clean(cfg)
     ref = load_config(str(cfg_path), [f"run.output_dir={tmp_path / 'ref'}"])
