@@ -73,11 +73,13 @@ class CausalCollator:
         padding = trailing_padding(ids, lengths, self.pad_id, self.eos_id)
         labels = np.where(padding, -100, ids)
         if not self.document_masking:
-            return {
-                "input_ids": torch.from_numpy(ids),
-                "attention_mask": torch.from_numpy((~padding).astype(np.int64)),
-                "labels": torch.from_numpy(labels),
-            }
+            batch = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels)}
+            # Full packed blocks carry no mask: an all-ones mask changes no logit, yet transformers reads it on
+            # the host each forward (a device sync) and, under torch.compile, must keep it, which moves SDPA off
+            # its flash kernel (H100, bench/mfu_gpu.py).
+            if padding.any():
+                batch["attention_mask"] = torch.from_numpy((~padding).astype(np.int64))
+            return batch
         if "segment_ids" in samples[0]:
             segments, _ = stack_ids(samples, 0, key="segment_ids")
             if segments.shape != ids.shape:

@@ -120,3 +120,23 @@ def test_line_by_line_and_errors(docs):
         packed([{"input_ids": docs[0], "sample_id": 0}])
     with pytest.raises(ValueError, match="1-D"):
         packed([{"input_ids": np.zeros((2, 3), dtype=np.int64), "segment_ids": np.zeros((2, 3)), "sample_id": 0}])
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_full_blocks_carry_no_attention_mask(attn):
+    """Packed blocks without padding need no mask: an all-ones mask changes no logit, but transformers reads it on
+    the host every forward (a device sync) and, under torch.compile, cannot drop it, so SDPA leaves its flash
+    kernel. Measured on an H100 (bench/mfu_gpu.py), so the collator leaves it out."""
+    rng = np.random.default_rng(3)
+    full = [{"input_ids": rng.integers(5, VOCAB, size=32), "sample_id": i, "epoch": 0} for i in range(3)]
+    out = CausalCollator(TOK)(full)
+    assert set(out) == {"input_ids", "labels"}
+    model = _gpt2(attn).eval()
+    with torch.no_grad():
+        bare = model(**out)
+        masked = model(**out, attention_mask=torch.ones_like(out["input_ids"]))
+    torch.testing.assert_close(bare.logits, masked.logits, rtol=0, atol=1e-6)
+    torch.testing.assert_close(bare.loss, masked.loss, rtol=0, atol=1e-6)
+    # one padded row is enough for the whole batch to carry the mask
+    padded = CausalCollator(TOK)(full[:2] + [dict(full[2], input_ids=full[2]["input_ids"][:20])])
+    assert set(padded) == {"input_ids", "attention_mask", "labels"}
