@@ -221,11 +221,18 @@ def _predict(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig, text
     return scores.argmax(1)
 
 
+def planned_steps(n_train: int, ft: FinetuneConfig) -> int:
+    """Optimizer steps of one fine-tune: `epochs` over the training features (the Trainer's count, last partial
+    batch included), raised to `min_steps`."""
+    return max(math.ceil(ft.epochs * math.ceil(n_train / ft.batch_size)), ft.min_steps)
+
+
 def fine_tune_once(arms: Arms, arm: str, tok, train: Encoded, evals: dict[str, Encoded], lr: float, seed: int,
                    ft: FinetuneConfig, out_dir: Path, label_ids, save_model: bool = False) -> dict[str, float]:
     """One Trainer run; returns accuracy on each of `evals`."""
     args = TrainingArguments(
         output_dir=str(out_dir), learning_rate=lr, num_train_epochs=ft.epochs,
+        max_steps=planned_steps(len(train.features), ft),  # the same count as epochs give, or min_steps
         per_device_train_batch_size=ft.batch_size, weight_decay=ft.weight_decay, warmup_steps=ft.warmup_ratio,
         lr_scheduler_type="linear", seed=seed, data_seed=seed, save_strategy="no", eval_strategy="no",
         logging_strategy="no", report_to=[], disable_tqdm=True, use_cpu=not torch.cuda.is_available(),
@@ -240,7 +247,8 @@ def fine_tune_once(arms: Arms, arm: str, tok, train: Encoded, evals: dict[str, E
     if save_model:
         trainer.save_model(str(out_dir))
         tok.save_pretrained(str(out_dir))
-    (out_dir / "result.json").write_text(json.dumps({"arm": arm, "lr": lr, "seed": seed, "accuracy": out}, indent=1))
+    (out_dir / "result.json").write_text(json.dumps({"arm": arm, "lr": lr, "seed": seed, "accuracy": out,
+                                                     "steps": trainer.state.global_step}, indent=1))
     return out
 
 
@@ -334,7 +342,12 @@ def _evaluate_arm(ft: FinetuneConfig, task: PreparedTask, arm: str, tok, out_dir
         test_by_seed[seed] = acc["test"]
     accs = [test_by_seed[s] for s in ft.seeds]
     entry: dict[str, Any] = {"lr": best, "dev_accuracy_by_lr": {f"{k:g}": v for k, v in dev_acc.items()},
-                             "test_accuracy": _stats(accs)}
+                             "test_accuracy": _stats(accs), "steps": planned_steps(len(enc["train"].features), ft)}
+    if len(ft.lr_grid) >= 3:  # with two points every pick is an edge: the flag would say nothing
+        entry["lr_at_grid_edge"] = best in (min(ft.lr_grid), max(ft.lr_grid))
+        if entry["lr_at_grid_edge"]:
+            log(f"[transfer] {name} {arm} warning: dev picked lr {best:g}, the edge of finetune.lr_grid "
+                f"{ft.lr_grid}; the best LR may lie outside the grid")
     if ft.probe:
         entry["probe_accuracy"] = probe(arms, arm, tok, enc["train"], enc["test"], ft, seed0)
     log(f"[transfer] {name} {arm:<10} lr {best:g}: test {entry['test_accuracy']['mean']:.3f} ± "

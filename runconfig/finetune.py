@@ -52,6 +52,9 @@ class FinetuneConfig(Section):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
     lr_grid: list[float] = Field(default_factory=lambda: [1e-4, 3e-4, 1e-3])
     epochs: float = Field(3, gt=0)
+    # At least this many optimizer steps, however few the epochs give: small labelled sets need more iterations
+    # than 3 epochs (Mosbach et al. 2021, "On the stability of fine-tuning BERT"); 0 = epochs alone.
+    min_steps: int = Field(0, ge=0)
     batch_size: int = Field(16, gt=0)
     weight_decay: float = Field(0.01, ge=0)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)

@@ -260,3 +260,32 @@ def test_source_task_uses_only_the_pretraining_holdout():
     assert 0.25 < len(held) / len(all_ids) < 0.35
     other = load_task(load_config("configs/demo.yaml", ["finetune.seeds=[5]"]), 0)
     assert [r[0] for r in other.test] == [r[0] for r in data.test]
+
+
+def test_min_steps_and_lr_grid_edge_are_recorded(tmp_path):
+    """A small task gets `finetune.min_steps` optimizer steps however few its epochs are (Mosbach et al. 2021:
+    small sets need more iterations, not a fixed 3 epochs), each run records its step count, and an arm whose
+    dev-best LR sits on the edge of a grid says so (the optimum may lie outside it)."""
+    rows = _labelled_rows(per_label=8, chars=300)
+    export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
+    folder = str(_labelled_folder(tmp_path, rows))
+    ov = [*overrides, "finetune.seeds=[0]", "finetune.epochs=1", "finetune.probe=false", "finetune.batch_size=4"]
+    plain = run_transfer(_task_cfg("gpt2-tiny", ov, train=folder), export, tmp_path / "a", log=lambda *_: None)
+    n_train = plain["tasks"]["t"]["splits"]["train"]
+    one_epoch = -(-n_train // 4)
+    assert plain["tasks"]["t"]["arms"]["random"]["steps"] == one_epoch
+    assert json.loads((tmp_path / "a" / "t" / "random" / "lr0.001-seed0" / "result.json").read_text())["steps"] \
+        == one_epoch
+    assert "lr_at_grid_edge" not in plain["tasks"]["t"]["arms"]["random"]  # a single LR is no grid
+    more = one_epoch + 5
+    logs: list[str] = []
+    grid = [1.0e-5, 1.0e-4, 1.0e-3]
+    cfg = _task_cfg("gpt2-tiny", [*ov, f"finetune.min_steps={more}", f"finetune.lr_grid={grid}"], train=folder)
+    res = run_transfer(cfg, export, tmp_path / "b", log=logs.append)
+    for name, arm in res["tasks"]["t"]["arms"].items():
+        assert arm["steps"] == more
+        edge = arm["lr"] in (min(grid), max(grid))
+        assert arm["lr_at_grid_edge"] is edge
+        assert any(f"{name} " in line and "edge of finetune.lr_grid" in line for line in logs) is edge
+    with pytest.raises(ConfigError, match="finetune.min_steps"):
+        load_config("configs/gpt2-tiny.yaml", ["finetune.min_steps=-1"])
