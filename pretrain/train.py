@@ -308,6 +308,9 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     sync = StepSync(device, rank)
     output_metrics = OutputMetrics()  # the objective's own figures, if its model output carries any
     preempted, finished = False, clock.finished(step)
+    # The one blocking read per step (StepSync) comes after engine.step() unless the LR follows a time budget: read
+    # before the step, it idles the device while the host launches the optimizer (DeepSpeed's step is host-heavy).
+    agree_before_step = clock.time_schedule is not None
     clock.start()
     while not finished:
         loss_sum = torch.zeros((), device=device, dtype=torch.float64)
@@ -332,12 +335,15 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             else:
                 n_bad += 1
                 engine.backward(_zero_loss(engine))
-            if micro == plan.grad_accum - 1:  # before the optimizer step, so the LR follows the agreed clock
+            if micro == plan.grad_accum - 1 and agree_before_step:  # a time-budget LR follows the agreed clock
                 total, n_bad_all, stop_all, agreed = sync.reduce(loss_sum, n_bad, stop.requested, clock.now())
                 clock.agree(agreed)
             engine.step()
             tokens_seen += n_tok * world
             meter.add(n_tok * world, batch["input_ids"].shape[0] * world, waited)
+        if not agree_before_step:  # after the step: the host waits while the device runs the optimizer, not before
+            total, n_bad_all, stop_all, agreed = sync.reduce(loss_sum, n_bad, stop.requested, clock.now())
+            clock.agree(agreed)
         step += 1
         step_ok = n_bad_all == 0
         step_loss = total / (plan.grad_accum * world)
