@@ -1,6 +1,7 @@
-"""ELECTRA replaced-token detection through the real DeepSpeed engine on 2 CPU ranks: ZeRO-1 and ZeRO-3 training,
-resume, the two-folder export (discriminator + generator/) with parity <= 1e-5, and the fine-tuning heads.
-Exact kill-and-resume under ZeRO-2 is in test_exact_resume.py."""
+"""ELECTRA replaced-token detection through the real DeepSpeed engine on 2 CPU ranks: ZeRO-3 training (the two
+networks' parameters partitioned and gathered), resume, the two-folder export (discriminator + generator/) with
+parity <= 1e-5, and the fine-tuning heads. Exact kill-and-resume under ZeRO-2 is in test_exact_resume.py; ZeRO-1
+(a subset of ZeRO-2's partitioning) is no longer run separately here, to keep CI inside its time budget."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ print(json.dumps({"diff": (ours - probe["logits"]).abs().max().item(), "disc": t
 """
 
 
-@pytest.mark.parametrize("stage", [1, 3])
+@pytest.mark.parametrize("stage", [3])
 def test_electra_trains_resumes_and_exports_both_networks(stage, electra_run, tmp_path):
     out = isolated(electra_run, tmp_path)
     run_dir = Path(out.split("=", 1)[1])
