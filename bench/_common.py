@@ -74,6 +74,19 @@ def _git_commit() -> str:
     return (sha or "unknown") + (" + uncommitted changes" if dirty else "")
 
 
+def provenance() -> dict[str, str]:
+    """command, commit, date and machine (cores, load average now, i.e. at the script's start when called there):
+    what every results file opens with, the .txt files through `Report` and dedup_scale.json as keys."""
+    load = os.getloadavg()
+    return {
+        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        "commit": _git_commit(),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, load average at start "
+                   f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, python {platform.python_version()}",
+    }
+
+
 class Report:
     """Measurements and VERDICT lines of one benchmark script, and its results file.
 
@@ -88,15 +101,8 @@ class Report:
         self.lines: list[str] = []
         self.verdicts: list[str] = []
         self.quick: list[str] = []
-        load = os.getloadavg()
-        self.header = [
-            f"# bench/{self.name}.py: written by the script itself (do not edit by hand)",
-            f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}",
-            f"commit: {_git_commit()}",
-            f"date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}",
-            f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores, load average at start "
-            f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, python {platform.python_version()}",
-        ]
+        self.header = [f"# bench/{self.name}.py: written by the script itself (do not edit by hand)",
+                       *(f"{k}: {v}" for k, v in provenance().items())]
         for h in self.header:
             print(h, flush=True)
 

@@ -43,6 +43,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import _common as C  # noqa: E402
 
 from data_pipeline.dedup.minhash import shingle_hashes  # noqa: E402
 from data_pipeline.shards import mark_done, write_json_atomic, write_shard  # noqa: E402
@@ -352,10 +355,13 @@ def _se_diff(a: list[float], b: list[float]) -> float:
     return var ** 0.5
 
 
+PROVENANCE: dict[str, str] = {}  # command, commit, date, machine: taken once at the start (main)
+
+
 def _save(table: list, rss: dict, lines: list[str], times: dict, complete: bool) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "dedup_scale.json").write_text(json.dumps(
-        {"complete": complete, "command": " ".join(sys.argv), "table": table, "ray_s": times.get("ray"),
+        {"complete": complete, **PROVENANCE, "table": table, "ray_s": times.get("ray"),
          "pool_s": times.get("pool"), "rss_mb": rss, "verdicts": lines}, indent=1, default=float))
 
 
@@ -448,6 +454,7 @@ def main() -> int:
                     "small machine: CPU-time figures stay per size)")
     ap.add_argument("--quick", action="store_true", help="sizes 4000,16000,64000, 2000 docs per shard")
     args = ap.parse_args()
+    PROVENANCE.update(C.provenance())
     if args.quick:
         args.sizes, args.docs_per_shard = "4000,16000,64000", 2000
     sizes = [int(s) for s in args.sizes.split(",")]

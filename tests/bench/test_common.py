@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -45,3 +46,16 @@ def test_quick_run_prints_verdicts_but_writes_nothing(results, capsys):
     assert rep.finish() == 0
     assert not (results / "example.txt").exists()
     assert "VERDICT speed: ours=3 peer=1 ratio=3 goal=2 pass" in capsys.readouterr().out
+
+
+def test_dedup_scale_json_carries_command_commit_date_machine(tmp_path, monkeypatch):
+    """dedup_scale.json is written outside `Report`; it must still say where and from what it came."""
+    import dedup_scale
+
+    monkeypatch.setattr(dedup_scale, "RESULTS", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["bench/dedup_scale.py", "--quick"])
+    dedup_scale.PROVENANCE.update(C.provenance())
+    dedup_scale._save([], {}, ["VERDICT x: ours=1 peer=1 ratio=1 goal=1 pass"], {}, complete=True)
+    saved = json.loads((tmp_path / "dedup_scale.json").read_text())
+    assert saved["command"].endswith("bench/dedup_scale.py --quick") and saved["commit"] and saved["date"]
+    assert "cores, load average at start" in saved["machine"]
