@@ -1,4 +1,5 @@
-"""On a real local Slurm (2 nodes): a data-stage job array, and a 2-node DeepSpeed training job that is
+"""On a real local Slurm (2 nodes): the data path as chained job arrays (clean -> dedup stages -> tokenizer ->
+tokenize -> manifest), and a 2-node DeepSpeed training job that is
 preempted (grace signal), checkpoints, requeues itself and finishes from the checkpoint."""
 
 from __future__ import annotations
@@ -34,16 +35,20 @@ def test_clean_job_array_cleans_four_shards(slurm_cluster, tmp_path):
     clean_script = stages[0][1]
     assert "#SBATCH --array=0-3%2" in clean_script.read_text()
     job = slurm.submit(clean_script)
-    # The dedup stage arrays, then dedup report + tokenizer, each waiting on the previous job with afterok, as
-    # pipeline-slurm chains them.
+    # The dedup stage arrays, dedup report + tokenizer, the tokenize array and the manifest job, each waiting on
+    # the previous job with afterok, as pipeline-slurm chains them: the whole data path on Slurm.
     prev = job
+    submitted = {}
     for stage, path, _ in stages[1:]:
-        prev = slurm.submit(path, after=[prev])
-        if stage == "dedup+tokenizer":
+        if stage == "train":  # the chain's last job; training on Slurm is the next test
             break
-    prep_job = prev
+        prev = submitted[stage] = slurm.submit(path, after=[prev])
+    assert list(submitted)[-3:] == ["dedup+tokenizer", "tokenize", "manifest"], list(submitted)
+    prep_job = submitted["dedup+tokenizer"]
     assert slurm_cluster.job_fields(prep_job).get("Reason") in ("Dependency", "None", "Resources", "Priority")
-    deadline = time.monotonic() + 150
+    # Generous waits: ~30 chained jobs (one per dedup step), each a Python start; beside the chaos test on the other
+    # xdist worker the prep job took 140 s (a 120 s wait failed in CI). Correctness is checked here, not speed.
+    deadline = time.monotonic() + 300
     states: dict[str, str] = {}
     while time.monotonic() < deadline:
         states = slurm_cluster.array_states(job)
@@ -57,11 +62,16 @@ def test_clean_job_array_cleans_four_shards(slurm_cluster, tmp_path):
     assert len(list((tmp_path / "run" / "slurm").glob("arr-clean-*_*.out"))) == 4  # one log per task
     st = launch_cli("status", job)
     assert st.returncode == 0 and st.stdout.count("COMPLETED") == 4, st.stdout + st.stderr
-    prep = slurm_cluster.wait_state(prep_job, {"COMPLETED", "FAILED", "CANCELLED"}, 120)
+    prep = slurm_cluster.wait_state(prep_job, {"COMPLETED", "FAILED", "CANCELLED"}, 400)
     assert prep["JobState"] == "COMPLETED", "\n".join(p.read_text()[-2000:] for p in sorted((tmp_path / "run" / "slurm").glob("arr-*.out")))
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").is_file()
     dedup = json.loads((tmp_path / "run" / "dedup" / "dedup_stats.json").read_text())
     assert dedup["tasks"]["dedup-signatures"] == 4 and dedup["docs_in"] > 0  # every stage ran as array tasks
+    last = slurm_cluster.wait_state(submitted["manifest"], {"COMPLETED", "FAILED", "CANCELLED"}, 300)
+    assert last["JobState"] == "COMPLETED", "\n".join(p.read_text()[-2000:] for p in sorted((tmp_path / "run" / "slurm").glob("*.out")))
+    manifest = json.loads((tmp_path / "run" / "tokens" / "manifest.json").read_text())
+    assert manifest["complete"] and manifest["missing_shards"] == 0
+    assert manifest["totals"]["docs"] > 0 and manifest["totals"]["tokens"] > 0, manifest["totals"]
 
 
 def _checkpoint_steps(run: Path) -> list[int]:
