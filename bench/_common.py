@@ -67,8 +67,9 @@ def _fmt(x: float) -> str:
 def _git_commit() -> str:
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+        # bench/results/ is excluded: within one `make bench` the earlier scripts' results are outputs, not code.
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)bench/results"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     except OSError:
         return "unknown (no git)"
     return (sha or "unknown") + (" + uncommitted changes" if dirty else "")

@@ -59,3 +59,24 @@ def test_dedup_scale_json_carries_command_commit_date_machine(tmp_path, monkeypa
     saved = json.loads((tmp_path / "dedup_scale.json").read_text())
     assert saved["command"].endswith("bench/dedup_scale.py --quick") and saved["commit"] and saved["date"]
     assert "cores, load average at start" in saved["machine"]
+
+
+def test_results_written_earlier_in_the_same_bench_run_do_not_mark_the_tree_dirty(tmp_path, monkeypatch):
+    """`make bench` runs the scripts one after another: the results files the first ones rewrote are outputs, not
+    uncommitted code, so later scripts must still name a clean commit (a changed source file still counts)."""
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "a.txt").write_text("old\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "c")
+    monkeypatch.setattr(C, "ROOT", tmp_path)
+    (tmp_path / "bench" / "results" / "a.txt").write_text("new\n")
+    assert "uncommitted" not in C._git_commit()
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert C._git_commit().endswith(" + uncommitted changes")
