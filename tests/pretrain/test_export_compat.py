@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from launch.side_venv import ensure_venv
+
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,14 +64,7 @@ def _pip_list(python: Path) -> str:
 @pytest.fixture(scope="module")
 def old_python() -> Path:
     """The cached venv with the oldest supported transformers (built here when missing: needs PyPI)."""
-    python = VENV / "bin" / "python"
-    stamp = VENV / ".installed"
-    if not (stamp.is_file() and stamp.read_text() == " ".join(REQUIREMENTS)):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-        res = subprocess.run([str(python), "-m", "pip", "install", "-q", *REQUIREMENTS], capture_output=True,
-                             text=True, timeout=1800)  # fmt: skip
-        assert res.returncode == 0, f"could not build {VENV}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-        stamp.write_text(" ".join(REQUIREMENTS))
+    python = ensure_venv(VENV, REQUIREMENTS, probe="import torch, transformers")
     listing = _pip_list(python).lower()
     assert "nvidia" not in listing, "the compat venv pulled CUDA wheels"
     return python
