@@ -32,7 +32,7 @@ def ensure_venv(path: Path, requirements: list[str], probe: str | None = None, t
     python = path / "bin" / "python"
     stamp = path / ".installed"
     want = json.dumps(requirements)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
+    with open(path.parent / f"{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
         if stamp.is_file() and stamp.read_text() == want and _probe_ok(python, probe):
             return python
