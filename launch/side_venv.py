@@ -12,6 +12,7 @@ import fcntl
 import json
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -22,16 +23,21 @@ def _probe_ok(python: Path, probe: str | None) -> bool:
     return probe is None or subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 0
 
 
-def ensure_venv(path: Path, requirements: list[str], probe: str | None = None, timeout: int = 1800) -> Path:
+def ensure_venv(path: Path, requirements: list[str], probe: str | None = None, timeout: int = 1800,
+                layered: bool = False) -> Path:
     """The venv's python, building `path` with `requirements` (pip specs) when missing, changed or failing `probe`.
 
     On a CPU-only machine put `torch==<version>` first in `requirements` when anything in them depends on torch,
-    else pip resolves the CUDA build. Raises RuntimeError naming the venv when pip or the probe fails."""
+    else pip resolves the CUDA build. `layered`: the venv also sees this interpreter's packages (a .pth file
+    appends its site-packages after the venv's own), so pip installs only what is missing there and the venv's own
+    versions win; pip never uninstalls from the base ("outside environment"). Raises RuntimeError naming the venv
+    when pip or the probe fails."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     python = path / "bin" / "python"
     stamp = path / ".installed"
-    want = json.dumps(requirements)
+    want = json.dumps({"requirements": requirements, "layered_on": sysconfig.get_paths()["purelib"]} if layered
+                      else requirements)  # fmt: skip
     with open(path.parent / f"{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
         if stamp.is_file() and stamp.read_text() == want and _probe_ok(python, probe):
@@ -40,6 +46,10 @@ def ensure_venv(path: Path, requirements: list[str], probe: str | None = None, t
         if path.exists():
             log = (path / "builds.log").read_text() if (path / "builds.log").is_file() else ""
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(path)], check=True)
+        if layered:
+            own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+            (Path(own) / "_layered_on_base.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
         if requirements:
             res = subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements], capture_output=True,
                                  text=True, timeout=timeout)  # fmt: skip

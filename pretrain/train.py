@@ -262,6 +262,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     device = engine.device
     stop = StopRequested()
     step, tokens_seen, bad_steps, last_loss, elapsed_s = 0, 0, 0, float("nan"), 0.0
+    restore_s = None  # a resumed run logs the loader's latency from its saved state to the first batch in hand
     if tag is not None:
         current = resume_diff.schedule_snapshot(scheduler)  # loading restores the checkpoint's schedule
         state = ckpt.load_checkpoint(engine, load_dir, tag)
@@ -269,7 +270,9 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         step, tokens_seen = state["step"], state["tokens_seen"]
         last_loss = state.get("loss", last_loss)
         elapsed_s = float(state.get("elapsed_s", 0.0))  # the time-budget clock continues where it stopped
+        t_restore = time.perf_counter()
         train_loader.load_state_dict(state["loader"])
+        restore_s = time.perf_counter() - t_restore  # iter() and the wait for the first batch add to it below
         if rank == 0:
             print(f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
                   f"lr now {scheduler.get_last_lr()[0]:.6g})", flush=True)
@@ -304,7 +307,10 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
 
     # --- the loop -------------------------------------------------------------------------------------------
     engine.train()
+    t_iter = time.perf_counter()
     batches = iter(train_loader)
+    resume_first_batch_s = None if restore_s is None else restore_s + (time.perf_counter() - t_iter)
+    first_batch_pending = resume_first_batch_s is not None
     sync = StepSync(device, rank)
     output_metrics = OutputMetrics()  # the objective's own figures, if its model output carries any
     preempted, finished = False, clock.finished(step)
@@ -321,6 +327,9 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             with _rng_isolated():  # worker start-up and collation must not shift the dropout RNG stream
                 host_batch = next(batches)
             waited = time.perf_counter() - t_wait
+            if first_batch_pending:
+                resume_first_batch_s += waited
+                first_batch_pending = False
             n_tok = _count_tokens(host_batch)
             batch = _to_device(host_batch, device)
             output = engine(**batch)
@@ -370,6 +379,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
                 **meter.report(),
                 **output_metrics.report(),
             }
+            if resume_first_batch_s is not None:  # the first row after a resume only
+                stats["resume_first_batch_s"], resume_first_batch_s = resume_first_batch_s, None
             logger.log(step, stats)
             bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
                             tok_s=f"{stats['tokens_per_s']:.0f}", mfu=f"{stats['mfu']:.1%}")

@@ -29,7 +29,6 @@ LONG_TESTS = {
     "tests/pretrain/test_resume_safety.py::test_config_changes_on_resume_are_applied_or_refused": 155,
     "tests/pretrain/test_train_deepspeed.py::test_roberta_zero2_train_checkpoint_resume_export": 135,
     "tests/pretrain/test_time_budget.py::test_budget_clock_survives_preemption_and_resume": 120,
-    "tests/pretrain/test_world_size_change.py::test_two_to_one_to_two_ranks": 110,
 }
 
 

@@ -34,7 +34,7 @@ batch: {{global_batch_size: 8, micro_batch_size: 4}}
 schedule: {{total_steps: 20, warmup_steps: 2}}
 checkpoint: {{every_steps: 5, keep_last: 2}}
 eval: {{every_steps: 1000, max_batches: 1}}
-logging: {{every_steps: 1, tensorboard: false, progress_bar: false, peak_flops: 1.0e+12}}
+logging: {{every_steps: 1, tensorboard: false, progress_bar: false, peak_flops: 1.0e+12, plots: false}}
 launch: {{launcher: torchrun, nodes: 2, procs_per_node: 1, backend: gloo}}
 """
 

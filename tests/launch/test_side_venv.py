@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,14 @@ def test_stale_or_changed_requirements_rebuild(tmp_path):
     with pytest.raises(RuntimeError, match="import this_module_does_not_exist_anywhere"):
         ensure_venv(venv, [], probe="import this_module_does_not_exist_anywhere")
     assert (venv / "builds.log").read_text().count("built") == 2  # a failing probe rebuilds, then names itself
+
+
+def test_layered_venv_sees_the_base_packages_after_its_own(tmp_path):
+    plain = ensure_venv(tmp_path / "plain", [])
+    assert subprocess.run([str(plain), "-c", "import yaml"], capture_output=True).returncode != 0
+    python = ensure_venv(tmp_path / "layered", [], probe="import yaml, pydantic", layered=True)
+    paths = json.loads(subprocess.run([str(python), "-c", "import json, sys; print(json.dumps(sys.path))"],
+                                      capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    own = next(i for i, p in enumerate(paths) if p.startswith(str(tmp_path / "layered")))
+    base = paths.index(sysconfig.get_paths()["purelib"])
+    assert own < base  # what the venv installs itself shadows the base's version

@@ -8,6 +8,7 @@ each run its own checkpoint folder and read the shared tokens.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# plots: false: rendering the PNG curves costs each finished run ~1.4 s CPU (matplotlib); the tests that check
+# them switch it on (logging.plots=true).
 RUN_YAML = """\
 inherit: [{root}/configs/{family}-tiny.yaml]
 run: {{name: it-{family}, output_dir: {out}}}
@@ -33,7 +36,7 @@ schedule: {{total_steps: 8, warmup_steps: 2}}
 checkpoint: {{every_steps: 4, keep_last: 2}}
 eval: {{every_steps: 4, max_batches: 2}}
 loader: {{num_workers: 1}}
-logging: {{every_steps: 2, progress_bar: false, peak_flops: 1.0e+11}}
+logging: {{every_steps: 2, progress_bar: false, peak_flops: 1.0e+11, plots: false}}
 finetune: {{source: bbc, epochs: 1, batch_size: 16, max_length: 64}}
 """
 
@@ -44,8 +47,18 @@ def child_env() -> dict[str, str]:
 
 
 def run_module(args: list[str], timeout: int = 300, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run([sys.executable, *args], cwd=ROOT, env=child_env(), capture_output=True, text=True,
-                         timeout=timeout)
+    """`python <args>` in its own session: on a timeout the whole process group (torchrun and its ranks) is
+    killed, not only the parent, and the error shows what the run printed until then."""
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{args} still running after {timeout} s (killed)\n--- stdout\n{out[-4000:]}\n"
+                             f"--- stderr\n{err[-6000:]}") from None
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check and res.returncode != 0:
         raise AssertionError(f"{args} exited {res.returncode}\n--- stdout\n{res.stdout[-4000:]}\n"
                              f"--- stderr\n{res.stderr[-6000:]}")

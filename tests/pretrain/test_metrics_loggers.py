@@ -3,13 +3,21 @@ the same rows when switched on, and nothing of theirs runs when they are off (th
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
+from launch.side_venv import ensure_venv
 from pretrain.metrics import MetricsLogger
 from runconfig import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+MLFLOW_VENV = ROOT / ".venv-mlflow"
 
 
 def _cfg(tmp_path, *overrides):
@@ -87,16 +95,44 @@ def _wandb_history(path):
     return rows
 
 
+MLFLOW_CHECK = """
+import json, sys
+from pathlib import Path
+import mlflow
+from pretrain.metrics import MetricsLogger
+from runconfig import load_config
+from tests.pretrain.test_metrics_loggers import _log_some
+tmp = Path(sys.argv[1])
+cfg = load_config("configs/roberta-tiny.yaml", [f"run.output_dir={tmp}/run", "logging.mlflow.enabled=true",
+                  "logging.tensorboard=false", "logging.jsonl=false"])
+_log_some(MetricsLogger.from_config(cfg, tmp / "logs", True))
+uri = (tmp / "logs" / "mlruns").resolve().as_uri()  # the default: a local store in the run folder
+client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+(run,) = client.search_runs([client.get_experiment_by_name("lmstack").experiment_id])
+print(json.dumps({"name": run.info.run_name, "want_name": cfg.run.name, "family": run.data.params["model.family"],
+                  "loss": [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")],
+                  "ppl": [m.value for m in client.get_metric_history(run.info.run_id, "eval/perplexity")]}))
+"""
+
+
 def test_mlflow_local_file_store(tmp_path):
-    mlflow = pytest.importorskip("mlflow")
-    cfg = _cfg(tmp_path, "logging.mlflow.enabled=true", "logging.tensorboard=false", "logging.jsonl=false")
-    logger = MetricsLogger.from_config(cfg, tmp_path / "logs", True)
-    _log_some(logger)
-    uri = (tmp_path / "logs" / "mlruns").resolve().as_uri()  # the default: a local store in the run folder
-    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name("lmstack")
-    (run,) = client.search_runs([exp.experiment_id])
-    assert run.info.run_name == cfg.run.name and run.data.params["model.family"] == "roberta"
-    hist = client.get_metric_history(run.info.run_id, "train/loss")
-    assert [(m.step, m.value) for m in hist] == [(10, 4.0), (20, 3.0)]
-    assert client.get_metric_history(run.info.run_id, "eval/perplexity")[0].value == 90.0
+    """MLflow lives in a side venv layered on the test venv (built once, cached): installed in the test venv
+    itself, `import deepspeed` imports it in every training rank of the suite (deepspeed.autotuning does, ~1.2 s
+    CPU each), which is what a default install (mlflow is the optional `lmstack[mlflow]`) never pays."""
+    python = ensure_venv(MLFLOW_VENV, ["mlflow-skinny>=2.10"], probe="import mlflow, torch, pretrain",
+                         layered=True)  # fmt: skip
+    res = subprocess.run([str(python), "-c", MLFLOW_CHECK, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["name"] == got["want_name"] and got["family"] == "roberta"
+    assert got["loss"] == [[10, 4.0], [20, 3.0]] and got["ppl"] == [90.0]
+
+
+def test_mlflow_missing_names_the_extra(tmp_path):
+    """In the test venv (as in a default install) mlflow is absent: switching it on says what to install."""
+    if importlib.util.find_spec("mlflow") is not None:
+        pytest.skip("mlflow is installed here")
+    cfg = _cfg(tmp_path, "logging.mlflow.enabled=true")
+    with pytest.raises(RuntimeError, match=r"pip install 'lmstack\[mlflow\]'"):
+        MetricsLogger.from_config(cfg, tmp_path / "logs", True)

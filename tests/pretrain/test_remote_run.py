@@ -52,7 +52,7 @@ def test_train_checkpoints_to_s3_and_resumes_from_the_bucket(remote_run, tmp_pat
 
     shutil.rmtree(stage)  # the local cache is gone (another node, a wiped scratch disk)
     res = torchrun(remote_run["config"], [f"run.output_dir={URL}", f"run.local_dir={stage}",
-                                          "schedule.total_steps=12"])  # fmt: skip
+                                          "schedule.total_steps=12", "logging.plots=true"])  # fmt: skip
     log = res.stdout + res.stderr
     assert "resumed from" in log and "at step 8" in log, log[-3000:]
     fs.invalidate_cache()

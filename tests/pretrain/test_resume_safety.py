@@ -37,30 +37,30 @@ def test_damaged_checkpoints_fall_back_then_stop_without_requeue(roberta_run, tm
     out = isolated(roberta_run, tmp_path)
     run = Path(out.split("=", 1)[1])
     ckpts = run / "checkpoints"
-    torchrun(roberta_run, [out, *BASE, "schedule.total_steps=8"])
-    assert complete_tags(ckpts) == ["step00000004", "step00000008"]
+    torchrun(roberta_run, [out, *BASE, "schedule.total_steps=12"])
+    assert complete_tags(ckpts) == ["step00000004", "step00000008", "step00000012"]
 
-    # 1. truncated model states in the newest checkpoint: skipped with a warning, the previous one is used
-    states = ckpts / "step00000008" / "mp_rank_00_model_states.pt"
+    # Two kinds of damage, one restart: truncated model states in the newest checkpoint, and a missing per-rank
+    # RNG file in the one before (it used to give a silently inexact resume). Both are skipped with a warning
+    # naming the file; the run resumes from the newest undamaged checkpoint.
+    states = ckpts / "step00000012" / "mp_rank_00_model_states.pt"
     states.write_bytes(states.read_bytes()[:1000])
-    res = torchrun(roberta_run, [out, *BASE, "schedule.total_steps=8"])
-    text = res.stdout + res.stderr
-    assert "skipping damaged checkpoint" in text and "step00000008: mp_rank_00_model_states.pt: 1000 bytes" in text
-    assert f"resumed from {ckpts / 'step00000004'} at step 4" in text
-
-    # 2. a missing per-rank RNG file is damage too (it used to give a silently inexact resume)
     (ckpts / "step00000008" / "rng_rank00001.pt").unlink()
-    res = torchrun(roberta_run, [out, *BASE, "schedule.total_steps=8"])
+    res = torchrun(roberta_run, [out, *BASE, "schedule.total_steps=12"])
     text = res.stdout + res.stderr
-    assert "step00000008: rng_rank00001.pt: missing" in text and "at step 4" in text
+    assert "skipping damaged checkpoint" in text and "step00000012: mp_rank_00_model_states.pt: 1000 bytes" in text
+    assert "step00000008: rng_rank00001.pt: missing" in text
+    assert f"resumed from {ckpts / 'step00000004'} at step 4" in text
+    assert complete_tags(ckpts) == ["step00000004", "step00000008", "step00000012"]
 
-    # every checkpoint damaged (an optimizer shard zeroed, one deleted): a clear stop, a code Slurm never requeues
+    # every checkpoint damaged (optimizer shards zeroed, one deleted): a clear stop, a code Slurm never requeues
     for tag, name in (("step00000004", "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
-                      ("step00000008", "zero_pp_rank_0_mp_rank_00_optim_states.pt")):
+                      ("step00000008", "zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+                      ("step00000012", "zero_pp_rank_1_mp_rank_00_optim_states.pt")):
         shard = ckpts / tag / name
         shard.write_bytes(bytes(shard.stat().st_size))
     (ckpts / "step00000008" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").unlink()
-    res = _train_1rank(roberta_run, [out, *BASE, "schedule.total_steps=8"])
+    res = _train_1rank(roberta_run, [out, *BASE, "schedule.total_steps=12"])
     assert res.returncode == CANNOT_CONTINUE_EXIT_CODE != 75, res.stderr[-3000:]
     assert "no usable checkpoint left" in res.stderr and "checksum differs" in res.stderr
     assert "Traceback" not in res.stderr

@@ -73,7 +73,7 @@ def _export_and_check(config: Path, out_override: str, family: str) -> dict:
 def test_roberta_zero2_train_checkpoint_resume_export(roberta_run, tmp_path):
     out = isolated(roberta_run, tmp_path)
     run_dir = Path(out.split("=", 1)[1])
-    torchrun(roberta_run, [out])
+    torchrun(roberta_run, [out, "logging.plots=true"])
     ckpts = run_dir / "checkpoints"
     assert complete_tags(ckpts) == ["step00000004", "step00000008"]
     assert (ckpts / "latest").read_text() == "step00000008"
@@ -92,6 +92,10 @@ def test_roberta_zero2_train_checkpoint_resume_export(roberta_run, tmp_path):
     assert "resumed from" in res.stdout + res.stderr and "step 8" in res.stdout + res.stderr
     assert "[train] lr_scaling: none (peak LR 0.001 = optim.lr" in res.stdout  # the training log says the rule
     assert complete_tags(ckpts) == ["step00000008", "step00000012"]  # keep_last: 2
+    rows = [json.loads(x) for x in (run_dir / "logs" / "metrics.jsonl").read_text().splitlines()]
+    resumed = [r for r in rows if r["split"] == "train" and "resume_first_batch_s" in r]
+    # The resumed run's first row says how long the loader took from its saved state to the first batch in hand.
+    assert [r["step"] for r in resumed] == [10] and 0 < resumed[0]["resume_first_batch_s"] < 30, resumed
 
     info = _export_and_check(roberta_run, out, "roberta")
     assert info["class"] == "RobertaForMaskedLM" and info["heads"] == [[2, 5], [2, info["heads"][1][1], 3]]

@@ -1,5 +1,6 @@
-"""Resume at another world size, checked on the model (issue 12, item 17): a ZeRO-2 run on 2 ranks stopped at
-step 4, resumed on 1 rank to step 8 and back on 2 ranks to step 12, against an uninterrupted 2-rank run:
+"""Resume at another world size through DeepSpeed's universal checkpoint, checked on the model (issue 12, item
+17): a ZeRO-2 run on 2 ranks stopped at step 4, resumed on 1 rank to step 8 (grad-accum doubled, so the global
+batch stays 8) and back on 2 ranks to step 12, against an uninterrupted 2-rank run:
 the same samples in the same global order, Adam moments carried through the universal conversion, and the
 loss curve after each resume within a stated tolerance (the reduction order differs, so not bit-exact)."""
 
@@ -43,10 +44,13 @@ def zero2_moments(folder: Path, key: str) -> dict[str, torch.Tensor]:
     return out
 
 
+def _client_state(ckpts: Path, step: int) -> dict:
+    return torch.load(ckpts / f"step{step:08d}" / "mp_rank_00_model_states.pt", map_location="cpu",
+                      weights_only=False)
+
+
 def _consumed(ckpts: Path, step: int) -> int:
-    state = torch.load(ckpts / f"step{step:08d}" / "mp_rank_00_model_states.pt", map_location="cpu",
-                       weights_only=False)
-    return state["loader"]["consumed_samples"]
+    return _client_state(ckpts, step)["loader"]["consumed_samples"]
 
 
 def _global_order(config: Path, out: str, segments: list[tuple[int, int, int, int]]) -> list[list[tuple]]:
@@ -88,6 +92,10 @@ def test_two_to_one_to_two_ranks_matches_uninterrupted_run(roberta_run, tmp_path
     ckpts = cut_run / "checkpoints"
     segments = [(0, 4, 2, 0), (4, 8, 1, _consumed(ckpts, 4)), (8, 12, 2, _consumed(ckpts, 8))]
     assert _consumed(ckpts, 12) == _consumed(ref_run / "checkpoints", 12) == 12 * 8
+    assert (ckpts / "step00000008_universal").is_dir()
+    for step, world, accum in ((4, 2, 2), (8, 1, 4), (12, 2, 2)):  # the plan each segment ran with
+        plan = _client_state(ckpts, step)["plan"]
+        assert (plan["world_size"], plan["grad_accum"]) == (world, accum), (step, plan)
     assert _global_order(roberta_run, cut_out, segments) == _global_order(roberta_run, ref_out, [(0, 12, 2, 0)])
     assert [ref[s]["lr"] for s in ref] == pytest.approx([cut[s]["lr"] for s in ref], rel=1e-12)
     for s in (1, 2, 3, 4):  # before the first resume the runs are the same run
