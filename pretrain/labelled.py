@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,6 +153,25 @@ def _source_rows(cfg: RunConfig, task: FinetuneTask, key: str) -> list[Row]:
     return sorted(rows)
 
 
+def text_repair(cfg: RunConfig) -> Callable[[str], str] | None:
+    """The unicode repair the pretraining corpus got (data.clean's `unicode` filter with its settings), for the
+    labelled text; None when `finetune.repair_text` is off or pretraining had no such step."""
+    from data_pipeline.document import Document
+    from data_pipeline.filters.registry import filter_specs, get_filter
+
+    spec = next((s for s in filter_specs(cfg.data.clean) if s.name == "unicode"), None)
+    fixer = get_filter("unicode").build(cfg.data.clean, spec.params) if spec and cfg.finetune.repair_text else None
+    if fixer is None:
+        return None
+
+    def repair(text: str) -> str:
+        doc = Document(id="", text=text)
+        fixer(doc)  # its keep/drop verdict is for corpus cleaning: a labelled example is never dropped here
+        return doc.text
+
+    return repair
+
+
 def load_task(cfg: RunConfig, index: int) -> TaskData:
     task = cfg.finetune.tasks[index]
     key = f"finetune.tasks.{index}"
@@ -187,6 +207,9 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
         if not test:
             train, test = split_by_id(train, task.test_fraction, f"{task.name}/test")
         origin = "files: " + ", ".join(files)
+    repair = text_repair(cfg)
+    if repair is not None:
+        train, dev, test = ([(i, repair(t), y) for i, t, y in rows] for rows in (train, dev, test))
     train = cap_by_id(train, task.max_train_examples, f"{task.name}/cap")
     test = cap_by_id(test, task.max_test_examples, f"{task.name}/cap")
     if not dev:

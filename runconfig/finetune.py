@@ -65,6 +65,9 @@ class FinetuneConfig(Section):
     long_inputs: Literal["head_tail", "truncate", "sliding_window"] = "head_tail"
     head_fraction: float = Field(0.25, ge=0, le=1)
     window_stride: float = Field(0.5, gt=0, le=1)  # sliding_window: stride as a fraction of max_length
+    # Labelled text gets the pretraining corpus's unicode repair (data.clean's `unicode` filter, its settings), so
+    # fine-tuning sees the characters pretraining saw ("didn't", not "didn&#039;t"); off: the files' text as is.
+    repair_text: bool = True
     probe: bool = True  # frozen-feature probe: mean-pooled last hidden state -> logistic regression
     arms: list[Literal["pretrained", "random"]] = Field(default_factory=lambda: ["pretrained", "random"], min_length=1)
     eval_batch_size: int = Field(64, gt=0)

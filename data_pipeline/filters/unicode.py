@@ -20,7 +20,8 @@ class UnicodeFixer:
 
     def __call__(self, doc: Document) -> tuple[bool, str | None]:
         text = doc.text
-        if self.fix_text and not text.isascii():
+        # ftfy is slow, so plain ASCII skips it, unless it may hold an HTML entity ("didn&#039;t" in scraped text).
+        if self.fix_text and (not text.isascii() or ("&" in text and ";" in text)):
             text = ftfy.fix_text(text, config=self.ftfy_cfg)
         elif self.fix_text:
             text = ftfy.fixes.remove_control_chars(text) if "\x00" in text or "\x1b" in text else text

@@ -79,6 +79,17 @@ def test_langid_and_unicode():
     assert UnicodeFixer()(d) == (True, None) and d.text == "The café served crème brûlée."
 
 
+def test_unicode_repair_unescapes_html_entities_in_ascii_text():
+    """Scraped text often carries HTML entities in otherwise plain ASCII ("didn&#039;t"): ftfy unescapes them,
+    and the ASCII fast path must not skip that (it did: entities reached the tokenizer)."""
+    d = doc("I didn&#039;t sleep &amp; felt &quot;awful&quot;, it&rsquo;s gone now.")
+    assert UnicodeFixer()(d) == (True, None) and d.text == "I didn't sleep & felt \"awful\", it's gone now."
+    markup = doc("if a &lt; b then <b>bold</b> &amp; more")  # looks like HTML: ftfy leaves entities alone
+    assert UnicodeFixer()(markup) == (True, None) and markup.text == "if a &lt; b then <b>bold</b> &amp; more"
+    plain = doc("AT&T; rock & roll")
+    assert UnicodeFixer()(plain) == (True, None) and plain.text == "AT&T; rock & roll"
+
+
 def test_charset_decisions():
     html = "<html><head><meta charset='utf-8'></head><body>Zürich</body></html>"
     assert decode_html(html.encode("utf-8"), "text/html; charset=iso-8859-1")[1:] == ("utf-8", "utf8-over-declared")

@@ -167,6 +167,20 @@ def test_split_never_moves_with_seed_and_files_are_used_as_given(tmp_path, monke
     assert len(c.test) == len(rows[::3]) and len(c.dev) == len(rows[1::5]) and len(c.train) == 30 + 20
 
 
+def test_labelled_text_gets_the_pretraining_unicode_repair(tmp_path):
+    """Fine-tune text goes through the same repair as the pretraining corpus (data.clean.unicode), so the model
+    sees "didn't" where the file says "didn&#039;t" (as in the UCI drug reviews); switchable per run."""
+    rows = [(f"{i}", f"It didn&#039;t help &amp; I&rsquo;m tired {i}", "neg" if i % 2 else "pos") for i in range(40)]
+    path = _write_csv(tmp_path / "t.tsv", rows, delimiter="\t")
+    data = load_task(_task_cfg("roberta-tiny", TINY, train=str(path)), 0)
+    texts = [r[1] for r in data.train + data.dev + data.test]
+    assert len(texts) == 40 and all(t.startswith("It didn't help & I'm tired ") for t in texts)
+    raw = load_task(_task_cfg("roberta-tiny", [*TINY, "finetune.repair_text=false"], train=str(path)), 0)
+    assert all("&#039;" in r[1] for r in raw.train + raw.dev + raw.test)
+    off = load_task(_task_cfg("roberta-tiny", [*TINY, "data.clean.unicode.enabled=false"], train=str(path)), 0)
+    assert all("&amp;" in r[1] for r in off.train + off.dev + off.test)  # no repair in pretraining: none here
+
+
 def test_example_caps_take_a_fixed_subset_of_large_tasks(tmp_path):
     """`max_train_examples` / `max_test_examples` (HF run_glue's max_train_samples / max_predict_samples): a
     fixed subset chosen by id hash, the same for every seed, and the dev slice taken from the capped train."""
