@@ -19,6 +19,7 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from transformers import (
     AutoTokenizer,
     PreTrainedTokenizerBase,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
     set_seed,
 )
@@ -227,28 +229,67 @@ def planned_steps(n_train: int, ft: FinetuneConfig) -> int:
     return max(math.ceil(ft.epochs * math.ceil(n_train / ft.batch_size)), ft.min_steps)
 
 
+class BestOnDev(TrainerCallback):
+    """Dev-based checkpoint selection (the Trainer's `load_best_model_at_end` with dev accuracy as the metric):
+    scores the dev split at `at_steps` and keeps a copy of the best weights (ties: the later step). Our own
+    callback because the Trainer's evaluation loop scores windows, not examples, and cannot rank label strings
+    for text-to-text; the copy is held in memory rather than as checkpoint folders (small models, many runs)."""
+
+    def __init__(self, score: Callable[[torch.nn.Module], float], at_steps: set[int]):
+        self.score = score
+        self.at_steps = at_steps
+        self.best: float = -1.0
+        self.best_step = 0
+        self.by_step: dict[int, float] = {}
+        self.weights: dict[str, torch.Tensor] | None = None
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step in self.at_steps:
+            acc = self.score(model)  # _predict puts the model in eval mode; the Trainer sets train() every step
+            self.by_step[state.global_step] = acc
+            if acc >= self.best:
+                self.best, self.best_step = acc, state.global_step
+                self.weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return control
+
+
+def dev_eval_steps(total: int, n: int) -> set[int]:
+    """`n` evaluation points evenly spaced over `total` steps, the last step always among them."""
+    return {max(1, round(total * k / n)) for k in range(1, n + 1)} if n > 0 else set()
+
+
 def fine_tune_once(arms: Arms, arm: str, tok, train: Encoded, evals: dict[str, Encoded], lr: float, seed: int,
                    ft: FinetuneConfig, out_dir: Path, label_ids, save_model: bool = False) -> dict[str, float]:
-    """One Trainer run; returns accuracy on each of `evals`."""
+    """One Trainer run; returns accuracy on each of `evals`. With `finetune.dev_evals` > 0 the weights scored
+    best on `evals["dev"]` are the ones evaluated (and saved)."""
+    steps = planned_steps(len(train.features), ft)  # the same count as epochs give, or min_steps
     args = TrainingArguments(
-        output_dir=str(out_dir), learning_rate=lr, num_train_epochs=ft.epochs,
-        max_steps=planned_steps(len(train.features), ft),  # the same count as epochs give, or min_steps
+        output_dir=str(out_dir), learning_rate=lr, num_train_epochs=ft.epochs, max_steps=steps,
         per_device_train_batch_size=ft.batch_size, weight_decay=ft.weight_decay, warmup_steps=ft.warmup_ratio,
         lr_scheduler_type="linear", seed=seed, data_seed=seed, save_strategy="no", eval_strategy="no",
         logging_strategy="no", report_to=[], disable_tqdm=True, use_cpu=not torch.cuda.is_available(),
         dataloader_num_workers=0, remove_unused_columns=False, max_grad_norm=1.0,
     )
+    select = None
+    if ft.dev_evals > 0 and "dev" in evals and len(evals["dev"].gold):
+        dev = evals["dev"]
+        select = BestOnDev(lambda m: float((_predict(m, tok, dev, ft, arms.text_to_text, label_ids) == dev.gold)
+                                           .mean()), dev_eval_steps(steps, ft.dev_evals))
     trainer = Trainer(model_init=lambda: arms.build(arm), args=args, train_dataset=_ListDataset(train.features),
-                      data_collator=Collator(tok.pad_token_id))
+                      data_collator=Collator(tok.pad_token_id), callbacks=[select] if select else None)
     trainer.train()
     model = trainer.model
+    if select is not None and select.weights is not None:
+        model.load_state_dict(select.weights)
     out = {name: float((_predict(model, tok, enc, ft, arms.text_to_text, label_ids) == enc.gold).mean())
            for name, enc in evals.items()}
     if save_model:
         trainer.save_model(str(out_dir))
         tok.save_pretrained(str(out_dir))
-    (out_dir / "result.json").write_text(json.dumps({"arm": arm, "lr": lr, "seed": seed, "accuracy": out,
-                                                     "steps": trainer.state.global_step}, indent=1))
+    record: dict[str, Any] = {"arm": arm, "lr": lr, "seed": seed, "accuracy": out, "steps": trainer.state.global_step}
+    if select is not None:
+        record.update(best_dev_step=select.best_step, dev_accuracy_by_step=select.by_step)
+    (out_dir / "result.json").write_text(json.dumps(record, indent=1))
     return out
 
 
@@ -337,7 +378,7 @@ def _evaluate_arm(ft: FinetuneConfig, task: PreparedTask, arm: str, tok, out_dir
     best = max(ft.lr_grid, key=lambda x: (dev_acc[x], -ft.lr_grid.index(x)))  # ties: the first in the grid
     test_by_seed = {seed0: test_acc[best]}
     for seed in ft.seeds[1:]:
-        acc = fine_tune_once(arms, arm, tok, enc["train"], {"test": enc["test"]}, best, seed, ft,
+        acc = fine_tune_once(arms, arm, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, best, seed, ft,
                              out_dir / arm / f"lr{best:g}-seed{seed}", label_ids)
         test_by_seed[seed] = acc["test"]
     accs = [test_by_seed[s] for s in ft.seeds]

@@ -68,6 +68,9 @@ class FinetuneConfig(Section):
     # Labelled text gets the pretraining corpus's unicode repair (data.clean's `unicode` filter, its settings), so
     # fine-tuning sees the characters pretraining saw ("didn't", not "didn&#039;t"); off: the files' text as is.
     repair_text: bool = True
+    # Dev-based checkpoint selection (the HF Trainer's load_best_model_at_end, metric: dev accuracy): each run scores
+    # its dev split at `dev_evals` evenly spaced steps and keeps the best weights; 0 = the weights of the last step.
+    dev_evals: int = Field(0, ge=0)
     probe: bool = True  # frozen-feature probe: mean-pooled last hidden state -> logistic regression
     arms: list[Literal["pretrained", "random"]] = Field(default_factory=lambda: ["pretrained", "random"], min_length=1)
     eval_batch_size: int = Field(64, gt=0)

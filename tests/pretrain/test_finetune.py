@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForSequenceClassification
 
 from data_pipeline.layout import RunLayout
 from data_pipeline.shards import mark_done, write_shard
@@ -303,3 +304,34 @@ def test_min_steps_and_lr_grid_edge_are_recorded(tmp_path):
         assert any(f"{name} " in line and "edge of finetune.lr_grid" in line for line in logs) is edge
     with pytest.raises(ConfigError, match="finetune.min_steps"):
         load_config("configs/gpt2-tiny.yaml", ["finetune.min_steps=-1"])
+
+
+def test_dev_based_checkpoint_selection_keeps_the_best_dev_weights(tmp_path):
+    """`finetune.dev_evals=N` scores the dev split at N evenly spaced steps (the last among them) and evaluates
+    (and saves) the weights that scored best there, as the Trainer's load_best_model_at_end does; the run's
+    result.json records every dev score and the step it kept. Without it the last step's weights are used."""
+    from pretrain.transfer import dev_eval_steps
+
+    assert dev_eval_steps(10, 4) == {2, 5, 8, 10} and dev_eval_steps(3, 5) == {1, 2, 3} and dev_eval_steps(7, 0) == set()
+    rows = _labelled_rows(per_label=8, chars=300)
+    export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
+    folder = str(_labelled_folder(tmp_path, rows))
+    ov = [*overrides, "finetune.seeds=[0]", "finetune.epochs=3", "finetune.probe=false", "finetune.batch_size=4",
+          "finetune.arms=[random]"]
+    res = finetune(_task_cfg("gpt2-tiny", [*ov, "finetune.dev_evals=4"], train=folder), export, "random",
+                   tmp_path / "sel", log=lambda *_: None)[0]
+    run = json.loads((tmp_path / "sel" / "t" / "random" / "seed0" / "result.json").read_text())
+    steps = run["steps"]
+    by_step = {int(k): v for k, v in run["dev_accuracy_by_step"].items()}
+    assert set(by_step) == dev_eval_steps(steps, 4) and steps in by_step
+    best = max(by_step.values())
+    assert by_step[run["best_dev_step"]] == best and run["best_dev_step"] == max(k for k, v in by_step.items() if v == best)
+    assert res["accuracy_by_seed"][0]["dev"] == pytest.approx(best)  # the kept weights are the best-on-dev ones
+    saved = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "sel" / "t" / "random" / "seed0"))
+    assert saved.config.num_labels == 3
+    last = finetune(_task_cfg("gpt2-tiny", ov, train=folder), export, "random", tmp_path / "last", log=lambda *_: None)[0]
+    plain = json.loads((tmp_path / "last" / "t" / "random" / "seed0" / "result.json").read_text())
+    assert "best_dev_step" not in plain and plain["steps"] == steps
+    assert last["accuracy_by_seed"][0]["dev"] == pytest.approx(by_step[steps])  # same seed: same last-step weights
+    with pytest.raises(ConfigError, match="finetune.dev_evals"):
+        load_config("configs/gpt2-tiny.yaml", ["finetune.dev_evals=-1"])
