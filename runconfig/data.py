@@ -7,7 +7,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from runconfig.base import Section
 from runconfig.plugins import FILTER_GROUP, READER_GROUP, entry_point_names
 
-BUILTIN_FORMATS = ("warc", "wet", "jsonl", "parquet", "text", "text_folder", "hf_dataset")
+BUILTIN_FORMATS = ("warc", "wet", "jsonl", "csv", "tsv", "parquet", "text", "text_folder", "hf_dataset")
 # The built-in filters in their default order: unicode repair, language ID, Gopher repetition + quality, C4 (it
 # edits lines, so it runs last).
 BUILTIN_FILTERS = ("unicode", "langid", "gopher_repetition", "gopher_quality", "c4")

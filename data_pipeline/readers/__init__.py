@@ -21,6 +21,7 @@ from data_pipeline.readers.base import (
 )
 from data_pipeline.readers.formats import (
     hf_is_saved,
+    read_csv,
     read_hf_dataset,
     read_jsonl,
     read_parquet,
@@ -141,6 +142,10 @@ register_reader("warc", lambda source, shard, src, errors, mdb: read_warc(src, s
 register_reader("wet", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb, wet=True))
 register_reader("jsonl", lambda source, shard, src, errors, mdb: read_jsonl(src, source.name, source.text_field,
                                                                              errors, mdb))  # fmt: skip
+register_reader("csv", lambda source, shard, src, errors, mdb: read_csv(src, source.name, source.text_field,
+                                                                         errors, mdb))  # fmt: skip
+register_reader("tsv", lambda source, shard, src, errors, mdb: read_csv(src, source.name, source.text_field,
+                                                                         errors, mdb, delimiter="\t"))  # fmt: skip
 register_reader("parquet", lambda source, shard, src, errors, mdb: read_parquet(src, source.name, source.text_field,
                                                                                  errors))  # fmt: skip
 register_reader("text", _text)

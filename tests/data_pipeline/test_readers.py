@@ -115,3 +115,36 @@ def test_explicit_files_in_different_folders_keep_distinct_ids_and_labels(tmp_pa
     docs = list(read_source(src))
     assert len({d.id for d in docs}) == 2
     assert sorted(d.meta.get("label") for d in docs) == ["business", "tech"]
+
+
+@pytest.mark.parametrize("ext", ["csv", "tsv", "csv.gz"])
+def test_csv_and_tsv_with_bom_quoted_newlines_and_stable_row_ids(tmp_path, ext):
+    """CSV/TSV text (what review and survey dumps ship as): quoted fields may span lines, a UTF-8 BOM is not part
+    of the first column's name, the delimiter follows the extension, the row number identifies the record."""
+    sep = "\t" if ext == "tsv" else ","
+    rows = [["review", "label", "url"], ['Great film, "truly".\nSecond line.', "1", "http://x/0"],
+            ["Dull.", "0", "http://x/1"]]
+    import csv as csvlib
+
+    buf = io.StringIO()
+    csvlib.writer(buf, delimiter=sep).writerows(rows)
+    data = ("\ufeff" + buf.getvalue()).encode()
+    (tmp_path / f"r.{ext}").write_bytes(gzip.compress(data) if ext.endswith(".gz") else data)
+    errors = ErrorLog()
+    docs = list(read_source(src("csv", [str(tmp_path / f"r.{ext}")], text_field="review"), errors))
+    assert [d.text for d in docs] == ['Great film, "truly".\nSecond line.', "Dull."]
+    assert docs[1].meta["label"] == "0" and docs[1].url == "http://x/1" and docs[0].meta["offset"] == 0
+    from data_pipeline.document import stable_id
+
+    assert docs[1].id == stable_id("s", f"r.{ext}", 1) and not errors.bad
+
+
+def test_csv_without_the_text_column_is_reported_by_name(tmp_path):
+    (tmp_path / "a.csv").write_text("body,label\nhello,1\n")
+    (tmp_path / "b.csv").write_text("text,label\nkept,1\n,0\n")
+    errors = ErrorLog()
+    docs = list(read_source(src("csv", [str(tmp_path / "*.csv")]), errors))
+    assert [d.text for d in docs] == ["kept"]
+    kinds = [(b.path.rsplit("/", 1)[-1], b.kind) for b in errors.bad]
+    assert ("a.csv", "missing_text_column") in kinds and ("b.csv", "missing_text_field") in kinds
+    assert "body" in next(b.detail for b in errors.bad if b.kind == "missing_text_column")

@@ -20,7 +20,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from data_pipeline.readers import ErrorLog, SourceFile, read_shard_docs
-from data_pipeline.readers.formats import read_jsonl, read_text_file
+from data_pipeline.readers.formats import read_csv, read_jsonl, read_text_file
 from data_pipeline.readers.warc import read_warc
 from runconfig.data import SourceConfig
 from tests.data_pipeline.test_bad_input import bbc_texts
@@ -45,6 +45,22 @@ def test_truncated_compressed_jsonl_is_reported_with_last_good_offset(tmp_path, 
     ends = [sum(len(x) for x in lines[:i]) for i in range(301)]
     assert bad[0].offset == ends[len(docs)]  # where the first lost record starts
     assert f"last good record at offset {ends[len(docs) - 1]}" in bad[0].detail
+
+
+def test_truncated_compressed_csv_keeps_whole_rows_and_reports_the_cut(tmp_path):
+    import csv
+
+    texts = bbc_texts(300)
+    buf = io.StringIO()
+    csv.writer(buf).writerows([["text"], *([t] for t in texts)])
+    comp = gzip.compress(buf.getvalue().encode())
+    path = tmp_path / "docs.csv.gz"
+    path.write_bytes(comp[: len(comp) // 2])
+    errors = ErrorLog()
+    docs = list(read_csv(SourceFile(str(path), path.name), "s", "text", errors, 10_000_000))
+    assert 0 < len(docs) < 300 and [d.text for d in docs] == texts[: len(docs)]
+    bad = [b for b in errors.bad if b.kind == "truncated_stream"]
+    assert len(bad) == 1 and f"after data row {len(docs)}" in bad[0].detail, errors.bad
 
 
 def _warc_record(url: str, payload: bytes, gz: bool) -> bytes:
