@@ -53,8 +53,9 @@ def peer_worker(argv: list[str]) -> None:
 
     from data_pipeline.layout import RunLayout
     from data_pipeline.loader import PretrainLoader
-    from data_pipeline.objectives import build_collator, prepare_model
+    from data_pipeline.objectives import build_collator
     from pretrain.models import build_model
+    from pretrain.objectives import prepare_model
     from runconfig import load_config
 
     torch.set_num_threads(a.threads)

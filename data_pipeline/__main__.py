@@ -7,8 +7,8 @@ import json
 import sys
 
 from data_pipeline.paths import check_source_paths
+from data_pipeline.preflight import check_output_writable
 from runconfig.cli import add_config_args, config_from_args, preflight
-from runconfig.preflight import check_output_writable
 
 
 def _stage_clean(cfg, args):

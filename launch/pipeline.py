@@ -204,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     cfg = config_from_args(args)
     from data_pipeline.paths import check_source_paths
+    from data_pipeline.preflight import check_output_writable
     from runconfig.cli import preflight
-    from runconfig.preflight import check_output_writable
 
     preflight(cfg, check_output_writable, check_source_paths)  # before the first of many stages
     run_demo(cfg)

@@ -65,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "train":
         import torch.distributed as dist
 
+        from data_pipeline.preflight import check_train
         from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, PREEMPTED_EXIT_CODE, CannotContinue
         from pretrain.engine import accelerator_name
         from pretrain.train import train
-        from runconfig.preflight import check_train
 
         preflight(cfg, lambda c: check_train(c, accelerator_name()))
 

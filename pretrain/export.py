@@ -16,13 +16,14 @@ import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from data_pipeline.layout import RunLayout
-from data_pipeline.objectives import get_objective, wrap_model
+from data_pipeline.objectives import get_objective
 from data_pipeline.storage import RunStore
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
 from pretrain.families import get_family
 from pretrain.model_card import write_model_card
 from pretrain.models import build_model
+from pretrain.objectives import wrap_model
 from pretrain.parity import PROBE_FILE, check_parity
 from runconfig import RunConfig
 

@@ -26,8 +26,8 @@ class _VocabOnly:
 
 def model_param_counts(cfg: RunConfig) -> tuple[int, int]:
     """(total params, largest layer params), counted on the meta device (no memory allocated)."""
-    from data_pipeline.objectives import wrap_model
     from pretrain.models import build_model
+    from pretrain.objectives import wrap_model
 
     tok = _VocabOnly(cfg.tokenizer.vocab_size)
     with torch.device("meta"):  # the module trained: with the objective's wrapper (ELECTRA's generator) if any

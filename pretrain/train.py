@@ -19,12 +19,13 @@ from transformers import AutoTokenizer
 
 from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
-from data_pipeline.objectives import build_collator, prepare_model, wrap_model
+from data_pipeline.objectives import build_collator
 from pretrain import checkpoint as ckpt
 from pretrain import lr_scaling, resume_diff
 from pretrain.engine import build_engine, init_distributed
 from pretrain.metrics import MetricsLogger, OutputMetrics, Throughput, flops_per_token, measure_peak_flops
 from pretrain.models import build_model, count_parameters
+from pretrain.objectives import prepare_model, wrap_model
 from pretrain.parity import PROBE_FILE, probe_inputs, probe_logits, save_probe
 from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan

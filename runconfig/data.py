@@ -4,13 +4,11 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from core.errors import UnknownNameError
+from core.registry import EXECUTORS, FILTERS, READERS
+from core.specs import BUILTIN_EXECUTORS, BUILTIN_FILTERS, BUILTIN_FORMATS
 from runconfig.base import Section
-from runconfig.plugins import FILTER_GROUP, READER_GROUP, entry_point_names
 
-BUILTIN_FORMATS = ("warc", "wet", "jsonl", "csv", "tsv", "parquet", "text", "text_folder", "hf_dataset")
-# The built-in filters in their default order: unicode repair, language ID, Gopher repetition + quality, C4 (it
-# edits lines, so it runs last).
-BUILTIN_FILTERS = ("unicode", "langid", "gopher_repetition", "gopher_quality", "c4")
 # Settings of the whole stage, not of one source's documents.
 STAGE_KEYS = ("docs_per_shard", "workers", "output_format", "progress", "dropped_samples_per_reason")
 
@@ -55,10 +53,10 @@ class SourceConfig(Section):
     @field_validator("format")
     @classmethod
     def _known_format(cls, v: str) -> str:
-        known = set(BUILTIN_FORMATS) | entry_point_names(READER_GROUP)
+        known = set(BUILTIN_FORMATS) | READERS.entry_point_names()
         if v not in known:
             raise ValueError(f"unknown format {v!r}; known: {sorted(known)} (a package adds one through the "
-                             f"'{READER_GROUP}' entry point group)")
+                             f"'{READERS.group}' entry point group)")
         return v
 
 
@@ -76,10 +74,10 @@ class FilterSpec(Section):
     @field_validator("name")
     @classmethod
     def _known(cls, v: str) -> str:
-        known = set(BUILTIN_FILTERS) | entry_point_names(FILTER_GROUP)
+        known = set(BUILTIN_FILTERS) | FILTERS.entry_point_names()
         if v not in known:
             raise ValueError(f"unknown filter {v!r}; known: {sorted(known)} (a package adds one through the "
-                             f"'{FILTER_GROUP}' entry point group)")
+                             f"'{FILTERS.group}' entry point group)")
         return v
 
 
@@ -196,14 +194,23 @@ class DataConfig(Section):
     sources: list[SourceConfig] = Field(min_length=1)
     clean: CleanConfig = CleanConfig()
     dedup: DedupConfig = DedupConfig()
-    # Who runs the tasks of a data stage: a local process pool (data.clean.workers) or a Ray cluster.
-    executor: Literal["local", "ray"] = "local"
+    # Who runs the tasks of a data stage: a local process pool (data.clean.workers), a Ray cluster, or an
+    # executor of an outside package (the `lmstack.executors` entry point group).
+    executor: str = "local"
     ray: RayConfig = RayConfig()
     task_retries: int = Field(2, ge=0)  # a failed task is retried this many times, then reported by name
     # A JSONL / WARC / Parquet input larger than this is read as several record-aligned byte ranges (row groups
     # for Parquet), each its own cleaning task. None: one task per file.
     max_task_bytes: int | None = Field(None, gt=0)
     _per_source: dict[str, CleanConfig] = PrivateAttr(default_factory=dict)
+
+    @field_validator("executor")
+    @classmethod
+    def _known_executor(cls, v: str) -> str:
+        known = set(BUILTIN_EXECUTORS) | EXECUTORS.entry_point_names()
+        if v not in known:
+            raise UnknownNameError(EXECUTORS.name, EXECUTORS.kind, v, sorted(known))
+        return v
 
     @model_validator(mode="after")
     def _unique_names(self) -> "DataConfig":

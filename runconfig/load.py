@@ -10,11 +10,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from core.errors import ConfigError
 from runconfig.run import RunConfig
-
-
-class ConfigError(ValueError):
-    """A config problem, with the offending key (and file) in the message."""
 
 
 def _reject_duplicate_keys(node: yaml.Node, path: str, name: str) -> None:

@@ -4,11 +4,12 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from core.registry import FAMILIES
 from runconfig.base import Section
 
 
 class ModelConfig(Section):
-    family: str = "roberta"  # a registered family (pretrain/families/, or a `lmstack.families` entry point)
+    family: str = "roberta"  # a registered family (core/specs.py, or a `lmstack.families` entry point)
     size: str = "tiny"  # a label for the preset (tiny, base, large, small, medium); the numbers below decide
     hidden_size: int = Field(128, gt=0)
     num_layers: int = Field(2, gt=0)
@@ -32,10 +33,7 @@ class ModelConfig(Section):
     @field_validator("family")
     @classmethod
     def _registered(cls, v: str) -> str:
-        from pretrain.families.registry import FAMILIES  # torch-free spec layer, imported when first needed
-
-        if v not in FAMILIES:
-            raise ValueError(f"unknown family '{v}' (registered: {FAMILIES.names()})")
+        FAMILIES.get(v)  # a data spec (core/specs.py) or an outside package's; raises naming the known ones
         return v
 
     @model_validator(mode="after")
@@ -43,9 +41,7 @@ class ModelConfig(Section):
         """Checks `options` against the family's typed section; the family's builder fills in its defaults."""
         if not self.options:
             return self
-        from pretrain.families.registry import get_family
-
-        spec = get_family(self.family)
+        spec = FAMILIES.get(self.family)
         if spec.options is None:
             raise ValueError(f"model.options: family '{self.family}' takes no options (got {sorted(self.options)})")
         try:

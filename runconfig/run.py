@@ -8,6 +8,7 @@ import warnings
 
 from pydantic import Field, field_validator, model_validator
 
+from core.registry import FAMILIES, OBJECTIVES
 from runconfig.base import Section
 from runconfig.data import DataConfig
 from runconfig.export import ExportConfig
@@ -100,21 +101,16 @@ class RunConfig(Section):
     @model_validator(mode="after")
     def _consistent(self) -> "RunConfig":
         # Which objective and packing a family trains with, and the tokenizer its special tokens assume, come
-        # from the registered specs (torch-free; imported here, not at module load, to keep the floors apart).
-        from data_pipeline.objectives.registry import get_objective
-        from pretrain.families.registry import get_family
-
-        fam, obj, pack = get_family(self.model.family), get_objective(self.objective.type), self.packing.mode
+        # from the registered specs (data: core/specs.py, or an outside package's).
+        fam, obj = FAMILIES.get(self.model.family), OBJECTIVES.get(self.objective.type)
+        pack = self.packing.mode
         if obj.needs_encoder and not fam.has_encoder:
-            from pretrain.families.registry import FAMILIES
-
-            trainable = [n for n in FAMILIES.names()
-                         if obj.name in get_family(n).objectives or (obj.trains is not None and obj.trains(get_family(n)))]
+            trainable = [n for n, f in FAMILIES.items() if f.trains(obj)]
             raise ValueError(
                 f"objective.type: '{obj.name}' reads every token with a bidirectional encoder, and model.family "
                 f"'{fam.name}' has none (families it trains: {trainable})"
             )
-        if not (obj.name in fam.objectives or (obj.trains is not None and obj.trains(fam))):
+        if not fam.trains(obj):
             raise ValueError(
                 f"objective.type: '{obj.name}' cannot train model.family '{fam.name}' "
                 f"(allowed: {sorted(fam.objectives)})"

@@ -6,8 +6,9 @@ retries a failed task `data.task_retries` times, shows a progress bar (or a peri
 raises `StageFailed` naming every task that still failed.
 """
 
+from core.registry import EXECUTORS
+from data_pipeline.executors import ray_executor  # noqa: F401  (registration; imports ray only when used)
 from data_pipeline.executors.base import (
-    EXECUTORS,
     Executor,
     Stage,
     StageFailed,

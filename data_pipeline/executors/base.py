@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.registry import EXECUTORS
 from data_pipeline.shards import write_json_atomic
 from data_pipeline.storage import RunStore
 
@@ -217,28 +218,21 @@ class Executor:
         """Release resources (pool, cluster connection)."""
 
 
-EXECUTORS: dict[str, type[Executor]] = {}
-
-
 def register_executor(name: str):
+    """Class decorator: registers an executor under `name` in `core.registry.EXECUTORS` (outside packages: the
+    `lmstack.executors` entry point group)."""
+
     def deco(cls: type[Executor]) -> type[Executor]:
         cls.name = name
-        EXECUTORS[name] = cls
-        return cls
+        return EXECUTORS.register(name, cls)
 
     return deco
 
 
 def build_executor(cfg) -> Executor:
-    """The executor named by `data.executor`, configured from the data section."""
-    from data_pipeline.executors import local  # noqa: F401  (registration)
-
-    d = cfg.data
-    if d.executor == "ray":
-        from data_pipeline.executors import ray_executor  # noqa: F401  (registration; imports ray lazily)
-    cls = EXECUTORS.get(d.executor)
-    if cls is None:
-        raise ValueError(f"data.executor: unknown executor {d.executor!r} (registered: {sorted(EXECUTORS)})")
+    """The executor named by `data.executor`, configured from the data section (the built-ins register when
+    data_pipeline.executors is imported)."""
+    cls = EXECUTORS.get(cfg.data.executor)
     return cls.from_config(cfg)  # type: ignore[attr-defined]
 
 

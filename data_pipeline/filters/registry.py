@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from runconfig.data import BUILTIN_FILTERS, CleanConfig, FilterSpec
-from runconfig.plugins import FILTER_GROUP
+from core.registry import FILTERS
+from core.specs import BUILTIN_FILTERS
+from runconfig.data import CleanConfig, FilterSpec
 
 
 @dataclass(frozen=True)
@@ -48,32 +49,20 @@ class FilterEntry:
         return hashlib.sha256(src.encode()).hexdigest()[:12]
 
 
-FILTERS: dict[str, FilterEntry] = {}
-_loaded_entry_points = False
+# The CleanConfig section holding each built-in filter's typed settings (an outside filter has none).
+_SECTIONS: dict[str, str] = {}
 
 
 def register_filter(name: str, factory: Callable[..., Any], section: str | None = None) -> None:
-    FILTERS[name] = FilterEntry(name, factory, section)
-
-
-def _load_entry_points() -> None:
-    global _loaded_entry_points
-    if _loaded_entry_points:
-        return
-    _loaded_entry_points = True
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=FILTER_GROUP):
-        if ep.name not in FILTERS:
-            register_filter(ep.name, ep.load())
+    """Registers a filter factory in `core.registry.FILTERS` (outside packages: the `lmstack.filters` entry
+    point group, whose target is the factory)."""
+    FILTERS.register(name, factory)
+    if section is not None:
+        _SECTIONS[name] = section
 
 
 def get_filter(name: str) -> FilterEntry:
-    if name not in FILTERS:
-        _load_entry_points()
-    if name not in FILTERS:
-        raise KeyError(f"unknown filter {name!r}; registered: {sorted(FILTERS)}")
-    return FILTERS[name]
+    return FilterEntry(name, FILTERS.get(name), _SECTIONS.get(name))
 
 
 def filter_specs(clean: CleanConfig) -> list[FilterSpec]:

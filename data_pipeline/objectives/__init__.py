@@ -1,5 +1,6 @@
 """Pretraining objectives: batched, vectorised collators (RoBERTa MLM, GPT causal LM, T5 span corruption, and
-any registered plug-in), each described by an `ObjectiveSpec` in the registry (registry.py).
+any registered plug-in), each described by an `ObjectiveSpec` in `core.registry.OBJECTIVES` (registry.py). The
+model side of an objective (model settings, wrappers, exports) is in pretrain/objectives/.
 
 `build_collator(cfg, tokenizer)` is the one entry point the trainer uses (contract 4): it returns a callable that
 turns the loader's list of per-sample dicts into exactly the keyword arguments the Hugging Face model's forward
@@ -13,9 +14,11 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from data_pipeline.objectives import builtin, electra  # noqa: F401  (registration of the collators)
 from data_pipeline.objectives.registry import (
     ObjectiveSpec,
     get_objective,
+    implement_objective,
     objective_names,
     register_objective,
 )
@@ -32,7 +35,7 @@ _LAZY = {
 }
 
 __all__ = ["CausalCollator", "Collator", "MLMCollator", "ObjectiveSpec", "SpanCorruptionCollator", "build_collator",
-           "get_objective", "objective_names", "prepare_model", "register_objective", "wrap_model"]  # fmt: skip
+           "get_objective", "implement_objective", "objective_names", "register_objective"]  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
@@ -41,21 +44,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def prepare_model(cfg: RunConfig, model: Any) -> None:
-    """Model settings the objective relies on; the trainer calls it once on the model it trains."""
-    spec = get_objective(cfg.objective.type)
-    if spec.prepare_model is not None:
-        spec.prepare_model(cfg, model)
-
-
-def wrap_model(cfg: RunConfig, model: Any, tokenizer: Any) -> Any:
-    """The module the trainer trains and checkpoints: the family's model, or the objective's wrapper around it
-    (ELECTRA's generator + discriminator). Export rebuilds the same module to load the checkpoint."""
-    spec = get_objective(cfg.objective.type)
-    return model if spec.wrap_model is None else spec.wrap_model(cfg, model, tokenizer)
-
-
 def build_collator(cfg: RunConfig, tokenizer: Any) -> Collator:
     """The collator of `cfg.objective.type`, seeded with `cfg.run.seed`. `line_by_line` packing pads each batch
     to its longest sample."""
-    return get_objective(cfg.objective.type).build_collator(cfg, tokenizer)
+    spec = get_objective(cfg.objective.type)
+    if spec.build_collator is None:
+        raise ValueError(f"objective.type: '{spec.name}' has no collator registered")
+    return spec.build_collator(cfg, tokenizer)

@@ -1,13 +1,14 @@
-"""Specs of the three classic objectives: RoBERTa dynamic MLM, GPT causal LM, T5 span corruption.
+"""The collator side of the three classic objectives: RoBERTa dynamic MLM, GPT causal LM, T5 span corruption (their
+data specs are in core/specs.py, their model side in pretrain/objectives/).
 
-Factories import their collator lazily so that reading the specs (config validation) needs no torch.
+Factories import their collator lazily so that importing this module (packing) needs no torch.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from data_pipeline.objectives.registry import ObjectiveSpec, register_objective
+from data_pipeline.objectives.registry import implement_objective
 from data_pipeline.objectives.t5_lengths import t5_lengths
 
 
@@ -26,19 +27,6 @@ def mlm_collator(cfg: Any, tokenizer: Any):
     return MLMCollator(tokenizer, **masking_kwargs(cfg))
 
 
-def mlm_prepare(cfg: Any, model: Any) -> None:
-    """Sparse prediction (objective.sparse_prediction) where the family names its MLM head."""
-    if not cfg.objective.sparse_prediction:
-        return
-    from pretrain.families import get_family
-
-    head = get_family(cfg.model.family).mlm_head
-    if head is not None:
-        from data_pipeline.objectives.sparse_mlm import enable_sparse_prediction
-
-        enable_sparse_prediction(model, head)
-
-
 def causal_collator(cfg: Any, tokenizer: Any):
     """input_ids, attention_mask, labels; with document masking input_ids, position_ids, labels."""
     from data_pipeline.objectives.causal import CausalCollator
@@ -46,15 +34,6 @@ def causal_collator(cfg: Any, tokenizer: Any):
     return CausalCollator(
         tokenizer, document_masking=cfg.objective.document_masking, packed=cfg.packing.mode != "line_by_line"
     )
-
-
-def causal_prepare(cfg: Any, model: Any) -> None:
-    """Document masking: transformers builds the per-document attention from the restarted position_ids only
-    when no KV cache is created, so training runs with use_cache=False."""
-    if cfg.objective.document_masking:
-        from data_pipeline.objectives import causal
-
-        causal.prepare_model(model)
 
 
 def span_collator(cfg: Any, tokenizer: Any):
@@ -75,9 +54,6 @@ def span_block_length(seq_len: int, obj: Any) -> int:
     return t5_lengths(seq_len, obj.noise_density, obj.mean_noise_span_length)[0]
 
 
-MLM = register_objective(ObjectiveSpec("mlm", ("full_sentences", "line_by_line"), mlm_collator,
-                                       prepare_model=mlm_prepare))
-CAUSAL = register_objective(ObjectiveSpec("causal", ("contiguous", "line_by_line"), causal_collator, wrap_bos=False,
-                                          prepare_model=causal_prepare))  # fmt: skip
-SPAN_CORRUPTION = register_objective(ObjectiveSpec("span_corruption", ("t5_spans",), span_collator,
-                                                   block_length=span_block_length, wrap_bos=False))  # fmt: skip
+MLM = implement_objective("mlm", build_collator=mlm_collator)
+CAUSAL = implement_objective("causal", build_collator=causal_collator)
+SPAN_CORRUPTION = implement_objective("span_corruption", build_collator=span_collator, block_length=span_block_length)

@@ -7,7 +7,7 @@ backend (eager, sdpa, flex; flash-attention reads the same position_ids). A pre-
 accepted, but its format differs per backend (additive float in the model dtype for eager, boolean for sdpa;
 a boolean mask given to eager is silently added as 0/1), so position_ids is the portable form.
 REQUIREMENT: transformers only runs that detection when no KV cache is built, so the training model must have
-`config.use_cache = False` (or be called with use_cache=False); see `prepare_model`. Trailing padding becomes its own "document" so real tokens never see it, and its labels
+`config.use_cache = False` (or be called with use_cache=False); see pretrain/objectives/ (`causal_prepare`). Trailing padding becomes its own "document" so real tokens never see it, and its labels
 are -100. The first token of each document gets label -100 too (as HF's DataCollatorWithFlattening does): with
 attention reset there is no context to predict it from, exactly as when the document is trained alone.
 """
@@ -48,12 +48,6 @@ def document_positions(segment_ids: np.ndarray, padding: np.ndarray) -> tuple[np
     idx = np.arange(L, dtype=np.int64)
     start = np.maximum.accumulate(np.where(first, idx[None, :], 0), axis=1)
     return idx[None, :] - start, first
-
-
-def prepare_model(model: Any) -> None:
-    """Make a GPT2LMHeadModel honour document masking: without this, GPT-2 builds a DynamicCache even in
-    training and `create_causal_mask` then ignores the restarted position_ids (plain causal attention)."""
-    model.config.use_cache = False
 
 
 class CausalCollator:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from core.registry import READERS
 from data_pipeline.document import Document
 from data_pipeline.readers.base import (
     BadRecord,
@@ -110,27 +111,14 @@ def _first_split(ds):
 # `lmstack.readers` entry point group (the config accepts their names), so CLI, process pool and Slurm array
 # tasks all find them.
 Reader = Callable[[SourceConfig, WorkShard, SourceFile, ErrorLog, int], Iterator[Document]]
-READERS: dict[str, Reader] = {}
-_entry_points_loaded = False
 
 
 def register_reader(name: str, reader: Reader) -> None:
-    READERS[name] = reader
+    READERS.register(name, reader)
 
 
 def get_reader(name: str) -> Reader:
-    global _entry_points_loaded
-    if name not in READERS and not _entry_points_loaded:
-        _entry_points_loaded = True
-        from importlib.metadata import entry_points
-
-        from runconfig.plugins import READER_GROUP
-
-        for ep in entry_points(group=READER_GROUP):
-            READERS.setdefault(ep.name, ep.load())
-    if name not in READERS:
-        raise KeyError(f"unknown source format {name!r}; registered readers: {sorted(READERS)}")
-    return READERS[name]
+    return READERS.get(name)  # type: ignore[no-any-return]
 
 
 def _text(source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int):

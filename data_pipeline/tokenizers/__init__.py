@@ -48,6 +48,7 @@ from tokenizers import (
     trainers,
 )
 
+from core.registry import FAMILIES, TOKENIZER_CONVENTIONS
 from data_pipeline.tokenizers.corpus import iter_texts, require_texts
 from runconfig import RunConfig
 
@@ -73,11 +74,11 @@ class Convention:
     padding_side: str = "right"
 
 
-CONVENTIONS: dict[str, Convention] = {}
+CONVENTIONS = TOKENIZER_CONVENTIONS  # name -> Convention (core.registry; outside packages: an entry point group)
 
 
 def register_convention(name: str, conv: Convention) -> None:
-    CONVENTIONS[name] = conv
+    TOKENIZER_CONVENTIONS.register(name, conv)
 
 
 register_convention("roberta", Convention(
@@ -115,9 +116,7 @@ def convention_name(tokenizer_type: str, family: str) -> str:
     """wordpiece -> bert, unigram -> t5; byte-level BPE follows the family's spec: RoBERTa's conventions where
     the family wraps sequences in `<s> ... </s>`, GPT-2's (`<|endoftext|>` only) where it does not."""
     if tokenizer_type == "bpe":
-        from pretrain.families import get_family
-
-        return "roberta" if get_family(family).wraps_sequences else "gpt2"
+        return "roberta" if FAMILIES.get(family).wraps_sequences else "gpt2"
     return {"wordpiece": "bert", "unigram": "t5"}[tokenizer_type]
 
 
@@ -132,14 +131,6 @@ def _batched(texts: Iterator[str], n: int = 1000) -> Iterator[list[str]]:
         yield batch
 
 
-def _family(cfg: RunConfig):
-    """The model family's spec: how sequences are wrapped and how long they may be (torch-free)."""
-    from pretrain.families import get_family
-
-    return get_family(cfg.model.family)
-
-
-# ---------------------------------------------------------------------------------------------------- BPE
 def bpe_tokenizer(vocab: dict[str, int] | None = None, merges: list[tuple[str, str]] | None = None) -> Tokenizer:
     """The byte-level BPE encoding path (GPT-2's regex pre-split + byte alphabet); empty or from vocab+merges."""
     model = models.BPE(vocab, merges) if vocab is not None else models.BPE()
@@ -165,7 +156,7 @@ def _train_bpe(cfg: RunConfig, texts: Iterator[str]) -> Tokenizer:
     trainer = trainers.BpeTrainer(
         vocab_size=tc.vocab_size,
         min_frequency=tc.min_frequency,
-        special_tokens=CONVENTIONS[conv].specials,
+        special_tokens=CONVENTIONS.get(conv).specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -296,7 +287,7 @@ def make_portable(folder: Path, convention: str | None = None, **extra: Any) -> 
         conf["additional_special_tokens"] = extra_tokens
     conf.pop("backend", None)
     if convention is not None:
-        conv = CONVENTIONS[convention]
+        conv = CONVENTIONS.get(convention)
         conf["tokenizer_class"] = conv.tokenizer_class
         conf["padding_side"] = conv.padding_side
     if conf.get("tokenizer_class") in (None, "TokenizersBackend"):
@@ -317,7 +308,7 @@ def save_tokenizer(tok: Tokenizer, convention: str, folder: Path, model_max_leng
     """Write an HF tokenizer folder atomically (tmp folder, then rename): a crash never leaves half a folder."""
     from transformers import PreTrainedTokenizerFast
 
-    conv = CONVENTIONS[convention]
+    conv = CONVENTIONS.get(convention)
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
@@ -395,7 +386,7 @@ def train_tokenizer(cfg: RunConfig) -> Path:
 
 def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
     tc = cfg.tokenizer
-    model_max_length = _family(cfg).position_limit(cfg.model.max_position_embeddings) or cfg.packing.seq_len
+    model_max_length = FAMILIES.get(cfg.model.family).position_limit(cfg.model.max_position_embeddings) or cfg.packing.seq_len
     if tc.pretrained_path:
         from transformers import AutoTokenizer
 

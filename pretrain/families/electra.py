@@ -2,26 +2,16 @@
 
 The family is the discriminator (`ElectraForPreTraining`: post-LN BERT encoder, learned absolute positions, a
 per-token binary head); the `electra` objective (data_pipeline/objectives/electra.py) builds the small MLM
-generator beside it, sharing its embeddings, and exports both.
+generator beside it, sharing its embeddings, and exports both. The data spec is in core/specs.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
-
-from pretrain.families.registry import FamilySpec, register_family
-from runconfig.base import Section
+from core.specs import ElectraModelOptions
+from pretrain.families.registry import implement_family
 from runconfig.model import ModelConfig
-
-
-class ElectraModelOptions(Section):
-    """`model.options` for this family."""
-
-    # Factorised embeddings (ELECTRA-small: 128 under a 256-wide encoder; base and large: = hidden size): the
-    # embedding table, shared with the generator, is projected to each network's width. None: model.hidden_size.
-    embedding_size: int | None = Field(None, gt=0)
 
 
 def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
@@ -46,17 +36,4 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     )
 
 
-SPEC = register_family(FamilySpec(
-    name="electra",
-    build_config=build_config,
-    model_class="ElectraForPreTraining",
-    task="token_detection",
-    objectives=("electra",),
-    tokenizer_types=("wordpiece", "bpe"),
-    auto_class="AutoModelForPreTraining",
-    export_heads=("AutoModelForSequenceClassification", "AutoModelForTokenClassification"),
-    reserved_positions=0,
-    options=ElectraModelOptions,
-    # The reference's masking: 85% [MASK], 15% kept, no random tokens (the generator supplies the replacements).
-    objective_defaults={"mask_token_fraction": 0.85, "random_token_fraction": 0.0},
-))
+SPEC = implement_family("electra", build_config=build_config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pretrain.families.registry import FamilySpec, register_family
+from pretrain.families.registry import implement_family
 from pretrain.families.roberta import special_ids
 from runconfig.model import ModelConfig
 
@@ -31,16 +31,4 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     )
 
 
-SPEC = register_family(FamilySpec(
-    name="gpt2",
-    build_config=build_config,
-    model_class="GPT2LMHeadModel",
-    task="causal_lm",
-    objectives=("causal",),
-    tokenizer_types=("bpe",),
-    auto_class="AutoModelForCausalLM",
-    reserved_positions=0,
-    wraps_sequences=False,
-    has_encoder=False,
-    generative=True,
-))
+SPEC = implement_family("gpt2", build_config=build_config)

@@ -9,26 +9,11 @@ batches, and our FULL-SENTENCES packing leaves <= 1% padding, so nothing is unpa
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from pretrain.families.registry import FamilySpec, register_family
-from runconfig.base import Section
+from core.specs import FamilySpec, ModernBertOptions
+from pretrain.families.registry import implement_family
 from runconfig.model import ModelConfig
-
-
-class ModernBertOptions(Section):
-    """`model.options` for this family; defaults are ModernBERT-base's published config."""
-
-    local_attention: int = Field(128, gt=0)  # total window of the sliding-window layers
-    global_attn_every_n_layers: int = Field(3, ge=1)  # layer i is global when i % n == 0
-    global_rope_theta: float = Field(160_000.0, gt=0)
-    local_rope_theta: float = Field(10_000.0, gt=0)
-    sparse_prediction: bool = True
-    hidden_activation: str = "gelu"
-    initializer_cutoff_factor: float = Field(2.0, gt=0)
-    classifier_pooling: Literal["cls", "mean"] = "mean"
 
 
 def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
@@ -66,14 +51,6 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     )
 
 
-def validate(cfg: Any) -> None:
-    m = cfg.model
-    for key in ("d_kv", "num_decoder_layers"):
-        if getattr(m, key) is not None:
-            raise ValueError(f"model.{key}: not used by model.family 'modernbert' (an encoder; head size is "
-                             f"hidden_size / num_heads)")
-
-
 def flops_per_token(spec: FamilySpec, m: ModelConfig, n_params: int, seq_len: int) -> float:
     """6N plus attention, where a sliding-window layer attends to at most `local_attention` + 1 keys. The MLM
     head is counted on every position (an upper bound: sparse prediction runs it on the masked ones only)."""
@@ -83,18 +60,4 @@ def flops_per_token(spec: FamilySpec, m: ModelConfig, n_params: int, seq_len: in
     return 6.0 * n_params + 12.0 * m.hidden_size * keys
 
 
-SPEC = register_family(FamilySpec(
-    name="modernbert",
-    build_config=build_config,
-    model_class="ModernBertForMaskedLM",
-    task="masked_lm",
-    objectives=("mlm",),
-    tokenizer_types=("bpe", "wordpiece"),
-    auto_class="AutoModelForMaskedLM",
-    reserved_positions=0,  # rotary: every position up to max_position_embeddings
-    flops_per_token=flops_per_token,
-    validate=validate,
-    options=ModernBertOptions,
-    objective_defaults={"mlm_probability": 0.3},
-    export_config={"sparse_prediction": False},
-))
+SPEC = implement_family("modernbert", build_config=build_config, flops_per_token=flops_per_token)

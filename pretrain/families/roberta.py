@@ -1,10 +1,11 @@
-"""RoBERTa (Liu et al. 2019): post-LN BERT encoder, learned positions offset by padding_idx + 1, MLM head."""
+"""RoBERTa (Liu et al. 2019): post-LN BERT encoder, learned positions offset by padding_idx + 1, MLM head.
+Its data spec (objectives, tokenizers, positions) is in core/specs.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pretrain.families.registry import FamilySpec, register_family
+from pretrain.families.registry import implement_family
 from runconfig.model import ModelConfig
 
 
@@ -33,14 +34,4 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     )
 
 
-SPEC = register_family(FamilySpec(
-    name="roberta",
-    build_config=build_config,
-    model_class="RobertaForMaskedLM",
-    task="masked_lm",
-    objectives=("mlm",),
-    tokenizer_types=("bpe", "wordpiece"),
-    auto_class="AutoModelForMaskedLM",
-    reserved_positions=2,
-    mlm_head="lm_head",
-))
+SPEC = implement_family("roberta", build_config=build_config)

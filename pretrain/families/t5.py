@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pretrain.families.registry import FamilySpec, default_probe_inputs, register_family
+from pretrain.families.registry import default_probe_inputs, implement_family
 from runconfig.model import ModelConfig
 
 
@@ -45,18 +45,4 @@ def attention_layers(m: ModelConfig) -> int:
     return m.num_layers + (m.num_decoder_layers or m.num_layers)
 
 
-SPEC = register_family(FamilySpec(
-    name="t5",
-    build_config=build_config,
-    model_class="T5ForConditionalGeneration",
-    task="seq2seq",
-    objectives=("span_corruption",),
-    tokenizer_types=("unigram",),
-    auto_class="AutoModelForSeq2SeqLM",
-    reserved_positions=None,
-    wraps_sequences=False,
-    encoder_decoder=True,
-    generative=True,
-    probe_inputs=probe_inputs,
-    attention_layers=attention_layers,
-))
+SPEC = implement_family("t5", build_config=build_config, probe_inputs=probe_inputs, attention_layers=attention_layers)

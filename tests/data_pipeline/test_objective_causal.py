@@ -10,7 +10,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from data_pipeline.objectives import CausalCollator, build_collator, prepare_model
+from data_pipeline.objectives import CausalCollator, build_collator
+from pretrain.objectives import prepare_model
 from runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[2]

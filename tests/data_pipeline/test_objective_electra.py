@@ -10,10 +10,11 @@ import pytest
 import torch
 from transformers import ElectraForMaskedLM, ElectraForPreTraining, ElectraForSequenceClassification
 
-from data_pipeline.objectives import build_collator, wrap_model
+from data_pipeline.objectives import build_collator
 from data_pipeline.objectives.mlm import special_token_ids
-from data_pipeline.objectives.rtd import GENERATOR_DIR, export_pair, sample_tokens
 from pretrain.models import build_model
+from pretrain.objectives import wrap_model
+from pretrain.objectives.rtd import GENERATOR_DIR, export_pair, sample_tokens
 from runconfig import load_config
 from runconfig.load import ConfigError
 from tests.data_pipeline.test_objective_mlm import ROOT, _full_sentences, wordpiece  # noqa: F401 (fixture)

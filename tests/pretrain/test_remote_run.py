@@ -136,10 +136,10 @@ def test_resume_skips_a_damaged_or_unfinished_remote_checkpoint(s3_server_module
 
 
 def test_checkpoint_resume_may_name_a_checkpoint_in_a_bucket(s3_server_module, tmp_path):  # noqa: F811
+    from data_pipeline.preflight import check_train
     from pretrain.checkpoint import fetch_url, upload_checkpoint, verify_files
     from runconfig import load_config
     from runconfig.load import ConfigError
-    from runconfig.preflight import check_train
 
     fs = s3fs_client(s3_server_module)
     fs.mkdir("loads")

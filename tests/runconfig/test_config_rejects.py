@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from data_pipeline.preflight import check_output_writable, check_train
 from runconfig import ConfigError, load_config
-from runconfig.preflight import check_output_writable, check_train
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "configs/demo.yaml")

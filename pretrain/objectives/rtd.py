@@ -1,5 +1,6 @@
-"""Replaced-token detection (ELECTRA, Clark et al. 2020): the collator, the generator + discriminator module, and
-the export of both as Hugging Face folders. The spec and options are in `electra.py`.
+"""Replaced-token detection (ELECTRA, Clark et al. 2020): the generator + discriminator module and the export of
+both as Hugging Face folders. The spec and options are in core/specs.py, the collator (which draws `sample_u`) in
+data_pipeline/objectives/electra.py.
 
 Sampling. The reference code samples with Gumbel noise from TF's global RNG. Here each masked position's sample
 is the inverse CDF of the generator's softmax at a uniform drawn by the collator from the counter-based stream
@@ -13,38 +14,16 @@ input), and the generator predicts only the masked positions (as the reference's
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
-from data_pipeline.objectives._batch import sample_meta
-from data_pipeline.objectives._rng import sample_keys, stream_bits
-from data_pipeline.objectives.mlm import MLMCollator, special_token_ids
-
-STREAM_RTD = 21  # the generator-sampling stream (MLM masking uses 1, span corruption 11)
-_U24 = float(1 << 24)
-
-
-class ElectraCollator(MLMCollator):
-    """RoBERTa-style dynamic masking (input_ids with [MASK], labels = original ids at the selected positions)
-    plus `sample_u`: float32 [batch, length] in [0, 1), the uniform each masked position is sampled with."""
-
-    def __call__(self, samples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        batch = super().__call__(samples)
-        epoch, sample_id = sample_meta(samples)
-        if self.static:  # one draw per sequence for the whole run, like its mask
-            epoch = np.zeros_like(epoch)
-        bits = stream_bits(sample_keys(self.seed, epoch, sample_id, STREAM_RTD), batch["input_ids"].shape[1])
-        u = (bits >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / _U24)  # 24 bits: exact, strictly < 1
-        batch["sample_u"] = torch.from_numpy(u)
-        return batch
+from data_pipeline.objectives.mlm import special_token_ids
 
 
 def build_generator(discriminator_config: Any, shape: dict[str, int]):

@@ -1,6 +1,7 @@
 """Checks of a loaded config against this machine, run by a command before its first stage starts.
 
-Schema validation (load.py) cannot know the file system or the accelerator; without these checks a missing
+It sits on the data_pipeline floor, the lowest that has the storage layer a remote check needs (runconfig may
+not import it); the data, pretrain and launch CLIs all run it. Schema validation (runconfig/load.py) cannot know the file system or the accelerator; without these checks a missing
 data path surfaced as a traceback from a worker, an unwritable output folder after the first stage, a missing
 resume folder as a fresh run, and fp16 on a CPU accelerator deep inside DeepSpeed. Each error names the key.
 """
@@ -11,7 +12,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from runconfig.load import ConfigError
+from core.errors import ConfigError
+from data_pipeline.paths import filesystem
+from data_pipeline.storage import RunStore
 from runconfig.run import RunConfig
 
 
@@ -27,8 +30,6 @@ def check_output_writable(cfg: RunConfig) -> None:
     except OSError as e:
         raise ConfigError(f"{key}: {out} is not writable ({e.strerror or e})") from None
     if cfg.run.is_remote:
-        from data_pipeline.storage import RunStore
-
         try:
             RunStore.from_config(cfg).check_writable()
         except (OSError, ImportError, ValueError) as e:
@@ -43,8 +44,6 @@ def check_train(cfg: RunConfig, accelerator: str) -> None:
                           "'cpu'); use bf16 or fp32")
     resume = cfg.checkpoint.resume
     if "://" in resume:  # a checkpoint in a bucket (downloaded by the trainer)
-        from data_pipeline.paths import filesystem
-
         try:
             found = filesystem(resume).exists(f"{resume.rstrip('/')}/COMPLETE")
         except (OSError, ValueError) as e:

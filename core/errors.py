@@ -1,0 +1,37 @@
+"""The error types of lmstack. Every CLI catches `LmstackError` and prints its message as one line (exit 2):
+the message names the key, file or host, so no traceback is needed to act on it."""
+
+from __future__ import annotations
+
+
+class LmstackError(Exception):
+    """Base of the errors a user can act on from the message alone."""
+
+
+class ConfigError(LmstackError, ValueError):
+    """A config problem, with the offending key (and file) in the message. A ValueError too, so pydantic
+    validators may raise it and callers written against ValueError keep working."""
+
+
+class UnknownNameError(ConfigError, KeyError):
+    """A name that no registry entry has: names the registry, the bad name and the registered names, with a
+    "did you mean" when one is close."""
+
+    def __init__(self, registry: str, kind: str, name: str, known: list[str], hint: str = ""):
+        self.registry, self.kind, self.name, self.known = registry, kind, name, known
+        from difflib import get_close_matches
+
+        close = get_close_matches(name, known, n=1)
+        msg = f"unknown {kind} '{name}' (registered: {known})"
+        if close:
+            msg += f"; did you mean '{close[0]}'?"
+        if hint:
+            msg += f"; {hint}"
+        super().__init__(msg)
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class PluginError(LmstackError, RuntimeError):
+    """An entry point of an outside package that failed to load or gave the wrong kind of object."""

@@ -1,0 +1,161 @@
+"""ONE registry type, and every registry of lmstack declared in one place (llm-foundry's registry.py style).
+
+A registry maps a name to an object: a family or objective spec, a filter factory, a reader, an executor class,
+a tokenizer convention. Built-ins register themselves when the package that implements them is imported
+(`data_pipeline.filters`, `pretrain.families`, ...); outside packages add theirs through the registry's Python
+entry point group (`lmstack.families`, `lmstack.filters`, ...), whose target is the object, a factory returning
+it, or a module that registers on import. An unknown name raises `UnknownNameError`, which names the registry,
+the bad name, every registered name and a close match.
+
+This module imports nothing above the ground floor: the config validates names against the data-only specs of
+core/specs.py and the entry point names, never against an implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any, Generic, TypeVar
+
+from core.errors import PluginError, UnknownNameError
+from core.specs import BUILTIN_FAMILIES, BUILTIN_OBJECTIVES, FamilySpec, ObjectiveSpec, resolve
+
+__all__ = ["EXECUTORS", "FAMILIES", "FILTERS", "OBJECTIVES", "READERS", "REGISTRIES", "TOKENIZER_CONVENTIONS",
+           "Registry", "resolve"]
+
+T = TypeVar("T")
+
+
+@cache
+def _group_names(group: str) -> frozenset[str]:
+    return frozenset(ep.name for ep in entry_points(group=group))
+
+
+class Registry(Generic[T]):
+    """name -> object, plus the outside objects of one entry point group (loaded on the first lookup that needs
+    them). `kind` words the error ("unknown family 'x'"); `key` is the config key that names entries."""
+
+    def __init__(self, name: str, kind: str, key: str, group: str, description: str = "",
+                 spec_type: type | None = None):
+        self.name, self.kind, self.key, self.group, self.description = name, kind, key, group, description
+        # Set for registries of spec objects: an entry point may then name a factory (called to get the spec),
+        # and the spec's `name` attribute is its registered name.
+        self.spec_type = spec_type
+        self._entries: dict[str, T] = {}
+        self._entry_points_loaded = False
+
+    def __repr__(self) -> str:
+        return f"Registry({self.name!r}, group={self.group!r}, {len(self._entries)} registered)"
+
+    def register(self, name: str, obj: T, *, replace: bool = False) -> T:
+        old = self._entries.get(name)
+        if old is not None and old is not obj and not replace:
+            raise PluginError(f"{self.name}: '{name}' is registered twice ({old!r} and {obj!r})")
+        self._entries[name] = obj
+        return obj
+
+    def add(self, spec: T, *, replace: bool = False) -> T:
+        """Registers a spec under its own `name`."""
+        return self.register(spec.name, spec, replace=replace)  # type: ignore[attr-defined]
+
+    def decorator(self, name: str) -> Callable[[T], T]:
+        """`@REGISTRY.decorator("name")` over a class or function registers it under that name."""
+
+        def deco(obj: T) -> T:
+            return self.register(name, obj)
+
+        return deco
+
+    def entry_point_names(self) -> frozenset[str]:
+        """Names outside packages declare in this registry's group, read from their metadata without importing
+        them (what config validation may look at)."""
+        return _group_names(self.group)
+
+    def load_entry_points(self) -> None:
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        for ep in entry_points(group=self.group):
+            if ep.name in self._entries and self.spec_type is None:
+                continue  # a built-in (or an earlier registration) of that name wins
+            try:
+                obj = ep.load()
+            except Exception as e:  # name the broken plug-in rather than fail with its bare traceback
+                raise PluginError(f"entry point {ep.name} = {ep.value} in group {self.group} failed to load: "
+                                  f"{e}") from e
+            if self.spec_type is None:
+                self.register(ep.name, obj)
+                continue
+            if callable(obj) and not isinstance(obj, type | self.spec_type):
+                obj = obj()
+            if isinstance(obj, self.spec_type):
+                if self._entries.get(obj.name) is not obj:
+                    self.add(obj)
+            elif obj is not None and not hasattr(obj, "__file__"):  # a module registers itself on import
+                raise PluginError(f"entry point {ep.name} in {self.group} gave {type(obj).__name__}, "
+                                  f"not a {self.spec_type.__name__}")
+
+    def get(self, name: str) -> T:
+        if name not in self._entries:
+            self.load_entry_points()
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownNameError(self.name, self.kind, name, self.names()) from None
+
+    def names(self) -> list[str]:
+        self.load_entry_points()
+        return sorted(self._entries)
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        for name in self.names():
+            yield name, self._entries[name]
+
+    def __contains__(self, name: object) -> bool:
+        if name not in self._entries:
+            self.load_entry_points()
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+
+def _declare() -> dict[str, Registry[Any]]:
+    return {r.name: r for r in (
+        Registry("families", "family", "model.family", "lmstack.families",
+                 "model families: HF classes, config builder, probe inputs, FLOPs (pretrain/families/)", FamilySpec),
+        Registry("objectives", "objective", "objective.type", "lmstack.objectives",
+                 "pretraining objectives: collator, block length, framing, model prep (data_pipeline/objectives/)",
+                 ObjectiveSpec),
+        Registry("filters", "filter", "data.clean.filters", "lmstack.filters",
+                 "cleaning filters: Document -> (keep, reason[, value]) (data_pipeline/filters/)"),
+        Registry("readers", "format", "data.sources.*.format", "lmstack.readers",
+                 "input formats: one reader per format (data_pipeline/readers/)"),
+        Registry("executors", "executor", "data.executor", "lmstack.executors",
+                 "where data tasks run: local process pool, Ray (data_pipeline/executors/)"),
+        Registry("tokenizer_conventions", "tokenizer convention", "tokenizer.type", "lmstack.tokenizer_conventions",
+                 "special tokens, post-processing and HF class of a saved tokenizer (data_pipeline/tokenizers/)"),
+    )}  # fmt: skip
+
+
+REGISTRIES: dict[str, Registry[Any]] = _declare()
+FAMILIES = REGISTRIES["families"]
+OBJECTIVES = REGISTRIES["objectives"]
+FILTERS = REGISTRIES["filters"]
+READERS = REGISTRIES["readers"]
+EXECUTORS = REGISTRIES["executors"]
+TOKENIZER_CONVENTIONS = REGISTRIES["tokenizer_conventions"]
+
+
+def _register_builtin_specs() -> None:
+    for fam in BUILTIN_FAMILIES:
+        FAMILIES.add(fam)
+    for obj in BUILTIN_OBJECTIVES:
+        OBJECTIVES.add(obj)
+
+
+_register_builtin_specs()

@@ -1,0 +1,285 @@
+"""Data-only specs: what the config validates names and combinations against, without importing any
+implementation (torchtitan's `protocols/` style: plain dataclasses).
+
+A `FamilySpec` says, per model family, which objectives it trains, which tokenizer conventions its special
+tokens assume, how many positions its table reserves, whether it has an encoder or a decoder, its typed
+`model.options` and its config checks. An `ObjectiveSpec` says which packing modes fit an objective, its framing,
+its typed `objective.options` and checks. The built-in specs are declared at the bottom of this file; the code
+that implements them (`pretrain/families/<name>.py`, `data_pipeline/objectives/`, `pretrain/objectives/`) fills
+in the implementation fields with `implement()` when its package is imported. An outside package gives a whole
+spec (data and implementation) through an entry point (core/registry.py).
+
+The names of the built-in readers and filters are data here too (`BUILTIN_FORMATS`, `BUILTIN_FILTERS`): the
+config validates `format:` and `filters:` against them plus the entry point names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# ---------------------------------------------------------------------------------------------- readers, filters
+
+BUILTIN_FORMATS = ("warc", "wet", "jsonl", "csv", "tsv", "parquet", "text", "text_folder", "hf_dataset")
+# The built-in filters in their default order: unicode repair, language ID, Gopher repetition + quality, C4 (it
+# edits lines, so it runs last).
+BUILTIN_FILTERS = ("unicode", "langid", "gopher_repetition", "gopher_quality", "c4")
+BUILTIN_EXECUTORS = ("local", "ray")
+
+
+class Options(BaseModel):
+    """Base of a spec's typed options section: unknown keys are errors (as every config section)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
+
+
+def resolve(ref: object) -> Any:
+    """A class given directly or by reference: 'module:Name', or a bare name in `transformers`."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, attr = ref.rpartition(":")
+    return getattr(importlib.import_module(module or "transformers"), attr)
+
+
+# ------------------------------------------------------------------------------------------------------ families
+
+
+def default_probe_inputs(tokenizer: Any, texts: list[str]) -> dict[str, Any]:
+    """The fixed parity batch: the texts, padded, truncated to 32 tokens."""
+    enc = tokenizer(texts, padding=True, truncation=True, max_length=32, return_tensors="pt")
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+
+def attention_layers(m: Any) -> int:
+    return int(m.num_layers)
+
+
+def default_flops_per_token(spec: FamilySpec, m: Any, n_params: int, seq_len: int) -> float:
+    """Training FLOPs per token: 6N for the weight matmuls (forward + backward) plus the attention score and
+    value matmuls, 12 * layers * attention width * seq_len (PaLM appendix B)."""
+    attn_width = (m.d_kv or m.hidden_size // m.num_heads) * m.num_heads
+    return 6.0 * n_params + 12.0 * spec.attention_layers(m) * attn_width * seq_len
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    # --- data: what config validation reads
+    name: str
+    task: Literal["masked_lm", "causal_lm", "seq2seq", "token_detection"]
+    objectives: tuple[str, ...]  # objective.type values it trains with
+    tokenizer_types: tuple[str, ...]  # tokenizer.type values whose special tokens it assumes
+    # Positions of the table a sequence cannot use (RoBERTa's padding_idx + 1 offset: 2); None: no position
+    # table bounds the sequence (T5's relative buckets).
+    reserved_positions: int | None = 0
+    wraps_sequences: bool = True  # byte-level BPE post-processing adds `<s> A </s>` (RoBERTa) or nothing (GPT-2)
+    has_encoder: bool = True  # a bidirectional encoder (what replaced-token detection or classification reads)
+    encoder_decoder: bool = False
+    generative: bool = False  # the export carries a GenerationConfig (padding rows of the vocab suppressed)
+    validate: Callable[[Any], None] | None = None  # family-specific config checks (raise naming the key)
+    # A typed section (pydantic, unknown keys rejected) for the family's own `model.options` keys.
+    options: type[BaseModel] | None = None
+    # Objective settings this family defaults to when the config does not set them (ModernBERT: 30% masking).
+    objective_defaults: dict[str, Any] = field(default_factory=dict)
+    # The attribute holding the MLM prediction head (transform + vocabulary projection) on top of `base_model`,
+    # for the MLM objective's sparse prediction; None: the family has none, or predicts sparsely itself.
+    mlm_head: str | None = None
+    model_class: str | type | None = None  # the pretraining model ('RobertaForMaskedLM' in transformers, 'pkg.mod:Cls')
+    auto_class: str = "AutoModel"  # what loads the export with its pretraining head (parity, reload check)
+    # Further Auto classes the exported folder must load with (fine-tuning heads); the export loads each one
+    # and records the class it got in training_state.json.
+    export_heads: tuple[str, ...] = ("AutoModelForSequenceClassification",)
+    # HF config fields the exported folder gets instead of the training ones (e.g. sparse prediction off, so
+    # the export returns dense logits as the published checkpoints do).
+    export_config: dict[str, Any] = field(default_factory=dict)
+    # --- implementation: filled in by pretrain/families/<name>.py (or given whole by an outside package)
+    # (model section, tokenizer, seq_len, padded vocab size) -> a transformers PretrainedConfig.
+    build_config: Callable[[Any, Any, int, int], Any] | None = None
+    probe_inputs: Callable[[Any, list[str]], dict[str, Any]] = default_probe_inputs
+    attention_layers: Callable[[Any], int] = attention_layers  # layers whose attention FLOPs count
+    flops_per_token: Callable[[FamilySpec, Any, int, int], float] = default_flops_per_token
+
+    def model_cls(self) -> type:
+        if self.model_class is None:
+            raise ValueError(f"model.family '{self.name}' names no model class")
+        return resolve(self.model_class)  # type: ignore[no-any-return]
+
+    def auto_cls(self, name: str | None = None) -> type:
+        return resolve(name or self.auto_class)  # type: ignore[no-any-return]
+
+    def position_limit(self, max_position_embeddings: int) -> int | None:
+        """The longest sequence the position table allows (None: unbounded by the table)."""
+        return None if self.reserved_positions is None else max_position_embeddings - self.reserved_positions
+
+    def trains(self, objective: ObjectiveSpec) -> bool:
+        return objective.name in self.objectives or (objective.trains is not None and objective.trains(self))
+
+
+# ---------------------------------------------------------------------------------------------------- objectives
+
+
+def same_length(seq_len: int, objective: Any) -> int:
+    return seq_len
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    # --- data
+    name: str
+    packing: tuple[str, ...]  # packing.mode values it fits
+    # --- implementation (data_pipeline/objectives/: the collator side; pretrain/objectives/: the model side)
+    # (run config, HF tokenizer) -> callable(list of packed samples) -> the model's forward kwargs as tensors.
+    build_collator: Callable[[Any, Any], Callable[[list[dict[str, Any]]], dict[str, Any]]] | None = None
+    # Stream tokens one packed block holds for `packing.seq_len` model inputs (T5 spans: the raw length the
+    # corruption shrinks to seq_len); computed once at packing time.
+    block_length: Callable[[int, Any], int] = same_length
+    wrap_bos: bool = True  # line_by_line framing: `<s> doc </s>` (MLM) or `doc </s>` (causal)
+    # Settings the objective relies on, applied once to the built model (GPT document masking: use_cache=False).
+    prepare_model: Callable[[Any, Any], None] | None = None
+    # Objectives that wrap the family's model (a generator + discriminator pair) return the module to train:
+    # (cfg, family model, tokenizer) -> module; None: the family's model is trained as built.
+    wrap_model: Callable[[Any, Any, Any], Any] | None = None
+    # Objectives with their own export (e.g. two HF folders) write it: (cfg, trained module, out dir, tokenizer)
+    # -> the export reloaded from disk as a module whose probe logits must match the engine's (parity), or None.
+    export: Callable[[Any, Any, Any, Any], Any] | None = None
+    # --- data
+    # Families this objective trains beyond those that list it in FamilySpec.objectives (a plug-in objective
+    # need not edit family files): (family spec) -> bool.
+    trains: Callable[[Any], bool] | None = None
+    validate: Callable[[Any], None] | None = None  # objective-specific config checks (raise naming the key)
+    # A typed section (pydantic, unknown keys rejected) for the objective's own `objective.options` keys.
+    options: type[BaseModel] | None = None
+    # The objective reads every position with a bidirectional encoder (replaced-token detection): a family whose
+    # spec says has_encoder=False is refused at load with that reason.
+    needs_encoder: bool = False
+
+    def parse_options(self, options: dict[str, Any]) -> Any:
+        """`objective.options` as the spec's typed section, defaults filled in (None if it has none)."""
+        return None if self.options is None else self.options.model_validate(options)
+
+
+def implement(registry: Any, name: str, **fields: Any) -> Any:
+    """Fills in the implementation fields of the spec registered as `name` (declared below as data) and
+    registers the completed spec in its place; returns it."""
+    spec = dataclasses.replace(registry.get(name), **fields)
+    return registry.register(name, spec, replace=True)
+
+
+# ------------------------------------------------------------------------------ built-in families' typed options
+
+
+class ModernBertOptions(Options):
+    """`model.options` of modernbert; defaults are ModernBERT-base's published config."""
+
+    local_attention: int = Field(128, gt=0)  # total window of the sliding-window layers
+    global_attn_every_n_layers: int = Field(3, ge=1)  # layer i is global when i % n == 0
+    global_rope_theta: float = Field(160_000.0, gt=0)
+    local_rope_theta: float = Field(10_000.0, gt=0)
+    sparse_prediction: bool = True
+    hidden_activation: str = "gelu"
+    initializer_cutoff_factor: float = Field(2.0, gt=0)
+    classifier_pooling: Literal["cls", "mean"] = "mean"
+
+
+def validate_modernbert(cfg: Any) -> None:
+    m = cfg.model
+    for key in ("d_kv", "num_decoder_layers"):
+        if getattr(m, key) is not None:
+            raise ValueError(f"model.{key}: not used by model.family 'modernbert' (an encoder; head size is "
+                             f"hidden_size / num_heads)")
+
+
+class ElectraModelOptions(Options):
+    """`model.options` of the electra family."""
+
+    # Factorised embeddings (ELECTRA-small: 128 under a 256-wide encoder; base and large: = hidden size): the
+    # embedding table, shared with the generator, is projected to each network's width. None: model.hidden_size.
+    embedding_size: int | None = Field(None, gt=0)
+
+
+class ElectraOptions(Options):
+    """`objective.options` of the electra objective (names follow the reference code's PretrainingConfig)."""
+
+    # Generator width as a fraction of the discriminator's (model.hidden_size): the paper's best is 1/4-1/2
+    # (Figure 3; Table 6: small 1/4, base 1/3, large 1/4).
+    generator_hidden_fraction: float = Field(0.25, gt=0)
+    generator_layers_fraction: float = Field(1.0, gt=0, le=1)  # generator depth / discriminator depth
+    generator_num_heads: int | None = Field(None, gt=0)  # default: max(1, width // 64), as the reference code
+    generator_ffn_size: int | None = Field(None, gt=0)  # default: 4 x generator width, as the reference code
+    discriminator_weight: float = Field(50.0, gt=0)  # lambda in loss = MLM + lambda * BCE
+    temperature: float = Field(1.0, gt=0)  # softmax temperature of the generator's samples
+
+
+def generator_shape(hidden: int, layers: int, opts: ElectraOptions) -> dict[str, int]:
+    """The ELECTRA generator's width, depth, heads and FFN from the discriminator's (reference:
+    get_generator_config)."""
+    width = int(round(hidden * opts.generator_hidden_fraction))
+    return {
+        "hidden_size": width,
+        "num_hidden_layers": max(1, int(round(layers * opts.generator_layers_fraction))),
+        "num_attention_heads": opts.generator_num_heads or max(1, width // 64),
+        "intermediate_size": opts.generator_ffn_size or 4 * width,
+    }
+
+
+def validate_electra(cfg: Any) -> None:
+    opts = ElectraOptions.model_validate(cfg.objective.options)
+    m = cfg.model
+    g = generator_shape(m.hidden_size, m.num_layers, opts)
+    key = "objective.options.generator_hidden_fraction"
+    if g["hidden_size"] > m.hidden_size:
+        raise ValueError(f"{key} ({opts.generator_hidden_fraction:g}) makes the generator ({g['hidden_size']} "
+                         f"wide) wider than the discriminator (model.hidden_size {m.hidden_size}); ELECTRA "
+                         f"needs a generator at most as wide (the paper's best: 1/4 to 1/2)")
+    if g["hidden_size"] < 1:
+        raise ValueError(f"{key} ({opts.generator_hidden_fraction:g}) leaves the generator no width "
+                         f"(model.hidden_size {m.hidden_size})")
+    if g["hidden_size"] % g["num_attention_heads"]:
+        raise ValueError(f"objective.options.generator_num_heads ({g['num_attention_heads']}) does not divide the "
+                         f"generator's width ({g['hidden_size']} = {opts.generator_hidden_fraction:g} x "
+                         f"model.hidden_size)")
+
+
+# ------------------------------------------------------------------------------------------- built-in families
+
+BUILTIN_FAMILIES = (
+    # RoBERTa (Liu et al. 2019): post-LN BERT encoder, learned positions offset by padding_idx + 1, MLM head.
+    FamilySpec(name="roberta", task="masked_lm", objectives=("mlm",), tokenizer_types=("bpe", "wordpiece"),
+               reserved_positions=2, mlm_head="lm_head", model_class="RobertaForMaskedLM",
+               auto_class="AutoModelForMaskedLM"),
+    # GPT-2 (Radford et al. 2019): pre-LN decoder, learned positions, tied LM head, causal LM.
+    FamilySpec(name="gpt2", task="causal_lm", objectives=("causal",), tokenizer_types=("bpe",),
+               reserved_positions=0, wraps_sequences=False, has_encoder=False, generative=True,
+               model_class="GPT2LMHeadModel", auto_class="AutoModelForCausalLM"),
+    # T5 (Raffel et al. 2020): encoder-decoder, relative position buckets (no position table), span corruption.
+    FamilySpec(name="t5", task="seq2seq", objectives=("span_corruption",), tokenizer_types=("unigram",),
+               reserved_positions=None, wraps_sequences=False, encoder_decoder=True, generative=True,
+               model_class="T5ForConditionalGeneration", auto_class="AutoModelForSeq2SeqLM"),
+    # ModernBERT (Warner et al. 2024): rotary positions (every position usable), 30% masking.
+    FamilySpec(name="modernbert", task="masked_lm", objectives=("mlm",), tokenizer_types=("bpe", "wordpiece"),
+               reserved_positions=0, validate=validate_modernbert, options=ModernBertOptions,
+               objective_defaults={"mlm_probability": 0.3}, model_class="ModernBertForMaskedLM",
+               auto_class="AutoModelForMaskedLM", export_config={"sparse_prediction": False}),
+    # ELECTRA (Clark et al. 2020): the discriminator; the `electra` objective builds the generator beside it.
+    FamilySpec(name="electra", task="token_detection", objectives=("electra",), tokenizer_types=("wordpiece", "bpe"),
+               reserved_positions=0, options=ElectraModelOptions,
+               # The reference's masking: 85% [MASK], 15% kept, no random tokens (the generator supplies them).
+               objective_defaults={"mask_token_fraction": 0.85, "random_token_fraction": 0.0},
+               model_class="ElectraForPreTraining", auto_class="AutoModelForPreTraining",
+               export_heads=("AutoModelForSequenceClassification", "AutoModelForTokenClassification")),
+)  # fmt: skip
+
+# ----------------------------------------------------------------------------------------- built-in objectives
+
+BUILTIN_OBJECTIVES = (
+    ObjectiveSpec("mlm", ("full_sentences", "line_by_line")),  # RoBERTa dynamic masking
+    ObjectiveSpec("causal", ("contiguous", "line_by_line"), wrap_bos=False),  # GPT causal LM
+    ObjectiveSpec("span_corruption", ("t5_spans",), wrap_bos=False),  # T5
+    # ELECTRA replaced-token detection: reads every token with a bidirectional encoder.
+    ObjectiveSpec("electra", ("full_sentences", "line_by_line"), validate=validate_electra, options=ElectraOptions,
+                  needs_encoder=True),
+)

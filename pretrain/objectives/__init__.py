@@ -1,0 +1,74 @@
+"""The model side of the pretraining objectives: settings an objective relies on in the model it trains, the
+module it trains (ELECTRA's generator + discriminator) and its own export. The collator side is in
+data_pipeline/objectives/, the data specs in core/specs.py; importing this package fills in the model side of
+the built-in objectives.
+
+`prepare_model` and `wrap_model` are what the trainer, the export and the memory plan call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from core.specs import ElectraOptions, generator_shape
+from data_pipeline.objectives import get_objective, implement_objective
+from pretrain.families import get_family
+
+if TYPE_CHECKING:
+    from runconfig.run import RunConfig
+
+__all__ = ["prepare_model", "wrap_model"]
+
+
+def prepare_model(cfg: RunConfig, model: Any) -> None:
+    """Model settings the objective relies on; the trainer calls it once on the model it trains."""
+    spec = get_objective(cfg.objective.type)
+    if spec.prepare_model is not None:
+        spec.prepare_model(cfg, model)
+
+
+def wrap_model(cfg: RunConfig, model: Any, tokenizer: Any) -> Any:
+    """The module the trainer trains and checkpoints: the family's model, or the objective's wrapper around it
+    (ELECTRA's generator + discriminator). Export rebuilds the same module to load the checkpoint."""
+    spec = get_objective(cfg.objective.type)
+    return model if spec.wrap_model is None else spec.wrap_model(cfg, model, tokenizer)
+
+
+def mlm_prepare(cfg: Any, model: Any) -> None:
+    """Sparse prediction (objective.sparse_prediction) where the family names its MLM head."""
+    if not cfg.objective.sparse_prediction:
+        return
+    head = get_family(cfg.model.family).mlm_head
+    if head is not None:
+        from pretrain.objectives.sparse_mlm import enable_sparse_prediction
+
+        enable_sparse_prediction(model, head)
+
+
+def causal_prepare(cfg: Any, model: Any) -> None:
+    """Document masking: transformers builds the per-document attention from the restarted position_ids only
+    when no KV cache is created (GPT-2 builds a DynamicCache even in training, and `create_causal_mask` then
+    ignores the restarted position_ids), so training runs with use_cache=False."""
+    if cfg.objective.document_masking:
+        model.config.use_cache = False
+
+
+def electra_wrap(cfg: Any, discriminator: Any, tokenizer: Any) -> Any:
+    """The family's discriminator + a generator built beside it, sharing its embeddings: the module trained."""
+    from pretrain.objectives.rtd import ReplacedTokenDetection, build_generator
+
+    opts = ElectraOptions.model_validate(cfg.objective.options)
+    generator = build_generator(discriminator.config, generator_shape(
+        discriminator.config.hidden_size, discriminator.config.num_hidden_layers, opts))
+    return ReplacedTokenDetection(discriminator, generator, tokenizer, opts.discriminator_weight, opts.temperature)
+
+
+def electra_export(cfg: Any, module: Any, out: Any, tokenizer: Any) -> Any:
+    from pretrain.objectives.rtd import export_pair
+
+    return export_pair(module, out, tokenizer)
+
+
+implement_objective("mlm", prepare_model=mlm_prepare)
+implement_objective("causal", prepare_model=causal_prepare)
+implement_objective("electra", wrap_model=electra_wrap, export=electra_export)
