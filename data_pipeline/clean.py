@@ -8,7 +8,6 @@ from all markers at the end of every invocation, so it is complete once the last
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing as mp
 import sys
@@ -19,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from core.io import fingerprint
 from data_pipeline.document import Document, in_holdout
 from data_pipeline.layout import RunLayout
 from data_pipeline.readers import ErrorLog, WorkShard, plan_source_shards, read_shard_docs
@@ -53,7 +53,7 @@ def fingerprint_parts(cfg, source: str) -> dict[str, Any]:
 
 
 def _hash(parts: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+    return fingerprint(parts)
 
 
 def config_fingerprint(cfg, source: str | None = None) -> str:

@@ -20,9 +20,7 @@ Every mode is then a list of stream slices [start, end) plus framing:
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import os
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from core.io import fingerprint
 from data_pipeline.objectives.registry import ObjectiveSpec, get_objective
 from data_pipeline.token_shards import TokenShard, write_bytes_atomic
 
@@ -343,7 +342,7 @@ def index_cache_path(cfg, manifest: dict, source: str, cache_dir: str | os.PathL
     shas = [m["sha256_bin"] + m["sha256_idx"] for m in manifest["sources"][source]["shards"]]
     # sort_keys: the manifest read back from disk has its keys sorted, the one run_tokenize holds does not
     parts = [shas, cfg.packing.model_dump(), manifest["special_ids"]]
-    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    key = fingerprint(parts, 64)
     return Path(cache_dir) / source / f"pack-{key[:20]}.npz"
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from core.io import atomic_write, json_bytes
 from data_pipeline.layout import RunLayout
 
 SHARD_EXTS = (".jsonl.zst", ".parquet")
@@ -56,22 +55,11 @@ def _atomic_write_bytes(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.name.startswith("shard-"):  # a shard or its marker has one writer: earlier temps of it are orphans
         remove_orphans(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, write)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    data = json.dumps(obj, indent=1, default=str, ensure_ascii=False).encode()
-    _atomic_write_bytes(Path(path), lambda f: f.write(data))
+    _atomic_write_bytes(Path(path), lambda f: f.write(json_bytes(obj)))
 
 
 def write_text_atomic(path: Path, text: str) -> None:

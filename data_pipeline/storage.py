@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.io import atomic_path
 from data_pipeline.paths import filesystem
 
 # Files that certify others: uploaded after the files they certify; a local one the remote lacks is not trusted.
@@ -159,18 +159,12 @@ class RunStore:
     # -- download -----------------------------------------------------------------------------------------------
 
     def _get(self, bare: str, local: Path, info: dict[str, Any]) -> None:
-        local.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            self.fs.get_file(bare, tmp)
+        # atomic: two ranks fetching the same file never read a partial one
+        with atomic_path(local) as tmp:
+            self.fs.get_file(bare, str(tmp))
             t = _mtime(info)
             if t is not None:
                 os.utime(tmp, (t, t))
-            os.replace(tmp, local)  # atomic: two ranks fetching the same file never read a partial one
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
 
     def pull(self, paths: Iterable[str | os.PathLike[str]], exclude: tuple[str, ...] = (),
              prune_markers: bool = False, only_markers: bool = False, force: bool = False) -> list[Path]:

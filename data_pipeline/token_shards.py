@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from core.io import atomic_write, replace, sha256_file  # noqa: F401  (sha256_file: re-exported)
+
 MANIFEST = "manifest.json"
 
 
@@ -27,26 +29,12 @@ def smallest_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
 
 
-def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, data)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    write_bytes_atomic(path, json.dumps(obj, indent=2, sort_keys=True).encode())
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True).encode())
 
 
 class TokenShardWriter:
@@ -99,7 +87,7 @@ class TokenShardWriter:
         self._fh.close()
         bin_path = self.stem.with_suffix(".bin")
         idx_path = self.stem.with_suffix(".idx.npz")
-        os.replace(self._tmp_bin, bin_path)
+        replace(self._tmp_bin, bin_path)
         buf = io.BytesIO()
         sent = np.concatenate(self._sent_offsets)
         np.savez(buf, doc_offsets=np.asarray(self._doc_offsets, np.int64), sent_offsets=sent,

@@ -12,7 +12,6 @@ killed worker leaves only temporary files. `shard_index` processes one shard (a 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 import re
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from core.io import sha256_file
 from data_pipeline.token_shards import MANIFEST, TokenShardWriter, smallest_dtype, write_json_atomic
 from data_pipeline.tokenizers.corpus import corpus_shards, read_shard
 from data_pipeline.tokenizers.fast_bpe import TiktokenBPE
@@ -235,7 +235,7 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     if not tok_json.is_file():
         raise FileNotFoundError(f"{tok_json} not found: run `python -m data_pipeline train-tokenizer` first")
     tok = Tokenizer.from_file(str(tok_json))
-    tok_sha = hashlib.sha256(tok_json.read_bytes()).hexdigest()
+    tok_sha = sha256_file(tok_json)
     vocab = tok.get_vocab_size(with_added_tokens=True)
     dtype = smallest_dtype(vocab)
     splitter = cfg.shards.sentence_splitter

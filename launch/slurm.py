@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.io import atomic_write
 from launch.render import Entry, LaunchError, base_env, python_exe, torchrun_args, workdir
 from runconfig import RunConfig
 
@@ -230,12 +231,7 @@ def data_stage_cmd(
 def write_script(cfg: RunConfig, text: str, name: str) -> Path:
     folder = slurm_dir(cfg)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.sbatch"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, path)
-    return path
+    return atomic_write(folder / f"{name}.sbatch", text, mode=0o755)
 
 
 # -- talking to Slurm ----------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import random
 import re
 import shutil
@@ -31,6 +30,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import xxhash
+
+from core.io import atomic_write, sha256_bytes
 
 COMPLETE = "COMPLETE"
 TAG_RE = re.compile(r"^step(\d{8})$")
@@ -51,12 +52,7 @@ def tag_for(step: int) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, text)
 
 
 def rng_state() -> dict[str, Any]:
@@ -239,12 +235,10 @@ def fetch_checkpoint(ckpt_dir: Path, tag: str, remote: str, force: bool = False)
 def fetch_url(url: str, cache_root: Path) -> tuple[Path, str]:
     """A checkpoint given by URL (`s3://.../checkpoints/step00000100`): downloaded into
     `cache_root/<hash of its folder>/<tag>`; returns (local checkpoints folder, tag) to load like a local one."""
-    import hashlib
-
     parent, tag = url.rstrip("/").rsplit("/", 1)
     if not TAG_RE.match(tag):
         raise ValueError(f"{url}: not a checkpoint folder (stepNNNNNNNN)")
-    local = Path(cache_root) / hashlib.sha256(parent.encode()).hexdigest()[:12]
+    local = Path(cache_root) / sha256_bytes(parent)[:12]
     fetch_checkpoint(local, tag, parent)
     return local, tag
 
@@ -360,9 +354,8 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, A
     if error is None:
         try:
             rng_path = folder / f"rng_rank{rank:05d}.pt"
-            tmp = rng_path.with_suffix(".tmp")
-            torch.save(rng_state(), tmp)
-            os.replace(tmp, rng_path)
+            state = rng_state()
+            atomic_write(rng_path, lambda f: torch.save(state, f))
         except (OSError, RuntimeError) as e:
             if _is_comm_error(e):
                 raise

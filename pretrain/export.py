@@ -6,7 +6,6 @@ so a ZeRO-3 model is exported without ever being whole on one rank's GPU.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
+from core.io import sha256_bytes
 from data_pipeline.layout import RunLayout
 from data_pipeline.objectives import get_objective
 from data_pipeline.storage import RunStore
@@ -41,7 +41,7 @@ def resolve_checkpoint(cfg: RunConfig, checkpoint: str | None) -> tuple[Path, st
             checkpoint = str(local / tag)
         else:  # a checkpoints folder: its newest complete checkpoint, below
             remote = url
-            checkpoint = str(cache / hashlib.sha256(url.encode()).hexdigest()[:12])
+            checkpoint = str(cache / sha256_bytes(url)[:12])
     path = Path(checkpoint.removeprefix("file://")) if checkpoint else Path(cfg.checkpoint_dir)
     if (path / ckpt.COMPLETE).is_file():
         return path.parent, path.name
@@ -120,7 +120,7 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
     upload: RunStore | None = None
     if out_dir and "://" in out_dir and not out_dir.startswith("file://"):
-        digest = hashlib.sha256(out_dir.encode()).hexdigest()[:12]
+        digest = sha256_bytes(out_dir)[:12]
         out = layout.root / "export-staging" / digest
         upload = RunStore(out, out_dir.rstrip("/"))
     else:

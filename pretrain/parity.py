@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from core.io import atomic_write
 from pretrain.families import get_family
 
 PROBE_TEXTS = [
@@ -34,9 +35,7 @@ def probe_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], device:
 
 
 def save_probe(path: Path, batch: dict[str, torch.Tensor], logits: torch.Tensor) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save({"inputs": batch, "logits": logits}, tmp)
-    tmp.replace(path)
+    atomic_write(path, lambda f: torch.save({"inputs": batch, "logits": logits}, f))
 
 
 def check_parity(model: torch.nn.Module, probe_path: Path) -> float:

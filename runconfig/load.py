@@ -11,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from core.errors import ConfigError
+from core.io import atomic_write
 from runconfig.run import RunConfig
 
 
@@ -160,7 +161,4 @@ def save_resolved(cfg: RunConfig, folder: str | os.PathLike[str], name: str = "r
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / name
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    os.replace(tmp, out)
-    return out
+    return atomic_write(out, yaml.safe_dump(to_dict(cfg), sort_keys=False))

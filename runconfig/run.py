@@ -1,6 +1,5 @@
 """The whole run: one YAML, one object, validated across sections before any work starts."""
 
-import hashlib
 import os
 import re
 import tempfile
@@ -8,6 +7,7 @@ import warnings
 
 from pydantic import Field, field_validator, model_validator
 
+from core.io import sha256_bytes
 from core.registry import FAMILIES, OBJECTIVES
 from runconfig.base import Section
 from runconfig.data import DataConfig
@@ -72,7 +72,7 @@ class RunMeta(Section):
             return self.local_dir
         base = os.environ.get("LMSTACK_CACHE") or os.path.join(tempfile.gettempdir(), "lmstack")
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.output_dir)[:80]
-        digest = hashlib.sha256(self.output_dir.encode()).hexdigest()[:8]
+        digest = sha256_bytes(self.output_dir)[:8]
         return os.path.join(base, "runs", f"{slug}-{digest}")
 
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -54,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from core.io import fingerprint
 from data_pipeline.dedup.exact import content_hash
 from data_pipeline.dedup.minhash import MinHasher, expected_collision_probability
 from data_pipeline.executors import Stage
@@ -112,7 +112,7 @@ def _fingerprint(cfg, inputs: list[Path], ranges: int) -> str:
     # component_rounds only appends rounds: raising it after a non-converged run keeps the finished tasks.
     blob = {"dedup": cfg.data.dedup.model_dump(mode="json", exclude={"component_rounds"}), "ranges": ranges,
             "inputs": files}
-    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+    return fingerprint(blob)
 
 
 def component_stage_names(rounds: int) -> list[str]:

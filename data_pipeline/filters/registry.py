@@ -8,7 +8,6 @@ its typed section of `data.clean` (e.g. `clean.c4`), overridden by the `params:`
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import sys
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from core.io import sha256_bytes
 from core.registry import FILTERS
 from core.specs import BUILTIN_FILTERS
 from runconfig.data import CleanConfig, FilterSpec
@@ -46,7 +46,7 @@ class FilterEntry:
             src = inspect.getsource(mod) if mod is not None else repr(self.factory)
         except (OSError, TypeError):
             src = repr(self.factory)
-        return hashlib.sha256(src.encode()).hexdigest()[:12]
+        return sha256_bytes(src)[:12]
 
 
 # The CleanConfig section holding each built-in filter's typed settings (an outside filter has none).

@@ -48,6 +48,7 @@ from tokenizers import (
     trainers,
 )
 
+from core.io import replace_dir
 from core.registry import FAMILIES, TOKENIZER_CONVENTIONS
 from data_pipeline.tokenizers.corpus import iter_texts, require_texts
 from runconfig import RunConfig
@@ -321,14 +322,7 @@ def save_tokenizer(tok: Tokenizer, convention: str, folder: Path, model_max_leng
         make_portable(tmp, convention, **({"do_lower_case": lowercase} if convention == "bert" else {}))
         for name, data in (extra_files or {}).items():
             (tmp / name).write_bytes(data)
-        old = folder.with_name(folder.name + ".old")
-        if folder.exists():
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(folder, old)
-        os.replace(tmp, folder)
-        if old.exists():
-            shutil.rmtree(old)
+        replace_dir(tmp, folder)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -391,12 +385,11 @@ def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
         from transformers import AutoTokenizer
 
         tmp = out.with_name(out.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)  # left by a killed earlier copy
         AutoTokenizer.from_pretrained(tc.pretrained_path).save_pretrained(str(tmp))
         make_portable(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-        return out
+        return replace_dir(tmp, out)
     require_texts(cfg)
     texts = iter_texts(cfg, limit=tc.max_train_docs)
     extra: dict[str, bytes] = {}

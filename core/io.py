@@ -1,0 +1,135 @@
+"""The one atomic writer, and the hashing helpers.
+
+A file is written to a temporary file in its own folder, flushed and fsynced, then renamed over the target
+(`os.replace`, atomic on POSIX), and the folder is fsynced so the rename survives a power cut. A reader thus
+sees the old file or the new one, never a torn one, and a killed writer leaves at most a hidden
+`.<name>.*.tmp` file that the next write of the same shard cleans up (data_pipeline/shards.py). The file gets
+the mode a plain `open()` would give it (0o666 minus the umask): `mkstemp` alone creates 0600 files that
+other users of a shared run folder cannot read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["atomic_path", "atomic_write", "fingerprint", "fsync_dir", "json_bytes", "replace", "replace_dir", "sha256_bytes",
+           "sha256_file", "umask"]
+
+PathLike = str | os.PathLike[str]
+
+
+def umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux: /proc/self/status)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but only a fallback)
+    os.umask(old)
+    return old
+
+
+def fsync_dir(folder: PathLike) -> None:
+    """Makes a rename in `folder` durable; a no-op where directories cannot be opened (Windows) or synced."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def replace(src: PathLike, dst: PathLike) -> None:
+    """Renames `src` over `dst` (a file or a folder) atomically and makes the rename durable."""
+    os.replace(src, dst)
+    fsync_dir(Path(dst).parent)
+
+
+def replace_dir(tmp: PathLike, folder: PathLike) -> Path:
+    """Puts the finished folder `tmp` (made beside `folder`) in place of `folder`: the old one is moved aside,
+    the new one renamed in, the old one removed. A crash leaves the old folder, the new one, or `<folder>.old`
+    beside the new one, never a half-written folder. `tmp` gets the mode `mkdir` would give it (mkdtemp: 0700)."""
+    tmp, folder = Path(tmp), Path(folder)
+    os.chmod(tmp, 0o777 & ~umask())
+    old = folder.with_name(folder.name + ".old")
+    if folder.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        replace(folder, old)
+    replace(tmp, folder)
+    if old.exists():
+        shutil.rmtree(old)
+    return folder
+
+
+@contextlib.contextmanager
+def atomic_path(path: PathLike, mode: int | None = None) -> Iterator[Path]:
+    """Yields a temporary path beside `path` for a writer that wants a file name (`fs.get_file`, a library's
+    `save(path)`); on success the file is fsynced, given `mode` (default: 0o666 minus the umask) and renamed
+    over `path`. On any error the temporary file is removed and `path` is untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, (0o666 & ~umask()) if mode is None else mode)
+        replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write(path: PathLike, data: bytes | str | Callable[[IO[bytes]], Any], mode: int | None = None) -> Path:
+    """Writes `data` (bytes, text as UTF-8, or a function given the open binary file) to `path` atomically and
+    durably (see the module docstring); returns the path."""
+    path = Path(path)
+    with atomic_path(path, mode) as tmp, open(tmp, "wb") as f:
+        if callable(data):
+            data(f)
+        else:
+            f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+    return path
+
+
+def json_bytes(obj: Any, indent: int | None = 1, sort_keys: bool = False) -> bytes:
+    return json.dumps(obj, indent=indent, sort_keys=sort_keys, default=str, ensure_ascii=False).encode()
+
+
+# -------------------------------------------------------------------------------------------------------- hashing
+
+
+def sha256_bytes(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fingerprint(obj: Any, length: int = 16) -> str:
+    """A short, stable hash of JSON-able settings (sorted keys): what completion markers compare."""
+    return sha256_bytes(json.dumps(obj, sort_keys=True))[:length]
