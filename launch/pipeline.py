@@ -136,14 +136,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
 
     ppl = held_out_perplexity(layout.logs / "metrics.jsonl", state.get("step"))
     summary = {
-        "run_dir": str(layout.root),
-        "cleaned_corpus": str(layout.dedup),
-        "tokenizer": str(layout.tokenizer),
-        "token_shards": str(layout.tokens),
-        "checkpoints": str(layout.checkpoints),
-        "tensorboard": str(layout.logs),
-        "plots": str(layout.logs / "plots"),
-        "export": str(export_dir),
+        **summary_paths(cfg, export_dir),
         "heldout_perplexity": ppl[0] if ppl else None,
         "finetune_scoring": FINETUNE_SCORING["seq2seq" if reload_info.get("class", "").endswith(
             "ForConditionalGeneration") else "classifier"],
@@ -172,6 +165,23 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     print(f"{'stage seconds':<32} {times}")
     print(f"{'total seconds':<32} {summary['total_seconds']}")
     return summary
+
+
+def summary_paths(cfg: RunConfig, export_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """The folders summary.json names: where each stage of this run wrote."""
+    from data_pipeline.layout import RunLayout
+
+    layout = RunLayout(cfg)
+    return {
+        "run_dir": str(layout.root),
+        "cleaned_corpus": str(layout.dedup),
+        "tokenizer": str(layout.tokenizer),
+        "token_shards": str(layout.tokens),
+        "checkpoints": str(layout.checkpoints),
+        "tensorboard": str(layout.logs),
+        "plots": str(layout.logs / "plots"),
+        "export": str(export_dir),
+    }
 
 
 def _headline(r: dict[str, Any]) -> dict[str, Any]:
