@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.io import atomic_write, json_bytes
+from core.layout import METRICS
 from runconfig import RunConfig, save_resolved
 from runconfig.cli import add_config_args, config_from_args
 
@@ -134,7 +136,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     if transfer["tasks"]:
         write_model_card(cfg, export_dir)  # the card's model-index now carries transfer.json's results
 
-    ppl = held_out_perplexity(layout.logs / "metrics.jsonl", state.get("step"))
+    ppl = held_out_perplexity(layout.metrics, state.get("step"))
     summary = {
         **summary_paths(cfg, export_dir),
         "heldout_perplexity": ppl[0] if ppl else None,
@@ -150,8 +152,8 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         "stage_seconds": times,
         "total_seconds": round(time.time() - t_start, 1),
     }
-    (layout.root / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    layout.store.push([layout.finetune, resolved, layout.root / "summary.json"])  # a remote run (run.output_dir URL)
+    atomic_write(layout.summary, json_bytes(summary))
+    layout.store.push([layout.finetune, resolved, layout.summary])  # a remote run (run.output_dir URL)
     _banner("summary")
     for k in ("run_dir", "cleaned_corpus", "tokenizer", "token_shards", "checkpoints", "tensorboard", "plots",
               "export"):
@@ -179,7 +181,7 @@ def summary_paths(cfg: RunConfig, export_dir: str | os.PathLike[str]) -> dict[st
         "token_shards": str(layout.tokens),
         "checkpoints": str(layout.checkpoints),
         "tensorboard": str(layout.logs),
-        "plots": str(layout.logs / "plots"),
+        "plots": str(layout.plots),
         "export": str(export_dir),
     }
 
@@ -200,7 +202,7 @@ def _headline(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _last_eval_loss(logs: Path) -> float | None:
-    path = logs / "metrics.jsonl"
+    path = logs / METRICS
     if not path.is_file():
         return None
     rows = [json.loads(line) for line in path.read_text().splitlines() if '"eval"' in line]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.io import atomic_write
+from core.layout import RunPaths
 from launch.render import Entry, LaunchError, base_env, python_exe, torchrun_args, workdir
 from runconfig import RunConfig
 
@@ -31,7 +32,7 @@ EX_TEMPFAIL = 75
 
 
 def slurm_dir(cfg: RunConfig) -> Path:
-    return Path(cfg.launch.slurm.output_dir or Path(cfg.run.root) / "slurm").resolve()
+    return Path(cfg.launch.slurm.output_dir or RunPaths(cfg.run.root).slurm).resolve()
 
 
 def gpu_option(cfg: RunConfig) -> str | None:

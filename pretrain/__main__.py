@@ -7,6 +7,7 @@ import json
 import os
 import sys
 
+from core.layout import RunPaths
 from runconfig.cli import add_config_args, config_from_args, preflight
 
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
             with tempfile.TemporaryDirectory(prefix="lmstack-plot-") as tmp:
                 store = RunStore(Path(tmp), args.run.rstrip("/"))
-                store.pull([Path(tmp) / "logs"])
+                store.pull([RunPaths(tmp).logs])
                 paths = plot_run(tmp, args.out)
                 if args.out is None:
                     store.push(paths)

@@ -32,6 +32,7 @@ import torch.distributed as dist
 import xxhash
 
 from core.io import atomic_write, sha256_bytes
+from core.layout import RESOLVED_CONFIG
 
 COMPLETE = "COMPLETE"
 TAG_RE = re.compile(r"^step(\d{8})$")
@@ -253,7 +254,7 @@ def upload_checkpoint(ckpt_dir: Path, tag: str, remote: str, keep_last: int, war
     for attempt in range(retries):
         try:
             t0 = time.time()
-            sent = store.push([ckpt_dir / tag, *[p for p in (ckpt_dir / "resolved_config.yaml",) if p.is_file()]])
+            sent = store.push([ckpt_dir / tag, *[p for p in (ckpt_dir / RESOLVED_CONFIG,) if p.is_file()]])
             sent += store.push([ckpt_dir / "latest"])
             mb = sum(p.stat().st_size for p in sent) / 2**20
             warn(f"[checkpoint] uploaded {tag} to {store.url(ckpt_dir / tag)} ({len(sent)} files, {mb:.1f} MiB, "

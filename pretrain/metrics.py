@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from core.layout import METRICS
 from pretrain.families import get_family
 from runconfig.model import ModelConfig
 
@@ -80,7 +81,7 @@ class JsonlSink(Sink):
     """metrics.jsonl: one row per log call, with the wall-clock time (unix seconds and ISO 8601 UTC)."""
 
     def __init__(self, folder: Path):
-        self.f = open(folder / "metrics.jsonl", "a")  # noqa: SIM115 - lives as long as the logger
+        self.f = open(folder / METRICS, "a")  # noqa: SIM115 - lives as long as the logger
 
     def log(self, step, values, prefix):
         now = time.time()

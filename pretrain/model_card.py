@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from core.layout import RESOLVED_CONFIG
 from data_pipeline.layout import RunLayout
 from data_pipeline.tokenizers import SUPPORTED_TRANSFORMERS
 from runconfig import RunConfig
@@ -26,7 +27,7 @@ from runconfig.load import to_dict
 
 CARD = "README.md"
 MANIFEST_FILE = "data_manifest.json"
-CONFIG_FILE = "resolved_config.yaml"
+CONFIG_FILE = RESOLVED_CONFIG
 TRANSFER_FILE = "transfer.json"
 
 # The Hub's pipeline tag and a usage snippet, by what the exported architecture's head does (transformers' own
@@ -268,14 +269,14 @@ def write_model_card(cfg: RunConfig, export_dir: str | Path) -> Path:
     (export_dir / CONFIG_FILE).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     stats_path = layout.clean / "stats.json"
     clean_stats = json.loads(stats_path.read_text()) if stats_path.is_file() else None
-    ppl = held_out_perplexity(layout.logs / "metrics.jsonl", state.get("step"))
+    ppl = held_out_perplexity(layout.metrics, state.get("step"))
     if ppl is not None and not math.isfinite(ppl[0]):
         ppl = None
     transfer_path = export_dir / TRANSFER_FILE
     transfer = json.loads(transfer_path.read_text()) if transfer_path.is_file() else None
     mask = tok_conf.get("mask_token")
     mask = mask.get("content") if isinstance(mask, dict) else mask
-    speed = median_speed(layout.logs / "metrics.jsonl")
+    speed = median_speed(layout.metrics)
     text = render_model_card(cfg, export_dir, state, model_config, manifest, clean_stats, ppl, transfer, mask, speed)
     path = export_dir / CARD
     path.write_text(text)

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from core.layout import RunPaths
+
 # figure name -> [(split, key, label)], drawn on one axis; a figure with no data is skipped.
 FIGURES: dict[str, list[tuple[str, str, str]]] = {
     "loss": [("train", "loss", "train loss"), ("eval", "loss", "held-out loss")],
@@ -43,11 +45,11 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     import matplotlib.pyplot as plt
 
     run_dir = Path(run_dir)
-    metrics = run_dir / "logs" / "metrics.jsonl"
+    metrics = RunPaths(run_dir).metrics
     if not metrics.is_file():
         raise FileNotFoundError(f"no metrics to plot: {metrics} does not exist (has the run trained?)")
     rows = read_metrics(metrics)
-    out = Path(out_dir) if out_dir else run_dir / "logs" / "plots"
+    out = Path(out_dir) if out_dir else RunPaths(run_dir).plots
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, series in FIGURES.items():

@@ -398,7 +398,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             ckpt.save_checkpoint(engine, ckpt_dir, step, client_state(), cfg.checkpoint.keep_last, store_probe,
                                  ckpt_meta, remote=cfg.checkpoint_remote)
             if rank == 0:  # a remote run: the logs so far and the resolved config go up with each checkpoint
-                layout.store.push_or_warn([layout.logs, layout.root / "resolved_config.yaml"])
+                layout.store.push_or_warn([layout.logs, layout.resolved_config])
         if preempted:
             if rank == 0:
                 bar.write(f"[train] signal {stop.signum}: checkpointed at step {step}, exiting for requeue")
@@ -412,7 +412,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     if rank == 0 and cfg.logging.plots and cfg.logging.jsonl:
         from pretrain.plots import plot_run
 
-        result["plots"] = str(plot_run(cfg.run.root)[0].parent) if (layout.logs / "metrics.jsonl").is_file() else None
+        result["plots"] = str(plot_run(cfg.run.root)[0].parent) if layout.metrics.is_file() else None
     if rank == 0:
         layout.store.push_or_warn([layout.logs])
     dist.barrier()

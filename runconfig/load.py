@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from core.errors import ConfigError
 from core.io import atomic_write
+from core.layout import RESOLVED_CONFIG
 from runconfig.run import RunConfig
 
 
@@ -156,7 +157,7 @@ def to_dict(cfg: RunConfig) -> dict[str, Any]:
     return cfg.model_dump(mode="json")
 
 
-def save_resolved(cfg: RunConfig, folder: str | os.PathLike[str], name: str = "resolved_config.yaml") -> Path:
+def save_resolved(cfg: RunConfig, folder: str | os.PathLike[str], name: str = RESOLVED_CONFIG) -> Path:
     """Every run writes the config it actually used next to its outputs."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ import warnings
 from pydantic import Field, field_validator, model_validator
 
 from core.io import sha256_bytes
+from core.layout import RunPaths, remote_checkpoints
 from core.registry import FAMILIES, OBJECTIVES
 from runconfig.base import Section
 from runconfig.data import DataConfig
@@ -193,9 +194,8 @@ class RunConfig(Section):
     @property
     def checkpoint_remote(self) -> str | None:
         """Where checkpoints are uploaded: <run.output_dir>/checkpoints of a remote run (None: local only)."""
-        return f"{self.run.output_dir.rstrip('/')}/checkpoints" if self.run.is_remote and not self.checkpoint.dir \
-            else None
+        return remote_checkpoints(self.run.output_dir) if self.run.is_remote and not self.checkpoint.dir else None
 
     @property
     def checkpoint_dir(self) -> str:
-        return self.checkpoint.dir or f"{self.run.root}/checkpoints"
+        return str(RunPaths.from_config(self).checkpoints)
