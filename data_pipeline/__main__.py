@@ -8,7 +8,7 @@ import sys
 
 from data_pipeline.paths import check_source_paths
 from data_pipeline.preflight import check_output_writable
-from runconfig.cli import add_config_args, config_from_args, preflight
+from runconfig.cli import add_config_args, config_from_args, preflight, run_cli
 
 
 def _stage_clean(cfg, args):
@@ -61,6 +61,10 @@ STAGES = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m data_pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="stage", required=True)
     for name, (_, help_) in STAGES.items():

@@ -19,10 +19,11 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 from launch import render, slurm
 from launch.render import Entry, LaunchError, NodeCommand
-from runconfig.cli import add_config_args, config_from_args
+from runconfig.cli import add_config_args, config_from_args, run_cli
 
 EX_TEMPFAIL = 75
 
@@ -229,6 +230,42 @@ def _local_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+# The packages whose import registers the built-in implementations.
+IMPLEMENTATIONS = ("data_pipeline.executors", "data_pipeline.filters", "data_pipeline.objectives", "data_pipeline.readers",
+                   "data_pipeline.tokenizers", "pretrain.families", "pretrain.objectives")
+
+
+def registry_listing() -> dict[str, dict[str, Any]]:
+    """Every registry with its entries: the top floor imports every implementation, so the listing shows the
+    built-ins complete (data spec and implementation) beside what outside packages add through entry points."""
+    import importlib
+
+    from core.registry import REGISTRIES
+
+    for module in IMPLEMENTATIONS:
+        importlib.import_module(module)  # each registers its built-ins
+
+    def origin(obj: Any) -> str:
+        impl = getattr(obj, "build_config", None) or getattr(obj, "build_collator", None) or obj
+        return getattr(impl, "__module__", None) or type(impl).__module__
+
+    return {name: {"key": reg.key, "entry_point_group": reg.group, "description": reg.description,
+                   "entries": {n: origin(obj) for n, obj in reg.items()}}
+            for name, reg in REGISTRIES.items()}
+
+
+def cmd_registry(args: argparse.Namespace) -> int:
+    listing = registry_listing()
+    if args.json:
+        print(json.dumps(listing, indent=1))
+        return 0
+    for name, reg in listing.items():
+        print(f"{name} ({reg['key']}; entry points: {reg['entry_point_group']}): {reg['description']}")
+        for entry, module in reg["entries"].items():
+            print(f"  {entry:<24} {module}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -276,16 +313,17 @@ def main(argv: list[str] | None = None) -> int:
     add_config_args(p)
     p.set_defaults(fn=_local_pipeline)
 
+    p = sub.add_parser("registry", help="list what every registry holds (families, objectives, filters, readers, "
+                       "executors, tokenizer conventions), built-ins and outside packages' entry points")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(fn=cmd_registry)
+
     p = sub.add_parser("corpus-shards", help="print the number of final corpus shards (used by the tokenize array)")
     add_config_args(p)
     p.set_defaults(fn=cmd_corpus_shards)
 
     args = parser.parse_args(argv)
-    try:
-        return args.fn(args)
-    except (LaunchError, slurm.SlurmError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return run_cli(lambda _: args.fn(args))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.errors import LmstackError
 from runconfig import RunConfig
 
 # torchrun passes SIGTERM to its workers but waits only this long (default 30 s) before SIGKILL; the trainer
@@ -22,7 +23,7 @@ SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-class LaunchError(ValueError):
+class LaunchError(LmstackError, ValueError):
     """The launch section cannot describe a runnable job (message names the key to fix)."""
 
 

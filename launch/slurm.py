@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.errors import LmstackError
 from core.io import atomic_write
 from core.layout import RunPaths
 from launch.render import Entry, LaunchError, base_env, python_exe, torchrun_args, workdir
@@ -238,7 +239,7 @@ def write_script(cfg: RunConfig, text: str, name: str) -> Path:
 # -- talking to Slurm ----------------------------------------------------------------------------------------
 
 
-class SlurmError(RuntimeError):
+class SlurmError(LmstackError, RuntimeError):
     pass
 
 

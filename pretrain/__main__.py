@@ -8,10 +8,14 @@ import os
 import sys
 
 from core.layout import RunPaths
-from runconfig.cli import add_config_args, config_from_args, preflight
+from runconfig.cli import add_config_args, config_from_args, preflight, run_cli
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pretrain", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="pretrain through DeepSpeed (run under torchrun or `python -m launch run`)")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
-from runconfig.load import ConfigError, load_config
+from core.errors import LmstackError
+from runconfig.load import load_config
 from runconfig.run import RunConfig
 
 
@@ -17,9 +19,19 @@ def add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     try:
         return load_config(args.config, args.overrides)
-    except ConfigError as e:
+    except LmstackError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """Runs a CLI's main; an `LmstackError` (a bad key, file, host or name, said in its message) is printed as one
+    line and exits 2, without a traceback."""
+    try:
+        return main(argv)
+    except LmstackError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 def preflight(cfg: RunConfig, *checks) -> None:
@@ -28,6 +40,6 @@ def preflight(cfg: RunConfig, *checks) -> None:
     for check in checks:
         try:
             check(cfg)
-        except ConfigError as e:
+        except LmstackError as e:
             print(f"error: {e}", file=sys.stderr)
             raise SystemExit(2) from None

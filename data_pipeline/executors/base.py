@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import LmstackError
 from core.registry import EXECUTORS
 from data_pipeline.shards import write_json_atomic
 from data_pipeline.storage import RunStore
 
 
-class StageFailed(RuntimeError):
+class StageFailed(LmstackError, RuntimeError):
     """Some tasks of a stage still failed after their retries; `failed` maps task name -> last error."""
 
     def __init__(self, stage: str, failed: dict[str, str], total: int):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from core.errors import LmstackError
 from data_pipeline.shards import corpus_shards as _corpus_shards
 from data_pipeline.shards import iter_corpus, read_shard
 from runconfig import RunConfig
@@ -12,7 +13,7 @@ from runconfig import RunConfig
 __all__ = ["EmptyStageError", "corpus_shards", "iter_texts", "read_shard", "require_texts"]
 
 
-class EmptyStageError(ValueError):
+class EmptyStageError(LmstackError, ValueError):
     """A stage's output holds no documents: nothing downstream can be trained from it."""
 
 

@@ -1,0 +1,76 @@
+"""The one Registry type: names, entry points, and the error an unknown name raises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError, LmstackError, PluginError, UnknownNameError
+from core.registry import FAMILIES, REGISTRIES, Registry
+from core.specs import FamilySpec, ObjectiveSpec, implement
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_unknown_name_names_registry_name_known_and_a_close_one():
+    reg: Registry[object] = Registry("widgets", "widget", "data.widget", "lmstack.test_widgets_none")
+    reg.register("gopher_quality", object())
+    reg.register("c4", object())
+    with pytest.raises(UnknownNameError) as e:
+        reg.get("gopher_qualty")
+    err = e.value
+    assert str(err) == ("unknown widget 'gopher_qualty' (registered: ['c4', 'gopher_quality']); "
+                        "did you mean 'gopher_quality'?")
+    assert err.registry == "widgets" and err.known == ["c4", "gopher_quality"]
+    # One error type, caught as what each caller knew before: a config error, a KeyError, a ValueError.
+    assert isinstance(err, ConfigError) and isinstance(err, LmstackError)
+    assert isinstance(err, KeyError) and isinstance(err, ValueError)
+    with pytest.raises(UnknownNameError, match=r"registered: \['c4', 'gopher_quality'\]\)$"):
+        reg.get("zzz")  # no close match: no suggestion
+
+
+def test_register_twice_is_refused_unless_replacing():
+    reg: Registry[object] = Registry("widgets", "widget", "data.widget", "lmstack.test_widgets_none")
+    a, b = object(), object()
+    reg.register("a", a)
+    reg.register("a", a)  # the same object again (a module imported twice) is fine
+    with pytest.raises(PluginError, match="widgets: 'a' is registered twice"):
+        reg.register("a", b)
+    assert reg.register("a", b, replace=True) is b and reg.get("a") is b
+
+    @reg.decorator("c")
+    class C:
+        pass
+
+    assert reg.get("c") is C and reg.names() == ["a", "c"] and "c" in reg and len(reg) == 2
+
+
+def test_implement_fills_in_a_declared_spec():
+    reg: Registry[FamilySpec] = Registry("fams", "family", "model.family", "lmstack.test_none", spec_type=FamilySpec)
+    reg.add(FamilySpec(name="f", task="masked_lm", objectives=("mlm",), tokenizer_types=("bpe",)))
+
+    def build(m, tok, seq_len, vocab):
+        return "config"
+
+    spec = implement(reg, "f", build_config=build)
+    assert reg.get("f") is spec and spec.build_config is build and spec.objectives == ("mlm",)
+    assert spec.trains(ObjectiveSpec("mlm", ("full_sentences",)))
+    assert not spec.trains(ObjectiveSpec("causal", ("contiguous",)))
+
+
+def test_every_registry_is_declared_once_and_specs_are_data():
+    assert set(REGISTRIES) == {"families", "objectives", "filters", "readers", "executors", "tokenizer_conventions"}
+    assert {r.group for r in REGISTRIES.values()} == {f"lmstack.{n}" for n in REGISTRIES}
+    # The built-in specs are there before any implementation is imported, with their implementation empty.
+    code = ("import sys; from core.registry import FAMILIES, OBJECTIVES; "
+            "f = FAMILIES.get('roberta'); o = OBJECTIVES.get('mlm'); "
+            "assert f.build_config is None and o.build_collator is None and f.position_limit(514) == 512; "
+            "assert not any(m.split('.')[0] in ('torch', 'runconfig', 'data_pipeline', 'pretrain', 'launch') "
+            "for m in sys.modules), sorted(sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert FAMILIES.get("roberta").model_class == "RobertaForMaskedLM"
