@@ -64,8 +64,12 @@ bench: $(TEST_STAMP)
 bench-all:
 	$(MAKE) bench BENCH_LONG=
 
+# ruff, the import-linter contract of the floors (pyproject.toml [tool.importlinter]) and mypy on core/ and
+# runconfig/ (pyproject.toml [tool.mypy]).
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
+	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports
+	$(BIN)/mypy core runconfig
 
 clean:
 	rm -rf runs .pytest_cache

@@ -90,8 +90,8 @@ class Registry(Generic[T]):
             if callable(obj) and not isinstance(obj, type | self.spec_type):
                 obj = obj()
             if isinstance(obj, self.spec_type):
-                if self._entries.get(obj.name) is not obj:
-                    self.add(obj)
+                if self._entries.get(obj.name) is not obj:  # type: ignore[attr-defined]
+                    self.add(obj)  # type: ignore[arg-type]
             elif obj is not None and not hasattr(obj, "__file__"):  # a module registers itself on import
                 raise PluginError(f"entry point {ep.name} in {self.group} gave {type(obj).__name__}, "
                                   f"not a {self.spec_type.__name__}")
@@ -125,7 +125,7 @@ class Registry(Generic[T]):
 
 
 def _declare() -> dict[str, Registry[Any]]:
-    return {r.name: r for r in (
+    registries: tuple[Registry[Any], ...] = (
         Registry("families", "family", "model.family", "lmstack.families",
                  "model families: HF classes, config builder, probe inputs, FLOPs (pretrain/families/)", FamilySpec),
         Registry("objectives", "objective", "objective.type", "lmstack.objectives",
@@ -139,12 +139,13 @@ def _declare() -> dict[str, Registry[Any]]:
                  "where data tasks run: local process pool, Ray (data_pipeline/executors/)"),
         Registry("tokenizer_conventions", "tokenizer convention", "tokenizer.type", "lmstack.tokenizer_conventions",
                  "special tokens, post-processing and HF class of a saved tokenizer (data_pipeline/tokenizers/)"),
-    )}  # fmt: skip
+    )  # fmt: skip
+    return {r.name: r for r in registries}
 
 
 REGISTRIES: dict[str, Registry[Any]] = _declare()
-FAMILIES = REGISTRIES["families"]
-OBJECTIVES = REGISTRIES["objectives"]
+FAMILIES: Registry[FamilySpec] = REGISTRIES["families"]
+OBJECTIVES: Registry[ObjectiveSpec] = REGISTRIES["objectives"]
 FILTERS = REGISTRIES["filters"]
 READERS = REGISTRIES["readers"]
 EXECUTORS = REGISTRIES["executors"]

@@ -106,10 +106,10 @@ class FamilySpec:
     def model_cls(self) -> type:
         if self.model_class is None:
             raise ValueError(f"model.family '{self.name}' names no model class")
-        return resolve(self.model_class)  # type: ignore[no-any-return]
+        return resolve(self.model_class)
 
     def auto_cls(self, name: str | None = None) -> type:
-        return resolve(name or self.auto_class)  # type: ignore[no-any-return]
+        return resolve(name or self.auto_class)
 
     def position_limit(self, max_position_embeddings: int) -> int | None:
         """The longest sequence the position table allows (None: unbounded by the table)."""

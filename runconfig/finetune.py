@@ -11,6 +11,10 @@ from runconfig.base import Section
 LabelledFormat = Literal["auto", "csv", "tsv", "jsonl", "folder", "hf_dataset"]
 
 
+Arm = Literal["pretrained", "random"]
+ARMS: tuple[Arm, ...] = ("pretrained", "random")
+
+
 class FinetuneTask(Section):
     """One labelled task, given the way teams hold it: explicit train/dev/test files, or a data source's
     pretraining hold-out. A split given by files is used as is; a split made here (test_fraction, dev_fraction)
@@ -72,7 +76,7 @@ class FinetuneConfig(Section):
     # its dev split at `dev_evals` evenly spaced steps and keeps the best weights; 0 = the weights of the last step.
     dev_evals: int = Field(0, ge=0)
     probe: bool = True  # frozen-feature probe: mean-pooled last hidden state -> logistic regression
-    arms: list[Literal["pretrained", "random"]] = Field(default_factory=lambda: ["pretrained", "random"], min_length=1)
+    arms: list[Arm] = Field(default_factory=lambda: list(ARMS), min_length=1)
     eval_batch_size: int = Field(64, gt=0)
     threads: int | None = None  # torch intra-op threads (None: torch's default, all cores)
     # Transfer evaluation: arms fine-tuned at once, each in its own process (small models use 2 cores better as two

@@ -58,7 +58,7 @@ class ScheduleConfig(Section):
                 )
         elif self.warmup_steps is not None and self.warmup_fraction is not None:
             raise ValueError("schedule.warmup_steps and schedule.warmup_fraction are both set: set one of them")
-        elif self.warmup_steps is not None and self.warmup_steps > self.steps:
+        elif self.warmup_steps is not None and self.steps is not None and self.warmup_steps > self.steps:
             raise ValueError(f"schedule.warmup_steps ({self.warmup_steps}) exceeds schedule.total_steps ({self.steps})")
         return self
 

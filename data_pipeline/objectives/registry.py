@@ -25,7 +25,7 @@ def register_objective(spec: ObjectiveSpec, *, replace: bool = False) -> Objecti
 
 def implement_objective(name: str, **fields: Any) -> ObjectiveSpec:
     """Fills in implementation fields of the objective declared in core/specs.py."""
-    return implement(OBJECTIVES, name, **fields)  # type: ignore[no-any-return]
+    return implement(OBJECTIVES, name, **fields)
 
 
 def get_objective(name: str) -> ObjectiveSpec:

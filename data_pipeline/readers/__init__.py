@@ -118,7 +118,7 @@ def register_reader(name: str, reader: Reader) -> None:
 
 
 def get_reader(name: str) -> Reader:
-    return READERS.get(name)  # type: ignore[no-any-return]
+    return READERS.get(name)
 
 
 def _text(source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int):
