@@ -1,7 +1,7 @@
 """The one atomic writer, and the hashing helpers.
 
 A file is written to a temporary file in its own folder, flushed and fsynced, then renamed over the target
-(`os.replace`, atomic on POSIX), and the folder is fsynced so the rename survives a power cut. A reader thus
+(atomic on POSIX), and the folder is fsynced so the rename survives a power cut. A reader thus
 sees the old file or the new one, never a torn one, and a killed writer leaves at most a hidden
 `.<name>.*.tmp` file that the next write of the same shard cleans up (data_pipeline/shards.py). The file gets
 the mode a plain `open()` would give it (0o666 minus the umask): `mkstemp` alone creates 0600 files that
