@@ -18,7 +18,7 @@ class UnknownNameError(ConfigError, KeyError):
     "did you mean" when one is close."""
 
     def __init__(self, registry: str, kind: str, name: str, known: list[str], hint: str = ""):
-        self.registry, self.kind, self.name, self.known = registry, kind, name, known
+        self.registry, self.kind, self.name, self.known, self.hint = registry, kind, name, known, hint
         from difflib import get_close_matches
 
         close = get_close_matches(name, known, n=1)
@@ -31,6 +31,10 @@ class UnknownNameError(ConfigError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str, list[str], str]]:
+        """Picklable as itself (a process pool worker's error reaches the parent)."""
+        return type(self), (self.registry, self.kind, self.name, self.known, self.hint)
 
 
 class PluginError(LmstackError, RuntimeError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ def test_unknown_name_names_registry_name_known_and_a_close_one():
     assert isinstance(err, KeyError) and isinstance(err, ValueError)
     with pytest.raises(UnknownNameError, match=r"registered: \['c4', 'gopher_quality'\]\)$"):
         reg.get("zzz")  # no close match: no suggestion
+    again = pickle.loads(pickle.dumps(err))  # as a process pool worker's error reaches the parent
+    assert type(again) is UnknownNameError and str(again) == str(err) and again.known == err.known
 
 
 def test_register_twice_is_refused_unless_replacing():

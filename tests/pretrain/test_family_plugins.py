@@ -18,9 +18,8 @@ from tests.pretrain.conftest import ROOT, child_env
 
 TOY_PACKAGE = '''
 """An outside package adding a family and an objective to lmstack."""
+from core.specs import FamilySpec, ObjectiveSpec
 from data_pipeline.objectives.builtin import mlm_collator
-from data_pipeline.objectives.registry import ObjectiveSpec
-from pretrain.families.registry import FamilySpec
 
 
 def build_config(m, tokenizer, seq_len, vocab_size):
