@@ -1,8 +1,9 @@
 """Base model for every config section: unknown keys are errors, assignments are validated, and no float may
-be inf or NaN (an infinite LR passed every `gt=0` bound and checkpointed non-finite weights)."""
+be inf or NaN (an infinite LR passed every `gt=0` bound and checkpointed non-finite weights). The same policy as
+the typed options of the specs (core/specs.py `Options`), which it extends."""
 
-from pydantic import BaseModel, ConfigDict
+from core.specs import Options
 
 
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
+class Section(Options):
+    """One section of the run config."""
