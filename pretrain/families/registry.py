@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.errors import PluginError
 from core.registry import FAMILIES
 from core.specs import FamilySpec, attention_layers, default_flops_per_token, default_probe_inputs, implement
 
@@ -30,7 +31,13 @@ def implement_family(name: str, **fields: Any) -> FamilySpec:
 
 
 def get_family(name: str) -> FamilySpec:
-    return FAMILIES.get(name)
+    """The complete spec: a family declared in core/specs.py whose module here was never written is an error
+    naming both places, not a `None` call deep in model building."""
+    spec = FAMILIES.get(name)
+    if spec.build_config is None:
+        raise PluginError(f"model.family '{name}' is declared (core/specs.py) but no module implements it "
+                          f"(pretrain/families/<name>.py calling implement_family)")
+    return spec
 
 
 def family_names() -> list[str]:

@@ -77,3 +77,16 @@ def test_every_registry_is_declared_once_and_specs_are_data():
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr[-2000:]
     assert FAMILIES.get("roberta").model_class == "RobertaForMaskedLM"
+
+
+def test_a_declared_family_without_implementation_is_named():
+    from core.errors import PluginError
+    from pretrain.families import get_family
+
+    assert get_family("roberta").build_config is not None  # the built-ins are implemented
+    FAMILIES.add(FamilySpec(name="declared_only", task="causal_lm", objectives=("causal",), tokenizer_types=("bpe",)))
+    try:
+        with pytest.raises(PluginError, match=r"model.family 'declared_only' is declared \(core/specs.py\) but no"):
+            get_family("declared_only")
+    finally:
+        del FAMILIES._entries["declared_only"]
