@@ -24,6 +24,7 @@ BUILTIN = (
     "pretrain.families.t5",
     "pretrain.families.modernbert",
     "pretrain.families.electra",
+    "pretrain.families.llama",
 )
 
 
