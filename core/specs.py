@@ -193,6 +193,27 @@ def validate_modernbert(cfg: Any) -> None:
                              f"hidden_size / num_heads)")
 
 
+class LlamaOptions(Options):
+    """`model.options` of llama."""
+
+    num_kv_heads: int | None = Field(None, gt=0)  # key/value heads; None: as many as model.num_heads (no GQA)
+    rope_theta: float = Field(10_000.0, gt=0)  # Llama 1/2: 10K; Llama 3: 500K
+
+
+def validate_llama(cfg: Any) -> None:
+    m = cfg.model
+    for key in ("d_kv", "num_decoder_layers"):
+        if getattr(m, key) is not None:
+            raise ValueError(f"model.{key}: not used by model.family 'llama' (a decoder; head size is "
+                             f"hidden_size / num_heads)")
+    if m.dropout:
+        raise ValueError(f"model.dropout ({m.dropout}): model.family 'llama' has no residual or embedding dropout "
+                         f"(set it to 0; model.attention_dropout applies)")
+    kv = LlamaOptions.model_validate(m.options).num_kv_heads
+    if kv is not None and m.num_heads % kv:
+        raise ValueError(f"model.options.num_kv_heads ({kv}) must divide model.num_heads ({m.num_heads})")
+
+
 class ElectraModelOptions(Options):
     """`model.options` of the electra family."""
 
@@ -271,6 +292,11 @@ BUILTIN_FAMILIES = (
                objective_defaults={"mask_token_fraction": 0.85, "random_token_fraction": 0.0},
                model_class="ElectraForPreTraining", auto_class="AutoModelForPreTraining",
                export_heads=("AutoModelForSequenceClassification", "AutoModelForTokenClassification")),
+    # Llama (Touvron et al. 2023): pre-norm decoder, RMSNorm, SwiGLU, rotary positions, grouped-query attention.
+    FamilySpec(name="llama", task="causal_lm", objectives=("causal",), tokenizer_types=("bpe",),
+               reserved_positions=0, wraps_sequences=False, has_encoder=False, generative=True,
+               validate=validate_llama, options=LlamaOptions, model_class="LlamaForCausalLM",
+               auto_class="AutoModelForCausalLM"),
 )  # fmt: skip
 
 # ----------------------------------------------------------------------------------------- built-in objectives

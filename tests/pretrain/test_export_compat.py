@@ -89,7 +89,8 @@ def _export(tmp: Path, preset: str) -> tuple[Path, object]:
     return out, model
 
 
-@pytest.mark.parametrize("preset,task", [("roberta-tiny", "mlm"), ("gpt2-tiny", "clm"), ("t5-tiny", "s2s")])
+@pytest.mark.parametrize("preset,task", [("roberta-tiny", "mlm"), ("gpt2-tiny", "clm"), ("t5-tiny", "s2s"),
+                                         ("llama-tiny", "clm")])
 def test_export_loads_in_oldest_supported_transformers(old_python, tmp_path, preset, task):
     out, _ = _export(tmp_path, preset)
     new = subprocess.run([sys.executable, "-c", PROBE, str(out), task, json.dumps(TEXTS)], capture_output=True,
