@@ -200,3 +200,14 @@ def test_documented_command_runs(cmd: DocCommand, tmp_path: Path):
 def test_documented_slow_command_runs(cmd: DocCommand, tmp_path: Path):
     """Commands that import the training stack or clean real data: 40-60 s each on 2 cores."""
     _run(cmd, plan(cmd), tmp_path)
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+@pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(doc: Path):
+    """Every relative link in the README and docs names a file of the checkout (pages moved into docs/ stay found)."""
+    targets = [m.group(1) for m in LINK.finditer(doc.read_text(encoding="utf-8"))]
+    broken = [t for t in targets if "://" not in t and not (doc.parent / t).exists()]
+    assert not broken, f"{doc.relative_to(ROOT)}: links to missing files: {broken}"
