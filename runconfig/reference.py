@@ -12,6 +12,7 @@ import ast
 import inspect
 import io
 import json
+import re
 import sys
 import textwrap
 import tokenize
@@ -124,6 +125,11 @@ def _nested(tp: Any) -> list[tuple[str, type[BaseModel]]]:
     return []
 
 
+def _anchor(key: str) -> str:
+    """The id GitHub gives the heading \"## `key`\": lower case, punctuation other than - and _ dropped."""
+    return re.sub(r"[^a-z0-9 _-]", "", key.lower()).replace(" ", "-")
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -144,9 +150,13 @@ def render(root: type[BaseModel] = RunConfig) -> str:
                 continue  # loader-only keys (inherit) are described in the header
             key = f"{path}.{name}" if path else name
             doc = " ".join(t for t in (field.description or "", comments.get(name, "")) if t)
-            row = f"| `{key}` | {_cell(_fmt_type(field.annotation))} | {_cell(_fmt_default(field))} | {_cell(doc)} |"
-            rows.append(row)
             sub = _nested(field.annotation)
+            default = _fmt_default(field)
+            if sub:  # a section (or a list / dict of them): its keys are in its own table
+                see = ", ".join(f"[`{key}{s}`](#{_anchor(key + s)})" for s, _ in sub)
+                default = see if default == "(section)" else f"{default}; keys: {see}"
+            row = f"| `{key}` | {_cell(_fmt_type(field.annotation))} | {_cell(default)} | {_cell(doc)} |"
+            rows.append(row)
             if not sub:
                 own.append(row)  # a plain key; the top level shows only these (its sections get headings)
             children += [(key + suffix, model_) for suffix, model_ in sub]
