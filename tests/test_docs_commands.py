@@ -26,6 +26,8 @@ import pytest
 
 from runconfig import load_config
 
+pytestmark = pytest.mark.timeout(60)  # a dry run takes about a second; the slow commands set their own
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
@@ -196,6 +198,7 @@ def test_documented_command_runs(cmd: DocCommand, tmp_path: Path):
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(600)  # 40-60 s each when idle; several times that with the suite beside it
 @pytest.mark.parametrize("cmd", SLOW, ids=[c.where for c in SLOW])
 def test_documented_slow_command_runs(cmd: DocCommand, tmp_path: Path):
     """Commands that import the training stack or clean real data: 40-60 s each on 2 cores."""

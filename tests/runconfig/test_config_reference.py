@@ -4,8 +4,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runconfig.reference import render
 from runconfig.run import RunConfig
+
+pytestmark = pytest.mark.timeout(120)  # each under 3 s; the CLI test starts one interpreter
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "config-reference.md"
