@@ -23,6 +23,9 @@ from data_pipeline.document import Document, in_holdout
 from data_pipeline.layout import RunLayout
 from data_pipeline.readers import ErrorLog, WorkShard, plan_source_shards, read_shard_docs
 from data_pipeline.shards import marker_path, shard_name, write_json_atomic, write_shard, write_text_atomic
+from runconfig.log import get_logger
+
+log = get_logger(__name__)
 
 SAMPLE_CHARS = 2000
 
@@ -243,7 +246,7 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
         if why:
             redo[(s.source, why)] += 1
     for (source, why), n in sorted(redo.items()):
-        print(f"clean: redoing {n} finished shard(s) of {source}: {why}", file=sys.stderr)
+        log.info(f"clean: redoing {n} finished shard(s) of {source}: {why}")
     skipped = len(plan) - len(todo) if shard_index is None else 0
     failures: list[dict[str, Any]] = []
     workers = min(cfg.data.clean.workers, len(todo)) if todo else 1
@@ -266,7 +269,7 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
     summary.update({"shards_run": len(todo), "shards_skipped_done": skipped,
                     "shards_redone": {f"{k[0]}: {k[1]}": v for k, v in redo.items()},
                     "seconds": round(time.time() - t0, 2), "failed_shards": failures})
-    print(summary.pop("table"), file=sys.stderr)
+    log.info(summary.pop("table"))
     if failures:
         names = ", ".join(f"{f['source']}/{f['shard']}: {f['error']}" for f in failures)
         raise RuntimeError(f"clean: {len(failures)} shard(s) failed ({names}); rerun to retry only those")

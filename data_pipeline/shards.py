@@ -16,6 +16,9 @@ from typing import Any
 
 from core.io import atomic_write, json_bytes
 from data_pipeline.layout import RunLayout
+from runconfig.log import get_logger
+
+log = get_logger(__name__)
 
 SHARD_EXTS = (".jsonl.zst", ".parquet")
 DEDUP_DONE = "_DONE.json"
@@ -44,10 +47,8 @@ def remove_orphans(path: Path) -> list[Path]:
         except FileNotFoundError:
             pass
     if gone:
-        import sys
-
-        print(f"[shards] removed {len(gone)} orphaned temporary file(s) of an interrupted write: "
-              f"{', '.join(p.name for p in gone)}", file=sys.stderr)
+        log.info(f"[shards] removed {len(gone)} orphaned temporary file(s) of an interrupted write: "
+                 f"{', '.join(p.name for p in gone)}")
     return gone
 
 

@@ -14,6 +14,9 @@ from typing import Any
 
 from data_pipeline.executors import Executor, Stage, build_executor
 from data_pipeline.layout import RunLayout
+from runconfig.log import get_logger
+
+log = get_logger(__name__)
 
 
 def _clean_task(i: int, *, cfg) -> dict[str, Any]:
@@ -33,12 +36,10 @@ def _never_done(i: int) -> bool:
 
 
 def _clean_report(cfg) -> dict[str, Any]:
-    import sys
-
     from data_pipeline.clean import write_report
 
     summary = write_report(cfg)
-    print(summary.pop("table"), file=sys.stderr)
+    log.info(summary.pop("table"))
     if not summary["complete"]:
         raise RuntimeError("clean: the report is not complete after every task finished")
     return summary

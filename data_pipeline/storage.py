@@ -24,6 +24,9 @@ from typing import Any
 
 from core.io import atomic_path
 from data_pipeline.paths import filesystem
+from runconfig.log import get_logger
+
+log = get_logger(__name__)
 
 # Files that certify others: uploaded after the files they certify; a local one the remote lacks is not trusted.
 MARKER_NAMES = {"COMPLETE", "_DONE.json", "manifest.json", "tokenizer.json"}
@@ -147,13 +150,13 @@ class RunStore:
             self._put(f)
         return order
 
-    def push_or_warn(self, paths: Iterable[str | os.PathLike[str]], warn=print) -> bool:
+    def push_or_warn(self, paths: Iterable[str | os.PathLike[str]], warn=None) -> bool:
         """push(), a failure reported instead of raised (logs, plots: the work goes on, the next push retries)."""
         try:
             self.push(paths)
             return True
         except (OSError, RuntimeError, ValueError) as e:  # network and backend errors (botocore: OSError)
-            warn(f"[storage] WARNING: uploading to {self.remote} failed ({type(e).__name__}: {e}); kept locally")
+            (warn or log.warning)(f"[storage] WARNING: uploading to {self.remote} failed ({type(e).__name__}: {e}); kept locally")
             return False
 
     # -- download -----------------------------------------------------------------------------------------------

@@ -22,6 +22,9 @@ from core.io import atomic_write, json_bytes
 from core.layout import METRICS
 from runconfig import RunConfig, save_resolved
 from runconfig.cli import add_config_args, config_from_args
+from runconfig.log import get_logger
+
+log = get_logger(__name__)
 
 RELOAD_CHECK = """
 import json, sys, torch, transformers
@@ -61,7 +64,7 @@ def _free_port() -> int:
 
 
 def _banner(msg: str) -> None:
-    print(f"\n=== {msg} ===", flush=True)
+    log.info(f"\n=== {msg} ===")
 
 
 def run_training(cfg: RunConfig, config_path: Path) -> None:
@@ -72,7 +75,7 @@ def run_training(cfg: RunConfig, config_path: Path) -> None:
     cmd = node_commands(local, Entry.train(config_path))[0]
     env = os.environ | cmd.env
     env.setdefault("OMP_NUM_THREADS", "1")  # one thread per rank: the ranks already use every core
-    print("$ " + cmd.shell(), flush=True)
+    log.info("$ " + cmd.shell())
     rc = subprocess.run(cmd.argv, env=env).returncode
     if rc != 0:
         raise SystemExit(f"training failed with exit code {rc}")
@@ -127,7 +130,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     if out.returncode != 0:
         raise SystemExit(f"reloading the export failed:\n{out.stderr[-3000:]}")
     reload_info = json.loads(out.stdout.strip().splitlines()[-1])
-    print(json.dumps(reload_info))
+    log.info(json.dumps(reload_info))
     transfer = stage("transfer: pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)",
                      run_transfer, cfg, export_dir, layout.finetune) if cfg.finetune.tasks else {"tasks": {}}
     state = json.loads((Path(export_dir) / "training_state.json").read_text())
@@ -154,7 +157,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     }
     atomic_write(layout.summary, json_bytes(summary))
     layout.store.push([layout.finetune, resolved, layout.summary])  # a remote run (run.output_dir URL)
-    _banner("summary")
+    _banner("summary")  # what follows is the command's own output (printed)
     for k in ("run_dir", "cleaned_corpus", "tokenizer", "token_shards", "checkpoints", "tensorboard", "plots",
               "export"):
         print(f"{k:<32} {summary[k]}")

@@ -14,6 +14,9 @@ from pathlib import Path
 
 from core.errors import LmstackError
 from runconfig import RunConfig
+from runconfig.log import get_logger
+
+log = get_logger(__name__)
 
 # torchrun passes SIGTERM to its workers but waits only this long (default 30 s) before SIGKILL; the trainer
 # needs the preemption grace to finish its step and write the checkpoint.
@@ -102,10 +105,9 @@ def resolve_hosts(cfg: RunConfig) -> tuple[list[str], str]:
                     f"launch.master_addr: launch.nodes={lc.nodes} without a hostfile would rendezvous at "
                     f"{lc.master_addr}, which the other nodes cannot reach; set {where}"
                 )
-            print(
+            log.warning(
                 f"[launch] warning: launch.master_addr={lc.master_addr} with launch.nodes={lc.nodes}: only ranks on "
-                f"this machine can reach it (fine for a one-box rehearsal); for real nodes set {where}",
-                file=sys.stderr,
+                f"this machine can reach it (fine for a one-box rehearsal); for real nodes set {where}"
             )
         return [lc.master_addr if i == 0 else f"node{i}" for i in range(lc.nodes)], lc.master_addr
     entries = parse_hostfile(lc.hostfile)

@@ -33,6 +33,9 @@ import xxhash
 
 from core.io import atomic_write, sha256_bytes
 from core.layout import RESOLVED_CONFIG
+from runconfig.log import get_logger
+
+log = get_logger(__name__)
 
 COMPLETE = "COMPLETE"
 TAG_RE = re.compile(r"^step(\d{8})$")
@@ -160,13 +163,15 @@ def _candidates(ckpt_dir: Path) -> list[str]:
     return tags
 
 
-def select_resume_tag(ckpt_dir: Path, warn=print, remote: str | None = None) -> str | None:
+def select_resume_tag(ckpt_dir: Path, warn=None, remote: str | None = None) -> str | None:
     """The newest complete checkpoint that passes verification (every rank verifies a share of its files; all
     ranks agree). None when there is none at all (a fresh run). A damaged one is skipped with a warning; when
     checkpoints exist but every one is damaged, CannotContinue: starting over would silently discard them.
     `remote` (the checkpoints folder of a remote run): checkpoints whose COMPLETE was uploaded count; each is
     downloaded into `ckpt_dir` (files already there with the right size are kept) and verified. A local complete
-    checkpoint newer than every remote one (its upload failed) is verified, uploaded now, and used."""
+    checkpoint newer than every remote one (its upload failed) is verified, uploaded now, and used. `warn` receives
+    each warning line (default: this module's logger)."""
+    warn = warn or log.warning
     distributed = dist.is_available() and dist.is_initialized()
     rank = dist.get_rank() if distributed else 0
     skipped = []
@@ -244,7 +249,7 @@ def fetch_url(url: str, cache_root: Path) -> tuple[Path, str]:
     return local, tag
 
 
-def upload_checkpoint(ckpt_dir: Path, tag: str, remote: str, keep_last: int, warn=print, retries: int = 3) -> bool:
+def upload_checkpoint(ckpt_dir: Path, tag: str, remote: str, keep_last: int, warn=None, retries: int = 3) -> bool:
     """Rank 0, after COMPLETE and `latest` are written locally: the folder's files, then COMPLETE, then `latest`
     (a remote COMPLETE never precedes the files it lists); remote checkpoints beyond `keep_last` are removed.
     A failed upload is retried, then reported: the local checkpoint stays usable and training goes on."""
@@ -257,7 +262,7 @@ def upload_checkpoint(ckpt_dir: Path, tag: str, remote: str, keep_last: int, war
             sent = store.push([ckpt_dir / tag, *[p for p in (ckpt_dir / RESOLVED_CONFIG,) if p.is_file()]])
             sent += store.push([ckpt_dir / "latest"])
             mb = sum(p.stat().st_size for p in sent) / 2**20
-            warn(f"[checkpoint] uploaded {tag} to {store.url(ckpt_dir / tag)} ({len(sent)} files, {mb:.1f} MiB, "
+            (warn or log.info)(f"[checkpoint] uploaded {tag} to {store.url(ckpt_dir / tag)} ({len(sent)} files, {mb:.1f} MiB, "
                  f"{time.time() - t0:.1f}s)")
             remote_tags = sorted(t for t in store.list_dir(ckpt_dir) if TAG_RE.match(t))
             for old in remote_tags[:-keep_last]:
@@ -265,7 +270,7 @@ def upload_checkpoint(ckpt_dir: Path, tag: str, remote: str, keep_last: int, war
             return True
         except (OSError, RuntimeError, ValueError) as e:  # network and backend errors (botocore wraps in OSError)
             if attempt == retries - 1:
-                warn(f"[checkpoint] WARNING: uploading {ckpt_dir / tag} to {store.url(ckpt_dir / tag)} failed "
+                (warn or log.warning)(f"[checkpoint] WARNING: uploading {ckpt_dir / tag} to {store.url(ckpt_dir / tag)} failed "
                      f"({type(e).__name__}: {e}); it stays local only, the next checkpoint uploads again")
                 return False
             time.sleep(2**attempt)

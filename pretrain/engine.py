@@ -14,6 +14,9 @@ import torch
 
 from pretrain.schedule import TrainPlan, lr_multiplier
 from runconfig import RunConfig
+from runconfig.log import get_logger
+
+log = get_logger(__name__)
 
 
 def accelerator_name() -> str:
@@ -167,6 +170,5 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
     )
     if cfg.deepspeed.compile:
         engine.compile(backend=cfg.deepspeed.compile_backend)
-        print(f"[train] torch.compile ({cfg.deepspeed.compile_backend}) through DeepSpeed's engine.compile()",
-              flush=True)
+        log.info(f"[train] torch.compile ({cfg.deepspeed.compile_backend}) through DeepSpeed's engine.compile()")
     return engine, scheduler, ds_config

@@ -26,6 +26,9 @@ from pretrain.models import build_model
 from pretrain.objectives import wrap_model
 from pretrain.parity import PROBE_FILE, check_parity
 from runconfig import RunConfig
+from runconfig.log import get_logger
+
+log = get_logger(__name__)
 
 
 def resolve_checkpoint(cfg: RunConfig, checkpoint: str | None) -> tuple[Path, str]:
@@ -172,5 +175,5 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
         files = sorted(p for p in out.rglob("*") if p.is_file())
         upload.push([p for p in files if p.name != "README.md"])
         upload.push([p for p in files if p.name == "README.md"])  # the card last: the folder is complete
-        print(f"[export] uploaded {len(files)} files to {upload.remote}", flush=True)
+        log.info(f"[export] uploaded {len(files)} files to {upload.remote}")
     return out

@@ -31,6 +31,9 @@ from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
 from runconfig import RunConfig, save_resolved
 from runconfig.load import to_dict
+from runconfig.log import get_logger
+
+log = get_logger(__name__)
 
 
 class StopRequested:
@@ -113,7 +116,7 @@ def take_run_lock(folders: list[Path], rank: int) -> list[RunLock]:
                 note = lock.acquire()
                 locks.append(lock)
                 if note:
-                    print(note, flush=True)
+                    log.info(note)
         except RunFolderLocked as e:
             for lock in locks:
                 lock.release()
@@ -146,7 +149,7 @@ def resume_point(cfg: RunConfig, ckpt_dir: Path, rank: int) -> tuple[Path, str |
         changes = resume_diff.compare(meta.get("config"), to_dict(cfg), meta["step"],
                                       cfg.checkpoint.accept_config_changes)
         if rank == 0 and changes.describe():
-            print(changes.describe(), flush=True)
+            log.info(changes.describe())
     return ckpt_dir, tag
 
 
@@ -236,9 +239,9 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     if rank == 0:
         save_resolved(cfg, cfg.run.root)
         save_resolved(cfg, ckpt_dir)
-        print(f"[train] plan for world size {world}:\n{plan.describe()}", flush=True)
-        print("\n".join("[train] " + x for x in sum(lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr,
-                                                                        plan.warmup_steps), [])), flush=True)
+        log.info(f"[train] plan for world size {world}:\n{plan.describe()}")
+        log.info("\n".join("[train] " + x for x in sum(lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr,
+                                                                           plan.warmup_steps), [])))
 
     layout.store.pull([layout.tokenizer])  # a remote run: fetched into the staging folder (token shards: loader)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
@@ -253,8 +256,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     universal = tag is not None and ckpt.needs_universal(load_dir, tag, world)
     if universal:
         if rank == 0:
-            print(f"[train] {tag} was written by another world size: converting to a universal checkpoint",
-                  flush=True)
+            log.info(f"[train] {tag} was written by another world size: converting to a universal checkpoint")
             ckpt.convert_to_universal(load_dir, tag)
         dist.barrier()
         tag += ckpt.UNIVERSAL_SUFFIX
@@ -275,8 +277,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         train_loader.load_state_dict(state["loader"])
         restore_s = time.perf_counter() - t_restore  # iter() and the wait for the first batch add to it below
         if rank == 0:
-            print(f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
-                  f"lr now {scheduler.get_last_lr()[0]:.6g})", flush=True)
+            log.info(f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
+                     f"lr now {scheduler.get_last_lr()[0]:.6g})")
     clock = TrainingClock(cfg, plan, scheduler, elapsed_s)
 
     def client_state() -> dict[str, Any]:

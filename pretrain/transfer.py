@@ -42,12 +42,15 @@ from transformers import (
 from pretrain.labelled import Row, TaskData, load_tasks
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneConfig
+from runconfig.log import get_logger
+
+logger = get_logger(__name__)
 
 RESULT_FILE = "transfer.json"
 
 
 def _log(msg: str) -> None:
-    print(msg, flush=True)
+    logger.info(msg)
 
 
 # --- inputs ------------------------------------------------------------------------------------------------

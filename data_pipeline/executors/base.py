@@ -22,6 +22,9 @@ from core.errors import LmstackError
 from core.registry import EXECUTORS
 from data_pipeline.shards import write_json_atomic
 from data_pipeline.storage import RunStore
+from runconfig.log import get_logger
+
+log = get_logger(__name__)
 
 
 class StageFailed(LmstackError, RuntimeError):
@@ -163,8 +166,7 @@ class Progress:
             self.bar.update(k)
         elif self.enabled and (time.time() - self.last >= self.every_s or self.n == self.total):
             self.last = time.time()
-            print(f"[{self.stage}] {self.n}/{self.total} tasks ({time.time() - self.t0:.1f}s)", file=sys.stderr,
-                  flush=True)
+            log.info(f"[{self.stage}] {self.n}/{self.total} tasks ({time.time() - self.t0:.1f}s)")
 
     def close(self) -> None:
         if self.bar is not None:
@@ -250,5 +252,5 @@ def run_with_retries(stage: Stage, i: int, retries: int) -> dict[str, Any]:
         _, stats, err = run_task_guarded(stage, i)
         if err is None:
             return stats or {}
-        print(f"[{stage.name}] {stage.task_name(i)} failed: {err.splitlines()[0]}", file=sys.stderr, flush=True)
+        log.warning(f"[{stage.name}] {stage.task_name(i)} failed: {err.splitlines()[0]}")
     raise StageFailed(stage.name, {stage.task_name(i): (err or "").splitlines()[0]}, stage.num_tasks)

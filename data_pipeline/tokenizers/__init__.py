@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 import shutil
 import tempfile
@@ -52,8 +51,9 @@ from core.io import replace_dir
 from core.registry import FAMILIES, TOKENIZER_CONVENTIONS
 from data_pipeline.tokenizers.corpus import iter_texts, require_texts
 from runconfig import RunConfig
+from runconfig.log import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -407,9 +407,8 @@ def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
     basis = "byte alphabet" if tc.type == "bpe" else "sample"  # our BPE is byte-level: see unk_rate
     where = ("(byte-level: all 256 bytes in the vocabulary)" if basis == "byte alphabet"
              else f"over a sample of {counted:,} tokens")  # fmt: skip
-    log.info("tokenizer %s: <unk> rate %.4f%% %s", tc.type, 100 * rate, where)
-    print(f"[tokenizer] {tc.type}: <unk> rate {100 * rate:.4f}% {where} "
-          f"(tokenizer.max_unk_rate {100 * tc.max_unk_rate:.4f}%)", flush=True)
+    log.info(f"[tokenizer] {tc.type}: <unk> rate {100 * rate:.4f}% {where} "
+             f"(tokenizer.max_unk_rate {100 * tc.max_unk_rate:.4f}%)")
     if rate > tc.max_unk_rate:
         hint = "set tokenizer.byte_fallback=true" if tc.type == "unigram" else "raise tokenizer.vocab_size"
         raise ValueError(f"tokenizer.max_unk_rate: {100 * rate:.3f}% of tokens are <unk> on a corpus sample "

@@ -1,0 +1,65 @@
+"""docs/config-reference.md is generated from the schema; these tests keep the two from drifting apart."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runconfig.reference import render
+from runconfig.run import RunConfig
+
+pytestmark = pytest.mark.timeout(120)  # each under 3 s; the CLI test starts one interpreter
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "docs" / "config-reference.md"
+
+
+def test_config_reference_is_current():
+    """Fails after a schema change until `python -m runconfig.reference > docs/config-reference.md` is rerun."""
+    assert REFERENCE.read_text(encoding="utf-8") == render(), (
+        "docs/config-reference.md is stale: run `python -m runconfig.reference > docs/config-reference.md`"
+    )
+
+
+def _all_keys(model, prefix=""):
+    from runconfig.reference import _nested
+
+    for name, field in model.model_fields.items():
+        if field.exclude:
+            continue
+        key = f"{prefix}.{name}" if prefix else name
+        yield key
+        for suffix, sub in _nested(field.annotation):
+            yield from _all_keys(sub, key + suffix)
+
+
+def test_every_schema_key_is_in_the_reference():
+    """Every key the schema accepts, nested sections and list items included, has its own row (a top-level
+    section its own heading)."""
+    text = render()
+    keys = list(_all_keys(RunConfig))
+    assert len(keys) > 200 and "data.clean.workers" in keys and "launch.slurm.partition" in keys
+    missing = [k for k in keys if f"| `{k}` |" not in text and f"\n## `{k}`\n" not in text]
+    assert not missing, f"keys without a row: {missing}"
+
+
+def test_field_comments_become_descriptions():
+    """The text of a key is the comment written at its field in runconfig/ (above it or beside it)."""
+    text = render()
+    row = next(line for line in text.splitlines() if line.startswith("| `data.task_retries` |"))
+    assert "retried this many times" in row
+    row = next(line for line in text.splitlines() if line.startswith("| `run.output_dir` |"))
+    assert "fsspec URL" in row and '`"runs/run"`' in row
+
+
+def test_cli_prints_the_reference_without_torch():
+    """The generator runs from the bottom floor: no torch, no data_pipeline / pretrain / launch import."""
+    code = (
+        "import sys, runconfig.reference as r; r.main(); "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'data_pipeline', 'pretrain', 'launch')]; "
+        "assert not bad, bad"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == REFERENCE.read_text(encoding="utf-8")

@@ -1,0 +1,57 @@
+"""runconfig.log: the console shows our messages as one plain line on the package's stream, once; a log file
+gets ours and third-party records."""
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runconfig import log
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_each_package_writes_plain_lines_to_its_stream(capsys):
+    log.get_logger("data_pipeline.some_stage").info("clean: redoing 2 finished shard(s) of notes: why")
+    log.get_logger("pretrain.some_module").info("[train] resumed from x at step 4")
+    log.get_logger("launch.some_module").warning("[launch] warning: something")
+    log.get_logger("pretrain.some_module").debug("hidden unless verbose")
+    out, err = capsys.readouterr()
+    assert err == "clean: redoing 2 finished shard(s) of notes: why\n[launch] warning: something\n"
+    assert out == "[train] resumed from x at step 4\n"  # info of pretrain / launch: stdout; warnings: stderr
+
+
+def test_verbose_shows_debug_and_a_log_file_gets_every_record(tmp_path, capsys):
+    try:
+        log.setup(verbose=True, log_file=tmp_path / "logs" / "run.log")
+        log.get_logger("pretrain.x").debug("a debug line")
+        logging.getLogger("some_library").warning("a third-party warning")
+        out, err = capsys.readouterr()
+        assert out == "a debug line\n" and "third-party" not in out + err  # not ours: file only
+        text = (tmp_path / "logs" / "run.log").read_text()
+        assert (
+            "DEBUG pretrain.x: a debug line" in text and "WARNING some_library: a third-party warning" in text
+        )
+    finally:
+        log.setup(verbose=False)
+        for logger in (logging.getLogger(), *(logging.getLogger(p) for p in log.PACKAGES)):
+            for h in [h for h in logger.handlers if getattr(h, "_lmstack", False)]:
+                logger.removeHandler(h)
+                h.close()
+    log.get_logger("pretrain.x").debug("quiet again")
+    assert capsys.readouterr() == ("", "")
+
+
+def test_a_configured_root_logger_does_not_print_our_lines_twice():
+    """An application that calls logging.basicConfig still sees each of our lines once, without prefixes."""
+    code = (
+        "import logging, sys; logging.basicConfig(stream=sys.stdout, level=logging.INFO); "
+        "from runconfig.log import get_logger; get_logger('pretrain.train').info('[train] one line')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "[train] one line\n"
