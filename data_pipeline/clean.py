@@ -23,7 +23,7 @@ from data_pipeline.document import Document, in_holdout
 from data_pipeline.layout import RunLayout
 from data_pipeline.readers import ErrorLog, WorkShard, plan_source_shards, read_shard_docs
 from data_pipeline.shards import marker_path, shard_name, write_json_atomic, write_shard, write_text_atomic
-from runconfig.log import get_logger
+from core.log import get_logger
 
 log = get_logger(__name__)
 

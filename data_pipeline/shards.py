@@ -16,7 +16,7 @@ from typing import Any
 
 from core.io import atomic_write, json_bytes
 from data_pipeline.layout import RunLayout
-from runconfig.log import get_logger
+from core.log import get_logger
 
 log = get_logger(__name__)
 

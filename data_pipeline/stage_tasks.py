@@ -14,7 +14,7 @@ from typing import Any
 
 from data_pipeline.executors import Executor, Stage, build_executor
 from data_pipeline.layout import RunLayout
-from runconfig.log import get_logger
+from core.log import get_logger
 
 log = get_logger(__name__)
 

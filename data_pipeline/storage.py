@@ -24,7 +24,7 @@ from typing import Any
 
 from core.io import atomic_path
 from data_pipeline.paths import filesystem
-from runconfig.log import get_logger
+from core.log import get_logger
 
 log = get_logger(__name__)
 

@@ -22,7 +22,7 @@ from core.io import atomic_write, json_bytes
 from core.layout import METRICS
 from runconfig import RunConfig, save_resolved
 from runconfig.cli import add_config_args, config_from_args
-from runconfig.log import get_logger
+from core.log import get_logger
 
 log = get_logger(__name__)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core.errors import LmstackError
 from runconfig import RunConfig
-from runconfig.log import get_logger
+from core.log import get_logger
 
 log = get_logger(__name__)
 

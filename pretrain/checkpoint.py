@@ -33,7 +33,7 @@ import xxhash
 
 from core.io import atomic_write, sha256_bytes
 from core.layout import RESOLVED_CONFIG
-from runconfig.log import get_logger
+from core.log import get_logger
 
 log = get_logger(__name__)
 

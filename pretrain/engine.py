@@ -14,7 +14,7 @@ import torch
 
 from pretrain.schedule import TrainPlan, lr_multiplier
 from runconfig import RunConfig
-from runconfig.log import get_logger
+from core.log import get_logger
 
 log = get_logger(__name__)
 

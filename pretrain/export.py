@@ -26,7 +26,7 @@ from pretrain.models import build_model
 from pretrain.objectives import wrap_model
 from pretrain.parity import PROBE_FILE, check_parity
 from runconfig import RunConfig
-from runconfig.log import get_logger
+from core.log import get_logger
 
 log = get_logger(__name__)
 

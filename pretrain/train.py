@@ -31,7 +31,7 @@ from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
 from runconfig import RunConfig, save_resolved
 from runconfig.load import to_dict
-from runconfig.log import get_logger
+from core.log import get_logger
 
 log = get_logger(__name__)
 

@@ -42,7 +42,7 @@ from transformers import (
 from pretrain.labelled import Row, TaskData, load_tasks
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneConfig
-from runconfig.log import get_logger
+from core.log import get_logger
 
 logger = get_logger(__name__)
 

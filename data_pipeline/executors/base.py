@@ -22,7 +22,7 @@ from core.errors import LmstackError
 from core.registry import EXECUTORS
 from data_pipeline.shards import write_json_atomic
 from data_pipeline.storage import RunStore
-from runconfig.log import get_logger
+from core.log import get_logger
 
 log = get_logger(__name__)
 

@@ -1,4 +1,4 @@
-"""runconfig.log: the console shows our messages as one plain line on the package's stream, once; a log file
+"""core.log: the console shows our messages as one plain line on the package's stream, once; a log file
 gets ours and third-party records."""
 
 import logging
@@ -50,7 +50,7 @@ def test_a_configured_root_logger_does_not_print_our_lines_twice():
     """An application that calls logging.basicConfig still sees each of our lines once, without prefixes."""
     code = (
         "import logging, sys; logging.basicConfig(stream=sys.stdout, level=logging.INFO); "
-        "from runconfig.log import get_logger; get_logger('pretrain.train').info('[train] one line')"
+        "from core.log import get_logger; get_logger('pretrain.train').info('[train] one line')"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
