@@ -87,6 +87,7 @@ SPEC = register_family(FamilySpec(
     name="modernbert",
     build_config=build_config,
     model_class="ModernBertForMaskedLM",
+    min_transformers="4.48",  # transformers added `modernbert` in 4.48
     task="masked_lm",
     objectives=("mlm",),
     tokenizer_types=("bpe", "wordpiece"),

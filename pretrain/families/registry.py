@@ -78,6 +78,9 @@ class FamilySpec:
     # HF config fields the exported folder gets instead of the training ones (e.g. sparse prediction off, so
     # the export returns dense logits as the published checkpoints do).
     export_config: dict[str, Any] = field(default_factory=dict)
+    # The oldest transformers release whose model code knows this family (the card states it; the compat test
+    # loads the export in it). ModernBERT arrived in 4.48.
+    min_transformers: str = "4.40"
 
     def model_cls(self) -> type:
         return resolve(self.model_class)  # type: ignore[return-value]
