@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pretrain.families import shapes
 from pretrain.families.registry import FamilySpec, register_family
 from pretrain.families.roberta import special_ids
 from runconfig.model import ModelConfig
@@ -33,6 +34,7 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
 
 SPEC = register_family(FamilySpec(
     name="gpt2",
+    param_count=shapes.gpt2,
     build_config=build_config,
     model_class="GPT2LMHeadModel",
     task="causal_lm",

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from pretrain.families import shapes
 from pretrain.families.registry import FamilySpec, register_family
 from runconfig.base import Section
 from runconfig.model import ModelConfig
@@ -85,6 +86,7 @@ def flops_per_token(spec: FamilySpec, m: ModelConfig, n_params: int, seq_len: in
 
 SPEC = register_family(FamilySpec(
     name="modernbert",
+    param_count=shapes.modernbert,
     build_config=build_config,
     model_class="ModernBertForMaskedLM",
     min_transformers="4.48",  # transformers added `modernbert` in 4.48

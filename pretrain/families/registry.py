@@ -81,6 +81,9 @@ class FamilySpec:
     # The oldest transformers release whose model code knows this family (the card states it; the compat test
     # loads the export in it). ModernBERT arrived in 4.48.
     min_transformers: str = "4.40"
+    # (run config) -> (total parameters, largest module's), from the config alone (pretrain/families/shapes.py):
+    # `pretrain plan` prints it without importing torch. None: plan builds the model on the meta device.
+    param_count: Callable[[RunConfig], tuple[int, int]] | None = None
 
     def model_cls(self) -> type:
         return resolve(self.model_class)  # type: ignore[return-value]

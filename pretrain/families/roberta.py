@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pretrain.families import shapes
 from pretrain.families.registry import FamilySpec, register_family
 from runconfig.model import ModelConfig
 
@@ -35,6 +36,7 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
 
 SPEC = register_family(FamilySpec(
     name="roberta",
+    param_count=shapes.roberta,
     build_config=build_config,
     model_class="RobertaForMaskedLM",
     task="masked_lm",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pretrain.families import shapes
 from pretrain.families.registry import FamilySpec, default_probe_inputs, register_family
 from runconfig.model import ModelConfig
 
@@ -47,6 +48,7 @@ def attention_layers(m: ModelConfig) -> int:
 
 SPEC = register_family(FamilySpec(
     name="t5",
+    param_count=shapes.t5,
     build_config=build_config,
     model_class="T5ForConditionalGeneration",
     task="seq2seq",
