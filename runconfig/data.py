@@ -1,5 +1,6 @@
 """Data sources, cleaning and dedup sections."""
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -11,6 +12,8 @@ BUILTIN_FORMATS = ("warc", "wet", "jsonl", "csv", "tsv", "parquet", "text", "tex
 # The built-in filters in their default order: unicode repair, language ID, Gopher repetition + quality, C4 (it
 # edits lines, so it runs last).
 BUILTIN_FILTERS = ("unicode", "langid", "gopher_repetition", "gopher_quality", "c4")
+# `module.path:Name`: a reader or filter taken straight from an importable module (no packaging needed).
+PLUGIN_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 # Settings of the whole stage, not of one source's documents.
 STAGE_KEYS = ("docs_per_shard", "workers", "output_format", "progress", "dropped_samples_per_reason")
 
@@ -56,7 +59,7 @@ class SourceConfig(Section):
     @classmethod
     def _known_format(cls, v: str) -> str:
         known = set(BUILTIN_FORMATS) | entry_point_names(READER_GROUP)
-        if v not in known:
+        if v not in known and not PLUGIN_REF.match(v):
             raise ValueError(f"unknown format {v!r}; known: {sorted(known)} (a package adds one through the "
                              f"'{READER_GROUP}' entry point group)")
         return v
@@ -77,7 +80,7 @@ class FilterSpec(Section):
     @classmethod
     def _known(cls, v: str) -> str:
         known = set(BUILTIN_FILTERS) | entry_point_names(FILTER_GROUP)
-        if v not in known:
+        if v not in known and not PLUGIN_REF.match(v):
             raise ValueError(f"unknown filter {v!r}; known: {sorted(known)} (a package adds one through the "
                              f"'{FILTER_GROUP}' entry point group)")
         return v
@@ -148,6 +151,8 @@ class CleanConfig(Section):
     # [unicode, {name: c4, params: {min_num_sentences: 3}}, {name: my_filter, params: {limit: 5}}].
     # Built-in names take their settings from the sections below (params override them); null = the built-ins
     # in their default order. Every built-in's `enabled` switch still applies.
+    # `{defaults: true, extra: [...]}` runs the built-ins first, then the extra ones; a plain list replaces the
+    # built-ins (the clean stage says so when it leaves all of them out).
     filters: list[FilterSpec] | None = None
     docs_per_shard: int = Field(2000, gt=0)
     workers: int = Field(2, gt=0)
@@ -165,6 +170,20 @@ class CleanConfig(Section):
     gopher_repetition: GopherRepetitionConfig = GopherRepetitionConfig()
     langid: LangIdConfig = LangIdConfig()
 
+
+    @field_validator("filters", mode="before")
+    @classmethod
+    def _extend_defaults(cls, v: Any) -> Any:
+        """`{defaults: bool, extra: [...]}` -> the list it means."""
+        if not isinstance(v, dict):
+            return v
+        unknown = sorted(set(v) - {"defaults", "extra"})
+        if unknown:
+            raise ValueError(f"takes a list, or {{defaults: true|false, extra: [...]}}; unknown key(s) {unknown}")
+        extra = v.get("extra") or []
+        if not isinstance(extra, list):
+            raise ValueError("extra: a list of filters")
+        return [*(BUILTIN_FILTERS if v.get("defaults", True) else ()), *extra]
 
 class MinHashConfig(Section):
     enabled: bool = True

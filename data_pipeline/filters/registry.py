@@ -8,15 +8,13 @@ its typed section of `data.clean` (e.g. `clean.c4`), overridden by the `params:`
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
+from data_pipeline.plugin_code import code_version, is_ref, load_ref
 from runconfig.data import BUILTIN_FILTERS, CleanConfig, FilterSpec
 from runconfig.plugins import FILTER_GROUP
 
@@ -39,13 +37,9 @@ class FilterEntry:
         return self.factory(**sec.model_dump(exclude={"enabled"}))
 
     def code_version(self) -> str:
-        """A hash of the module the factory lives in: a changed filter invalidates its completion markers."""
-        mod = sys.modules.get(getattr(self.factory, "__module__", ""), None)
-        try:
-            src = inspect.getsource(mod) if mod is not None else repr(self.factory)
-        except (OSError, TypeError):
-            src = repr(self.factory)
-        return hashlib.sha256(src.encode()).hexdigest()[:12]
+        """The filter's declared version, or a hash of its module and the project-local modules it imports: a
+        changed filter, or a changed helper it uses, invalidates its completion markers."""
+        return code_version(self.factory)
 
 
 FILTERS: dict[str, FilterEntry] = {}
@@ -69,6 +63,8 @@ def _load_entry_points() -> None:
 
 
 def get_filter(name: str) -> FilterEntry:
+    if name not in FILTERS and is_ref(name):  # `module.path:Name` straight from the YAML, no packaging
+        register_filter(name, load_ref(name, "data.clean.filters"))
     if name not in FILTERS:
         _load_entry_points()
     if name not in FILTERS:
@@ -78,6 +74,14 @@ def get_filter(name: str) -> FilterEntry:
 
 def filter_specs(clean: CleanConfig) -> list[FilterSpec]:
     return list(clean.filters) if clean.filters is not None else [FilterSpec(name=n) for n in BUILTIN_FILTERS]
+
+
+def replaced_defaults_note(clean: CleanConfig) -> str | None:
+    """A `filters:` list that leaves every built-in out replaces them: the one line the clean stage prints."""
+    if clean.filters is None or any(s.name in BUILTIN_FILTERS for s in clean.filters):
+        return None
+    return (f"data.clean.filters replaces the built-in filters ({', '.join(BUILTIN_FILTERS)}): running only "
+            f"{[s.name for s in clean.filters]}; to add to them write filters: {{defaults: true, extra: [...]}}")
 
 
 def build_filters(clean: CleanConfig) -> list[tuple[str, Any]]:

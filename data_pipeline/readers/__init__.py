@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from data_pipeline.document import Document
+from data_pipeline.plugin_code import is_ref, load_ref
 from data_pipeline.readers.base import (
     BadRecord,
     ErrorLog,
@@ -32,6 +33,7 @@ from data_pipeline.readers.warc import read_warc
 from runconfig.data import SourceConfig
 
 __all__ = [
+    "BUILTIN_READERS",
     "READERS",
     "BadRecord",
     "ErrorLog",
@@ -120,6 +122,8 @@ def register_reader(name: str, reader: Reader) -> None:
 
 def get_reader(name: str) -> Reader:
     global _entry_points_loaded
+    if name not in READERS and is_ref(name):  # `module.path:Name` straight from the YAML, no packaging
+        register_reader(name, load_ref(name, "data.sources.*.format"))
     if name not in READERS and not _entry_points_loaded:
         _entry_points_loaded = True
         from importlib.metadata import entry_points
@@ -152,6 +156,8 @@ register_reader("text", _text)
 register_reader("text_folder", _text)
 register_reader("hf_dataset", lambda source, shard, src, errors, mdb: read_hf_dataset(
     src.path, src.rel, source.name, source.text_field, errors, shard.rows))  # fmt: skip
+# Versioned with lmstack itself; a plug-in reader's code goes into the clean stage's fingerprint.
+BUILTIN_READERS = frozenset(READERS)
 
 
 def read_shard_docs(source: SourceConfig, shard: WorkShard, errors: ErrorLog,
