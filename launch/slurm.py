@@ -172,8 +172,9 @@ def render_train_script(cfg: RunConfig, entry: Entry, job_name: str | None = Non
         "# The port comes from the job id, so two jobs sharing a node do not collide ($LMSTACK_MASTER_PORT wins).",
         f"MASTER_PORT={port_expr(cfg)}",
         "export MASTER_ADDR MASTER_PORT",
-        "# Slurm >= 22.05: srun does not inherit --cpus-per-task from sbatch.",
-        f"export SRUN_CPUS_PER_TASK={cpus}",
+        "# Slurm >= 22.05: srun does not inherit --cpus-per-task from sbatch; repeat the allocation's own value",
+        "# (equal to SLURM_CPUS_PER_TASK: 23.11+ refuses the two when they differ).",
+        f'export SRUN_CPUS_PER_TASK="${{SLURM_CPUS_PER_TASK:-{cpus}}}"',
         'echo "[launch] job ${SLURM_JOB_ID} restart ${SLURM_RESTART_COUNT:-0} nodes ${SLURM_JOB_NODELIST} '
         'master ${MASTER_ADDR}:${MASTER_PORT}"',
         "",
@@ -190,7 +191,7 @@ def render_train_script(cfg: RunConfig, entry: Entry, job_name: str | None = Non
         "# One torchrun per node; USR1 is ignored by torchrun itself (it would die) and handled by the ranks.",
         "# shellcheck disable=SC2016  # $SLURM_NODEID / $MASTER_ADDR / $MASTER_PORT expand on each node, not here",
         f"node_cmd={shlex.quote(node_cmd)}",
-        f"srun --nodes={lc.nodes} --ntasks-per-node=1 --cpus-per-task={cpus} --kill-on-bad-exit=1 "
+        f'srun --nodes={lc.nodes} --ntasks-per-node=1 --cpus-per-task="$SRUN_CPUS_PER_TASK" --kill-on-bad-exit=1 '
         f"--wait={sc.step_wait_s} "
         'bash -c "$node_cmd" &',
         "srun_pid=$!",

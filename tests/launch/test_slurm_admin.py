@@ -38,7 +38,9 @@ def test_four_nodes_by_eight_gpus_script(tmp_path):
             "#SBATCH --mem-per-gpu=80G"} <= header, sorted(header)
     srun = srun_line(text)
     # Slurm >= 22.05: srun does not inherit --cpus-per-task from sbatch; say it on srun and in the environment.
-    assert "--cpus-per-task=16" in srun and "export SRUN_CPUS_PER_TASK=16" in text
+    # (the allocation's own value, equal to SLURM_CPUS_PER_TASK, which Slurm 23.11+ requires)
+    assert '--cpus-per-task="$SRUN_CPUS_PER_TASK"' in srun
+    assert 'export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-16}"' in text
     assert "--kill-on-bad-exit=1" in srun and "--kill-on-bad-exit=0" not in text
     # The rendezvous port comes from the job id (two jobs sharing a node differ), overridable at submit time.
     assert re.search(r'MASTER_PORT=\$\{LMSTACK_MASTER_PORT:-\$\(\(20000 \+ SLURM_JOB_ID % 20000\)\)\}', text), text
