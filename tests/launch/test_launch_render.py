@@ -156,6 +156,7 @@ def test_stage_array_scripts(tmp_path):
     assert "--array" not in comp and "data.dedup.partitions=1" in comp
     assert [x for x in comp.splitlines() if x.startswith("run_stage ")] == [
         "run_stage dedup-components-L0 2", *(f"run_stage {s} 1" for s in steps), "run_stage dedup-components-labels 1"]
+    every = list(pipe)
     pipe = pipe[:1] + pipe[1 + len(dedup):]
     clean = pipe[0][1].read_text()
     assert "#SBATCH --array=0-3%2\n" in clean and "#SBATCH --time=00:10:00\n" in clean
@@ -165,7 +166,9 @@ def test_stage_array_scripts(tmp_path):
     assert "--shard-index" not in pipe[3][1].read_text()
     prep = pipe[1][1].read_text()
     assert "--array" not in prep and " dedup " in prep and " train-tokenizer " in prep
-    for _, path, _ in pipe:
+    with pytest.raises(LaunchError, match="at least one task"):
+        slurm.render_stage_script(cfg, [["true"]], "x", array_size=0)
+    for _, path, _ in every:  # the dedup jobs (arrays and the components job) too
         _check_script(path)
     with pytest.raises(LaunchError, match="at least one task"):
         slurm.render_stage_script(cfg, [["true"]], "x", array_size=0)
