@@ -109,7 +109,12 @@ def test_export_loads_in_oldest_supported_transformers(tmp_path, family):
     assert old.returncode == 0, old.stderr[-3000:]
     a, b = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (new, old))
     assert b["version"].startswith(spec.min_transformers + ".") and a["version"].split(".")[0] == "5"
-    assert b["ids"] == a["ids"] and b["decoded"] == a["decoded"] == TEXTS, (a["decoded"], b["decoded"])
+    assert b["ids"] == a["ids"] and b["decoded"] == a["decoded"], (a["decoded"], b["decoded"])
+    from runconfig import load_config
+
+    if load_config(ROOT / "configs" / f"{preset}.yaml").tokenizer.type != "wordpiece":
+        # byte fallback: exact round trips (WordPiece, ELECTRA's, splits punctuation and drops unknown words)
+        assert a["decoded"] == TEXTS, a["decoded"]
     assert (b["padding_side"], b["pad"], b["eos"]) == (a["padding_side"], a["pad"], a["eos"])
     assert max(abs(x - y) for x, y in zip(a["logits"], b["logits"], strict=True)) < 1e-4
     assert b["heads"] == a["heads"]
