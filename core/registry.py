@@ -4,7 +4,8 @@ A registry maps a name to an object: a family or objective spec, a filter factor
 a tokenizer convention. Built-ins register themselves when the package that implements them is imported
 (`data_pipeline.filters`, `pretrain.families`, ...); outside packages add theirs through the registry's Python
 entry point group (`lmstack.families`, `lmstack.filters`, ...), whose target is the object, a factory returning
-it, or a module that registers on import. An unknown name raises `UnknownNameError`, which names the registry,
+it, or a module that registers on import; and a YAML value `module.path:Name` names an object in any importable
+module, without packaging (torchtitan and llm-foundry allow the same). An unknown name raises `UnknownNameError`, which names the registry,
 the bad name, every registered name and a close match.
 
 This module imports nothing above the ground floor: the config validates names against the data-only specs of
@@ -19,6 +20,7 @@ from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
 from core.errors import PluginError, UnknownNameError
+from core.plugin_code import is_ref, load_ref
 from core.specs import BUILTIN_FAMILIES, BUILTIN_OBJECTIVES, FamilySpec, ObjectiveSpec, resolve
 
 __all__ = ["EXECUTORS", "FAMILIES", "FILTERS", "OBJECTIVES", "READERS", "REGISTRIES", "TOKENIZER_CONVENTIONS",
@@ -97,6 +99,11 @@ class Registry(Generic[T]):
                                   f"not a {self.spec_type.__name__}")
 
     def get(self, name: str) -> T:
+        if name not in self._entries and is_ref(name):  # `module.path:Name` from the YAML: no packaging needed
+            obj = load_ref(name, self.key)
+            if self.spec_type is not None and callable(obj) and not isinstance(obj, type | self.spec_type):
+                obj = obj()
+            self.register(name, obj)
         if name not in self._entries:
             self.load_entry_points()
         try:

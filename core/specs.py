@@ -96,12 +96,18 @@ class FamilySpec:
     # HF config fields the exported folder gets instead of the training ones (e.g. sparse prediction off, so
     # the export returns dense logits as the published checkpoints do).
     export_config: dict[str, Any] = field(default_factory=dict)
+    # The oldest transformers release whose model code knows this family (the card states it; the compat test
+    # loads the export in it). ModernBERT arrived in 4.48.
+    min_transformers: str = "4.40"
     # --- implementation: filled in by pretrain/families/<name>.py (or given whole by an outside package)
     # (model section, tokenizer, seq_len, padded vocab size) -> a transformers PretrainedConfig.
     build_config: Callable[[Any, Any, int, int], Any] | None = None
     probe_inputs: Callable[[Any, list[str]], dict[str, Any]] = default_probe_inputs
     attention_layers: Callable[[Any], int] = attention_layers  # layers whose attention FLOPs count
     flops_per_token: Callable[[FamilySpec, Any, int, int], float] = default_flops_per_token
+    # (run config) -> (total parameters, largest module's), from the config alone (pretrain/families/shapes.py):
+    # `pretrain plan` prints it without importing torch. None: plan builds the model on the meta device.
+    param_count: Callable[[Any], tuple[int, int]] | None = None
 
     def model_cls(self) -> type:
         if self.model_class is None:
@@ -284,7 +290,8 @@ BUILTIN_FAMILIES = (
     FamilySpec(name="modernbert", task="masked_lm", objectives=("mlm",), tokenizer_types=("bpe", "wordpiece"),
                reserved_positions=0, validate=validate_modernbert, options=ModernBertOptions,
                objective_defaults={"mlm_probability": 0.3}, model_class="ModernBertForMaskedLM",
-               auto_class="AutoModelForMaskedLM", export_config={"sparse_prediction": False}),
+               auto_class="AutoModelForMaskedLM", export_config={"sparse_prediction": False},
+               min_transformers="4.48"),  # transformers added `modernbert` in 4.48
     # ELECTRA (Clark et al. 2020): the discriminator; the `electra` objective builds the generator beside it.
     FamilySpec(name="electra", task="token_detection", objectives=("electra",), tokenizer_types=("wordpiece", "bpe"),
                reserved_positions=0, options=ElectraModelOptions,

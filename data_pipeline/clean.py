@@ -19,11 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from core.io import fingerprint
-from data_pipeline.document import Document, in_holdout
-from data_pipeline.layout import RunLayout
-from data_pipeline.readers import ErrorLog, WorkShard, plan_source_shards, read_shard_docs
-from data_pipeline.shards import marker_path, shard_name, write_json_atomic, write_shard, write_text_atomic
 from core.log import get_logger
+from core.plugin_code import code_version
+from data_pipeline.document import Document, in_holdout
+from data_pipeline.filters.registry import replaced_defaults_note
+from data_pipeline.layout import RunLayout
+from data_pipeline.readers import (
+    BUILTIN_READERS,
+    ErrorLog,
+    WorkShard,
+    get_reader,
+    plan_source_shards,
+    read_shard_docs,
+)
+from data_pipeline.shards import marker_path, shard_name, write_json_atomic, write_shard, write_text_atomic
 
 log = get_logger(__name__)
 
@@ -50,8 +59,11 @@ def fingerprint_parts(cfg, source: str) -> dict[str, Any]:
     clean = cfg.data.clean_for(source)
     settings = clean.model_dump(mode="json", exclude={"workers", "progress", "docs_per_shard"})
     src = next(s for s in cfg.data.sources if s.name == source)
+    # A plug-in reader's code counts like a filter's (built-in readers are versioned with lmstack itself).
+    reader = {} if src.format in BUILTIN_READERS else {"reader": {src.format: code_version(get_reader(src.format))}}
     return {"settings": settings, "source": src.model_dump(mode="json", exclude={"clean", "clean_preset"}),
             "seed": cfg.run.seed, "code": filters_code_version(clean), "docs_per_shard": clean.docs_per_shard,
+            **reader,
             **({"max_task_bytes": cfg.data.max_task_bytes} if cfg.data.max_task_bytes else {})}
 
 
@@ -109,12 +121,15 @@ def stale_reason(cfg, shard: WorkShard, fp: str) -> str | None:
     new = fingerprint_parts(cfg, shard.source)
     keys = _diff_keys(old, new)
     code = [k.split(".", 1)[1] for k in keys if k.startswith("code.")]
-    settings = [k.removeprefix("settings.") for k in keys if not k.startswith("code.")]
+    reader = [k.split(".", 1)[1] for k in keys if k.startswith("reader.")]
+    settings = [k.removeprefix("settings.") for k in keys if not k.startswith(("code.", "reader."))]
     why = []
     if settings:
         why.append("settings changed: " + ", ".join(settings[:6]) + (" ..." if len(settings) > 6 else ""))
     if code:
         why.append("filter code changed: " + ", ".join(code))
+    if reader:
+        why.append("reader code changed: " + ", ".join(reader))
     return "; ".join(why) or "fingerprint changed"
 
 
@@ -247,6 +262,9 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
             redo[(s.source, why)] += 1
     for (source, why), n in sorted(redo.items()):
         log.info(f"clean: redoing {n} finished shard(s) of {source}: {why}")
+    notes = {replaced_defaults_note(cfg.data.clean_for(s.name)) for s in cfg.data.sources} - {None}
+    for note in sorted(notes):  # a `filters:` list without any built-in: said once, not silently
+        log.warning(f"clean: {note}")
     skipped = len(plan) - len(todo) if shard_index is None else 0
     failures: list[dict[str, Any]] = []
     workers = min(cfg.data.clean.workers, len(todo)) if todo else 1

@@ -18,15 +18,28 @@ def expand_placeholders(path: str) -> str:
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
 
 
+def _missing_backend(url: str, e: ImportError) -> ImportError:
+    proto = url.split("://", 1)[0] if "://" in url else "file"
+    extra = EXTRAS.get(proto)
+    hint = f"pip install 'lmstack[{extra}]'" if extra else f"install the fsspec backend for {proto}://"
+    return ImportError(f"{url}: reading {proto}:// paths needs its fsspec backend: {hint} ({e})")
+
+
+def require_backend(url: str) -> None:
+    """Import the fsspec backend of a URL now (no network): a missing optional extra is found before any work."""
+    proto = url.split("::")[-1].split("://", 1)[0] if "://" in url else "file"
+    try:
+        fsspec.get_filesystem_class(proto)
+    except ImportError as e:
+        raise _missing_backend(url, e) from None
+
+
 def filesystem(url: str):
     """fsspec's filesystem for a path or URL; a missing backend is an error naming the extra to install."""
     try:
         return fsspec.core.get_fs_token_paths(url)[0]
     except ImportError as e:
-        proto = url.split("://", 1)[0] if "://" in url else "file"
-        extra = EXTRAS.get(proto)
-        hint = f"pip install 'lmstack[{extra}]'" if extra else f"install the fsspec backend for {proto}://"
-        raise ImportError(f"{url}: reading {proto}:// paths needs its fsspec backend: {hint} ({e})") from None
+        raise _missing_backend(url, e) from None
 
 
 def expand_paths(patterns: list[str], recursive_dirs: bool = False) -> list[str]:
@@ -54,8 +67,9 @@ def expand_paths(patterns: list[str], recursive_dirs: bool = False) -> list[str]
 
 
 def check_source_paths(cfg) -> None:
-    """Before any stage: every local path pattern of every source matches at least one file, else a
-    ConfigError naming the source's key (remote URLs and Hub dataset names are not probed)."""
+    """Before any stage: every local path pattern of every source matches at least one file, and every remote
+    one has its fsspec backend installed, else a ConfigError naming the source's key (and the extra to install);
+    remote URLs are not probed over the network, Hub dataset names not at all."""
     from runconfig.load import ConfigError
 
     for i, src in enumerate(cfg.data.sources):
@@ -63,6 +77,10 @@ def check_source_paths(cfg) -> None:
             continue
         for j, pattern in enumerate(src.paths):
             if "://" in pattern and not pattern.startswith("file://"):
+                try:
+                    require_backend(pattern)
+                except ImportError as e:
+                    raise ConfigError(f"data.sources.{i}.paths.{j} (source '{src.name}'): {e}") from None
                 continue
             try:
                 expand_paths([pattern])

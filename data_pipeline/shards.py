@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from core.io import atomic_write, json_bytes
-from data_pipeline.layout import RunLayout
 from core.log import get_logger
+from data_pipeline.layout import RunLayout
 
 log = get_logger(__name__)
 

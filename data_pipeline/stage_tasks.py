@@ -12,9 +12,9 @@ import functools
 import time
 from typing import Any
 
+from core.log import get_logger
 from data_pipeline.executors import Executor, Stage, build_executor
 from data_pipeline.layout import RunLayout
-from core.log import get_logger
 
 log = get_logger(__name__)
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from core.io import atomic_path
-from data_pipeline.paths import filesystem
 from core.log import get_logger
+from data_pipeline.paths import filesystem
 
 log = get_logger(__name__)
 

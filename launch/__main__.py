@@ -182,6 +182,9 @@ def cmd_pipeline(args) -> int:
         print(f"{stage:16s} {job or '(not submitted)':>16s}  {path}")
         if args.dry_run:
             print(path.read_text())
+    if args.dry_run:
+        print("# submission chain (each job starts only after the previous one succeeded; runnable as it is):")
+        print("\n".join(slurm.chain_lines(jobs)))
     return 0
 
 

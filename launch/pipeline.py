@@ -20,9 +20,9 @@ from typing import Any
 
 from core.io import atomic_write, json_bytes
 from core.layout import METRICS
+from core.log import get_logger
 from runconfig import RunConfig, save_resolved
 from runconfig.cli import add_config_args, config_from_args
-from core.log import get_logger
 
 log = get_logger(__name__)
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import LmstackError
-from runconfig import RunConfig
 from core.log import get_logger
+from runconfig import RunConfig
 
 log = get_logger(__name__)
 
@@ -134,19 +134,22 @@ def base_env(cfg: RunConfig) -> dict[str, str]:
 
 
 def torchrun_args(
-    cfg: RunConfig, node_rank: int | str, master_addr: str, local_addr: str | None = None
+    cfg: RunConfig, node_rank: int | str, master_addr: str, local_addr: str | None = None,
+    master_port: int | str | None = None,
 ) -> list[str]:
-    """torchrun options for one node. node_rank may be a shell reference like "$SLURM_NODEID"."""
+    """torchrun options for one node. node_rank, master_addr and master_port may be shell references like
+    "$SLURM_NODEID" (a Slurm job derives its port from the job id on the node)."""
     lc = cfg.launch
+    port = str(lc.master_port if master_port is None else master_port)
     args = ["--nnodes", str(lc.nodes), "--nproc_per_node", str(lc.procs_per_node), "--max_restarts", str(lc.max_restarts)]
     if lc.rdzv == "static" or lc.nodes == 1:
-        args += ["--node_rank", str(node_rank), "--master_addr", master_addr, "--master_port", str(lc.master_port)]
+        args += ["--node_rank", str(node_rank), "--master_addr", master_addr, "--master_port", port]
     else:
         # c10d: the store runs on the master; each agent must know whether it is that host, and which of its
         # addresses peers can reach (on hosts with several interfaces the default guess is often wrong).
         is_host = 1 if str(node_rank) == "0" else 0
         args += [
-            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"{master_addr}:{lc.master_port}",
+            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"{master_addr}:{port}",
             "--rdzv_id", cfg.run.name, "--rdzv_conf", f"is_host={is_host}",
         ]  # fmt: skip
     if local_addr or lc.local_addr:

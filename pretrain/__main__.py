@@ -39,6 +39,10 @@ def _main(argv: list[str] | None = None) -> int:
     add_config_args(p)
     p.add_argument("--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--gpu", default=None, help="GPU for the time estimate: h100 (default), h200, b200, a100, l40s, "
+                   "a10g, v100, mi300x (logging.peak_flops, when set, is used unless --gpu is given)")
+    p.add_argument("--mfu", type=float, default=None, help="assumed model FLOPs utilisation (default 0.40)")
+    p.add_argument("--exact", action="store_true", help="count parameters on a meta-device build (imports torch)")
     p = sub.add_parser("plot", help="loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)")
     p.add_argument("run", help="the run folder (run.output_dir; a URL: plots are uploaded to RUN/logs/plots)")
     p.add_argument("--out", default=None, help="output folder (default: RUN/logs/plots)")
@@ -132,9 +136,9 @@ def _main(argv: list[str] | None = None) -> int:
         print(write_model_card(cfg, args.model or RunLayout(cfg).export))
         return 0
     if args.command == "plan":
-        from pretrain.plan import format_report, plan_report
+        from pretrain.plan import DEFAULT_MFU, format_report, plan_report
 
-        r = plan_report(cfg, args.world_size)
+        r = plan_report(cfg, args.world_size, args.gpu, args.mfu or DEFAULT_MFU, args.exact)
         print(json.dumps(r, indent=1) if args.json else format_report(r))
         return 0
     return 2

@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import json
 import random
-import re
 import shutil
 import time
 from pathlib import Path
@@ -35,24 +34,22 @@ from core.io import atomic_write, sha256_bytes
 from core.layout import RESOLVED_CONFIG
 from core.log import get_logger
 
+# The torch-free part (markers, tags, exit codes) lives in checkpoint_meta: `pretrain plan` reads it without torch.
+from pretrain.checkpoint_meta import (  # noqa: F401  (re-exported)
+    CANNOT_CONTINUE_EXIT_CODE,
+    COMPLETE,
+    PREEMPTED_EXIT_CODE,
+    TAG_RE,
+    CannotContinue,
+    complete_tags,
+    read_complete,
+    tag_for,
+)
+
 log = get_logger(__name__)
 
-COMPLETE = "COMPLETE"
-TAG_RE = re.compile(r"^step(\d{8})$")
-PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "checkpointed on a signal, requeue me"
-# EX_DATAERR: restarting cannot help (no usable checkpoint, diverged weights, a refused config change, a run
-# folder held by another run). Any code but 75 stops the Slurm script from requeueing; this one says why.
-CANNOT_CONTINUE_EXIT_CODE = 65
 MANIFEST_VERSION = 2
 _CHUNK = 8 << 20
-
-
-class CannotContinue(RuntimeError):
-    """The run cannot go on and a restart would fail the same way: exit with CANNOT_CONTINUE_EXIT_CODE."""
-
-
-def tag_for(step: int) -> str:
-    return f"step{step:08d}"
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -72,17 +69,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def complete_tags(ckpt_dir: Path) -> list[str]:
-    if not ckpt_dir.is_dir():
-        return []
-    tags = [p.name for p in ckpt_dir.iterdir() if TAG_RE.match(p.name) and (p / COMPLETE).is_file()]
-    return sorted(tags)
-
-
-def read_complete(ckpt_dir: Path, tag: str) -> dict[str, Any]:
-    return json.loads((ckpt_dir / tag / COMPLETE).read_text())
 
 
 def _checksum(path: Path) -> str:

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from core.log import get_logger
 from pretrain.schedule import TrainPlan, lr_multiplier
 from runconfig import RunConfig
-from core.log import get_logger
 
 log = get_logger(__name__)
 

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from core.io import sha256_bytes
+from core.log import get_logger
 from data_pipeline.layout import RunLayout
 from data_pipeline.objectives import get_objective
 from data_pipeline.storage import RunStore
@@ -26,7 +27,6 @@ from pretrain.models import build_model
 from pretrain.objectives import wrap_model
 from pretrain.parity import PROBE_FILE, check_parity
 from runconfig import RunConfig
-from core.log import get_logger
 
 log = get_logger(__name__)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from core.layout import METRICS
 from pretrain.families import get_family
@@ -102,13 +103,39 @@ class WandbSink(Sink):
             raise RuntimeError("logging.wandb.enabled needs wandb: pip install 'lmstack[wandb]'") from None
         wc = cfg.logging.wandb
         self.run = wandb.init(project=wc.project, entity=wc.entity, name=wc.name or cfg.run.name, mode=wc.mode,
-                              dir=str(wc.dir or folder), config=json.loads(cfg.model_dump_json()), reinit=True)
+                              dir=str(wc.dir or folder), config=json.loads(cfg.model_dump_json()),
+                              reinit=wc.reinit)  # the string setting; the boolean form is deprecated
 
     def log(self, step, values, prefix):
         self.run.log({f"{prefix}/{k}": v for k, v in values.items() if isinstance(v, int | float)}, step=step)
 
     def close(self):
         self.run.finish()
+
+
+MLFLOW_BATCH = 100  # MLflow accepts at most 100 params per log_params / log_batch call
+MLFLOW_VALUE_CHARS = 6000  # and values of at most 6000 characters (MLflow >= 2; 500 before)
+
+
+def flat_params(cfg) -> dict[str, str]:
+    """Every key of the resolved config, flattened to dotted names (lists and dicts inside lists as JSON)."""
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            text = value if isinstance(value, str) else json.dumps(value)
+            out[prefix] = text[:MLFLOW_VALUE_CHARS]
+
+    walk("", json.loads(cfg.model_dump_json()))
+    return out
+
+
+def param_batches(flat: dict[str, str], size: int = MLFLOW_BATCH) -> list[dict[str, str]]:
+    items = list(flat.items())
+    return [dict(items[i:i + size]) for i in range(0, len(items), size)]
 
 
 class MlflowSink(Sink):
@@ -126,9 +153,10 @@ class MlflowSink(Sink):
         mlflow.set_tracking_uri(mc.tracking_uri or (folder / "mlruns").resolve().as_uri())
         mlflow.set_experiment(mc.experiment)
         self.run = mlflow.start_run(run_name=mc.run_name or cfg.run.name)
-        flat = {f"{sec}.{k}": v for sec, d in json.loads(cfg.model_dump_json()).items() if isinstance(d, dict)
-                for k, v in d.items() if not isinstance(v, dict | list)}  # fmt: skip
-        mlflow.log_params({k: str(v)[:250] for k, v in list(flat.items())[:100]})
+        # The whole resolved config: as an artifact (what reruns it) and as params, in batches MLflow accepts.
+        mlflow.log_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False), "resolved_config.yaml")
+        for batch in param_batches(flat_params(cfg)):
+            mlflow.log_params(batch)
 
     def log(self, step, values, prefix):
         self.mlflow.log_metrics({f"{prefix}/{k}": float(v) for k, v in values.items() if isinstance(v, int | float)},

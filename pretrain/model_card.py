@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from core.layout import RESOLVED_CONFIG
 from data_pipeline.layout import RunLayout
-from data_pipeline.tokenizers import SUPPORTED_TRANSFORMERS
 from runconfig import RunConfig
 from runconfig.load import to_dict
 
@@ -30,28 +30,24 @@ MANIFEST_FILE = "data_manifest.json"
 CONFIG_FILE = RESOLVED_CONFIG
 TRANSFER_FILE = "transfer.json"
 
-# The Hub's pipeline tag and a usage snippet, by what the exported architecture's head does (transformers' own
-# Auto mappings decide, so a new family needs no entry here).
+# The Hub's pipeline tag, the eval task name and the Auto class of the usage snippet, by the family's task
+# (its registered spec decides, so a new family needs no entry here). Every tag exists in transformers 4.40
+# through 5.x: 5.x removed text2text-generation (and translation, summarization), so a seq2seq export is tagged
+# text-generation, the Hub's category for generative text models, and its snippet calls generate() itself;
+# ELECTRA's discriminator has no LM pipeline, its encoder serves feature-extraction.
 TASKS = {
     "masked_lm": ("fill-mask", "Masked language modeling", "AutoModelForMaskedLM"),
     "causal_lm": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),
-    "seq2seq": ("text2text-generation", "Span corruption (text-to-text)", "AutoModelForSeq2SeqLM"),
-    # Heads with no Hub pipeline (e.g. ELECTRA's replaced-token discriminator): no pipeline_tag, a generic snippet.
-    "other": (None, "Pretraining", "AutoModel"),
+    "seq2seq": ("text-generation", "Span corruption (text-to-text)", "AutoModelForSeq2SeqLM"),
+    "token_detection": ("feature-extraction", "Replaced-token detection", "AutoModel"),
 }
 
 
-def head_task(architecture: str, model_type: str) -> str:
-    """masked_lm | causal_lm | seq2seq | other for an exported architecture (e.g. RobertaForMaskedLM)."""
-    from transformers.models.auto import modeling_auto as ma
+def card_task(family: str) -> str:
+    """The family's registered task (masked_lm | causal_lm | seq2seq | token_detection)."""
+    from pretrain.families import get_family
 
-    for task, mapping in (("masked_lm", ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES),
-                          ("causal_lm", ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
-                          ("seq2seq", ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)):  # fmt: skip
-        names = mapping.get(model_type)
-        if names and architecture in ([names] if isinstance(names, str) else list(names)):
-            return task
-    return "other"
+    return get_family(family).task
 
 
 def median_speed(metrics_file: Path) -> tuple[float, float] | None:
@@ -92,7 +88,7 @@ def _usage(task: str, auto_cls: str, repo: str, mask: str | None, generator: boo
                 'batch = tok(["The company said", "Shares in"], padding=True, return_tensors="pt")  # left padding\n'
                 "out = model.generate(**batch, max_new_tokens=20, do_sample=False)\n"
                 "print(tok.batch_decode(out, skip_special_tokens=True))")
-    if task == "other":
+    if task == "token_detection":
         return (f'from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer\n\n'
                 f'tok = AutoTokenizer.from_pretrained("{repo}")\nmodel = AutoModel.from_pretrained("{repo}")\n'
                 f'# fine-tune: AutoModelForSequenceClassification.from_pretrained("{repo}", num_labels=N)'
@@ -104,42 +100,67 @@ def _usage(task: str, auto_cls: str, repo: str, mask: str | None, generator: boo
             "out = model.generate(**batch, max_new_tokens=10)\nprint(tok.batch_decode(out))")
 
 
-def _transfer_results(report: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """model-index entries and body lines from transfer.json (pretrained vs random init, per task)."""
-    entries, lines = [], []
+def _accuracy(t: dict[str, Any]) -> str:
+    """mean ± sd (n seeds); no sd from a single seed."""
+    n = len(t.get("values", [])) or 1
+    sd = f" ± {t.get('sd', 0.0):.3f}" if n >= 2 else ""
+    return f"{t['mean']:.3f}{sd} ({n} seed{'s' if n != 1 else ''})"
+
+
+def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[str]]:
+    """This model's eval results (the fine-tuned-from-this-model arm and its probe) and the body's table rows,
+    where the random-init arm appears as the baseline: it is not this model's result."""
+    results, lines = [], []
     for name, r in sorted(report.get("tasks", {}).items()):
-        metrics = []
+        arms = r.get("arms", {})
         row = [name]
         for arm in ("pretrained", "random"):
-            e = r.get("arms", {}).get(arm)
-            if not e:
-                row.append("n/a")
-                continue
-            t = e["test_accuracy"]
-            n = len(t.get("values", [])) or 1
-            label = "fine-tuned from this model" if arm == "pretrained" else "same architecture, random init"
-            metrics.append({"type": "accuracy", "value": round(float(t["mean"]), 4),
-                            "name": f"Test accuracy, {label} (mean of {n} seeds)"})  # fmt: skip
-            row.append(f"{t['mean']:.3f} ± {t.get('sd', 0.0):.3f}")
-            if "probe_accuracy" in e:
-                metrics.append({"type": "accuracy", "value": round(float(e["probe_accuracy"]), 4),
-                                "name": f"Linear probe accuracy, {label}"})  # fmt: skip
+            e = arms.get(arm)
+            row.append(_accuracy(e["test_accuracy"]) if e else "n/a")
+            row.append(f"{e['probe_accuracy']:.3f}" if e and "probe_accuracy" in e else "n/a")
         row.append(f"{100 * r['margin']:+.1f}" if "margin" in r else "n/a")
         lines.append("| " + " | ".join(row) + " |")
-        entries.append({
-            "task": {"type": "text-classification", "name": "Text classification"},
-            "dataset": {"name": name, "type": name, "split": "test"},
-            "metrics": metrics,
-        })  # fmt: skip
-    return entries, lines
+        mine = arms.get("pretrained")
+        if not mine:
+            continue
+        t = mine["test_accuracy"]
+        n = len(t.get("values", [])) or 1
+        common = {"task_type": "text-classification", "task_name": "Text classification", "dataset_type": name,
+                  "dataset_name": name, "dataset_split": "test"}
+        results.append(EvalResult(**common, metric_type="accuracy", metric_value=round(float(t["mean"]), 4),
+                                  metric_name=f"Test accuracy, fine-tuned (mean of {n} seed{'s' if n != 1 else ''})"))
+        if "probe_accuracy" in mine:
+            results.append(EvalResult(**common, metric_type="accuracy",
+                                      metric_value=round(float(mine["probe_accuracy"]), 4),
+                                      metric_name="Linear probe accuracy (frozen features)"))
+    return results, lines
+
+
+def _warmup_text(plan: dict[str, Any], cfg: RunConfig) -> str:
+    """The warmup as the schedule ran it: by elapsed time in a time-budget run, in steps otherwise."""
+    budget = plan.get("budget_s")
+    if budget:
+        frac = float(plan.get("warmup_fraction") or 0.0)
+        return (f"warmup over the first {frac:.0%} of a {budget / 60:g}-minute budget ({frac * budget:.0f} s), "
+                f"then {cfg.schedule.decay} decay by elapsed time")
+    return f"{plan.get('warmup_steps', cfg.schedule.warmup)} warmup steps and {cfg.schedule.decay} decay"
+
+
+def _speed_text(cfg: RunConfig, speed: tuple[float, float]) -> str:
+    """Throughput, and MFU only against a stated peak (a CPU matmul probe is no peak a reader can compare)."""
+    out = f"- Throughput {speed[0]:,.0f} tokens/s (median of the logged steps)"
+    peak = cfg.logging.peak_flops
+    if peak:
+        return out + f"; MFU {speed[1]:.1%} of a stated peak of {peak / 1e12:g} TFLOP/s per rank (logging.peak_flops)"
+    return out + ("; MFU not reported: its denominator was a matmul probe on this host, not a published peak "
+                  "(set logging.peak_flops)")
 
 
 def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], model_config: dict[str, Any],
                       manifest: dict[str, Any] | None, clean_stats: dict[str, Any] | None,
                       ppl: tuple[float, int] | None, transfer: dict[str, Any] | None,
                       mask_token: str | None = None, speed: tuple[float, float] | None = None) -> str:  # fmt: skip
-    arch = (model_config.get("architectures") or ["?"])[0]
-    task = head_task(arch, model_config.get("model_type", ""))
+    task = card_task(cfg.model.family)
     pipeline_tag, task_name, auto_cls = TASKS[task]
     name = cfg.export.model_name or cfg.run.name
     repo = cfg.export.repo_id or f"path/to/{export_dir.name}"
@@ -147,32 +168,27 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     datasets = list(cfg.export.datasets) or [s.paths[0] for s in sources if s.format == "hf_dataset"]
     languages = list(cfg.export.language or (cfg.data.clean.langid.languages if cfg.data.clean.langid.enabled else []))
 
-    results: list[dict[str, Any]] = []
-    if task == "other":
+    results: list[EvalResult] = []
+    if task == "token_detection":
         ppl = None  # a head with no LM pipeline (ELECTRA: MLM + lambda x BCE): its eval loss is no perplexity
     if ppl is not None:
-        results.append({
-            "task": {"type": pipeline_tag or "fill-mask", "name": task_name},
-            "dataset": {"name": f"Held-out {cfg.loader.eval_fraction:.0%} of the pretraining token stream "
-                                f"({', '.join(s.name for s in sources)})", "type": f"{cfg.run.name}-heldout",
-                        "split": "validation"},
-            "metrics": [{"type": "perplexity", "value": round(ppl[0], 3), "name": f"Held-out perplexity (step {ppl[1]})"}],
-        })  # fmt: skip
-    transfer_entries, transfer_rows = _transfer_results(transfer) if transfer else ([], [])
-    results += transfer_entries
+        results.append(EvalResult(
+            task_type=pipeline_tag, task_name=task_name, dataset_type=f"{cfg.run.name}-heldout",
+            dataset_name=f"Held-out {cfg.loader.eval_fraction:.0%} of the pretraining token stream "
+                         f"({', '.join(s.name for s in sources)})",
+            dataset_split="validation", metric_type="perplexity", metric_value=round(ppl[0], 3),
+            metric_name=f"Held-out perplexity (step {ppl[1]})"))  # fmt: skip
+    transfer_results, transfer_rows = _transfer_results(transfer) if transfer else ([], [])
+    results += transfer_results
 
-    meta: dict[str, Any] = {"license": cfg.export.license}
-    if languages:
-        meta["language"] = languages
-    meta["library_name"] = "transformers"
-    if pipeline_tag:
-        meta["pipeline_tag"] = pipeline_tag
-    meta["tags"] = [cfg.model.family, cfg.objective.type.replace("_", "-"), "pretrained-from-scratch", "lmstack",
-                    "deepspeed", *cfg.export.tags]  # fmt: skip
-    if datasets:
-        meta["datasets"] = datasets
-    if results:
-        meta["model-index"] = [{"name": name, "results": results}]
+    data = ModelCardData(
+        license=cfg.export.license, language=languages or None, library_name="transformers",
+        pipeline_tag=pipeline_tag, datasets=datasets or None, model_name=name if results else None,
+        eval_results=results or None,
+        tags=[cfg.model.family, cfg.objective.type.replace("_", "-"), "pretrained-from-scratch", "lmstack",
+              "deepspeed", *cfg.export.tags],
+    )  # fmt: skip
+    min_tf = _min_transformers(cfg.model.family)
 
     n_params = state.get("n_params")
     tokens_seen = state.get("tokens_seen")
@@ -193,7 +209,8 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         if isinstance(n_params, int) else f"A {cfg.model.family} ({cfg.model.size}) model pretrained from scratch."
     )  # fmt: skip
     body += ["", "## Usage", "", "```python", _usage(task, auto_cls, repo, mask_token, (export_dir / "generator").is_dir()), "```", ""]
-    body += [f"Loads with transformers {SUPPORTED_TRANSFORMERS} (tested with 4.40 and 5.x); tokenizer class "
+    body += [f"Loads with transformers >={min_tf} (the oldest release the compat test loads it in) and 5.x; "
+             f"tokenizer class "
              f"`{state.get('tokenizer_class', '?')}`.", ""]  # fmt: skip
 
     body += ["## Training data", ""]
@@ -218,13 +235,13 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         f"- Objective `{cfg.objective.type}`, packing `{cfg.packing.mode}`, sequence length {cfg.packing.seq_len}",
         f"- Global batch {cfg.batch.global_batch_size} sequences, {steps} steps, {tokens_seen:,} tokens seen"
         if isinstance(tokens_seen, int) else f"- Global batch {cfg.batch.global_batch_size} sequences, {steps} steps",
-        f"- Optimizer {cfg.optim.name}, peak LR {plan.get('peak_lr', cfg.optim.lr):g} with {plan.get('warmup_steps')} "
-        f"warmup steps and {cfg.schedule.decay} decay, weight decay {cfg.optim.weight_decay}; precision {ds.precision}",
+        f"- Optimizer {cfg.optim.name}, peak LR {plan.get('peak_lr', cfg.optim.lr):g} with {_warmup_text(plan, cfg)}, "
+        f"weight decay {cfg.optim.weight_decay}; precision {ds.precision}",
         "",
         "## Compute",
         "",
         f"- {lc.nodes} node(s) × {lc.procs_per_node} rank(s), backend {lc.backend}, DeepSpeed ZeRO stage {ds.zero_stage}",
-        *([f"- Throughput {speed[0]:,.0f} tokens/s, MFU {speed[1]:.1%} (medians of the logged steps)"] if speed else []),
+        *([_speed_text(cfg, speed)] if speed else []),
         "",
         "## Evaluation",
         "",
@@ -232,15 +249,17 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     if ppl is not None:
         body.append(f"Held-out perplexity: **{ppl[0]:.2f}** (step {ppl[1]}; {cfg.loader.eval_fraction:.0%} of the "
                     "packed token stream never trained on).")  # fmt: skip
-    elif task == "other":
+    elif task == "token_detection":
         body.append("Held-out perplexity: none (this head's loss is not a language model's likelihood; "
                     "logs/metrics.jsonl has the training and eval losses).")
     else:
         body.append("Held-out perplexity: not measured (no eval rows in logs/metrics.jsonl).")
     if transfer_rows:
-        body += ["", "Downstream fine-tuning (test accuracy, mean ± sd over seeds):", "",
-                 "| task | fine-tuned from this model | random init | margin (points) |", "|---|---|---|---|",
-                 *transfer_rows]  # fmt: skip
+        body += ["", "Downstream fine-tuning (test accuracy: mean, ± sd where there are 2 or more seeds). The "
+                 "random-init arm (same architecture and fine-tuning, no pretraining) is the baseline, not a result "
+                 "of this model:", "",
+                 "| task | fine-tuned from this model | its linear probe | random init (baseline) | baseline probe "
+                 "| margin (points) |", "|---|---|---|---|---|---|", *transfer_rows]  # fmt: skip
     else:
         body.append("Downstream transfer: not run yet (`python -m pretrain transfer`, then `python -m pretrain card`).")
     parity = state.get("parity_max_abs_diff")
@@ -250,8 +269,14 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
              f"- `{MANIFEST_FILE}`: token shards with their sha256 (the exact data the model saw)",
              f"- `{CONFIG_FILE}`: the full resolved run configuration",
              "- `training_state.json`: step, tokens seen, final loss, the checkpoint it came from"]  # fmt: skip
-    head = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
-    return f"---\n{head}---\n\n" + "\n".join(body) + "\n"
+    card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(body) + "\n")
+    return str(card)
+
+
+def _min_transformers(family: str) -> str:
+    from pretrain.families import get_family
+
+    return get_family(family).min_transformers
 
 
 def write_model_card(cfg: RunConfig, export_dir: str | Path) -> Path:

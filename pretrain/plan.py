@@ -1,15 +1,27 @@
-"""`pretrain plan`: the batch plan, scaled LR/warmup, token budget and per-rank memory for each ZeRO stage,
-without starting training."""
+"""`pretrain plan`: the batch plan, scaled LR/warmup, token budget, per-rank memory for each ZeRO stage,
+activation memory, FLOPs per step and the time a step would take on a stated GPU, without starting training.
+
+It imports neither torch, transformers nor DeepSpeed (a plan prints in about a second): parameter counts come
+from the family's config-only count (pretrain/families/shapes.py; checked against a meta-device build in the
+tests), and the ZeRO 2/3 estimates are DeepSpeed's own formulas, restated below.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from pretrain import resume_diff
+from pretrain.families import get_family
 from pretrain.schedule import make_plan
 from runconfig import RunConfig
+
+# Dense 16-bit tensor-core peaks (FLOP/s per GPU, vendor data sheets, no sparsity) for `plan --gpu`.
+GPU_PEAKS = {
+    "h100": 989e12, "h200": 989e12, "b200": 2250e12, "a100": 312e12, "l40s": 362e12, "a10g": 125e12,
+    "v100": 125e12, "mi300x": 1307e12,
+}  # fmt: skip
+DEFAULT_GPU = "h100"
+DEFAULT_MFU = 0.40  # a well-tuned dense transformer on H100s reaches 35-50 % (bench/mfu_gpu.py measures ours)
 
 
 class _VocabOnly:
@@ -24,8 +36,18 @@ class _VocabOnly:
         return self.n
 
 
+def param_counts(cfg: RunConfig) -> tuple[int, int]:
+    """(total params, largest module's params) from the family's config-only count, else the meta-device build."""
+    count = get_family(cfg.model.family).param_count
+    return count(cfg) if count is not None else model_param_counts(cfg)
+
+
 def model_param_counts(cfg: RunConfig) -> tuple[int, int]:
     """(total params, largest layer params), counted on the meta device (no memory allocated)."""
+    # torch and transformers load lazily here on purpose: only `plan --exact` and families without a
+    # config-only count need them, and importing them costs most of a plan's time.
+    import torch
+
     from pretrain.models import build_model
     from pretrain.objectives import wrap_model
 
@@ -37,35 +59,85 @@ def model_param_counts(cfg: RunConfig) -> tuple[int, int]:
     return total, largest
 
 
+def _zero2(total: int, per_node: int, nodes: int, offload: bool, buffer: float = 1.5) -> tuple[float, float]:
+    """(cpu, device) bytes: deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs."""
+    gpus = nodes * per_node
+    if offload:
+        return total * max(4 * gpus, 16) * buffer, 2 * total
+    return total * 4 * per_node * buffer, 2 * total + int(18 * total / gpus)
+
+
+def _zero3(total: int, largest: int, per_node: int, nodes: int, offload: bool, offload_params: bool,
+           buffer: float = 1.5) -> tuple[float, float]:
+    """(cpu, device) bytes: deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs (zero_init)."""
+    gpus, layer = nodes * per_node, 4 * largest
+    if offload and offload_params:
+        return total * 18 / nodes * buffer, layer
+    if offload:
+        return total * 16 / nodes * buffer, layer + int(2 * total / gpus)
+    return largest * 4 * per_node * buffer, layer + int(18 * total / gpus)
+
+
 def memory_estimates(cfg: RunConfig, total: int, largest: int, world: int) -> dict[str, dict[str, float]]:
-    """GiB per rank for model states (params, grads, optimizer). Stages 2 and 3 use DeepSpeed's estimators;
+    """GiB per rank for model states (params, grads, optimizer). Stages 2 and 3 follow DeepSpeed's estimators;
     DeepSpeed has none for stages 0/1, so those use the ZeRO paper's formula (2+2+12 bytes/param mixed
     precision, optimizer states partitioned in stage 1)."""
-    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
-    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
-
     gib = 2**30
     nodes = cfg.launch.nodes
     per_node = max(1, world // nodes)
+    ds = cfg.deepspeed
     out: dict[str, dict[str, float]] = {
         "zero0": {"device_gib": 16 * total / gib, "cpu_gib": 0.0},
         "zero1": {"device_gib": (4 * total + 12 * total / world) / gib, "cpu_gib": 0.0},
     }
-    cpu, dev = estimate_zero2_model_states_mem_needs(total, per_node, nodes, cpu_offload=cfg.deepspeed.offload_optimizer)
+    cpu, dev = _zero2(total, per_node, nodes, ds.offload_optimizer)
     out["zero2"] = {"device_gib": dev / gib, "cpu_gib": cpu / gib / per_node}
-    cpu, dev, _ = estimate_zero3_model_states_mem_needs(
-        total, largest, per_node, nodes, cpu_offload=cfg.deepspeed.offload_optimizer,
-        cpu_offload_params=cfg.deepspeed.offload_params,
-    )
+    cpu, dev = _zero3(total, largest, per_node, nodes, ds.offload_optimizer, ds.offload_params)
     out["zero3"] = {"device_gib": dev / gib, "cpu_gib": cpu / gib / per_node}
     return out
 
 
-def plan_report(cfg: RunConfig, world_size: int | None = None) -> dict[str, Any]:
+def activation_gib(cfg: RunConfig, micro_batch: int, vocab: int) -> float:
+    """Activation memory per rank for one micro-batch, GiB: s*b*h*(34 + 5*a*s/h) bytes per layer with 16-bit
+    activations and no recomputation (Korthikanti et al. 2022, eq. 2; twice that in fp32; with activation
+    checkpointing only each layer's input, 2*s*b*h, is kept), plus the fp32 logits (4*s*b*V)."""
+    m, s, b = cfg.model, cfg.packing.seq_len, micro_batch
+    spec = get_family(m.family)
+    layers = m.num_layers + ((m.num_decoder_layers or m.num_layers) if spec.encoder_decoder else 0)
+    width = 2 if cfg.deepspeed.precision in ("bf16", "fp16") else 4
+    per_layer = s * b * m.hidden_size * (34 + 5 * m.num_heads * s / m.hidden_size) * width / 2
+    if cfg.deepspeed.activation_checkpointing:
+        per_layer = 2 * s * b * m.hidden_size * width / 2
+    return (layers * per_layer + 4 * s * b * vocab) / 2**30
+
+
+def step_estimate(cfg: RunConfig, plan: Any, total: int, gpu: str | None, mfu: float) -> dict[str, Any]:
+    """FLOPs per optimizer step (the family's FLOPs/token x tokens per step) and the time it takes on `gpu` at
+    the assumed MFU; logging.peak_flops, when set, is the peak instead of the GPU table's."""
+    spec = get_family(cfg.model.family)
+    fpt = spec.flops_per_token(spec, cfg.model, total, cfg.packing.seq_len)
+    flops = fpt * plan.tokens_per_step
+    name = (gpu or DEFAULT_GPU).lower()
+    if cfg.logging.peak_flops and gpu is None:
+        peak, source = float(cfg.logging.peak_flops), "logging.peak_flops"
+    elif name in GPU_PEAKS:
+        peak, source = GPU_PEAKS[name], f"{name} dense 16-bit peak"
+    else:
+        raise ValueError(f"plan --gpu: unknown GPU '{gpu}' (known: {', '.join(sorted(GPU_PEAKS))}); "
+                         "or set logging.peak_flops")
+    seconds = flops / (peak * plan.world_size * mfu)
+    return {"flops_per_token": fpt, "flops_per_step": flops, "peak_flops_per_rank": peak, "peak_source": source,
+            "mfu_assumed": mfu, "seconds_per_step": seconds,
+            "total_hours": seconds * plan.total_steps / 3600 if plan.total_steps else None}
+
+
+def plan_report(cfg: RunConfig, world_size: int | None = None, gpu: str | None = None, mfu: float = DEFAULT_MFU,
+                exact: bool = False) -> dict[str, Any]:
     from pretrain.lr_scaling import explain
 
     plan = make_plan(cfg, world_size)
-    total, largest = model_param_counts(cfg)
+    total, largest = model_param_counts(cfg) if exact else param_counts(cfg)
+    vocab = -(-cfg.tokenizer.vocab_size // cfg.model.vocab_pad_multiple) * cfg.model.vocab_pad_multiple
     lines, warnings = explain(cfg, plan.global_batch_size, plan.peak_lr, plan.warmup_steps)
     return {
         "lr_scaling": lines,
@@ -74,6 +146,8 @@ def plan_report(cfg: RunConfig, world_size: int | None = None) -> dict[str, Any]
         "params": total,
         "largest_layer_params": largest,
         "memory_per_rank": memory_estimates(cfg, total, largest, plan.world_size),
+        "activation_gib_per_rank": activation_gib(cfg, plan.micro_batch_size, vocab),
+        "step": step_estimate(cfg, plan, total, gpu, mfu),
         "resume": resume_diff.preview(cfg),
     }
 
@@ -96,5 +170,14 @@ def format_report(r: dict[str, Any]) -> str:
     ]
     for stage, m in r["memory_per_rank"].items():
         lines.append(f"  {stage:<6} device {m['device_gib']:8.2f}   cpu {m['cpu_gib']:8.2f}")
+    st = r["step"]
+    total_h = f", {st['total_hours']:.1f} h for the run" if st["total_hours"] is not None else ""
+    lines += [
+        f"activations       {r['activation_gib_per_rank']:.2f} GiB per rank per micro-batch (Korthikanti et al. "
+        "2022, + fp32 logits)",
+        f"FLOPs per step    {st['flops_per_step']:.3g} ({st['flops_per_token']:.3g} per token)",
+        f"time per step     {st['seconds_per_step']:.3g} s{total_h}, assuming {st['peak_flops_per_rank'] / 1e12:g} "
+        f"TFLOP/s per rank ({st['peak_source']}) at MFU {st['mfu_assumed']:.0%} (--gpu, --mfu)",
+    ]
     lines += resume_diff.format_preview(r.get("resume"))
     return "\n".join(lines)

@@ -14,7 +14,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from pretrain.checkpoint import CannotContinue
+from pretrain.checkpoint_meta import CannotContinue, complete_tags, read_complete
 
 ACCEPT_FLAG = "checkpoint.accept_config_changes=true"
 
@@ -158,7 +158,6 @@ def preview(cfg) -> dict[str, Any] | None:
     prints is what runs). Reads COMPLETE only; the files are verified by `train` itself."""
     from pathlib import Path
 
-    from pretrain.checkpoint import complete_tags, read_complete
     from runconfig.load import to_dict
 
     resume = cfg.checkpoint.resume

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
+from core.log import get_logger
 from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator
@@ -31,7 +32,6 @@ from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
 from runconfig import RunConfig, save_resolved
 from runconfig.load import to_dict
-from core.log import get_logger
 
 log = get_logger(__name__)
 

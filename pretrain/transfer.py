@@ -39,10 +39,10 @@ from transformers import (
     set_seed,
 )
 
+from core.log import get_logger
 from pretrain.labelled import Row, TaskData, load_tasks
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneConfig
-from core.log import get_logger
 
 logger = get_logger(__name__)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from core.errors import LmstackError
+from runconfig.console import route_third_party, verbose_requested
 from runconfig.load import load_config
 from runconfig.run import RunConfig
 
@@ -14,14 +16,19 @@ from runconfig.run import RunConfig
 def add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--config", "-c", required=required, help="run YAML (see configs/)")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override any config key")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="show third-party warnings and notices on the terminal (default: <run>/logs/third_party.log)")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The run config; third-party notices from here on go to the run's log file unless --verbose."""
     try:
-        return load_config(args.config, args.overrides)
+        cfg = load_config(args.config, args.overrides)
     except LmstackError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    route_third_party(Path(cfg.run.root) / "logs", verbose_requested(getattr(args, "verbose", False)))
+    return cfg
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from core.errors import UnknownNameError
+from core.plugin_code import is_ref
 from core.registry import EXECUTORS, FILTERS, READERS
 from core.specs import BUILTIN_EXECUTORS, BUILTIN_FILTERS, BUILTIN_FORMATS
 from runconfig.base import Section
@@ -54,7 +55,7 @@ class SourceConfig(Section):
     @classmethod
     def _known_format(cls, v: str) -> str:
         known = set(BUILTIN_FORMATS) | READERS.entry_point_names()
-        if v not in known:
+        if v not in known and not is_ref(v):
             raise ValueError(f"unknown format {v!r}; known: {sorted(known)} (a package adds one through the "
                              f"'{READERS.group}' entry point group)")
         return v
@@ -75,7 +76,7 @@ class FilterSpec(Section):
     @classmethod
     def _known(cls, v: str) -> str:
         known = set(BUILTIN_FILTERS) | FILTERS.entry_point_names()
-        if v not in known:
+        if v not in known and not is_ref(v):
             raise ValueError(f"unknown filter {v!r}; known: {sorted(known)} (a package adds one through the "
                              f"'{FILTERS.group}' entry point group)")
         return v
@@ -146,6 +147,8 @@ class CleanConfig(Section):
     # [unicode, {name: c4, params: {min_num_sentences: 3}}, {name: my_filter, params: {limit: 5}}].
     # Built-in names take their settings from the sections below (params override them); null = the built-ins
     # in their default order. Every built-in's `enabled` switch still applies.
+    # `{defaults: true, extra: [...]}` runs the built-ins first, then the extra ones; a plain list replaces the
+    # built-ins (the clean stage says so when it leaves all of them out).
     filters: list[FilterSpec] | None = None
     docs_per_shard: int = Field(2000, gt=0)
     workers: int = Field(2, gt=0)
@@ -163,6 +166,20 @@ class CleanConfig(Section):
     gopher_repetition: GopherRepetitionConfig = GopherRepetitionConfig()
     langid: LangIdConfig = LangIdConfig()
 
+
+    @field_validator("filters", mode="before")
+    @classmethod
+    def _extend_defaults(cls, v: Any) -> Any:
+        """`{defaults: bool, extra: [...]}` -> the list it means."""
+        if not isinstance(v, dict):
+            return v
+        unknown = sorted(set(v) - {"defaults", "extra"})
+        if unknown:
+            raise ValueError(f"takes a list, or {{defaults: true|false, extra: [...]}}; unknown key(s) {unknown}")
+        extra = v.get("extra") or []
+        if not isinstance(extra, list):
+            raise ValueError("extra: a list of filters")
+        return [*(BUILTIN_FILTERS if v.get("defaults", True) else ()), *extra]
 
 class MinHashConfig(Section):
     enabled: bool = True

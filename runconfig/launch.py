@@ -1,10 +1,14 @@
 """Launch section: how many processes on which hosts, and the Slurm job they run in."""
 
+import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from runconfig.base import Section
+
+# Slurm's memory syntax: a whole number with an optional K/M/G/T unit (megabytes without one).
+_MEM = re.compile(r"^\d+[KMGT]?$")
 
 
 class SlurmConfig(Section):
@@ -16,7 +20,11 @@ class SlurmConfig(Section):
     cpus_per_task: int | None = Field(None, gt=0)
     # Default: 1 + loader.num_workers (the rank itself and its DataLoader workers).
     cpus_per_rank: int | None = Field(None, gt=0)
+    # Memory of the training job, in Slurm's syntax (e.g. 480G): per node (`--mem`) or per GPU (`--mem-per-gpu`),
+    # at most one of them. Neither: `--mem=0`, all of each node's memory (a GPU job takes whole nodes); set one
+    # of them where jobs share nodes.
     mem: str | None = None
+    mem_per_gpu: str | None = None
     # GPUs per node. Default (null): launch.procs_per_node with backend nccl, none with gloo; 0 = request none.
     gpus_per_node: int | None = Field(None, ge=0)
     # How GPUs are requested, because sites differ: `--gpus-per-node=N` or `--gres=gpu:N`.
@@ -45,6 +53,19 @@ class SlurmConfig(Section):
     extra_sbatch: list[str] = []  # raw '#SBATCH' options for every job, e.g. ["--reservation=x"]
     extra_sbatch_train: list[str] = []  # raw '#SBATCH' options for the training job only, e.g. ["--exclusive"]
 
+    @field_validator("mem", "mem_per_gpu", "data_mem")
+    @classmethod
+    def _mem_syntax(cls, v: str | None, info) -> str | None:
+        if v is not None and not _MEM.match(str(v)):
+            raise ValueError(f"launch.slurm.{info.field_name}: {v!r} is not a Slurm memory size (e.g. 64G, 512000M)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_mem(self) -> "SlurmConfig":
+        if self.mem is not None and self.mem_per_gpu is not None:
+            raise ValueError("launch.slurm.mem and launch.slurm.mem_per_gpu: set at most one (per node or per GPU)")
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: object) -> object:
@@ -64,6 +85,8 @@ class LaunchConfig(Section):
     procs_per_node: int = Field(2, gt=0)  # ranks per node (= GPUs per node on GPU machines)
     backend: Literal["gloo", "nccl"] = "gloo"
     master_addr: str = "127.0.0.1"
+    # torchrun/DeepSpeed rendezvous port. Slurm jobs derive theirs from the job id (20000 + id % 20000) so two
+    # jobs sharing a node never collide, unless this is set explicitly.
     master_port: int = Field(29500, gt=0, lt=65536)
     # Several nodes: a DeepSpeed-style hostfile (`host slots=N` per line); its first host is the master.
     hostfile: str | None = None

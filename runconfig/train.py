@@ -138,6 +138,9 @@ class WandbConfig(Section):
     name: str | None = None  # default: run.name
     mode: Literal["online", "offline"] = "online"
     dir: str | None = None  # default: <run.output_dir>/logs
+    # wandb.init's `reinit` (the string setting; the boolean is deprecated): what an init does while a run is
+    # active. finish_previous = the old reinit=True.
+    reinit: Literal["default", "return_previous", "finish_previous", "create_new"] = "finish_previous"
 
 
 class MlflowConfig(Section):

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import LmstackError
+from core.log import get_logger
 from core.registry import EXECUTORS
 from data_pipeline.shards import write_json_atomic
 from data_pipeline.storage import RunStore
-from core.log import get_logger
 
 log = get_logger(__name__)
 

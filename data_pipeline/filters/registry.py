@@ -8,15 +8,13 @@ its typed section of `data.clean` (e.g. `clean.c4`), overridden by the `params:`
 
 from __future__ import annotations
 
-import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
-from core.io import sha256_bytes
+from core.plugin_code import code_version
 from core.registry import FILTERS
 from core.specs import BUILTIN_FILTERS
 from runconfig.data import CleanConfig, FilterSpec
@@ -40,13 +38,9 @@ class FilterEntry:
         return self.factory(**sec.model_dump(exclude={"enabled"}))
 
     def code_version(self) -> str:
-        """A hash of the module the factory lives in: a changed filter invalidates its completion markers."""
-        mod = sys.modules.get(getattr(self.factory, "__module__", ""), None)
-        try:
-            src = inspect.getsource(mod) if mod is not None else repr(self.factory)
-        except (OSError, TypeError):
-            src = repr(self.factory)
-        return sha256_bytes(src)[:12]
+        """The filter's declared version, or a hash of its module and the project-local modules it imports: a
+        changed filter, or a changed helper it uses, invalidates its completion markers."""
+        return code_version(self.factory)
 
 
 # The CleanConfig section holding each built-in filter's typed settings (an outside filter has none).
@@ -67,6 +61,14 @@ def get_filter(name: str) -> FilterEntry:
 
 def filter_specs(clean: CleanConfig) -> list[FilterSpec]:
     return list(clean.filters) if clean.filters is not None else [FilterSpec(name=n) for n in BUILTIN_FILTERS]
+
+
+def replaced_defaults_note(clean: CleanConfig) -> str | None:
+    """A `filters:` list that leaves every built-in out replaces them: the one line the clean stage prints."""
+    if clean.filters is None or any(s.name in BUILTIN_FILTERS for s in clean.filters):
+        return None
+    return (f"data.clean.filters replaces the built-in filters ({', '.join(BUILTIN_FILTERS)}): running only "
+            f"{[s.name for s in clean.filters]}; to add to them write filters: {{defaults: true, extra: [...]}}")
 
 
 def build_filters(clean: CleanConfig) -> list[tuple[str, Any]]:

@@ -33,6 +33,7 @@ from data_pipeline.readers.warc import read_warc
 from runconfig.data import SourceConfig
 
 __all__ = [
+    "BUILTIN_READERS",
     "READERS",
     "BadRecord",
     "ErrorLog",
@@ -140,6 +141,8 @@ register_reader("text", _text)
 register_reader("text_folder", _text)
 register_reader("hf_dataset", lambda source, shard, src, errors, mdb: read_hf_dataset(
     src.path, src.rel, source.name, source.text_field, errors, shard.rows))  # fmt: skip
+# Versioned with lmstack itself; a plug-in reader's code goes into the clean stage's fingerprint.
+BUILTIN_READERS = frozenset(READERS)
 
 
 def read_shard_docs(source: SourceConfig, shard: WorkShard, errors: ErrorLog,

@@ -3,14 +3,34 @@
 from __future__ import annotations
 
 import gzip
+import logging
 import zlib
 from collections.abc import Iterator
 
-from warcio.archiveiterator import ArchiveIterator
+from warcio.archiveiterator import ArchiveIterator as _WarcioIterator
 from warcio.exceptions import ArchiveLoadFailed
 
 from data_pipeline.document import Document, stable_id
 from data_pipeline.readers.base import ErrorLog, SourceFile, looks_binary, open_binary
+
+# warcio writes "Record not followed by newline" straight to sys.stderr, into the progress bar; routed to its
+# logger instead, which the CLI sends to the run's log file (runconfig/console.py).
+_warcio_log = logging.getLogger("warcio")
+
+
+class _LoggedNotice(str):
+    """warcio's INC_RECORD template: formatting it logs the notice and leaves nothing for sys.stderr.write."""
+
+    def format(self, *args: object, **kwargs: object) -> str:
+        _warcio_log.warning(" ".join(str.format(self, *args, **kwargs).split()))
+        return ""
+
+
+class ArchiveIterator(_WarcioIterator):
+    """warcio's iterator with its stderr notice sent to the `warcio` logger."""
+
+    INC_RECORD = _LoggedNotice(_WarcioIterator.INC_RECORD)
+
 
 HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml+xhtml")
 _GZ_MAGIC = b"\x1f\x8b\x08"

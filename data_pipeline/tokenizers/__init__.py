@@ -48,10 +48,10 @@ from tokenizers import (
 )
 
 from core.io import replace_dir
+from core.log import get_logger
 from core.registry import FAMILIES, TOKENIZER_CONVENTIONS
 from data_pipeline.tokenizers.corpus import iter_texts, require_texts
 from runconfig import RunConfig
-from core.log import get_logger
 
 log = get_logger(__name__)
 

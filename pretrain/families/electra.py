@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.specs import ElectraModelOptions
+from core.specs import ElectraModelOptions, ElectraOptions, generator_shape
+from pretrain.families import shapes
 from pretrain.families.registry import implement_family
 from runconfig.model import ModelConfig
 
@@ -36,4 +37,18 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     )
 
 
-SPEC = implement_family("electra", build_config=build_config)
+def param_count(cfg: Any) -> tuple[int, int]:
+    """The discriminator plus the generator built beside it; they share the whole embedding module."""
+    m, v = cfg.model, shapes.padded_vocab(cfg)
+    h, f = m.hidden_size, m.ffn_size
+    e = ElectraModelOptions.model_validate(m.options).embedding_size or h
+    emb = v * e + m.max_position_embeddings * e + 2 * e + 2 * e  # word, position, two segments, LayerNorm
+    disc = (e * h + h if e != h else 0) + m.num_layers * shapes.bert_layer(h, f) + (h * h + h) + (h + 1)
+    g = generator_shape(h, m.num_layers, ElectraOptions.model_validate(cfg.objective.options))
+    gh, gf = g["hidden_size"], g["intermediate_size"]
+    gen = (e * gh + gh if e != gh else 0) + g["num_hidden_layers"] * shapes.bert_layer(gh, gf)
+    gen += gh * e + e + 2 * e + v + (0 if m.tie_word_embeddings else v * e)  # predictions dense + LN, lm bias
+    return emb + disc + gen, v * e + v
+
+
+SPEC = implement_family("electra", build_config=build_config, param_count=param_count)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pretrain.families import shapes
 from pretrain.families.registry import implement_family
 from pretrain.families.roberta import special_ids
 from runconfig.model import ModelConfig
@@ -31,4 +32,4 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     )
 
 
-SPEC = implement_family("gpt2", build_config=build_config)
+SPEC = implement_family("gpt2", build_config=build_config, param_count=shapes.gpt2)

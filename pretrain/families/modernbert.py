@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.specs import FamilySpec, ModernBertOptions
+from pretrain.families import shapes
 from pretrain.families.registry import implement_family
 from runconfig.model import ModelConfig
 
@@ -60,4 +61,5 @@ def flops_per_token(spec: FamilySpec, m: ModelConfig, n_params: int, seq_len: in
     return 6.0 * n_params + 12.0 * m.hidden_size * keys
 
 
-SPEC = implement_family("modernbert", build_config=build_config, flops_per_token=flops_per_token)
+SPEC = implement_family("modernbert", build_config=build_config, flops_per_token=flops_per_token,
+                       param_count=shapes.modernbert)

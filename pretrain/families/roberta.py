@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pretrain.families import shapes
 from pretrain.families.registry import implement_family
 from runconfig.model import ModelConfig
 
@@ -34,4 +35,4 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     )
 
 
-SPEC = implement_family("roberta", build_config=build_config)
+SPEC = implement_family("roberta", build_config=build_config, param_count=shapes.roberta)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pretrain.families import shapes
 from pretrain.families.registry import default_probe_inputs, implement_family
 from runconfig.model import ModelConfig
 
@@ -45,4 +46,5 @@ def attention_layers(m: ModelConfig) -> int:
     return m.num_layers + (m.num_decoder_layers or m.num_layers)
 
 
-SPEC = implement_family("t5", build_config=build_config, probe_inputs=probe_inputs, attention_layers=attention_layers)
+SPEC = implement_family("t5", build_config=build_config, probe_inputs=probe_inputs, attention_layers=attention_layers,
+                       param_count=shapes.t5)

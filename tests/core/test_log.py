@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runconfig import log
+from core import log
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -141,17 +141,22 @@ def test_train_sbatch_script(tmp_path):
 def test_stage_array_scripts(tmp_path):
     cfg = cfg_with(tmp_path, "launch.slurm.array_concurrency=2", "launch.slurm.data_time=00:10:00")
     pipe = slurm.pipeline(cfg, TINY, ["data.clean.workers=1"], clean_shards=4, tokenize_shards=3, submit_jobs=False)
-    rounds = [f"dedup-components-{k}{r}" for r in range(12) for k in ("large", "small")]  # component_rounds
-    dedup = ["dedup-signatures", "dedup-buckets", "dedup-components-L0", *rounds, "dedup-components-labels",
-             "dedup-filter"]
+    dedup = ["dedup-signatures", "dedup-buckets", "dedup-components", "dedup-filter"]
     assert [s for s, _, job in pipe] == ["clean", *dedup, "dedup+tokenizer", "tokenize", "manifest", "train"]
     assert all(job is None for _, _, job in pipe)
-    # One array per dedup stage, sized from the clean plan (4 shards) and the fixed partition count (1).
+    # One array per dedup stage, sized from the clean plan (4 shards) and the fixed partition count (1); the
+    # component steps (L0, 12 large/small rounds, labels) run in order inside one job.
     arrays = {s: path.read_text() for s, path, _ in pipe if s.startswith("dedup-")}
-    for stage, n in zip(dedup, [4, 14 + 1, 2, *[1] * len(rounds), 1, 4], strict=True):
+    for stage, n in zip(["dedup-signatures", "dedup-buckets", "dedup-filter"], [4, 14 + 1, 4], strict=True):
         assert f"#SBATCH --array=0-{n - 1}%2\n" in arrays[stage], stage
         assert "dedup --config" in arrays[stage] and f"--stage {stage} --task-index " in arrays[stage]
         assert '"$SLURM_ARRAY_TASK_ID"' in arrays[stage] and "data.dedup.partitions=1" in arrays[stage]
+    comp = arrays["dedup-components"]
+    steps = [f"dedup-components-{k}{r}" for r in range(12) for k in ("large", "small")]  # component_rounds
+    assert "--array" not in comp and "data.dedup.partitions=1" in comp
+    assert [x for x in comp.splitlines() if x.startswith("run_stage ")] == [
+        "run_stage dedup-components-L0 2", *(f"run_stage {s} 1" for s in steps), "run_stage dedup-components-labels 1"]
+    every = list(pipe)
     pipe = pipe[:1] + pipe[1 + len(dedup):]
     clean = pipe[0][1].read_text()
     assert "#SBATCH --array=0-3%2\n" in clean and "#SBATCH --time=00:10:00\n" in clean
@@ -161,7 +166,9 @@ def test_stage_array_scripts(tmp_path):
     assert "--shard-index" not in pipe[3][1].read_text()
     prep = pipe[1][1].read_text()
     assert "--array" not in prep and " dedup " in prep and " train-tokenizer " in prep
-    for _, path, _ in pipe:
+    with pytest.raises(LaunchError, match="at least one task"):
+        slurm.render_stage_script(cfg, [["true"]], "x", array_size=0)
+    for _, path, _ in every:  # the dedup jobs (arrays and the components job) too
         _check_script(path)
     with pytest.raises(LaunchError, match="at least one task"):
         slurm.render_stage_script(cfg, [["true"]], "x", array_size=0)

@@ -109,7 +109,10 @@ _log_some(MetricsLogger.from_config(cfg, tmp / "logs", True))
 uri = (tmp / "logs" / "mlruns").resolve().as_uri()  # the default: a local store in the run folder
 client = mlflow.tracking.MlflowClient(tracking_uri=uri)
 (run,) = client.search_runs([client.get_experiment_by_name("lmstack").experiment_id])
+arts = [a.path for a in client.list_artifacts(run.info.run_id)]
 print(json.dumps({"name": run.info.run_name, "want_name": cfg.run.name, "family": run.data.params["model.family"],
+                  "slurm_time": run.data.params.get("launch.slurm.time"), "n_params": len(run.data.params),
+                  "artifacts": arts,
                   "loss": [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")],
                   "ppl": [m.value for m in client.get_metric_history(run.info.run_id, "eval/perplexity")]}))
 """
@@ -127,6 +130,8 @@ def test_mlflow_local_file_store(tmp_path):
     got = json.loads(res.stdout.strip().splitlines()[-1])
     assert got["name"] == got["want_name"] and got["family"] == "roberta"
     assert got["loss"] == [[10, 4.0], [20, 3.0]] and got["ppl"] == [90.0]
+    # the whole resolved config: every key as a param (not the first 100) and the YAML as an artifact
+    assert got["slurm_time"] == "01:00:00" and got["n_params"] > 100 and "resolved_config.yaml" in got["artifacts"]
 
 
 def test_mlflow_missing_names_the_extra(tmp_path):
@@ -136,3 +141,37 @@ def test_mlflow_missing_names_the_extra(tmp_path):
     cfg = _cfg(tmp_path, "logging.mlflow.enabled=true")
     with pytest.raises(RuntimeError, match=r"pip install 'lmstack\[mlflow\]'"):
         MetricsLogger.from_config(cfg, tmp_path / "logs", True)
+
+
+def test_mlflow_params_cover_the_whole_config_in_batches(tmp_path):
+    """Every resolved key (finetune.*, export.*, launch.slurm.* included), flattened, in log_params batches of
+    at most 100 (MLflow's per-call limit)."""
+    from pretrain.metrics import flat_params, param_batches
+
+    cfg = _cfg(tmp_path, "launch.slurm.time=02:00:00")
+    flat = flat_params(cfg)
+    assert flat["launch.slurm.time"] == "02:00:00" and flat["model.family"] == "roberta"
+    for section in ("finetune.", "export.", "launch.", "data.clean.", "deepspeed."):
+        assert any(k.startswith(section) for k in flat), section
+    assert len(flat) > 100  # more than one batch: the old cut at 100 lost the later sections
+    batches = param_batches(flat)
+    assert all(len(b) <= 100 for b in batches) and sum(len(b) for b in batches) == len(flat)
+    assert all(len(v) <= 6000 for v in flat.values())  # MLflow's value limit
+
+
+def test_wandb_reinit_is_the_current_string_setting(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from runconfig import ConfigError
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
+    base = ["logging.wandb.enabled=true", "logging.wandb.mode=offline", "logging.tensorboard=false",
+            f"logging.wandb.dir={tmp_path}/wb"]
+    cfg = _cfg(tmp_path, *base)
+    assert cfg.logging.wandb.reinit == "finish_previous"
+    logger = MetricsLogger.from_config(cfg, tmp_path / "logs", True)
+    (sink,) = [s for s in logger.sinks if type(s).__name__ == "WandbSink"]
+    assert sink.run.settings.reinit == "finish_previous"  # a string, not the deprecated boolean
+    logger.close()
+    with pytest.raises(ConfigError, match="logging.wandb.reinit"):
+        _cfg(tmp_path, *base, "logging.wandb.reinit=true")

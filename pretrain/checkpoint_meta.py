@@ -1,0 +1,35 @@
+"""Checkpoint folder markers, tags and exit codes: the torch-free part of pretrain.checkpoint, so that reading
+which checkpoints are complete (`pretrain plan`'s resume preview) needs no torch."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+COMPLETE = "COMPLETE"
+TAG_RE = re.compile(r"^step(\d{8})$")
+PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "checkpointed on a signal, requeue me"
+# EX_DATAERR: restarting cannot help (no usable checkpoint, diverged weights, a refused config change, a run
+# folder held by another run). Any code but 75 stops the Slurm script from requeueing; this one says why.
+CANNOT_CONTINUE_EXIT_CODE = 65
+
+
+class CannotContinue(RuntimeError):
+    """The run cannot go on and a restart would fail the same way: exit with CANNOT_CONTINUE_EXIT_CODE."""
+
+
+def tag_for(step: int) -> str:
+    return f"step{step:08d}"
+
+
+def complete_tags(ckpt_dir: Path) -> list[str]:
+    if not ckpt_dir.is_dir():
+        return []
+    tags = [p.name for p in ckpt_dir.iterdir() if TAG_RE.match(p.name) and (p / COMPLETE).is_file()]
+    return sorted(tags)
+
+
+def read_complete(ckpt_dir: Path, tag: str) -> dict[str, Any]:
+    return json.loads((ckpt_dir / tag / COMPLETE).read_text())

@@ -1,0 +1,54 @@
+"""A quiet console: DeepSpeed's accelerator notice, torch-style FutureWarnings, transformers' load reports and
+warcio's "Record not followed by newline" go to <run>/logs/third_party.log, not the terminal; --verbose shows
+them. Real libraries, imported after the CLI has read its config (as every command does)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = r"""
+import argparse, io, sys, warnings
+from runconfig.cli import add_config_args, config_from_args
+p = argparse.ArgumentParser()
+add_config_args(p)
+p.add_argument("--deepspeed", action="store_true")
+args = p.parse_args(sys.argv[1:])
+cfg = config_from_args(args)
+if args.deepspeed:
+    import deepspeed  # logs "Setting accelerator to CPU" while importing
+warnings.warn("`torch.cuda.amp.autocast(args...)` is deprecated", FutureWarning)
+from transformers.utils import logging as hf_logging
+hf_logging.get_logger("transformers.modeling_utils").warning("RobertaModel LOAD REPORT from: x")
+from data_pipeline.readers.warc import ArchiveIterator
+bad = (b"WARC/1.0\r\nWARC-Type: resource\r\nWARC-Target-URI: http://x/\r\nWARC-Record-ID: <urn:x>\r\n"
+       b"Content-Length: 5\r\n\r\nhello world\r\n\r\n")
+list(ArchiveIterator(io.BytesIO(bad)))
+print("our one-line message")
+"""
+
+
+def _run(tmp_path, *extra):
+    argv = [sys.executable, "-c", SCRIPT, "--config", "configs/demo.yaml", f"run.output_dir={tmp_path}/run", *extra]
+    env = {k: v for k, v in __import__("os").environ.items() if k != "LMSTACK_VERBOSE"}
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_third_party_notices_go_to_the_run_log(tmp_path):
+    res = _run(tmp_path, "--deepspeed")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "our one-line message\n" and res.stderr == "", (res.stdout, res.stderr)
+    log = (tmp_path / "run" / "logs" / "third_party.log").read_text()
+    for needle in ("Setting accelerator to CPU", "FutureWarning", "LOAD REPORT", "Record not followed by newline"):
+        assert needle in log, needle
+
+
+def test_verbose_shows_them(tmp_path):
+    res = _run(tmp_path, "--verbose")
+    assert res.returncode == 0, res.stderr
+    for needle in ("FutureWarning", "LOAD REPORT", "Record not followed by newline"):
+        assert needle in res.stderr, needle
+    assert not (tmp_path / "run" / "logs" / "third_party.log").exists()
