@@ -191,12 +191,16 @@ class ModernBertOptions(Options):
     classifier_pooling: Literal["cls", "mean"] = "mean"
 
 
-def validate_modernbert(cfg: Any) -> None:
-    m = cfg.model
+def reject_t5_shape_keys(m: Any, family: str, kind: str) -> None:
+    """`d_kv` and `num_decoder_layers` shape only T5: set for another family, they would be silently ignored."""
     for key in ("d_kv", "num_decoder_layers"):
         if getattr(m, key) is not None:
-            raise ValueError(f"model.{key}: not used by model.family 'modernbert' (an encoder; head size is "
+            raise ValueError(f"model.{key}: not used by model.family '{family}' ({kind}; head size is "
                              f"hidden_size / num_heads)")
+
+
+def validate_modernbert(cfg: Any) -> None:
+    reject_t5_shape_keys(cfg.model, "modernbert", "an encoder")
 
 
 class LlamaOptions(Options):
@@ -208,10 +212,7 @@ class LlamaOptions(Options):
 
 def validate_llama(cfg: Any) -> None:
     m = cfg.model
-    for key in ("d_kv", "num_decoder_layers"):
-        if getattr(m, key) is not None:
-            raise ValueError(f"model.{key}: not used by model.family 'llama' (a decoder; head size is "
-                             f"hidden_size / num_heads)")
+    reject_t5_shape_keys(m, "llama", "a decoder")
     if m.dropout:
         raise ValueError(f"model.dropout ({m.dropout}): model.family 'llama' has no residual or embedding dropout "
                          f"(set it to 0; model.attention_dropout applies)")
