@@ -4,7 +4,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from runconfig.base import Section
+from runconfig.base import Section, check_path_component
 from runconfig.plugins import FILTER_GROUP, READER_GROUP, entry_point_names
 
 BUILTIN_FORMATS = ("warc", "wet", "jsonl", "csv", "tsv", "parquet", "text", "text_folder", "hf_dataset")
@@ -51,6 +51,11 @@ class SourceConfig(Section):
     # (a filter's switch or threshold, `filters:`, `min_chars`, ...), applied over the global `clean:`.
     clean_preset: Literal["web", "curated"] | None = None
     clean: dict[str, Any] = {}
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return check_path_component(v)
 
     @field_validator("format")
     @classmethod
