@@ -9,12 +9,17 @@ import sys
 
 from runconfig.cli import add_config_args, config_from_args, preflight
 
+RESET_HELP = ("resume with a new data order: when run.seed, the tokenizer, the data sources or the packing changed "
+              "since the checkpoint, keep its weights, optimizer and step and start the loader afresh "
+              "(= checkpoint.reset_data_order=true)")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pretrain", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="pretrain through DeepSpeed (run under torchrun or `python -m launch run`)")
     add_config_args(p)
+    p.add_argument("--reset-data-order", action="store_true", help=RESET_HELP)
     p = sub.add_parser("export", help="checkpoint -> Hugging Face folder (safetensors, tokenizer, model card)")
     add_config_args(p)
     p.add_argument("--checkpoint", default=None, help="a step folder or checkpoints folder (default: the run's)")
@@ -34,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     add_config_args(p)
     p.add_argument("--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--reset-data-order", action="store_true", help=RESET_HELP)
     p = sub.add_parser("plot", help="loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)")
     p.add_argument("run", help="the run folder (run.output_dir; a URL: plots are uploaded to RUN/logs/plots)")
     p.add_argument("--out", default=None, help="output folder (default: RUN/logs/plots)")
@@ -60,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in plot_run(args.run.removeprefix("file://"), args.out):
             print(path)
         return 0
+    if getattr(args, "reset_data_order", False):
+        args.overrides = [*args.overrides, "checkpoint.reset_data_order=true"]
     cfg = config_from_args(args)
 
     if args.command == "train":
@@ -131,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
 
         r = plan_report(cfg, args.world_size)
         print(json.dumps(r, indent=1) if args.json else format_report(r))
+        if (r.get("resume") or {}).get("error"):  # what `train` would stop on: the same exit as a config error
+            print(f"error: checkpoint.resume: {r['resume']['error']}", file=sys.stderr)
+            return 2
         return 0
     return 2
 

@@ -143,7 +143,7 @@ def resume_point(cfg: RunConfig, ckpt_dir: Path, rank: int) -> tuple[Path, str |
     if tag is not None:
         meta = ckpt.read_complete(ckpt_dir, tag)
         changes = resume_diff.compare(meta.get("config"), to_dict(cfg), meta["step"],
-                                      cfg.checkpoint.accept_config_changes)
+                                      cfg.checkpoint.accept_config_changes, cfg.checkpoint.reset_data_order)
         if rank == 0 and changes.describe():
             print(changes.describe(), flush=True)
     return ckpt_dir, tag
@@ -271,7 +271,18 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         last_loss = state.get("loss", last_loss)
         elapsed_s = float(state.get("elapsed_s", 0.0))  # the time-budget clock continues where it stopped
         t_restore = time.perf_counter()
-        train_loader.load_state_dict(state["loader"])
+        try:
+            train_loader.load_state_dict(state["loader"])
+        except ValueError as e:  # another sample order (seed, tokens, packing or weights changed)
+            if not cfg.checkpoint.reset_data_order:
+                raise ckpt.CannotContinue(
+                    f"{load_dir / tag}: {e}. Start a new output folder (another run.output_dir), or rerun with "
+                    f"{resume_diff.RESET_FLAG} (checkpoint.reset_data_order=true) to keep the resumed weights and "
+                    "start the new data order from its beginning"
+                ) from None
+            if rank == 0:  # the loader keeps its fresh state: the new order from its first sample
+                print(f"[train] data order reset at step {step} ({resume_diff.RESET_FLAG}): the loader starts "
+                      "the new order from its beginning", flush=True)
         restore_s = time.perf_counter() - t_restore  # iter() and the wait for the first batch add to it below
         if rank == 0:
             print(f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
