@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, PREEMPTED_EXIT_CODE, CannotContinue
         from pretrain.engine import accelerator_name
         from pretrain.train import train
-        from runconfig.preflight import check_train
+        from runconfig.preflight import check_tokens, check_train
 
-        preflight(cfg, lambda c: check_train(c, accelerator_name()))
+        preflight(cfg, lambda c: check_train(c, accelerator_name()), check_tokens)
 
         try:
             result = train(cfg)
@@ -135,10 +135,26 @@ def main(argv: list[str] | None = None) -> int:
         print(write_model_card(cfg, args.model or RunLayout(cfg).export))
         return 0
     if args.command == "plan":
+        from pretrain.engine import accelerator_name
         from pretrain.plan import format_report, plan_report
+        from data_pipeline.paths import check_source_paths
+        from runconfig.load import ConfigError
+        from runconfig.preflight import check_tokens, check_train
+
+        # The checks `train` runs before any work, so a plan that prints is a run that starts. Token shards not
+        # made yet are fine for a plan (it is how a run is sized before its data stages), their inputs are not.
+        preflight(cfg, lambda c: check_train(c, accelerator_name()))
+        try:
+            check_tokens(cfg)
+            tokens_note = None
+        except ConfigError as e:
+            preflight(cfg, check_source_paths)
+            tokens_note = str(e)
 
         r = plan_report(cfg, args.world_size)
         print(json.dumps(r, indent=1) if args.json else format_report(r))
+        if tokens_note:
+            print(f"note: {tokens_note}", file=sys.stderr)
         if (r.get("resume") or {}).get("error"):  # what `train` would stop on: the same exit as a config error
             print(f"error: checkpoint.resume: {r['resume']['error']}", file=sys.stderr)
             return 2

@@ -24,6 +24,8 @@ def _checkpoint_with_config(run: Path, step: int, overrides: list[str]) -> Path:
     folder = run / "checkpoints" / f"step{step:08d}"
     folder.mkdir(parents=True)
     (folder / "COMPLETE").write_text(json.dumps({"step": step, "config": to_dict(cfg), "files": {}}))
+    (run / "tokens").mkdir()
+    (run / "tokens" / "manifest.json").write_text("{}")
     return folder
 
 
