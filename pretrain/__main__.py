@@ -135,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         print(write_model_card(cfg, args.model or RunLayout(cfg).export))
         return 0
     if args.command == "plan":
+        from data_pipeline.paths import check_source_paths
         from pretrain.engine import accelerator_name
         from pretrain.plan import format_report, plan_report
-        from data_pipeline.paths import check_source_paths
         from runconfig.load import ConfigError
         from runconfig.preflight import check_tokens, check_train
 

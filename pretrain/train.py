@@ -20,6 +20,7 @@ from transformers import AutoTokenizer
 from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator, prepare_model, wrap_model
+from data_pipeline.token_shards import TokenShardError
 from pretrain import checkpoint as ckpt
 from pretrain import lr_scaling, resume_diff
 from pretrain.engine import build_engine, init_distributed
@@ -246,8 +247,11 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     model = wrap_model(cfg, model, tokenizer)  # the objective's module around it (ELECTRA), else the model itself
     n_params = count_parameters(model)
     collate = build_collator(cfg, tokenizer)
-    train_loader = PretrainLoader(cfg, rank, world, split="train", collate_fn=collate)
-    eval_loader = PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate)
+    try:
+        train_loader = PretrainLoader(cfg, rank, world, split="train", collate_fn=collate)
+        eval_loader = PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate)
+    except TokenShardError as e:  # a damaged or replaced shard: a restart would fail the same way
+        raise ckpt.CannotContinue(str(e)) from None
 
     universal = tag is not None and ckpt.needs_universal(load_dir, tag, world)
     if universal:
