@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+from pathlib import Path
 
 import fsspec
 
@@ -68,3 +69,29 @@ def check_source_paths(cfg) -> None:
                 expand_paths([pattern])
             except OSError as e:
                 raise ConfigError(f"data.sources.{i}.paths.{j} (source '{src.name}'): {e}") from None
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux reports it (os.umask is a set-and-restore)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | os.PathLike[str]) -> None:
+    """A file made by mkstemp (or a library that creates 0600 files, such as safetensors) gets the mode any
+    file tool would give it: 0666 less the umask (0644 under 022), so teammates can read run outputs. A folder:
+    every file and folder in it."""
+    mask = current_umask()
+    p = Path(path)
+    items = [p, *p.rglob("*")] if p.is_dir() else [p]
+    for q in items:
+        if not q.is_symlink():
+            os.chmod(q, (0o777 if q.is_dir() else 0o666) & ~mask)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from data_pipeline.layout import RunLayout
+from data_pipeline.paths import current_umask
 
 SHARD_EXTS = (".jsonl.zst", ".parquet")
 DEDUP_DONE = "_DONE.json"
@@ -61,6 +62,7 @@ def _atomic_write_bytes(path: Path, write) -> None:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())  # mkstemp's 0600 would hide it from teammates
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

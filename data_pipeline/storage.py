@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_pipeline.paths import filesystem
+from data_pipeline.paths import current_umask, filesystem
 
 # Files that certify others: uploaded after the files they certify; a local one the remote lacks is not trusted.
 MARKER_NAMES = {"COMPLETE", "_DONE.json", "manifest.json", "tokenizer.json"}
@@ -164,6 +164,7 @@ class RunStore:
         os.close(fd)
         try:
             self.fs.get_file(bare, tmp)
+            os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp made it 0600
             t = _mtime(info)
             if t is not None:
                 os.utime(tmp, (t, t))

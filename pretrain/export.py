@@ -19,6 +19,7 @@ from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from data_pipeline.layout import RunLayout
 from data_pipeline.objectives import get_objective, wrap_model
+from data_pipeline.paths import follow_umask
 from data_pipeline.storage import RunStore
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
@@ -212,6 +213,7 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     if (final / TRANSFER_FILE).is_file() and weights_hash(final) == weights_hash(out) and bound_transfer(final):
         shutil.copy2(final / TRANSFER_FILE, out / TRANSFER_FILE)  # the same weights again: their results stay
         write_model_card(cfg, out)
+    follow_umask(out)  # safetensors writes 0600
     _swap_into_place(out, final)
     out = final
     if upload is not None:

@@ -39,10 +39,16 @@ def test_export_is_staged_bound_to_its_weights_and_names_its_step(roberta_run, t
     ckpts, export = run / "checkpoints", run / "export"
     base = ["--config", str(roberta_run), out, "checkpoint.every_steps=4", "checkpoint.keep_last=3",
             "eval.every_steps=1000", "schedule.total_steps=8"]
-    run_module(["-m", "pretrain", "train", *base])
+    umask = os.umask(0o022)  # the children inherit it: outputs must be 0644 (row 10)
+    try:
+        run_module(["-m", "pretrain", "train", *base])
+        res = run_module(["-m", "pretrain", "export", *base])
+    finally:
+        os.umask(umask)
     assert complete_tags(ckpts) == ["step00000004", "step00000008"]
-
-    res = run_module(["-m", "pretrain", "export", *base])
+    for f in (ckpts / "step00000008" / "mp_rank_00_model_states.pt", ckpts / "step00000008" / "COMPLETE",
+              export / "model.safetensors", export / "config.json", export / "COMPLETE"):
+        assert oct(f.stat().st_mode & 0o777) == "0o644", f
     assert "exporting step00000008: the newest complete checkpoint" in res.stderr
     done = json.loads((export / "COMPLETE").read_text())
     assert done["step"] == 8 and len(done["weights_sha256"]) == 64
