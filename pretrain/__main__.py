@@ -101,9 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         dist.destroy_process_group()
         return PREEMPTED_EXIT_CODE if result["preempted"] else 0
     if args.command == "export":
+        from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, CannotContinue
         from pretrain.export import export
 
-        print(export(cfg, args.checkpoint, args.out))
+        try:
+            print(export(cfg, args.checkpoint, args.out))
+        except (CannotContinue, FileNotFoundError) as e:  # one line naming the checkpoint / tokenizer / folder
+            print(f"error: {e}", file=sys.stderr)
+            return CANNOT_CONTINUE_EXIT_CODE
         return 0
     if args.command in ("finetune", "transfer", "card") and not args.model:
         from data_pipeline.layout import RunLayout

@@ -117,6 +117,7 @@ def _loaded_through_an_alias(model: torch.nn.Module, missing: list[str]) -> set[
 
 def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any) -> torch.nn.Module:
     """The module the trainer checkpointed (the family's model, or the objective's wrapper around it), loaded."""
+    ckpt.check_tokenizer(ckpt_dir, tag, RunLayout(cfg).tokenizer, len(tokenizer))
     model = wrap_model(cfg, build_model(cfg.model, tokenizer, cfg.packing.seq_len), tokenizer)
     sd = consolidated_state_dict(ckpt_dir, tag)
     missing, unexpected = model.load_state_dict(sd, strict=False)

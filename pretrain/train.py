@@ -242,6 +242,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
 
     layout.store.pull([layout.tokenizer])  # a remote run: fetched into the staging folder (token shards: loader)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
+    if tag is not None:  # before the model is sized from it: a swapped tokenizer is named, not a size mismatch
+        ckpt.check_tokenizer(load_dir, tag.removesuffix(ckpt.UNIVERSAL_SUFFIX), layout.tokenizer, len(tokenizer))
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
     prepare_model(cfg, model)
     model = wrap_model(cfg, model, tokenizer)  # the objective's module around it (ELECTRA), else the model itself
@@ -304,7 +306,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         }
 
     probe_batch = probe_inputs(tokenizer, cfg.model.family)
-    ckpt_meta = {"config": to_dict(cfg)}
+    ckpt_meta = {"config": to_dict(cfg), "tokenizer": ckpt.tokenizer_identity(layout.tokenizer, len(tokenizer))}
 
     def store_probe(folder: Path) -> None:
         """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all)."""
