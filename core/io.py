@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = ["atomic_path", "atomic_write", "fingerprint", "fsync_dir", "json_bytes", "replace", "replace_dir", "sha256_bytes",
-           "sha256_file", "umask"]
+           "sha256_file", "umask", "follow_umask"]
 
 PathLike = str | os.PathLike[str]
 
@@ -38,6 +38,18 @@ def umask() -> int:
     old = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but only a fallback)
     os.umask(old)
     return old
+
+
+def follow_umask(path: PathLike) -> None:
+    """A file made by mkstemp (or a library that creates 0600 files, such as safetensors) gets the mode any
+    file tool would give it: 0666 less the umask (0644 under 022), so teammates can read run outputs. A folder:
+    every file and folder in it."""
+    mask = umask()
+    p = Path(path)
+    items = [p, *p.rglob("*")] if p.is_dir() else [p]
+    for q in items:
+        if not q.is_symlink():
+            os.chmod(q, (0o777 if q.is_dir() else 0o666) & ~mask)
 
 
 def fsync_dir(folder: PathLike) -> None:

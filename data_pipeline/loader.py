@@ -127,7 +127,8 @@ class PretrainLoader:
         fetched = tokens_dir is None and lc.tokens_url is None and layout.store.remote is not None
         if fetched:  # a remote run: the shards are copied into the staging folder once, then memory-mapped
             layout.store.pull([layout.tokens])
-        self.manifest, shards = open_token_shards(url, cache_dir=lc.cache_dir, check=fetched)
+        self.manifest, shards = open_token_shards(url, cache_dir=lc.cache_dir, check=fetched,
+                                                  checksums=lc.verify_checksums)
         remote = "://" in url and not url.startswith("file://")
         index_dir = (Path(lc.cache_dir) if remote else Path(url.removeprefix("file://"))) / "pack-index"
         packed = build_packed_sources(cfg, self.manifest, shards, cache_dir=index_dir)

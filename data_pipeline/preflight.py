@@ -36,6 +36,34 @@ def check_output_writable(cfg: RunConfig) -> None:
             raise ConfigError(f"run.output_dir: {cfg.run.output_dir} is not writable ({e})") from None
 
 
+def check_checkpoint_dir(cfg: RunConfig) -> None:
+    """checkpoint.dir (or <run>/checkpoints) can be created: no regular file on its way, a writable ancestor.
+    Without this a folder under a file surfaced as a raw NotADirectoryError at the first save."""
+    key = "checkpoint.dir" if cfg.checkpoint.dir else "run.output_dir"
+    path = Path(cfg.checkpoint_dir)
+    if "://" in str(cfg.checkpoint_dir):
+        return
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ConfigError(f"{key}: the checkpoint folder {path} is under {probe}, which is a regular file")
+    if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}: the checkpoint folder {path} cannot be created ({probe} is not writable)")
+
+
+def check_tokens(cfg: RunConfig) -> None:
+    """The token shards `train` reads exist: their manifest (written last by `tokenize`) is there."""
+    if cfg.loader.tokens_url is not None or cfg.run.is_remote:
+        return  # read (or fetched) through fsspec by the loader, which names the URL
+    manifest = Path(cfg.run.root) / "tokens" / "manifest.json"
+    if not manifest.is_file():
+        raise ConfigError(f"run.output_dir: no token shards at {manifest.parent} (tokens/manifest.json is "
+                          "missing); run `python -m data_pipeline tokenize` first, or set loader.tokens_url")
+
+
 def check_train(cfg: RunConfig, accelerator: str) -> None:
     """`accelerator`: DeepSpeed's device name ("cpu", "cuda", ...), given by the caller (runconfig does not
     import DeepSpeed)."""
@@ -57,3 +85,4 @@ def check_train(cfg: RunConfig, accelerator: str) -> None:
         if not (Path(resume) / "COMPLETE").is_file():
             raise ConfigError(f"checkpoint.resume: {resume} is not a complete checkpoint (no COMPLETE file)")
     check_output_writable(cfg)
+    check_checkpoint_dir(cfg)

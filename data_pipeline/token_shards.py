@@ -23,6 +23,12 @@ import numpy as np
 from core.io import atomic_write, replace, sha256_file  # noqa: F401  (sha256_file: re-exported)
 
 MANIFEST = "manifest.json"
+RERUN = "rerun `python -m data_pipeline tokenize` (the tokenize stage rewrites a shard that fails this check)"
+
+
+class TokenShardError(ValueError):
+    """A token shard that does not match its manifest record (size, sha256) or holds an id outside the
+    vocabulary: one line naming the file, the cause and the stage to rerun."""
 
 
 def smallest_dtype(vocab_size: int) -> np.dtype:
@@ -40,9 +46,10 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 class TokenShardWriter:
     """Streams documents into `<stem>.bin` and, on close, writes the index and the completion record."""
 
-    def __init__(self, stem: Path, dtype: np.dtype):
+    def __init__(self, stem: Path, dtype: np.dtype, vocab_size: int | None = None):
         self.stem = Path(stem)
         self.dtype = np.dtype(dtype)
+        self.vocab_size = vocab_size
         self.stem.parent.mkdir(parents=True, exist_ok=True)
         for stale in self.stem.parent.glob(f".{self.stem.name}.bin.tmp*"):  # left by a killed earlier attempt
             stale.unlink(missing_ok=True)
@@ -62,6 +69,13 @@ class TokenShardWriter:
             return
         if int(ids.max()) > self._max_id:
             raise ValueError(f"token id {int(ids.max())} does not fit {self.dtype} (shard {self.stem})")
+        if self.vocab_size is not None and (int(ids.max()) >= self.vocab_size or int(ids.min()) < 0):
+            at = int(np.argmax((ids >= self.vocab_size) | (ids < 0)))
+            raise TokenShardError(
+                f"{self.stem}.bin: token id {int(ids[at])} of document {doc_id!r} at offset {self._n + at} is "
+                f"outside the tokenizer's vocabulary of {self.vocab_size}; the tokenizer and its vocabulary "
+                "disagree (rerun `python -m data_pipeline train-tokenizer`, then tokenize)"
+            )
         data = ids.astype(self.dtype, copy=False).tobytes()
         self._fh.write(data)
         self._sha.update(data)
@@ -172,6 +186,52 @@ def _localize(url: str, cache_dir: str | None) -> str:
     return fsspec.open_local(f"filecache::{url}", filecache={"cache_storage": cache_dir})
 
 
+_CHECKED: dict[tuple[str, int, int], bool] = {}  # (path, size, mtime_ns) verified in this process
+
+
+def check_shard(bin_path: str, idx_path: str, m: dict, vocab_size: int | None, checksums: bool) -> None:
+    """One shard against its manifest record before any read: the .bin's size (always: tokens x itemsize), its
+    sha256 and the .idx's (unless `checksums` is off) and, in the same pass, every id below `vocab_size`."""
+    itemsize = np.dtype(m["dtype"]).itemsize
+    want = int(m["tokens"]) * itemsize
+    try:
+        have = os.path.getsize(bin_path)
+    except OSError as e:
+        raise TokenShardError(f"{bin_path}: cannot be read ({e.strerror or e}); {RERUN}") from None
+    if have != want:
+        cause = "truncated" if have < want else "longer than written"
+        raise TokenShardError(f"{bin_path}: {have} bytes, the manifest records {want} bytes ({m['tokens']} tokens "
+                              f"of {m['dtype']}): {cause}; {RERUN}")
+    if not checksums and vocab_size is None:
+        return
+    key = (bin_path, have, os.stat(bin_path).st_mtime_ns)
+    if _CHECKED.get(key) is not None and (_CHECKED[key] or not checksums):
+        return
+    h, pos, chunk = hashlib.sha256(), 0, 1 << 22
+    with open(bin_path, "rb") as fh:
+        while block := fh.read(chunk - chunk % itemsize):
+            if checksums:
+                h.update(block)
+            if vocab_size is not None:
+                ids = np.frombuffer(block, m["dtype"])
+                bad = np.flatnonzero(ids >= vocab_size)
+                if bad.size:
+                    at = int(bad[0])
+                    raise TokenShardError(
+                        f"{bin_path}: token id {int(ids[at])} at offset {pos + at} is outside the vocabulary of "
+                        f"{vocab_size}; {RERUN}"
+                    )
+                pos += ids.size
+    if checksums:
+        if h.hexdigest() != m["sha256_bin"]:
+            raise TokenShardError(f"{bin_path}: sha256 differs from the manifest's (changed or replaced since "
+                                  f"`tokenize` wrote it); {RERUN}")
+        if sha256_file(idx_path) != m["sha256_idx"]:
+            raise TokenShardError(f"{idx_path}: sha256 differs from the manifest's (changed or replaced since "
+                                  f"`tokenize` wrote it); {RERUN}")
+    _CHECKED[key] = checksums
+
+
 def _verify(path: str, sha: str, what: str, force: bool) -> None:
     """Check a copied shard once; a marker beside the cached copy skips re-hashing on later opens."""
     mark = Path(path + ".sha256")
@@ -185,9 +245,11 @@ def _verify(path: str, sha: str, what: str, force: bool) -> None:
         pass
 
 
-def open_token_shards(tokens_dir: str, cache_dir: str | None = None, verify: bool = False, check: bool = False
-                      ) -> tuple[dict, dict[str, list[TokenShard]]]:  # fmt: skip
+def open_token_shards(tokens_dir: str, cache_dir: str | None = None, verify: bool = False, check: bool = False,
+                      checksums: bool = True) -> tuple[dict, dict[str, list[TokenShard]]]:  # fmt: skip
     """Manifest + source name -> shards, from a local folder or an fsspec URL (copied into cache_dir).
+    Every shard is checked against its manifest record first (`check_shard`: size always, sha256 unless
+    `checksums` is off (loader.verify_checksums), ids below the manifest's vocabulary).
     `verify`: hash every file now; `check` (downloaded copies): hash each copy once against the manifest."""
     remote = "://" in tokens_dir and not tokens_dir.startswith("file://")
     if remote:
@@ -199,14 +261,17 @@ def open_token_shards(tokens_dir: str, cache_dir: str | None = None, verify: boo
         manifest = read_manifest(tokens_dir.removeprefix("file://"))
     out: dict[str, list[TokenShard]] = {}
     base = tokens_dir.rstrip("/")
+    vocab = (manifest.get("tokenizer") or {}).get("vocab_size")
     for name, src in manifest["sources"].items():
         shards = []
         for m in src["shards"]:
             bin_p = _localize(f"{base}/{name}/{m['bin']}", cache_dir)
             idx_p = _localize(f"{base}/{name}/{m['idx']}", cache_dir)
-            if verify or remote or check:
+            if (verify or remote or check) and (checksums or verify):
                 for p, key in ((bin_p, "sha256_bin"), (idx_p, "sha256_idx")):
                     _verify(p, m[key], f"{name}/{m[key[7:]]}", force=verify)
+            if "tokens" in m and "sha256_bin" in m:
+                check_shard(bin_p, idx_p, m, vocab, checksums and not (remote or check))
             shards.append(TokenShard(bin_p, idx_p, m["dtype"]))
         out[name] = shards
     return manifest, out

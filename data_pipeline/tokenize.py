@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import re
 import time
@@ -24,10 +25,19 @@ from typing import Any
 import numpy as np
 
 from core.io import sha256_file
-from data_pipeline.token_shards import MANIFEST, TokenShardWriter, smallest_dtype, write_json_atomic
+from data_pipeline.token_shards import (
+    MANIFEST,
+    TokenShardError,
+    TokenShardWriter,
+    check_shard,
+    smallest_dtype,
+    write_json_atomic,
+)
 from data_pipeline.tokenizers.corpus import corpus_shards, read_shard
 from data_pipeline.tokenizers.fast_bpe import TiktokenBPE
 from runconfig import RunConfig
+
+logger = logging.getLogger(__name__)
 
 _LINE = re.compile(r"[^\n]+")
 _ENGINES: dict[str, tuple[Any, TiktokenBPE | None]] = {}  # tokenizer.json sha256 -> (Tokenizer, checked engine)
@@ -128,6 +138,12 @@ def _is_done(stem: Path, fp: dict[str, Any]) -> dict | None:
         return None
     ok = all(meta.get(k) == v for k, v in fp.items())
     ok = ok and stem.with_suffix(".bin").is_file() and stem.with_suffix(".idx.npz").is_file()
+    if ok:  # a done shard damaged since (bytes changed, cut, copied over) is written again
+        try:
+            check_shard(str(stem.with_suffix(".bin")), str(stem.with_suffix(".idx.npz")), meta, None, True)
+        except TokenShardError as e:
+            logger.warning("rewriting %s: %s", stem.name, str(e).split("; rerun")[0])
+            return None
     return meta if ok else None
 
 
@@ -148,7 +164,7 @@ def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
     splitter = SentenceSplitter(task["splitter"])
     want_sents = task["splitter"] != "none"
     stem = Path(task["stem"])
-    writer = TokenShardWriter(stem, np.dtype(task["dtype"]))
+    writer = TokenShardWriter(stem, np.dtype(task["dtype"]), vocab_size=task.get("vocab_size"))
     t0 = time.perf_counter()
     skipped = {"empty_text": 0, "no_tokens": 0, "bad_row": 0}
     try:
@@ -255,6 +271,7 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             tasks.append({
                 "source": source, "in_path": str(p), "stem": str(layout.tokens / source / stem_name),
                 "tokenizer_json": str(tok_json), "tokenizer_sha": tok_sha, "splitter": splitter, "dtype": dtype.name, "engine": engine,
+                "vocab_size": vocab,
                 "batch_docs": cfg.shards.encode_batch_docs, "store": layout.store,
                 "fingerprint": _fingerprint(Path(p), tok_sha, splitter, layout.root),
             })  # fmt: skip

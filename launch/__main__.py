@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,11 +70,35 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _supervise(procs: list[subprocess.Popen], rank_depth: int = 1) -> int:
-    """Wait for launched processes; forward preemption signals; map 'signalled and not clean' to 75."""
-    signalled = []
+_TAG = re.compile(r"^step\d{8}$")
+
+
+def _complete_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> dict[str, float]:
+    """{tag: mtime of its COMPLETE marker} of the complete checkpoints in a folder (empty if none / no folder)."""
+    out: dict[str, float] = {}
+    try:
+        tags = [e.name for e in os.scandir(checkpoint_dir) if _TAG.match(e.name)]
+    except OSError:
+        return out
+    for tag in tags:
+        try:
+            out[tag] = os.stat(os.path.join(checkpoint_dir, tag, "COMPLETE")).st_mtime
+        except OSError:
+            continue
+    return out
+
+
+def _supervise(procs: list[subprocess.Popen], rank_depth: int = 1,
+               checkpoint_dir: str | os.PathLike[str] | None = None) -> int:
+    """Wait for launched processes; forward preemption signals. 'Signalled and not clean' is 75 ("checkpointed,
+    requeue me") only when a checkpoint was written after the signal (checked in `checkpoint_dir` when given):
+    a Ctrl-C that ended the ranks before they saved is the ranks' own failure code, not a requeue."""
+    signalled: list[int] = []
+    before: dict[str, float] = {}  # complete checkpoints at the first signal
 
     def forward(signum, _frame):
+        if not signalled and checkpoint_dir is not None:
+            before.update(_complete_checkpoints(checkpoint_dir))
         signalled.append(signum)
         for p in procs:
             if p.poll() is None:
@@ -104,7 +129,15 @@ def _supervise(procs: list[subprocess.Popen], rank_depth: int = 1) -> int:
                     other.send_signal(signal.SIGTERM)
         time.sleep(0.2)
     if signalled and rc != 0:
-        return EX_TEMPFAIL
+        if checkpoint_dir is None:
+            return EX_TEMPFAIL
+        after = _complete_checkpoints(checkpoint_dir)
+        if any(before.get(tag) != mtime for tag, mtime in after.items()):
+            return EX_TEMPFAIL
+        print(f"[launch] signal {signalled[0]}: the ranks stopped (exit {rc}) and no checkpoint was written at the "
+              f"signal in {checkpoint_dir}: not exiting {EX_TEMPFAIL} (requeue), the run resumes from its last "
+              "complete checkpoint", file=sys.stderr)
+        return rc if rc != EX_TEMPFAIL else 1
     return rc
 
 
@@ -126,6 +159,13 @@ def cmd_run(args) -> int:
     cmds = render.node_commands(cfg, entry)
     if cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1:
         render.write_deepspeed_env(cfg)
+    if args.all_nodes:
+        render.check_hosts_reachable(cfg, [c.host for c in cmds])
+    elif cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1 and cfg.launch.multinode_runner == "pdsh":
+        render.check_hosts_reachable(cfg, render.resolve_hosts(cfg)[0])
+    elif cfg.launch.launcher == "torchrun" and cfg.launch.nodes > 1 and cfg.launch.node_rank > 0:
+        render.wait_for_master(cfg, render.resolve_hosts(cfg)[1])
+    ckpt_dir = os.path.abspath(cfg.checkpoint_dir)  # before the chdir: a relative run folder is relative to here
     os.chdir(render.workdir(cfg))
     if args.all_nodes:
         argvs = [(render.ssh_command(c, cfg), None) for c in cmds]
@@ -139,7 +179,7 @@ def cmd_run(args) -> int:
     # Over ssh / pdsh the remote ranks are out of reach: the local client gets the signal.
     remote = args.all_nodes or (cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1)
     depth = 0 if remote else (2 if cfg.launch.launcher == "deepspeed" else 1)
-    return _supervise(procs, depth)
+    return _supervise(procs, depth, ckpt_dir)
 
 
 def cmd_sbatch(args) -> int:

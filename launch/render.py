@@ -6,8 +6,10 @@ tests check the same strings the cluster sees.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,77 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 class LaunchError(LmstackError, ValueError):
     """The launch section cannot describe a runnable job (message names the key to fix)."""
+
+
+def is_loopback(host: str) -> bool:
+    """localhost, 127.0.0.0/8 and ::1: an address that means 'this machine' on every node."""
+    h = host.strip("[]").lower()
+    if h == "localhost" or h.endswith(".localhost") or h.startswith("localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def ssh_options(cfg: RunConfig) -> list[str]:
+    """Never prompt, never wait on an unreachable host longer than launch.ssh_connect_timeout_s."""
+    return ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={cfg.launch.ssh_connect_timeout_s}"]
+
+
+def unreachable_hosts(cfg: RunConfig, hosts: list[str]) -> list[tuple[str, str]]:
+    """ssh to every host at once (`true`); [(host, ssh's last message)] for those that fail. Bounded by the
+    connect timeout (plus a little for the remote shell), so a dead host is named instead of waited on."""
+    wait = cfg.launch.ssh_connect_timeout_s + 20
+    procs = [(h, subprocess.Popen(["ssh", *ssh_options(cfg), h, "true"], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)) for h in hosts]
+    bad = []
+    for h, p in procs:
+        try:
+            _, err = p.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            bad.append((h, f"no answer within {wait} s"))
+            continue
+        if p.returncode != 0:
+            bad.append((h, (err.strip().splitlines() or [f"ssh exited {p.returncode}"])[-1]))
+    return bad
+
+
+def wait_for_master(cfg: RunConfig, master: str) -> None:
+    """A node other than the first waits for the master's rendezvous port, at most deepspeed.comm_timeout_s,
+    and names it when it never answers (torchrun's own message is a 40-frame C++ trace)."""
+    import socket
+    import time
+
+    port, wait = cfg.launch.master_port, cfg.deepspeed.comm_timeout_s
+    deadline = time.monotonic() + wait
+    last = ""
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((master, port), timeout=max(0.1, min(left, 5.0))):
+                return
+        except OSError as e:
+            last = e.strerror or str(e)
+        if time.monotonic() >= deadline:
+            raise LaunchError(
+                f"launch.master_addr: the master {master}:{port} (launch.master_addr / launch.master_port, or the "
+                f"hostfile's first host) did not answer within deepspeed.comm_timeout_s={wait} s ({last}); start "
+                "node 0 first or fix the address"
+            )
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+def check_hosts_reachable(cfg: RunConfig, hosts: list[str]) -> None:
+    bad = unreachable_hosts(cfg, hosts)
+    if bad:
+        raise LaunchError(
+            f"launch.hostfile: unreachable over ssh (BatchMode=yes, ConnectTimeout="
+            f"{cfg.launch.ssh_connect_timeout_s} s, launch.ssh_connect_timeout_s): "
+            + "; ".join(f"{h}: {why}" for h, why in bad)
+        )
 
 
 @dataclass
@@ -122,6 +195,13 @@ def resolve_hosts(cfg: RunConfig) -> tuple[list[str], str]:
             f"launch.procs_per_node ({lc.procs_per_node}) differs from slots= of {bad} in {lc.hostfile}"
         )
     hosts = [h for h, _ in entries]
+    loop = [h for h in hosts if is_loopback(h)]
+    if lc.nodes > 1 and loop:
+        raise LaunchError(
+            f"launch.hostfile: {lc.hostfile} names the loopback host(s) {', '.join(repr(h) for h in loop)} for a "
+            f"{lc.nodes}-node job: on the other nodes that address is themselves (the master would be unreachable "
+            "and two nodes would claim one rank); list each node by a name or address the others can reach"
+        )
     master = hosts[0] if lc.master_addr in LOOPBACK and lc.nodes > 1 else lc.master_addr
     return hosts, master
 
@@ -142,15 +222,18 @@ def torchrun_args(
     lc = cfg.launch
     port = str(lc.master_port if master_port is None else master_port)
     args = ["--nnodes", str(lc.nodes), "--nproc_per_node", str(lc.procs_per_node), "--max_restarts", str(lc.max_restarts)]
+    # The rendezvous waits deepspeed.comm_timeout_s for the other nodes / the master, not torchrun's 600 s.
+    wait = cfg.deepspeed.comm_timeout_s
     if lc.rdzv == "static" or lc.nodes == 1:
         args += ["--node_rank", str(node_rank), "--master_addr", master_addr, "--master_port", port]
+        args += ["--rdzv_conf", f"timeout={wait}"]
     else:
         # c10d: the store runs on the master; each agent must know whether it is that host, and which of its
         # addresses peers can reach (on hosts with several interfaces the default guess is often wrong).
         is_host = 1 if str(node_rank) == "0" else 0
         args += [
             "--rdzv_backend", "c10d", "--rdzv_endpoint", f"{master_addr}:{port}",
-            "--rdzv_id", cfg.run.name, "--rdzv_conf", f"is_host={is_host}",
+            "--rdzv_id", cfg.run.name, "--rdzv_conf", f"is_host={is_host},join_timeout={wait}",
         ]  # fmt: skip
     if local_addr or lc.local_addr:
         args += ["--local_addr", local_addr or lc.local_addr or ""]
@@ -175,6 +258,12 @@ def node_commands(cfg: RunConfig, entry: Entry) -> list[NodeCommand]:
         argv += ["--master_addr", master, "--master_port", str(lc.master_port)]
         if lc.hostfile:
             argv += ["--hostfile", str(Path(lc.hostfile).resolve()), "--launcher", lc.multinode_runner]
+            if lc.nodes > 1:
+                # DeepSpeed's own check (`ssh -o PasswordAuthentication=no host hostname`) has no timeout and
+                # hung on a dead host: `launch run` checks every host itself (check_hosts_reachable), and pdsh's
+                # ssh gets the same BatchMode / ConnectTimeout.
+                argv += ["--no_ssh_check"]
+                env["PDSH_SSH_ARGS_APPEND"] = " ".join(ssh_options(cfg))
         else:
             # No hostfile: the launcher would read /job/hostfile if present; /dev/null means "this node only".
             argv += ["--hostfile", "/dev/null"]
@@ -202,4 +291,4 @@ def write_deepspeed_env(cfg: RunConfig) -> Path:
 def ssh_command(cmd: NodeCommand, cfg: RunConfig) -> list[str]:
     """Run one node's command on its host over ssh (torchrun per node without a scheduler)."""
     remote = " && ".join([f"cd {shlex.quote(workdir(cfg))}", *cfg.launch.setup, "exec " + cmd.shell()])
-    return ["ssh", "-o", "BatchMode=yes", cmd.host, remote]
+    return ["ssh", *ssh_options(cfg), cmd.host, remote]

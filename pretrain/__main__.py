@@ -10,6 +10,10 @@ import sys
 from core.layout import RunPaths
 from runconfig.cli import add_config_args, config_from_args, preflight, run_cli
 
+RESET_HELP = ("resume with a new data order: when run.seed, the tokenizer, the data sources or the packing changed "
+              "since the checkpoint, keep its weights, optimizer and step and start the loader afresh "
+              "(= checkpoint.reset_data_order=true)")
+
 
 def main(argv: list[str] | None = None) -> int:
     return run_cli(_main, argv)
@@ -20,6 +24,7 @@ def _main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="pretrain through DeepSpeed (run under torchrun or `python -m launch run`)")
     add_config_args(p)
+    p.add_argument("--reset-data-order", action="store_true", help=RESET_HELP)
     p = sub.add_parser("export", help="checkpoint -> Hugging Face folder (safetensors, tokenizer, model card)")
     add_config_args(p)
     p.add_argument("--checkpoint", default=None, help="a step folder or checkpoints folder (default: the run's)")
@@ -43,6 +48,7 @@ def _main(argv: list[str] | None = None) -> int:
                    "a10g, v100, mi300x (logging.peak_flops, when set, is used unless --gpu is given)")
     p.add_argument("--mfu", type=float, default=None, help="assumed model FLOPs utilisation (default 0.40)")
     p.add_argument("--exact", action="store_true", help="count parameters on a meta-device build (imports torch)")
+    p.add_argument("--reset-data-order", action="store_true", help=RESET_HELP)
     p = sub.add_parser("plot", help="loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)")
     p.add_argument("run", help="the run folder (run.output_dir; a URL: plots are uploaded to RUN/logs/plots)")
     p.add_argument("--out", default=None, help="output folder (default: RUN/logs/plots)")
@@ -69,17 +75,19 @@ def _main(argv: list[str] | None = None) -> int:
         for path in plot_run(args.run.removeprefix("file://"), args.out):
             print(path)
         return 0
+    if getattr(args, "reset_data_order", False):
+        args.overrides = [*args.overrides, "checkpoint.reset_data_order=true"]
     cfg = config_from_args(args)
 
     if args.command == "train":
         import torch.distributed as dist
 
-        from data_pipeline.preflight import check_train
+        from data_pipeline.preflight import check_tokens, check_train
         from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, PREEMPTED_EXIT_CODE, CannotContinue
         from pretrain.engine import accelerator_name
         from pretrain.train import train
 
-        preflight(cfg, lambda c: check_train(c, accelerator_name()))
+        preflight(cfg, lambda c: check_train(c, accelerator_name()), check_tokens)
 
         try:
             result = train(cfg)
@@ -102,9 +110,14 @@ def _main(argv: list[str] | None = None) -> int:
         dist.destroy_process_group()
         return PREEMPTED_EXIT_CODE if result["preempted"] else 0
     if args.command == "export":
+        from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, CannotContinue
         from pretrain.export import export
 
-        print(export(cfg, args.checkpoint, args.out))
+        try:
+            print(export(cfg, args.checkpoint, args.out))
+        except (CannotContinue, FileNotFoundError) as e:  # one line naming the checkpoint / tokenizer / folder
+            print(f"error: {e}", file=sys.stderr)
+            return CANNOT_CONTINUE_EXIT_CODE
         return 0
     if args.command in ("finetune", "transfer", "card") and not args.model:
         from data_pipeline.layout import RunLayout
@@ -136,10 +149,28 @@ def _main(argv: list[str] | None = None) -> int:
         print(write_model_card(cfg, args.model or RunLayout(cfg).export))
         return 0
     if args.command == "plan":
-        from pretrain.plan import DEFAULT_MFU, format_report, plan_report
+        from core.errors import ConfigError
+        from data_pipeline.paths import check_source_paths
+        from data_pipeline.preflight import check_tokens, check_train
+        from pretrain.plan import DEFAULT_MFU, expected_accelerator, format_report, plan_report
+
+        # The checks `train` runs before any work, so a plan that prints is a run that starts. Token shards not
+        # made yet are fine for a plan (it is how a run is sized before its data stages), their inputs are not.
+        preflight(cfg, lambda c: check_train(c, expected_accelerator()))
+        try:
+            check_tokens(cfg)
+            tokens_note = None
+        except ConfigError as e:
+            preflight(cfg, check_source_paths)
+            tokens_note = str(e)
 
         r = plan_report(cfg, args.world_size, args.gpu, args.mfu or DEFAULT_MFU, args.exact)
         print(json.dumps(r, indent=1) if args.json else format_report(r))
+        if tokens_note:
+            print(f"note: {tokens_note}", file=sys.stderr)
+        if (r.get("resume") or {}).get("error"):  # what `train` would stop on: the same exit as a config error
+            print(f"error: checkpoint.resume: {r['resume']['error']}", file=sys.stderr)
+            return 2
         return 0
     return 2
 

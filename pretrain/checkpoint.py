@@ -441,11 +441,40 @@ def convert_to_universal(ckpt_dir: Path, tag: str) -> str:
     return out.name
 
 
+def tokenizer_identity(tokenizer_dir: Path, tokenizer_len: int) -> dict[str, Any]:
+    """What a checkpoint records of its tokenizer (COMPLETE's `tokenizer`): a resume or export with another one
+    is named in one line instead of torch's `size mismatch` for the embedding."""
+    import hashlib
+
+    tok_json = Path(tokenizer_dir) / "tokenizer.json"
+    sha = hashlib.sha256(tok_json.read_bytes()).hexdigest() if tok_json.is_file() else None
+    return {"path": str(tokenizer_dir), "sha256": sha, "size": int(tokenizer_len)}
+
+
+def check_tokenizer(ckpt_dir: Path, tag: str, tokenizer_dir: Path, tokenizer_len: int) -> None:
+    """CannotContinue when the tokenizer now in `tokenizer_dir` is not the one the checkpoint was trained with."""
+    was = read_complete(ckpt_dir, tag).get("tokenizer")
+    now = tokenizer_identity(tokenizer_dir, tokenizer_len)
+    if was and (was.get("sha256") != now["sha256"] or was.get("size") != now["size"]):
+        raise CannotContinue(
+            f"tokenizer swapped: checkpoint {ckpt_dir / tag} was trained with a tokenizer of {was.get('size')} tokens "
+            f"(sha256 {str(was.get('sha256'))[:12]}), {tokenizer_dir} now holds one of {now['size']} tokens (sha256 "
+            f"{str(now['sha256'])[:12]}); restore the checkpoint's tokenizer or start a new output folder"
+        )
+
+
 def load_checkpoint(engine, ckpt_dir: Path, tag: str) -> dict[str, Any]:
     """Restore engine (weights, optimizer, LR schedule) and this rank's RNG; return the client state."""
-    path, client_state = engine.load_checkpoint(
-        str(ckpt_dir), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True
-    )
+    try:
+        path, client_state = engine.load_checkpoint(
+            str(ckpt_dir), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True
+        )
+    except RuntimeError as e:  # a checkpoint without a tokenizer record, loaded into a model of another size
+        if "size mismatch" not in str(e):
+            raise
+        first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), str(e))
+        raise CannotContinue(f"checkpoint {ckpt_dir / tag} does not fit the model built from the current "
+                             f"tokenizer and model settings (was the tokenizer swapped?): {first}") from None
     if path is None:
         raise RuntimeError(f"DeepSpeed could not load checkpoint {ckpt_dir / tag}")
     rng_path = ckpt_dir / tag / f"rng_rank{dist.get_rank():05d}.pt"

@@ -7,14 +7,16 @@ so a ZeRO-3 model is exported without ever being whole on one rank's GPU.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
-from core.io import sha256_bytes
+from core.io import follow_umask, sha256_bytes
 from core.log import get_logger
 from data_pipeline.layout import RunLayout
 from data_pipeline.objectives import get_objective
@@ -22,7 +24,7 @@ from data_pipeline.storage import RunStore
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
 from pretrain.families import get_family
-from pretrain.model_card import write_model_card
+from pretrain.model_card import weights_hash, write_model_card
 from pretrain.models import build_model
 from pretrain.objectives import wrap_model
 from pretrain.parity import PROBE_FILE, check_parity
@@ -47,11 +49,41 @@ def resolve_checkpoint(cfg: RunConfig, checkpoint: str | None) -> tuple[Path, st
             checkpoint = str(cache / sha256_bytes(url)[:12])
     path = Path(checkpoint.removeprefix("file://")) if checkpoint else Path(cfg.checkpoint_dir)
     if (path / ckpt.COMPLETE).is_file():
+        print(f"[export] exporting {path.name} (the checkpoint given)", file=sys.stderr, flush=True)
         return path.parent, path.name
     tag = ckpt.select_resume_tag(path, remote=remote) if remote else ckpt.find_resume_tag(path)
     if tag is None:
         raise FileNotFoundError(f"no complete checkpoint (a step folder with {ckpt.COMPLETE}) under {path}")
+    print(f"[export] {_why(path, tag)}", file=sys.stderr, flush=True)
     return path, tag
+
+
+def _why(ckpt_dir: Path, tag: str) -> str:
+    """Which step is exported and why, naming newer steps passed over (incomplete, or damaged)."""
+    newer = sorted({p.name for p in ckpt_dir.iterdir() if ckpt.TAG_RE.match(p.name) and p.name > tag}) \
+        if ckpt_dir.is_dir() else []
+    latest = ckpt_dir / "latest"
+    pointed = latest.read_text().strip() if latest.is_file() else None
+    if pointed and pointed != tag and pointed not in newer and ckpt.TAG_RE.match(pointed) and pointed > tag:
+        newer.append(pointed)
+    if not newer:
+        return f"exporting {tag}: the newest complete checkpoint"
+    why = [f"{t} is {'incomplete (no ' + ckpt.COMPLETE + ')' if not (ckpt_dir / t / ckpt.COMPLETE).is_file() else 'damaged'}"
+           for t in newer[::-1]]
+    return f"{'; '.join(why)}: exporting {tag}"
+
+
+def _swap_into_place(stage: Path, final: Path) -> None:
+    """The staged export becomes `final` by rename (the earlier export, transfer.json included, goes): a killed
+    export leaves the previous folder whole and a hidden staging folder the next export removes."""
+    old = final.with_name(f".{final.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(stage, final)
+    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(stage.parent, ignore_errors=True)
 
 
 def consolidated_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]:
@@ -88,6 +120,7 @@ def _loaded_through_an_alias(model: torch.nn.Module, missing: list[str]) -> set[
 
 def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any) -> torch.nn.Module:
     """The module the trainer checkpointed (the family's model, or the objective's wrapper around it), loaded."""
+    ckpt.check_tokenizer(ckpt_dir, tag, RunLayout(cfg).tokenizer, len(tokenizer))
     model = wrap_model(cfg, build_model(cfg.model, tokenizer, cfg.packing.seq_len), tokenizer)
     sd = consolidated_state_dict(ckpt_dir, tag)
     missing, unexpected = model.load_state_dict(sd, strict=False)
@@ -134,7 +167,14 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     layout.store.pull([layout.tokenizer, layout.tokens / "manifest.json", layout.clean / "stats.json", layout.logs])
     if upload is not None and out.exists():
         shutil.rmtree(out)  # nothing of an older export may be uploaded with this one
-    out.mkdir(parents=True, exist_ok=True)
+    final = out
+    # Written in a staging folder (same parent, so the rename is atomic; same folder name, which the card uses)
+    # with COMPLETE last, then renamed into place.
+    staging = final.parent / f".{final.name}.staging"
+    if staging.exists():  # left by a killed export
+        shutil.rmtree(staging)
+    out = staging / final.name
+    out.mkdir(parents=True)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
     objective = get_objective(cfg.objective.type)
@@ -170,7 +210,18 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     (out / "training_state.json").write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), **state,
                                                          "n_params": n_params}, indent=1, default=str))
     write_model_card(cfg, out)  # README.md for the Hub, data_manifest.json and resolved_config.yaml beside it
+    (out / ckpt.COMPLETE).write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), "step": state.get("step"),
+                                                 "weights_sha256": weights_hash(out)}, indent=1))
+    from pretrain.model_card import TRANSFER_FILE, bound_transfer
+
+    if (final / TRANSFER_FILE).is_file() and weights_hash(final) == weights_hash(out) and bound_transfer(final):
+        shutil.copy2(final / TRANSFER_FILE, out / TRANSFER_FILE)  # the same weights again: their results stay
+        write_model_card(cfg, out)
+    follow_umask(out)  # safetensors writes 0600
+    _swap_into_place(out, final)
+    out = final
     if upload is not None:
+        upload = RunStore(out, upload.remote)
         upload.remove(out)
         files = sorted(p for p in out.rglob("*") if p.is_file())
         upload.push([p for p in files if p.name != "README.md"])

@@ -12,7 +12,9 @@ and the full config go to files beside the card (`data_manifest.json`, `resolved
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,8 @@ from core.layout import RESOLVED_CONFIG
 from data_pipeline.layout import RunLayout
 from runconfig import RunConfig
 from runconfig.load import to_dict
+
+logger = logging.getLogger(__name__)
 
 CARD = "README.md"
 MANIFEST_FILE = "data_manifest.json"
@@ -279,6 +283,33 @@ def _min_transformers(family: str) -> str:
     return get_family(family).min_transformers
 
 
+def weights_hash(export_dir: str | Path) -> str:
+    """sha256 over the export's weight files (every *.safetensors, by relative path): what results are bound to."""
+    export_dir = Path(export_dir)
+    h = hashlib.sha256()
+    for f in sorted(export_dir.rglob("*.safetensors")):
+        h.update(f.relative_to(export_dir).as_posix().encode() + b"\0")
+        with open(f, "rb") as fh:
+            while block := fh.read(1 << 22):
+                h.update(block)
+    return h.hexdigest()
+
+
+def bound_transfer(export_dir: str | Path) -> dict[str, Any] | None:
+    """transfer.json when it was measured on these very weights, else None (an earlier export's results, or
+    results without a weight hash, are dropped with a warning instead of being published on this card)."""
+    path = Path(export_dir) / TRANSFER_FILE
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text())
+    if report.get("weights_sha256") != weights_hash(export_dir):
+        logger.warning("%s: measured on other weights than %s holds (weight hash %s, these %s): left off the card; "
+                       "rerun `python -m pretrain transfer`", path, export_dir, report.get("weights_sha256"),
+                       weights_hash(export_dir))
+        return None
+    return report
+
+
 def write_model_card(cfg: RunConfig, export_dir: str | Path) -> Path:
     """(Re)write README.md, data_manifest.json and resolved_config.yaml in the export folder."""
     export_dir = Path(export_dir)
@@ -297,8 +328,7 @@ def write_model_card(cfg: RunConfig, export_dir: str | Path) -> Path:
     ppl = held_out_perplexity(layout.metrics, state.get("step"))
     if ppl is not None and not math.isfinite(ppl[0]):
         ppl = None
-    transfer_path = export_dir / TRANSFER_FILE
-    transfer = json.loads(transfer_path.read_text()) if transfer_path.is_file() else None
+    transfer = bound_transfer(export_dir)
     mask = tok_conf.get("mask_token")
     mask = mask.get("content") if isinstance(mask, dict) else mask
     speed = median_speed(layout.metrics)

@@ -8,6 +8,8 @@ tests), and the ZeRO 2/3 estimates are DeepSpeed's own formulas, restated below.
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 from pretrain import resume_diff
@@ -22,6 +24,12 @@ GPU_PEAKS = {
 }  # fmt: skip
 DEFAULT_GPU = "h100"
 DEFAULT_MFU = 0.40  # a well-tuned dense transformer on H100s reaches 35-50 % (bench/mfu_gpu.py measures ours)
+
+
+def expected_accelerator() -> str:
+    """DeepSpeed's accelerator name without importing DeepSpeed (which costs seconds): DS_ACCELERATOR when set,
+    as DeepSpeed reads it, else cuda where nvidia-smi exists, else cpu (what `make` exports too)."""
+    return os.environ.get("DS_ACCELERATOR") or ("cuda" if shutil.which("nvidia-smi") else "cpu")
 
 
 class _VocabOnly:

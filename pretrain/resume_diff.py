@@ -17,6 +17,12 @@ from typing import Any
 from pretrain.checkpoint_meta import CannotContinue, complete_tags, read_complete
 
 ACCEPT_FLAG = "checkpoint.accept_config_changes=true"
+RESET_FLAG = "--reset-data-order"
+
+# Keys the sample order is a function of (the loader's fingerprint: token shards, packing, source weights,
+# seed). A checkpoint's loader position means nothing under another order, so a change is refused even with
+# ACCEPT_FLAG; RESET_FLAG (checkpoint.reset_data_order) keeps the weights and starts the new order afresh.
+DATA_ORDER = ("run.seed", "tokenizer", "data.sources", "packing")
 
 # Dotted prefix -> what happens when such a key differs from the checkpoint's. The longest prefix wins.
 POLICIES: dict[str, str] = {
@@ -63,6 +69,8 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def policy(key: str) -> str:
+    if any(key == p or key.startswith(p + ".") for p in DATA_ORDER):
+        return "data_order"
     parts = key.split(".")
     for n in range(len(parts), 0, -1):
         p = ".".join(parts[:n])
@@ -84,9 +92,14 @@ class ConfigChanges:
     applied: list[tuple[str, Any, Any]] = field(default_factory=list)
     refused: list[tuple[str, Any, Any]] = field(default_factory=list)
     unknown_before: list[str] = field(default_factory=list)  # keys the checkpoint's config did not have
+    data_order: list[tuple[str, Any, Any]] = field(default_factory=list)  # reset with checkpoint.reset_data_order
 
     def describe(self) -> str:
         lines = []
+        if self.data_order:
+            lines.append(f"[train] data order reset ({RESET_FLAG}): the loader starts the new order from its "
+                         "beginning; weights, optimizer and step are resumed:")
+            lines += [f"  {k}: {old!r} -> {new!r}" for k, old, new in self.data_order]
         if self.applied:
             lines.append("[train] config changes since the checkpoint, applied:")
             lines += [f"  {k}: {old!r} -> {new!r}{_note(k)}" for k, old, new in self.applied]
@@ -96,9 +109,21 @@ class ConfigChanges:
         return "\n".join(lines)
 
 
-def compare(old_cfg: dict[str, Any] | None, new_cfg: dict[str, Any], step: int, accept: bool) -> ConfigChanges:
+def data_order_message(rows: list[tuple[str, Any, Any]], step: int) -> str:
+    keys = "\n".join(f"  {k}: checkpoint {a!r}, now {b!r}" for k, a, b in rows)
+    return (
+        f"the data order changed since the checkpoint (step {step}); the saved loader position cannot continue "
+        f"it:\n{keys}\nEither restore these keys, start a new output folder (another run.output_dir) to train "
+        f"from scratch, or rerun with {RESET_FLAG} (checkpoint.reset_data_order=true) to keep the resumed "
+        "weights and start the new data order from its beginning"
+    )
+
+
+def compare(old_cfg: dict[str, Any] | None, new_cfg: dict[str, Any], step: int, accept: bool,
+            reset_data_order: bool = False) -> ConfigChanges:
     """The differences between the checkpoint's config and the current one; CannotContinue when a change is
-    refused (and not accepted) or the schedule would end before the checkpoint's step."""
+    refused (and not accepted), a data-order key changed without `reset_data_order`, or the schedule would end
+    before the checkpoint's step."""
     changes = ConfigChanges()
     if old_cfg is None:  # a checkpoint written before configs were recorded: nothing to compare
         return changes
@@ -110,11 +135,15 @@ def compare(old_cfg: dict[str, Any] | None, new_cfg: dict[str, Any], step: int, 
         a, b = old[key], new.get(key, _ABSENT)
         if a == b:
             continue
-        (changes.applied if policy(key) == "apply" else changes.refused).append((key, a, b))
+        kind = policy(key)
+        bucket = {"apply": changes.applied, "data_order": changes.data_order}.get(kind, changes.refused)
+        bucket.append((key, a, b))
     total = new_cfg.get("schedule", {}).get("total_steps")
     if isinstance(total, int) and total < step:
         raise CannotContinue(f"schedule.total_steps ({total}) is below the checkpoint's step {step}: "
                              "nothing would be trained; raise schedule.total_steps")
+    if changes.data_order and not reset_data_order:
+        raise CannotContinue(data_order_message(changes.data_order, step))
     if changes.refused and not accept:
         rows = "\n".join(f"  {k}: checkpoint {a!r}, now {b!r}" for k, a, b in changes.refused)
         raise CannotContinue(
@@ -174,10 +203,12 @@ def preview(cfg) -> dict[str, Any] | None:
     meta = read_complete(folder.parent, folder.name)
     out: dict[str, Any] = {"checkpoint": str(folder), "step": meta["step"]}
     try:
-        ch = compare(meta.get("config"), to_dict(cfg), meta["step"], accept=True)
+        ch = compare(meta.get("config"), to_dict(cfg), meta["step"], accept=True,
+                     reset_data_order=cfg.checkpoint.reset_data_order)
     except CannotContinue as e:
         return out | {"error": str(e)}
-    return out | {"applied": [[k, a, b] for k, a, b in ch.applied],
+    return out | {"data_order": [[k, a, b] for k, a, b in ch.data_order],
+                  "applied": [[k, a, b] for k, a, b in ch.applied],
                   "refused": [[k, a, b] for k, a, b in ch.refused],
                   "accepted": bool(cfg.checkpoint.accept_config_changes)}
 
@@ -188,6 +219,7 @@ def format_preview(p: dict[str, Any] | None) -> list[str]:
     lines = [f"resume            from {p['checkpoint']} at step {p['step']}"]
     if "error" in p:
         return lines + [f"  stops: {p['error']}"]
+    lines += [f"  data order reset: {k}: {a!r} -> {b!r}" for k, a, b in p.get("data_order", [])]
     lines += [f"  applied: {k}: {a!r} -> {b!r}{_note(k)}" for k, a, b in p["applied"]]
     verdict = "accepted" if p["accepted"] else f"the run stops unless {ACCEPT_FLAG}"
     lines += [f"  refused ({verdict}): {k}: {a!r} -> {b!r}" for k, a, b in p["refused"]]

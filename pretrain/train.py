@@ -21,6 +21,7 @@ from core.log import get_logger
 from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator
+from data_pipeline.token_shards import TokenShardError
 from pretrain import checkpoint as ckpt
 from pretrain import lr_scaling, resume_diff
 from pretrain.engine import build_engine, init_distributed
@@ -147,7 +148,7 @@ def resume_point(cfg: RunConfig, ckpt_dir: Path, rank: int) -> tuple[Path, str |
     if tag is not None:
         meta = ckpt.read_complete(ckpt_dir, tag)
         changes = resume_diff.compare(meta.get("config"), to_dict(cfg), meta["step"],
-                                      cfg.checkpoint.accept_config_changes)
+                                      cfg.checkpoint.accept_config_changes, cfg.checkpoint.reset_data_order)
         if rank == 0 and changes.describe():
             log.info(changes.describe())
     return ckpt_dir, tag
@@ -245,13 +246,18 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
 
     layout.store.pull([layout.tokenizer])  # a remote run: fetched into the staging folder (token shards: loader)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
+    if tag is not None:  # before the model is sized from it: a swapped tokenizer is named, not a size mismatch
+        ckpt.check_tokenizer(load_dir, tag.removesuffix(ckpt.UNIVERSAL_SUFFIX), layout.tokenizer, len(tokenizer))
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
     prepare_model(cfg, model)
     model = wrap_model(cfg, model, tokenizer)  # the objective's module around it (ELECTRA), else the model itself
     n_params = count_parameters(model)
     collate = build_collator(cfg, tokenizer)
-    train_loader = PretrainLoader(cfg, rank, world, split="train", collate_fn=collate)
-    eval_loader = PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate)
+    try:
+        train_loader = PretrainLoader(cfg, rank, world, split="train", collate_fn=collate)
+        eval_loader = PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate)
+    except TokenShardError as e:  # a damaged or replaced shard: a restart would fail the same way
+        raise ckpt.CannotContinue(str(e)) from None
 
     universal = tag is not None and ckpt.needs_universal(load_dir, tag, world)
     if universal:
@@ -274,7 +280,18 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         last_loss = state.get("loss", last_loss)
         elapsed_s = float(state.get("elapsed_s", 0.0))  # the time-budget clock continues where it stopped
         t_restore = time.perf_counter()
-        train_loader.load_state_dict(state["loader"])
+        try:
+            train_loader.load_state_dict(state["loader"])
+        except ValueError as e:  # another sample order (seed, tokens, packing or weights changed)
+            if not cfg.checkpoint.reset_data_order:
+                raise ckpt.CannotContinue(
+                    f"{load_dir / tag}: {e}. Start a new output folder (another run.output_dir), or rerun with "
+                    f"{resume_diff.RESET_FLAG} (checkpoint.reset_data_order=true) to keep the resumed weights and "
+                    "start the new data order from its beginning"
+                ) from None
+            if rank == 0:  # the loader keeps its fresh state: the new order from its first sample
+                log.info(f"[train] data order reset at step {step} ({resume_diff.RESET_FLAG}): the loader starts "
+                      "the new order from its beginning")
         restore_s = time.perf_counter() - t_restore  # iter() and the wait for the first batch add to it below
         if rank == 0:
             log.info(f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
@@ -292,7 +309,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         }
 
     probe_batch = probe_inputs(tokenizer, cfg.model.family)
-    ckpt_meta = {"config": to_dict(cfg)}
+    ckpt_meta = {"config": to_dict(cfg), "tokenizer": ckpt.tokenizer_identity(layout.tokenizer, len(tokenizer))}
 
     def store_probe(folder: Path) -> None:
         """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all)."""

@@ -446,7 +446,11 @@ def run_transfer(cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | No
     tasks = load_tasks(cfg)  # every task read and checked before any training
     out = Path(out_dir) if out_dir is not None else layout.finetune
     results = [evaluate_task(cfg, t, model_dir, out / t.name, log=log) for t in tasks]
-    report = {"model": str(model_dir), "tasks": {r["task"]: r for r in results}}
+    from pretrain.model_card import weights_hash
+
+    # bound to the weights it measured: a card of other weights never publishes these figures
+    report = {"model": str(model_dir), "weights_sha256": weights_hash(model_dir),
+              "tasks": {r["task"]: r for r in results}}
     text = json.dumps(report, indent=1)
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULT_FILE).write_text(text)

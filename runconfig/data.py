@@ -8,7 +8,7 @@ from core.errors import UnknownNameError
 from core.plugin_code import is_ref
 from core.registry import EXECUTORS, FILTERS, READERS
 from core.specs import BUILTIN_EXECUTORS, BUILTIN_FILTERS, BUILTIN_FORMATS
-from runconfig.base import Section
+from runconfig.base import Section, check_path_component
 
 # Settings of the whole stage, not of one source's documents.
 STAGE_KEYS = ("docs_per_shard", "workers", "output_format", "progress", "dropped_samples_per_reason")
@@ -50,6 +50,11 @@ class SourceConfig(Section):
     # (a filter's switch or threshold, `filters:`, `min_chars`, ...), applied over the global `clean:`.
     clean_preset: Literal["web", "curated"] | None = None
     clean: dict[str, Any] = {}
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return check_path_component(v)
 
     @field_validator("format")
     @classmethod

@@ -4,9 +4,9 @@ several seeds, frozen-feature probe)."""
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from runconfig.base import Section
+from runconfig.base import Section, check_path_component
 
 LabelledFormat = Literal["auto", "csv", "tsv", "jsonl", "folder", "hf_dataset"]
 
@@ -37,6 +37,11 @@ class FinetuneTask(Section):
     # of the example id, the same for every seed; the dev slice is then taken from the capped train split.
     max_train_examples: int | None = Field(None, gt=0)
     max_test_examples: int | None = Field(None, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return check_path_component(v)
 
     @model_validator(mode="after")
     def _one_origin(self) -> "FinetuneTask":

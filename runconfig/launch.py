@@ -98,6 +98,9 @@ class LaunchConfig(Section):
     max_restarts: int = Field(0, ge=0)  # torchrun in-place restarts; we prefer relaunch + resume (see README)
     # deepspeed launcher over several hosts: how it reaches them.
     multinode_runner: Literal["pdsh", "openmpi", "mvapich", "slurm"] = "pdsh"
+    # Every ssh (--all-nodes, pdsh, our reachability check) runs with BatchMode=yes and this ConnectTimeout: an
+    # unreachable host or a password prompt fails within it, naming the host, instead of hanging.
+    ssh_connect_timeout_s: int = Field(10, gt=0)
     python: str | None = None  # interpreter on the nodes (default: the one running `python -m launch`)
     workdir: str | None = None  # folder the job starts in (default: the current one)
     setup: list[str] = []  # shell lines run first on every node / in the batch script (module load, venv, ...)

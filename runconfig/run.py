@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from core.io import sha256_bytes
 from core.layout import RunPaths, remote_checkpoints
 from core.registry import FAMILIES, OBJECTIVES
-from runconfig.base import Section
+from runconfig.base import Section, check_path_component
 from runconfig.data import DataConfig
 from runconfig.export import ExportConfig
 from runconfig.finetune import FinetuneConfig
@@ -39,6 +39,11 @@ class RunMeta(Section):
     # checkpoints to a filesystem). Default: $LMSTACK_CACHE/runs/<url slug>, else <system temp>/lmstack/runs/...
     local_dir: str | None = None
     seed: int = 1234
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return check_path_component(v)
 
     @field_validator("output_dir")
     @classmethod

@@ -65,6 +65,9 @@ class PackingConfig(Section):
 
 class LoaderConfig(Section):
     num_workers: int = Field(1, ge=0)
+    # Token shards are checked against tokens/manifest.json before training: sizes always, and sha256 unless this
+    # is false (for shards on an object store that checksums them itself: hashing means reading every byte).
+    verify_checksums: bool = True
     prefetch_factor: int = Field(2, ge=1)
     # Fraction of packed samples held out for periodic evaluation (by sample id, never trained on).
     eval_fraction: float = Field(0.02, ge=0, lt=0.5)

@@ -127,6 +127,11 @@ class CheckpointConfig(Section):
     resume: str = "auto"  # auto | none | <checkpoint folder>
     # Resume even where the config differs from the checkpoint's in keys that are not safe to change.
     accept_config_changes: bool = False
+    # Resume with a new data order (`--reset-data-order`): when run.seed, the tokenizer, the data sources or the
+    # packing differ from the checkpoint's, the weights, optimizer and step are restored and the loader starts
+    # the new order from its beginning. Without it such a change is refused. A rerun (requeue) with the flag
+    # whose data order already matches resumes it normally: nothing is reset twice.
+    reset_data_order: bool = False
 
 
 class WandbConfig(Section):

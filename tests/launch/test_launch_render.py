@@ -50,7 +50,7 @@ def test_hostfile_multinode_torchrun(tmp_path):
         assert a[a.index("--node_rank") + 1] == str(c.node_rank)
         assert a[a.index("--master_addr") + 1] == "gpu-a"  # first host is the master
     ssh = render.ssh_command(cmds[1], cfg)
-    assert ssh[:4] == ["ssh", "-o", "BatchMode=yes", "gpu-b"] and "--node_rank 1" in ssh[4]
+    assert ssh[:6] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "gpu-b"] and "--node_rank 1" in ssh[6]
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_c10d_rendezvous_marks_the_store_host(tmp_path):
                    "launch.master_addr=10.0.0.1", "launch.local_addr=10.0.0.2")
     cmds = render.node_commands(cfg, entry())
     confs = [c.argv[c.argv.index("--rdzv_conf") + 1] for c in cmds]
-    assert confs == ["is_host=1", "is_host=0"]
+    assert confs == ["is_host=1,join_timeout=600", "is_host=0,join_timeout=600"]
     assert all(c.argv[c.argv.index("--rdzv_endpoint") + 1] == "10.0.0.1:29500" for c in cmds)
     assert all("--node_rank" not in c.argv and "--local_addr" in c.argv for c in cmds)
 

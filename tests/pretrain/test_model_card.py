@@ -86,7 +86,12 @@ def test_card_carries_transfer_results_when_present(tmp_path):
     cfg, out = _export(tmp_path, "roberta-tiny")
     meta, body = _front_matter(write_model_card(cfg, out).read_text())
     assert "not run yet" in body and len(meta["model-index"][0]["results"]) == 1
-    (out / "transfer.json").write_text(json.dumps(TRANSFER))
+    from pretrain.model_card import weights_hash
+
+    (out / "transfer.json").write_text(json.dumps(TRANSFER))  # no weight hash: not bound to these weights
+    assert "not run yet" in _front_matter(write_model_card(cfg, out).read_text())[1]
+    # `transfer` binds its results to the weights it measured
+    (out / "transfer.json").write_text(json.dumps({**TRANSFER, "weights_sha256": weights_hash(out)}))
     text = write_model_card(cfg, out).read_text()  # `python -m pretrain card` after `transfer` does this
     meta, body = _front_matter(text)
     results = meta["model-index"][0]["results"]

@@ -1,0 +1,38 @@
+"""Issue 25 row 3 / item 4: every config value that becomes a path component (source names, fine-tune task
+names, run.name) is refused at load when it could leave its folder: separators, `..`, absolute paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runconfig import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = str(ROOT / "configs/demo.yaml")
+
+BAD = ["../../../escaped", "a/b", "/abs", "..", ".", "a\\b", "", "x\x00y"]
+
+
+@pytest.mark.parametrize("bad", BAD)
+def test_source_name_that_leaves_its_folder_is_refused(bad):
+    with pytest.raises(ConfigError) as e:
+        load_config(DEMO, [f"data.sources.0.name={bad!r}" if bad else "data.sources.0.name=''"])
+    msg = str(e.value)
+    assert "data.sources.0.name" in msg and "path component" in msg
+
+
+@pytest.mark.parametrize("key", ["run.name", "finetune.tasks.0.name"])
+@pytest.mark.parametrize("bad", ["../escaped", "a/b", "/abs"])
+def test_run_and_task_names_that_leave_their_folder_are_refused(key, bad, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"inherit: [{DEMO}]\nfinetune:\n  tasks:\n  - {{name: t, train: {tmp_path}/x.csv}}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(cfg, [f"{key}={bad!r}"])
+    assert key in str(e.value) and "path component" in str(e.value)
+
+
+def test_ordinary_names_still_load():
+    cfg = load_config(DEMO, ["data.sources.0.name=web-2024_v1.2", "run.name=my.run"])
+    assert cfg.data.sources[0].name == "web-2024_v1.2"
