@@ -58,6 +58,10 @@ def run_module(args: list[str], timeout: int = 300, check: bool = True) -> subpr
         out, err = proc.communicate()
         raise AssertionError(f"{args} still running after {timeout} s (killed)\n--- stdout\n{out[-4000:]}\n"
                              f"--- stderr\n{err[-6000:]}") from None
+    except BaseException:  # pytest-timeout's failure, Ctrl-C: leave no ranks behind busy on the shared cores
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check and res.returncode != 0:
         raise AssertionError(f"{args} exited {res.returncode}\n--- stdout\n{res.stdout[-4000:]}\n"
