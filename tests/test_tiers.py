@@ -125,3 +125,29 @@ def test_make_targets_select_the_tiers(target):
         assert f'-m "{FAST}"' in line
     else:
         assert " -m " not in line.split("-m pytest", 1)[1]
+
+
+def test_a_test_past_its_timeout_fails_and_leaves_no_process_behind(tmp_path):
+    """pytest-timeout stops a hung test; the suite's subprocess helper kills the child's whole process group (a
+    torchrun and its ranks would otherwise keep the shared cores busy after the test failed)."""
+    pid_file = tmp_path / "child.pid"
+    (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n")
+    (tmp_path / "test_hang.py").write_text(textwrap.dedent(f"""
+        import pytest
+        from tests.pretrain.conftest import run_module
+
+        @pytest.mark.integration
+        @pytest.mark.timeout(3)
+        def test_hangs():
+            run_module(["-c", "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+                              "time.sleep(120)"], timeout=600)
+    """))
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "-p", "no:cacheprovider", "-p", "no:xdist", "-q", str(tmp_path)],
+        cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 1 and "Timeout (>3.0s) from pytest-timeout" in res.stdout, res.stdout[-3000:]
+    pid = int(pid_file.read_text())
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
