@@ -81,3 +81,26 @@ def pytest_collection_modifyitems(config, items):
             f"says how to size it): " + ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
         )
     items.sort(key=lambda item: -(explicit_timeout(item) or 0.0))
+
+
+_RUNNING: list[pytest.Item] = []  # the test being set up, run or torn down in this process
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _RUNNING[:] = [item]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    _RUNNING.clear()
+
+
+def require_outside_fast_tier(what: str) -> None:
+    """Helpers that start the DeepSpeed engine call this: a fast-tier test (no `integration`, `slow` or `smoke`
+    marker) that does so fails at once, naming the markers it needs, instead of slowing `make test` unnoticed."""
+    item = _RUNNING[0] if _RUNNING else None
+    if item is not None and not any(item.get_closest_marker(m) for m in ("integration", "slow", "smoke")):
+        pytest.fail(f"{item.nodeid} starts {what} but is in the fast tier: mark it `integration` (or "
+                    "`deepspeed`) with its own @pytest.mark.timeout(seconds); see tests/conftest.py", pytrace=False)
+

@@ -151,3 +151,23 @@ def test_a_test_past_its_timeout_fails_and_leaves_no_process_behind(tmp_path):
     assert res.returncode == 1 and "Timeout (>3.0s) from pytest-timeout" in res.stdout, res.stdout[-3000:]
     pid = int(pid_file.read_text())
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_a_fast_tier_test_that_starts_torchrun_fails_naming_the_marker(tmp_path):
+    """The fast tier keeps its 5 minutes: an unmarked test that launches DeepSpeed ranks fails before launching."""
+    (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n")
+    (tmp_path / "test_engine.py").write_text(textwrap.dedent("""
+        from pathlib import Path
+        from tests.pretrain.conftest import torchrun
+
+        def test_unmarked():
+            torchrun(Path("no-such-config.yaml"), [])
+    """))
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "-p", "no:cacheprovider", "-p", "no:xdist", "-q", str(tmp_path)],
+        cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 1, res.stdout[-3000:]
+    assert "test_unmarked starts torchrun with 2 rank(s) but is in the fast tier: mark it `integration`" in res.stdout

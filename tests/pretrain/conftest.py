@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_outside_fast_tier
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # plots: false: rendering the PNG curves costs each finished run ~1.4 s CPU (matplotlib); the tests that check
@@ -73,6 +75,7 @@ def torchrun(config: Path, overrides: list[str], nproc: int = 2, port: int = 297
              check: bool = True) -> subprocess.CompletedProcess:
     import socket
 
+    require_outside_fast_tier(f"torchrun with {nproc} rank(s)")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
