@@ -26,10 +26,12 @@ import sys
 import pytest
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # One torch (OpenMP) thread per xdist worker: 2 workers on 2 cores already use every core, and more threads
-    # only spin against each other (the ELECTRA objective tests: 65 s alone with 2 threads under load, 13 s with 1).
-    # Set before any test module imports torch; subprocess ranks get OMP_NUM_THREADS=1 from their helpers too.
+    # One torch (OpenMP) and one tokenizers (rayon) thread per xdist worker: 2 workers on 2 cores already use
+    # every core, and more threads only spin against each other (the ELECTRA objective tests: 65 s alone with 2
+    # threads under load, 13 s with 1; tokenizer training 38 s -> 25 s). Set before any test module imports torch
+    # or tokenizers; subprocess ranks get OMP_NUM_THREADS=1 from their helpers too.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
