@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 export DS_ACCELERATOR ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)
 
-.PHONY: demo test test-unit test-integration lint venv clean bench bench-all
+.PHONY: demo test test-all test-unit test-integration test-slow lint venv clean bench bench-all
 
 venv: $(STAMP)
 
@@ -30,18 +30,38 @@ $(TEST_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m launch pipeline --config configs/demo.yaml
 
-test: $(TEST_STAMP)
-	# As root, also install the system services the integration tests start (Slurm, munge, ip netns, shellcheck).
-	if [ "$$(id -u)" -eq 0 ]; then bash launch/ci_setup.sh; fi
-	# Two xdist workers: half the suite waits on subprocesses, Slurm, Ray or sleeps (tests/conftest.py groups
-	# the tests that start machine-wide services onto one worker).
-	$(BIN)/python -m pytest -q -ra --durations=25 -n 2 --dist loadgroup
+# Test tiers (markers; tests/conftest.py says how a test is tiered and timed). Two xdist workers: much of the
+# suite waits on subprocesses, Slurm, Ray or sleeps; the tests that start machine-wide services run on one worker
+# (xdist group), and the longest (by their timeout marker) are handed out first. pytest's exit 5 (nothing
+# collected) fails like any other nonzero exit, with a line that says so.
+PYTEST = $(BIN)/python -m pytest -q -ra -n 2 --dist loadgroup
+FAST := not integration and not slow
+define run_pytest
+	$(PYTEST) $(1); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; fi; exit $$rc
+endef
 
+# The fast tier: unit tests plus one 2-rank DeepSpeed smoke run, at most 5 minutes on 2 cores.
+test: $(TEST_STAMP)
+	$(call run_pytest,--durations=10 -m "$(FAST)")
+
+# Every tier: fast, integration (DeepSpeed, Slurm, netns, Ray, kill-and-resume) and slow (the 20-kill chaos test,
+# side venvs from PyPI). As root, first install the system services the integration tests start (Slurm, munge,
+# ip netns, shellcheck); otherwise those tests skip with a reason.
+test-all: $(TEST_STAMP)
+	if [ "$$(id -u)" -eq 0 ]; then bash launch/ci_setup.sh; fi
+	$(call run_pytest,--durations=25)
+
+# The unit tests alone: no DeepSpeed, no service, no side venv.
 test-unit: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -m "not integration"
+	$(call run_pytest,-m "$(FAST) and not smoke")
 
 test-integration: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -m integration
+	if [ "$$(id -u)" -eq 0 ]; then bash launch/ci_setup.sh; fi
+	$(call run_pytest,--durations=25 -m "integration and not slow")
+
+test-slow: $(TEST_STAMP)
+	if [ "$$(id -u)" -eq 0 ]; then bash launch/ci_setup.sh; fi
+	$(call run_pytest,--durations=25 -m slow)
 
 # Every benchmark script in bench/ (each writes its bench/results/<script>.txt); the log of all of them is
 # runs/bench.log. Fails when any script fails or prints a failing VERDICT. `make bench` (about 40 minutes on 2 cores)

@@ -124,6 +124,7 @@ def test_slurm_array_script(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(420)
 def test_demo_clean_and_dedup_cli(tmp_path):
     """The demo's data stage on pywb's crawl + all 2,225 BBC articles, via the CLI, in well under a minute."""
     t = time.time()

@@ -226,6 +226,7 @@ def _markers(cfg, stage: str) -> int:
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("stage", ["dedup-signatures", "dedup-buckets", "dedup-components-L0",
                                    "dedup-components-large0", "dedup-components-small0", "dedup-components-labels",
                                    "dedup-filter"])

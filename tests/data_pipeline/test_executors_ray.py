@@ -24,7 +24,7 @@ from runconfig import load_config
 from tests.data_pipeline.test_dedup_sharded import make_corpus, write_config
 from tests.launch.netns_hosts import TwoHosts, missing_reason
 
-pytestmark = [pytest.mark.integration, pytest.mark.netns, pytest.mark.ray]
+pytestmark = [pytest.mark.integration, pytest.mark.netns, pytest.mark.ray, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 RAY = Path(sys.executable).parent / "ray"
 PORT = 6391

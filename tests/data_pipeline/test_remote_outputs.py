@@ -21,7 +21,7 @@ from tests.data_pipeline.tokens_fixtures import BBC
 from tests.moto_s3 import s3_server, s3fs_client  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 
 def _config(tmp_path: Path, stage: str, extra: list[str] = ()):

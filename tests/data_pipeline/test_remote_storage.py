@@ -18,7 +18,7 @@ from tests.data_pipeline.tokens_fixtures import BBC
 from tests.moto_s3 import s3_server  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 
 def test_clean_reads_a_source_from_s3(s3_server, tmp_path):  # noqa: F811

@@ -17,6 +17,7 @@ from tests.data_pipeline.tokens_fixtures import bbc_config
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(420)
 def test_bbc_bpe8000_full_sentences_two_ranks(tmp_path):
     cfg = bbc_config(tmp_path, "roberta-tiny", ["tokenizer.vocab_size=8000", "loader.num_workers=1"], per_shard=400)
     t0 = time.perf_counter()

@@ -102,6 +102,7 @@ def test_gpt2_ranks_match_tiktoken_on_real_text(gpt2_from_whisper):
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(420)
 def test_gguf_gpt2_vocab_reproduces_llama_cpp_expected_ids():
     gguf = pytest.importorskip("gguf")
     model, inp, out = sdist_members(*LLAMA[:2], [LLAMA[2], LLAMA[2] + ".inp", LLAMA[2] + ".out"])

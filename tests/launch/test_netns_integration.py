@@ -16,7 +16,7 @@ from runconfig import load_config
 from tests.launch.conftest import ROOT, child_env, training_run
 from tests.launch.netns_hosts import IFACE, TwoHosts, missing_reason
 
-pytestmark = [pytest.mark.integration, pytest.mark.netns]
+pytestmark = [pytest.mark.integration, pytest.mark.netns, pytest.mark.timeout(600)]
 
 
 @pytest.fixture

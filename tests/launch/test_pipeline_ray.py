@@ -11,7 +11,7 @@ import pytest
 
 from tests.launch.conftest import ROOT, child_env, write_tiny_config
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray]
+pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(600)]
 
 
 def test_pipeline_ray_matches_local(prepared_run, tmp_path):

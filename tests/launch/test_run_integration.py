@@ -12,7 +12,7 @@ import pytest
 
 from tests.launch.conftest import ROOT, child_env, training_run
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
 
 
 def _checkpoints(run) -> list[int]:

@@ -13,6 +13,9 @@ import pytest
 
 from launch.side_venv import ensure_venv
 
+# integration: each test builds real venvs (python -m venv, pip) in subprocesses, 15-30 s apiece.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CALL = """

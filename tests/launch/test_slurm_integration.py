@@ -17,7 +17,7 @@ from launch import slurm
 from runconfig import load_config
 from tests.launch.conftest import ROOT, child_env, training_run, write_tiny_config
 
-pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.timeout(600)]
 
 
 def launch_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -102,6 +102,7 @@ def gpu_slurm():
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(600)
 @pytest.mark.slurm
 def test_sbatch_test_only_accepts_gpu_scripts(gpu_slurm, tmp_path):
     """The controller of a 2-node cluster with 8 GPUs and 32 CPUs per node would run the generated scripts."""

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_outside_fast_tier
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # plots: false: rendering the PNG curves costs each finished run ~1.4 s CPU (matplotlib); the tests that check
@@ -58,6 +60,10 @@ def run_module(args: list[str], timeout: int = 300, check: bool = True) -> subpr
         out, err = proc.communicate()
         raise AssertionError(f"{args} still running after {timeout} s (killed)\n--- stdout\n{out[-4000:]}\n"
                              f"--- stderr\n{err[-6000:]}") from None
+    except BaseException:  # pytest-timeout's failure, Ctrl-C: leave no ranks behind busy on the shared cores
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check and res.returncode != 0:
         raise AssertionError(f"{args} exited {res.returncode}\n--- stdout\n{res.stdout[-4000:]}\n"
@@ -69,6 +75,7 @@ def torchrun(config: Path, overrides: list[str], nproc: int = 2, port: int = 297
              check: bool = True) -> subprocess.CompletedProcess:
     import socket
 
+    require_outside_fast_tier(f"torchrun with {nproc} rank(s)")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -25,7 +25,8 @@ from pretrain.export import consolidated_state_dict
 from tests.pretrain.conftest import ROOT, child_env, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+# The longest test (~17 min in CI): the highest timeout, so it is handed out first.
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 KILLS = int(os.environ.get("CHAOS_KILLS", "20"))
 STEPS = 3 * KILLS + 10  # a restart advances a few steps before its kill; the run must outlast all kills

@@ -12,7 +12,7 @@ import pytest
 from tests.pretrain.conftest import torchrun
 from tests.pretrain.test_train_deepspeed import _export_and_check, isolated
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(480)]
 
 
 def _losses(out: str) -> list[float]:

@@ -16,7 +16,7 @@ from pretrain.checkpoint import complete_tags
 from tests.pretrain.conftest import ROOT, child_env, run_module, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(540)]
 
 LOAD = """
 import json, sys, torch

@@ -16,7 +16,7 @@ import pytest
 from tests.pretrain.conftest import ROOT, child_env
 from tests.pretrain.test_train_deepspeed import isolated
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
 
 
 def test_training_starts_despite_a_stale_extension_lock(roberta_run, tmp_path):

@@ -21,7 +21,7 @@ from pretrain.export import consolidated_state_dict
 from tests.pretrain.conftest import ROOT, child_env, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(720)]
 
 STEPS = 24
 OVERRIDES = [f"schedule.total_steps={STEPS}", "checkpoint.every_steps=3", "checkpoint.keep_last=2",

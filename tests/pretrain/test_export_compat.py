@@ -20,7 +20,8 @@ import pytest
 from launch.side_venv import ensure_venv
 from pretrain.families import family_names, get_family
 
-pytestmark = [pytest.mark.integration, pytest.mark.compat]
+# slow: the first test builds a venv with torch and transformers 4.40 from PyPI (cached afterwards).
+pytestmark = [pytest.mark.integration, pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 OLDEST = "4.40.*"

@@ -92,6 +92,7 @@ def test_entry_points_register_family_and_objective(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(420)
 @pytest.mark.deepspeed
 def test_plugin_family_trains_through_the_real_loop_and_exports(roberta_run, tmp_path):
     """The toy BERT family and objective train 4 steps with DeepSpeed ZeRO-2 on 2 ranks, checkpoint and export

@@ -106,6 +106,8 @@ def test_finetune_and_transfer_every_family(tmp_path, preset):
     assert json.loads((export / "transfer.json").read_text())["tasks"]["t"]["margin"] == r["margin"]
 
 
+@pytest.mark.integration  # two worker processes, the whole transfer protocol twice: ~100 s under load
+@pytest.mark.timeout(420)
 def test_arms_in_parallel_workers_give_the_sequential_result(tmp_path):
     """`finetune.workers=2` fine-tunes the two arms in two processes: with the same threads per run, every
     accuracy equals the sequential run's (the protocol is the same; only the scheduling differs)."""

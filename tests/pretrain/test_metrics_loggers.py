@@ -118,6 +118,8 @@ print(json.dumps({"name": run.info.run_name, "want_name": cfg.run.name, "family"
 """
 
 
+@pytest.mark.slow  # builds a side venv with mlflow-skinny from PyPI (cached afterwards)
+@pytest.mark.timeout(900)
 def test_mlflow_local_file_store(tmp_path):
     """MLflow lives in a side venv layered on the test venv (built once, cached): installed in the test venv
     itself, `import deepspeed` imports it in every training rank of the suite (deepspeed.autotuning does, ~1.2 s

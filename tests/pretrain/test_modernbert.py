@@ -111,6 +111,7 @@ print(json.dumps({"diff": diff, "class": type(model).__name__, "clf": type(clf).
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(420)
 @pytest.mark.deepspeed
 def test_zero3_trains_exports_with_parity_and_loads_with_auto_classes(modernbert_run, tmp_path):
     out = isolated(modernbert_run, tmp_path)

@@ -11,7 +11,7 @@ from pretrain.checkpoint import complete_tags
 from tests.pretrain.conftest import torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
 
 
 def test_consecutive_nonfinite_steps_halt_keeping_last_good_checkpoint(roberta_run, tmp_path):

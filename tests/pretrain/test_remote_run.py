@@ -17,7 +17,7 @@ from data_pipeline.storage import RunStore
 from tests.moto_s3 import s3_server_module, s3fs_client  # noqa: F401  (fixture)
 from tests.pretrain.conftest import ROOT, child_env, run_module, torchrun
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
 
 URL = "s3://runs/gpt"
 

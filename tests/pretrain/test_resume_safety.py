@@ -19,7 +19,7 @@ from pretrain.schedule import WarmupDecay
 from tests.pretrain.conftest import run_module, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
 BASE = ["checkpoint.every_steps=4", "checkpoint.keep_last=3", "eval.every_steps=1000", "logging.every_steps=1"]
 
 
@@ -33,6 +33,7 @@ def _lrs(run: Path) -> dict[int, float]:
     return {r["step"]: r["lr"] for r in rows if r["split"] == "train"}
 
 
+@pytest.mark.timeout(480)
 def test_damaged_checkpoints_fall_back_then_stop_without_requeue(roberta_run, tmp_path):
     out = isolated(roberta_run, tmp_path)
     run = Path(out.split("=", 1)[1])

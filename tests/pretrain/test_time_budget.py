@@ -18,7 +18,7 @@ from pretrain.checkpoint import PREEMPTED_EXIT_CODE, complete_tags
 from tests.pretrain.conftest import ROOT, child_env, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
 
 BUDGET_MIN = 0.4  # 24 s of training
 COMMON = ["schedule.total_steps=null", "schedule.warmup_steps=null", f"schedule.budget_minutes={BUDGET_MIN}",

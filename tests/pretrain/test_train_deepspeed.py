@@ -13,7 +13,7 @@ import pytest
 from pretrain.checkpoint import complete_tags
 from tests.pretrain.conftest import ROOT, child_env, run_module, torchrun
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
 
 
 def isolated(config: Path, tmp_path: Path) -> str:
@@ -70,6 +70,7 @@ def _export_and_check(config: Path, out_override: str, family: str) -> dict:
     return info | {"export": export, "state": state}
 
 
+@pytest.mark.timeout(480)
 def test_roberta_zero2_train_checkpoint_resume_export(roberta_run, tmp_path):
     out = isolated(roberta_run, tmp_path)
     run_dir = Path(out.split("=", 1)[1])

@@ -15,7 +15,7 @@ import torch
 from tests.pretrain.conftest import torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(480)]
 # dropout off: after a world-size change the per-rank dropout streams cannot be carried over (the MLM masks
 # are a pure function of the sample, so they match); a constant LR after warmup makes total_steps 4/8/12 the
 # same schedule as the reference's 12.
