@@ -30,6 +30,7 @@ def _transfer(export: Path, accuracy: float) -> None:
     (export / "transfer.json").write_text(json.dumps(report))
 
 
+@pytest.mark.timeout(600)
 def test_export_is_staged_bound_to_its_weights_and_names_its_step(roberta_run, tmp_path):
     from pretrain.checkpoint import complete_tags
     from tests.pretrain.test_train_deepspeed import isolated

@@ -70,6 +70,7 @@ def test_unchanged_data_order_plans_a_normal_resume(tmp_path, capsys):
 
 @pytest.mark.integration
 @pytest.mark.deepspeed
+@pytest.mark.timeout(600)
 def test_train_refuses_a_changed_seed_then_resets_the_data_order_on_request(roberta_run, tmp_path):
     from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, complete_tags
     from tests.pretrain.conftest import run_module

@@ -30,6 +30,7 @@ def _other_tokenizer(folder: Path) -> None:
     assert json.loads((folder / "tokenizer.json").read_text())["model"]["type"] == "BPE"
 
 
+@pytest.mark.timeout(600)
 def test_swapped_tokenizer_is_named_on_resume_and_export(roberta_run, tmp_path):
     from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE
     from tests.pretrain.test_train_deepspeed import isolated

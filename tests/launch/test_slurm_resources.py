@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_commands(subcommand: str) -> list[list[str]]:
-    """`python -m launch <subcommand> ...` commands of the README (continuation lines joined), as argv lists."""
-    text = re.sub(r"\\\n\s*", "", (ROOT / "README.md").read_text())
+    """`python -m launch <subcommand> ...` commands of the README and docs/launching.md (continuation lines
+    joined), as argv lists."""
+    docs = (ROOT / "README.md", ROOT / "docs" / "launching.md")
+    text = re.sub(r"\\\n\s*", "", "\n".join(p.read_text() for p in docs))
     return [shlex.split(m) for m in re.findall(rf"^python -m launch {subcommand} .*$", text, flags=re.M)]
 
 

@@ -187,6 +187,7 @@ print(json.dumps({"diff": diff, "class": type(model).__name__, "clf": type(clf).
 
 @pytest.mark.integration
 @pytest.mark.deepspeed
+@pytest.mark.timeout(600)
 def test_zero3_gqa_document_masking_trains_exports_with_parity(llama_run, tmp_path):
     out = isolated(llama_run, tmp_path)
     run_dir = Path(out.split("=", 1)[1])
