@@ -191,7 +191,7 @@ class DataConfig(Section):
     clean: CleanConfig = CleanConfig()
     dedup: DedupConfig = DedupConfig()
     # Who runs the tasks of a data stage: a local process pool (data.clean.workers), a Ray cluster, or an
-    # executor of an outside package (the `lmstack.executors` entry point group).
+    # executor of an outside package (the `lmstack.executors` entry point group), or `module.path:Name`.
     executor: str = "local"
     ray: RayConfig = RayConfig()
     task_retries: int = Field(2, ge=0)  # a failed task is retried this many times, then reported by name
@@ -204,7 +204,7 @@ class DataConfig(Section):
     @classmethod
     def _known_executor(cls, v: str) -> str:
         known = set(BUILTIN_EXECUTORS) | EXECUTORS.entry_point_names()
-        if v not in known:
+        if v not in known and not is_ref(v):  # `module.path:Name`: an executor class in any importable module
             raise UnknownNameError(EXECUTORS.name, EXECUTORS.kind, v, sorted(known))
         return v
 

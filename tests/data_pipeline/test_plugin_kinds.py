@@ -171,3 +171,12 @@ def test_no_format_name_is_compared_outside_the_reader_modules():
     hits = [f"{p.relative_to(ROOT)}:{n}" for p in (ROOT / "data_pipeline").rglob("*.py")
             for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]  # fmt: skip
     assert hits == []
+
+
+@pytest.mark.timeout(60)
+def test_executor_may_be_named_by_reference_as_every_other_kind():
+    base = ROOT / "configs" / "roberta-tiny.yaml"
+    cfg = load_config(base, ["data.executor=my_executors:Inline"])  # validated by form, not imported at load
+    assert cfg.data.executor == "my_executors:Inline"
+    with pytest.raises(Exception, match=r"data.executor: unknown executor 'lcoal'"):
+        load_config(base, ["data.executor=lcoal"])
