@@ -180,3 +180,48 @@ def test_executor_may_be_named_by_reference_as_every_other_kind():
     assert cfg.data.executor == "my_executors:Inline"
     with pytest.raises(Exception, match=r"data.executor: unknown executor 'lcoal'"):
         load_config(base, ["data.executor=lcoal"])
+
+
+CONVENTION = '''
+"""One outside file: a tokenizer convention (ChatML-style specials, no BOS/EOS wrapping), for byte-level BPE."""
+from data_pipeline.tokenizers import Convention
+
+CHATML = Convention(["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                    dict(bos_token="<|endoftext|>", eos_token="<|im_end|>", unk_token="<|endoftext|>",
+                         pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>", "<|im_end|>"]),
+                    "PreTrainedTokenizerFast", padding_side="left",
+                    added_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"))
+'''
+
+
+@pytest.mark.timeout(300)
+def test_outside_tokenizer_convention_through_the_tokenizer_stage(tmp_path):
+    from transformers import AutoTokenizer
+
+    from tests.data_pipeline.tokens_fixtures import bbc_config
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "my_conventions.py").write_text(CONVENTION)
+    overrides = ["tokenizer.vocab_size=600", "tokenizer.convention=my_conventions:CHATML"]
+    cfg = bbc_config(tmp_path / "run", "gpt2-tiny", overrides, limit=150)  # writes the cleaned shards
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text(json.dumps({
+        "inherit": [str(ROOT / "configs/gpt2-tiny.yaml")], "run": {"output_dir": str(tmp_path / "run")},
+        "data": {"sources": [s.model_dump(mode="json") for s in cfg.data.sources]},
+        "tokenizer": {"vocab_size": 600, "convention": "my_conventions:CHATML"},
+    }))  # fmt: skip
+    res = _cli(site, "train-tokenizer", "--config", str(run_yaml))
+    assert res.returncode == 0, res.stderr[-3000:]
+    folder = tmp_path / "run" / "tokenizer"
+    meta = json.loads((folder / "training_meta.json").read_text())
+    assert meta["convention"] == "my_conventions:CHATML"
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"]) == [0, 1, 2]
+    assert tok.eos_token == "<|im_end|>" and tok.padding_side == "left"
+    text = "<|im_start|>user The BBC said shares rose.<|im_end|>"
+    ids = tok(text)["input_ids"]  # specials stay whole and no wrapping is added
+    assert ids[0] == 1 and ids[-1] == 2 and tok.decode(ids) == text
+
+    with pytest.raises(Exception, match=r"tokenizer.convention: unknown tokenizer convention 'chatml'"):
+        load_config(ROOT / "configs/gpt2-tiny.yaml", ["tokenizer.convention=chatml"])
