@@ -27,6 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 BUILTIN_FORMATS = ("warc", "wet", "jsonl", "csv", "tsv", "parquet", "text", "text_folder", "hf_dataset")
 BUILTIN_EXECUTORS = ("local", "ray")
+# Tokenizer conventions (special tokens, post-processing, HF class of a saved tokenizer): by default the one
+# `tokenizer.type` and the family imply; `tokenizer.convention` names one (an outside one: entry point or ref).
+BUILTIN_CONVENTIONS = ("roberta", "gpt2", "bert", "t5")
 
 
 class Options(BaseModel):
