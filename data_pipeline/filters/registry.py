@@ -14,9 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
-
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from core.errors import ConfigError
 from core.plugin_code import code_version

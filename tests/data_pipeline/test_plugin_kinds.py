@@ -134,7 +134,9 @@ def test_outside_reader_filter_and_executor_through_the_cli(tmp_path):
     res = _cli(site, "dedup", "--config", str(cfg))  # the executor the entry point names runs dedup's tasks
     assert res.returncode == 0, res.stderr[-3000:]
     markers = [json.loads(p.read_text()) for p in (tmp_path / "out").rglob("*.done") if "dedup" in str(p)]
-    tasks = [m for m in markers if "task" in m]  # executor task markers (dedup's output shards have their own)
+    tasks = [
+        m for m in markers if "task" in m
+    ]  # executor task markers (dedup's output shards have their own)
     assert len(tasks) >= 3 and {m["where"] for m in tasks} == {"inline-executor"}, tasks
 
 
@@ -144,7 +146,9 @@ def test_outside_filter_settings_are_checked_before_any_work(tmp_path):
     cfg = _config(tmp_path, {"max_digit": 5})
     res = _cli(site, "clean", "--config", str(cfg))
     assert res.returncode != 0
-    assert "data.clean.filters.0.params.max_digit" in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "data.clean.filters.0.params.max_digit" in res.stderr and "Traceback" not in res.stderr, (
+        res.stderr[-2000:]
+    )
     assert not (tmp_path / "out/clean/notes").exists()  # refused before a shard ran
 
 
