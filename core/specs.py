@@ -26,16 +26,93 @@ from pydantic import BaseModel, ConfigDict, Field
 # ---------------------------------------------------------------------------------------------- readers, filters
 
 BUILTIN_FORMATS = ("warc", "wet", "jsonl", "csv", "tsv", "parquet", "text", "text_folder", "hf_dataset")
-# The built-in filters in their default order: unicode repair, language ID, Gopher repetition + quality, C4 (it
-# edits lines, so it runs last).
-BUILTIN_FILTERS = ("unicode", "langid", "gopher_repetition", "gopher_quality", "c4")
 BUILTIN_EXECUTORS = ("local", "ray")
+# Tokenizer conventions (special tokens, post-processing, HF class of a saved tokenizer): by default the one
+# `tokenizer.type` and the family imply; `tokenizer.convention` names one (an outside one: entry point or ref).
+BUILTIN_CONVENTIONS = ("roberta", "gpt2", "bert", "t5")
 
 
 class Options(BaseModel):
     """Base of a spec's typed options section: unknown keys are errors (as every config section)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
+
+
+# ------------------------------------------------------------------------------- filters' typed settings (data)
+# A filter's settings are a typed section (unknown keys rejected): the built-ins' live here, as data the config
+# validates against (`data.clean.<section>` and a `filters:` step's `params`); an outside filter brings its own
+# as the `settings` attribute of its factory (checked when the clean stage starts, before any work).
+
+
+class UnicodeConfig(Options):
+    enabled: bool = True
+    fix_text: bool = True  # ftfy mojibake repair
+    normalization: Literal["NFC", "NFKC", "none"] = "NFC"
+
+
+class C4Config(Options):
+    enabled: bool = True
+    split_paragraph: bool = True
+    remove_citations: bool = True
+    filter_no_terminal_punct: bool = True
+    min_num_sentences: int = 5
+    min_words_per_line: int = 3
+    max_word_length: int = 1000
+    filter_lorem_ipsum: bool = True
+    filter_javascript: bool = True
+    filter_curly_bracket: bool = True
+    filter_policy: bool = True
+    filter_bad_words: bool = False
+
+
+class GopherQualityConfig(Options):
+    enabled: bool = True
+    min_doc_words: int = 50
+    max_doc_words: int = 100_000
+    min_avg_word_length: float = 3
+    max_avg_word_length: float = 10
+    max_symbol_word_ratio: float = 0.1
+    max_bullet_lines_ratio: float = 0.9
+    max_ellipsis_lines_ratio: float = 0.3
+    max_non_alpha_words_ratio: float = 0.8
+    min_stop_words: int = 2
+
+
+class GopherRepetitionConfig(Options):
+    enabled: bool = True
+    dup_line_frac: float = 0.3
+    dup_para_frac: float = 0.3
+    dup_line_char_frac: float = 0.2
+    dup_para_char_frac: float = 0.2
+    top_n_grams: list[tuple[int, float]] = [(2, 0.2), (3, 0.18), (4, 0.16)]
+    dup_n_grams: list[tuple[int, float]] = [(5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)]
+
+
+class LangIdConfig(Options):
+    enabled: bool = True
+    languages: list[str] = ["en"]
+    threshold: float = Field(0.65, ge=0, le=1)
+
+
+@dataclass(frozen=True)
+class FilterKind:
+    """A filter as data: its name, the type of its settings and the `data.clean` key of its section."""
+
+    name: str
+    settings: type[BaseModel] | None = None
+    section: str | None = None  # built-ins: `data.clean.<section>` holds the settings their params override
+
+
+# The built-in filters in their default order: unicode repair, language ID, Gopher repetition + quality, C4 (it
+# edits lines, so it runs last).
+BUILTIN_FILTER_KINDS = (
+    FilterKind("unicode", UnicodeConfig, "unicode"),
+    FilterKind("langid", LangIdConfig, "langid"),
+    FilterKind("gopher_repetition", GopherRepetitionConfig, "gopher_repetition"),
+    FilterKind("gopher_quality", GopherQualityConfig, "gopher_quality"),
+    FilterKind("c4", C4Config, "c4"),
+)
+BUILTIN_FILTERS = tuple(k.name for k in BUILTIN_FILTER_KINDS)
 
 
 def resolve(ref: object) -> Any:

@@ -22,7 +22,7 @@ from core.io import fingerprint
 from core.log import get_logger
 from core.plugin_code import code_version
 from data_pipeline.document import Document, in_holdout
-from data_pipeline.filters.registry import replaced_defaults_note
+from data_pipeline.filters.registry import check_filter_settings, replaced_defaults_note
 from data_pipeline.layout import RunLayout
 from data_pipeline.readers import (
     BUILTIN_READERS,
@@ -244,6 +244,7 @@ def _run_one(args: tuple) -> dict[str, Any]:
 def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
     """Clean every missing shard (or just `shard_index`), then rebuild the report. Returns the summary."""
     t0 = time.time()
+    check_filter_settings(cfg)  # an outside filter's params, against the settings type it brings
     plan = plan_clean(cfg)
     fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
     if shard_index is None:  # a remote run: what is done remotely counts, a local marker never uploaded does not

@@ -70,10 +70,11 @@ def check_source_paths(cfg) -> None:
     """Before any stage: every local path pattern of every source matches at least one file, and every remote
     one has its fsspec backend installed, else a ConfigError naming the source's key (and the extra to install);
     remote URLs are not probed over the network, Hub dataset names not at all."""
+    from data_pipeline.readers import get_reader, reader_traits  # the readers import this module
     from runconfig.load import ConfigError
 
     for i, src in enumerate(cfg.data.sources):
-        if src.format == "hf_dataset":
+        if not reader_traits(get_reader(src.format)).paths_are_files:  # e.g. Hub dataset names
             continue
         for j, pattern in enumerate(src.paths):
             if "://" in pattern and not pattern.startswith("file://"):

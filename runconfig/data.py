@@ -2,12 +2,22 @@
 
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from core.errors import UnknownNameError
 from core.plugin_code import is_ref
 from core.registry import EXECUTORS, FILTERS, READERS
-from core.specs import BUILTIN_EXECUTORS, BUILTIN_FILTERS, BUILTIN_FORMATS
+from core.specs import (
+    BUILTIN_EXECUTORS,
+    BUILTIN_FILTER_KINDS,
+    BUILTIN_FILTERS,
+    BUILTIN_FORMATS,
+    C4Config,
+    GopherQualityConfig,
+    GopherRepetitionConfig,
+    LangIdConfig,
+    UnicodeConfig,
+)
 from runconfig.base import Section, check_path_component
 
 # Settings of the whole stage, not of one source's documents.
@@ -66,6 +76,9 @@ class SourceConfig(Section):
         return v
 
 
+_BUILTIN_KINDS = {k.name: k for k in BUILTIN_FILTER_KINDS}
+
+
 class FilterSpec(Section):
     """One step of `data.clean.filters`: a registered filter and its parameters (a plain name is accepted)."""
 
@@ -86,11 +99,21 @@ class FilterSpec(Section):
                              f"'{FILTERS.group}' entry point group)")
         return v
 
-
-class UnicodeConfig(Section):
-    enabled: bool = True
-    fix_text: bool = True  # ftfy mojibake repair
-    normalization: Literal["NFC", "NFKC", "none"] = "NFC"
+    @field_validator("params")
+    @classmethod
+    def _typed(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """A built-in's params are checked against its spec's settings type (each key overrides the same key of
+        its section); an outside filter's, against the settings it brings, when the clean stage starts."""
+        kind = _BUILTIN_KINDS.get(info.data.get("name", ""))
+        if kind is not None and kind.settings is not None:
+            try:
+                kind.settings.model_validate(v)
+            except ValidationError as e:
+                err = e.errors()[0]
+                key = ".".join(str(p) for p in err["loc"])
+                raise ValueError(f"{key}: {err['msg']} ({kind.name} takes {sorted(kind.settings.model_fields)})"
+                                 ) from None
+        return v
 
 
 class ExtractConfig(Section):
@@ -101,50 +124,6 @@ class ExtractConfig(Section):
     fast: bool = True  # skip trafilatura's readability/jusText fallbacks (several times faster)
     deduplicate: bool = False
     timeout_s: float = Field(5.0, ge=0)  # per page; 0 = no limit
-
-
-class C4Config(Section):
-    enabled: bool = True
-    split_paragraph: bool = True
-    remove_citations: bool = True
-    filter_no_terminal_punct: bool = True
-    min_num_sentences: int = 5
-    min_words_per_line: int = 3
-    max_word_length: int = 1000
-    filter_lorem_ipsum: bool = True
-    filter_javascript: bool = True
-    filter_curly_bracket: bool = True
-    filter_policy: bool = True
-    filter_bad_words: bool = False
-
-
-class GopherQualityConfig(Section):
-    enabled: bool = True
-    min_doc_words: int = 50
-    max_doc_words: int = 100_000
-    min_avg_word_length: float = 3
-    max_avg_word_length: float = 10
-    max_symbol_word_ratio: float = 0.1
-    max_bullet_lines_ratio: float = 0.9
-    max_ellipsis_lines_ratio: float = 0.3
-    max_non_alpha_words_ratio: float = 0.8
-    min_stop_words: int = 2
-
-
-class GopherRepetitionConfig(Section):
-    enabled: bool = True
-    dup_line_frac: float = 0.3
-    dup_para_frac: float = 0.3
-    dup_line_char_frac: float = 0.2
-    dup_para_char_frac: float = 0.2
-    top_n_grams: list[tuple[int, float]] = [(2, 0.2), (3, 0.18), (4, 0.16)]
-    dup_n_grams: list[tuple[int, float]] = [(5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)]
-
-
-class LangIdConfig(Section):
-    enabled: bool = True
-    languages: list[str] = ["en"]
-    threshold: float = Field(0.65, ge=0, le=1)
 
 
 class CleanConfig(Section):
@@ -217,7 +196,7 @@ class DataConfig(Section):
     clean: CleanConfig = CleanConfig()
     dedup: DedupConfig = DedupConfig()
     # Who runs the tasks of a data stage: a local process pool (data.clean.workers), a Ray cluster, or an
-    # executor of an outside package (the `lmstack.executors` entry point group).
+    # executor of an outside package (the `lmstack.executors` entry point group), or `module.path:Name`.
     executor: str = "local"
     ray: RayConfig = RayConfig()
     task_retries: int = Field(2, ge=0)  # a failed task is retried this many times, then reported by name
@@ -230,7 +209,7 @@ class DataConfig(Section):
     @classmethod
     def _known_executor(cls, v: str) -> str:
         known = set(BUILTIN_EXECUTORS) | EXECUTORS.entry_point_names()
-        if v not in known:
+        if v not in known and not is_ref(v):  # `module.path:Name`: an executor class in any importable module
             raise UnknownNameError(EXECUTORS.name, EXECUTORS.kind, v, sorted(known))
         return v
 

@@ -2,8 +2,12 @@
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from core.errors import UnknownNameError
+from core.plugin_code import is_ref
+from core.registry import TOKENIZER_CONVENTIONS
+from core.specs import BUILTIN_CONVENTIONS
 from runconfig.base import Section
 
 
@@ -28,6 +32,18 @@ class TokenizerConfig(Section):
     max_unk_rate: float = Field(0.001, ge=0, le=1)
     unk_sample_docs: int = Field(500, gt=0)
     unk_sample_tokens: int = Field(100_000, gt=0)
+    # Special tokens, post-processing and HF class of the saved tokenizer. None: what tokenizer.type and the
+    # family imply (bpe: roberta or gpt2, wordpiece: bert, unigram: t5); an outside package's convention by its
+    # entry point name (`lmstack.tokenizer_conventions`) or `module.path:Name` (byte-level BPE only).
+    convention: str | None = None
+
+    @field_validator("convention")
+    @classmethod
+    def _known_convention(cls, v: str | None) -> str | None:
+        known = set(BUILTIN_CONVENTIONS) | TOKENIZER_CONVENTIONS.entry_point_names()
+        if v is not None and v not in known and not is_ref(v):
+            raise UnknownNameError(TOKENIZER_CONVENTIONS.name, TOKENIZER_CONVENTIONS.kind, v, sorted(known))
+        return v
 
     @model_validator(mode="after")
     def _byte_room(self) -> "TokenizerConfig":
@@ -36,6 +52,9 @@ class TokenizerConfig(Section):
                 f"tokenizer.vocab_size: {self.vocab_size} leaves no room for the 256 byte pieces and 100 sentinels "
                 "of a byte-fallback Unigram vocabulary (>= 512), or set tokenizer.byte_fallback=false"
             )
+        if self.convention is not None and self.type != "bpe" and self.convention not in BUILTIN_CONVENTIONS:
+            raise ValueError(f"tokenizer.convention: {self.convention!r} applies to byte-level BPE "
+                             f"(tokenizer.type bpe), not {self.type!r}")
         return self
 
 

@@ -30,8 +30,8 @@ __all__ = [
     "register_filter",
 ]
 
-register_filter("unicode", UnicodeFixer, section="unicode")
-register_filter("langid", LanguageFilter, section="langid")
-register_filter("gopher_repetition", GopherRepetitionFilter, section="gopher_repetition")
-register_filter("gopher_quality", GopherQualityFilter, section="gopher_quality")
-register_filter("c4", C4QualityFilter, section="c4")
+register_filter("unicode", UnicodeFixer)
+register_filter("langid", LanguageFilter)
+register_filter("gopher_repetition", GopherRepetitionFilter)
+register_filter("gopher_quality", GopherQualityFilter)
+register_filter("c4", C4QualityFilter)

@@ -3,7 +3,9 @@ so the CLI, the process pool and Slurm array tasks, which all build filters from
 
 A filter is a callable `Document -> (keep, reason)` or `(keep, reason, measured_value)`; it may rewrite
 `doc.text`. A factory builds it from its parameters: `factory(**params)`. A built-in takes its parameters from
-its typed section of `data.clean` (e.g. `clean.c4`), overridden by the `params:` of its `filters:` entry.
+its typed section of `data.clean` (e.g. `clean.c4`, typed by its spec in core/specs.py), overridden by the
+`params:` of its `filters:` entry. An outside filter types its own: a pydantic model as the factory's `settings`
+attribute, which `check_filter_settings` applies to its `params:` before the stage does any work.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from core.errors import ConfigError
 from core.plugin_code import code_version
 from core.registry import FILTERS
-from core.specs import BUILTIN_FILTERS
+from core.specs import BUILTIN_FILTER_KINDS, BUILTIN_FILTERS
 from runconfig.data import CleanConfig, FilterSpec
 
 
@@ -29,6 +32,9 @@ class FilterEntry:
     def build(self, clean: CleanConfig, params: dict[str, Any]) -> Any | None:
         """The filter for these settings, or None when its section says `enabled: false`."""
         if self.section is None:
+            settings = getattr(self.factory, "settings", None)
+            if isinstance(settings, type) and issubclass(settings, BaseModel):
+                return self.factory(**settings.model_validate(params).model_dump())
             return self.factory(**params)
         sec: BaseModel = getattr(clean, self.section)
         if params:
@@ -44,7 +50,7 @@ class FilterEntry:
 
 
 # The CleanConfig section holding each built-in filter's typed settings (an outside filter has none).
-_SECTIONS: dict[str, str] = {}
+_SECTIONS: dict[str, str] = {k.name: k.section for k in BUILTIN_FILTER_KINDS if k.section is not None}
 
 
 def register_filter(name: str, factory: Callable[..., Any], section: str | None = None) -> None:
@@ -57,6 +63,27 @@ def register_filter(name: str, factory: Callable[..., Any], section: str | None 
 
 def get_filter(name: str) -> FilterEntry:
     return FilterEntry(name, FILTERS.get(name), _SECTIONS.get(name))
+
+
+def check_filter_settings(cfg: Any) -> None:
+    """Every `filters:` step's params against its filter's settings type, before any shard runs: a ConfigError
+    naming the key (`data.clean.filters.0.params.x`) instead of a failure inside every worker."""
+    where = [("data.clean", cfg.data.clean)] + [
+        (f"data.sources.{j}.clean", cfg.data.clean_for(src.name)) for j, src in enumerate(cfg.data.sources)
+        if "filters" in src.clean]  # fmt: skip
+    for prefix, clean in where:
+        for i, spec in enumerate(filter_specs(clean)):
+            entry = get_filter(spec.name)
+            settings = getattr(entry.factory, "settings", None)
+            if entry.section is not None or not (isinstance(settings, type) and issubclass(settings, BaseModel)):
+                continue
+            try:
+                settings.model_validate(spec.params)
+            except ValidationError as e:
+                err = e.errors()[0]
+                key = ".".join(str(p) for p in err["loc"])
+                raise ConfigError(f"{prefix}.filters.{i}.params.{key}: {err['msg']} (filter {spec.name} takes "
+                                  f"{sorted(settings.model_fields)})") from None
 
 
 def filter_specs(clean: CleanConfig) -> list[FilterSpec]:

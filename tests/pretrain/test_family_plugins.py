@@ -124,3 +124,48 @@ def test_plugin_family_trains_through_the_real_loop_and_exports(roberta_run, tmp
     state = json.loads((out / "export" / "training_state.json").read_text())
     assert config["architectures"] == ["BertForMaskedLM"] and state["step"] == 4
     assert state["parity_max_abs_diff"] is not None and state["parity_max_abs_diff"] <= 1e-5
+
+
+REF_CHECK = textwrap.dedent("""
+    import json
+    import numpy as np
+    import torch
+    from transformers import AutoTokenizer
+    from data_pipeline.objectives import build_collator
+    from data_pipeline.tokenizers import _train_bpe, save_tokenizer
+    from pretrain.models import build_model
+    from runconfig import load_config
+
+    cfg = load_config("configs/roberta-tiny.yaml", ["model.family=toyref:FAMILY", "objective.type=toyref:objective",
+                                                    "tokenizer.vocab_size=400", "tokenizer.min_frequency=1"])
+    texts = ["The committee met on Tuesday and agreed the budget for the coming year."] * 20 + [
+        "Sales of the new console rose in the autumn, the company said, and shares rose with them."] * 20
+    save_tokenizer(_train_bpe(cfg, iter(texts)), "roberta", "tok", 64)
+    tok = AutoTokenizer.from_pretrained("tok")
+    model = build_model(cfg.model, tok, 32)
+    collate = build_collator(cfg, tok)
+    stream = [i for t in texts for i in tok(t)["input_ids"]]
+    batch = collate([{"input_ids": np.array(stream[k * 32:(k + 1) * 32]), "sample_id": k, "epoch": 0}
+                     for k in range(4)])
+    torch.manual_seed(0)
+    out = model(**batch)
+    out.loss.backward()
+    grad = sum(float(p.grad.norm()) for p in model.parameters() if p.grad is not None)
+    print(json.dumps({"model": type(model).__name__, "loss": float(out.loss), "grad": grad,
+                      "masked": int((batch["labels"] != -100).sum()), "family": cfg.model.family}))
+""")
+
+
+@pytest.mark.timeout(180)
+def test_one_file_family_and_objective_by_reference_train_a_step(tmp_path):
+    """No packaging: the same family and objective as one file on PYTHONPATH, named `module:Name` in the config;
+    its collator and model run a forward and backward pass on tokens of a real tokenizer."""
+    plug = tmp_path / "proj"
+    plug.mkdir()
+    (plug / "toyref.py").write_text(TOY_PACKAGE)
+    res = subprocess.run([sys.executable, "-c", REF_CHECK.replace('"tok"', repr(str(tmp_path / "tok")))], cwd=ROOT,
+                         env=plugin_env(plug), capture_output=True, text=True, timeout=150)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["model"] == "BertForMaskedLM" and out["family"] == "toyref:FAMILY"
+    assert out["masked"] > 0 and 0 < out["loss"] < 20 and out["grad"] > 0
