@@ -50,7 +50,7 @@ class _ConsoleHandler(logging.StreamHandler):
         self._target = "stderr" if record.levelno >= logging.WARNING else self.stream_name
         super().emit(record)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self):  # noqa: D102 - StreamHandler reads self.stream on every emit
         return getattr(sys, self._target)
 

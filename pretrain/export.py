@@ -7,7 +7,6 @@ so a ZeRO-3 model is exported without ever being whole on one rank's GPU.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
-from core.io import follow_umask, sha256_bytes
+from core.io import follow_umask, replace_dir, sha256_bytes
 from core.log import get_logger
 from data_pipeline.layout import RunLayout
 from data_pipeline.objectives import get_objective
@@ -76,13 +75,7 @@ def _why(ckpt_dir: Path, tag: str) -> str:
 def _swap_into_place(stage: Path, final: Path) -> None:
     """The staged export becomes `final` by rename (the earlier export, transfer.json included, goes): a killed
     export leaves the previous folder whole and a hidden staging folder the next export removes."""
-    old = final.with_name(f".{final.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(stage, final)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_dir(stage, final)
     shutil.rmtree(stage.parent, ignore_errors=True)
 
 

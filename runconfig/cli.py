@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import LmstackError
+from core.layout import LOGS
 from runconfig.console import route_third_party, verbose_requested
 from runconfig.load import load_config
 from runconfig.run import RunConfig
@@ -27,7 +28,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     except LmstackError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    route_third_party(Path(cfg.run.root) / "logs", verbose_requested(getattr(args, "verbose", False)))
+    route_third_party(Path(cfg.run.root) / LOGS, verbose_requested(getattr(args, "verbose", False)))
     return cfg
 
 

@@ -166,8 +166,8 @@ def render(root: type[BaseModel] = RunConfig) -> str:
                 parts.append(" ".join(model.__doc__.split()) + "\n")
             parts.append("| key | type | default | |\n|---|---|---|---|")
             parts.extend(rows if path else own)
-        for key, sub in children:
-            walk(sub, key)
+        for key, child in children:
+            walk(child, key)
 
     walk(root, "")
     return "\n".join(parts).rstrip("\n") + "\n"
