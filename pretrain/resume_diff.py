@@ -142,14 +142,17 @@ def compare(old_cfg: dict[str, Any] | None, new_cfg: dict[str, Any], step: int, 
     if isinstance(total, int) and total < step:
         raise CannotContinue(f"schedule.total_steps ({total}) is below the checkpoint's step {step}: "
                              "nothing would be trained; raise schedule.total_steps")
+    problems = []  # every refused key in one message, so one rerun fixes them all
     if changes.data_order and not reset_data_order:
-        raise CannotContinue(data_order_message(changes.data_order, step))
+        problems.append(data_order_message(changes.data_order, step))
     if changes.refused and not accept:
         rows = "\n".join(f"  {k}: checkpoint {a!r}, now {b!r}" for k, a, b in changes.refused)
-        raise CannotContinue(
+        problems.append(
             f"the config differs from the checkpoint's (step {step}) in keys that cannot be changed safely on "
             f"resume:\n{rows}\nRestore them, or rerun with {ACCEPT_FLAG} to resume with the new values anyway."
         )
+    if problems:
+        raise CannotContinue("\n".join(problems))
     return changes
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from core.errors import LmstackError
 from core.layout import LOGS
-from runconfig.console import route_third_party, verbose_requested
+from core.log import route_third_party, verbose_requested
 from runconfig.load import load_config
 from runconfig.run import RunConfig
 

@@ -14,7 +14,7 @@ from data_pipeline.document import Document, stable_id
 from data_pipeline.readers.base import ErrorLog, SourceFile, looks_binary, open_binary
 
 # warcio writes "Record not followed by newline" straight to sys.stderr, into the progress bar; routed to its
-# logger instead, which the CLI sends to the run's log file (runconfig/console.py).
+# logger instead, which the CLI sends to the run's log file (core/log.py).
 _warcio_log = logging.getLogger("warcio")
 
 
