@@ -14,7 +14,8 @@ A TF-IDF + logistic-regression classifier on the same train/test splits calibrat
 
 Reported per recipe and task: pretraining tokens, held-out pretraining loss (ELECTRA's is MLM + 50 x BCE, not
 comparable with the others), test accuracy pretrained vs random (mean ± sd over seeds), probe accuracies, the
-margin; one VERDICT per task for the best recipe (goal: +5 points), and with electra-budget, its margin beside
+margin; one VERDICT per recipe and task (goal: +5 points; a task where any run collapsed to one class fails
+it, and the table prints such runs as collapsed, kept out of the means), and with electra-budget, its margin beside
 RoBERTa-MLM's and ModernBERT's and a VERDICT of its fine-tuned accuracy against RoBERTa-MLM's.
 `python bench/transfer.py [--minutes 8] [--recipes gpt2-budget roberta-budget t5-budget] [--quick]`
 (--quick: 0.5-minute budgets, 2 seeds, one LR, one epoch, 48-token inputs: a smoke run, not a result).
@@ -165,23 +166,48 @@ def main() -> None:
             p = t.get("p_value")
             p_txt = "-" if p is None else f"{p:.3f}"
             loss_txt = "-" if r["eval_loss"] is None else f"{r['eval_loss']:.2f}"
+            margin_txt = f"{100 * t['margin']:>+6.1f}" if "margin" in t else "   n/a"
             rep.line(f"{r['recipe']:<16} {name:<6} {r['tokens']:>10,} {loss_txt:>6}  "
-                  f"{pre['test_accuracy']['mean']:.3f}±{pre['test_accuracy']['sd']:.3f}  "
-                  f"{rnd['test_accuracy']['mean']:.3f}±{rnd['test_accuracy']['sd']:.3f}  "
-                  f"{100 * t['margin']:>+6.1f}  {p_txt:>6}  "
+                  f"{arm_cell(pre):>13}  {arm_cell(rnd):>13}  {margin_txt}  {p_txt:>6}  "
                   f"{pre.get('probe_accuracy', float('nan')):.3f}/{rnd.get('probe_accuracy', float('nan')):.3f}  "
                   f"{baseline[name]:.3f}")
+            for arm in t.get("collapsed", []):
+                rep.line(f"  COLLAPSED: {r['recipe']} {name} {arm}: seeds {', '.join(t['arms'][arm]['collapsed'])} "
+                         "predicted one class for >= 95% of the test set (kept out of the mean)")
     rep.line(f"total bench time {time.perf_counter() - t_start:.0f}s" + (" (quick mode: a smoke run)" if a.quick else ""))
     for name in tasks:
-        best = max(results, key=lambda r: r["tasks"][name]["margin"])
-        t = best["tasks"][name]
-        pre, rnd = t["arms"]["pretrained"]["test_accuracy"]["mean"], t["arms"]["random"]["test_accuracy"]["mean"]
-        pts = 100 * (pre - rnd)
-        rep.line(f"{name}: best recipe {best['recipe']}, margin {pts:+.1f} points over random init "
-                 f"(goal +{GOAL_POINTS:g})")
-        rep.margin(f"transfer_{name}_{best['recipe']}_vs_random_init", pre, rnd, GOAL_POINTS)
+        for r in results:
+            verdict_margin(rep, f"transfer_{name}_{r['recipe']}_vs_random_init", r["tasks"][name])
+        with_margin = [r for r in results if "margin" in r["tasks"][name]]
+        if with_margin:
+            best = max(with_margin, key=lambda r: r["tasks"][name]["margin"])
+            rep.line(f"{name}: best recipe {best['recipe']}, margin {100 * best['tasks'][name]['margin']:+.1f} points "
+                     f"over random init (goal +{GOAL_POINTS:g})")
     electra_vs_mlm(rep, results, tasks)
     sys.exit(rep.finish())
+
+
+def arm_cell(e: dict) -> str:
+    """'0.812±0.010', '0.80±0.01 (1c)' with collapsed seeds left out of the mean, or 'collapsed'."""
+    t, bad = e["test_accuracy"], e.get("collapsed", {})
+    if t["mean"] is None:
+        return "collapsed"
+    return f"{t['mean']:.3f}±{t['sd']:.3f}" + (f"({len(bad)}c)" if bad else "")
+
+
+def verdict_margin(rep: C.Report, name: str, t: dict) -> bool:
+    """The margin VERDICT of one recipe on one task; a task with a collapsed run fails it, whatever the margin
+    of the runs that did not collapse."""
+    if t.get("collapsed") or "margin" not in t:
+        pre, rnd = (t["arms"][a]["test_accuracy"]["mean"] for a in ("pretrained", "random"))
+        fmt = lambda x: "collapsed" if x is None else f"{x:.3f}"  # noqa: E731
+        v = (f"VERDICT {name}: ours={fmt(pre)} peer={fmt(rnd)} ratio=n/a goal=+{GOAL_POINTS:g}pt "
+             f"(collapsed runs: {', '.join(t.get('collapsed', []))}) fail")
+        print(v, flush=True)
+        rep.verdicts.append(v)
+        return False
+    pre, rnd = (t["arms"][a]["test_accuracy"]["mean"] for a in ("pretrained", "random"))
+    return rep.margin(name, pre, rnd, GOAL_POINTS)
 
 
 def electra_vs_mlm(rep: C.Report, results: list[dict], tasks: list[str]) -> None:
@@ -192,13 +218,19 @@ def electra_vs_mlm(rep: C.Report, results: list[dict], tasks: list[str]) -> None
     if electra is None:
         return
     for name in tasks:
-        margins = ", ".join(f"{k} {100 * by[k]['tasks'][name]['margin']:+.1f}"
+        margins = ", ".join(f"{k} " + (f"{100 * by[k]['tasks'][name]['margin']:+.1f}" if "margin" in by[k]["tasks"][name]
+                                       else "n/a (collapsed)")
                             for k in ("electra-budget", "roberta-budget", "modernbert-budget") if k in by)
         rep.line(f"{name}: margin over random init at equal time: {margins} points")
         if "roberta-budget" in by:
             ours = electra["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
             peer = by["roberta-budget"]["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
-            rep.verdict(f"transfer_{name}_electra_vs_roberta_mlm", ours, peer, 1.0)
+            if ours is None or peer is None:  # an arm with every seed collapsed: nothing to compare, a failure
+                v = f"VERDICT transfer_{name}_electra_vs_roberta_mlm: ours={ours} peer={peer} ratio=n/a goal=1 fail"
+                print(v, flush=True)
+                rep.verdicts.append(v)
+            else:
+                rep.verdict(f"transfer_{name}_electra_vs_roberta_mlm", ours, peer, 1.0)
 
 
 if __name__ == "__main__":

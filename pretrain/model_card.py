@@ -115,6 +115,9 @@ def _transfer_results(report: dict[str, Any]) -> tuple[list[dict[str, Any]], lis
                 row.append("n/a")
                 continue
             t = e["test_accuracy"]
+            if t.get("mean") is None:  # every seed collapsed to one class (pretrain.transfer.collapse)
+                row.append("collapsed")
+                continue
             n = len(t.get("values", [])) or 1
             label = "fine-tuned from this model" if arm == "pretrained" else "same architecture, random init"
             metrics.append({"type": "accuracy", "value": round(float(t["mean"]), 4),
