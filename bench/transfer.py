@@ -59,7 +59,8 @@ def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool) -
     ft = ("  seeds: [0, 1]\n  lr_grid: [1.0e-3]\n  epochs: 1\n  max_length: 48\n" if quick else
           # min_steps: 300 optimizer steps at least; 4 epochs of these ~400-500-example tasks are ~100-130 steps,
           # which left the random-init arm undertrained (BBC 0.47 -> 0.66 at 300 steps, pretrained unchanged).
-          "  seeds: [0, 1, 2]\n  lr_grid: [3.0e-4, 1.0e-3]\n  epochs: 4\n  min_steps: 300\n  max_length: 128\n")
+          # no lr_grid / warmup / weight decay: each family's own fine-tune recipe (its spec's finetune_defaults)
+          "  seeds: [0, 1, 2]\n  epochs: 4\n  min_steps: 300\n  max_length: 128\n")
     return (f"inherit: [{C.ROOT}/configs/{recipe}.yaml]\n"
             f"run: {{name: bench-{recipe}, output_dir: {out}}}\n"
             f"schedule: {{budget_minutes: {minutes}}}\n"
@@ -140,7 +141,7 @@ def main() -> None:
     t_start = time.perf_counter()
     rep = C.Report(__file__, save=not a.quick)
     rep.line(f"recipes {a.recipes}; pretraining budget {minutes:g} min each on 2 ranks; "
-             + ("quick mode: a smoke run, not a result" if a.quick else "3 seeds, LR grid [3e-4, 1e-3] per arm"))
+             + ("quick mode: a smoke run, not a result" if a.quick else "3 seeds, each family's LR grid (its spec's finetune_defaults) per arm"))
     C.ensure_bbc()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-transfer-") as d:
@@ -152,7 +153,7 @@ def main() -> None:
             cleaned = cleaned or r["run_dir"]
             results.append(r)
             s = r["seconds"]
-            rep.line(f"{recipe}: {r['tokens']:,} tokens in {r['steps']} steps ({minutes:g} min budget), held-out loss "
+            rep.line(f"{recipe}: LR grid {r['tasks'][next(iter(r['tasks']))]['lr_grid']}; {r['tokens']:,} tokens in {r['steps']} steps ({minutes:g} min budget), held-out loss "
                      f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
                      f"{s['transfer']:.0f}s")
         baseline = tfidf_baseline(results[0]["cfg"])

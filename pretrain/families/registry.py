@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from runconfig.finetune import FinetuneConfig
 from runconfig.registry import Registry, resolve
 
 if TYPE_CHECKING:
@@ -78,6 +79,22 @@ class FamilySpec:
     # HF config fields the exported folder gets instead of the training ones (e.g. sparse prediction off, so
     # the export returns dense logits as the published checkpoints do).
     export_config: dict[str, Any] = field(default_factory=dict)
+    # `finetune` settings this family fine-tunes with when the config does not set them (its paper's and the HF
+    # examples' recipe: lr_grid, warmup_ratio, weight_decay); checked with the finetune section's own rules when
+    # the spec is made, so a bad default (an LR <= 0, inf, nan) is refused naming the family and the key.
+    finetune_defaults: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.finetune_defaults:
+            unknown = sorted(set(self.finetune_defaults) - set(FinetuneConfig.model_fields))
+            if unknown:
+                raise ValueError(f"model.family '{self.name}': finetune_defaults has unknown finetune keys {unknown}")
+            try:
+                FinetuneConfig.model_validate(self.finetune_defaults)
+            except ValueError as e:
+                first = e.errors()[0] if hasattr(e, "errors") else {"loc": (), "msg": str(e)}
+                key = ".".join(str(x) for x in first["loc"]) or ", ".join(self.finetune_defaults)
+                raise ValueError(f"model.family '{self.name}': finetune_defaults.{key}: {first['msg']}") from None
 
     def model_cls(self) -> type:
         return resolve(self.model_class)  # type: ignore[return-value]

@@ -43,4 +43,8 @@ SPEC = register_family(FamilySpec(
     auto_class="AutoModelForMaskedLM",
     reserved_positions=2,
     mlm_head="lm_head",
+    # Liu et al. 2019, Table 10 (GLUE): warmup 6% of the steps, weight decay 0.1. Their LRs (1e-5..3e-5) are
+    # for 125M-355M models; the budget presets' 4 x 128 encoders (both arms) fine-tune at 3e-4..1e-3 (measured,
+    # bench/transfer.py), as small BERTs do (Turc et al. 2019: 1e-4..3e-4 and above for the smallest).
+    finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.06, "weight_decay": 0.1},
 ))

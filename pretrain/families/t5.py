@@ -59,4 +59,7 @@ SPEC = register_family(FamilySpec(
     generative=True,
     probe_inputs=probe_inputs,
     attention_layers=attention_layers,
+    # transformers' T5 docs: with AdamW (not the paper's Adafactor at a constant 1e-3) "1e-4 and 3e-4 work well
+    # for most problems"; the paper fine-tunes at a constant rate (no warmup) and without weight decay.
+    finetune_defaults={"lr_grid": [1.0e-4, 3.0e-4], "warmup_ratio": 0.0, "weight_decay": 0.0},
 ))
