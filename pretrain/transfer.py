@@ -345,6 +345,28 @@ def _pooled(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig) -> np
     return feats / counts
 
 
+# A body whose last-layer token states all point the same way (mean pairwise cosine above this) ignores its input:
+# what a pretraining run stuck on its prior produces (an ELECTRA discriminator at the replaced-fraction entropy,
+# a T5 encoder on the unigram plateau). Fine-tunes from it start from a constant and tend to collapse.
+DEGENERATE_TOKEN_COSINE = 0.95
+
+
+def token_cosine(body: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig, n_tokens: int = 512,
+                 seed: int = 0) -> float:
+    """Mean pairwise cosine similarity of the body's last-layer states over `n_tokens` real tokens drawn from the
+    first examples of `enc`: near 1 when every token maps to the same vector (random init: ~0.3-0.4)."""
+    collate = Collator(tok.pad_token_id)
+    body.eval()
+    batch = collate(enc.features[: ft.eval_batch_size])
+    with torch.no_grad():
+        h = body(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    states = h[batch["attention_mask"].bool()].float()
+    pick = torch.randperm(len(states), generator=torch.Generator().manual_seed(seed))[:n_tokens]
+    x = torch.nn.functional.normalize(states[pick], dim=-1)
+    n = len(x)
+    return float(((x @ x.T).sum() - n) / max(1, n * n - n))
+
+
 def probe(arms: Arms, arm: str, tok, train: Encoded, test: Encoded, ft: FinetuneConfig, seed: int) -> float:
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -463,6 +485,12 @@ def _evaluate_arm(ft: FinetuneConfig, task: PreparedTask, arm: str, tok, out_dir
                 f"{ft.lr_grid}; the best LR may lie outside the grid")
     if ft.probe:
         entry["probe_accuracy"] = probe(arms, arm, tok, enc["train"], enc["test"], ft, seed0)
+    set_seed(seed0)
+    entry["token_cosine"] = round(token_cosine(arms.encoder(arm), tok, enc["train"], ft), 4)
+    if entry["token_cosine"] > DEGENERATE_TOKEN_COSINE:
+        log(f"[transfer] {name} {arm} warning: the {arm} body's token states are nearly identical (mean cosine "
+            f"{entry['token_cosine']:.3f}): it ignores its input, so pretraining collapsed; fine-tunes start "
+            "from a constant")
     log(f"[transfer] {name} {arm:<10} lr {best:g}: test {_accuracy_text(entry)} over seeds {ft.seeds}"
         + (f", probe {entry['probe_accuracy']:.3f}" if ft.probe else ""))
     return entry
@@ -553,6 +581,10 @@ def format_report(report: dict[str, Any]) -> str:
             n = len(e["test_accuracy"]["values"]) + len(e.get("collapsed", {}))
             probe_txt = f"   probe {e['probe_accuracy']:.3f}" if "probe_accuracy" in e else ""
             lines.append(f"  {arm:<10} {_accuracy_text(e)}  (lr {e['lr']:g}, {n} seeds){probe_txt}")
+        for arm, e in r["arms"].items():
+            if e.get("token_cosine", 0.0) > DEGENERATE_TOKEN_COSINE:
+                lines.append(f"  DEGENERATE {arm} body: token states' mean cosine {e['token_cosine']:.3f} (it ignores "
+                             "its input)")
         if r.get("collapsed"):
             lines.append(f"  COLLAPSED  {', '.join(r['collapsed'])}: a run predicted one class for >= "
                          f"{COLLAPSE_PREDICTED_SHARE:.0%} of the test set; such runs are not in the means")
