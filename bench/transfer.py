@@ -172,6 +172,10 @@ def main() -> None:
                   f"{arm_cell(pre):>13}  {arm_cell(rnd):>13}  {margin_txt}  {p_txt:>6}  "
                   f"{pre.get('probe_accuracy', float('nan')):.3f}/{rnd.get('probe_accuracy', float('nan')):.3f}  "
                   f"{baseline[name]:.3f}")
+            for arm, e in t["arms"].items():
+                if e.get("token_cosine", 0.0) > 0.95:  # pretrain.transfer.DEGENERATE_TOKEN_COSINE
+                    rep.line(f"  DEGENERATE: {r['recipe']} {name} {arm} body: mean token cosine "
+                             f"{e['token_cosine']:.3f} (every token maps to nearly one vector)")
             for arm in t.get("collapsed", []):
                 rep.line(f"  COLLAPSED: {r['recipe']} {name} {arm}: seeds {', '.join(t['arms'][arm]['collapsed'])} "
                          "predicted one class for >= 95% of the test set (kept out of the mean)")
