@@ -2,6 +2,7 @@
 5% warmup) the post-LN discriminator never leaves its prior (BCE stays at the entropy of the replaced fraction,
 replaced_recall 0) and its body maps every token to one vector (mean token cosine 1.0), so any fine-tune starts
 from a constant. At the preset's LR (the paper's ELECTRA-Small 5e-4, 10% warmup) the body stays input-dependent.
+T5 (pre-LN) shows the same drift more slowly: its encoder's token states converge at 2e-3.
 
 A plain loop on the real pieces (our tokenizer trainer, model builder, ELECTRA collator and replaced-token-detection
 module, AdamW with the preset's betas/eps/decay, linear warmup + decay, clipping) at a tiny size; the engine is
