@@ -14,7 +14,8 @@ A TF-IDF + logistic-regression classifier on the same train/test splits calibrat
 
 Reported per recipe and task: pretraining tokens, held-out pretraining loss (ELECTRA's is MLM + 50 x BCE, not
 comparable with the others), test accuracy pretrained vs random (mean ± sd over seeds), probe accuracies, the
-margin; one VERDICT per task for the best recipe (goal: +5 points), and with electra-budget, its margin beside
+margin; one VERDICT per recipe and task (goal: +5 points; a task where any run collapsed to one class fails
+it, and the table prints such runs as collapsed, kept out of the means), and with electra-budget, its margin beside
 RoBERTa-MLM's and ModernBERT's and a VERDICT of its fine-tuned accuracy against RoBERTa-MLM's.
 `python bench/transfer.py [--minutes 8] [--recipes gpt2-budget roberta-budget t5-budget] [--quick]`
 (--quick: 0.5-minute budgets, 2 seeds, one LR, one epoch, 48-token inputs: a smoke run, not a result).
@@ -58,7 +59,8 @@ def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool) -
     ft = ("  seeds: [0, 1]\n  lr_grid: [1.0e-3]\n  epochs: 1\n  max_length: 48\n" if quick else
           # min_steps: 300 optimizer steps at least; 4 epochs of these ~400-500-example tasks are ~100-130 steps,
           # which left the random-init arm undertrained (BBC 0.47 -> 0.66 at 300 steps, pretrained unchanged).
-          "  seeds: [0, 1, 2]\n  lr_grid: [3.0e-4, 1.0e-3]\n  epochs: 4\n  min_steps: 300\n  max_length: 128\n")
+          # no lr_grid / warmup / weight decay: each family's own fine-tune recipe (its spec's finetune_defaults)
+          "  seeds: [0, 1, 2]\n  epochs: 4\n  min_steps: 300\n  max_length: 128\n")
     return (f"inherit: [{C.ROOT}/configs/{recipe}.yaml]\n"
             f"run: {{name: bench-{recipe}, output_dir: {out}}}\n"
             f"schedule: {{budget_minutes: {minutes}}}\n"
@@ -139,7 +141,7 @@ def main() -> None:
     t_start = time.perf_counter()
     rep = C.Report(__file__, save=not a.quick)
     rep.line(f"recipes {a.recipes}; pretraining budget {minutes:g} min each on 2 ranks; "
-             + ("quick mode: a smoke run, not a result" if a.quick else "3 seeds, LR grid [3e-4, 1e-3] per arm"))
+             + ("quick mode: a smoke run, not a result" if a.quick else "3 seeds, each family's LR grid (its spec's finetune_defaults) per arm"))
     C.ensure_bbc()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-transfer-") as d:
@@ -151,7 +153,7 @@ def main() -> None:
             cleaned = cleaned or r["run_dir"]
             results.append(r)
             s = r["seconds"]
-            rep.line(f"{recipe}: {r['tokens']:,} tokens in {r['steps']} steps ({minutes:g} min budget), held-out loss "
+            rep.line(f"{recipe}: LR grid {r['tasks'][next(iter(r['tasks']))]['lr_grid']}; {r['tokens']:,} tokens in {r['steps']} steps ({minutes:g} min budget), held-out loss "
                      f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
                      f"{s['transfer']:.0f}s")
         baseline = tfidf_baseline(results[0]["cfg"])
@@ -165,23 +167,52 @@ def main() -> None:
             p = t.get("p_value")
             p_txt = "-" if p is None else f"{p:.3f}"
             loss_txt = "-" if r["eval_loss"] is None else f"{r['eval_loss']:.2f}"
+            margin_txt = f"{100 * t['margin']:>+6.1f}" if "margin" in t else "   n/a"
             rep.line(f"{r['recipe']:<16} {name:<6} {r['tokens']:>10,} {loss_txt:>6}  "
-                  f"{pre['test_accuracy']['mean']:.3f}±{pre['test_accuracy']['sd']:.3f}  "
-                  f"{rnd['test_accuracy']['mean']:.3f}±{rnd['test_accuracy']['sd']:.3f}  "
-                  f"{100 * t['margin']:>+6.1f}  {p_txt:>6}  "
+                  f"{arm_cell(pre):>13}  {arm_cell(rnd):>13}  {margin_txt}  {p_txt:>6}  "
                   f"{pre.get('probe_accuracy', float('nan')):.3f}/{rnd.get('probe_accuracy', float('nan')):.3f}  "
                   f"{baseline[name]:.3f}")
+            for arm, e in t["arms"].items():
+                if e.get("token_cosine", 0.0) > 0.95:  # pretrain.transfer.DEGENERATE_TOKEN_COSINE
+                    rep.line(f"  DEGENERATE: {r['recipe']} {name} {arm} body: mean token cosine "
+                             f"{e['token_cosine']:.3f} (every token maps to nearly one vector)")
+            for arm in t.get("collapsed", []):
+                rep.line(f"  COLLAPSED: {r['recipe']} {name} {arm}: seeds {', '.join(t['arms'][arm]['collapsed'])} "
+                         "predicted one class for >= 95% of the test set (kept out of the mean)")
     rep.line(f"total bench time {time.perf_counter() - t_start:.0f}s" + (" (quick mode: a smoke run)" if a.quick else ""))
     for name in tasks:
-        best = max(results, key=lambda r: r["tasks"][name]["margin"])
-        t = best["tasks"][name]
-        pre, rnd = t["arms"]["pretrained"]["test_accuracy"]["mean"], t["arms"]["random"]["test_accuracy"]["mean"]
-        pts = 100 * (pre - rnd)
-        rep.line(f"{name}: best recipe {best['recipe']}, margin {pts:+.1f} points over random init "
-                 f"(goal +{GOAL_POINTS:g})")
-        rep.margin(f"transfer_{name}_{best['recipe']}_vs_random_init", pre, rnd, GOAL_POINTS)
+        for r in results:
+            verdict_margin(rep, f"transfer_{name}_{r['recipe']}_vs_random_init", r["tasks"][name])
+        with_margin = [r for r in results if "margin" in r["tasks"][name]]
+        if with_margin:
+            best = max(with_margin, key=lambda r: r["tasks"][name]["margin"])
+            rep.line(f"{name}: best recipe {best['recipe']}, margin {100 * best['tasks'][name]['margin']:+.1f} points "
+                     f"over random init (goal +{GOAL_POINTS:g})")
     electra_vs_mlm(rep, results, tasks)
     sys.exit(rep.finish())
+
+
+def arm_cell(e: dict) -> str:
+    """'0.812±0.010', '0.80±0.01 (1c)' with collapsed seeds left out of the mean, or 'collapsed'."""
+    t, bad = e["test_accuracy"], e.get("collapsed", {})
+    if t["mean"] is None:
+        return "collapsed"
+    return f"{t['mean']:.3f}±{t['sd']:.3f}" + (f"({len(bad)}c)" if bad else "")
+
+
+def verdict_margin(rep: C.Report, name: str, t: dict) -> bool:
+    """The margin VERDICT of one recipe on one task; a task with a collapsed run fails it, whatever the margin
+    of the runs that did not collapse."""
+    if t.get("collapsed") or "margin" not in t:
+        pre, rnd = (t["arms"][a]["test_accuracy"]["mean"] for a in ("pretrained", "random"))
+        fmt = lambda x: "collapsed" if x is None else f"{x:.3f}"  # noqa: E731
+        v = (f"VERDICT {name}: ours={fmt(pre)} peer={fmt(rnd)} ratio=n/a goal=+{GOAL_POINTS:g}pt "
+             f"(collapsed runs: {', '.join(t.get('collapsed', []))}) fail")
+        print(v, flush=True)
+        rep.verdicts.append(v)
+        return False
+    pre, rnd = (t["arms"][a]["test_accuracy"]["mean"] for a in ("pretrained", "random"))
+    return rep.margin(name, pre, rnd, GOAL_POINTS)
 
 
 def electra_vs_mlm(rep: C.Report, results: list[dict], tasks: list[str]) -> None:
@@ -192,13 +223,19 @@ def electra_vs_mlm(rep: C.Report, results: list[dict], tasks: list[str]) -> None
     if electra is None:
         return
     for name in tasks:
-        margins = ", ".join(f"{k} {100 * by[k]['tasks'][name]['margin']:+.1f}"
+        margins = ", ".join(f"{k} " + (f"{100 * by[k]['tasks'][name]['margin']:+.1f}" if "margin" in by[k]["tasks"][name]
+                                       else "n/a (collapsed)")
                             for k in ("electra-budget", "roberta-budget", "modernbert-budget") if k in by)
         rep.line(f"{name}: margin over random init at equal time: {margins} points")
         if "roberta-budget" in by:
             ours = electra["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
             peer = by["roberta-budget"]["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
-            rep.verdict(f"transfer_{name}_electra_vs_roberta_mlm", ours, peer, 1.0)
+            if ours is None or peer is None:  # an arm with every seed collapsed: nothing to compare, a failure
+                v = f"VERDICT transfer_{name}_electra_vs_roberta_mlm: ours={ours} peer={peer} ratio=n/a goal=1 fail"
+                print(v, flush=True)
+                rep.verdicts.append(v)
+            else:
+                rep.verdict(f"transfer_{name}_electra_vs_roberta_mlm", ours, peer, 1.0)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 # ---------------------------------------------------------------------------------------------- readers, filters
 
@@ -115,6 +115,37 @@ BUILTIN_FILTER_KINDS = (
 BUILTIN_FILTERS = tuple(k.name for k in BUILTIN_FILTER_KINDS)
 
 
+class FinetuneRecipe(Options):
+    """A family's fine-tune recipe: the `finetune` keys it sets where the config does not (its paper's and the HF
+    examples' LR grid, warmup and weight decay). Checked with the finetune section's own rules."""
+
+    lr_grid: list[float] | None = None
+    warmup_ratio: float | None = Field(None, ge=0, lt=1)
+    weight_decay: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _valid_grid(self) -> FinetuneRecipe:
+        if self.lr_grid is not None:
+            if not self.lr_grid:
+                raise ValueError("finetune.lr_grid is empty: give at least one learning rate")
+            if any(lr <= 0 for lr in self.lr_grid):
+                raise ValueError(f"finetune.lr_grid: learning rates must be > 0, got {self.lr_grid}")
+        return self
+
+
+def check_finetune_recipe(family: str, recipe: dict[str, Any]) -> None:
+    """A bad recipe is refused when the spec is made, naming the family and the key."""
+    unknown = sorted(set(recipe) - set(FinetuneRecipe.model_fields))
+    if unknown:
+        raise ValueError(f"model.family '{family}': finetune_defaults has unknown finetune keys {unknown}")
+    try:
+        FinetuneRecipe.model_validate(recipe)
+    except ValidationError as e:
+        first = e.errors()[0]
+        key = ".".join(str(x) for x in first["loc"]) or ", ".join(recipe)
+        raise ValueError(f"model.family '{family}': finetune_defaults.{key}: {first['msg']}") from None
+
+
 def resolve(ref: object) -> Any:
     """A class given directly or by reference: 'module:Name', or a bare name in `transformers`."""
     if not isinstance(ref, str):
@@ -176,6 +207,8 @@ class FamilySpec:
     # The oldest transformers release whose model code knows this family (the card states it; the compat test
     # loads the export in it). ModernBERT arrived in 4.48.
     min_transformers: str = "4.40"
+    # `finetune` settings this family fine-tunes with where the config does not set them (FinetuneRecipe).
+    finetune_defaults: dict[str, Any] = field(default_factory=dict)
     # --- implementation: filled in by pretrain/families/<name>.py (or given whole by an outside package)
     # (model section, tokenizer, seq_len, padded vocab size) -> a transformers PretrainedConfig.
     build_config: Callable[[Any, Any, int, int], Any] | None = None
@@ -185,6 +218,10 @@ class FamilySpec:
     # (run config) -> (total parameters, largest module's), from the config alone (pretrain/families/shapes.py):
     # `pretrain plan` prints it without importing torch. None: plan builds the model on the meta device.
     param_count: Callable[[Any], tuple[int, int]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.finetune_defaults:
+            check_finetune_recipe(self.name, self.finetune_defaults)
 
     def model_cls(self) -> type:
         if self.model_class is None:
@@ -355,33 +392,51 @@ BUILTIN_FAMILIES = (
     # RoBERTa (Liu et al. 2019): post-LN BERT encoder, learned positions offset by padding_idx + 1, MLM head.
     FamilySpec(name="roberta", task="masked_lm", objectives=("mlm",), tokenizer_types=("bpe", "wordpiece"),
                reserved_positions=2, mlm_head="lm_head", model_class="RobertaForMaskedLM",
-               auto_class="AutoModelForMaskedLM"),
+               auto_class="AutoModelForMaskedLM",
+               # Liu et al. 2019, Table 10 (GLUE): warmup 6% of the steps, weight decay 0.1. Their LRs (1e-5..3e-5)
+               # are for 125M-355M models; the budget presets' 4 x 128 encoders (both arms) fine-tune at 3e-4..1e-3
+               # (measured, bench/transfer.py), as small BERTs do (Turc et al. 2019: 1e-4..3e-4 and above).
+               finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.06, "weight_decay": 0.1}),
     # GPT-2 (Radford et al. 2019): pre-LN decoder, learned positions, tied LM head, causal LM.
     FamilySpec(name="gpt2", task="causal_lm", objectives=("causal",), tokenizer_types=("bpe",),
                reserved_positions=0, wraps_sequences=False, has_encoder=False, generative=True,
-               model_class="GPT2LMHeadModel", auto_class="AutoModelForCausalLM"),
+               model_class="GPT2LMHeadModel", auto_class="AutoModelForCausalLM",
+               # The grid, warmup and decay the budget preset's BBC margin was measured with (bench/transfer.py);
+               # transformers' run_glue defaults otherwise (no published GPT-2 classification recipe).
+               finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01}),
     # T5 (Raffel et al. 2020): encoder-decoder, relative position buckets (no position table), span corruption.
     FamilySpec(name="t5", task="seq2seq", objectives=("span_corruption",), tokenizer_types=("unigram",),
                reserved_positions=None, wraps_sequences=False, encoder_decoder=True, generative=True,
-               model_class="T5ForConditionalGeneration", auto_class="AutoModelForSeq2SeqLM"),
+               model_class="T5ForConditionalGeneration", auto_class="AutoModelForSeq2SeqLM",
+               # transformers' T5 docs: with AdamW (not the paper's Adafactor at a constant 1e-3) "1e-4 and 3e-4 work
+               # well for most problems"; the paper fine-tunes at a constant rate (no warmup), no weight decay.
+               finetune_defaults={"lr_grid": [1.0e-4, 3.0e-4], "warmup_ratio": 0.0, "weight_decay": 0.0}),
     # ModernBERT (Warner et al. 2024): rotary positions (every position usable), 30% masking.
     FamilySpec(name="modernbert", task="masked_lm", objectives=("mlm",), tokenizer_types=("bpe", "wordpiece"),
                reserved_positions=0, validate=validate_modernbert, options=ModernBertOptions,
                objective_defaults={"mlm_probability": 0.3}, model_class="ModernBertForMaskedLM",
                auto_class="AutoModelForMaskedLM", export_config={"sparse_prediction": False},
-               min_transformers="4.48"),  # transformers added `modernbert` in 4.48
+               min_transformers="4.48",  # transformers added `modernbert` in 4.48
+               # Warner et al. 2024 sweep the LR per task for base/large; the budget presets' 4 x 128 encoder
+               # fine-tunes at 3e-4..1e-3 (random init 0.78 on BBC, bench/transfer.py), warmup 10%, decay 0.01.
+               finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01}),
     # ELECTRA (Clark et al. 2020): the discriminator; the `electra` objective builds the generator beside it.
     FamilySpec(name="electra", task="token_detection", objectives=("electra",), tokenizer_types=("wordpiece", "bpe"),
                reserved_positions=0, options=ElectraModelOptions,
                # The reference's masking: 85% [MASK], 15% kept, no random tokens (the generator supplies them).
                objective_defaults={"mask_token_fraction": 0.85, "random_token_fraction": 0.0},
                model_class="ElectraForPreTraining", auto_class="AutoModelForPreTraining",
-               export_heads=("AutoModelForSequenceClassification", "AutoModelForTokenClassification")),
+               export_heads=("AutoModelForSequenceClassification", "AutoModelForTokenClassification"),
+               # Clark et al. 2020, Table 7: ELECTRA-Small fine-tunes at 3e-4 (Base 1e-4), warmup 10% of the steps,
+               # no weight decay; 1e-3 is above anything the paper uses for any size.
+               finetune_defaults={"lr_grid": [1.0e-4, 3.0e-4], "warmup_ratio": 0.1, "weight_decay": 0.0}),
     # Llama (Touvron et al. 2023): pre-norm decoder, RMSNorm, SwiGLU, rotary positions, grouped-query attention.
     FamilySpec(name="llama", task="causal_lm", objectives=("causal",), tokenizer_types=("bpe",),
                reserved_positions=0, wraps_sequences=False, has_encoder=False, generative=True,
                validate=validate_llama, options=LlamaOptions, model_class="LlamaForCausalLM",
-               auto_class="AutoModelForCausalLM"),
+               auto_class="AutoModelForCausalLM",
+               # As GPT-2's budget recipe (same data, optimizer and schedule; the decoders differ in their blocks).
+               finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01}),
 )  # fmt: skip
 
 # ----------------------------------------------------------------------------------------- built-in objectives

@@ -132,8 +132,10 @@ def _main(argv: list[str] | None = None) -> int:
         inits = ["pretrained", "random"] if args.init == "both" else [args.init]
         results = [r for init in inits for r in finetune(cfg, model_dir, init, RunLayout(cfg).finetune)]
         for r in results:
-            print(f"{r['task']}: {r['init']:>10}: accuracy {r['accuracy']:.3f} (mean of {len(r['accuracy_by_seed'])} "
-                  f"seeds) on {r['test_examples']} test examples")
+            acc = "collapsed" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
+            bad = f", collapsed seeds {sorted(r['collapsed'])} left out" if r["collapsed"] else ""
+            print(f"{r['task']}: {r['init']:>10}: accuracy {acc} (mean of {len(r['accuracy_by_seed'])} "
+                  f"seeds{bad}) on {r['test_examples']} test examples")
         return 0
     if args.command == "transfer":
         from data_pipeline.layout import RunLayout

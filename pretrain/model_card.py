@@ -120,12 +120,15 @@ def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[st
         row = [name]
         for arm in ("pretrained", "random"):
             e = arms.get(arm)
-            row.append(_accuracy(e["test_accuracy"]) if e else "n/a")
+            if e and e["test_accuracy"].get("mean") is None:  # every seed collapsed (pretrain.transfer)
+                row.append("collapsed")
+            else:
+                row.append(_accuracy(e["test_accuracy"]) if e else "n/a")
             row.append(f"{e['probe_accuracy']:.3f}" if e and "probe_accuracy" in e else "n/a")
         row.append(f"{100 * r['margin']:+.1f}" if "margin" in r else "n/a")
         lines.append("| " + " | ".join(row) + " |")
         mine = arms.get("pretrained")
-        if not mine:
+        if not mine or mine["test_accuracy"].get("mean") is None:  # no arm, or every seed collapsed: no result
             continue
         t = mine["test_accuracy"]
         n = len(t.get("values", [])) or 1

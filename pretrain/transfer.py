@@ -47,6 +47,11 @@ from runconfig.finetune import FinetuneConfig
 logger = get_logger(__name__)
 
 RESULT_FILE = "transfer.json"
+# A fine-tune that predicts one class for at least this share of an evaluation split, where that class is below
+# COLLAPSE_LABEL_SHARE of the split's labels, has collapsed (learned the prior, not the task): it is reported as
+# such, kept out of the means and the margin, and never picked as the dev-best LR.
+COLLAPSE_PREDICTED_SHARE = 0.95
+COLLAPSE_LABEL_SHARE = 0.80
 
 
 def _log(msg: str) -> None:
@@ -232,6 +237,28 @@ def planned_steps(n_train: int, ft: FinetuneConfig) -> int:
     return max(math.ceil(ft.epochs * math.ceil(n_train / ft.batch_size)), ft.min_steps)
 
 
+def collapse(pred: np.ndarray, gold: np.ndarray) -> dict[str, Any] | None:
+    """None, or why the predictions count as collapsed: one class predicted for >= 95% of the examples while
+    that class is < 80% of the gold labels (a majority-class task may legitimately be answered mostly one way)."""
+    if len(pred) == 0:
+        return None
+    classes, counts = np.unique(pred, return_counts=True)
+    top = int(classes[counts.argmax()])
+    predicted = float(counts.max() / len(pred))
+    label = float((gold == top).mean())
+    if predicted >= COLLAPSE_PREDICTED_SHARE and label < COLLAPSE_LABEL_SHARE:
+        return {"class": top, "predicted_share": round(predicted, 4), "label_share": round(label, 4)}
+    return None
+
+
+@dataclass
+class RunScore:
+    """One fine-tune's outcome per evaluation split: accuracy, and the collapse finding where it collapsed."""
+
+    accuracy: dict[str, float]
+    collapsed: dict[str, dict[str, Any]]
+
+
 class BestOnDev(TrainerCallback):
     """Dev-based checkpoint selection (the Trainer's `load_best_model_at_end` with dev accuracy as the metric):
     scores the dev split at `at_steps` and keeps a copy of the best weights (ties: the later step). Our own
@@ -262,9 +289,9 @@ def dev_eval_steps(total: int, n: int) -> set[int]:
 
 
 def fine_tune_once(arms: Arms, arm: str, tok, train: Encoded, evals: dict[str, Encoded], lr: float, seed: int,
-                   ft: FinetuneConfig, out_dir: Path, label_ids, save_model: bool = False) -> dict[str, float]:
-    """One Trainer run; returns accuracy on each of `evals`. With `finetune.dev_evals` > 0 the weights scored
-    best on `evals["dev"]` are the ones evaluated (and saved)."""
+                   ft: FinetuneConfig, out_dir: Path, label_ids, save_model: bool = False) -> RunScore:
+    """One Trainer run; returns accuracy on each of `evals` and which of them it collapsed on. With
+    `finetune.dev_evals` > 0 the weights scored best on `evals["dev"]` are the ones evaluated (and saved)."""
     steps = planned_steps(len(train.features), ft)  # the same count as epochs give, or min_steps
     args = TrainingArguments(
         output_dir=str(out_dir), learning_rate=lr, num_train_epochs=ft.epochs, max_steps=steps,
@@ -284,16 +311,22 @@ def fine_tune_once(arms: Arms, arm: str, tok, train: Encoded, evals: dict[str, E
     model = trainer.model
     if select is not None and select.weights is not None:
         model.load_state_dict(select.weights)
-    out = {name: float((_predict(model, tok, enc, ft, arms.text_to_text, label_ids) == enc.gold).mean())
-           for name, enc in evals.items()}
+    out, collapsed = {}, {}
+    for name, enc in evals.items():
+        pred = _predict(model, tok, enc, ft, arms.text_to_text, label_ids)
+        out[name] = float((pred == enc.gold).mean())
+        if (c := collapse(pred, enc.gold)) is not None:
+            collapsed[name] = c
     if save_model:
         trainer.save_model(str(out_dir))
         tok.save_pretrained(str(out_dir))
     record: dict[str, Any] = {"arm": arm, "lr": lr, "seed": seed, "accuracy": out, "steps": trainer.state.global_step}
+    if collapsed:
+        record["collapsed"] = collapsed
     if select is not None:
         record.update(best_dev_step=select.best_step, dev_accuracy_by_step=select.by_step)
     (out_dir / "result.json").write_text(json.dumps(record, indent=1))
-    return out
+    return RunScore(out, collapsed)
 
 
 # --- probe -------------------------------------------------------------------------------------------------
@@ -315,6 +348,28 @@ def _pooled(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig) -> np
     return feats / counts
 
 
+# A body whose last-layer token states all point the same way (mean pairwise cosine above this) ignores its input:
+# what a pretraining run stuck on its prior produces (an ELECTRA discriminator at the replaced-fraction entropy,
+# a T5 encoder on the unigram plateau). Fine-tunes from it start from a constant and tend to collapse.
+DEGENERATE_TOKEN_COSINE = 0.95
+
+
+def token_cosine(body: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig, n_tokens: int = 512,
+                 seed: int = 0) -> float:
+    """Mean pairwise cosine similarity of the body's last-layer states over `n_tokens` real tokens drawn from the
+    first examples of `enc`: near 1 when every token maps to the same vector (random init: ~0.3-0.4)."""
+    collate = Collator(tok.pad_token_id)
+    body.eval()
+    batch = collate(enc.features[: ft.eval_batch_size])
+    with torch.no_grad():
+        h = body(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    states = h[batch["attention_mask"].bool()].float()
+    pick = torch.randperm(len(states), generator=torch.Generator().manual_seed(seed))[:n_tokens]
+    x = torch.nn.functional.normalize(states[pick], dim=-1)
+    n = len(x)
+    return float(((x @ x.T).sum() - n) / max(1, n * n - n))
+
+
 def probe(arms: Arms, arm: str, tok, train: Encoded, test: Encoded, ft: FinetuneConfig, seed: int) -> float:
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -329,8 +384,43 @@ def probe(arms: Arms, arm: str, tok, train: Encoded, test: Encoded, ft: Finetune
 
 
 # --- the comparison ----------------------------------------------------------------------------------------
-def _stats(xs: list[float]) -> dict[str, float]:
+def _stats(xs: list[float]) -> dict[str, Any]:
+    """Mean ± sd of the kept runs (None when no run is kept)."""
+    if not xs:
+        return {"mean": None, "sd": None, "values": []}
     return {"mean": statistics.fmean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0, "values": xs}
+
+
+def pick_lr(grid: list[float], dev_acc: dict[float, float], dev_collapsed: dict[float, bool]) -> float:
+    """The dev-best LR: a run that collapsed on dev is never preferred to one that did not; ties: the first."""
+    return max(grid, key=lambda x: (not dev_collapsed.get(x, False), dev_acc[x], -grid.index(x)))
+
+
+def aggregate_seeds(test_by_seed: dict[int, float], collapsed_by_seed: dict[int, dict[str, Any] | None]) -> dict:
+    """One arm's test figures over seeds: collapsed runs are listed by seed and kept out of the mean and sd."""
+    kept = [acc for seed, acc in test_by_seed.items() if not collapsed_by_seed.get(seed)]
+    out: dict[str, Any] = {"test_accuracy": _stats(kept)}
+    bad = {str(seed): c for seed, c in collapsed_by_seed.items() if c}
+    if bad:
+        out["collapsed"] = bad
+        out["collapsed_accuracy"] = {str(seed): test_by_seed[seed] for seed in collapsed_by_seed
+                                     if collapsed_by_seed[seed]}
+    return out
+
+
+def compare_arms(result: dict[str, Any], probe_on: bool) -> None:
+    """Margin and Welch p over the kept runs of both arms; a task with any collapsed run says so
+    (`collapsed`: the arms concerned), and gets no margin when an arm has no kept run."""
+    arms = result["arms"]
+    result["collapsed"] = sorted(a for a, e in arms.items() if e.get("collapsed"))
+    if not {"pretrained", "random"} <= set(arms):
+        return
+    pre, rnd = arms["pretrained"]["test_accuracy"], arms["random"]["test_accuracy"]
+    if pre["mean"] is not None and rnd["mean"] is not None:
+        result["margin"] = pre["mean"] - rnd["mean"]
+        result["p_value"] = _welch_p(pre["values"], rnd["values"])
+    if probe_on:
+        result["probe_margin"] = arms["pretrained"]["probe_accuracy"] - arms["random"]["probe_accuracy"]
 
 
 def _welch_p(a: list[float], b: list[float]) -> float | None:
@@ -371,22 +461,26 @@ def _evaluate_arm(ft: FinetuneConfig, task: PreparedTask, arm: str, tok, out_dir
     the probe. Self-contained (picklable arguments), so arms can run in worker processes."""
     arms, enc, label_ids = task.arms, task.enc, task.label_ids
     seed0 = ft.seeds[0]
-    dev_acc: dict[float, float] = {}
-    test_acc: dict[float, float] = {}  # scored now, read only for the LR the dev split picks
+    runs: dict[float, RunScore] = {}  # test scored now, read only for the LR the dev split picks
     for lr in ft.lr_grid:  # the LR is chosen on dev with the first seed; the test split is not consulted
-        acc = fine_tune_once(arms, arm, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, lr, seed0, ft,
-                             out_dir / arm / f"lr{lr:g}-seed{seed0}", label_ids)
-        dev_acc[lr], test_acc[lr] = acc["dev"], acc["test"]
-        log(f"[transfer] {name} {arm:<10} lr {lr:g} seed {seed0}: dev {acc['dev']:.3f}")
-    best = max(ft.lr_grid, key=lambda x: (dev_acc[x], -ft.lr_grid.index(x)))  # ties: the first in the grid
-    test_by_seed = {seed0: test_acc[best]}
+        runs[lr] = fine_tune_once(arms, arm, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, lr, seed0,
+                                  ft, out_dir / arm / f"lr{lr:g}-seed{seed0}", label_ids)
+        log(f"[transfer] {name} {arm:<10} lr {lr:g} seed {seed0}: dev {runs[lr].accuracy['dev']:.3f}"
+            + (" COLLAPSED (one class)" if "dev" in runs[lr].collapsed else ""))
+    dev_acc = {lr: r.accuracy["dev"] for lr, r in runs.items()}
+    best = pick_lr(ft.lr_grid, dev_acc, {lr: "dev" in r.collapsed for lr, r in runs.items()})
+    test_by_seed = {seed0: runs[best].accuracy["test"]}
+    collapsed_by_seed = {seed0: runs[best].collapsed.get("test")}
     for seed in ft.seeds[1:]:
-        acc = fine_tune_once(arms, arm, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, best, seed, ft,
-                             out_dir / arm / f"lr{best:g}-seed{seed}", label_ids)
-        test_by_seed[seed] = acc["test"]
-    accs = [test_by_seed[s] for s in ft.seeds]
+        r = fine_tune_once(arms, arm, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, best, seed, ft,
+                           out_dir / arm / f"lr{best:g}-seed{seed}", label_ids)
+        test_by_seed[seed], collapsed_by_seed[seed] = r.accuracy["test"], r.collapsed.get("test")
     entry: dict[str, Any] = {"lr": best, "dev_accuracy_by_lr": {f"{k:g}": v for k, v in dev_acc.items()},
-                             "test_accuracy": _stats(accs), "steps": planned_steps(len(enc["train"].features), ft)}
+                             **aggregate_seeds(test_by_seed, collapsed_by_seed),
+                             "steps": planned_steps(len(enc["train"].features), ft)}
+    dev_collapsed = [f"{lr:g}" for lr, r in runs.items() if "dev" in r.collapsed]
+    if dev_collapsed:
+        entry["dev_collapsed_lrs"] = dev_collapsed
     if len(ft.lr_grid) >= 3:  # with two points every pick is an edge: the flag would say nothing
         entry["lr_at_grid_edge"] = best in (min(ft.lr_grid), max(ft.lr_grid))
         if entry["lr_at_grid_edge"]:
@@ -394,10 +488,25 @@ def _evaluate_arm(ft: FinetuneConfig, task: PreparedTask, arm: str, tok, out_dir
                 f"{ft.lr_grid}; the best LR may lie outside the grid")
     if ft.probe:
         entry["probe_accuracy"] = probe(arms, arm, tok, enc["train"], enc["test"], ft, seed0)
-    log(f"[transfer] {name} {arm:<10} lr {best:g}: test {entry['test_accuracy']['mean']:.3f} ± "
-        f"{entry['test_accuracy']['sd']:.3f} over seeds {ft.seeds}"
+    set_seed(seed0)
+    entry["token_cosine"] = round(token_cosine(arms.encoder(arm), tok, enc["train"], ft), 4)
+    if entry["token_cosine"] > DEGENERATE_TOKEN_COSINE:
+        log(f"[transfer] {name} {arm} warning: the {arm} body's token states are nearly identical (mean cosine "
+            f"{entry['token_cosine']:.3f}): it ignores its input, so pretraining collapsed; fine-tunes start "
+            "from a constant")
+    log(f"[transfer] {name} {arm:<10} lr {best:g}: test {_accuracy_text(entry)} over seeds {ft.seeds}"
         + (f", probe {entry['probe_accuracy']:.3f}" if ft.probe else ""))
     return entry
+
+
+def _accuracy_text(entry: dict[str, Any]) -> str:
+    """'0.812 ± 0.010', with the collapsed seeds named (kept out of the mean), or 'collapsed' for every seed."""
+    t = entry["test_accuracy"]
+    bad = entry.get("collapsed", {})
+    if t["mean"] is None:
+        return f"collapsed (every seed: {', '.join(bad)})"
+    txt = f"{t['mean']:.3f} ± {t['sd']:.3f}"
+    return txt + (f" (collapsed seeds {', '.join(bad)} left out)" if bad else "")
 
 
 def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path, log=_log) -> dict[str, Any]:
@@ -421,12 +530,7 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
     else:
         entries = [_evaluate_arm(*job, log=log) for job in jobs]
     result["arms"] = dict(zip(ft.arms, entries, strict=True))
-    if {"pretrained", "random"} <= set(result["arms"]):
-        pre, rnd = result["arms"]["pretrained"], result["arms"]["random"]
-        result["margin"] = pre["test_accuracy"]["mean"] - rnd["test_accuracy"]["mean"]
-        result["p_value"] = _welch_p(pre["test_accuracy"]["values"], rnd["test_accuracy"]["values"])
-        if ft.probe:
-            result["probe_margin"] = pre["probe_accuracy"] - rnd["probe_accuracy"]
+    compare_arms(result, ft.probe)
     result["seconds"] = round(time.time() - t0, 1)
     return result
 
@@ -465,7 +569,9 @@ def _to_tensorboard(folder: Path, results: list[dict[str, Any]]) -> None:
     w = SummaryWriter(str(folder))
     for r in results:
         for arm, e in r["arms"].items():
-            w.add_scalar(f"transfer/{r['task']}/{arm}/test_accuracy", e["test_accuracy"]["mean"], 0)
+            if e["test_accuracy"]["mean"] is not None:
+                w.add_scalar(f"transfer/{r['task']}/{arm}/test_accuracy", e["test_accuracy"]["mean"], 0)
+            w.add_scalar(f"transfer/{r['task']}/{arm}/collapsed_runs", len(e.get("collapsed", {})), 0)
             if "probe_accuracy" in e:
                 w.add_scalar(f"transfer/{r['task']}/{arm}/probe_accuracy", e["probe_accuracy"], 0)
         if "margin" in r:
@@ -479,10 +585,16 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"{name}: {r['splits']['train']} train / {r['splits']['dev']} dev / {r['splits']['test']} test "
                      f"({len(r['labels'])} labels; {r['origin']})")
         for arm, e in r["arms"].items():
-            t = e["test_accuracy"]
+            n = len(e["test_accuracy"]["values"]) + len(e.get("collapsed", {}))
             probe_txt = f"   probe {e['probe_accuracy']:.3f}" if "probe_accuracy" in e else ""
-            lines.append(f"  {arm:<10} {t['mean']:.3f} ± {t['sd']:.3f}  (lr {e['lr']:g}, {len(t['values'])} seeds)"
-                         f"{probe_txt}")
+            lines.append(f"  {arm:<10} {_accuracy_text(e)}  (lr {e['lr']:g}, {n} seeds){probe_txt}")
+        for arm, e in r["arms"].items():
+            if e.get("token_cosine", 0.0) > DEGENERATE_TOKEN_COSINE:
+                lines.append(f"  DEGENERATE {arm} body: token states' mean cosine {e['token_cosine']:.3f} (it ignores "
+                             "its input)")
+        if r.get("collapsed"):
+            lines.append(f"  COLLAPSED  {', '.join(r['collapsed'])}: a run predicted one class for >= "
+                         f"{COLLAPSE_PREDICTED_SHARE:.0%} of the test set; such runs are not in the means")
         if "margin" in r:
             p = r.get("p_value")
             lines.append(f"  margin     {100 * r['margin']:+.1f} points" + (f" (Welch p={p:.3g})" if p is not None else "")

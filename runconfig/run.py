@@ -139,6 +139,9 @@ class RunConfig(Section):
         for key, value in fam.objective_defaults.items():
             if key not in self.objective.model_fields_set:
                 setattr(self.objective, key, value)  # the family's default (validated on assignment)
+        for key, value in fam.finetune_defaults.items():
+            if key not in self.finetune.model_fields_set:
+                setattr(self.finetune, key, value)  # the family's fine-tune recipe (validated on assignment)
         for check in (fam.validate, obj.validate):
             if check is not None:
                 check(self)

@@ -101,9 +101,13 @@ def test_finetune_and_transfer_every_family(tmp_path, preset):
         assert (tmp_path / "ft" / "t" / "pretrained" / f"seed{seed}" / "config.json").is_file()
     report = run_transfer(cfg, export, tmp_path / "tr", log=lambda *_: None)
     r = report["tasks"]["t"]
-    assert set(r["arms"]) == {"pretrained", "random"} and "margin" in r and "probe_margin" in r
-    assert len(r["arms"]["random"]["test_accuracy"]["values"]) == 2
-    assert json.loads((export / "transfer.json").read_text())["tasks"]["t"]["margin"] == r["margin"]
+    assert set(r["arms"]) == {"pretrained", "random"} and "probe_margin" in r
+    # ~14 steps of a tiny model: a run may collapse to one class; it is then named, not averaged (test_collapse)
+    for arm, e in r["arms"].items():
+        assert len(e["test_accuracy"]["values"]) + len(e.get("collapsed", {})) == 2
+        assert (arm in r["collapsed"]) == bool(e.get("collapsed"))
+    assert ("margin" in r) == all(e["test_accuracy"]["values"] for e in r["arms"].values())
+    assert json.loads((export / "transfer.json").read_text())["tasks"]["t"] == json.loads(json.dumps(r))
 
 
 @pytest.mark.integration  # two worker processes, the whole transfer protocol twice: ~100 s under load
