@@ -257,6 +257,7 @@ class RunScore:
 
     accuracy: dict[str, float]
     collapsed: dict[str, dict[str, Any]]
+    steps: int  # optimizer steps taken (fewer than planned where early stopping ended the run)
 
 
 class BestOnDev(TrainerCallback):
@@ -265,21 +266,28 @@ class BestOnDev(TrainerCallback):
     callback because the Trainer's evaluation loop scores windows, not examples, and cannot rank label strings
     for text-to-text; the copy is held in memory rather than as checkpoint folders (small models, many runs)."""
 
-    def __init__(self, score: Callable[[torch.nn.Module], float], at_steps: set[int]):
+    def __init__(self, score: Callable[[torch.nn.Module], float], at_steps: set[int], patience: int = 0):
         self.score = score
         self.at_steps = at_steps
+        self.patience = patience  # > 0: stop after this many scores in a row without a new best (early stopping)
         self.best: float = -1.0
         self.best_step = 0
         self.by_step: dict[int, float] = {}
         self.weights: dict[str, torch.Tensor] | None = None
+        self.stale = 0  # scores since the last strict improvement
+        self.stopped_at: int | None = None
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step in self.at_steps:
             acc = self.score(model)  # _predict puts the model in eval mode; the Trainer sets train() every step
             self.by_step[state.global_step] = acc
+            self.stale = 0 if acc > self.best else self.stale + 1
             if acc >= self.best:
                 self.best, self.best_step = acc, state.global_step
                 self.weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            if self.patience and self.stale >= self.patience:
+                control.should_training_stop = True
+                self.stopped_at = state.global_step
         return control
 
 
@@ -304,7 +312,7 @@ def fine_tune_once(arms: Arms, arm: str, tok, train: Encoded, evals: dict[str, E
     if ft.dev_evals > 0 and "dev" in evals and len(evals["dev"].gold):
         dev = evals["dev"]
         select = BestOnDev(lambda m: float((_predict(m, tok, dev, ft, arms.text_to_text, label_ids) == dev.gold)
-                                           .mean()), dev_eval_steps(steps, ft.dev_evals))
+                                           .mean()), dev_eval_steps(steps, ft.dev_evals), ft.early_stopping_patience)
     trainer = Trainer(model_init=lambda: arms.build(arm), args=args, train_dataset=_ListDataset(train.features),
                       data_collator=Collator(tok.pad_token_id), callbacks=[select] if select else None)
     trainer.train()
@@ -320,13 +328,14 @@ def fine_tune_once(arms: Arms, arm: str, tok, train: Encoded, evals: dict[str, E
     if save_model:
         trainer.save_model(str(out_dir))
         tok.save_pretrained(str(out_dir))
-    record: dict[str, Any] = {"arm": arm, "lr": lr, "seed": seed, "accuracy": out, "steps": trainer.state.global_step}
+    record: dict[str, Any] = {"arm": arm, "lr": lr, "seed": seed, "accuracy": out, "steps": trainer.state.global_step,
+                              "planned_steps": steps}
     if collapsed:
         record["collapsed"] = collapsed
     if select is not None:
         record.update(best_dev_step=select.best_step, dev_accuracy_by_step=select.by_step)
     (out_dir / "result.json").write_text(json.dumps(record, indent=1))
-    return RunScore(out, collapsed)
+    return RunScore(out, collapsed, trainer.state.global_step)
 
 
 # --- probe -------------------------------------------------------------------------------------------------
@@ -470,14 +479,17 @@ def _evaluate_arm(ft: FinetuneConfig, task: PreparedTask, arm: str, tok, out_dir
     dev_acc = {lr: r.accuracy["dev"] for lr, r in runs.items()}
     best = pick_lr(ft.lr_grid, dev_acc, {lr: "dev" in r.collapsed for lr, r in runs.items()})
     test_by_seed = {seed0: runs[best].accuracy["test"]}
+    steps_by_seed = {seed0: runs[best].steps}
     collapsed_by_seed = {seed0: runs[best].collapsed.get("test")}
     for seed in ft.seeds[1:]:
         r = fine_tune_once(arms, arm, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, best, seed, ft,
                            out_dir / arm / f"lr{best:g}-seed{seed}", label_ids)
         test_by_seed[seed], collapsed_by_seed[seed] = r.accuracy["test"], r.collapsed.get("test")
+        steps_by_seed[seed] = r.steps
     entry: dict[str, Any] = {"lr": best, "dev_accuracy_by_lr": {f"{k:g}": v for k, v in dev_acc.items()},
                              **aggregate_seeds(test_by_seed, collapsed_by_seed),
-                             "steps": planned_steps(len(enc["train"].features), ft)}
+                             "steps": planned_steps(len(enc["train"].features), ft),
+                             "steps_by_seed": {str(k): v for k, v in steps_by_seed.items()}}
     dev_collapsed = [f"{lr:g}" for lr, r in runs.items() if "dev" in r.collapsed]
     if dev_collapsed:
         entry["dev_collapsed_lrs"] = dev_collapsed
@@ -494,9 +506,16 @@ def _evaluate_arm(ft: FinetuneConfig, task: PreparedTask, arm: str, tok, out_dir
         log(f"[transfer] {name} {arm} warning: the {arm} body's token states are nearly identical (mean cosine "
             f"{entry['token_cosine']:.3f}): it ignores its input, so pretraining collapsed; fine-tunes start "
             "from a constant")
-    log(f"[transfer] {name} {arm:<10} lr {best:g}: test {_accuracy_text(entry)} over seeds {ft.seeds}"
+    log(f"[transfer] {name} {arm:<10} lr {best:g}: test {_accuracy_text(entry)} over seeds {ft.seeds} "
+        f"({_steps_text(entry)})"
         + (f", probe {entry['probe_accuracy']:.3f}" if ft.probe else ""))
     return entry
+
+
+def _steps_text(entry: dict[str, Any]) -> str:
+    """The optimizer steps each seed's run took ('60 steps', or '60/72/64 steps' where early stopping differed)."""
+    steps = list(entry.get("steps_by_seed", {}).values()) or [entry.get("steps")]
+    return f"{steps[0]} steps" if len(set(steps)) == 1 else f"{'/'.join(map(str, steps))} steps"
 
 
 def _accuracy_text(entry: dict[str, Any]) -> str:
@@ -587,7 +606,8 @@ def format_report(report: dict[str, Any]) -> str:
         for arm, e in r["arms"].items():
             n = len(e["test_accuracy"]["values"]) + len(e.get("collapsed", {}))
             probe_txt = f"   probe {e['probe_accuracy']:.3f}" if "probe_accuracy" in e else ""
-            lines.append(f"  {arm:<10} {_accuracy_text(e)}  (lr {e['lr']:g}, {n} seeds){probe_txt}")
+            lines.append(f"  {arm:<10} {_accuracy_text(e)}  (lr {e['lr']:g}, {n} seeds, {_steps_text(e)})"
+                         f"{probe_txt}")
         for arm, e in r["arms"].items():
             if e.get("token_cosine", 0.0) > DEGENERATE_TOKEN_COSINE:
                 lines.append(f"  DEGENERATE {arm} body: token states' mean cosine {e['token_cosine']:.3f} (it ignores "

@@ -80,6 +80,10 @@ class FinetuneConfig(Section):
     # Dev-based checkpoint selection (the HF Trainer's load_best_model_at_end, metric: dev accuracy): each run scores
     # its dev split at `dev_evals` evenly spaced steps and keeps the best weights; 0 = the weights of the last step.
     dev_evals: int = Field(0, ge=0)
+    # Early stopping on dev (the HF Trainer's EarlyStoppingCallback): a run ends once this many dev scores in a
+    # row bring no new best, and keeps its best-on-dev weights; needs dev_evals. 0 = every run takes all its steps.
+    # Each arm then trains until its own dev accuracy stops rising (a random init is not cut short).
+    early_stopping_patience: int = Field(0, ge=0)
     probe: bool = True  # frozen-feature probe: mean-pooled last hidden state -> logistic regression
     arms: list[Arm] = Field(default_factory=lambda: list(ARMS), min_length=1)
     eval_batch_size: int = Field(64, gt=0)
@@ -127,6 +131,9 @@ class FinetuneConfig(Section):
         names = [t.name for t in self.tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"finetune.tasks: duplicate task names {names}")
+        if self.early_stopping_patience and not self.dev_evals:
+            raise ValueError("finetune.early_stopping_patience needs finetune.dev_evals > 0 (the dev scores it "
+                             "watches)")
         if isinstance(self.max_length, int) and self.max_length < 8:
             raise ValueError(f"finetune.max_length ({self.max_length}) must be >= 8")
         return self

@@ -341,3 +341,50 @@ def test_dev_based_checkpoint_selection_keeps_the_best_dev_weights(tmp_path):
     assert last["accuracy_by_seed"][0]["dev"] == pytest.approx(by_step[steps])  # same seed: same last-step weights
     with pytest.raises(ConfigError, match="finetune.dev_evals"):
         load_config("configs/gpt2-tiny.yaml", ["finetune.dev_evals=-1"])
+
+
+def test_early_stopping_on_dev_stops_each_run_when_dev_stops_improving(tmp_path):
+    """`finetune.early_stopping_patience=P` (with dev_evals) ends a run once P dev scores in a row bring no
+    improvement, as the HF Trainer's EarlyStoppingCallback does, and keeps the best-on-dev weights: each arm is
+    trained until its own dev accuracy stops rising, so a random-init arm is not cut short where a pretrained one
+    has converged. Every run records the steps it took, and the transfer report prints them per arm."""
+    from pretrain.transfer import BestOnDev, format_report
+
+    class _Control:
+        should_training_stop = False
+
+    class _State:
+        global_step = 0
+
+    scores = iter([0.5, 0.6, 0.6, 0.55, 0.7])
+    cb = BestOnDev(lambda m: next(scores), at_steps={1, 2, 3, 4, 5}, patience=2)
+    control, state = _Control(), _State()
+    model = torch.nn.Linear(2, 2)
+    for step in (1, 2, 3, 4, 5):
+        state.global_step = step
+        cb.on_step_end(None, state, control, model=model)
+        if control.should_training_stop:
+            break
+    # 0.6 at step 3 ties the best (kept: ties take the later step) but is no improvement; 0.55 neither: stop
+    assert state.global_step == 4 and cb.best_step == 3
+    assert cb.stopped_at == 4
+
+    rows = _labelled_rows(per_label=8, chars=300)
+    export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
+    folder = str(_labelled_folder(tmp_path, rows))
+    ov = [*overrides, "finetune.seeds=[0]", "finetune.probe=false", "finetune.batch_size=4", "finetune.arms=[random]",
+          "finetune.min_steps=40", "finetune.dev_evals=20", "finetune.early_stopping_patience=1"]
+    finetune(_task_cfg("gpt2-tiny", ov, train=folder), export, "random", tmp_path / "es", log=lambda *_: None)
+    run = json.loads((tmp_path / "es" / "t" / "random" / "seed0" / "result.json").read_text())
+    by_step = {int(k): v for k, v in run["dev_accuracy_by_step"].items()}
+    assert run["steps"] == max(by_step) and run["planned_steps"] == 40
+    if run["steps"] < 40:  # stopped early: the last dev score was not a new best
+        assert by_step[run["steps"]] <= max(v for k, v in by_step.items() if k < run["steps"])
+    report = {"tasks": {"t": {"splits": {"train": 1, "dev": 1, "test": 1}, "labels": ["a", "b"], "origin": "x",
+                              "arms": {arm: {"test_accuracy": {"mean": 0.5, "sd": 0.0, "values": [0.5]}, "lr": 1e-3,
+                                             "steps_by_seed": {"0": n}}
+                                       for arm, n in (("pretrained", 60), ("random", 140))}}}}
+    text = format_report(report)
+    assert "60 steps" in text and "140 steps" in text
+    with pytest.raises(ConfigError, match="finetune.early_stopping_patience"):
+        load_config("configs/gpt2-tiny.yaml", ["finetune.early_stopping_patience=2"])  # needs dev_evals
