@@ -153,6 +153,18 @@ class Report:
         self.verdicts.append(v)
         return ok
 
+    def within(self, name: str, ours: float, peer: float, diff: float, tolerance: float, *,
+               also: bool = True) -> bool:  # fmt: skip
+        """VERDICT for two figures that must agree within a measured tolerance (objective parity: held-out losses
+        within seed noise): passes when |ours - peer| <= tolerance and `also` (a further condition the script
+        prints on its own line); diff and tolerance are printed."""
+        ok = diff <= tolerance and also
+        v = (f"VERDICT {name}: ours={ours:.4f} peer={peer:.4f} diff={diff:.4f} tolerance={tolerance:.4f} "
+             f"{'pass' if ok else 'fail'}")
+        print(v, flush=True)
+        self.verdicts.append(v)
+        return ok
+
     def failed(self) -> bool:
         return any(v.endswith(" fail") for v in self.verdicts)
 
