@@ -104,3 +104,21 @@ def test_our_objective_matches_its_reference(objective):
 @pytest.mark.parametrize("objective", op.OBJECTIVES)
 def test_a_sabotaged_objective_fails(objective, sabotage):
     assert _run(objective, "--sabotage", sabotage) == {objective: "fail"}
+
+
+@pytest.mark.timeout(60)
+def test_alignment_check_accepts_the_reference_and_rejects_shifted_labels():
+    tok = _t5_tokenizer()
+    raw, target = t5_lengths(128)
+    samples = [{"input_ids": r} for r in np.random.default_rng(2).integers(3, 203, size=(3, raw))]
+    batch = op.ReferenceT5Collator(tok, 0.15, 3.0, 128, target, seed=4)(samples)
+    sent = {tok.convert_tokens_to_ids(f"<extra_id_{k}>"): k for k in range(100)}
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    assert op.aligned_rows("span_corruption", batch, samples, pad, sent, eos) == 3
+    assert op.aligned_rows("span_corruption", op.shift_labels(batch, pad), samples, pad, sent, eos) == 0
+    # MLM: labels are the sample's own tokens at the labelled positions
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    mlm = {"input_ids": ids.clone(), "labels": torch.tensor([[-100, 6, -100, 8], [9, -100, -100, -100]])}
+    rows = [{"input_ids": r.numpy()} for r in ids]
+    assert op.aligned_rows("mlm", mlm, rows, 0, {}, 1) == 2
+    assert op.aligned_rows("mlm", op.shift_labels(mlm, None), rows, 0, {}, 1) == 0
