@@ -297,9 +297,9 @@ def reference_collator(s: Setup, seed: int) -> Callable[[list[dict]], dict]:
 def build(s: Setup, seed: int) -> Any:
     import torch
 
-    from data_pipeline.objectives import prepare_model, wrap_model
     from pretrain.models import build_model
 
+    prepare_model, wrap_model = C.objective_model_side()
     torch.manual_seed(seed)
     model = build_model(s.cfg.model, s.tokenizer, s.cfg.packing.seq_len)
     prepare_model(s.cfg, model)
