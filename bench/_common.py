@@ -153,6 +153,18 @@ class Report:
         self.verdicts.append(v)
         return ok
 
+    def within(self, name: str, ours: float, peer: float, diff: float, tolerance: float, *,
+               also: bool = True) -> bool:  # fmt: skip
+        """VERDICT for two figures that must agree within a measured tolerance (objective parity: held-out losses
+        within seed noise): passes when |ours - peer| <= tolerance and `also` (a further condition the script
+        prints on its own line); diff and tolerance are printed."""
+        ok = diff <= tolerance and also
+        v = (f"VERDICT {name}: ours={ours:.4f} peer={peer:.4f} diff={diff:.4f} tolerance={tolerance:.4f} "
+             f"{'pass' if ok else 'fail'}")
+        print(v, flush=True)
+        self.verdicts.append(v)
+        return ok
+
     def failed(self) -> bool:
         return any(v.endswith(" fail") for v in self.verdicts)
 
@@ -182,6 +194,16 @@ def child_env(threads: int = 1, accelerator: str = "cpu") -> dict[str, str]:
            "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}  # fmt: skip
     return env
+
+
+def objective_model_side() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(prepare_model, wrap_model): the objectives' model side, in `pretrain.objectives` where the objectives are
+    split into a data and a model half, else in `data_pipeline.objectives` (the bench runs on either layout)."""
+    try:
+        from pretrain.objectives import prepare_model, wrap_model
+    except ModuleNotFoundError:
+        from data_pipeline.objectives import prepare_model, wrap_model
+    return prepare_model, wrap_model
 
 
 def ensure_bbc() -> None:
