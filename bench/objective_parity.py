@@ -298,8 +298,7 @@ def build(s: Setup, seed: int) -> Any:
     import torch
 
     from pretrain.models import build_model
-
-    prepare_model, wrap_model = C.objective_model_side()
+    from pretrain.objectives import prepare_model, wrap_model
     torch.manual_seed(seed)
     model = build_model(s.cfg.model, s.tokenizer, s.cfg.packing.seq_len)
     prepare_model(s.cfg, model)

@@ -90,10 +90,8 @@ def peer_worker(argv: list[str]) -> None:
     from data_pipeline.loader import PretrainLoader
     from data_pipeline.objectives import build_collator
     from pretrain.models import build_model
-    from pretrain.objectives import prepare_model
+    from pretrain.objectives import prepare_model, wrap_model
     from runconfig import load_config
-
-    prepare_model, wrap_model = C.objective_model_side()
     torch.set_num_threads(a.threads)
     cfg = load_config(a.config, a.overrides)
     torch.manual_seed(cfg.run.seed)
