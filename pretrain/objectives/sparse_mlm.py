@@ -10,6 +10,7 @@ without labels (parity, export checks, feature extraction) takes the original de
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
@@ -18,20 +19,21 @@ from transformers.modeling_outputs import MaskedLMOutput
 IGNORE = -100
 
 
+def _sparse_forward(self: Any, input_ids=None, attention_mask=None, labels=None, **kwargs):
+    """The body, then the head on the labelled positions only; without labels, the class's dense forward."""
+    if labels is None or kwargs.get("return_dict") is False:
+        return type(self).forward(self, input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
+    hidden = self.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+    labels = labels.to(hidden.device)
+    keep = labels.reshape(-1) != IGNORE
+    logits = getattr(self, self._sparse_head)(hidden.reshape(-1, hidden.shape[-1])[keep])
+    loss = torch.nn.functional.cross_entropy(logits.float(), labels.reshape(-1)[keep])
+    return MaskedLMOutput(loss=loss, logits=logits)
+
+
 def enable_sparse_prediction(model: Any, head_name: str) -> None:
     """Route labelled forwards of `model` (an HF *ForMaskedLM with `base_model` and the head `head_name`) through
-    the body, then the head on the labelled positions only."""
-    dense_forward = model.forward
-    head = getattr(model, head_name)
-
-    def forward(input_ids=None, attention_mask=None, labels=None, **kwargs):
-        if labels is None or kwargs.get("return_dict") is False:
-            return dense_forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
-        hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
-        labels = labels.to(hidden.device)
-        keep = labels.reshape(-1) != IGNORE
-        logits = head(hidden.reshape(-1, hidden.shape[-1])[keep])
-        loss = torch.nn.functional.cross_entropy(logits.float(), labels.reshape(-1)[keep])
-        return MaskedLMOutput(loss=loss, logits=logits)
-
-    model.forward = forward
+    the body, then the head on the labelled positions only. A method bound to the instance, not a closure over it,
+    so `copy.deepcopy(model)` gets a forward bound to the copy."""
+    model._sparse_head = head_name
+    model.forward = types.MethodType(_sparse_forward, model)

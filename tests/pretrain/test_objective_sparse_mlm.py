@@ -73,3 +73,24 @@ def test_sparse_prediction_is_the_same_objective():
 def test_sparse_prediction_key_is_validated():
     with pytest.raises(ConfigError, match="objective.sparse_prediction"):
         load_config("configs/roberta-tiny.yaml", ["objective.sparse_prediction=maybe"])
+
+
+def test_a_deep_copy_runs_its_own_weights():
+    """copy.deepcopy of a model with sparse prediction (an EMA or reference copy, a bench's second arm) trains and
+    predicts with the copy's weights, not the original's: the replaced forward is bound to its model."""
+    import copy
+
+    tok = _tokenizer()
+    cfg = _cfg()
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tok, cfg.packing.seq_len).eval()
+    prepare_model(cfg, model)
+    batch = _batch(tok)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(0.5)
+        ours, theirs = model(**batch).loss, twin(**batch).loss
+        dense = type(twin).forward(twin, **batch).loss
+    assert not torch.allclose(ours, theirs)
+    assert torch.allclose(theirs, dense, atol=1e-5)  # the copy's sparse loss is its own dense loss
