@@ -88,6 +88,7 @@ bench-all:
 # runconfig/ (pyproject.toml [tool.mypy]).
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports
 	$(BIN)/mypy core runconfig
 

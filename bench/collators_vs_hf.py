@@ -71,7 +71,9 @@ class DataCollatorForT5MLM:
         input_ids = batch["input_ids"]
         batch_size, expandend_input_length = input_ids.shape
 
-        mask_indices = np.asarray([self.random_spans_noise_mask(expandend_input_length) for i in range(batch_size)])
+        mask_indices = np.asarray(
+            [self.random_spans_noise_mask(expandend_input_length) for i in range(batch_size)]
+        )
         labels_mask = ~mask_indices
 
         input_ids_sentinel = self.create_sentinel_ids(mask_indices.astype(np.int8))
@@ -128,7 +130,9 @@ class DataCollatorForT5MLM:
         # avoid degeneracy by ensuring positive numbers of noise and nonnoise tokens.
         num_noise_tokens = min(max(num_noise_tokens, 1), length - 1)
         # num_noise_tokens should be less than num_noise_tokens and num_nonnoise_tokens
-        num_noise_spans = int(np.round(min(num_noise_tokens, num_nonnoise_tokens) / self.mean_noise_span_length))
+        num_noise_spans = int(
+            np.round(min(num_noise_tokens, num_nonnoise_tokens) / self.mean_noise_span_length)
+        )
 
         # avoid degeneracy by ensuring positive number of noise spans
         num_noise_spans = max(num_noise_spans, 1)
@@ -187,7 +191,9 @@ def timed(fn, batches, tokens: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32], help="micro-batches, one VERDICT each")
+    ap.add_argument(
+        "--batch-sizes", type=int, nargs="+", default=[8, 16, 32], help="micro-batches, one VERDICT each"
+    )
     ap.add_argument("--tokens", type=int, default=600_000, help="tokens per timed pass")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="2 rounds of 100k tokens (not saved)")
@@ -209,14 +215,18 @@ def main() -> int:
     hf_mlm = DataCollatorForLanguageModeling(tok, mlm=True, mlm_probability=0.15)
     ours_t5 = SpanCorruptionCollator(tok, seed=0, inputs_length=SEQ)
     hf_t5 = DataCollatorForT5MLM(tok, 0.15, 3.0, SEQ, tl, tok.pad_token_id, tok.pad_token_id)
-    rep.line(f"512-token blocks, 1 thread; tokens/s = raw tokens in; a round = one pass over ~{args.tokens:,} tokens")
+    rep.line(
+        f"512-token blocks, 1 thread; tokens/s = raw tokens in; a round = one pass over ~{args.tokens:,} tokens"
+    )
 
     for B in args.batch_sizes:
         NB = max(2, args.tokens // (B * SEQ))
         n = B * NB
         # MLM: RoBERTa FULL-SENTENCES blocks <s> ... </s> of 512 tokens, documents separated by </s>.
         body = blocks(stream, n, SEQ - 2)
-        mlm = np.concatenate([np.full((n, 1), tok.bos_token_id), body, np.full((n, 1), tok.eos_token_id)], axis=1)
+        mlm = np.concatenate(
+            [np.full((n, 1), tok.bos_token_id), body, np.full((n, 1), tok.eos_token_id)], axis=1
+        )
         ours_b = [[{"input_ids": mlm[i], "sample_id": i, "epoch": 0} for i in range(b * B, (b + 1) * B)]
                   for b in range(NB)]  # fmt: skip
         # HF gets its documented fast path: lists from a datasets pipeline, special_tokens_mask precomputed.
@@ -240,7 +250,9 @@ def main() -> int:
         assert tuple(o["labels"].shape) == h["labels"].shape == (B, tl)
         spans_hf = (h["input_ids"] >= len(tok) - 100).sum(1).mean()
         spans_ours = (o["input_ids"] >= len(tok) - 100).sum(1).float().mean()
-        print(f"  t5 check: inputs {SEQ}, targets {tl}; spans per row ours {spans_ours:.1f} HF {spans_hf:.1f}")
+        print(
+            f"  t5 check: inputs {SEQ}, targets {tl}; spans per row ours {spans_ours:.1f} HF {spans_hf:.1f}"
+        )
         rep.compare(f"t5_collator_tokens_per_s_mb{B}", *C.alternate(partial(timed, ours_t5, ours_b, n * raw),
                     partial(timed, hf_t5, hf_b, n * raw), args.rounds), 10.0, unit="tokens/s")  # fmt: skip
     return rep.finish()

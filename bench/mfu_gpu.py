@@ -54,7 +54,10 @@ MODELS = {
     "gpt2_medium": ("gpt2", "gpt2-medium", 1024, 16, 50257, 50304),
     "roberta_base": ("roberta", "roberta-base", 512, 32, 50265, 50272),
 }
-VERDICT_CONFIGS = {("gpt2_medium", 1, "off"): 0.45, ("gpt2_medium", 2, "off"): 0.45}  # (model, zero, ckpt): goal
+VERDICT_CONFIGS = {
+    ("gpt2_medium", 1, "off"): 0.45,
+    ("gpt2_medium", 2, "off"): 0.45,
+}  # (model, zero, ckpt): goal
 SMOKE = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.ffn_size=256"]
 
 
@@ -151,16 +154,29 @@ def run_model(name: str, cfg_path: Path, pad_multiple: int, zero: int, ckpt: str
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=40, help="measured steps (after --warmup)")
-    ap.add_argument("--warmup", type=int, default=10, help="steps excluded from the window; also the log interval")
+    ap.add_argument(
+        "--warmup", type=int, default=10, help="steps excluded from the window; also the log interval"
+    )
     ap.add_argument("--rounds", type=int, default=5, help="runs of each VERDICT configuration")
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--zero", nargs="+", type=int, default=[1, 2], choices=[1, 2])
-    ap.add_argument("--ckpt", nargs="+", default=["off", "on"], choices=["off", "on"], help="activation checkpointing")
+    ap.add_argument(
+        "--ckpt", nargs="+", default=["off", "on"], choices=["off", "on"], help="activation checkpointing"
+    )
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers (loader.num_workers)")
-    ap.add_argument("--peak-tflops", type=float, default=None, help="published bf16 dense peak, if not in the table")
-    ap.add_argument("--time-limit", type=float, default=0, help="seconds: start no run that would end past it "
-                    "(a lent device's per-command limit); VERDICTs from fewer than 5 runs are marked quick")
-    ap.add_argument("--smoke", action="store_true", help="tiny models on CPU: checks the script, not a result")
+    ap.add_argument(
+        "--peak-tflops", type=float, default=None, help="published bf16 dense peak, if not in the table"
+    )
+    ap.add_argument(
+        "--time-limit",
+        type=float,
+        default=0,
+        help="seconds: start no run that would end past it "
+        "(a lent device's per-command limit); VERDICTs from fewer than 5 runs are marked quick",
+    )
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny models on CPU: checks the script, not a result"
+    )
     ap.add_argument("--smoke-bf16", action="store_true", help="with --smoke: bf16 instead of fp32")
     a = ap.parse_args()
     if a.smoke:
@@ -210,8 +226,10 @@ def main() -> int:
                     for _ in range(rounds):
                         spent = time.monotonic() - t_start
                         if a.time_limit and key in mfu and spent + last_wall > a.time_limit:
-                            rep.line(f"[{name} zero{zero} ckpt {ckpt}] --time-limit {a.time_limit:.0f}s: stopped after "
-                                     f"{len(mfu[key])} runs (elapsed {spent:.0f}s, last run {last_wall:.0f}s)")
+                            rep.line(
+                                f"[{name} zero{zero} ckpt {ckpt}] --time-limit {a.time_limit:.0f}s: stopped after "
+                                f"{len(mfu[key])} runs (elapsed {spent:.0f}s, last run {last_wall:.0f}s)"
+                            )
                             break
                         if a.time_limit and key not in mfu and spent > a.time_limit:
                             failed[key] = f"not run: --time-limit {a.time_limit:.0f}s reached"

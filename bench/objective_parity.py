@@ -134,10 +134,15 @@ class ReferenceT5Collator:
         inputs = self._filter(ids, self._sentinel_ids(mask))
         labels = self._filter(ids, self._sentinel_ids(1 - mask))
         if inputs.shape[1] != self.input_length or labels.shape[1] != self.target_length:
-            raise ValueError(f"reference span corruption made {inputs.shape[1]} inputs / {labels.shape[1]} targets, "
-                             f"expected {self.input_length} / {self.target_length}")
-        return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.ones(inputs.shape, dtype=torch.long),
-                "labels": torch.from_numpy(labels)}
+            raise ValueError(
+                f"reference span corruption made {inputs.shape[1]} inputs / {labels.shape[1]} targets, "
+                f"expected {self.input_length} / {self.target_length}"
+            )
+        return {
+            "input_ids": torch.from_numpy(inputs),
+            "attention_mask": torch.ones(inputs.shape, dtype=torch.long),
+            "labels": torch.from_numpy(labels),
+        }
 
 
 def hf_mlm_collator(tokenizer: Any, cfg: Any, seed: int, probability: float) -> Callable[[list[dict]], dict]:
@@ -193,7 +198,8 @@ def shift_labels(batch: dict[str, Any], pad_id: int | None) -> dict[str, Any]:
     if pad_id is not None:
         start = torch.full_like(labels[:, :1], pad_id)
         out["decoder_input_ids"] = torch.cat([start, labels[:, :-1]], dim=1).masked_fill(
-            torch.cat([start, labels[:, :-1]], dim=1) == -100, pad_id)
+            torch.cat([start, labels[:, :-1]], dim=1) == -100, pad_id
+        )
     shifted = torch.full_like(labels, -100)
     shifted[:, 1:] = labels[:, :-1]
     out["labels"] = shifted
@@ -243,7 +249,9 @@ def prepare(objective: str, folder: Path, steps: int, cleaned_from: Path | None)
     def take(split: str, n: int) -> list[list[dict[str, Any]]]:
         out: list[list[dict[str, Any]]] = []
         for b in PretrainLoader(cfg, 0, 1, split=split, collate_fn=lambda x: x):
-            if objective == "span_corruption" and any(np.asarray(s["input_ids"])[-1] == tok.pad_token_id for s in b):
+            if objective == "span_corruption" and any(
+                np.asarray(s["input_ids"])[-1] == tok.pad_token_id for s in b
+            ):
                 continue  # a block cut short at the end of the stream: the reference recipe drops it too
             out.append(b)
             if len(out) == n:
@@ -299,6 +307,7 @@ def build(s: Setup, seed: int) -> Any:
 
     from pretrain.models import build_model
     from pretrain.objectives import prepare_model, wrap_model
+
     torch.manual_seed(seed)
     model = build_model(s.cfg.model, s.tokenizer, s.cfg.packing.seq_len)
     prepare_model(s.cfg, model)
@@ -369,8 +378,14 @@ def aligned_rows(objective: str, batch: dict[str, Any], samples: list[dict[str, 
     return ok
 
 
-def train_and_eval(s: Setup, model: Any, collate: Callable, loss_fn: Callable[[Any, dict], Any],
-                   own_eval: Evaluation, referee: Evaluation) -> Side:
+def train_and_eval(
+    s: Setup,
+    model: Any,
+    collate: Callable,
+    loss_fn: Callable[[Any, dict], Any],
+    own_eval: Evaluation,
+    referee: Evaluation,
+) -> Side:
     """AdamW with the preset's hyper-parameters, linear warm-up over 10% of the steps then linear decay to zero
     (LambdaLR), gradient clipping at 1; returns the mean held-out loss and the training batches' rate."""
     import torch
@@ -383,16 +398,22 @@ def train_and_eval(s: Setup, model: Any, collate: Callable, loss_fn: Callable[[A
     o = s.cfg.optim
     steps = len(s.train)
     warm = max(1, steps // 10)
-    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: (i + 1) / warm if i < warm else max(0.0, (steps - i) / max(1, steps - warm)))
+        opt, lambda i: (i + 1) / warm if i < warm else max(0.0, (steps - i) / max(1, steps - warm))
+    )
     model.train()
     predicted = real = aligned = rows = 0
     for samples in s.train:
         batch = collate(samples)
         n, d = predicted_tokens(s.objective, batch, samples, pad, sentinels, eos)
         predicted, real = predicted + n, real + d
-        aligned, rows = aligned + aligned_rows(s.objective, batch, samples, pad, sentinels, eos), rows + len(samples)
+        aligned, rows = (
+            aligned + aligned_rows(s.objective, batch, samples, pad, sentinels, eos),
+            rows + len(samples),
+        )
         loss = loss_fn(model, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -401,7 +422,10 @@ def train_and_eval(s: Setup, model: Any, collate: Callable, loss_fn: Callable[[A
         opt.zero_grad(set_to_none=True)
     model.eval()
     with torch.no_grad():
-        losses = [float(np.mean([float(fn(model, coll(b))) for b in s.held_out])) for coll, fn in (referee(), own_eval())]
+        losses = [
+            float(np.mean([float(fn(model, coll(b))) for b in s.held_out]))
+            for coll, fn in (referee(), own_eval())
+        ]
     return Side(losses[0], losses[1], predicted, real, aligned, rows)
 
 
@@ -409,7 +433,9 @@ def run_objective(s: Setup, seeds: list[int], sabotage: str | None) -> tuple[lis
     """Per seed: (ours, reference)."""
     import torch
 
-    weight = float(s.cfg.objective.options.get("discriminator_weight", 50.0)) if s.objective == "electra" else 0.0
+    weight = (
+        float(s.cfg.objective.options.get("discriminator_weight", 50.0)) if s.objective == "electra" else 0.0
+    )
 
     def plain(model: Any, batch: dict) -> Any:
         return model(**batch).loss
@@ -464,7 +490,9 @@ def main() -> None:
     ap.add_argument("--objectives", nargs="*", default=list(OBJECTIVES), choices=OBJECTIVES)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=150, help="optimizer steps (micro-batch 16 x 64 tokens)")
-    ap.add_argument("--sabotage", choices=SABOTAGES, default=None, help="break our side; the verdicts must fail")
+    ap.add_argument(
+        "--sabotage", choices=SABOTAGES, default=None, help="break our side; the verdicts must fail"
+    )
     ap.add_argument("--quick", action="store_true", help="fewer steps (60); not saved")
     a = ap.parse_args()
     import torch
@@ -473,9 +501,11 @@ def main() -> None:
     if a.quick:
         a.steps = min(a.steps, 60)
     rep = C.Report(__file__, save=not (a.quick or a.sabotage))
-    rep.line(f"objectives {', '.join(a.objectives)}; {a.seeds} seeds; {a.steps} steps of 16 x 64 tokens; "
-             f"tolerance |diff of means| <= 2 x pooled seed sd + {EPS_FRACTION:.0%} of the reference mean"
-             + (f"; SABOTAGE {a.sabotage} on our side" if a.sabotage else ""))
+    rep.line(
+        f"objectives {', '.join(a.objectives)}; {a.seeds} seeds; {a.steps} steps of 16 x 64 tokens; "
+        f"tolerance |diff of means| <= 2 x pooled seed sd + {EPS_FRACTION:.0%} of the reference mean"
+        + (f"; SABOTAGE {a.sabotage} on our side" if a.sabotage else "")
+    )
     seeds = list(range(1, a.seeds + 1))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-objective-") as d:
@@ -487,29 +517,48 @@ def main() -> None:
             sides_o, sides_r = run_objective(s, seeds, a.sabotage)
             ours, ref = [x.loss for x in sides_o], [x.loss for x in sides_r]
             diff, tol = tolerance(ours, ref)
-            own, own_diff = [x.own_loss for x in sides_o], abs(statistics.mean(x.own_loss for x in sides_o) - statistics.mean(ref))
+            own, own_diff = (
+                [x.own_loss for x in sides_o],
+                abs(statistics.mean(x.own_loss for x in sides_o) - statistics.mean(ref)),
+            )
             ro, rr, rdiff, rtol = rate_tolerance(sides_o, sides_r)
 
             def ms(xs: list[float]) -> str:
-                return (f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs) if len(xs) > 1 else 0:.4f} "
-                        f"[{', '.join(f'{x:.4f}' for x in xs)}]")
+                return (
+                    f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs) if len(xs) > 1 else 0:.4f} "
+                    f"[{', '.join(f'{x:.4f}' for x in xs)}]"
+                )
 
-            rep.line(f"{objective} ({s.family}, {len(s.train)} steps, {len(s.held_out)} held-out batches, "
-                     f"{time.perf_counter() - t1:.0f}s): held-out loss under the reference objective: ours {ms(ours)}"
-                     f"; reference {ms(ref)}; |diff| {diff:.4f}, tolerance {tol:.4f} "
-                     f"({'within' if diff <= tol else 'OUTSIDE'})")
-            rep.line(f"  for information, our model under our own objective: {ms(own)} (|diff| to the reference "
-                     f"{own_diff:.4f})")
-            rep.line(f"  {RATE_NAME[objective]} over the training batches: ours {ro:.4f}, reference {rr:.4f}; |diff| "
-                     f"{rdiff:.4f}, tolerance {rtol:.4f} ({'within' if rdiff <= rtol else 'OUTSIDE'})")
+            rep.line(
+                f"{objective} ({s.family}, {len(s.train)} steps, {len(s.held_out)} held-out batches, "
+                f"{time.perf_counter() - t1:.0f}s): held-out loss under the reference objective: ours {ms(ours)}"
+                f"; reference {ms(ref)}; |diff| {diff:.4f}, tolerance {tol:.4f} "
+                f"({'within' if diff <= tol else 'OUTSIDE'})"
+            )
+            rep.line(
+                f"  for information, our model under our own objective: {ms(own)} (|diff| to the reference "
+                f"{own_diff:.4f})"
+            )
+            rep.line(
+                f"  {RATE_NAME[objective]} over the training batches: ours {ro:.4f}, reference {rr:.4f}; |diff| "
+                f"{rdiff:.4f}, tolerance {rtol:.4f} ({'within' if rdiff <= rtol else 'OUTSIDE'})"
+            )
             ao = sum(x.aligned for x in sides_o) / max(1, sum(x.rows for x in sides_o))
             ar = sum(x.aligned for x in sides_r) / max(1, sum(x.rows for x in sides_r))
-            rep.line(f"  rows whose labels are what the inputs hide: ours {ao:.2%}, reference {ar:.2%} "
-                     f"({'same' if ao >= ar - 1e-3 else 'FEWER'})")
+            rep.line(
+                f"  rows whose labels are what the inputs hide: ours {ao:.2%}, reference {ar:.2%} "
+                f"({'same' if ao >= ar - 1e-3 else 'FEWER'})"
+            )
             # One verdict per objective: the held-out loss AND the recipe's rate must agree (at these sizes a
             # 10% masking rate trains to the same held-out loss as 15% within seed noise; its rate does not).
-            rep.within(f"objective_parity_{objective}", statistics.mean(ours), statistics.mean(ref),
-                       diff, tol, also=rdiff <= rtol and ao >= ar - 1e-3)
+            rep.within(
+                f"objective_parity_{objective}",
+                statistics.mean(ours),
+                statistics.mean(ref),
+                diff,
+                tol,
+                also=rdiff <= rtol and ao >= ar - 1e-3,
+            )
     rep.line(f"total {time.perf_counter() - t0:.0f}s")
     sys.exit(rep.finish())
 

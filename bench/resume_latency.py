@@ -106,7 +106,9 @@ class Loaders:
             res.load_state_dict(self.states[n])
             got = next(iter(res))
             if got != expected:
-                raise AssertionError(f"resume at step {n}: first batch {got} != uninterrupted batch {expected}")
+                raise AssertionError(
+                    f"resume at step {n}: first batch {got} != uninterrupted batch {expected}"
+                )
 
     def ours_ms(self, n: int) -> float:
         from data_pipeline.loader import PretrainLoader
@@ -126,7 +128,9 @@ class Loaders:
 
         dl = DataLoader(self.dataset, sampler=RandomSampler(self.dataset, generator=torch.Generator().manual_seed(0)),
                         batch_size=4, collate_fn=self.collate, num_workers=self.cfg.loader.num_workers)  # fmt: skip
-        skip = n % self.steps_per_epoch  # HF Trainer: epochs_trained = step // per_epoch, skip the rest of this one
+        skip = (
+            n % self.steps_per_epoch
+        )  # HF Trainer: epochs_trained = step // per_epoch, skip the rest of this one
         t0 = time.perf_counter()
         batch = next(iter(skip_first_batches(dl, skip)))
         dt = time.perf_counter() - t0
@@ -140,7 +144,9 @@ def _link_stages(cfg_path: Path, out: Path) -> None:
         (out / stage).symlink_to(cfg_path.parent / "run" / stage)
 
 
-def trainer_restart(tmp: Path, cfg_path: Path, loaders: Loaders, rounds: int) -> dict[str, dict[int, list[float]]]:
+def trainer_restart(
+    tmp: Path, cfg_path: Path, loaders: Loaders, rounds: int
+) -> dict[str, dict[int, list[float]]]:
     """Clone a real step-2 checkpoint as step N and time the trainer's restart + one step (tiny RoBERTa of
     configs/roberta-tiny.yaml on the same token shards)."""
     import torch

@@ -46,9 +46,16 @@ QUICK = {"rounds": 1, "steps": 3, "warmup": 2, "files": "0[0-4]?.txt"}  # 50 art
 
 def overrides(steps: int, warmup: int = WARMUP) -> list[str]:
     total = warmup + steps
-    return [f"schedule.total_steps={total}", "schedule.warmup_steps=1", "schedule.budget_minutes=null",
-            "schedule.warmup_fraction=null", f"eval.every_steps={total}", "eval.max_batches=1",
-            f"checkpoint.every_steps={total}", "logging.peak_flops=1e11"]
+    return [
+        f"schedule.total_steps={total}",
+        "schedule.warmup_steps=1",
+        "schedule.budget_minutes=null",
+        "schedule.warmup_fraction=null",
+        f"eval.every_steps={total}",
+        "eval.max_batches=1",
+        f"checkpoint.every_steps={total}",
+        "logging.peak_flops=1e11",
+    ]
 
 
 def family_presets(only: list[str] | None = None) -> tuple[dict[str, str], list[str]]:
@@ -60,7 +67,9 @@ def family_presets(only: list[str] | None = None) -> tuple[dict[str, str], list[
     if only:
         unknown = sorted(set(only) - set(names))
         if unknown:
-            raise SystemExit(f"--families: {', '.join(unknown)} not registered (registered: {', '.join(names)})")
+            raise SystemExit(
+                f"--families: {', '.join(unknown)} not registered (registered: {', '.join(names)})"
+            )
         names = [n for n in names if n in only]
     presets, skips = {}, []
     for name in names:
@@ -68,8 +77,10 @@ def family_presets(only: list[str] | None = None) -> tuple[dict[str, str], list[
         if (C.ROOT / "configs" / f"{preset}.yaml").is_file():
             presets[name] = preset
         else:
-            skips.append(f"SKIP small_model_throughput_{name}: no configs/{preset}.yaml (family spec names no "
-                         "bench_preset)")
+            skips.append(
+                f"SKIP small_model_throughput_{name}: no configs/{preset}.yaml (family spec names no "
+                "bench_preset)"
+            )
     return presets, skips
 
 
@@ -92,6 +103,7 @@ def peer_worker(argv: list[str]) -> None:
     from pretrain.models import build_model
     from pretrain.objectives import prepare_model, wrap_model
     from runconfig import load_config
+
     torch.set_num_threads(a.threads)
     cfg = load_config(a.config, a.overrides)
     torch.manual_seed(cfg.run.seed)
@@ -102,7 +114,9 @@ def peer_worker(argv: list[str]) -> None:
     model.train()
     loader = PretrainLoader(cfg, 0, 1, split="train", collate_fn=build_collator(cfg, tok))
     o = cfg.optim
-    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay
+    )
     accum = cfg.batch_plan(1)["grad_accum"]
     total = cfg.schedule.steps
     batches = iter(loader)
@@ -126,13 +140,36 @@ def run_peer(cfg_path: Path, work: Path, ov: list[str], threads: int, warmup: in
     out.unlink(missing_ok=True)
     env = C.child_env(threads=threads)
     ov = [f"run.output_dir={cfg_path.parent / 'run'}", *ov]
-    C.run_cmd([sys.executable, str(Path(__file__).resolve()), "peer", "--config", str(cfg_path), "--out", str(out),
-               "--threads", str(threads), "--warmup", str(warmup), *ov], timeout=900, env=env)
+    C.run_cmd(
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "peer",
+            "--config",
+            str(cfg_path),
+            "--out",
+            str(out),
+            "--threads",
+            str(threads),
+            "--warmup",
+            str(warmup),
+            *ov,
+        ],
+        timeout=900,
+        env=env,
+    )
     return json.loads(out.read_text())
 
 
-def bench_family(rep: C.Report, tmp: Path, family: str, preset: str, a: argparse.Namespace, threads: list[int],
-                 cleaned_from: Path | None) -> tuple[list[float], list[float], Path]:
+def bench_family(
+    rep: C.Report,
+    tmp: Path,
+    family: str,
+    preset: str,
+    a: argparse.Namespace,
+    threads: list[int],
+    cleaned_from: Path | None,
+) -> tuple[list[float], list[float], Path]:
     """Alternating rounds for one family; returns (ours, peer) tokens/s per round and the prepared folder."""
     t0 = time.perf_counter()
     folder = tmp / family
@@ -140,9 +177,13 @@ def bench_family(rep: C.Report, tmp: Path, family: str, preset: str, a: argparse
     ov = [*overrides(a.steps, a.warmup), *a.set]
     total = a.warmup + a.steps
     # Both sides train the same samples in the same window: one count serves every round of both.
-    tokens = C.consumed_tokens(cfg_path, [f"run.output_dir={cfg_path.parent / 'run'}", *ov], a.warmup + 1, total)
-    rep.line(f"{family} ({preset}): data stages {time.perf_counter() - t0:.0f}s; {tokens} tokens in steps "
-             f"{a.warmup + 1}..{total}")
+    tokens = C.consumed_tokens(
+        cfg_path, [f"run.output_dir={cfg_path.parent / 'run'}", *ov], a.warmup + 1, total
+    )
+    rep.line(
+        f"{family} ({preset}): data stages {time.perf_counter() - t0:.0f}s; {tokens} tokens in steps "
+        f"{a.warmup + 1}..{total}"
+    )
 
     def ours() -> float:
         o = C.run_ours(cfg_path, folder / "work", [*ov, "launch.procs_per_node=2"], a.warmup)
@@ -151,7 +192,9 @@ def bench_family(rep: C.Report, tmp: Path, family: str, preset: str, a: argparse
 
     def peer() -> float:
         tried = {n: tokens / run_peer(cfg_path, folder / "work", ov, n, a.warmup)["seconds"] for n in threads}
-        rep.line("  plain loop " + ", ".join(f"{v:.0f} tokens/s with {n} thread(s)" for n, v in tried.items()))
+        rep.line(
+            "  plain loop " + ", ".join(f"{v:.0f} tokens/s with {n} thread(s)" for n, v in tried.items())
+        )
         return max(tried.values())
 
     o, p = C.alternate(ours, peer, a.rounds)
@@ -161,15 +204,24 @@ def bench_family(rep: C.Report, tmp: Path, family: str, preset: str, a: argparse
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", nargs="*", default=None, help="registered family names (default: all)")
-    ap.add_argument("--preset", default=None, help="one configs/<preset>.yaml instead of the families' budget presets")
+    ap.add_argument(
+        "--preset", default=None, help="one configs/<preset>.yaml instead of the families' budget presets"
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30, help="timed optimizer steps per run (after warm-up)")
-    ap.add_argument("--warmup", type=int, default=WARMUP, help="untimed optimizer steps at the start of each run")
+    ap.add_argument(
+        "--warmup", type=int, default=WARMUP, help="untimed optimizer steps at the start of each run"
+    )
     ap.add_argument("--files", default=None, help="glob of BBC articles per topic folder (default: all)")
-    ap.add_argument("--quick", action="store_true",
-                    help=f"smoke run: {QUICK['rounds']} round, {QUICK['steps']} steps, a small corpus; not saved")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smoke run: {QUICK['rounds']} round, {QUICK['steps']} steps, a small corpus; not saved",
+    )
     ap.add_argument("--set", nargs="*", default=[], help="extra overrides for both sides (k=v)")
-    ap.add_argument("--peer-threads", default=None, help="comma-separated thread counts for the peer (default: cores,1)")
+    ap.add_argument(
+        "--peer-threads", default=None, help="comma-separated thread counts for the peer (default: cores,1)"
+    )
     a = ap.parse_args()
     if a.quick:
         a.rounds, a.steps, a.warmup = QUICK["rounds"], QUICK["steps"], QUICK["warmup"]
@@ -179,12 +231,16 @@ def main() -> None:
     else:
         presets, skips = family_presets(a.families)
     cores = len(os.sched_getaffinity(0))
-    threads = [int(x) for x in a.peer_threads.split(",")] if a.peer_threads else sorted({cores, 1}, reverse=True)
+    threads = (
+        [int(x) for x in a.peer_threads.split(",")] if a.peer_threads else sorted({cores, 1}, reverse=True)
+    )
     t_start = time.perf_counter()
     rep = C.Report(__file__)
-    rep.line(f"families {', '.join(presets)}; {cores} cores; ours: 2 ranks x 1 thread; plain loop: best of "
-             f"{threads} thread(s) per round; {a.rounds} alternating rounds of {a.steps} timed steps after "
-             f"{a.warmup} warm-up steps{f'; BBC articles {a.files}' if a.files else ''}")
+    rep.line(
+        f"families {', '.join(presets)}; {cores} cores; ours: 2 ranks x 1 thread; plain loop: best of "
+        f"{threads} thread(s) per round; {a.rounds} alternating rounds of {a.steps} timed steps after "
+        f"{a.warmup} warm-up steps{f'; BBC articles {a.files}' if a.files else ''}"
+    )
     for s in skips:
         rep.line(s)
     results = {}
@@ -199,8 +255,10 @@ def main() -> None:
         rep.compare(f"small_model_throughput_{family}", o, p, goal=0.8, unit="tokens/s")
     code = rep.finish()
     if skips:
-        print(f"{len(skips)} famil{'y' if len(skips) == 1 else 'ies'} skipped (no budget preset): "
-              + ", ".join(s.split(":")[0].removeprefix("SKIP small_model_throughput_") for s in skips))
+        print(
+            f"{len(skips)} famil{'y' if len(skips) == 1 else 'ies'} skipped (no budget preset): "
+            + ", ".join(s.split(":")[0].removeprefix("SKIP small_model_throughput_") for s in skips)
+        )
         code = 1
     sys.exit(code)
 

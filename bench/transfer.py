@@ -56,22 +56,27 @@ def drug_reviews(dest: Path) -> Path:
 
 
 def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool) -> str:
-    ft = ("  seeds: [0, 1]\n  lr_grid: [1.0e-3]\n  epochs: 1\n  max_length: 48\n" if quick else
-          # min_steps: 300 optimizer steps at least; 4 epochs of these ~400-500-example tasks are ~100-130 steps,
-          # which left the random-init arm undertrained (BBC 0.47 -> 0.66 at 300 steps, pretrained unchanged).
-          # no lr_grid / warmup / weight decay: each family's own fine-tune recipe (its spec's finetune_defaults)
-          "  seeds: [0, 1, 2]\n  epochs: 4\n  min_steps: 300\n  max_length: 128\n")
-    return (f"inherit: [{C.ROOT}/configs/{recipe}.yaml]\n"
-            f"run: {{name: bench-{recipe}, output_dir: {out}}}\n"
-            f"schedule: {{budget_minutes: {minutes}}}\n"
-            "logging: {progress_bar: false}\n"
-            "data: {clean: {progress: false}}\n"
-            "finetune:\n"
-            "  tasks:\n"
-            "    - {name: bbc, source: bbc, test_fraction: 0.3}\n"
-            f"    - {{name: drugs, train: {drugs}/drugsComTrain.tsv, test: {drugs}/drugsComTest.tsv, "
-            "text_column: review, label_column: rating}\n"
-            f"{ft}  batch_size: 16\n  workers: 2\n")
+    ft = (
+        "  seeds: [0, 1]\n  lr_grid: [1.0e-3]\n  epochs: 1\n  max_length: 48\n"
+        if quick
+        # min_steps: 300 optimizer steps at least; 4 epochs of these ~400-500-example tasks are ~100-130 steps,
+        # which left the random-init arm undertrained (BBC 0.47 -> 0.66 at 300 steps, pretrained unchanged).
+        # no lr_grid / warmup / weight decay: each family's own fine-tune recipe (its spec's finetune_defaults)
+        else "  seeds: [0, 1, 2]\n  epochs: 4\n  min_steps: 300\n  max_length: 128\n"
+    )
+    return (
+        f"inherit: [{C.ROOT}/configs/{recipe}.yaml]\n"
+        f"run: {{name: bench-{recipe}, output_dir: {out}}}\n"
+        f"schedule: {{budget_minutes: {minutes}}}\n"
+        "logging: {progress_bar: false}\n"
+        "data: {clean: {progress: false}}\n"
+        "finetune:\n"
+        "  tasks:\n"
+        "    - {name: bbc, source: bbc, test_fraction: 0.3}\n"
+        f"    - {{name: drugs, train: {drugs}/drugsComTrain.tsv, test: {drugs}/drugsComTest.tsv, "
+        "text_column: review, label_column: rating}\n"
+        f"{ft}  batch_size: 16\n  workers: 2\n"
+    )
 
 
 def tfidf_baseline(cfg_path: Path) -> dict[str, float]:
@@ -86,20 +91,29 @@ def tfidf_baseline(cfg_path: Path) -> dict[str, float]:
     out = {}
     for t in load_tasks(load_config(cfg_path)):
         train = t.train + t.dev
-        clf = make_pipeline(TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
-                            LogisticRegression(max_iter=2000, C=10.0))
+        clf = make_pipeline(
+            TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
+            LogisticRegression(max_iter=2000, C=10.0),
+        )
         clf.fit([r[1] for r in train], [r[2] for r in train])
-        out[t.name] = float(statistics.fmean(p == r[2] for p, r in zip(clf.predict([r[1] for r in t.test]), t.test,
-                                                                          strict=True)))
+        out[t.name] = float(
+            statistics.fmean(
+                p == r[2] for p, r in zip(clf.predict([r[1] for r in t.test]), t.test, strict=True)
+            )
+        )
     return out
 
 
 def last_eval_loss(run_dir: Path) -> float | None:
-    rows = [json.loads(x) for x in (run_dir / "logs" / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
+    rows = [
+        json.loads(x) for x in (run_dir / "logs" / "metrics.jsonl").read_text().splitlines() if '"eval"' in x
+    ]
     return rows[-1]["loss"] if rows else None
 
 
-def run_recipe(recipe: str, tmp: Path, minutes: float, drugs: Path, quick: bool, cleaned: Path | None) -> dict:
+def run_recipe(
+    recipe: str, tmp: Path, minutes: float, drugs: Path, quick: bool, cleaned: Path | None
+) -> dict:
     folder = tmp / recipe
     run_dir = folder / "run"
     folder.mkdir(parents=True)
@@ -122,26 +136,43 @@ def run_recipe(recipe: str, tmp: Path, minutes: float, drugs: Path, quick: bool,
     t_train = time.perf_counter() - t0
     C.run_cmd([py, "-m", "pretrain", "export", "--config", str(cfg)], timeout=900)
     t0 = time.perf_counter()
-    C.run_cmd([py, "-m", "pretrain", "transfer", "--config", str(cfg)], timeout=7200, env=C.child_env(threads=2))
+    C.run_cmd(
+        [py, "-m", "pretrain", "transfer", "--config", str(cfg)], timeout=7200, env=C.child_env(threads=2)
+    )
     t_transfer = time.perf_counter() - t0
     state = json.loads((run_dir / "export" / "training_state.json").read_text())
     report = json.loads((run_dir / "export" / "transfer.json").read_text())
-    return {"recipe": recipe, "cfg": cfg, "run_dir": run_dir, "tokens": state.get("tokens_seen"),
-            "steps": state.get("step"), "eval_loss": last_eval_loss(run_dir), "tasks": report["tasks"],
-            "seconds": {"data": t_data, "pretrain": t_train, "transfer": t_transfer}}
+    return {
+        "recipe": recipe,
+        "cfg": cfg,
+        "run_dir": run_dir,
+        "tokens": state.get("tokens_seen"),
+        "steps": state.get("step"),
+        "eval_loss": last_eval_loss(run_dir),
+        "tasks": report["tasks"],
+        "seconds": {"data": t_data, "pretrain": t_train, "transfer": t_transfer},
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=8.0, help="pretraining budget per recipe (wall clock)")
     ap.add_argument("--recipes", nargs="+", default=RECIPES, help="config names in configs/")
-    ap.add_argument("--quick", action="store_true", help="smoke run: 0.5-minute budgets, 2 seeds, 1 LR, 1 epoch")
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: 0.5-minute budgets, 2 seeds, 1 LR, 1 epoch"
+    )
     a = ap.parse_args()
     minutes = 0.5 if a.quick else a.minutes
     t_start = time.perf_counter()
     rep = C.Report(__file__, save=not a.quick)
-    rep.line(f"recipes {a.recipes}; pretraining budget {minutes:g} min each on 2 ranks; "
-             + ("quick mode: a smoke run, not a result" if a.quick else "3 seeds, each family's LR grid (its spec's finetune_defaults) per arm"))
+    rep.line(
+        f"recipes {a.recipes}; pretraining budget {minutes:g} min each on 2 ranks; "
+        + (
+            "quick mode: a smoke run, not a result"
+            if a.quick
+            else "3 seeds, each family's LR grid (its spec's finetune_defaults) per arm"
+        )
+    )
     C.ensure_bbc()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-transfer-") as d:
@@ -153,13 +184,17 @@ def main() -> None:
             cleaned = cleaned or r["run_dir"]
             results.append(r)
             s = r["seconds"]
-            rep.line(f"{recipe}: LR grid {r['tasks'][next(iter(r['tasks']))]['lr_grid']}; {r['tokens']:,} tokens in {r['steps']} steps ({minutes:g} min budget), held-out loss "
-                     f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
-                     f"{s['transfer']:.0f}s")
+            rep.line(
+                f"{recipe}: LR grid {r['tasks'][next(iter(r['tasks']))]['lr_grid']}; {r['tokens']:,} tokens in {r['steps']} steps ({minutes:g} min budget), held-out loss "
+                f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
+                f"{s['transfer']:.0f}s"
+            )
         baseline = tfidf_baseline(results[0]["cfg"])
     tasks = list(results[0]["tasks"])
-    rep.line(f"{'recipe':<16} {'task':<6} {'tokens':>10} {'loss':>6}  {'pretrained':>13}  {'random init':>13}  "
-          f"{'margin':>7}  {'p':>6}  {'probe pre/rnd':>13}  tfidf")
+    rep.line(
+        f"{'recipe':<16} {'task':<6} {'tokens':>10} {'loss':>6}  {'pretrained':>13}  {'random init':>13}  "
+        f"{'margin':>7}  {'p':>6}  {'probe pre/rnd':>13}  tfidf"
+    )
     for r in results:
         for name in tasks:
             t = r["tasks"][name]
@@ -168,26 +203,37 @@ def main() -> None:
             p_txt = "-" if p is None else f"{p:.3f}"
             loss_txt = "-" if r["eval_loss"] is None else f"{r['eval_loss']:.2f}"
             margin_txt = f"{100 * t['margin']:>+6.1f}" if "margin" in t else "   n/a"
-            rep.line(f"{r['recipe']:<16} {name:<6} {r['tokens']:>10,} {loss_txt:>6}  "
-                  f"{arm_cell(pre):>13}  {arm_cell(rnd):>13}  {margin_txt}  {p_txt:>6}  "
-                  f"{pre.get('probe_accuracy', float('nan')):.3f}/{rnd.get('probe_accuracy', float('nan')):.3f}  "
-                  f"{baseline[name]:.3f}")
+            rep.line(
+                f"{r['recipe']:<16} {name:<6} {r['tokens']:>10,} {loss_txt:>6}  "
+                f"{arm_cell(pre):>13}  {arm_cell(rnd):>13}  {margin_txt}  {p_txt:>6}  "
+                f"{pre.get('probe_accuracy', float('nan')):.3f}/{rnd.get('probe_accuracy', float('nan')):.3f}  "
+                f"{baseline[name]:.3f}"
+            )
             for arm, e in t["arms"].items():
                 if e.get("token_cosine", 0.0) > 0.95:  # pretrain.transfer.DEGENERATE_TOKEN_COSINE
-                    rep.line(f"  DEGENERATE: {r['recipe']} {name} {arm} body: mean token cosine "
-                             f"{e['token_cosine']:.3f} (every token maps to nearly one vector)")
+                    rep.line(
+                        f"  DEGENERATE: {r['recipe']} {name} {arm} body: mean token cosine "
+                        f"{e['token_cosine']:.3f} (every token maps to nearly one vector)"
+                    )
             for arm in t.get("collapsed", []):
-                rep.line(f"  COLLAPSED: {r['recipe']} {name} {arm}: seeds {', '.join(t['arms'][arm]['collapsed'])} "
-                         "predicted one class for >= 95% of the test set (kept out of the mean)")
-    rep.line(f"total bench time {time.perf_counter() - t_start:.0f}s" + (" (quick mode: a smoke run)" if a.quick else ""))
+                rep.line(
+                    f"  COLLAPSED: {r['recipe']} {name} {arm}: seeds {', '.join(t['arms'][arm]['collapsed'])} "
+                    "predicted one class for >= 95% of the test set (kept out of the mean)"
+                )
+    rep.line(
+        f"total bench time {time.perf_counter() - t_start:.0f}s"
+        + (" (quick mode: a smoke run)" if a.quick else "")
+    )
     for name in tasks:
         for r in results:
             verdict_margin(rep, f"transfer_{name}_{r['recipe']}_vs_random_init", r["tasks"][name])
         with_margin = [r for r in results if "margin" in r["tasks"][name]]
         if with_margin:
             best = max(with_margin, key=lambda r: r["tasks"][name]["margin"])
-            rep.line(f"{name}: best recipe {best['recipe']}, margin {100 * best['tasks'][name]['margin']:+.1f} points "
-                     f"over random init (goal +{GOAL_POINTS:g})")
+            rep.line(
+                f"{name}: best recipe {best['recipe']}, margin {100 * best['tasks'][name]['margin']:+.1f} points "
+                f"over random init (goal +{GOAL_POINTS:g})"
+            )
     electra_vs_mlm(rep, results, tasks)
     sys.exit(rep.finish())
 
@@ -206,8 +252,10 @@ def verdict_margin(rep: C.Report, name: str, t: dict) -> bool:
     if t.get("collapsed") or "margin" not in t:
         pre, rnd = (t["arms"][a]["test_accuracy"]["mean"] for a in ("pretrained", "random"))
         fmt = lambda x: "collapsed" if x is None else f"{x:.3f}"  # noqa: E731
-        v = (f"VERDICT {name}: ours={fmt(pre)} peer={fmt(rnd)} ratio=n/a goal=+{GOAL_POINTS:g}pt "
-             f"(collapsed runs: {', '.join(t.get('collapsed', []))}) fail")
+        v = (
+            f"VERDICT {name}: ours={fmt(pre)} peer={fmt(rnd)} ratio=n/a goal=+{GOAL_POINTS:g}pt "
+            f"(collapsed runs: {', '.join(t.get('collapsed', []))}) fail"
+        )
         print(v, flush=True)
         rep.verdicts.append(v)
         return False
@@ -223,14 +271,23 @@ def electra_vs_mlm(rep: C.Report, results: list[dict], tasks: list[str]) -> None
     if electra is None:
         return
     for name in tasks:
-        margins = ", ".join(f"{k} " + (f"{100 * by[k]['tasks'][name]['margin']:+.1f}" if "margin" in by[k]["tasks"][name]
-                                       else "n/a (collapsed)")
-                            for k in ("electra-budget", "roberta-budget", "modernbert-budget") if k in by)
+        margins = ", ".join(
+            f"{k} "
+            + (
+                f"{100 * by[k]['tasks'][name]['margin']:+.1f}"
+                if "margin" in by[k]["tasks"][name]
+                else "n/a (collapsed)"
+            )
+            for k in ("electra-budget", "roberta-budget", "modernbert-budget")
+            if k in by
+        )
         rep.line(f"{name}: margin over random init at equal time: {margins} points")
         if "roberta-budget" in by:
             ours = electra["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
             peer = by["roberta-budget"]["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
-            if ours is None or peer is None:  # an arm with every seed collapsed: nothing to compare, a failure
+            if (
+                ours is None or peer is None
+            ):  # an arm with every seed collapsed: nothing to compare, a failure
                 v = f"VERDICT transfer_{name}_electra_vs_roberta_mlm: ours={ours} peer={peer} ratio=n/a goal=1 fail"
                 print(v, flush=True)
                 rep.verdicts.append(v)

@@ -87,7 +87,13 @@ def main() -> int:
             return h["tokens_per_s"]
 
         o, p = C.alternate(ours, hf, a.rounds)
-    rep.compare(f"useful_tokens_per_s_vs_hf_line_by_line_seq{seq}", o, p, 1.5, unit="useful tokens/s, summed over ranks")
+    rep.compare(
+        f"useful_tokens_per_s_vs_hf_line_by_line_seq{seq}",
+        o,
+        p,
+        1.5,
+        unit="useful tokens/s, summed over ranks",
+    )
     print(f"total bench time {time.perf_counter() - t_start:.0f}s")
     return rep.finish()
 

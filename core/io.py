@@ -20,8 +20,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_path", "atomic_write", "fingerprint", "fsync_dir", "json_bytes", "replace", "replace_dir", "sha256_bytes",
-           "sha256_file", "umask", "follow_umask"]
+__all__ = [
+    "atomic_path",
+    "atomic_write",
+    "fingerprint",
+    "fsync_dir",
+    "json_bytes",
+    "replace",
+    "replace_dir",
+    "sha256_bytes",
+    "sha256_file",
+    "umask",
+    "follow_umask",
+]
 
 PathLike = str | os.PathLike[str]
 
@@ -110,7 +121,9 @@ def atomic_path(path: PathLike, mode: int | None = None) -> Iterator[Path]:
         raise
 
 
-def atomic_write(path: PathLike, data: bytes | str | Callable[[IO[bytes]], Any], mode: int | None = None) -> Path:
+def atomic_write(
+    path: PathLike, data: bytes | str | Callable[[IO[bytes]], Any], mode: int | None = None
+) -> Path:
     """Writes `data` (bytes, text as UTF-8, or a function given the open binary file) to `path` atomically and
     durably (see the module docstring); returns the path."""
     path = Path(path)

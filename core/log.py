@@ -159,7 +159,11 @@ class _LazyFileHandler(logging.FileHandler):
 
 def _is_console(handler: logging.Handler) -> bool:
     return isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) in (
-        sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+        sys.stdout,
+        sys.stderr,
+        sys.__stdout__,
+        sys.__stderr__,
+    )
 
 
 class _RoutedLogger(logging.Logger):
@@ -188,7 +192,9 @@ def route_third_party(log_dir: str | os.PathLike[str], verbose: bool = False) ->
     path = Path(log_dir) / LOG_NAME
     if _file_handler is None or Path(getattr(_file_handler, "baseFilename", "")) != path.resolve():
         _file_handler = _LazyFileHandler(path, encoding="utf-8", delay=True)
-        _file_handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
+        _file_handler.setFormatter(
+            logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+        )
     logging.captureWarnings(True)
     manager = logging.Logger.manager
     for name in THIRD_PARTY:

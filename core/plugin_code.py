@@ -37,8 +37,10 @@ def load_ref(ref: str, key: str) -> Any:
     try:
         obj: Any = importlib.import_module(module)
     except ImportError as e:
-        raise PluginError(f"{key}: cannot import module '{module}' of '{ref}' ({e}); is its folder on PYTHONPATH "
-                       "(the current folder is)?") from None
+        raise PluginError(
+            f"{key}: cannot import module '{module}' of '{ref}' ({e}); is its folder on PYTHONPATH "
+            "(the current folder is)?"
+        ) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise PluginError(f"{key}: module '{module}' has no '{attr}' (from '{ref}')")

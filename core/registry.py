@@ -23,8 +23,17 @@ from core.errors import PluginError, UnknownNameError
 from core.plugin_code import is_ref, load_ref
 from core.specs import BUILTIN_FAMILIES, BUILTIN_OBJECTIVES, FamilySpec, ObjectiveSpec, resolve
 
-__all__ = ["EXECUTORS", "FAMILIES", "FILTERS", "OBJECTIVES", "READERS", "REGISTRIES", "TOKENIZER_CONVENTIONS",
-           "Registry", "resolve"]
+__all__ = [
+    "EXECUTORS",
+    "FAMILIES",
+    "FILTERS",
+    "OBJECTIVES",
+    "READERS",
+    "REGISTRIES",
+    "TOKENIZER_CONVENTIONS",
+    "Registry",
+    "resolve",
+]
 
 T = TypeVar("T")
 
@@ -38,8 +47,9 @@ class Registry(Generic[T]):
     """name -> object, plus the outside objects of one entry point group (loaded on the first lookup that needs
     them). `kind` words the error ("unknown family 'x'"); `key` is the config key that names entries."""
 
-    def __init__(self, name: str, kind: str, key: str, group: str, description: str = "",
-                 spec_type: type | None = None):
+    def __init__(
+        self, name: str, kind: str, key: str, group: str, description: str = "", spec_type: type | None = None
+    ):
         self.name, self.kind, self.key, self.group, self.description = name, kind, key, group, description
         # Set for registries of spec objects: an entry point may then name a factory (called to get the spec),
         # and the spec's `name` attribute is its registered name.
@@ -84,8 +94,9 @@ class Registry(Generic[T]):
             try:
                 obj = ep.load()
             except Exception as e:  # name the broken plug-in rather than fail with its bare traceback
-                raise PluginError(f"entry point {ep.name} = {ep.value} in group {self.group} failed to load: "
-                                  f"{e}") from e
+                raise PluginError(
+                    f"entry point {ep.name} = {ep.value} in group {self.group} failed to load: {e}"
+                ) from e
             if self.spec_type is None:
                 self.register(ep.name, obj)
                 continue
@@ -95,11 +106,15 @@ class Registry(Generic[T]):
                 if self._entries.get(obj.name) is not obj:  # type: ignore[attr-defined]
                     self.add(obj)  # type: ignore[arg-type]
             elif obj is not None and not hasattr(obj, "__file__"):  # a module registers itself on import
-                raise PluginError(f"entry point {ep.name} in {self.group} gave {type(obj).__name__}, "
-                                  f"not a {self.spec_type.__name__}")
+                raise PluginError(
+                    f"entry point {ep.name} in {self.group} gave {type(obj).__name__}, "
+                    f"not a {self.spec_type.__name__}"
+                )
 
     def get(self, name: str) -> T:
-        if name not in self._entries and is_ref(name):  # `module.path:Name` from the YAML: no packaging needed
+        if name not in self._entries and is_ref(
+            name
+        ):  # `module.path:Name` from the YAML: no packaging needed
             obj = load_ref(name, self.key)
             if self.spec_type is not None and callable(obj) and not isinstance(obj, type | self.spec_type):
                 obj = obj()

@@ -35,7 +35,9 @@ BUILTIN_CONVENTIONS = ("roberta", "gpt2", "bert", "t5")
 class Options(BaseModel):
     """Base of a spec's typed options section: unknown keys are errors (as every config section)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False
+    )
 
 
 # ------------------------------------------------------------------------------- filters' typed settings (data)
@@ -184,8 +186,10 @@ class FamilySpec:
     # Positions of the table a sequence cannot use (RoBERTa's padding_idx + 1 offset: 2); None: no position
     # table bounds the sequence (T5's relative buckets).
     reserved_positions: int | None = 0
-    wraps_sequences: bool = True  # byte-level BPE post-processing adds `<s> A </s>` (RoBERTa) or nothing (GPT-2)
-    has_encoder: bool = True  # a bidirectional encoder (what replaced-token detection or classification reads)
+    # byte-level BPE post-processing adds `<s> A </s>` (RoBERTa) or nothing (GPT-2)
+    wraps_sequences: bool = True
+    # a bidirectional encoder (what replaced-token detection or classification reads)
+    has_encoder: bool = True
     encoder_decoder: bool = False
     generative: bool = False  # the export carries a GenerationConfig (padding rows of the vocab suppressed)
     validate: Callable[[Any], None] | None = None  # family-specific config checks (raise naming the key)
@@ -196,7 +200,8 @@ class FamilySpec:
     # The attribute holding the MLM prediction head (transform + vocabulary projection) on top of `base_model`,
     # for the MLM objective's sparse prediction; None: the family has none, or predicts sparsely itself.
     mlm_head: str | None = None
-    model_class: str | type | None = None  # the pretraining model ('RobertaForMaskedLM' in transformers, 'pkg.mod:Cls')
+    # the pretraining model ('RobertaForMaskedLM' in transformers, 'pkg.mod:Cls')
+    model_class: str | type | None = None
     auto_class: str = "AutoModel"  # what loads the export with its pretraining head (parity, reload check)
     # Further Auto classes the exported folder must load with (fine-tuning heads); the export loads each one
     # and records the class it got in training_state.json.
@@ -309,8 +314,10 @@ def reject_t5_shape_keys(m: Any, family: str, kind: str) -> None:
     """`d_kv` and `num_decoder_layers` shape only T5: set for another family, they would be silently ignored."""
     for key in ("d_kv", "num_decoder_layers"):
         if getattr(m, key) is not None:
-            raise ValueError(f"model.{key}: not used by model.family '{family}' ({kind}; head size is "
-                             f"hidden_size / num_heads)")
+            raise ValueError(
+                f"model.{key}: not used by model.family '{family}' ({kind}; head size is "
+                f"hidden_size / num_heads)"
+            )
 
 
 def validate_modernbert(cfg: Any) -> None:
@@ -328,8 +335,10 @@ def validate_llama(cfg: Any) -> None:
     m = cfg.model
     reject_t5_shape_keys(m, "llama", "a decoder")
     if m.dropout:
-        raise ValueError(f"model.dropout ({m.dropout}): model.family 'llama' has no residual or embedding dropout "
-                         f"(set it to 0; model.attention_dropout applies)")
+        raise ValueError(
+            f"model.dropout ({m.dropout}): model.family 'llama' has no residual or embedding dropout "
+            f"(set it to 0; model.attention_dropout applies)"
+        )
     kv = LlamaOptions.model_validate(m.options).num_kv_heads
     if kv is not None and m.num_heads % kv:
         raise ValueError(f"model.options.num_kv_heads ({kv}) must divide model.num_heads ({m.num_heads})")
@@ -374,16 +383,22 @@ def validate_electra(cfg: Any) -> None:
     g = generator_shape(m.hidden_size, m.num_layers, opts)
     key = "objective.options.generator_hidden_fraction"
     if g["hidden_size"] > m.hidden_size:
-        raise ValueError(f"{key} ({opts.generator_hidden_fraction:g}) makes the generator ({g['hidden_size']} "
-                         f"wide) wider than the discriminator (model.hidden_size {m.hidden_size}); ELECTRA "
-                         f"needs a generator at most as wide (the paper's best: 1/4 to 1/2)")
+        raise ValueError(
+            f"{key} ({opts.generator_hidden_fraction:g}) makes the generator ({g['hidden_size']} "
+            f"wide) wider than the discriminator (model.hidden_size {m.hidden_size}); ELECTRA "
+            f"needs a generator at most as wide (the paper's best: 1/4 to 1/2)"
+        )
     if g["hidden_size"] < 1:
-        raise ValueError(f"{key} ({opts.generator_hidden_fraction:g}) leaves the generator no width "
-                         f"(model.hidden_size {m.hidden_size})")
+        raise ValueError(
+            f"{key} ({opts.generator_hidden_fraction:g}) leaves the generator no width "
+            f"(model.hidden_size {m.hidden_size})"
+        )
     if g["hidden_size"] % g["num_attention_heads"]:
-        raise ValueError(f"objective.options.generator_num_heads ({g['num_attention_heads']}) does not divide the "
-                         f"generator's width ({g['hidden_size']} = {opts.generator_hidden_fraction:g} x "
-                         f"model.hidden_size)")
+        raise ValueError(
+            f"objective.options.generator_num_heads ({g['num_attention_heads']}) does not divide the "
+            f"generator's width ({g['hidden_size']} = {opts.generator_hidden_fraction:g} x "
+            f"model.hidden_size)"
+        )
 
 
 # ------------------------------------------------------------------------------------------- built-in families
@@ -446,6 +461,11 @@ BUILTIN_OBJECTIVES = (
     ObjectiveSpec("causal", ("contiguous", "line_by_line"), wrap_bos=False),  # GPT causal LM
     ObjectiveSpec("span_corruption", ("t5_spans",), wrap_bos=False),  # T5
     # ELECTRA replaced-token detection: reads every token with a bidirectional encoder.
-    ObjectiveSpec("electra", ("full_sentences", "line_by_line"), validate=validate_electra, options=ElectraOptions,
-                  needs_encoder=True),
+    ObjectiveSpec(
+        "electra",
+        ("full_sentences", "line_by_line"),
+        validate=validate_electra,
+        options=ElectraOptions,
+        needs_encoder=True,
+    ),
 )

@@ -46,14 +46,19 @@ def _stage_all(cfg, args):
         return run_data_path(cfg)
     out = {}
     for name in ("clean", "dedup", "train-tokenizer", "tokenize"):
-        out[name] = STAGES[name][0](cfg, argparse.Namespace(shard_index=None, dedup_stage=None, task_index=None))
+        out[name] = STAGES[name][0](
+            cfg, argparse.Namespace(shard_index=None, dedup_stage=None, task_index=None)
+        )
     return out
 
 
 STAGES = {
     "clean": (_stage_clean, "read sources, extract text, apply cleaning filters, write cleaned shards"),
-    "dedup": (_stage_dedup, "exact + MinHash-LSH near-dedup across all cleaned shards (sharded stages; "
-                            "--stage S --task-index I runs one task)"),
+    "dedup": (
+        _stage_dedup,
+        "exact + MinHash-LSH near-dedup across all cleaned shards (sharded stages; "
+        "--stage S --task-index I runs one task)",
+    ),
     "train-tokenizer": (_stage_train_tokenizer, "train the configured tokenizer on the deduplicated corpus"),
     "tokenize": (_stage_tokenize, "cleaned shards -> binary token shards + manifest"),
     "all": (_stage_all, "clean, dedup, train-tokenizer and tokenize in order"),
@@ -72,10 +77,18 @@ def _main(argv: list[str] | None = None) -> int:
         add_config_args(p)
         if name in ("clean", "tokenize"):
             p.add_argument(
-                "--shard-index", type=int, default=None, help="process only this input shard (Slurm array task)"
+                "--shard-index",
+                type=int,
+                default=None,
+                help="process only this input shard (Slurm array task)",
             )
         if name == "dedup":
-            p.add_argument("--stage", dest="dedup_stage", default=None, help="run one task of this dedup stage (a Slurm array task)")
+            p.add_argument(
+                "--stage",
+                dest="dedup_stage",
+                default=None,
+                help="run one task of this dedup stage (a Slurm array task)",
+            )
             p.add_argument("--task-index", type=int, default=None, help="which task of --stage")
     args = parser.parse_args(argv)
     cfg = config_from_args(args)

@@ -60,11 +60,20 @@ def fingerprint_parts(cfg, source: str) -> dict[str, Any]:
     settings = clean.model_dump(mode="json", exclude={"workers", "progress", "docs_per_shard"})
     src = next(s for s in cfg.data.sources if s.name == source)
     # A plug-in reader's code counts like a filter's (built-in readers are versioned with lmstack itself).
-    reader = {} if src.format in BUILTIN_READERS else {"reader": {src.format: code_version(get_reader(src.format))}}
-    return {"settings": settings, "source": src.model_dump(mode="json", exclude={"clean", "clean_preset"}),
-            "seed": cfg.run.seed, "code": filters_code_version(clean), "docs_per_shard": clean.docs_per_shard,
-            **reader,
-            **({"max_task_bytes": cfg.data.max_task_bytes} if cfg.data.max_task_bytes else {})}
+    reader = (
+        {}
+        if src.format in BUILTIN_READERS
+        else {"reader": {src.format: code_version(get_reader(src.format))}}
+    )
+    return {
+        "settings": settings,
+        "source": src.model_dump(mode="json", exclude={"clean", "clean_preset"}),
+        "seed": cfg.run.seed,
+        "code": filters_code_version(clean),
+        "docs_per_shard": clean.docs_per_shard,
+        **reader,
+        **({"max_task_bytes": cfg.data.max_task_bytes} if cfg.data.max_task_bytes else {}),
+    }
 
 
 def _hash(parts: dict[str, Any]) -> str:
@@ -145,7 +154,9 @@ class _ShardCleaner:
         self.cfg, self.shard = cfg, shard
         self.source = next(s for s in cfg.data.sources if s.name == shard.source)
         ex = clean.extract
-        self.extractor = Extractor(ex.favor_precision, ex.include_tables, ex.fast, ex.deduplicate, ex.timeout_s)
+        self.extractor = Extractor(
+            ex.favor_precision, ex.include_tables, ex.fast, ex.deduplicate, ex.timeout_s
+        )
         self.filters = build_filters(clean)
         self.errors = ErrorLog()
         self.counts: Counter = Counter()
@@ -160,13 +171,24 @@ class _ShardCleaner:
         self.dropped[reason] += 1
         bucket = self.samples.setdefault(reason, [])
         if len(bucket) < self.per_sample:
-            bucket.append({"id": doc.id, "source": self.shard.source, "reason": reason, "value": value,
-                           "url": doc.url, "file": doc.meta.get("file"), "offset": doc.meta.get("offset"),
-                           "text": (doc.text or "")[:SAMPLE_CHARS]})
+            bucket.append(
+                {
+                    "id": doc.id,
+                    "source": self.shard.source,
+                    "reason": reason,
+                    "value": value,
+                    "url": doc.url,
+                    "file": doc.meta.get("file"),
+                    "offset": doc.meta.get("offset"),
+                    "text": (doc.text or "")[:SAMPLE_CHARS],
+                }
+            )
 
     def records(self) -> Iterator[dict[str, Any]]:
         clean, frac, seed = self.clean, self.source.holdout_fraction, self.cfg.run.seed
-        for doc in read_shard_docs(self.source, self.shard, self.errors, clean.max_doc_bytes, clean.read_timeout_s):
+        for doc in read_shard_docs(
+            self.source, self.shard, self.errors, clean.max_doc_bytes, clean.read_timeout_s
+        ):
             self.counts["read"] += 1
             if in_holdout(doc.id, frac, seed):
                 self.counts["holdout"] += 1
@@ -237,8 +259,12 @@ def _run_one(args: tuple) -> dict[str, Any]:
     except Exception as e:  # a bug or an unexpected library error: report the shard, keep the others going
         import traceback
 
-        return {"source": shard.source, "shard": shard.index, "error": f"{type(e).__name__}: {e}",
-                "traceback": traceback.format_exc()[-2000:]}
+        return {
+            "source": shard.source,
+            "shard": shard.index,
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc()[-2000:],
+        }
 
 
 def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
@@ -247,7 +273,9 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
     check_filter_settings(cfg)  # an outside filter's params, against the settings type it brings
     plan = plan_clean(cfg)
     fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
-    if shard_index is None:  # a remote run: what is done remotely counts, a local marker never uploaded does not
+    if (
+        shard_index is None
+    ):  # a remote run: what is done remotely counts, a local marker never uploaded does not
         layout = RunLayout(cfg)
         layout.store.pull([layout.clean], prune_markers=True)
     if shard_index is not None:
@@ -285,9 +313,15 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
                 bar.update(1)
     bar.close()
     summary = write_report(cfg, plan)
-    summary.update({"shards_run": len(todo), "shards_skipped_done": skipped,
-                    "shards_redone": {f"{k[0]}: {k[1]}": v for k, v in redo.items()},
-                    "seconds": round(time.time() - t0, 2), "failed_shards": failures})
+    summary.update(
+        {
+            "shards_run": len(todo),
+            "shards_skipped_done": skipped,
+            "shards_redone": {f"{k[0]}: {k[1]}": v for k, v in redo.items()},
+            "seconds": round(time.time() - t0, 2),
+            "failed_shards": failures,
+        }
+    )
     log.info(summary.pop("table"))
     if failures:
         names = ", ".join(f"{f['source']}/{f['shard']}: {f['error']}" for f in failures)
@@ -298,8 +332,9 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
 def _progress(total: int, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc="clean shards", unit="shard", disable=not enabled or total == 0,
-                file=sys.stderr)
+    return tqdm(
+        total=total, desc="clean shards", unit="shard", disable=not enabled or total == 0, file=sys.stderr
+    )
 
 
 def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
@@ -362,15 +397,22 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
     layout.clean.mkdir(parents=True, exist_ok=True)
     write_json_atomic(layout.clean / "stats.json", stats)
     for (source, reason), rows in samples.items():
-        write_text_atomic(layout.clean / "dropped" / source / f"{reason.replace(':', '__')}.jsonl",
-                          "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        write_text_atomic(
+            layout.clean / "dropped" / source / f"{reason.replace(':', '__')}.jsonl",
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+        )
     table = format_table(stats)
     write_text_atomic(layout.clean / "stats.txt", table + "\n")
     if stats["complete"]:  # never let a partial view (one array task's) replace the remote report
         layout.store.push([layout.clean / "dropped", layout.clean / "stats.txt", layout.clean / "stats.json"])
-    return {"stats": str(layout.clean / "stats.json"), "complete": stats["complete"], "totals": stats["totals"],
-            "dropped_by_reason": stats["dropped_by_reason"], "bad_records_by_kind": stats["bad_records_by_kind"],
-            "table": table}
+    return {
+        "stats": str(layout.clean / "stats.json"),
+        "complete": stats["complete"],
+        "totals": stats["totals"],
+        "dropped_by_reason": stats["dropped_by_reason"],
+        "bad_records_by_kind": stats["bad_records_by_kind"],
+        "table": table,
+    }
 
 
 def source_settings(cfg, src) -> dict[str, Any]:
@@ -385,31 +427,41 @@ def source_settings(cfg, src) -> dict[str, Any]:
         steps.append({"name": spec.name, "enabled": on,
                       "settings": ({**sec.model_dump(mode="json", exclude={"enabled"}), **spec.params}
                                    if sec is not None else spec.params)})  # fmt: skip
-    return {"preset": src.clean_preset or "web", "overrides": src.clean, "min_chars": clean.min_chars,
-            "filters": steps}
+    return {
+        "preset": src.clean_preset or "web",
+        "overrides": src.clean,
+        "min_chars": clean.min_chars,
+        "filters": steps,
+    }
 
 
 def format_table(stats: dict[str, Any]) -> str:
     """The human-readable summary printed at the end of the clean stage."""
-    lines = ["source         shards    read    kept  holdout  dropped  bad  kept_chars",
-             "-" * 72]
+    lines = ["source         shards    read    kept  holdout  dropped  bad  kept_chars", "-" * 72]
     for name, c in list(stats["per_source"].items()) + [("TOTAL", stats["totals"])]:
-        lines.append(f"{name[:14]:<14} {c.get('shards', 0):>6} {c.get('read', 0):>7} {c.get('kept', 0):>7} "
-                     f"{c.get('holdout', 0):>8} {c.get('dropped', 0):>8} {c.get('bad_records', 0):>4} "
-                     f"{c.get('kept_chars', 0):>11}")
+        lines.append(
+            f"{name[:14]:<14} {c.get('shards', 0):>6} {c.get('read', 0):>7} {c.get('kept', 0):>7} "
+            f"{c.get('holdout', 0):>8} {c.get('dropped', 0):>8} {c.get('bad_records', 0):>4} "
+            f"{c.get('kept_chars', 0):>11}"
+        )
     if stats.get("source_settings"):
         lines += ["", "cleaning per source"]
         for name, st in stats["source_settings"].items():
             on = [f["name"] for f in st["filters"] if f["enabled"]]
             over = f" overrides {json.dumps(st['overrides'], sort_keys=True)}" if st["overrides"] else ""
             lines.append(f"  {name[:14]:<14} preset {st['preset']}: {', '.join(on) or 'no filters'}{over}")
-    for title, key in (("dropped documents by reason", "dropped_by_reason"),
-                       ("bad input records by kind", "bad_records_by_kind"),
-                       ("lines removed inside kept pages", "line_drops")):
+    for title, key in (
+        ("dropped documents by reason", "dropped_by_reason"),
+        ("bad input records by kind", "bad_records_by_kind"),
+        ("lines removed inside kept pages", "line_drops"),
+    ):
         if stats[key]:
             lines += ["", title]
             lines += [f"  {k:<40} {v:>8}" for k, v in stats[key].items()]
     if stats["missing_shards"]:
-        lines += ["", f"NOT COMPLETE: {len(stats['missing_shards'])} shard(s) missing: "
-                  + ", ".join(stats["missing_shards"][:20])]
+        lines += [
+            "",
+            f"NOT COMPLETE: {len(stats['missing_shards'])} shard(s) missing: "
+            + ", ".join(stats["missing_shards"][:20]),
+        ]
     return "\n".join(lines)

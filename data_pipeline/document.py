@@ -21,7 +21,13 @@ class Document:
 
     def to_record(self) -> dict[str, Any]:
         """The cleaned-shard row: what the tokenizer stage reads."""
-        rec = {"id": self.id, "text": self.text, "url": self.url, "timestamp": self.timestamp, "source": self.source}
+        rec = {
+            "id": self.id,
+            "text": self.text,
+            "url": self.url,
+            "timestamp": self.timestamp,
+            "source": self.source,
+        }
         if "label" in self.meta:
             rec["label"] = self.meta["label"]
         return rec

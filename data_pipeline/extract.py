@@ -83,8 +83,14 @@ def _time_limit(seconds: float):
 class Extractor:
     """trafilatura with the options from `clean.extract`; returns main text or None (nothing worth keeping)."""
 
-    def __init__(self, favor_precision: bool = True, include_tables: bool = True, fast: bool = True,
-                 deduplicate: bool = False, timeout_s: float = 5.0):
+    def __init__(
+        self,
+        favor_precision: bool = True,
+        include_tables: bool = True,
+        fast: bool = True,
+        deduplicate: bool = False,
+        timeout_s: float = 5.0,
+    ):
         self.kw = {
             "favor_precision": favor_precision,
             "include_tables": include_tables,

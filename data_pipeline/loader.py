@@ -43,7 +43,9 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 
 
 def _salt(*parts: object) -> int:
-    return int.from_bytes(hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest(), "little")
+    return int.from_bytes(
+        hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest(), "little"
+    )
 
 
 def eval_mask(n: int, fraction: float, seed: int, source: str) -> np.ndarray:
@@ -127,8 +129,9 @@ class PretrainLoader:
         fetched = tokens_dir is None and lc.tokens_url is None and layout.store.remote is not None
         if fetched:  # a remote run: the shards are copied into the staging folder once, then memory-mapped
             layout.store.pull([layout.tokens])
-        self.manifest, shards = open_token_shards(url, cache_dir=lc.cache_dir, check=fetched,
-                                                  checksums=lc.verify_checksums)
+        self.manifest, shards = open_token_shards(
+            url, cache_dir=lc.cache_dir, check=fetched, checksums=lc.verify_checksums
+        )
         remote = "://" in url and not url.startswith("file://")
         index_dir = (Path(lc.cache_dir) if remote else Path(url.removeprefix("file://"))) / "pack-index"
         packed = build_packed_sources(cfg, self.manifest, shards, cache_dir=index_dir)
@@ -180,7 +183,9 @@ class PretrainLoader:
         for cy in np.unique(cycle):
             sel = cycle == cy
             if self.cfg.loader.shuffle:
-                perm = np.random.default_rng([self.seed, _salt("src", self.source_names[s]) >> 1, int(cy)]).permutation(n)
+                perm = np.random.default_rng(
+                    [self.seed, _salt("src", self.source_names[s]) >> 1, int(cy)]
+                ).permutation(n)
             else:
                 perm = np.arange(n)
             out[sel] = pool[perm[k[sel]]]
@@ -230,7 +235,9 @@ class PretrainLoader:
             step += 1
 
     def _eval_batches(self) -> Iterator[list[tuple[int, int, int]]]:
-        per = self.micro * self.world_size  # every rank gets the same number of batches (collectives stay matched)
+        per = (
+            self.micro * self.world_size
+        )  # every rank gets the same number of batches (collectives stay matched)
         for b in range(self.num_samples // per):
             base = b * per + self.rank * self.micro
             yield self.positions_keys(np.arange(base, base + self.micro, dtype=np.int64))
@@ -246,8 +253,11 @@ class PretrainLoader:
         lc = self.cfg.loader
         kwargs: dict[str, Any] = {}
         if lc.num_workers > 0:
-            kwargs = {"num_workers": lc.num_workers, "prefetch_factor": lc.prefetch_factor,
-                      "worker_init_fn": _ignore_stop_signals}
+            kwargs = {
+                "num_workers": lc.num_workers,
+                "prefetch_factor": lc.prefetch_factor,
+                "worker_init_fn": _ignore_stop_signals,
+            }
         dataset = _Samples(self.sources, self.bases)
         first = None
         if kwargs:

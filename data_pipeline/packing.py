@@ -175,7 +175,9 @@ class PackedSource:
                 use = how == "best_fit" or pad <= 0.01 * len(ptr[:-1]) * self.seq_len
                 arrays = {"ptr": ptr, "a": a, "b": b, "sep": sep} if use else {"fill": np.ones(1, bool)}
             else:
-                arrays["starts"], arrays["ends"] = _complete_blocks(self.stream.sentence_starts(), self.stream.total, cap)
+                arrays["starts"], arrays["ends"] = _complete_blocks(
+                    self.stream.sentence_starts(), self.stream.total, cap
+                )
             if cache is not None:
                 try:
                     buf = io.BytesIO()
@@ -185,7 +187,12 @@ class PackedSource:
                     pass
         if "ptr" in arrays:
             self.sentence_break = "best_fit"
-            self.seg_ptr, self.seg_a, self.seg_b, self.seg_sep = arrays["ptr"], arrays["a"], arrays["b"], arrays["sep"]
+            self.seg_ptr, self.seg_a, self.seg_b, self.seg_sep = (
+                arrays["ptr"],
+                arrays["a"],
+                arrays["b"],
+                arrays["sep"],
+            )
             self.starts, self.ends = self.seg_a[self.seg_ptr[:-1]], self.seg_b[self.seg_ptr[1:] - 1]
         elif "starts" in arrays:
             self.sentence_break = "complete"
@@ -335,7 +342,9 @@ def _best_fit_blocks(bounds: np.ndarray, doc_start: np.ndarray, cap: int, window
             np.asarray(seg_sep, bool))  # fmt: skip
 
 
-def index_cache_path(cfg, manifest: dict, source: str, cache_dir: str | os.PathLike[str] | None) -> Path | None:
+def index_cache_path(
+    cfg, manifest: dict, source: str, cache_dir: str | os.PathLike[str] | None
+) -> Path | None:
     """Where a source's sentence-aligned packing index is kept: keyed by its shards' checksums and the packing."""
     if cache_dir is None or cfg.packing.mode != "full_sentences" or cfg.packing.sentence_break == "fill":
         return None

@@ -60,16 +60,20 @@ def check_tokens(cfg: RunConfig) -> None:
         return  # read (or fetched) through fsspec by the loader, which names the URL
     manifest = Path(cfg.run.root) / "tokens" / "manifest.json"
     if not manifest.is_file():
-        raise ConfigError(f"run.output_dir: no token shards at {manifest.parent} (tokens/manifest.json is "
-                          "missing); run `python -m data_pipeline tokenize` first, or set loader.tokens_url")
+        raise ConfigError(
+            f"run.output_dir: no token shards at {manifest.parent} (tokens/manifest.json is "
+            "missing); run `python -m data_pipeline tokenize` first, or set loader.tokens_url"
+        )
 
 
 def check_train(cfg: RunConfig, accelerator: str) -> None:
     """`accelerator`: DeepSpeed's device name ("cpu", "cuda", ...), given by the caller (runconfig does not
     import DeepSpeed)."""
     if cfg.deepspeed.precision == "fp16" and accelerator == "cpu":
-        raise ConfigError("deepspeed.precision: fp16 needs a GPU accelerator (DeepSpeed's accelerator here is "
-                          "'cpu'); use bf16 or fp32")
+        raise ConfigError(
+            "deepspeed.precision: fp16 needs a GPU accelerator (DeepSpeed's accelerator here is "
+            "'cpu'); use bf16 or fp32"
+        )
     resume = cfg.checkpoint.resume
     if "://" in resume:  # a checkpoint in a bucket (downloaded by the trainer)
         try:
@@ -80,8 +84,10 @@ def check_train(cfg: RunConfig, accelerator: str) -> None:
             raise ConfigError(f"checkpoint.resume: {resume} is not a complete checkpoint (no COMPLETE file)")
     elif resume not in ("auto", "none"):
         if not os.path.isdir(resume):
-            raise ConfigError(f"checkpoint.resume: {resume} does not exist (give a step folder such as "
-                              f"<checkpoint dir>/step00000100, or 'auto' / 'none')")
+            raise ConfigError(
+                f"checkpoint.resume: {resume} does not exist (give a step folder such as "
+                f"<checkpoint dir>/step00000100, or 'auto' / 'none')"
+            )
         if not (Path(resume) / "COMPLETE").is_file():
             raise ConfigError(f"checkpoint.resume: {resume} is not a complete checkpoint (no COMPLETE file)")
     check_output_writable(cfg)

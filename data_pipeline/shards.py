@@ -47,14 +47,18 @@ def remove_orphans(path: Path) -> list[Path]:
         except FileNotFoundError:
             pass
     if gone:
-        log.info(f"[shards] removed {len(gone)} orphaned temporary file(s) of an interrupted write: "
-                 f"{', '.join(p.name for p in gone)}")
+        log.info(
+            f"[shards] removed {len(gone)} orphaned temporary file(s) of an interrupted write: "
+            f"{', '.join(p.name for p in gone)}"
+        )
     return gone
 
 
 def _atomic_write_bytes(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.name.startswith("shard-"):  # a shard or its marker has one writer: earlier temps of it are orphans
+    if path.name.startswith(
+        "shard-"
+    ):  # a shard or its marker has one writer: earlier temps of it are orphans
         remove_orphans(path)
     atomic_write(path, write)
 
@@ -77,9 +81,15 @@ def write_shard(path: Path, records: Iterable[dict[str, Any]]) -> int:
 
         rows = list(records)
         count = len(rows)
-        cols = ["id", "text", "url", "timestamp", "source"] + (["label"] if any("label" in r for r in rows) else [])
-        table = pa.table({c: pa.array([None if r.get(c) is None else str(r.get(c)) for r in rows],
-                                      type=pa.string()) for c in cols})
+        cols = ["id", "text", "url", "timestamp", "source"] + (
+            ["label"] if any("label" in r for r in rows) else []
+        )
+        table = pa.table(
+            {
+                c: pa.array([None if r.get(c) is None else str(r.get(c)) for r in rows], type=pa.string())
+                for c in cols
+            }
+        )
 
         def _w(f):
             pq.write_table(table, f, compression="zstd")
@@ -96,6 +106,7 @@ def write_shard(path: Path, records: Iterable[dict[str, Any]]) -> int:
                     count += 1
                 buf.flush()
                 buf.detach()
+
     _atomic_write_bytes(path, _w)
     return count
 
@@ -159,8 +170,11 @@ def _source_shards(folder: Path, names: list[str] | None) -> dict[str, list[Path
     for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
         if names is not None and sub.name not in names:
             continue
-        files = sorted(p for p in sub.iterdir() if p.name.startswith("shard-") and p.name.endswith(SHARD_EXTS)
-                       and marker_path(p).exists())
+        files = sorted(
+            p
+            for p in sub.iterdir()
+            if p.name.startswith("shard-") and p.name.endswith(SHARD_EXTS) and marker_path(p).exists()
+        )
         if files:
             out[sub.name] = files
     return out

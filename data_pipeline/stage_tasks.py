@@ -23,7 +23,9 @@ def _clean_task(i: int, *, cfg) -> dict[str, Any]:
     from data_pipeline.clean import clean_shard, config_fingerprint, plan_clean
 
     shard = plan_clean(cfg)[i]
-    info = clean_shard(cfg, shard, config_fingerprint(cfg, shard.source))  # per source, as run_clean writes them
+    info = clean_shard(
+        cfg, shard, config_fingerprint(cfg, shard.source)
+    )  # per source, as run_clean writes them
     return {k: info[k] for k in ("source", "shard", "read", "kept", "holdout", "kept_chars")}
 
 
@@ -53,9 +55,17 @@ def clean_stage(cfg) -> Stage:
     plan = plan_clean(cfg)
     fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
     done = frozenset(i for i, s in enumerate(plan) if _shard_done(cfg, s, fps[s.source]))
-    return Stage("clean", _clean_task, len(plan), layout.tasks, kwargs={"cfg": cfg}, store=layout.store,
-                 labels=tuple(f"{s.source}/{s.index}" for s in plan),
-                 done_fn=functools.partial(_done_set, done), finalize=functools.partial(_clean_report, cfg))
+    return Stage(
+        "clean",
+        _clean_task,
+        len(plan),
+        layout.tasks,
+        kwargs={"cfg": cfg},
+        store=layout.store,
+        labels=tuple(f"{s.source}/{s.index}" for s in plan),
+        done_fn=functools.partial(_done_set, done),
+        finalize=functools.partial(_clean_report, cfg),
+    )
 
 
 def _tokenizer_task(i: int, *, cfg) -> dict[str, Any]:
@@ -66,8 +76,15 @@ def _tokenizer_task(i: int, *, cfg) -> dict[str, Any]:
 
 def tokenizer_stage(cfg) -> Stage:
     layout = RunLayout(cfg)
-    return Stage("train-tokenizer", _tokenizer_task, 1, layout.tasks, kwargs={"cfg": cfg},
-                 done_fn=_never_done, store=layout.store)
+    return Stage(
+        "train-tokenizer",
+        _tokenizer_task,
+        1,
+        layout.tasks,
+        kwargs={"cfg": cfg},
+        done_fn=_never_done,
+        store=layout.store,
+    )
 
 
 def _tokenize_task(i: int, *, cfg) -> dict[str, Any]:
@@ -91,11 +108,20 @@ def tokenize_stage(cfg) -> Stage:
     tasks, _ = _tasks(cfg)
     layout = RunLayout(cfg)
     layout.store.pull([layout.tokens], prune_markers=True)  # a remote run: only remote records count
-    done = frozenset(i for i, t in enumerate(tasks) if _is_done(Path(t["stem"]), t["fingerprint"]) is not None)
-    return Stage("tokenize", _tokenize_task, len(tasks), layout.tasks, kwargs={"cfg": cfg},
-                 store=layout.store,
-                 labels=tuple(Path(t["in_path"]).parent.name + "/" + Path(t["in_path"]).name for t in tasks),
-                 done_fn=functools.partial(_done_set, done), finalize=functools.partial(_tokenize_manifest, cfg))
+    done = frozenset(
+        i for i, t in enumerate(tasks) if _is_done(Path(t["stem"]), t["fingerprint"]) is not None
+    )
+    return Stage(
+        "tokenize",
+        _tokenize_task,
+        len(tasks),
+        layout.tasks,
+        kwargs={"cfg": cfg},
+        store=layout.store,
+        labels=tuple(Path(t["in_path"]).parent.name + "/" + Path(t["in_path"]).name for t in tasks),
+        done_fn=functools.partial(_done_set, done),
+        finalize=functools.partial(_tokenize_manifest, cfg),
+    )
 
 
 def run_data_path(cfg, executor: Executor | None = None) -> dict[str, Any]:

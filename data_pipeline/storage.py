@@ -113,7 +113,9 @@ class RunStore:
         if self.remote is None:
             return []
         try:
-            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self._fresh_fs().ls(self.url(path), detail=False))
+            return sorted(
+                p.rstrip("/").rsplit("/", 1)[-1] for p in self._fresh_fs().ls(self.url(path), detail=False)
+            )
         except FileNotFoundError:
             return []
 
@@ -156,7 +158,9 @@ class RunStore:
             self.push(paths)
             return True
         except (OSError, RuntimeError, ValueError) as e:  # network and backend errors (botocore: OSError)
-            (warn or log.warning)(f"[storage] WARNING: uploading to {self.remote} failed ({type(e).__name__}: {e}); kept locally")
+            (warn or log.warning)(
+                f"[storage] WARNING: uploading to {self.remote} failed ({type(e).__name__}: {e}); kept locally"
+            )
             return False
 
     # -- download -----------------------------------------------------------------------------------------------
@@ -169,8 +173,14 @@ class RunStore:
             if t is not None:
                 os.utime(tmp, (t, t))
 
-    def pull(self, paths: Iterable[str | os.PathLike[str]], exclude: tuple[str, ...] = (),
-             prune_markers: bool = False, only_markers: bool = False, force: bool = False) -> list[Path]:
+    def pull(
+        self,
+        paths: Iterable[str | os.PathLike[str]],
+        exclude: tuple[str, ...] = (),
+        prune_markers: bool = False,
+        only_markers: bool = False,
+        force: bool = False,
+    ) -> list[Path]:
         """Download the remote files under each local path (a folder or a file) that are missing here or differ
         in size (markers: always). `exclude`: folder names to leave out. `prune_markers`: delete local markers
         the remote lacks (a task finished here whose upload did not finish is not done). `only_markers`: fetch
@@ -190,7 +200,7 @@ class RunStore:
                 bare = bare.rstrip("/")
                 if "size" not in info:  # find() of a single file gives no details
                     info = self.fs.info(bare)
-                rel = bare[len(base):].lstrip("/")
+                rel = bare[len(base) :].lstrip("/")
                 parts = rel.split("/") if rel else []
                 if info.get("type") == "directory" or any(x in exclude for x in parts[:-1]):
                     continue

@@ -82,7 +82,9 @@ class TokenShardWriter:
         start = self._n
         self._n += ids.size
         if sent_starts is not None and len(sent_starts):
-            s = np.sort(np.asarray(sent_starts, np.int64))  # sorted + deduplicated (np.unique's hashing is slower)
+            s = np.sort(
+                np.asarray(sent_starts, np.int64)
+            )  # sorted + deduplicated (np.unique's hashing is slower)
             keep = (s > 0) & (s < ids.size)
             keep[1:] &= s[1:] != s[:-1]
             s = s[keep]
@@ -200,8 +202,10 @@ def check_shard(bin_path: str, idx_path: str, m: dict, vocab_size: int | None, c
         raise TokenShardError(f"{bin_path}: cannot be read ({e.strerror or e}); {RERUN}") from None
     if have != want:
         cause = "truncated" if have < want else "longer than written"
-        raise TokenShardError(f"{bin_path}: {have} bytes, the manifest records {want} bytes ({m['tokens']} tokens "
-                              f"of {m['dtype']}): {cause}; {RERUN}")
+        raise TokenShardError(
+            f"{bin_path}: {have} bytes, the manifest records {want} bytes ({m['tokens']} tokens "
+            f"of {m['dtype']}): {cause}; {RERUN}"
+        )
     if not checksums and vocab_size is None:
         return
     key = (bin_path, have, os.stat(bin_path).st_mtime_ns)
@@ -224,11 +228,15 @@ def check_shard(bin_path: str, idx_path: str, m: dict, vocab_size: int | None, c
                 pos += ids.size
     if checksums:
         if h.hexdigest() != m["sha256_bin"]:
-            raise TokenShardError(f"{bin_path}: sha256 differs from the manifest's (changed or replaced since "
-                                  f"`tokenize` wrote it); {RERUN}")
+            raise TokenShardError(
+                f"{bin_path}: sha256 differs from the manifest's (changed or replaced since "
+                f"`tokenize` wrote it); {RERUN}"
+            )
         if sha256_file(idx_path) != m["sha256_idx"]:
-            raise TokenShardError(f"{idx_path}: sha256 differs from the manifest's (changed or replaced since "
-                                  f"`tokenize` wrote it); {RERUN}")
+            raise TokenShardError(
+                f"{idx_path}: sha256 differs from the manifest's (changed or replaced since "
+                f"`tokenize` wrote it); {RERUN}"
+            )
     _CHECKED[key] = checksums
 
 

@@ -40,7 +40,9 @@ from runconfig import RunConfig
 logger = logging.getLogger(__name__)
 
 _LINE = re.compile(r"[^\n]+")
-_ENGINES: dict[str, tuple[Any, TiktokenBPE | None]] = {}  # tokenizer.json sha256 -> (Tokenizer, checked engine)
+_ENGINES: dict[
+    str, tuple[Any, TiktokenBPE | None]
+] = {}  # tokenizer.json sha256 -> (Tokenizer, checked engine)
 
 
 def special_ids(tok) -> dict[str, int | None]:
@@ -175,7 +177,10 @@ def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
                 encs = tok.encode_batch(texts, add_special_tokens=False)
                 return [(np.asarray(e.ids, np.int64), np.fromiter((b for _, b in e.offsets), np.int64, len(e.ids)))
                         for e in encs]  # fmt: skip
-            return [(np.asarray(e.ids, np.int64), None) for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
+            return [
+                (np.asarray(e.ids, np.int64), None)
+                for e in tok.encode_batch_fast(texts, add_special_tokens=False)
+            ]
 
         def fast_encode(texts: list[str]) -> list[tuple[np.ndarray, np.ndarray | None]]:
             out: list = [None] * len(texts)
@@ -259,7 +264,10 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         splitter = "blingfire" if cfg.packing.mode == "full_sentences" else "none"
     fast = TiktokenBPE.load(tok_json)
     engine = "tiktoken" if fast is not None else "tokenizers"
-    _ENGINES[tok_sha] = (tok, fast)  # forked shard workers reuse both (loading costs ~0.3 s per worker and shard)
+    _ENGINES[tok_sha] = (
+        tok,
+        fast,
+    )  # forked shard workers reuse both (loading costs ~0.3 s per worker and shard)
     info = {"tokenizer": {"path": str(layout.tokenizer), "sha256": tok_sha, "vocab_size": vocab,
                           "type": cfg.tokenizer.type}, "special_ids": special_ids(tok),
             "dtype": dtype.name, "sentence_splitter": splitter, "engine": engine}  # fmt: skip

@@ -1,13 +1,13 @@
 """`python -m launch`: turn a run config into a running (multi-node / Slurm) training job.
 
-  run             render and execute for launch.launcher (torchrun | deepspeed | slurm); --dry-run prints
-                  exactly what runs on every node
-  sbatch          write the Slurm batch script; --submit submits it (sbatch --parsable) and prints the job id
-  status JOB      job state, reason, restart count (works without Slurm accounting)
-  cancel JOB      scancel (or --signal USR1: a preemption drill: checkpoint, requeue, resume)
-  pipeline-slurm  clean array -> dedup stage arrays -> tokenizer -> tokenize array -> train, chained with
-                  --dependency=afterok
-  pipeline-ray    clean -> dedup stages -> tokenizer -> tokenize, every task on a Ray cluster
+run             render and execute for launch.launcher (torchrun | deepspeed | slurm); --dry-run prints
+                exactly what runs on every node
+sbatch          write the Slurm batch script; --submit submits it (sbatch --parsable) and prints the job id
+status JOB      job state, reason, restart count (works without Slurm accounting)
+cancel JOB      scancel (or --signal USR1: a preemption drill: checkpoint, requeue, resume)
+pipeline-slurm  clean array -> dedup stage arrays -> tokenizer -> tokenize array -> train, chained with
+                --dependency=afterok
+pipeline-ray    clean -> dedup stages -> tokenizer -> tokenize, every task on a Ray cluster
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ def dry_run_text(cfg, entry: Entry) -> str:
         lines.append(slurm.render_train_script(cfg, entry).rstrip())
         for rank in range(cfg.launch.nodes):
             argv = [a.replace("$SLURM_NODEID", str(rank)) for a in slurm.node_argv(cfg, entry)]
-            lines.append(f"# node {rank} (srun task, SLURM_NODEID={rank}; MASTER_ADDR = first node's NodeAddr):")
+            lines.append(
+                f"# node {rank} (srun task, SLURM_NODEID={rank}; MASTER_ADDR = first node's NodeAddr):"
+            )
             lines.append(NodeCommand(rank, "", argv, render.base_env(cfg)).shell())
         return "\n".join(lines)
     cmds = render.node_commands(cfg, entry)
@@ -88,8 +90,9 @@ def _complete_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> dict[str, f
     return out
 
 
-def _supervise(procs: list[subprocess.Popen], rank_depth: int = 1,
-               checkpoint_dir: str | os.PathLike[str] | None = None) -> int:
+def _supervise(
+    procs: list[subprocess.Popen], rank_depth: int = 1, checkpoint_dir: str | os.PathLike[str] | None = None
+) -> int:
     """Wait for launched processes; forward preemption signals. 'Signalled and not clean' is 75 ("checkpointed,
     requeue me") only when a checkpoint was written after the signal (checked in `checkpoint_dir` when given):
     a Ctrl-C that ended the ranks before they saved is the ranks' own failure code, not a requeue."""
@@ -134,9 +137,12 @@ def _supervise(procs: list[subprocess.Popen], rank_depth: int = 1,
         after = _complete_checkpoints(checkpoint_dir)
         if any(before.get(tag) != mtime for tag, mtime in after.items()):
             return EX_TEMPFAIL
-        print(f"[launch] signal {signalled[0]}: the ranks stopped (exit {rc}) and no checkpoint was written at the "
-              f"signal in {checkpoint_dir}: not exiting {EX_TEMPFAIL} (requeue), the run resumes from its last "
-              "complete checkpoint", file=sys.stderr)
+        print(
+            f"[launch] signal {signalled[0]}: the ranks stopped (exit {rc}) and no checkpoint was written at the "
+            f"signal in {checkpoint_dir}: not exiting {EX_TEMPFAIL} (requeue), the run resumes from its last "
+            "complete checkpoint",
+            file=sys.stderr,
+        )
         return rc if rc != EX_TEMPFAIL else 1
     return rc
 
@@ -155,17 +161,23 @@ def cmd_run(args) -> int:
         print(job)
         return 0
     if args.all_nodes and not cfg.launch.hostfile:
-        raise LaunchError("launch.hostfile: --all-nodes starts every node over ssh and needs their host names")
+        raise LaunchError(
+            "launch.hostfile: --all-nodes starts every node over ssh and needs their host names"
+        )
     cmds = render.node_commands(cfg, entry)
     if cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1:
         render.write_deepspeed_env(cfg)
     if args.all_nodes:
         render.check_hosts_reachable(cfg, [c.host for c in cmds])
-    elif cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1 and cfg.launch.multinode_runner == "pdsh":
+    elif (
+        cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1 and cfg.launch.multinode_runner == "pdsh"
+    ):
         render.check_hosts_reachable(cfg, render.resolve_hosts(cfg)[0])
     elif cfg.launch.launcher == "torchrun" and cfg.launch.nodes > 1 and cfg.launch.node_rank > 0:
         render.wait_for_master(cfg, render.resolve_hosts(cfg)[1])
-    ckpt_dir = os.path.abspath(cfg.checkpoint_dir)  # before the chdir: a relative run folder is relative to here
+    ckpt_dir = os.path.abspath(
+        cfg.checkpoint_dir
+    )  # before the chdir: a relative run folder is relative to here
     os.chdir(render.workdir(cfg))
     if args.all_nodes:
         argvs = [(render.ssh_command(c, cfg), None) for c in cmds]
@@ -223,7 +235,9 @@ def cmd_pipeline(args) -> int:
         if args.dry_run:
             print(path.read_text())
     if args.dry_run:
-        print("# submission chain (each job starts only after the previous one succeeded; runnable as it is):")
+        print(
+            "# submission chain (each job starts only after the previous one succeeded; runnable as it is):"
+        )
         print("\n".join(slurm.chain_lines(jobs)))
     return 0
 
@@ -260,9 +274,18 @@ def cmd_pipeline_ray(args) -> int:
     if args.address:
         cfg.data.ray.address = args.address
     out = run_data_path(cfg)
-    print(json.dumps({k: out[k] for k in ("executor", "seconds")} | {
-        "kept": out["dedup"]["kept"], "tokens": out["tokenize"].get("totals"),
-        "manifest": out["tokenize"].get("manifest")}, indent=1, default=str))
+    print(
+        json.dumps(
+            {k: out[k] for k in ("executor", "seconds")}
+            | {
+                "kept": out["dedup"]["kept"],
+                "tokens": out["tokenize"].get("totals"),
+                "manifest": out["tokenize"].get("manifest"),
+            },
+            indent=1,
+            default=str,
+        )
+    )
     return 0
 
 
@@ -274,8 +297,15 @@ def _local_pipeline(args: argparse.Namespace) -> int:
 
 
 # The packages whose import registers the built-in implementations.
-IMPLEMENTATIONS = ("data_pipeline.executors", "data_pipeline.filters", "data_pipeline.objectives", "data_pipeline.readers",
-                   "data_pipeline.tokenizers", "pretrain.families", "pretrain.objectives")
+IMPLEMENTATIONS = (
+    "data_pipeline.executors",
+    "data_pipeline.filters",
+    "data_pipeline.objectives",
+    "data_pipeline.readers",
+    "data_pipeline.tokenizers",
+    "pretrain.families",
+    "pretrain.objectives",
+)
 
 
 def registry_listing() -> dict[str, dict[str, Any]]:
@@ -292,9 +322,15 @@ def registry_listing() -> dict[str, dict[str, Any]]:
         impl = getattr(obj, "build_config", None) or getattr(obj, "build_collator", None) or obj
         return getattr(impl, "__module__", None) or type(impl).__module__
 
-    return {name: {"key": reg.key, "entry_point_group": reg.group, "description": reg.description,
-                   "entries": {n: origin(obj) for n, obj in reg.items()}}
-            for name, reg in REGISTRIES.items()}
+    return {
+        name: {
+            "key": reg.key,
+            "entry_point_group": reg.group,
+            "description": reg.description,
+            "entries": {n: origin(obj) for n, obj in reg.items()},
+        }
+        for name, reg in REGISTRIES.items()
+    }
 
 
 def cmd_registry(args: argparse.Namespace) -> int:
@@ -314,9 +350,13 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("run", help="render and execute for launch.launcher (--dry-run: print every node's command)")
+    p = sub.add_parser(
+        "run", help="render and execute for launch.launcher (--dry-run: print every node's command)"
+    )
     add_config_args(p)
-    p.add_argument("--dry-run", action="store_true", help="print exactly what runs on every node, run nothing")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print exactly what runs on every node, run nothing"
+    )
     p.add_argument("--node-rank", type=int, default=None, help="torchrun multi-node: which node this is")
     p.add_argument("--all-nodes", action="store_true", help="torchrun multi-node: start every node over ssh")
     p.set_defaults(fn=cmd_run)
@@ -344,24 +384,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="write and print the scripts, submit nothing")
     p.set_defaults(fn=cmd_pipeline)
 
-    p = sub.add_parser("pipeline-ray", help="the data path (clean, dedup stages, tokenizer, tokenize) as tasks "
-                       "on a Ray cluster (data.ray.address)")
+    p = sub.add_parser(
+        "pipeline-ray",
+        help="the data path (clean, dedup stages, tokenizer, tokenize) as tasks "
+        "on a Ray cluster (data.ray.address)",
+    )
     add_config_args(p)
-    p.add_argument("--address", default=None, help="Ray address (auto | host:port | ray://host:10001 | local); "
-                   "default data.ray.address")
+    p.add_argument(
+        "--address",
+        default=None,
+        help="Ray address (auto | host:port | ray://host:10001 | local); default data.ray.address",
+    )
     p.set_defaults(fn=cmd_pipeline_ray)
 
-    p = sub.add_parser("pipeline", help="every stage on this machine: data -> pretrain -> export -> fine-tune "
-                       "(what `make demo` runs)")
+    p = sub.add_parser(
+        "pipeline",
+        help="every stage on this machine: data -> pretrain -> export -> fine-tune (what `make demo` runs)",
+    )
     add_config_args(p)
     p.set_defaults(fn=_local_pipeline)
 
-    p = sub.add_parser("registry", help="list what every registry holds (families, objectives, filters, readers, "
-                       "executors, tokenizer conventions), built-ins and outside packages' entry points")
+    p = sub.add_parser(
+        "registry",
+        help="list what every registry holds (families, objectives, filters, readers, "
+        "executors, tokenizer conventions), built-ins and outside packages' entry points",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(fn=cmd_registry)
 
-    p = sub.add_parser("corpus-shards", help="print the number of final corpus shards (used by the tokenize array)")
+    p = sub.add_parser(
+        "corpus-shards", help="print the number of final corpus shards (used by the tokenize array)"
+    )
     add_config_args(p)
     p.set_defaults(fn=cmd_corpus_shards)
 

@@ -71,7 +71,9 @@ def run_training(cfg: RunConfig, config_path: Path) -> None:
     """This machine's node command from launch.render (torchrun or the DeepSpeed launcher), on a free port."""
     from launch.render import Entry, node_commands
 
-    local = cfg.model_copy(update={"launch": cfg.launch.model_copy(update={"nodes": 1, "master_port": _free_port()})})
+    local = cfg.model_copy(
+        update={"launch": cfg.launch.model_copy(update={"nodes": 1, "master_port": _free_port()})}
+    )
     cmd = node_commands(local, Entry.train(config_path))[0]
     env = os.environ | cmd.env
     env.setdefault("OMP_NUM_THREADS", "1")  # one thread per rank: the ranks already use every core
@@ -108,14 +110,21 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
 
     srcs = ", ".join(f"{s.name} ({s.format})" for s in cfg.data.sources)
     dd = cfg.data.dedup
-    kinds = " + ".join(k for k, on in (("exact", dd.exact), ("MinHash near-duplicates", dd.minhash.enabled)) if on)
+    kinds = " + ".join(
+        k for k, on in (("exact", dd.exact), ("MinHash near-duplicates", dd.minhash.enabled)) if on
+    )
     clean_stats = stage(f"clean: read, extract and filter {srcs}", run_clean, cfg)
     dedup_stats = stage(f"dedup: {kinds or 'off'}", run_dedup, cfg)
     stage(f"tokenizer: train {describe_tokenizer(cfg)}", train_tokenizer, cfg)
     token_stats = stage("tokenize: write token shards", run_tokenize, cfg)
     budget = f", {cfg.schedule.budget_minutes:g} min budget" if cfg.schedule.budget_minutes else ""
-    stage(f"pretrain: {cfg.model.family} via DeepSpeed ZeRO-{cfg.deepspeed.zero_stage} on "
-          f"{cfg.launch.procs_per_node} ranks{budget}", run_training, cfg, resolved)
+    stage(
+        f"pretrain: {cfg.model.family} via DeepSpeed ZeRO-{cfg.deepspeed.zero_stage} on "
+        f"{cfg.launch.procs_per_node} ranks{budget}",
+        run_training,
+        cfg,
+        resolved,
+    )
 
     from pretrain.export import export
     from pretrain.transfer import format_report, run_transfer
@@ -125,14 +134,26 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     from pretrain.families import get_family
 
     family = get_family(cfg.model.family)
-    out = subprocess.run([sys.executable, "-c", RELOAD_CHECK, str(export_dir), family.auto_class, family.task],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", RELOAD_CHECK, str(export_dir), family.auto_class, family.task],
+        capture_output=True,
+        text=True,
+    )
     if out.returncode != 0:
         raise SystemExit(f"reloading the export failed:\n{out.stderr[-3000:]}")
     reload_info = json.loads(out.stdout.strip().splitlines()[-1])
     log.info(json.dumps(reload_info))
-    transfer = stage("transfer: pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)",
-                     run_transfer, cfg, export_dir, layout.finetune) if cfg.finetune.tasks else {"tasks": {}}
+    transfer = (
+        stage(
+            "transfer: pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)",
+            run_transfer,
+            cfg,
+            export_dir,
+            layout.finetune,
+        )
+        if cfg.finetune.tasks
+        else {"tasks": {}}
+    )
     state = json.loads((Path(export_dir) / "training_state.json").read_text())
     from pretrain.model_card import held_out_perplexity, write_model_card
 
@@ -143,8 +164,9 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     summary = {
         **summary_paths(cfg, export_dir),
         "heldout_perplexity": ppl[0] if ppl else None,
-        "finetune_scoring": FINETUNE_SCORING["seq2seq" if reload_info.get("class", "").endswith(
-            "ForConditionalGeneration") else "classifier"],
+        "finetune_scoring": FINETUNE_SCORING[
+            "seq2seq" if reload_info.get("class", "").endswith("ForConditionalGeneration") else "classifier"
+        ],
         "pretrain_steps": state.get("step"),
         "tokens_seen": state.get("tokens_seen"),
         "final_pretrain_loss": state.get("loss"),
@@ -158,11 +180,25 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     atomic_write(layout.summary, json_bytes(summary))
     layout.store.push([layout.finetune, resolved, layout.summary])  # a remote run (run.output_dir URL)
     _banner("summary")  # what follows is the command's own output (printed)
-    for k in ("run_dir", "cleaned_corpus", "tokenizer", "token_shards", "checkpoints", "tensorboard", "plots",
-              "export"):
+    for k in (
+        "run_dir",
+        "cleaned_corpus",
+        "tokenizer",
+        "token_shards",
+        "checkpoints",
+        "tensorboard",
+        "plots",
+        "export",
+    ):
         print(f"{k:<32} {summary[k]}")
-    for k in ("pretrain_steps", "tokens_seen", "final_pretrain_loss", "eval_loss", "heldout_perplexity",
-              "finetune_scoring"):
+    for k in (
+        "pretrain_steps",
+        "tokens_seen",
+        "final_pretrain_loss",
+        "eval_loss",
+        "heldout_perplexity",
+        "finetune_scoring",
+    ):
         print(f"{k:<32} {summary[k]}")
     if transfer["tasks"]:
         print("transfer (test accuracy, mean ± sd over seeds; test text never seen in pretraining):")
@@ -213,8 +249,11 @@ def _last_eval_loss(logs: Path) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m launch pipeline", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m launch pipeline",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_config_args(p)
     args = p.parse_args(argv)
     cfg = config_from_args(args)

@@ -52,8 +52,19 @@ def unreachable_hosts(cfg: RunConfig, hosts: list[str]) -> list[tuple[str, str]]
     """ssh to every host at once (`true`); [(host, ssh's last message)] for those that fail. Bounded by the
     connect timeout (plus a little for the remote shell), so a dead host is named instead of waited on."""
     wait = cfg.launch.ssh_connect_timeout_s + 20
-    procs = [(h, subprocess.Popen(["ssh", *ssh_options(cfg), h, "true"], stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)) for h in hosts]
+    procs = [
+        (
+            h,
+            subprocess.Popen(
+                ["ssh", *ssh_options(cfg), h, "true"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
+        for h in hosts
+    ]
     bad = []
     for h, p in procs:
         try:
@@ -170,9 +181,7 @@ def resolve_hosts(cfg: RunConfig) -> tuple[list[str], str]:
         if lc.nodes > 1 and lc.launcher == "deepspeed":
             raise LaunchError("launch.hostfile: the deepspeed launcher needs a hostfile for launch.nodes > 1")
         if lc.nodes > 1 and lc.master_addr in LOOPBACK:
-            where = (
-                "launch.hostfile (its first host is the master) or launch.master_addr (the first node's address)"
-            )
+            where = "launch.hostfile (its first host is the master) or launch.master_addr (the first node's address)"
             if "master_addr" not in lc.model_fields_set:
                 raise LaunchError(
                     f"launch.master_addr: launch.nodes={lc.nodes} without a hostfile would rendezvous at "
@@ -214,14 +223,24 @@ def base_env(cfg: RunConfig) -> dict[str, str]:
 
 
 def torchrun_args(
-    cfg: RunConfig, node_rank: int | str, master_addr: str, local_addr: str | None = None,
+    cfg: RunConfig,
+    node_rank: int | str,
+    master_addr: str,
+    local_addr: str | None = None,
     master_port: int | str | None = None,
 ) -> list[str]:
     """torchrun options for one node. node_rank, master_addr and master_port may be shell references like
     "$SLURM_NODEID" (a Slurm job derives its port from the job id on the node)."""
     lc = cfg.launch
     port = str(lc.master_port if master_port is None else master_port)
-    args = ["--nnodes", str(lc.nodes), "--nproc_per_node", str(lc.procs_per_node), "--max_restarts", str(lc.max_restarts)]
+    args = [
+        "--nnodes",
+        str(lc.nodes),
+        "--nproc_per_node",
+        str(lc.procs_per_node),
+        "--max_restarts",
+        str(lc.max_restarts),
+    ]
     # The rendezvous waits deepspeed.comm_timeout_s for the other nodes / the master, not torchrun's 600 s.
     wait = cfg.deepspeed.comm_timeout_s
     if lc.rdzv == "static" or lc.nodes == 1:
@@ -249,12 +268,28 @@ def node_commands(cfg: RunConfig, entry: Entry) -> list[NodeCommand]:
     if lc.launcher == "torchrun":
         out = []
         for rank, host in enumerate(hosts):
-            argv = [py, "-m", "torch.distributed.run", *torchrun_args(cfg, rank, master), "-m", entry.module, *entry.args]
+            argv = [
+                py,
+                "-m",
+                "torch.distributed.run",
+                *torchrun_args(cfg, rank, master),
+                "-m",
+                entry.module,
+                *entry.args,
+            ]
             out.append(NodeCommand(rank, host, argv, dict(env)))
         return out
     if lc.launcher == "deepspeed":
         # One command on the first host; the DeepSpeed launcher reaches the others over pdsh/ssh/MPI itself.
-        argv = [py, "-m", "deepspeed.launcher.runner", "--num_nodes", str(lc.nodes), "--num_gpus", str(lc.procs_per_node)]
+        argv = [
+            py,
+            "-m",
+            "deepspeed.launcher.runner",
+            "--num_nodes",
+            str(lc.nodes),
+            "--num_gpus",
+            str(lc.procs_per_node),
+        ]
         argv += ["--master_addr", master, "--master_port", str(lc.master_port)]
         if lc.hostfile:
             argv += ["--hostfile", str(Path(lc.hostfile).resolve()), "--launcher", lc.multinode_runner]
@@ -273,7 +308,9 @@ def node_commands(cfg: RunConfig, entry: Entry) -> list[NodeCommand]:
             # Remote ranks only get PYTHON*/NCCL*-style variables and the DS_ENV_FILE lines: put ours there.
             env["DS_ENV_FILE"] = str(deepspeed_env_file(cfg))
         return [NodeCommand(0, hosts[0], argv, env)]
-    raise LaunchError(f"launch.launcher: '{lc.launcher}' is rendered as an sbatch script (python -m launch sbatch)")
+    raise LaunchError(
+        f"launch.launcher: '{lc.launcher}' is rendered as an sbatch script (python -m launch sbatch)"
+    )
 
 
 def deepspeed_env_file(cfg: RunConfig) -> Path:

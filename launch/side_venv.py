@@ -23,8 +23,9 @@ def _probe_ok(python: Path, probe: str | None) -> bool:
     return probe is None or subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 0
 
 
-def ensure_venv(path: Path, requirements: list[str], probe: str | None = None, timeout: int = 1800,
-                layered: bool = False) -> Path:
+def ensure_venv(
+    path: Path, requirements: list[str], probe: str | None = None, timeout: int = 1800, layered: bool = False
+) -> Path:
     """The venv's python, building `path` with `requirements` (pip specs) when missing, changed or failing `probe`.
 
     On a CPU-only machine put `torch==<version>` first in `requirements` when anything in them depends on torch,
@@ -54,8 +55,9 @@ def ensure_venv(path: Path, requirements: list[str], probe: str | None = None, t
             res = subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements], capture_output=True,
                                  text=True, timeout=timeout)  # fmt: skip
             if res.returncode != 0:
-                raise RuntimeError(f"could not build {path} with {requirements}:\n{res.stdout[-3000:]}\n"
-                                   f"{res.stderr[-3000:]}")
+                raise RuntimeError(
+                    f"could not build {path} with {requirements}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+                )
         (path / "builds.log").write_text(f"{log}built {time.strftime('%Y-%m-%dT%H:%M:%S')} {want}\n")
         if not _probe_ok(python, probe):
             raise RuntimeError(f"{path}: built with {requirements}, but `{probe}` fails in it")

@@ -74,7 +74,9 @@ def port_expr(cfg: RunConfig) -> str:
     """Shell expression for the rendezvous port: $LMSTACK_MASTER_PORT, else an explicit launch.master_port, else
     one derived from the job id (two jobs sharing a node differ)."""
     lc = cfg.launch
-    default = str(lc.master_port) if "master_port" in lc.model_fields_set else "$((20000 + SLURM_JOB_ID % 20000))"
+    default = (
+        str(lc.master_port) if "master_port" in lc.model_fields_set else "$((20000 + SLURM_JOB_ID % 20000))"
+    )
     return f"${{LMSTACK_MASTER_PORT:-{default}}}"
 
 
@@ -130,7 +132,10 @@ def _sbatch_header(
 
 def _preamble(cfg: RunConfig, strict: bool) -> list[str]:
     lines = ["# shellcheck disable=SC1091  # launch.setup may source files that exist only on the cluster"]
-    lines += ["set -euo pipefail" if strict else "set -uo pipefail", f"cd {shlex.quote(workdir(cfg))} || exit 1"]
+    lines += [
+        "set -euo pipefail" if strict else "set -uo pipefail",
+        f"cd {shlex.quote(workdir(cfg))} || exit 1",
+    ]
     lines += cfg.launch.setup
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(base_env(cfg).items())]
     return lines
@@ -171,7 +176,7 @@ def render_train_script(cfg: RunConfig, entry: Entry, job_name: str | None = Non
         "# Rendezvous on the first node of the allocation, by its NodeAddr (node names need not resolve).",
         'first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "MASTER_ADDR=$(scontrol show node \"$first_node\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p' | head -n 1)",
-        'MASTER_ADDR=${MASTER_ADDR:-$first_node}',
+        "MASTER_ADDR=${MASTER_ADDR:-$first_node}",
         "# The port comes from the job id, so two jobs sharing a node do not collide ($LMSTACK_MASTER_PORT wins).",
         f"MASTER_PORT={port_expr(cfg)}",
         "export MASTER_ADDR MASTER_PORT",
@@ -260,7 +265,15 @@ def render_stage_script(
 def data_stage_cmd(
     cfg: RunConfig, stage: str, config_path: str | os.PathLike[str], overrides: list[str], shard: bool = False
 ) -> list[str]:
-    cmd = [python_exe(cfg), "-m", "data_pipeline", stage, "--config", str(Path(config_path).resolve()), *overrides]
+    cmd = [
+        python_exe(cfg),
+        "-m",
+        "data_pipeline",
+        stage,
+        "--config",
+        str(Path(config_path).resolve()),
+        *overrides,
+    ]
     return [*cmd, "--shard-index", "{task}"] if shard else cmd
 
 
@@ -283,12 +296,15 @@ def _run(cmd: list[str]) -> str:
     except FileNotFoundError:
         raise SlurmError(f"{cmd[0]} not found: is this a Slurm login node (or is Slurm on PATH)?") from None
     if res.returncode != 0:
-        raise SlurmError(f"{shlex.join(cmd)} failed ({res.returncode}): {res.stderr.strip() or res.stdout.strip()}")
+        raise SlurmError(
+            f"{shlex.join(cmd)} failed ({res.returncode}): {res.stderr.strip() or res.stdout.strip()}"
+        )
     return res.stdout
 
 
-def sbatch_argv(script: str | os.PathLike[str], after: Sequence[str] = (), dependency_type: str = "afterok"
-                ) -> list[str]:
+def sbatch_argv(
+    script: str | os.PathLike[str], after: Sequence[str] = (), dependency_type: str = "afterok"
+) -> list[str]:
     cmd = ["sbatch", "--parsable"]
     if after:
         cmd.append(f"--dependency={dependency_type}:{':'.join(after)}")
@@ -296,7 +312,9 @@ def sbatch_argv(script: str | os.PathLike[str], after: Sequence[str] = (), depen
     return [*cmd, str(script)]
 
 
-def submit(script: str | os.PathLike[str], after: Sequence[str] = (), dependency_type: str = "afterok") -> str:
+def submit(
+    script: str | os.PathLike[str], after: Sequence[str] = (), dependency_type: str = "afterok"
+) -> str:
     """`sbatch --parsable` the script (after the given jobs succeed) and return the job id."""
     out = _run(sbatch_argv(script, after, dependency_type)).strip()
     job_id = out.split(";", 1)[0]
@@ -314,7 +332,9 @@ class JobStatus:
     exit_code: str
 
     def line(self) -> str:
-        return f"{self.job_id} {self.state} reason={self.reason} restarts={self.restarts} exit={self.exit_code}"
+        return (
+            f"{self.job_id} {self.state} reason={self.reason} restarts={self.restarts} exit={self.exit_code}"
+        )
 
 
 def status(job_id: str) -> list[JobStatus]:
@@ -326,7 +346,15 @@ def status(job_id: str) -> list[JobStatus]:
         if not f:
             continue
         jid = f["JobId"] if "ArrayTaskId" not in f else f"{f['ArrayJobId']}_{f['ArrayTaskId']}"
-        rows.append(JobStatus(jid, f.get("JobState", "?"), f.get("Reason", "?"), int(f.get("Restarts", 0) or 0), f.get("ExitCode", "?")))
+        rows.append(
+            JobStatus(
+                jid,
+                f.get("JobState", "?"),
+                f.get("Reason", "?"),
+                int(f.get("Restarts", 0) or 0),
+                f.get("ExitCode", "?"),
+            )
+        )
     return rows
 
 
@@ -391,8 +419,9 @@ def dedup_partitions(cfg: RunConfig, clean_shards: int) -> int:
     return dd.partitions or max(1, -(-clean_shards * cfg.data.clean.docs_per_shard // dd.docs_per_partition))
 
 
-def dedup_array_stages(cfg: RunConfig, config_path: str | os.PathLike[str], overrides: list[str],
-                       clean_shards: int) -> list[tuple[str, str]]:
+def dedup_array_stages(
+    cfg: RunConfig, config_path: str | os.PathLike[str], overrides: list[str], clean_shards: int
+) -> list[tuple[str, str]]:
     """At most one job per dedup stage: signatures, buckets and filter are job arrays (task i runs
     `python -m data_pipeline dedup --stage S --task-index i`, retried in-process data.task_retries times);
     the connected-components steps (L0, every large/small-star round, labels) need a barrier between steps,
@@ -419,7 +448,9 @@ def _components_script(cfg: RunConfig, task_cmd: list[str], steps: list[tuple[st
     text = render_stage_script(cfg, [], f"{cfg.run.name}-dedup-components")
     lines = [
         "run_stage() {",
-        '  seq 0 $(( $2 - 1 )) | xargs -P "${SLURM_CPUS_PER_TASK:-1}" -I{} ' + _inner(task_cmd) + ' "$1" --task-index {}',
+        '  seq 0 $(( $2 - 1 )) | xargs -P "${SLURM_CPUS_PER_TASK:-1}" -I{} '
+        + _inner(task_cmd)
+        + ' "$1" --task-index {}',
         "}",
         *(f"run_stage {stage} {n}" for stage, n in steps),
     ]

@@ -10,9 +10,11 @@ import sys
 from core.layout import RunPaths
 from runconfig.cli import add_config_args, config_from_args, preflight, run_cli
 
-RESET_HELP = ("resume with a new data order: when run.seed, the tokenizer, the data sources or the packing changed "
-              "since the checkpoint, keep its weights, optimizer and step and start the loader afresh "
-              "(= checkpoint.reset_data_order=true)")
+RESET_HELP = (
+    "resume with a new data order: when run.seed, the tokenizer, the data sources or the packing changed "
+    "since the checkpoint, keep its weights, optimizer and step and start the loader afresh "
+    "(= checkpoint.reset_data_order=true)"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,32 +24,50 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pretrain", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", help="pretrain through DeepSpeed (run under torchrun or `python -m launch run`)")
+    p = sub.add_parser(
+        "train", help="pretrain through DeepSpeed (run under torchrun or `python -m launch run`)"
+    )
     add_config_args(p)
     p.add_argument("--reset-data-order", action="store_true", help=RESET_HELP)
-    p = sub.add_parser("export", help="checkpoint -> Hugging Face folder (safetensors, tokenizer, model card)")
+    p = sub.add_parser(
+        "export", help="checkpoint -> Hugging Face folder (safetensors, tokenizer, model card)"
+    )
     add_config_args(p)
-    p.add_argument("--checkpoint", default=None, help="a step folder or checkpoints folder (default: the run's)")
+    p.add_argument(
+        "--checkpoint", default=None, help="a step folder or checkpoints folder (default: the run's)"
+    )
     p.add_argument("--out", default=None, help="output folder (default: <run.output_dir>/export)")
     p = sub.add_parser("finetune", help="sequence-classification fine-tune of an export; prints accuracy")
     add_config_args(p)
     p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
     p.add_argument("--init", choices=["pretrained", "random", "both"], default="both")
-    p = sub.add_parser("transfer", help="pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)")
+    p = sub.add_parser(
+        "transfer", help="pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)"
+    )
     add_config_args(p)
     p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
     p.add_argument("--out", default=None, help="output folder (default: <run.output_dir>/finetune)")
-    p = sub.add_parser("card", help="(re)write the export's Hub model card (e.g. after `transfer` wrote transfer.json)")
+    p = sub.add_parser(
+        "card", help="(re)write the export's Hub model card (e.g. after `transfer` wrote transfer.json)"
+    )
     add_config_args(p)
     p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
     p = sub.add_parser("plan", help="batch plan, scaled LR, token budget and ZeRO memory estimates")
     add_config_args(p)
-    p.add_argument("--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node")
+    p.add_argument(
+        "--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node"
+    )
     p.add_argument("--json", action="store_true")
-    p.add_argument("--gpu", default=None, help="GPU for the time estimate: h100 (default), h200, b200, a100, l40s, "
-                   "a10g, v100, mi300x (logging.peak_flops, when set, is used unless --gpu is given)")
+    p.add_argument(
+        "--gpu",
+        default=None,
+        help="GPU for the time estimate: h100 (default), h200, b200, a100, l40s, "
+        "a10g, v100, mi300x (logging.peak_flops, when set, is used unless --gpu is given)",
+    )
     p.add_argument("--mfu", type=float, default=None, help="assumed model FLOPs utilisation (default 0.40)")
-    p.add_argument("--exact", action="store_true", help="count parameters on a meta-device build (imports torch)")
+    p.add_argument(
+        "--exact", action="store_true", help="count parameters on a meta-device build (imports torch)"
+    )
     p.add_argument("--reset-data-order", action="store_true", help=RESET_HELP)
     p = sub.add_parser("plot", help="loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)")
     p.add_argument("run", help="the run folder (run.output_dir; a URL: plots are uploaded to RUN/logs/plots)")
@@ -56,7 +76,9 @@ def _main(argv: list[str] | None = None) -> int:
     if args.command == "plot":
         from pretrain.plots import plot_run
 
-        if "://" in args.run and not args.run.startswith("file://"):  # a remote run folder: never a local path
+        if "://" in args.run and not args.run.startswith(
+            "file://"
+        ):  # a remote run folder: never a local path
             import tempfile
             from pathlib import Path
 
@@ -115,7 +137,10 @@ def _main(argv: list[str] | None = None) -> int:
 
         try:
             print(export(cfg, args.checkpoint, args.out))
-        except (CannotContinue, FileNotFoundError) as e:  # one line naming the checkpoint / tokenizer / folder
+        except (
+            CannotContinue,
+            FileNotFoundError,
+        ) as e:  # one line naming the checkpoint / tokenizer / folder
             print(f"error: {e}", file=sys.stderr)
             return CANNOT_CONTINUE_EXIT_CODE
         return 0
@@ -123,7 +148,9 @@ def _main(argv: list[str] | None = None) -> int:
         from data_pipeline.layout import RunLayout
 
         layout = RunLayout(cfg)  # a remote run: its export (and what the card reads), fetched once
-        layout.store.pull([layout.export, layout.tokens / "manifest.json", layout.clean / "stats.json", layout.logs])
+        layout.store.pull(
+            [layout.export, layout.tokens / "manifest.json", layout.clean / "stats.json", layout.logs]
+        )
     if args.command == "finetune":
         from data_pipeline.layout import RunLayout
         from pretrain.finetune import finetune
@@ -134,8 +161,10 @@ def _main(argv: list[str] | None = None) -> int:
         for r in results:
             acc = "collapsed" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
             bad = f", collapsed seeds {sorted(r['collapsed'])} left out" if r["collapsed"] else ""
-            print(f"{r['task']}: {r['init']:>10}: accuracy {acc} (mean of {len(r['accuracy_by_seed'])} "
-                  f"seeds{bad}) on {r['test_examples']} test examples")
+            print(
+                f"{r['task']}: {r['init']:>10}: accuracy {acc} (mean of {len(r['accuracy_by_seed'])} "
+                f"seeds{bad}) on {r['test_examples']} test examples"
+            )
         return 0
     if args.command == "transfer":
         from data_pipeline.layout import RunLayout
@@ -170,7 +199,9 @@ def _main(argv: list[str] | None = None) -> int:
         print(json.dumps(r, indent=1) if args.json else format_report(r))
         if tokens_note:
             print(f"note: {tokens_note}", file=sys.stderr)
-        if (r.get("resume") or {}).get("error"):  # what `train` would stop on: the same exit as a config error
+        if (r.get("resume") or {}).get(
+            "error"
+        ):  # what `train` would stop on: the same exit as a config error
             print(f"error: checkpoint.resume: {r['resume']['error']}", file=sys.stderr)
             return 2
         return 0

@@ -82,7 +82,8 @@ def _checksum(path: Path) -> str:
 def _checkpoint_files(folder: Path) -> list[str]:
     """Every file a checkpoint consists of (relative paths), COMPLETE and temporary files excepted."""
     return sorted(
-        str(p.relative_to(folder)) for p in folder.rglob("*")
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
         if p.is_file() and p.name != COMPLETE and ".tmp" not in p.name
     )
 
@@ -161,23 +162,31 @@ def select_resume_tag(ckpt_dir: Path, warn=None, remote: str | None = None) -> s
     distributed = dist.is_available() and dist.is_initialized()
     rank = dist.get_rank() if distributed else 0
     skipped = []
-    candidates = _remote_candidates(ckpt_dir, remote) if remote else [(t, False) for t in _candidates(ckpt_dir)]
+    candidates = (
+        _remote_candidates(ckpt_dir, remote) if remote else [(t, False) for t in _candidates(ckpt_dir)]
+    )
     for tag, in_bucket in candidates:
         if in_bucket:
             fetch_checkpoint(ckpt_dir, tag, remote)
         problems = verify_checkpoint(ckpt_dir / tag)
-        if in_bucket and problems:  # a damaged local copy of a good remote file has the same size: fetch it again
+        if (
+            in_bucket and problems
+        ):  # a damaged local copy of a good remote file has the same size: fetch it again
             fetch_checkpoint(ckpt_dir, tag, remote, force=True)
             problems = verify_checkpoint(ckpt_dir / tag)
         if not problems:
             if remote and not in_bucket and rank == 0:
                 from data_pipeline.storage import RunStore
 
-                warn(f"[checkpoint] {tag} is newer than every checkpoint in {remote} (its upload failed): "
-                     f"uploading it now")
+                warn(
+                    f"[checkpoint] {tag} is newer than every checkpoint in {remote} (its upload failed): "
+                    f"uploading it now"
+                )
                 RunStore(ckpt_dir, remote).push_or_warn([ckpt_dir / tag], warn)
             return tag
-        skipped.append(f"{ckpt_dir / tag}: " + "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else ""))
+        skipped.append(
+            f"{ckpt_dir / tag}: " + "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else "")
+        )
         if rank == 0:
             warn(f"[checkpoint] WARNING: skipping damaged checkpoint {skipped[-1]}")
     if skipped:
@@ -198,7 +207,11 @@ def _remote_candidates(ckpt_dir: Path, remote: str) -> list[tuple[str, bool]]:
     if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
         store = RunStore(ckpt_dir, remote)
         names = store.list_dir(ckpt_dir)
-        up = [t for t in sorted(names, reverse=True) if TAG_RE.match(t) and store.exists(ckpt_dir / t / COMPLETE)]
+        up = [
+            t
+            for t in sorted(names, reverse=True)
+            if TAG_RE.match(t) and store.exists(ckpt_dir / t / COMPLETE)
+        ]
         if "latest" in names:
             latest = store.fs.cat_file(store.url(ckpt_dir / "latest")).decode().strip()
             if latest in up:
@@ -235,7 +248,9 @@ def fetch_url(url: str, cache_root: Path) -> tuple[Path, str]:
     return local, tag
 
 
-def upload_checkpoint(ckpt_dir: Path, tag: str, remote: str, keep_last: int, warn=None, retries: int = 3) -> bool:
+def upload_checkpoint(
+    ckpt_dir: Path, tag: str, remote: str, keep_last: int, warn=None, retries: int = 3
+) -> bool:
     """Rank 0, after COMPLETE and `latest` are written locally: the folder's files, then COMPLETE, then `latest`
     (a remote COMPLETE never precedes the files it lists); remote checkpoints beyond `keep_last` are removed.
     A failed upload is retried, then reported: the local checkpoint stays usable and training goes on."""
@@ -248,16 +263,24 @@ def upload_checkpoint(ckpt_dir: Path, tag: str, remote: str, keep_last: int, war
             sent = store.push([ckpt_dir / tag, *[p for p in (ckpt_dir / RESOLVED_CONFIG,) if p.is_file()]])
             sent += store.push([ckpt_dir / "latest"])
             mb = sum(p.stat().st_size for p in sent) / 2**20
-            (warn or log.info)(f"[checkpoint] uploaded {tag} to {store.url(ckpt_dir / tag)} ({len(sent)} files, {mb:.1f} MiB, "
-                 f"{time.time() - t0:.1f}s)")
+            (warn or log.info)(
+                f"[checkpoint] uploaded {tag} to {store.url(ckpt_dir / tag)} ({len(sent)} files, {mb:.1f} MiB, "
+                f"{time.time() - t0:.1f}s)"
+            )
             remote_tags = sorted(t for t in store.list_dir(ckpt_dir) if TAG_RE.match(t))
             for old in remote_tags[:-keep_last]:
                 store.remove(ckpt_dir / old)
             return True
-        except (OSError, RuntimeError, ValueError) as e:  # network and backend errors (botocore wraps in OSError)
+        except (
+            OSError,
+            RuntimeError,
+            ValueError,
+        ) as e:  # network and backend errors (botocore wraps in OSError)
             if attempt == retries - 1:
-                (warn or log.warning)(f"[checkpoint] WARNING: uploading {ckpt_dir / tag} to {store.url(ckpt_dir / tag)} failed "
-                     f"({type(e).__name__}: {e}); it stays local only, the next checkpoint uploads again")
+                (warn or log.warning)(
+                    f"[checkpoint] WARNING: uploading {ckpt_dir / tag} to {store.url(ckpt_dir / tag)} failed "
+                    f"({type(e).__name__}: {e}); it stays local only, the next checkpoint uploads again"
+                )
                 return False
             time.sleep(2**attempt)
     return False
@@ -294,7 +317,9 @@ def _free_bytes(path: Path) -> int:
 def _is_comm_error(err: BaseException) -> bool:
     """A collective failed (dead peer, timeout): not a write error; re-raised at once, never waited on again."""
     text = str(err).lower()
-    return isinstance(err, getattr(dist, "DistError", ())) or any(w in text for w in ("gloo", "nccl", "timed out"))
+    return isinstance(err, getattr(dist, "DistError", ())) or any(
+        w in text for w in ("gloo", "nccl", "timed out")
+    )
 
 
 def _is_disk_full(err: BaseException, free: int) -> bool:
@@ -319,8 +344,16 @@ def _abandon(folder: Path, ckpt_dir: Path, step: int, why: str, rank: int) -> Ca
     )
 
 
-def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, Any], keep_last: int,
-                    before_complete=None, meta: dict[str, Any] | None = None, remote: str | None = None) -> Path:
+def save_checkpoint(
+    engine,
+    ckpt_dir: Path,
+    step: int,
+    client_state: dict[str, Any],
+    keep_last: int,
+    before_complete=None,
+    meta: dict[str, Any] | None = None,
+    remote: str | None = None,
+) -> Path:
     """`before_complete(folder)` runs on every rank after all files are written and before the folder is
     marked complete (the trainer stores its export-parity probe there). `meta` (e.g. the resolved config) is
     recorded in COMPLETE. A folder is never marked complete when a write failed (a full disk is named, with
@@ -338,7 +371,10 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, A
     error: BaseException | None = None
     try:
         engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
-    except (OSError, RuntimeError) as e:  # a write failed before DeepSpeed's closing barrier: meet the others there
+    except (
+        OSError,
+        RuntimeError,
+    ) as e:  # a write failed before DeepSpeed's closing barrier: meet the others there
         if _is_comm_error(e):
             raise
         error = e
@@ -364,20 +400,33 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, A
         mine = [f"rank {rank}: {type(error).__name__}: {error}".splitlines()[0][:300]] if error else []
         full = _any_rank(error is not None and _is_disk_full(error, free), dev)
         errors = _gather(mine)
-        why = (f"saving checkpoint {folder} failed: the disk is full ({free / 2**20:.1f} MiB free on the "
-               f"filesystem of {ckpt_dir}); free space or lower checkpoint.keep_last, then resume"
-               if full else f"saving checkpoint {folder} failed ({'; '.join(errors)}); "
-                            f"{free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir}")
+        why = (
+            f"saving checkpoint {folder} failed: the disk is full ({free / 2**20:.1f} MiB free on the "
+            f"filesystem of {ckpt_dir}); free space or lower checkpoint.keep_last, then resume"
+            if full
+            else f"saving checkpoint {folder} failed ({'; '.join(errors)}); "
+            f"{free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir}"
+        )
         raise _abandon(folder, ckpt_dir, step, why, rank)
     bad = nonfinite_parameters(engine)
     dist.barrier()  # every rank's files are on disk
     if bad:
-        raise _abandon(folder, ckpt_dir, step,
-                       f"the weights after step {step} are not finite ({len(bad)} tensors, e.g. {', '.join(bad[:3])})"
-                       "; lower optim.lr or check the data, then resume", rank)
+        raise _abandon(
+            folder,
+            ckpt_dir,
+            step,
+            f"the weights after step {step} are not finite ({len(bad)} tensors, e.g. {', '.join(bad[:3])})"
+            "; lower optim.lr or check the data, then resume",
+            rank,
+        )
     files = _gather_entries(folder, rank, world)
     if rank == 0:
-        info = {"step": step, "world_size": world, "time": time.time(), "zero_stage": engine.zero_optimization_stage()}
+        info = {
+            "step": step,
+            "world_size": world,
+            "time": time.time(),
+            "zero_stage": engine.zero_optimization_stage(),
+        }
         try:
             write_complete(folder, {**info, **(meta or {})}, files)
             _atomic_write(ckpt_dir / "latest", tag)
@@ -386,9 +435,15 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict[str, A
     if _any_rank(error is not None, dev):
         free = _free_bytes(ckpt_dir)
         full = error is not None and _is_disk_full(error, free)
-        raise _abandon(folder, ckpt_dir, step, f"writing {COMPLETE} of {folder} failed"
-                       + (": the disk is full" if full else f" ({error})")
-                       + f" ({free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir})", rank)
+        raise _abandon(
+            folder,
+            ckpt_dir,
+            step,
+            f"writing {COMPLETE} of {folder} failed"
+            + (": the disk is full" if full else f" ({error})")
+            + f" ({free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir})",
+            rank,
+        )
     if rank == 0:
         for old in complete_tags(ckpt_dir)[:-keep_last]:
             shutil.rmtree(ckpt_dir / old, ignore_errors=True)
@@ -429,8 +484,12 @@ def convert_to_universal(ckpt_dir: Path, tag: str) -> str:
     if out.exists():
         shutil.rmtree(out)
     args = argparse.Namespace(
-        input_folder=str(ckpt_dir / tag), output_folder=str(out), num_extract_workers=1, num_merge_workers=1,
-        keep_temp_folder=False, strict=True,
+        input_folder=str(ckpt_dir / tag),
+        output_folder=str(out),
+        num_extract_workers=1,
+        num_merge_workers=1,
+        keep_temp_folder=False,
+        strict=True,
         inject_missing_state=True,  # transformers models carry no Megatron-style universal info; DeepSpeed adds it
     )
     ds_to_universal.main(args)
@@ -473,13 +532,17 @@ def load_checkpoint(engine, ckpt_dir: Path, tag: str) -> dict[str, Any]:
         if "size mismatch" not in str(e):
             raise
         first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), str(e))
-        raise CannotContinue(f"checkpoint {ckpt_dir / tag} does not fit the model built from the current "
-                             f"tokenizer and model settings (was the tokenizer swapped?): {first}") from None
+        raise CannotContinue(
+            f"checkpoint {ckpt_dir / tag} does not fit the model built from the current "
+            f"tokenizer and model settings (was the tokenizer swapped?): {first}"
+        ) from None
     if path is None:
         raise RuntimeError(f"DeepSpeed could not load checkpoint {ckpt_dir / tag}")
     rng_path = ckpt_dir / tag / f"rng_rank{dist.get_rank():05d}.pt"
     if read_complete(ckpt_dir, tag)["world_size"] == dist.get_world_size():
-        if not rng_path.is_file():  # verification lists it; only a checkpoint older than the file list gets here
+        if (
+            not rng_path.is_file()
+        ):  # verification lists it; only a checkpoint older than the file list gets here
             raise CannotContinue(f"{rng_path} is missing: the resume would not be exact")
         set_rng_state(torch.load(rng_path, weights_only=False))
     return client_state or {}

@@ -145,16 +145,22 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
     if cfg.deepspeed.activation_checkpointing:
         model.gradient_checkpointing_enable()
     if cfg.optim.name == "lamb" and accelerator_name() == "cpu":
-        raise ValueError("optim.name: 'lamb' uses DeepSpeed's FusedLamb, which needs a CUDA accelerator; "
-                         "use 'adamw' on CPU")
+        raise ValueError(
+            "optim.name: 'lamb' uses DeepSpeed's FusedLamb, which needs a CUDA accelerator; "
+            "use 'adamw' on CPU"
+        )
     ds_config = build_ds_config(cfg, plan, load_universal)
     groups = _param_groups(model, cfg.optim.weight_decay)
     optimizer = None
     if not _use_ds_optimizer(cfg):
         fused = accelerator_name() == "cuda"
         optimizer = torch.optim.AdamW(
-            groups, lr=plan.peak_lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps,
-            foreach=False if not fused else None, fused=fused,
+            groups,
+            lr=plan.peak_lr,
+            betas=tuple(cfg.optim.betas),
+            eps=cfg.optim.eps,
+            foreach=False if not fused else None,
+            fused=fused,
         )
     sched = lr_multiplier(cfg, plan)
 
@@ -170,5 +176,7 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
     )
     if cfg.deepspeed.compile:
         engine.compile(backend=cfg.deepspeed.compile_backend)
-        log.info(f"[train] torch.compile ({cfg.deepspeed.compile_backend}) through DeepSpeed's engine.compile()")
+        log.info(
+            f"[train] torch.compile ({cfg.deepspeed.compile_backend}) through DeepSpeed's engine.compile()"
+        )
     return engine, scheduler, ds_config

@@ -59,16 +59,21 @@ def resolve_checkpoint(cfg: RunConfig, checkpoint: str | None) -> tuple[Path, st
 
 def _why(ckpt_dir: Path, tag: str) -> str:
     """Which step is exported and why, naming newer steps passed over (incomplete, or damaged)."""
-    newer = sorted({p.name for p in ckpt_dir.iterdir() if ckpt.TAG_RE.match(p.name) and p.name > tag}) \
-        if ckpt_dir.is_dir() else []
+    newer = (
+        sorted({p.name for p in ckpt_dir.iterdir() if ckpt.TAG_RE.match(p.name) and p.name > tag})
+        if ckpt_dir.is_dir()
+        else []
+    )
     latest = ckpt_dir / "latest"
     pointed = latest.read_text().strip() if latest.is_file() else None
     if pointed and pointed != tag and pointed not in newer and ckpt.TAG_RE.match(pointed) and pointed > tag:
         newer.append(pointed)
     if not newer:
         return f"exporting {tag}: the newest complete checkpoint"
-    why = [f"{t} is {'incomplete (no ' + ckpt.COMPLETE + ')' if not (ckpt_dir / t / ckpt.COMPLETE).is_file() else 'damaged'}"
-           for t in newer[::-1]]
+    why = [
+        f"{t} is {'incomplete (no ' + ckpt.COMPLETE + ')' if not (ckpt_dir / t / ckpt.COMPLETE).is_file() else 'damaged'}"
+        for t in newer[::-1]
+    ]
     return f"{'; '.join(why)}: exporting {tag}"
 
 
@@ -108,7 +113,9 @@ def _loaded_through_an_alias(model: torch.nn.Module, missing: list[str]) -> set[
     for name, p in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), []).append(name)
     gone = set(missing)
-    return {k for group in names.values() if len(group) > 1 and not set(group) <= gone for k in group if k in gone}
+    return {
+        k for group in names.values() if len(group) > 1 and not set(group) <= gone for k in group if k in gone
+    }
 
 
 def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any) -> torch.nn.Module:
@@ -121,8 +128,10 @@ def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any)
     shared = _loaded_through_an_alias(model, missing)
     real_missing = [k for k in missing if k not in tied and k not in shared]
     if real_missing or unexpected:
-        raise RuntimeError(f"checkpoint {ckpt_dir / tag} does not match the model: missing={real_missing} "
-                           f"unexpected={unexpected}")
+        raise RuntimeError(
+            f"checkpoint {ckpt_dir / tag} does not match the model: missing={real_missing} "
+            f"unexpected={unexpected}"
+        )
     if isinstance(model, PreTrainedModel):
         model.tie_weights()
     return model.eval()
@@ -136,7 +145,10 @@ def _load_heads(family: Any, out: Path) -> dict[str, str]:
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        return {name: type(family.auto_cls(name).from_pretrained(str(out))).__name__ for name in family.export_heads}
+        return {
+            name: type(family.auto_cls(name).from_pretrained(str(out))).__name__
+            for name in family.export_heads
+        }
     finally:
         hf_logging.set_verbosity(level)
 
@@ -157,7 +169,9 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
         if not out_dir and layout.store.remote:
             upload = RunStore(layout.export, layout.store.url(layout.export))
     # a remote run: what the export and its model card read (tokenizer, manifest, clean stats, metrics)
-    layout.store.pull([layout.tokenizer, layout.tokens / "manifest.json", layout.clean / "stats.json", layout.logs])
+    layout.store.pull(
+        [layout.tokenizer, layout.tokens / "manifest.json", layout.clean / "stats.json", layout.logs]
+    )
     if upload is not None and out.exists():
         shutil.rmtree(out)  # nothing of an older export may be uploaded with this one
     final = out
@@ -172,7 +186,9 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
     objective = get_objective(cfg.objective.type)
     family = get_family(cfg.model.family)
-    if objective.export is not None:  # the objective writes its own folders (ELECTRA: discriminator + generator/)
+    if (
+        objective.export is not None
+    ):  # the objective writes its own folders (ELECTRA: discriminator + generator/)
         reloaded = objective.export(cfg, model, out, tokenizer)
     else:
         for key, value in family.export_config.items():
@@ -193,21 +209,36 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
             reloaded = family.auto_cls().from_pretrained(str(out))
         state_parity = check_parity(reloaded, probe)
         if state_parity > 1e-5 and cfg.deepspeed.precision == "fp32":
-            raise RuntimeError(f"export parity failed: max |logit difference| {state_parity:.3g} > 1e-5 "
-                               f"between the engine and the reloaded export")
+            raise RuntimeError(
+                f"export parity failed: max |logit difference| {state_parity:.3g} > 1e-5 "
+                f"between the engine and the reloaded export"
+            )
     else:
         state_parity = None
     heads = _load_heads(family, out)
     state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity, "export_heads": heads}
     n_params = sum(p.numel() for p in model.parameters())
-    (out / "training_state.json").write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), **state,
-                                                         "n_params": n_params}, indent=1, default=str))
+    (out / "training_state.json").write_text(
+        json.dumps({"checkpoint": str(ckpt_dir / tag), **state, "n_params": n_params}, indent=1, default=str)
+    )
     write_model_card(cfg, out)  # README.md for the Hub, data_manifest.json and resolved_config.yaml beside it
-    (out / ckpt.COMPLETE).write_text(json.dumps({"checkpoint": str(ckpt_dir / tag), "step": state.get("step"),
-                                                 "weights_sha256": weights_hash(out)}, indent=1))
+    (out / ckpt.COMPLETE).write_text(
+        json.dumps(
+            {
+                "checkpoint": str(ckpt_dir / tag),
+                "step": state.get("step"),
+                "weights_sha256": weights_hash(out),
+            },
+            indent=1,
+        )
+    )
     from pretrain.model_card import TRANSFER_FILE, bound_transfer
 
-    if (final / TRANSFER_FILE).is_file() and weights_hash(final) == weights_hash(out) and bound_transfer(final):
+    if (
+        (final / TRANSFER_FILE).is_file()
+        and weights_hash(final) == weights_hash(out)
+        and bound_transfer(final)
+    ):
         shutil.copy2(final / TRANSFER_FILE, out / TRANSFER_FILE)  # the same weights again: their results stay
         write_model_card(cfg, out)
     follow_umask(out)  # safetensors writes 0600

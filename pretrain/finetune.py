@@ -18,8 +18,13 @@ from pretrain.transfer import _log, fine_tune_once, pick_lr, prepare_task
 from runconfig import RunConfig
 
 
-def finetune(cfg: RunConfig, model_dir: str | Path, init: str = "pretrained", out_dir: str | Path | None = None,
-             log=_log) -> list[dict[str, Any]]:
+def finetune(
+    cfg: RunConfig,
+    model_dir: str | Path,
+    init: str = "pretrained",
+    out_dir: str | Path | None = None,
+    log=_log,
+) -> list[dict[str, Any]]:
     """Fine-tune `init` ('pretrained' or 'random') on every task and seed; returns one result per task (its
     `accuracy` is the mean over the seeds that did not collapse; `collapsed` names those that did)."""
     from data_pipeline.layout import RunLayout
@@ -34,22 +39,61 @@ def finetune(cfg: RunConfig, model_dir: str | Path, init: str = "pretrained", ou
         arms, enc, label_ids = task.arms, task.enc, task.label_ids
         lr = ft.lr_grid[0]
         if len(ft.lr_grid) > 1:
-            sel = {x: fine_tune_once(arms, init, tok, enc["train"], {"dev": enc["dev"]}, x, ft.seeds[0], ft,
-                                     out / data.name / init / f"lr{x:g}-select", label_ids) for x in ft.lr_grid}
-            lr = pick_lr(ft.lr_grid, {x: r.accuracy["dev"] for x, r in sel.items()},
-                         {x: "dev" in r.collapsed for x, r in sel.items()})
+            sel = {
+                x: fine_tune_once(
+                    arms,
+                    init,
+                    tok,
+                    enc["train"],
+                    {"dev": enc["dev"]},
+                    x,
+                    ft.seeds[0],
+                    ft,
+                    out / data.name / init / f"lr{x:g}-select",
+                    label_ids,
+                )
+                for x in ft.lr_grid
+            }
+            lr = pick_lr(
+                ft.lr_grid,
+                {x: r.accuracy["dev"] for x, r in sel.items()},
+                {x: "dev" in r.collapsed for x, r in sel.items()},
+            )
         by_seed, collapsed = {}, {}
         for seed in ft.seeds:
             folder = out / data.name / init / f"seed{seed}"
-            run = fine_tune_once(arms, init, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, lr, seed, ft,
-                                 folder, label_ids, save_model=True)
+            run = fine_tune_once(
+                arms,
+                init,
+                tok,
+                enc["train"],
+                {"dev": enc["dev"], "test": enc["test"]},
+                lr,
+                seed,
+                ft,
+                folder,
+                label_ids,
+                save_model=True,
+            )
             by_seed[seed] = run.accuracy
             if "test" in run.collapsed:
                 collapsed[seed] = run.collapsed["test"]
-            log(f"[finetune] {data.name} {init} seed {seed} lr {lr:g}: test accuracy {run.accuracy['test']:.3f}"
-                + (" COLLAPSED (one class)" if seed in collapsed else "") + f" -> {folder}")
+            log(
+                f"[finetune] {data.name} {init} seed {seed} lr {lr:g}: test accuracy {run.accuracy['test']:.3f}"
+                + (" COLLAPSED (one class)" if seed in collapsed else "")
+                + f" -> {folder}"
+            )
         kept = [a["test"] for s, a in by_seed.items() if s not in collapsed]
-        results.append({"task": data.name, "init": init, "lr": lr, "accuracy_by_seed": by_seed,
-                        "accuracy": sum(kept) / len(kept) if kept else None, "collapsed": collapsed,
-                        "labels": data.labels, **{f"{k}_examples": v for k, v in data.sizes().items()}})
+        results.append(
+            {
+                "task": data.name,
+                "init": init,
+                "lr": lr,
+                "accuracy_by_seed": by_seed,
+                "accuracy": sum(kept) / len(kept) if kept else None,
+                "collapsed": collapsed,
+                "labels": data.labels,
+                **{f"{k}_examples": v for k, v in data.sizes().items()},
+            }
+        )
     return results

@@ -78,8 +78,10 @@ def _format(path: Path, fmt: str) -> str:
         return suffix[1:]
     if suffix == ".json":
         return "jsonl"
-    raise LabelledDataError(f"cannot tell the format of '{path}' (csv, tsv, jsonl, a folder per label, an HF "
-                            "datasets folder): set finetune.tasks.<i>.format")
+    raise LabelledDataError(
+        f"cannot tell the format of '{path}' (csv, tsv, jsonl, a folder per label, an HF "
+        "datasets folder): set finetune.tasks.<i>.format"
+    )
 
 
 def _check_columns(columns: list[str], task: FinetuneTask, key: str, path: Path) -> None:
@@ -108,7 +110,13 @@ def _read_table(path: Path, fmt: str, task: FinetuneTask, key: str) -> list[Row]
                 except json.JSONDecodeError as e:
                     raise LabelledDataError(f"{key}: {path} line {i + 1} is not JSON: {e}") from None
                 _check_columns(list(r), task, key, f"{path} line {i + 1}")
-                rows.append((str(r.get("id", f"{path.name}:{i}")), str(r[task.text_column]), str(r[task.label_column])))
+                rows.append(
+                    (
+                        str(r.get("id", f"{path.name}:{i}")),
+                        str(r[task.text_column]),
+                        str(r[task.label_column]),
+                    )
+                )
     elif fmt == "folder":
         for f in sorted(path.glob("*/*")):
             if f.is_file():
@@ -133,8 +141,10 @@ def _rows_from_hf(ds, task: FinetuneTask, key: str, path: Path) -> list[Row]:
     feat = ds.features[task.label_column]
     names = getattr(feat, "names", None)  # ClassLabel: ints -> label names
     ids = ds["id"] if "id" in ds.column_names else range(len(ds))
-    return [(f"{path.name}:{i}", str(t), names[y] if names else str(y))
-            for i, t, y in zip(ids, ds[task.text_column], ds[task.label_column], strict=True)]
+    return [
+        (f"{path.name}:{i}", str(t), names[y] if names else str(y))
+        for i, t, y in zip(ids, ds[task.text_column], ds[task.label_column], strict=True)
+    ]
 
 
 def _source_rows(cfg: RunConfig, task: FinetuneTask, key: str) -> list[Row]:
@@ -144,10 +154,15 @@ def _source_rows(cfg: RunConfig, task: FinetuneTask, key: str) -> list[Row]:
 
     src = next(s for s in cfg.data.sources if s.name == task.source)
     if src.holdout_fraction <= 0:
-        raise LabelledDataError(f"{key}.source: data source '{src.name}' has no hold-out "
-                                "(data.sources[].holdout_fraction is 0), so every document was pretrained on")
-    rows = [(d.id, d.text, str(d.meta["label"])) for d in read_source(src)
-            if in_holdout(d.id, src.holdout_fraction, cfg.run.seed) and d.meta.get("label") is not None]
+        raise LabelledDataError(
+            f"{key}.source: data source '{src.name}' has no hold-out "
+            "(data.sources[].holdout_fraction is 0), so every document was pretrained on"
+        )
+    rows = [
+        (d.id, d.text, str(d.meta["label"]))
+        for d in read_source(src)
+        if in_holdout(d.id, src.holdout_fraction, cfg.run.seed) and d.meta.get("label") is not None
+    ]
     if not rows:
         raise LabelledDataError(f"{key}.source: no labelled hold-out documents in source '{src.name}'")
     return sorted(rows)
@@ -160,7 +175,11 @@ def text_repair(cfg: RunConfig) -> Callable[[str], str] | None:
     from data_pipeline.filters.registry import filter_specs, get_filter
 
     spec = next((s for s in filter_specs(cfg.data.clean) if s.name == "unicode"), None)
-    fixer = get_filter("unicode").build(cfg.data.clean, spec.params) if spec and cfg.finetune.repair_text else None
+    fixer = (
+        get_filter("unicode").build(cfg.data.clean, spec.params)
+        if spec and cfg.finetune.repair_text
+        else None
+    )
     if fixer is None:
         return None
 
@@ -221,18 +240,23 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
     for split, rows in (("dev", dev), ("test", test)):
         unseen = sorted({r[2] for r in rows} - set(labels))
         if unseen:
-            raise LabelledDataError(f"{key}.label_column: the {split} split has labels the train split never shows: "
-                                    f"{unseen[:10]} (train labels: {labels[:20]})")
+            raise LabelledDataError(
+                f"{key}.label_column: the {split} split has labels the train split never shows: "
+                f"{unseen[:10]} (train labels: {labels[:20]})"
+            )
     missing = sorted(set(labels) - {r[2] for r in test})
     if missing and task.test is not None:
-        raise LabelledDataError(f"{key}.label_column: label sets differ between train and test: {missing[:10]} "
-                                "never occur in the test file")
+        raise LabelledDataError(
+            f"{key}.label_column: label sets differ between train and test: {missing[:10]} "
+            "never occur in the test file"
+        )
     return TaskData(task.name, train, dev, test, labels, origin)
 
 
 def load_tasks(cfg: RunConfig) -> list[TaskData]:
     """Every task, read and checked up front: a bad task stops the command before any model is trained."""
     if not cfg.finetune.tasks:
-        raise LabelledDataError("finetune.tasks: no task configured (give a source with a hold-out, or train/test "
-                                "files)")
+        raise LabelledDataError(
+            "finetune.tasks: no task configured (give a source with a hold-out, or train/test files)"
+        )
     return [load_task(cfg, i) for i in range(len(cfg.finetune.tasks))]

@@ -45,19 +45,32 @@ def explain(cfg: RunConfig, global_batch: int, lr: float, warmup: int) -> tuple[
     """(lines describing the reference recipe and the rule, warnings for explicit values that were replaced)."""
     s = cfg.lr_scaling
     if s.rule == "none":
-        source = ("schedule.warmup_steps" if cfg.schedule.warmup_steps is not None else
-                  "schedule.warmup_fraction" if cfg.schedule.warmup_fraction is not None else "the default warmup")
+        source = (
+            "schedule.warmup_steps"
+            if cfg.schedule.warmup_steps is not None
+            else "schedule.warmup_fraction"
+            if cfg.schedule.warmup_fraction is not None
+            else "the default warmup"
+        )
         return [f"lr_scaling: none (peak LR {lr:.3g} = optim.lr, warmup {warmup} = {source})"], []
     ref_lr, ref_warmup, ref_batch = reference_recipe(cfg)
     k = global_batch / (ref_batch or global_batch)
     src_lr = "lr_scaling.reference_lr" if s.reference_lr is not None else "optim.lr"
-    src_wu = "lr_scaling.reference_warmup_steps" if s.reference_warmup_steps is not None else "schedule.warmup_steps"
+    src_wu = (
+        "lr_scaling.reference_warmup_steps"
+        if s.reference_warmup_steps is not None
+        else "schedule.warmup_steps"
+    )
     factor = k if s.rule == "linear" else math.sqrt(k)
     lines = [
         f"lr_scaling: reference recipe LR {ref_lr:.3g} ({src_lr}), warmup {ref_warmup} steps ({src_wu}) at global "
         f"batch {ref_batch} (lr_scaling.reference_batch_size)",
         f"lr_scaling: rule {s.rule}: batch {global_batch} = {k:.3g} x reference -> LR x {factor:.3g} = {lr:.3g}"
-        + (f" (capped by lr_scaling.max_lr {s.max_lr:.3g})" if s.max_lr is not None and lr == s.max_lr else "")
+        + (
+            f" (capped by lr_scaling.max_lr {s.max_lr:.3g})"
+            if s.max_lr is not None and lr == s.max_lr
+            else ""
+        )
         + f", warmup / {k:.3g} = {warmup} steps",
     ]
     warnings = []

@@ -23,7 +23,9 @@ def flops_per_token(m: ModelConfig, n_params: int, seq_len: int) -> float:
     return spec.flops_per_token(spec, m, n_params, seq_len)
 
 
-def measure_peak_flops(n: int | None = None, repeats: int = 10, trials: int = 3, device: str = "cpu") -> float:
+def measure_peak_flops(
+    n: int | None = None, repeats: int = 10, trials: int = 3, device: str = "cpu"
+) -> float:
     """Dense matmul FLOP/s this process achieves: the denominator of MFU when the user gives no peak.
 
     Best of several trials, so a momentarily busy machine does not read low and inflate MFU; on a GPU the
@@ -102,9 +104,15 @@ class WandbSink(Sink):
         except ImportError:
             raise RuntimeError("logging.wandb.enabled needs wandb: pip install 'lmstack[wandb]'") from None
         wc = cfg.logging.wandb
-        self.run = wandb.init(project=wc.project, entity=wc.entity, name=wc.name or cfg.run.name, mode=wc.mode,
-                              dir=str(wc.dir or folder), config=json.loads(cfg.model_dump_json()),
-                              reinit=wc.reinit)  # the string setting; the boolean form is deprecated
+        self.run = wandb.init(
+            project=wc.project,
+            entity=wc.entity,
+            name=wc.name or cfg.run.name,
+            mode=wc.mode,
+            dir=str(wc.dir or folder),
+            config=json.loads(cfg.model_dump_json()),
+            reinit=wc.reinit,
+        )  # the string setting; the boolean form is deprecated
 
     def log(self, step, values, prefix):
         self.run.log({f"{prefix}/{k}": v for k, v in values.items() if isinstance(v, int | float)}, step=step)
@@ -135,7 +143,7 @@ def flat_params(cfg) -> dict[str, str]:
 
 def param_batches(flat: dict[str, str], size: int = MLFLOW_BATCH) -> list[dict[str, str]]:
     items = list(flat.items())
-    return [dict(items[i:i + size]) for i in range(0, len(items), size)]
+    return [dict(items[i : i + size]) for i in range(0, len(items), size)]
 
 
 class MlflowSink(Sink):
@@ -154,7 +162,9 @@ class MlflowSink(Sink):
         mlflow.set_experiment(mc.experiment)
         self.run = mlflow.start_run(run_name=mc.run_name or cfg.run.name)
         # The whole resolved config: as an artifact (what reruns it) and as params, in batches MLflow accepts.
-        mlflow.log_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False), "resolved_config.yaml")
+        mlflow.log_text(
+            yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False), "resolved_config.yaml"
+        )
         for batch in param_batches(flat_params(cfg)):
             mlflow.log_params(batch)
 
@@ -184,8 +194,12 @@ class OutputMetrics:
         values = getattr(output, "metrics", None)
         if not values:
             return
-        row = torch.stack([*(v.detach().double().reshape(()) for v in values.values()),
-                           torch.ones((), dtype=torch.float64, device=next(iter(values.values())).device)])
+        row = torch.stack(
+            [
+                *(v.detach().double().reshape(()) for v in values.values()),
+                torch.ones((), dtype=torch.float64, device=next(iter(values.values())).device),
+            ]
+        )
         if self.total is None:
             self.names, self.total = list(values), torch.zeros_like(row)
         self.total += row

@@ -76,7 +76,11 @@ def held_out_perplexity(metrics_file: Path, step: int | None) -> tuple[float, in
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if row.get("split") == "eval" and "perplexity" in row and (step is None or row.get("step", 0) <= step):
+        if (
+            row.get("split") == "eval"
+            and "perplexity" in row
+            and (step is None or row.get("step", 0) <= step)
+        ):
             best = (float(row["perplexity"]), int(row.get("step", 0)))
     return best
 
@@ -84,24 +88,36 @@ def held_out_perplexity(metrics_file: Path, step: int | None) -> tuple[float, in
 def _usage(task: str, auto_cls: str, repo: str, mask: str | None, generator: bool = False) -> str:
     if task == "masked_lm":
         call = f'fill("The company said its shares {mask} on Tuesday.")'
-        return (f'from transformers import pipeline\n\nfill = pipeline("fill-mask", model="{repo}")\nprint({call})\n'
-                f"\n# fine-tune: AutoModelForSequenceClassification.from_pretrained(\"{repo}\", num_labels=N)")
+        return (
+            f'from transformers import pipeline\n\nfill = pipeline("fill-mask", model="{repo}")\nprint({call})\n'
+            f'\n# fine-tune: AutoModelForSequenceClassification.from_pretrained("{repo}", num_labels=N)'
+        )
     if task == "causal_lm":
-        return (f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")'
-                f'\nmodel = {auto_cls}.from_pretrained("{repo}")\n'
-                'batch = tok(["The company said", "Shares in"], padding=True, return_tensors="pt")  # left padding\n'
-                "out = model.generate(**batch, max_new_tokens=20, do_sample=False)\n"
-                "print(tok.batch_decode(out, skip_special_tokens=True))")
+        return (
+            f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")'
+            f'\nmodel = {auto_cls}.from_pretrained("{repo}")\n'
+            'batch = tok(["The company said", "Shares in"], padding=True, return_tensors="pt")  # left padding\n'
+            "out = model.generate(**batch, max_new_tokens=20, do_sample=False)\n"
+            "print(tok.batch_decode(out, skip_special_tokens=True))"
+        )
     if task == "token_detection":
-        return (f'from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer\n\n'
-                f'tok = AutoTokenizer.from_pretrained("{repo}")\nmodel = AutoModel.from_pretrained("{repo}")\n'
-                f'# fine-tune: AutoModelForSequenceClassification.from_pretrained("{repo}", num_labels=N)'
-                + (f'\n# the generator trained beside it: AutoModelForMaskedLM.from_pretrained("{repo}", '
-                   'subfolder="generator")' if generator else ""))
-    return (f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")\n'
-            f'model = {auto_cls}.from_pretrained("{repo}")\n'
-            'batch = tok(["The company said its <extra_id_0> rose on Tuesday."], return_tensors="pt")\n'
-            "out = model.generate(**batch, max_new_tokens=10)\nprint(tok.batch_decode(out))")
+        return (
+            f"from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer\n\n"
+            f'tok = AutoTokenizer.from_pretrained("{repo}")\nmodel = AutoModel.from_pretrained("{repo}")\n'
+            f'# fine-tune: AutoModelForSequenceClassification.from_pretrained("{repo}", num_labels=N)'
+            + (
+                f'\n# the generator trained beside it: AutoModelForMaskedLM.from_pretrained("{repo}", '
+                'subfolder="generator")'
+                if generator
+                else ""
+            )
+        )
+    return (
+        f'from transformers import AutoTokenizer, {auto_cls}\n\ntok = AutoTokenizer.from_pretrained("{repo}")\n'
+        f'model = {auto_cls}.from_pretrained("{repo}")\n'
+        'batch = tok(["The company said its <extra_id_0> rose on Tuesday."], return_tensors="pt")\n'
+        "out = model.generate(**batch, max_new_tokens=10)\nprint(tok.batch_decode(out))"
+    )
 
 
 def _accuracy(t: dict[str, Any]) -> str:
@@ -128,18 +144,36 @@ def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[st
         row.append(f"{100 * r['margin']:+.1f}" if "margin" in r else "n/a")
         lines.append("| " + " | ".join(row) + " |")
         mine = arms.get("pretrained")
-        if not mine or mine["test_accuracy"].get("mean") is None:  # no arm, or every seed collapsed: no result
+        if (
+            not mine or mine["test_accuracy"].get("mean") is None
+        ):  # no arm, or every seed collapsed: no result
             continue
         t = mine["test_accuracy"]
         n = len(t.get("values", [])) or 1
-        common = {"task_type": "text-classification", "task_name": "Text classification", "dataset_type": name,
-                  "dataset_name": name, "dataset_split": "test"}
-        results.append(EvalResult(**common, metric_type="accuracy", metric_value=round(float(t["mean"]), 4),
-                                  metric_name=f"Test accuracy, fine-tuned (mean of {n} seed{'s' if n != 1 else ''})"))
+        common = {
+            "task_type": "text-classification",
+            "task_name": "Text classification",
+            "dataset_type": name,
+            "dataset_name": name,
+            "dataset_split": "test",
+        }
+        results.append(
+            EvalResult(
+                **common,
+                metric_type="accuracy",
+                metric_value=round(float(t["mean"]), 4),
+                metric_name=f"Test accuracy, fine-tuned (mean of {n} seed{'s' if n != 1 else ''})",
+            )
+        )
         if "probe_accuracy" in mine:
-            results.append(EvalResult(**common, metric_type="accuracy",
-                                      metric_value=round(float(mine["probe_accuracy"]), 4),
-                                      metric_name="Linear probe accuracy (frozen features)"))
+            results.append(
+                EvalResult(
+                    **common,
+                    metric_type="accuracy",
+                    metric_value=round(float(mine["probe_accuracy"]), 4),
+                    metric_name="Linear probe accuracy (frozen features)",
+                )
+            )
     return results, lines
 
 
@@ -148,8 +182,10 @@ def _warmup_text(plan: dict[str, Any], cfg: RunConfig) -> str:
     budget = plan.get("budget_s")
     if budget:
         frac = float(plan.get("warmup_fraction") or 0.0)
-        return (f"warmup over the first {frac:.0%} of a {budget / 60:g}-minute budget ({frac * budget:.0f} s), "
-                f"then {cfg.schedule.decay} decay by elapsed time")
+        return (
+            f"warmup over the first {frac:.0%} of a {budget / 60:g}-minute budget ({frac * budget:.0f} s), "
+            f"then {cfg.schedule.decay} decay by elapsed time"
+        )
     return f"{plan.get('warmup_steps', cfg.schedule.warmup)} warmup steps and {cfg.schedule.decay} decay"
 
 
@@ -158,9 +194,14 @@ def _speed_text(cfg: RunConfig, speed: tuple[float, float]) -> str:
     out = f"- Throughput {speed[0]:,.0f} tokens/s (median of the logged steps)"
     peak = cfg.logging.peak_flops
     if peak:
-        return out + f"; MFU {speed[1]:.1%} of a stated peak of {peak / 1e12:g} TFLOP/s per rank (logging.peak_flops)"
-    return out + ("; MFU not reported: its denominator was a matmul probe on this host, not a published peak "
-                  "(set logging.peak_flops)")
+        return (
+            out
+            + f"; MFU {speed[1]:.1%} of a stated peak of {peak / 1e12:g} TFLOP/s per rank (logging.peak_flops)"
+        )
+    return out + (
+        "; MFU not reported: its denominator was a matmul probe on this host, not a published peak "
+        "(set logging.peak_flops)"
+    )
 
 
 def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], model_config: dict[str, Any],
@@ -173,7 +214,9 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     repo = cfg.export.repo_id or f"path/to/{export_dir.name}"
     sources = cfg.data.sources
     datasets = list(cfg.export.datasets) or [s.paths[0] for s in sources if s.format == "hf_dataset"]
-    languages = list(cfg.export.language or (cfg.data.clean.langid.languages if cfg.data.clean.langid.enabled else []))
+    languages = list(
+        cfg.export.language or (cfg.data.clean.langid.languages if cfg.data.clean.langid.enabled else [])
+    )
 
     results: list[EvalResult] = []
     if task == "token_detection":
@@ -215,7 +258,15 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         f"{cfg.objective.type.replace('_', ' ')} on {len(sources)} source(s) by lmstack (DeepSpeed ZeRO-{ds.zero_stage})."
         if isinstance(n_params, int) else f"A {cfg.model.family} ({cfg.model.size}) model pretrained from scratch."
     )  # fmt: skip
-    body += ["", "## Usage", "", "```python", _usage(task, auto_cls, repo, mask_token, (export_dir / "generator").is_dir()), "```", ""]
+    body += [
+        "",
+        "## Usage",
+        "",
+        "```python",
+        _usage(task, auto_cls, repo, mask_token, (export_dir / "generator").is_dir()),
+        "```",
+        "",
+    ]
     body += [f"Loads with transformers >={min_tf} (the oldest release the compat test loads it in) and 5.x; "
              f"tokenizer class "
              f"`{state.get('tokenizer_class', '?')}`.", ""]  # fmt: skip
@@ -223,7 +274,11 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     body += ["## Training data", ""]
     for s in sources:
         st = stats.get(s.name, {})
-        kept = f"{st['kept']:,} of {st['read']:,} documents kept" if "kept" in st and "read" in st else "documents"
+        kept = (
+            f"{st['kept']:,} of {st['read']:,} documents kept"
+            if "kept" in st and "read" in st
+            else "documents"
+        )
         tok = per_src_tokens.get(s.name)
         held = f"; {s.holdout_fraction:.0%} held out of pretraining by id hash" if s.holdout_fraction else ""
         body.append(f"- **{s.name}** ({s.format}, weight {s.weight:g}): {kept}"
@@ -257,8 +312,10 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         body.append(f"Held-out perplexity: **{ppl[0]:.2f}** (step {ppl[1]}; {cfg.loader.eval_fraction:.0%} of the "
                     "packed token stream never trained on).")  # fmt: skip
     elif task == "token_detection":
-        body.append("Held-out perplexity: none (this head's loss is not a language model's likelihood; "
-                    "logs/metrics.jsonl has the training and eval losses).")
+        body.append(
+            "Held-out perplexity: none (this head's loss is not a language model's likelihood; "
+            "logs/metrics.jsonl has the training and eval losses)."
+        )
     else:
         body.append("Held-out perplexity: not measured (no eval rows in logs/metrics.jsonl).")
     if transfer_rows:
@@ -268,7 +325,9 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
                  "| task | fine-tuned from this model | its linear probe | random init (baseline) | baseline probe "
                  "| margin (points) |", "|---|---|---|---|---|---|", *transfer_rows]  # fmt: skip
     else:
-        body.append("Downstream transfer: not run yet (`python -m pretrain transfer`, then `python -m pretrain card`).")
+        body.append(
+            "Downstream transfer: not run yet (`python -m pretrain transfer`, then `python -m pretrain card`)."
+        )
     parity = state.get("parity_max_abs_diff")
     if parity is not None:
         body.append(f"\nExport parity: max |logit difference| vs the training engine {parity:.3g}.")
@@ -306,9 +365,14 @@ def bound_transfer(export_dir: str | Path) -> dict[str, Any] | None:
         return None
     report = json.loads(path.read_text())
     if report.get("weights_sha256") != weights_hash(export_dir):
-        logger.warning("%s: measured on other weights than %s holds (weight hash %s, these %s): left off the card; "
-                       "rerun `python -m pretrain transfer`", path, export_dir, report.get("weights_sha256"),
-                       weights_hash(export_dir))
+        logger.warning(
+            "%s: measured on other weights than %s holds (weight hash %s, these %s): left off the card; "
+            "rerun `python -m pretrain transfer`",
+            path,
+            export_dir,
+            report.get("weights_sha256"),
+            weights_hash(export_dir),
+        )
         return None
     return report
 
@@ -335,7 +399,9 @@ def write_model_card(cfg: RunConfig, export_dir: str | Path) -> Path:
     mask = tok_conf.get("mask_token")
     mask = mask.get("content") if isinstance(mask, dict) else mask
     speed = median_speed(layout.metrics)
-    text = render_model_card(cfg, export_dir, state, model_config, manifest, clean_stats, ppl, transfer, mask, speed)
+    text = render_model_card(
+        cfg, export_dir, state, model_config, manifest, clean_stats, ppl, transfer, mask, speed
+    )
     path = export_dir / CARD
     path.write_text(text)
     return path

@@ -32,7 +32,11 @@ def build_model(m: ModelConfig, tokenizer: PreTrainedTokenizerBase, seq_len: int
 def count_parameters(model: PreTrainedModel, exclude_embeddings: bool = False) -> int:
     seen: set[int] = set()
     total = 0
-    emb = {id(p) for n, p in model.named_parameters() if "embed" in n or "wte" in n or "wpe" in n or "shared" in n}
+    emb = {
+        id(p)
+        for n, p in model.named_parameters()
+        if "embed" in n or "wte" in n or "wpe" in n or "shared" in n
+    }
     for p in model.parameters():
         if id(p) in seen or (exclude_embeddings and id(p) in emb):
             continue

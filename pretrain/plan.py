@@ -60,7 +60,9 @@ def model_param_counts(cfg: RunConfig) -> tuple[int, int]:
     from pretrain.objectives import wrap_model
 
     tok = _VocabOnly(cfg.tokenizer.vocab_size)
-    with torch.device("meta"):  # the module trained: with the objective's wrapper (ELECTRA's generator) if any
+    with torch.device(
+        "meta"
+    ):  # the module trained: with the objective's wrapper (ELECTRA's generator) if any
         model = wrap_model(cfg, build_model(cfg.model, tok, cfg.packing.seq_len), tok)
     total = sum(dict((id(p), p.numel()) for p in model.parameters()).values())
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
@@ -75,8 +77,15 @@ def _zero2(total: int, per_node: int, nodes: int, offload: bool, buffer: float =
     return total * 4 * per_node * buffer, 2 * total + int(18 * total / gpus)
 
 
-def _zero3(total: int, largest: int, per_node: int, nodes: int, offload: bool, offload_params: bool,
-           buffer: float = 1.5) -> tuple[float, float]:
+def _zero3(
+    total: int,
+    largest: int,
+    per_node: int,
+    nodes: int,
+    offload: bool,
+    offload_params: bool,
+    buffer: float = 1.5,
+) -> tuple[float, float]:
     """(cpu, device) bytes: deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs (zero_init)."""
     gpus, layer = nodes * per_node, 4 * largest
     if offload and offload_params:
@@ -131,16 +140,29 @@ def step_estimate(cfg: RunConfig, plan: Any, total: int, gpu: str | None, mfu: f
     elif name in GPU_PEAKS:
         peak, source = GPU_PEAKS[name], f"{name} dense 16-bit peak"
     else:
-        raise ValueError(f"plan --gpu: unknown GPU '{gpu}' (known: {', '.join(sorted(GPU_PEAKS))}); "
-                         "or set logging.peak_flops")
+        raise ValueError(
+            f"plan --gpu: unknown GPU '{gpu}' (known: {', '.join(sorted(GPU_PEAKS))}); "
+            "or set logging.peak_flops"
+        )
     seconds = flops / (peak * plan.world_size * mfu)
-    return {"flops_per_token": fpt, "flops_per_step": flops, "peak_flops_per_rank": peak, "peak_source": source,
-            "mfu_assumed": mfu, "seconds_per_step": seconds,
-            "total_hours": seconds * plan.total_steps / 3600 if plan.total_steps else None}
+    return {
+        "flops_per_token": fpt,
+        "flops_per_step": flops,
+        "peak_flops_per_rank": peak,
+        "peak_source": source,
+        "mfu_assumed": mfu,
+        "seconds_per_step": seconds,
+        "total_hours": seconds * plan.total_steps / 3600 if plan.total_steps else None,
+    }
 
 
-def plan_report(cfg: RunConfig, world_size: int | None = None, gpu: str | None = None, mfu: float = DEFAULT_MFU,
-                exact: bool = False) -> dict[str, Any]:
+def plan_report(
+    cfg: RunConfig,
+    world_size: int | None = None,
+    gpu: str | None = None,
+    mfu: float = DEFAULT_MFU,
+    exact: bool = False,
+) -> dict[str, Any]:
     from pretrain.lr_scaling import explain
 
     plan = make_plan(cfg, world_size)
@@ -168,8 +190,13 @@ def format_report(r: dict[str, Any]) -> str:
         f"grad accumulation {p['grad_accum']}",
         f"global batch      {p['global_batch_size']} sequences = {p['tokens_per_step']:,} tokens",
         f"peak LR           {p['peak_lr']:.3g} (rule: {p['lr_rule']})",
-        *([f"warmup            {p['warmup_steps']} of {p['total_steps']} steps"] if p["total_steps"] is not None else
-          [f"time budget       {p['budget_s'] / 60:g} min, warmup {p['warmup_fraction']:.0%} of it (LR follows the clock)"]),
+        *(
+            [f"warmup            {p['warmup_steps']} of {p['total_steps']} steps"]
+            if p["total_steps"] is not None
+            else [
+                f"time budget       {p['budget_s'] / 60:g} min, warmup {p['warmup_fraction']:.0%} of it (LR follows the clock)"
+            ]
+        ),
         *r["lr_scaling"],
         *r["warnings"],
         *([f"total tokens      {p['total_tokens']:,}"] if p["total_steps"] is not None else []),

@@ -56,7 +56,11 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
         fig, ax = plt.subplots(figsize=(7, 4))
         drawn = False
         for split, key, label in series:
-            pts = [(r["step"], r[key]) for r in rows if r.get("split") == split and isinstance(r.get(key), int | float)]
+            pts = [
+                (r["step"], r[key])
+                for r in rows
+                if r.get("split") == split and isinstance(r.get(key), int | float)
+            ]
             if pts:
                 xs, ys = zip(*pts, strict=True)
                 ax.plot(xs, ys, marker="o" if len(pts) < 20 else None, label=label)

@@ -92,13 +92,17 @@ class ConfigChanges:
     applied: list[tuple[str, Any, Any]] = field(default_factory=list)
     refused: list[tuple[str, Any, Any]] = field(default_factory=list)
     unknown_before: list[str] = field(default_factory=list)  # keys the checkpoint's config did not have
-    data_order: list[tuple[str, Any, Any]] = field(default_factory=list)  # reset with checkpoint.reset_data_order
+    data_order: list[tuple[str, Any, Any]] = field(
+        default_factory=list
+    )  # reset with checkpoint.reset_data_order
 
     def describe(self) -> str:
         lines = []
         if self.data_order:
-            lines.append(f"[train] data order reset ({RESET_FLAG}): the loader starts the new order from its "
-                         "beginning; weights, optimizer and step are resumed:")
+            lines.append(
+                f"[train] data order reset ({RESET_FLAG}): the loader starts the new order from its "
+                "beginning; weights, optimizer and step are resumed:"
+            )
             lines += [f"  {k}: {old!r} -> {new!r}" for k, old, new in self.data_order]
         if self.applied:
             lines.append("[train] config changes since the checkpoint, applied:")
@@ -119,8 +123,13 @@ def data_order_message(rows: list[tuple[str, Any, Any]], step: int) -> str:
     )
 
 
-def compare(old_cfg: dict[str, Any] | None, new_cfg: dict[str, Any], step: int, accept: bool,
-            reset_data_order: bool = False) -> ConfigChanges:
+def compare(
+    old_cfg: dict[str, Any] | None,
+    new_cfg: dict[str, Any],
+    step: int,
+    accept: bool,
+    reset_data_order: bool = False,
+) -> ConfigChanges:
     """The differences between the checkpoint's config and the current one; CannotContinue when a change is
     refused (and not accepted), a data-order key changed without `reset_data_order`, or the schedule would end
     before the checkpoint's step."""
@@ -140,8 +149,10 @@ def compare(old_cfg: dict[str, Any] | None, new_cfg: dict[str, Any], step: int, 
         bucket.append((key, a, b))
     total = new_cfg.get("schedule", {}).get("total_steps")
     if isinstance(total, int) and total < step:
-        raise CannotContinue(f"schedule.total_steps ({total}) is below the checkpoint's step {step}: "
-                             "nothing would be trained; raise schedule.total_steps")
+        raise CannotContinue(
+            f"schedule.total_steps ({total}) is below the checkpoint's step {step}: "
+            "nothing would be trained; raise schedule.total_steps"
+        )
     problems = []  # every refused key in one message, so one rerun fixes them all
     if changes.data_order and not reset_data_order:
         problems.append(data_order_message(changes.data_order, step))
@@ -166,8 +177,10 @@ def schedule_snapshot(scheduler) -> dict[str, Any]:
     return {
         "base_lrs": list(scheduler.base_lrs),
         "lambdas": [copy.deepcopy(fn.__dict__) for fn in scheduler.lr_lambdas],
-        "groups": [{k: copy.deepcopy(v) for k, v in g.items() if k not in _GROUP_KEEP}
-                   for g in scheduler.optimizer.param_groups],
+        "groups": [
+            {k: copy.deepcopy(v) for k, v in g.items() if k not in _GROUP_KEEP}
+            for g in scheduler.optimizer.param_groups
+        ],
     }
 
 
@@ -206,14 +219,21 @@ def preview(cfg) -> dict[str, Any] | None:
     meta = read_complete(folder.parent, folder.name)
     out: dict[str, Any] = {"checkpoint": str(folder), "step": meta["step"]}
     try:
-        ch = compare(meta.get("config"), to_dict(cfg), meta["step"], accept=True,
-                     reset_data_order=cfg.checkpoint.reset_data_order)
+        ch = compare(
+            meta.get("config"),
+            to_dict(cfg),
+            meta["step"],
+            accept=True,
+            reset_data_order=cfg.checkpoint.reset_data_order,
+        )
     except CannotContinue as e:
         return out | {"error": str(e)}
-    return out | {"data_order": [[k, a, b] for k, a, b in ch.data_order],
-                  "applied": [[k, a, b] for k, a, b in ch.applied],
-                  "refused": [[k, a, b] for k, a, b in ch.refused],
-                  "accepted": bool(cfg.checkpoint.accept_config_changes)}
+    return out | {
+        "data_order": [[k, a, b] for k, a, b in ch.data_order],
+        "applied": [[k, a, b] for k, a, b in ch.applied],
+        "refused": [[k, a, b] for k, a, b in ch.refused],
+        "accepted": bool(cfg.checkpoint.accept_config_changes),
+    }
 
 
 def format_preview(p: dict[str, Any] | None) -> list[str]:

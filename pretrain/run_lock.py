@@ -54,9 +54,14 @@ class RunLock:
         self.held = False
 
     def _me(self) -> dict[str, Any]:
-        return {"host": socket.gethostname(), "pid": os.getpid(), "proc_start": process_start_time(os.getpid()),
-                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "time": time.time(),
-                "slurm_job": os.environ.get("SLURM_JOB_ID")}
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "proc_start": process_start_time(os.getpid()),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "time": time.time(),
+            "slurm_job": os.environ.get("SLURM_JOB_ID"),
+        }
 
     def _stale(self, info: dict[str, Any] | None) -> bool:
         """A dead process on this host, or an earlier incarnation of this Slurm job (requeued after a crash,
@@ -80,14 +85,20 @@ class RunLock:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 info = self._read()
-                holder = (f"host {info.get('host')} pid {info.get('pid')} since {info.get('started')}"
-                          if info else "an unreadable lock file")
+                holder = (
+                    f"host {info.get('host')} pid {info.get('pid')} since {info.get('started')}"
+                    if info
+                    else "an unreadable lock file"
+                )
                 if self._stale(info):
                     note = f"[train] took over a stale lock {self.path} (from {holder}, no longer running)"
                     self.path.unlink(missing_ok=True)
                     continue
-                where = "" if not info or info.get("host") == socket.gethostname() else (
-                    " on another host (its process cannot be checked from here)")
+                where = (
+                    ""
+                    if not info or info.get("host") == socket.gethostname()
+                    else (" on another host (its process cannot be checked from here)")
+                )
                 raise RunFolderLocked(
                     f"{self.path.parent} is in use by another training run: {holder}{where}. Two runs on one "
                     f"folder would overwrite each other's checkpoints. Use another run.output_dir, or, if that run "

@@ -58,7 +58,8 @@ def make_plan(cfg: RunConfig, world_size: int | None = None) -> TrainPlan:
         lr_rule=cfg.lr_scaling.rule,
         budget_s=cfg.schedule.budget_s,
         warmup_fraction=(0.05 if cfg.schedule.warmup_fraction is None else cfg.schedule.warmup_fraction)
-        if cfg.schedule.budget_s is not None else 0.0,
+        if cfg.schedule.budget_s is not None
+        else 0.0,
     )
 
 
@@ -98,11 +99,15 @@ class TimeWarmupDecay:
         t = self.elapsed_s
         if self.warmup_s and t < self.warmup_s:
             return max(t / self.warmup_s, 1e-3)
-        return _decayed((t - self.warmup_s) / max(1e-9, self.budget_s - self.warmup_s), self.decay, self.min_ratio)
+        return _decayed(
+            (t - self.warmup_s) / max(1e-9, self.budget_s - self.warmup_s), self.decay, self.min_ratio
+        )
 
 
 def lr_multiplier(cfg: RunConfig, plan: TrainPlan) -> WarmupDecay | TimeWarmupDecay:
     """The schedule the engine's LambdaLR follows: counted in steps, or in seconds for a time budget."""
     if plan.budget_s is not None:
-        return TimeWarmupDecay(plan.budget_s, plan.warmup_fraction, cfg.schedule.decay, cfg.schedule.min_lr_ratio)
+        return TimeWarmupDecay(
+            plan.budget_s, plan.warmup_fraction, cfg.schedule.decay, cfg.schedule.min_lr_ratio
+        )
     return WarmupDecay(plan.warmup_steps, plan.total_steps, cfg.schedule.decay, cfg.schedule.min_lr_ratio)

@@ -140,15 +140,23 @@ def resume_point(cfg: RunConfig, ckpt_dir: Path, rank: int) -> tuple[Path, str |
     elif cfg.checkpoint.resume != "none":
         ckpt_dir, tag = Path(cfg.checkpoint.resume).parent, Path(cfg.checkpoint.resume).name
         if not (ckpt_dir / tag / ckpt.COMPLETE).is_file():
-            raise ckpt.CannotContinue(f"checkpoint.resume: {ckpt_dir / tag} is not a complete checkpoint "
-                                      f"(no {ckpt.COMPLETE} file)")
+            raise ckpt.CannotContinue(
+                f"checkpoint.resume: {ckpt_dir / tag} is not a complete checkpoint (no {ckpt.COMPLETE} file)"
+            )
         problems = ckpt.verify_checkpoint(ckpt_dir / tag)
         if problems:
-            raise ckpt.CannotContinue(f"checkpoint.resume: {ckpt_dir / tag} is damaged: " + "; ".join(problems[:6]))
+            raise ckpt.CannotContinue(
+                f"checkpoint.resume: {ckpt_dir / tag} is damaged: " + "; ".join(problems[:6])
+            )
     if tag is not None:
         meta = ckpt.read_complete(ckpt_dir, tag)
-        changes = resume_diff.compare(meta.get("config"), to_dict(cfg), meta["step"],
-                                      cfg.checkpoint.accept_config_changes, cfg.checkpoint.reset_data_order)
+        changes = resume_diff.compare(
+            meta.get("config"),
+            to_dict(cfg),
+            meta["step"],
+            cfg.checkpoint.accept_config_changes,
+            cfg.checkpoint.reset_data_order,
+        )
         if rank == 0 and changes.describe():
             log.info(changes.describe())
     return ckpt_dir, tag
@@ -181,7 +189,9 @@ class StepSync:
         self.buf = torch.zeros(4, device=device, dtype=torch.float64)
         self.rank = rank
 
-    def reduce(self, loss_sum: torch.Tensor, bad: int, stop: bool, elapsed_s: float) -> tuple[float, int, bool, float]:
+    def reduce(
+        self, loss_sum: torch.Tensor, bad: int, stop: bool, elapsed_s: float
+    ) -> tuple[float, int, bool, float]:
         b = self.buf
         b[0] = loss_sum
         b[1] = bad
@@ -241,16 +251,30 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         save_resolved(cfg, cfg.run.root)
         save_resolved(cfg, ckpt_dir)
         log.info(f"[train] plan for world size {world}:\n{plan.describe()}")
-        log.info("\n".join("[train] " + x for x in sum(lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr,
-                                                                           plan.warmup_steps), [])))
+        log.info(
+            "\n".join(
+                "[train] " + x
+                for x in sum(
+                    lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr, plan.warmup_steps), []
+                )
+            )
+        )
 
-    layout.store.pull([layout.tokenizer])  # a remote run: fetched into the staging folder (token shards: loader)
+    layout.store.pull(
+        [layout.tokenizer]
+    )  # a remote run: fetched into the staging folder (token shards: loader)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
-    if tag is not None:  # before the model is sized from it: a swapped tokenizer is named, not a size mismatch
-        ckpt.check_tokenizer(load_dir, tag.removesuffix(ckpt.UNIVERSAL_SUFFIX), layout.tokenizer, len(tokenizer))
+    if (
+        tag is not None
+    ):  # before the model is sized from it: a swapped tokenizer is named, not a size mismatch
+        ckpt.check_tokenizer(
+            load_dir, tag.removesuffix(ckpt.UNIVERSAL_SUFFIX), layout.tokenizer, len(tokenizer)
+        )
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
     prepare_model(cfg, model)
-    model = wrap_model(cfg, model, tokenizer)  # the objective's module around it (ELECTRA), else the model itself
+    model = wrap_model(
+        cfg, model, tokenizer
+    )  # the objective's module around it (ELECTRA), else the model itself
     n_params = count_parameters(model)
     collate = build_collator(cfg, tokenizer)
     try:
@@ -271,7 +295,9 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     device = engine.device
     stop = StopRequested()
     step, tokens_seen, bad_steps, last_loss, elapsed_s = 0, 0, 0, float("nan"), 0.0
-    restore_s = None  # a resumed run logs the loader's latency from its saved state to the first batch in hand
+    restore_s = (
+        None  # a resumed run logs the loader's latency from its saved state to the first batch in hand
+    )
     if tag is not None:
         current = resume_diff.schedule_snapshot(scheduler)  # loading restores the checkpoint's schedule
         state = ckpt.load_checkpoint(engine, load_dir, tag)
@@ -290,12 +316,16 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
                     "start the new data order from its beginning"
                 ) from None
             if rank == 0:  # the loader keeps its fresh state: the new order from its first sample
-                log.info(f"[train] data order reset at step {step} ({resume_diff.RESET_FLAG}): the loader starts "
-                      "the new order from its beginning")
+                log.info(
+                    f"[train] data order reset at step {step} ({resume_diff.RESET_FLAG}): the loader starts "
+                    "the new order from its beginning"
+                )
         restore_s = time.perf_counter() - t_restore  # iter() and the wait for the first batch add to it below
         if rank == 0:
-            log.info(f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
-                     f"lr now {scheduler.get_last_lr()[0]:.6g})")
+            log.info(
+                f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
+                f"lr now {scheduler.get_last_lr()[0]:.6g})"
+            )
     clock = TrainingClock(cfg, plan, scheduler, elapsed_s)
 
     def client_state() -> dict[str, Any]:
@@ -309,7 +339,10 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         }
 
     probe_batch = probe_inputs(tokenizer, cfg.model.family)
-    ckpt_meta = {"config": to_dict(cfg), "tokenizer": ckpt.tokenizer_identity(layout.tokenizer, len(tokenizer))}
+    ckpt_meta = {
+        "config": to_dict(cfg),
+        "tokenizer": ckpt.tokenizer_identity(layout.tokenizer, len(tokenizer)),
+    }
 
     def store_probe(folder: Path) -> None:
         """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all)."""
@@ -320,10 +353,18 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     # --- metrics --------------------------------------------------------------------------------------------
     logger = MetricsLogger.from_config(cfg, layout.logs, rank == 0)
     with _rng_isolated():  # nothing outside the loop may move the RNG: exact resume needs it
-        peak = cfg.logging.peak_flops or measure_peak_flops(device="cpu" if device.type == "cpu" else str(device))
+        peak = cfg.logging.peak_flops or measure_peak_flops(
+            device="cpu" if device.type == "cpu" else str(device)
+        )
     meter = Throughput(flops_per_token(cfg.model, n_params, cfg.packing.seq_len), peak, world)
-    bar = tqdm(total=clock.bar_total, initial=clock.bar_position(step),
-               disable=rank != 0 or not cfg.logging.progress_bar, desc="pretrain", unit=clock.bar_unit, dynamic_ncols=True)
+    bar = tqdm(
+        total=clock.bar_total,
+        initial=clock.bar_position(step),
+        disable=rank != 0 or not cfg.logging.progress_bar,
+        desc="pretrain",
+        unit=clock.bar_unit,
+        dynamic_ncols=True,
+    )
 
     # --- the loop -------------------------------------------------------------------------------------------
     engine.train()
@@ -364,13 +405,17 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             else:
                 n_bad += 1
                 engine.backward(_zero_loss(engine))
-            if micro == plan.grad_accum - 1 and agree_before_step:  # a time-budget LR follows the agreed clock
+            if (
+                micro == plan.grad_accum - 1 and agree_before_step
+            ):  # a time-budget LR follows the agreed clock
                 total, n_bad_all, stop_all, agreed = sync.reduce(loss_sum, n_bad, stop.requested, clock.now())
                 clock.agree(agreed)
             engine.step()
             tokens_seen += n_tok * world
             meter.add(n_tok * world, batch["input_ids"].shape[0] * world, waited)
-        if not agree_before_step:  # after the step: the host waits while the device runs the optimizer, not before
+        if (
+            not agree_before_step
+        ):  # after the step: the host waits while the device runs the optimizer, not before
             total, n_bad_all, stop_all, agreed = sync.reduce(loss_sum, n_bad, stop.requested, clock.now())
             clock.agree(agreed)
         step += 1
@@ -402,8 +447,12 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             if resume_first_batch_s is not None:  # the first row after a resume only
                 stats["resume_first_batch_s"], resume_first_batch_s = resume_first_batch_s, None
             logger.log(step, stats)
-            bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
-                            tok_s=f"{stats['tokens_per_s']:.0f}", mfu=f"{stats['mfu']:.1%}")
+            bar.set_postfix(
+                loss=f"{stats['loss']:.3f}",
+                lr=f"{stats['lr']:.2e}",
+                tok_s=f"{stats['tokens_per_s']:.0f}",
+                mfu=f"{stats['mfu']:.1%}",
+            )
         if step % cfg.eval.every_steps == 0 or finished:
             with _rng_isolated():
                 ev = evaluate(engine, eval_loader, cfg.eval.max_batches, device)
@@ -413,9 +462,19 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
 
         preempted = stop_all
         due = step % cfg.checkpoint.every_steps == 0 or finished
-        if (due and step_ok) or preempted:  # never replace good checkpoints with a step that had a non-finite loss
-            ckpt.save_checkpoint(engine, ckpt_dir, step, client_state(), cfg.checkpoint.keep_last, store_probe,
-                                 ckpt_meta, remote=cfg.checkpoint_remote)
+        if (
+            due and step_ok
+        ) or preempted:  # never replace good checkpoints with a step that had a non-finite loss
+            ckpt.save_checkpoint(
+                engine,
+                ckpt_dir,
+                step,
+                client_state(),
+                cfg.checkpoint.keep_last,
+                store_probe,
+                ckpt_meta,
+                remote=cfg.checkpoint_remote,
+            )
             if rank == 0:  # a remote run: the logs so far and the resolved config go up with each checkpoint
                 layout.store.push_or_warn([layout.logs, layout.resolved_config])
         if preempted:
@@ -425,9 +484,16 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
 
     bar.close()
     logger.close()
-    result = {"step": step, "tokens_seen": tokens_seen, "loss": last_loss, "preempted": preempted,
-              "elapsed_s": round(clock.elapsed_s, 3), "budget_s": plan.budget_s,
-              "checkpoint": str(ckpt_dir / ckpt.tag_for(step)), "params": n_params}
+    result = {
+        "step": step,
+        "tokens_seen": tokens_seen,
+        "loss": last_loss,
+        "preempted": preempted,
+        "elapsed_s": round(clock.elapsed_s, 3),
+        "budget_s": plan.budget_s,
+        "checkpoint": str(ckpt_dir / ckpt.tag_for(step)),
+        "params": n_params,
+    }
     if rank == 0 and cfg.logging.plots and cfg.logging.jsonl:
         from pretrain.plots import plot_run
 

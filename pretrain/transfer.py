@@ -76,11 +76,15 @@ def resolve_max_length(ft: FinetuneConfig, config) -> int:
     limit = model_positions(config)
     if ft.max_length == "model":
         if limit is None:
-            raise ValueError("finetune.max_length: 'model' needs a model with a position table; give a number")
+            raise ValueError(
+                "finetune.max_length: 'model' needs a model with a position table; give a number"
+            )
         return limit
     if limit is not None and ft.max_length > limit:
-        raise ValueError(f"finetune.max_length ({ft.max_length}) exceeds the {limit} positions of the model; "
-                         f"use at most {limit} (or 'model')")
+        raise ValueError(
+            f"finetune.max_length ({ft.max_length}) exceeds the {limit} positions of the model; "
+            f"use at most {limit} (or 'model')"
+        )
     return ft.max_length
 
 
@@ -93,9 +97,9 @@ def windows(ids: list[int], budget: int, ft: FinetuneConfig) -> list[list[int]]:
         return [ids[:budget]]
     if ft.long_inputs == "head_tail":
         head = round(budget * ft.head_fraction)
-        return [ids[:head] + ids[len(ids) - (budget - head):]]
+        return [ids[:head] + ids[len(ids) - (budget - head) :]]
     stride = max(1, round(budget * ft.window_stride))
-    out = [ids[i:i + budget] for i in range(0, len(ids) - budget + stride, stride)]
+    out = [ids[i : i + budget] for i in range(0, len(ids) - budget + stride, stride)]
     return [w for w in out if w]
 
 
@@ -112,17 +116,25 @@ def special_frame(tok: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:
     plain = tok("hello world", add_special_tokens=False)["input_ids"]
     full = tok("hello world", add_special_tokens=True)["input_ids"]
     for i in range(len(full) - len(plain) + 1):
-        if full[i:i + len(plain)] == plain:
-            return full[:i], full[i + len(plain):]
+        if full[i : i + len(plain)] == plain:
+            return full[:i], full[i + len(plain) :]
     raise ValueError(f"cannot locate the text inside the special-token frame of {type(tok).__name__}")
 
 
-def encode(tok: PreTrainedTokenizerBase, rows: list[Row], labels: dict[str, int], max_length: int,
-           ft: FinetuneConfig, text_to_text: bool) -> Encoded:
+def encode(
+    tok: PreTrainedTokenizerBase,
+    rows: list[Row],
+    labels: dict[str, int],
+    max_length: int,
+    ft: FinetuneConfig,
+    text_to_text: bool,
+) -> Encoded:
     prefix, suffix = special_frame(tok)
     budget = max_length - len(prefix) - len(suffix)
     raw = tok([r[1] for r in rows], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
-    label_ids = {name: tok(name, add_special_tokens=True)["input_ids"] for name in labels} if text_to_text else {}
+    label_ids = (
+        {name: tok(name, add_special_tokens=True)["input_ids"] for name in labels} if text_to_text else {}
+    )
     feats, owner = [], []
     for i, (ids, row) in enumerate(zip(raw, rows, strict=True)):
         for piece in windows(ids, budget, ft):
@@ -179,8 +191,15 @@ class Arms:
         self.pad_id = pad_id  # decoders without a pad token classify from the last non-pad token
         base = AutoConfig.from_pretrained(str(model_dir))
         self.text_to_text = bool(getattr(base, "is_encoder_decoder", False))
-        kwargs = {} if self.text_to_text else {
-            "num_labels": len(labels), "id2label": dict(enumerate(labels)), "label2id": {n: i for i, n in enumerate(labels)}}
+        kwargs = (
+            {}
+            if self.text_to_text
+            else {
+                "num_labels": len(labels),
+                "id2label": dict(enumerate(labels)),
+                "label2id": {n: i for i, n in enumerate(labels)},
+            }
+        )
         self.config = AutoConfig.from_pretrained(str(model_dir), **kwargs)
         self.cls = AutoModelForSeq2SeqLM if self.text_to_text else AutoModelForSequenceClassification
 
@@ -199,13 +218,23 @@ class Arms:
     def encoder(self, arm: str) -> torch.nn.Module:
         """The body without a head, for the frozen-feature probe (the encoder of an encoder-decoder)."""
         config = AutoConfig.from_pretrained(str(self.model_dir))
-        model = AutoModel.from_pretrained(str(self.model_dir)) if arm == "pretrained" else AutoModel.from_config(config)
+        model = (
+            AutoModel.from_pretrained(str(self.model_dir))
+            if arm == "pretrained"
+            else AutoModel.from_config(config)
+        )
         return model.get_encoder() if self.text_to_text else model
 
 
 # --- one fine-tune -----------------------------------------------------------------------------------------
-def _predict(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig, text_to_text: bool,
-             label_ids: list[list[int]] | None) -> np.ndarray:
+def _predict(
+    model: torch.nn.Module,
+    tok,
+    enc: Encoded,
+    ft: FinetuneConfig,
+    text_to_text: bool,
+    label_ids: list[list[int]] | None,
+) -> np.ndarray:
     """Predicted label index per example. Classifiers average window logits per example; text-to-text scores
     every label string (rank classification: the label with the lowest target loss), which never produces an
     out-of-label answer."""
@@ -215,15 +244,17 @@ def _predict(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig, text
     scores = np.zeros((len(enc.gold), n_labels))
     with torch.no_grad():
         for s in range(0, len(enc.features), ft.eval_batch_size):
-            chunk = enc.features[s:s + ft.eval_batch_size]
-            owners = enc.owner[s:s + ft.eval_batch_size]
+            chunk = enc.features[s : s + ft.eval_batch_size]
+            owners = enc.owner[s : s + ft.eval_batch_size]
             batch = collate(chunk)
             batch.pop("labels")
             if text_to_text:
                 for j, target in enumerate(label_ids):
                     lab = torch.tensor(target).repeat(len(chunk), 1)
                     logits = model(**batch, labels=lab).logits
-                    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), lab, reduction="none").sum(1)
+                    nll = torch.nn.functional.cross_entropy(
+                        logits.transpose(1, 2), lab, reduction="none"
+                    ).sum(1)
                     np.add.at(scores[:, j], owners, -nll.numpy())
             else:
                 logits = model(**batch).logits.float().log_softmax(-1).numpy()
@@ -269,7 +300,9 @@ class BestOnDev(TrainerCallback):
     def __init__(self, score: Callable[[torch.nn.Module], float], at_steps: set[int], patience: int = 0):
         self.score = score
         self.at_steps = at_steps
-        self.patience = patience  # > 0: stop after this many scores in a row without a new best (early stopping)
+        self.patience = (
+            patience  # > 0: stop after this many scores in a row without a new best (early stopping)
+        )
         self.best: float = -1.0
         self.best_step = 0
         self.by_step: dict[int, float] = {}
@@ -279,7 +312,9 @@ class BestOnDev(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step in self.at_steps:
-            acc = self.score(model)  # _predict puts the model in eval mode; the Trainer sets train() every step
+            acc = self.score(
+                model
+            )  # _predict puts the model in eval mode; the Trainer sets train() every step
             self.by_step[state.global_step] = acc
             self.stale = 0 if acc > self.best else self.stale + 1
             if acc >= self.best:
@@ -296,25 +331,58 @@ def dev_eval_steps(total: int, n: int) -> set[int]:
     return {max(1, round(total * k / n)) for k in range(1, n + 1)} if n > 0 else set()
 
 
-def fine_tune_once(arms: Arms, arm: str, tok, train: Encoded, evals: dict[str, Encoded], lr: float, seed: int,
-                   ft: FinetuneConfig, out_dir: Path, label_ids, save_model: bool = False) -> RunScore:
+def fine_tune_once(
+    arms: Arms,
+    arm: str,
+    tok,
+    train: Encoded,
+    evals: dict[str, Encoded],
+    lr: float,
+    seed: int,
+    ft: FinetuneConfig,
+    out_dir: Path,
+    label_ids,
+    save_model: bool = False,
+) -> RunScore:
     """One Trainer run; returns accuracy on each of `evals` and which of them it collapsed on. With
     `finetune.dev_evals` > 0 the weights scored best on `evals["dev"]` are the ones evaluated (and saved)."""
     steps = planned_steps(len(train.features), ft)  # the same count as epochs give, or min_steps
     args = TrainingArguments(
-        output_dir=str(out_dir), learning_rate=lr, num_train_epochs=ft.epochs, max_steps=steps,
-        per_device_train_batch_size=ft.batch_size, weight_decay=ft.weight_decay, warmup_steps=ft.warmup_ratio,
-        lr_scheduler_type="linear", seed=seed, data_seed=seed, save_strategy="no", eval_strategy="no",
-        logging_strategy="no", report_to=[], disable_tqdm=True, use_cpu=not torch.cuda.is_available(),
-        dataloader_num_workers=0, remove_unused_columns=False, max_grad_norm=1.0,
+        output_dir=str(out_dir),
+        learning_rate=lr,
+        num_train_epochs=ft.epochs,
+        max_steps=steps,
+        per_device_train_batch_size=ft.batch_size,
+        weight_decay=ft.weight_decay,
+        warmup_steps=ft.warmup_ratio,
+        lr_scheduler_type="linear",
+        seed=seed,
+        data_seed=seed,
+        save_strategy="no",
+        eval_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        max_grad_norm=1.0,
     )
     select = None
     if ft.dev_evals > 0 and "dev" in evals and len(evals["dev"].gold):
         dev = evals["dev"]
-        select = BestOnDev(lambda m: float((_predict(m, tok, dev, ft, arms.text_to_text, label_ids) == dev.gold)
-                                           .mean()), dev_eval_steps(steps, ft.dev_evals), ft.early_stopping_patience)
-    trainer = Trainer(model_init=lambda: arms.build(arm), args=args, train_dataset=_ListDataset(train.features),
-                      data_collator=Collator(tok.pad_token_id), callbacks=[select] if select else None)
+        select = BestOnDev(
+            lambda m: float((_predict(m, tok, dev, ft, arms.text_to_text, label_ids) == dev.gold).mean()),
+            dev_eval_steps(steps, ft.dev_evals),
+            ft.early_stopping_patience,
+        )
+    trainer = Trainer(
+        model_init=lambda: arms.build(arm),
+        args=args,
+        train_dataset=_ListDataset(train.features),
+        data_collator=Collator(tok.pad_token_id),
+        callbacks=[select] if select else None,
+    )
     trainer.train()
     model = trainer.model
     if select is not None and select.weights is not None:
@@ -328,8 +396,14 @@ def fine_tune_once(arms: Arms, arm: str, tok, train: Encoded, evals: dict[str, E
     if save_model:
         trainer.save_model(str(out_dir))
         tok.save_pretrained(str(out_dir))
-    record: dict[str, Any] = {"arm": arm, "lr": lr, "seed": seed, "accuracy": out, "steps": trainer.state.global_step,
-                              "planned_steps": steps}
+    record: dict[str, Any] = {
+        "arm": arm,
+        "lr": lr,
+        "seed": seed,
+        "accuracy": out,
+        "steps": trainer.state.global_step,
+        "planned_steps": steps,
+    }
     if collapsed:
         record["collapsed"] = collapsed
     if select is not None:
@@ -347,13 +421,13 @@ def _pooled(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig) -> np
     counts = np.bincount(enc.owner, minlength=len(enc.gold))[:, None]
     with torch.no_grad():
         for s in range(0, len(enc.features), ft.eval_batch_size):
-            batch = collate(enc.features[s:s + ft.eval_batch_size])
+            batch = collate(enc.features[s : s + ft.eval_batch_size])
             mask = batch["attention_mask"].unsqueeze(-1).float()
             h = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
             pooled = ((h * mask).sum(1) / mask.sum(1).clamp(min=1)).numpy()
             if feats is None:
                 feats = np.zeros((len(enc.gold), pooled.shape[1]))
-            np.add.at(feats, enc.owner[s:s + ft.eval_batch_size], pooled)
+            np.add.at(feats, enc.owner[s : s + ft.eval_batch_size], pooled)
     return feats / counts
 
 
@@ -363,8 +437,9 @@ def _pooled(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig) -> np
 DEGENERATE_TOKEN_COSINE = 0.95
 
 
-def token_cosine(body: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig, n_tokens: int = 512,
-                 seed: int = 0) -> float:
+def token_cosine(
+    body: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig, n_tokens: int = 512, seed: int = 0
+) -> float:
     """Mean pairwise cosine similarity of the body's last-layer states over `n_tokens` real tokens drawn from the
     first examples of `enc`: near 1 when every token maps to the same vector (random init: ~0.3-0.4)."""
     collate = Collator(tok.pad_token_id)
@@ -405,15 +480,18 @@ def pick_lr(grid: list[float], dev_acc: dict[float, float], dev_collapsed: dict[
     return max(grid, key=lambda x: (not dev_collapsed.get(x, False), dev_acc[x], -grid.index(x)))
 
 
-def aggregate_seeds(test_by_seed: dict[int, float], collapsed_by_seed: dict[int, dict[str, Any] | None]) -> dict:
+def aggregate_seeds(
+    test_by_seed: dict[int, float], collapsed_by_seed: dict[int, dict[str, Any] | None]
+) -> dict:
     """One arm's test figures over seeds: collapsed runs are listed by seed and kept out of the mean and sd."""
     kept = [acc for seed, acc in test_by_seed.items() if not collapsed_by_seed.get(seed)]
     out: dict[str, Any] = {"test_accuracy": _stats(kept)}
     bad = {str(seed): c for seed, c in collapsed_by_seed.items() if c}
     if bad:
         out["collapsed"] = bad
-        out["collapsed_accuracy"] = {str(seed): test_by_seed[seed] for seed in collapsed_by_seed
-                                     if collapsed_by_seed[seed]}
+        out["collapsed_accuracy"] = {
+            str(seed): test_by_seed[seed] for seed in collapsed_by_seed if collapsed_by_seed[seed]
+        }
     return out
 
 
@@ -454,61 +532,96 @@ class PreparedTask:
     label_ids: list[list[int]] | None
 
 
-def prepare_task(ft: FinetuneConfig, data: TaskData, tok: PreTrainedTokenizerBase, model_dir: Path) -> PreparedTask:
+def prepare_task(
+    ft: FinetuneConfig, data: TaskData, tok: PreTrainedTokenizerBase, model_dir: Path
+) -> PreparedTask:
     arms = Arms(model_dir, data.labels, tok.pad_token_id)
     max_len = resolve_max_length(ft, arms.config)
     index = {n: i for i, n in enumerate(data.labels)}
-    enc = {s: encode(tok, rows, index, max_len, ft, arms.text_to_text)
-           for s, rows in (("train", data.train), ("dev", data.dev), ("test", data.test))}
+    enc = {
+        s: encode(tok, rows, index, max_len, ft, arms.text_to_text)
+        for s, rows in (("train", data.train), ("dev", data.dev), ("test", data.test))
+    }
     label_ids = [tok(n)["input_ids"] for n in data.labels] if arms.text_to_text else None
     return PreparedTask(arms, max_len, enc, label_ids)
 
 
-def _evaluate_arm(ft: FinetuneConfig, task: PreparedTask, arm: str, tok, out_dir: Path, name: str,
-                  log=_log) -> dict[str, Any]:
+def _evaluate_arm(
+    ft: FinetuneConfig, task: PreparedTask, arm: str, tok, out_dir: Path, name: str, log=_log
+) -> dict[str, Any]:
     """One arm of the protocol: the LR picked on dev with the first seed, then the other seeds at that LR, and
     the probe. Self-contained (picklable arguments), so arms can run in worker processes."""
     arms, enc, label_ids = task.arms, task.enc, task.label_ids
     seed0 = ft.seeds[0]
     runs: dict[float, RunScore] = {}  # test scored now, read only for the LR the dev split picks
     for lr in ft.lr_grid:  # the LR is chosen on dev with the first seed; the test split is not consulted
-        runs[lr] = fine_tune_once(arms, arm, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, lr, seed0,
-                                  ft, out_dir / arm / f"lr{lr:g}-seed{seed0}", label_ids)
-        log(f"[transfer] {name} {arm:<10} lr {lr:g} seed {seed0}: dev {runs[lr].accuracy['dev']:.3f}"
-            + (" COLLAPSED (one class)" if "dev" in runs[lr].collapsed else ""))
+        runs[lr] = fine_tune_once(
+            arms,
+            arm,
+            tok,
+            enc["train"],
+            {"dev": enc["dev"], "test": enc["test"]},
+            lr,
+            seed0,
+            ft,
+            out_dir / arm / f"lr{lr:g}-seed{seed0}",
+            label_ids,
+        )
+        log(
+            f"[transfer] {name} {arm:<10} lr {lr:g} seed {seed0}: dev {runs[lr].accuracy['dev']:.3f}"
+            + (" COLLAPSED (one class)" if "dev" in runs[lr].collapsed else "")
+        )
     dev_acc = {lr: r.accuracy["dev"] for lr, r in runs.items()}
     best = pick_lr(ft.lr_grid, dev_acc, {lr: "dev" in r.collapsed for lr, r in runs.items()})
     test_by_seed = {seed0: runs[best].accuracy["test"]}
     steps_by_seed = {seed0: runs[best].steps}
     collapsed_by_seed = {seed0: runs[best].collapsed.get("test")}
     for seed in ft.seeds[1:]:
-        r = fine_tune_once(arms, arm, tok, enc["train"], {"dev": enc["dev"], "test": enc["test"]}, best, seed, ft,
-                           out_dir / arm / f"lr{best:g}-seed{seed}", label_ids)
+        r = fine_tune_once(
+            arms,
+            arm,
+            tok,
+            enc["train"],
+            {"dev": enc["dev"], "test": enc["test"]},
+            best,
+            seed,
+            ft,
+            out_dir / arm / f"lr{best:g}-seed{seed}",
+            label_ids,
+        )
         test_by_seed[seed], collapsed_by_seed[seed] = r.accuracy["test"], r.collapsed.get("test")
         steps_by_seed[seed] = r.steps
-    entry: dict[str, Any] = {"lr": best, "dev_accuracy_by_lr": {f"{k:g}": v for k, v in dev_acc.items()},
-                             **aggregate_seeds(test_by_seed, collapsed_by_seed),
-                             "steps": planned_steps(len(enc["train"].features), ft),
-                             "steps_by_seed": {str(k): v for k, v in steps_by_seed.items()}}
+    entry: dict[str, Any] = {
+        "lr": best,
+        "dev_accuracy_by_lr": {f"{k:g}": v for k, v in dev_acc.items()},
+        **aggregate_seeds(test_by_seed, collapsed_by_seed),
+        "steps": planned_steps(len(enc["train"].features), ft),
+        "steps_by_seed": {str(k): v for k, v in steps_by_seed.items()},
+    }
     dev_collapsed = [f"{lr:g}" for lr, r in runs.items() if "dev" in r.collapsed]
     if dev_collapsed:
         entry["dev_collapsed_lrs"] = dev_collapsed
     if len(ft.lr_grid) >= 3:  # with two points every pick is an edge: the flag would say nothing
         entry["lr_at_grid_edge"] = best in (min(ft.lr_grid), max(ft.lr_grid))
         if entry["lr_at_grid_edge"]:
-            log(f"[transfer] {name} {arm} warning: dev picked lr {best:g}, the edge of finetune.lr_grid "
-                f"{ft.lr_grid}; the best LR may lie outside the grid")
+            log(
+                f"[transfer] {name} {arm} warning: dev picked lr {best:g}, the edge of finetune.lr_grid "
+                f"{ft.lr_grid}; the best LR may lie outside the grid"
+            )
     if ft.probe:
         entry["probe_accuracy"] = probe(arms, arm, tok, enc["train"], enc["test"], ft, seed0)
     set_seed(seed0)
     entry["token_cosine"] = round(token_cosine(arms.encoder(arm), tok, enc["train"], ft), 4)
     if entry["token_cosine"] > DEGENERATE_TOKEN_COSINE:
-        log(f"[transfer] {name} {arm} warning: the {arm} body's token states are nearly identical (mean cosine "
+        log(
+            f"[transfer] {name} {arm} warning: the {arm} body's token states are nearly identical (mean cosine "
             f"{entry['token_cosine']:.3f}): it ignores its input, so pretraining collapsed; fine-tunes start "
-            "from a constant")
-    log(f"[transfer] {name} {arm:<10} lr {best:g}: test {_accuracy_text(entry)} over seeds {ft.seeds} "
-        f"({_steps_text(entry)})"
-        + (f", probe {entry['probe_accuracy']:.3f}" if ft.probe else ""))
+            "from a constant"
+        )
+    log(
+        f"[transfer] {name} {arm:<10} lr {best:g}: test {_accuracy_text(entry)} over seeds {ft.seeds} "
+        f"({_steps_text(entry)})" + (f", probe {entry['probe_accuracy']:.3f}" if ft.probe else "")
+    )
     return entry
 
 
@@ -534,17 +647,30 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     task = prepare_task(ft, data, tok, model_dir)
     arms, max_len = task.arms, task.max_len
-    result: dict[str, Any] = {"task": data.name, "labels": data.labels, "splits": data.sizes(), "origin": data.origin,
-                              "max_length": max_len, "long_inputs": ft.long_inputs, "seeds": ft.seeds,
-                              "lr_grid": ft.lr_grid, "text_to_text": arms.text_to_text, "arms": {}}
+    result: dict[str, Any] = {
+        "task": data.name,
+        "labels": data.labels,
+        "splits": data.sizes(),
+        "origin": data.origin,
+        "max_length": max_len,
+        "long_inputs": ft.long_inputs,
+        "seeds": ft.seeds,
+        "lr_grid": ft.lr_grid,
+        "text_to_text": arms.text_to_text,
+        "arms": {},
+    }
     jobs = [(ft, task, arm, tok, out_dir, data.name) for arm in ft.arms]
     if ft.workers > 1 and len(jobs) > 1:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
         threads = ft.threads or max(1, (torch.get_num_threads()) // min(ft.workers, len(jobs)))
-        with ProcessPoolExecutor(min(ft.workers, len(jobs)), mp_context=mp.get_context("spawn"),
-                                 initializer=torch.set_num_threads, initargs=(threads,)) as pool:
+        with ProcessPoolExecutor(
+            min(ft.workers, len(jobs)),
+            mp_context=mp.get_context("spawn"),
+            initializer=torch.set_num_threads,
+            initargs=(threads,),
+        ) as pool:
             entries = list(pool.map(_evaluate_arm, *zip(*jobs, strict=True)))
     else:
         entries = [_evaluate_arm(*job, log=log) for job in jobs]
@@ -554,7 +680,9 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
     return result
 
 
-def run_transfer(cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | None = None, log=_log) -> dict[str, Any]:
+def run_transfer(
+    cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | None = None, log=_log
+) -> dict[str, Any]:
     """Every configured task (each task, arm and seed in its own folder); writes `transfer.json` beside the
     export and into the output folder, and the headline figures to TensorBoard."""
     from data_pipeline.layout import RunLayout
@@ -562,8 +690,10 @@ def run_transfer(cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | No
     layout = RunLayout(cfg)
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"no exported model (config.json) in {model_dir}: run `python -m pretrain export` "
-                                "first or pass --model")
+        raise FileNotFoundError(
+            f"no exported model (config.json) in {model_dir}: run `python -m pretrain export` "
+            "first or pass --model"
+        )
     if cfg.finetune.threads:
         torch.set_num_threads(cfg.finetune.threads)
     tasks = load_tasks(cfg)  # every task read and checked before any training
@@ -572,8 +702,11 @@ def run_transfer(cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | No
     from pretrain.model_card import weights_hash
 
     # bound to the weights it measured: a card of other weights never publishes these figures
-    report = {"model": str(model_dir), "weights_sha256": weights_hash(model_dir),
-              "tasks": {r["task"]: r for r in results}}
+    report = {
+        "model": str(model_dir),
+        "weights_sha256": weights_hash(model_dir),
+        "tasks": {r["task"]: r for r in results},
+    }
     text = json.dumps(report, indent=1)
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULT_FILE).write_text(text)
@@ -601,22 +734,32 @@ def _to_tensorboard(folder: Path, results: list[dict[str, Any]]) -> None:
 def format_report(report: dict[str, Any]) -> str:
     lines = []
     for name, r in report["tasks"].items():
-        lines.append(f"{name}: {r['splits']['train']} train / {r['splits']['dev']} dev / {r['splits']['test']} test "
-                     f"({len(r['labels'])} labels; {r['origin']})")
+        lines.append(
+            f"{name}: {r['splits']['train']} train / {r['splits']['dev']} dev / {r['splits']['test']} test "
+            f"({len(r['labels'])} labels; {r['origin']})"
+        )
         for arm, e in r["arms"].items():
             n = len(e["test_accuracy"]["values"]) + len(e.get("collapsed", {}))
             probe_txt = f"   probe {e['probe_accuracy']:.3f}" if "probe_accuracy" in e else ""
-            lines.append(f"  {arm:<10} {_accuracy_text(e)}  (lr {e['lr']:g}, {n} seeds, {_steps_text(e)})"
-                         f"{probe_txt}")
+            lines.append(
+                f"  {arm:<10} {_accuracy_text(e)}  (lr {e['lr']:g}, {n} seeds, {_steps_text(e)}){probe_txt}"
+            )
         for arm, e in r["arms"].items():
             if e.get("token_cosine", 0.0) > DEGENERATE_TOKEN_COSINE:
-                lines.append(f"  DEGENERATE {arm} body: token states' mean cosine {e['token_cosine']:.3f} (it ignores "
-                             "its input)")
+                lines.append(
+                    f"  DEGENERATE {arm} body: token states' mean cosine {e['token_cosine']:.3f} (it ignores "
+                    "its input)"
+                )
         if r.get("collapsed"):
-            lines.append(f"  COLLAPSED  {', '.join(r['collapsed'])}: a run predicted one class for >= "
-                         f"{COLLAPSE_PREDICTED_SHARE:.0%} of the test set; such runs are not in the means")
+            lines.append(
+                f"  COLLAPSED  {', '.join(r['collapsed'])}: a run predicted one class for >= "
+                f"{COLLAPSE_PREDICTED_SHARE:.0%} of the test set; such runs are not in the means"
+            )
         if "margin" in r:
             p = r.get("p_value")
-            lines.append(f"  margin     {100 * r['margin']:+.1f} points" + (f" (Welch p={p:.3g})" if p is not None else "")
-                         + (f", probe {100 * r['probe_margin']:+.1f} points" if "probe_margin" in r else ""))
+            lines.append(
+                f"  margin     {100 * r['margin']:+.1f} points"
+                + (f" (Welch p={p:.3g})" if p is not None else "")
+                + (f", probe {100 * r['probe_margin']:+.1f} points" if "probe_margin" in r else "")
+            )
     return "\n".join(lines)

@@ -24,6 +24,8 @@ def check_path_component(value: str) -> str:
     elif value.startswith("~"):
         bad = "starts with '~'"
     if bad:
-        raise ValueError(f"{value!r} {bad}; it becomes a path component, so use a plain name "
-                         "(letters, digits, '.', '-', '_')")
+        raise ValueError(
+            f"{value!r} {bad}; it becomes a path component, so use a plain name "
+            "(letters, digits, '.', '-', '_')"
+        )
     return value

@@ -17,8 +17,12 @@ from runconfig.run import RunConfig
 def add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--config", "-c", required=required, help="run YAML (see configs/)")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override any config key")
-    p.add_argument("--verbose", "-v", action="store_true",
-                   help="show third-party warnings and notices on the terminal (default: <run>/logs/third_party.log)")
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="show third-party warnings and notices on the terminal (default: <run>/logs/third_party.log)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:

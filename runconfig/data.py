@@ -30,8 +30,12 @@ STAGE_KEYS = ("docs_per_shard", "workers", "output_format", "progress", "dropped
 #   language ID is unreliable on short text.
 CLEAN_PRESETS: dict[str, dict[str, Any]] = {
     "web": {},
-    "curated": {"c4": {"enabled": False}, "gopher_quality": {"enabled": False},
-                "gopher_repetition": {"enabled": False}, "langid": {"enabled": False}},
+    "curated": {
+        "c4": {"enabled": False},
+        "gopher_quality": {"enabled": False},
+        "gopher_repetition": {"enabled": False},
+        "langid": {"enabled": False},
+    },
 }
 
 
@@ -71,8 +75,10 @@ class SourceConfig(Section):
     def _known_format(cls, v: str) -> str:
         known = set(BUILTIN_FORMATS) | READERS.entry_point_names()
         if v not in known and not is_ref(v):
-            raise ValueError(f"unknown format {v!r}; known: {sorted(known)} (a package adds one through the "
-                             f"'{READERS.group}' entry point group)")
+            raise ValueError(
+                f"unknown format {v!r}; known: {sorted(known)} (a package adds one through the "
+                f"'{READERS.group}' entry point group)"
+            )
         return v
 
 
@@ -95,8 +101,10 @@ class FilterSpec(Section):
     def _known(cls, v: str) -> str:
         known = set(BUILTIN_FILTERS) | FILTERS.entry_point_names()
         if v not in known and not is_ref(v):
-            raise ValueError(f"unknown filter {v!r}; known: {sorted(known)} (a package adds one through the "
-                             f"'{FILTERS.group}' entry point group)")
+            raise ValueError(
+                f"unknown filter {v!r}; known: {sorted(known)} (a package adds one through the "
+                f"'{FILTERS.group}' entry point group)"
+            )
         return v
 
     @field_validator("params")
@@ -111,8 +119,9 @@ class FilterSpec(Section):
             except ValidationError as e:
                 err = e.errors()[0]
                 key = ".".join(str(p) for p in err["loc"])
-                raise ValueError(f"{key}: {err['msg']} ({kind.name} takes {sorted(kind.settings.model_fields)})"
-                                 ) from None
+                raise ValueError(
+                    f"{key}: {err['msg']} ({kind.name} takes {sorted(kind.settings.model_fields)})"
+                ) from None
         return v
 
 
@@ -150,7 +159,6 @@ class CleanConfig(Section):
     gopher_repetition: GopherRepetitionConfig = GopherRepetitionConfig()
     langid: LangIdConfig = LangIdConfig()
 
-
     @field_validator("filters", mode="before")
     @classmethod
     def _extend_defaults(cls, v: Any) -> Any:
@@ -159,11 +167,14 @@ class CleanConfig(Section):
             return v
         unknown = sorted(set(v) - {"defaults", "extra"})
         if unknown:
-            raise ValueError(f"takes a list, or {{defaults: true|false, extra: [...]}}; unknown key(s) {unknown}")
+            raise ValueError(
+                f"takes a list, or {{defaults: true|false, extra: [...]}}; unknown key(s) {unknown}"
+            )
         extra = v.get("extra") or []
         if not isinstance(extra, list):
             raise ValueError("extra: a list of filters")
         return [*(BUILTIN_FILTERS if v.get("defaults", True) else ()), *extra]
+
 
 class MinHashConfig(Section):
     enabled: bool = True
@@ -224,7 +235,9 @@ class DataConfig(Section):
         for i, src in enumerate(self.sources):
             stage = sorted(k for k in src.clean if k in STAGE_KEYS)
             if stage:
-                raise ValueError(f"data.sources.{i}.clean: {stage} apply to the whole stage; set them in data.clean")
+                raise ValueError(
+                    f"data.sources.{i}.clean: {stage} apply to the whole stage; set them in data.clean"
+                )
             merged = _deep_merge(_deep_merge(base, CLEAN_PRESETS[src.clean_preset or "web"]), src.clean)
             try:
                 self._per_source[src.name] = CleanConfig.model_validate(merged)

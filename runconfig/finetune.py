@@ -47,8 +47,10 @@ class FinetuneTask(Section):
     def _one_origin(self) -> "FinetuneTask":
         given = [k for k in ("source", "train", "dataset") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"finetune.tasks ({self.name}): set exactly one of source, train (with optional dev/test) "
-                             f"or dataset; got {given or 'none'}")
+            raise ValueError(
+                f"finetune.tasks ({self.name}): set exactly one of source, train (with optional dev/test) "
+                f"or dataset; got {given or 'none'}"
+            )
         if self.source is not None and (self.dev or self.test):
             raise ValueError(f"finetune.tasks ({self.name}): dev/test files need train files, not source")
         return self
@@ -103,8 +105,10 @@ class FinetuneConfig(Section):
         task: dict[str, Any] = {}
         for k in ("source", "path"):
             if data.get(k) is not None and data.get("tasks"):
-                raise ValueError(f"finetune.{k} is the single-task shorthand, but finetune.tasks is set: give the "
-                                 f"task in finetune.tasks (e.g. finetune.tasks.0.{'source' if k == 'source' else 'train'})")
+                raise ValueError(
+                    f"finetune.{k} is the single-task shorthand, but finetune.tasks is set: give the "
+                    f"task in finetune.tasks (e.g. finetune.tasks.0.{'source' if k == 'source' else 'train'})"
+                )
         if data.get("source") is not None:
             task = {"name": data["source"], "source": data["source"]}
         elif data.get("path") is not None:
@@ -132,8 +136,9 @@ class FinetuneConfig(Section):
         if len(set(names)) != len(names):
             raise ValueError(f"finetune.tasks: duplicate task names {names}")
         if self.early_stopping_patience and not self.dev_evals:
-            raise ValueError("finetune.early_stopping_patience needs finetune.dev_evals > 0 (the dev scores it "
-                             "watches)")
+            raise ValueError(
+                "finetune.early_stopping_patience needs finetune.dev_evals > 0 (the dev scores it watches)"
+            )
         if isinstance(self.max_length, int) and self.max_length < 8:
             raise ValueError(f"finetune.max_length ({self.max_length}) must be >= 8")
         return self

@@ -48,22 +48,30 @@ class SlurmConfig(Section):
     data_constraint: str | None = None
     array_concurrency: int = Field(4, gt=0)  # %N cap for data-stage job arrays
     data_time: str | None = None  # time limit of data-stage tasks (default: time)
-    data_cpus_per_task: int | None = Field(None, gt=0)  # CPUs per data-stage task (default: data.clean.workers)
+    data_cpus_per_task: int | None = Field(
+        None, gt=0
+    )  # CPUs per data-stage task (default: data.clean.workers)
     data_mem: str | None = None  # memory per data-stage task (default: the cluster's default)
     extra_sbatch: list[str] = []  # raw '#SBATCH' options for every job, e.g. ["--reservation=x"]
-    extra_sbatch_train: list[str] = []  # raw '#SBATCH' options for the training job only, e.g. ["--exclusive"]
+    extra_sbatch_train: list[
+        str
+    ] = []  # raw '#SBATCH' options for the training job only, e.g. ["--exclusive"]
 
     @field_validator("mem", "mem_per_gpu", "data_mem")
     @classmethod
     def _mem_syntax(cls, v: str | None, info) -> str | None:
         if v is not None and not _MEM.match(str(v)):
-            raise ValueError(f"launch.slurm.{info.field_name}: {v!r} is not a Slurm memory size (e.g. 64G, 512000M)")
+            raise ValueError(
+                f"launch.slurm.{info.field_name}: {v!r} is not a Slurm memory size (e.g. 64G, 512000M)"
+            )
         return v
 
     @model_validator(mode="after")
     def _one_mem(self) -> "SlurmConfig":
         if self.mem is not None and self.mem_per_gpu is not None:
-            raise ValueError("launch.slurm.mem and launch.slurm.mem_per_gpu: set at most one (per node or per GPU)")
+            raise ValueError(
+                "launch.slurm.mem and launch.slurm.mem_per_gpu: set at most one (per node or per GPU)"
+            )
         return self
 
     @model_validator(mode="before")
@@ -103,7 +111,9 @@ class LaunchConfig(Section):
     ssh_connect_timeout_s: int = Field(10, gt=0)
     python: str | None = None  # interpreter on the nodes (default: the one running `python -m launch`)
     workdir: str | None = None  # folder the job starts in (default: the current one)
-    setup: list[str] = []  # shell lines run first on every node / in the batch script (module load, venv, ...)
+    setup: list[
+        str
+    ] = []  # shell lines run first on every node / in the batch script (module load, venv, ...)
     # Pass-through environment (NCCL_*, GLOO_SOCKET_IFNAME, ...).
     env: dict[str, str] = {}
     slurm: SlurmConfig = SlurmConfig()

@@ -108,7 +108,9 @@ def apply_override(data: dict[str, Any], keys: list[str], value: Any) -> None:
     for i, k in enumerate(keys[:-1]):
         if isinstance(node, list):
             if not k.isdigit() or int(k) >= len(node):
-                raise ConfigError(f"override {'.'.join(keys)}: no list index {k} at {'.'.join(keys[:i]) or '<root>'}")
+                raise ConfigError(
+                    f"override {'.'.join(keys)}: no list index {k} at {'.'.join(keys[:i]) or '<root>'}"
+                )
             node = node[int(k)]
         else:
             node = node.setdefault(k, {})

@@ -43,12 +43,18 @@ class ModelConfig(Section):
             return self
         spec = FAMILIES.get(self.family)
         if spec.options is None:
-            raise ValueError(f"model.options: family '{self.family}' takes no options (got {sorted(self.options)})")
+            raise ValueError(
+                f"model.options: family '{self.family}' takes no options (got {sorted(self.options)})"
+            )
         try:
             spec.options.model_validate(self.options)
         except ValidationError as e:
-            raise ValueError("; ".join(f"model.options.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-                                       for err in e.errors())) from None
+            raise ValueError(
+                "; ".join(
+                    f"model.options.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+                    for err in e.errors()
+                )
+            ) from None
         return self
 
     @model_validator(mode="after")

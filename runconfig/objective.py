@@ -45,14 +45,20 @@ class ObjectiveConfig(Section):
         spec = OBJECTIVES.get(self.type)
         if spec.options is None:
             if self.options:
-                raise ValueError(f"objective.options: objective '{self.type}' takes no options "
-                                 f"(got {sorted(self.options)})")
+                raise ValueError(
+                    f"objective.options: objective '{self.type}' takes no options "
+                    f"(got {sorted(self.options)})"
+                )
             return self
         try:
             spec.parse_options(self.options)
         except ValidationError as e:
-            raise ValueError("; ".join(f"objective.options.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-                                       for err in e.errors())) from None
+            raise ValueError(
+                "; ".join(
+                    f"objective.options.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+                    for err in e.errors()
+                )
+            ) from None
         return self
 
     @model_validator(mode="after")

@@ -51,7 +51,7 @@ class RunMeta(Section):
         """file:// is a local path; any other URL stays a URL and is never turned into a local folder (such as
         './memory:/out'): every write to it goes through fsspec."""
         if v.startswith("file://"):
-            return v[len("file://"):]
+            return v[len("file://") :]
         if "://" in v and not v.split("://", 1)[1].strip("/"):
             raise ValueError(f"'{v}' names no bucket or folder")
         return v
@@ -62,7 +62,7 @@ class RunMeta(Section):
         if v is not None and "://" in v:
             if not v.startswith("file://"):
                 raise ValueError(f"'{v}' is a URL; the staging folder must be a local path")
-            v = v[len("file://"):]
+            v = v[len("file://") :]
         return v
 
     @property
@@ -149,15 +149,24 @@ class RunConfig(Section):
             raise ValueError("deepspeed.offload_params needs deepspeed.zero_stage: 3")
         if self.deepspeed.offload_optimizer and self.deepspeed.zero_stage == 0:
             raise ValueError("deepspeed.offload_optimizer needs deepspeed.zero_stage >= 1")
-        if self.run.output_dir.startswith("memory://"):  # one process's memory: a pool worker's uploads vanish
-            for key, n in (("data.clean.workers", self.data.clean.workers), ("shards.workers", self.shards.workers)):
+        if self.run.output_dir.startswith(
+            "memory://"
+        ):  # one process's memory: a pool worker's uploads vanish
+            for key, n in (
+                ("data.clean.workers", self.data.clean.workers),
+                ("shards.workers", self.shards.workers),
+            ):
                 if n > 1:
-                    raise ValueError(f"{key}: {n} worker processes cannot write to run.output_dir "
-                                     f"'{self.run.output_dir}' (memory:// lives in one process); set {key}=1")
+                    raise ValueError(
+                        f"{key}: {n} worker processes cannot write to run.output_dir "
+                        f"'{self.run.output_dir}' (memory:// lives in one process); set {key}=1"
+                    )
         names = {s.name for s in self.data.sources}
         for i, task in enumerate(self.finetune.tasks):
             if task.source is not None and task.source not in names:
-                raise ValueError(f"finetune.tasks.{i}.source: '{task.source}' is not one of data.sources {sorted(names)}")
+                raise ValueError(
+                    f"finetune.tasks.{i}.source: '{task.source}' is not one of data.sources {sorted(names)}"
+                )
         self.batch_plan()  # raises with the key named when the batch does not divide
         self._warn_vocab()
         return self
@@ -172,7 +181,8 @@ class RunConfig(Section):
             warnings.warn(
                 f"tokenizer.vocab_size ({v:,}) is absurd for the ZeRO memory plan: the embedding alone needs "
                 f"{gib:.1f} GiB of model states (x{h} hidden); see `python -m pretrain plan`",
-                UserWarning, stacklevel=2,
+                UserWarning,
+                stacklevel=2,
             )
 
     def batch_plan(self, world_size: int | None = None) -> dict[str, int]:
@@ -202,7 +212,11 @@ class RunConfig(Section):
     @property
     def checkpoint_remote(self) -> str | None:
         """Where checkpoints are uploaded: <run.output_dir>/checkpoints of a remote run (None: local only)."""
-        return remote_checkpoints(self.run.output_dir) if self.run.is_remote and not self.checkpoint.dir else None
+        return (
+            remote_checkpoints(self.run.output_dir)
+            if self.run.is_remote and not self.checkpoint.dir
+            else None
+        )
 
     @property
     def checkpoint_dir(self) -> str:

@@ -53,8 +53,10 @@ class TokenizerConfig(Section):
                 "of a byte-fallback Unigram vocabulary (>= 512), or set tokenizer.byte_fallback=false"
             )
         if self.convention is not None and self.type != "bpe" and self.convention not in BUILTIN_CONVENTIONS:
-            raise ValueError(f"tokenizer.convention: {self.convention!r} applies to byte-level BPE "
-                             f"(tokenizer.type bpe), not {self.type!r}")
+            raise ValueError(
+                f"tokenizer.convention: {self.convention!r} applies to byte-level BPE "
+                f"(tokenizer.type bpe), not {self.type!r}"
+            )
         return self
 
 

@@ -38,7 +38,9 @@ class ScheduleConfig(Section):
     total_steps: int | None = Field(None, gt=0)  # None: 1000 steps, or the time budget when one is set
     warmup_steps: int | None = Field(None, ge=0)  # None: warmup_fraction if set, else min(100, total_steps)
     warmup_fraction: float | None = Field(None, ge=0, lt=1)  # of total_steps, or of the time budget
-    budget_minutes: float | None = Field(None, gt=0)  # wall-clock training budget; warmup/decay follow the clock
+    budget_minutes: float | None = Field(
+        None, gt=0
+    )  # wall-clock training budget; warmup/decay follow the clock
     decay: Literal["linear", "cosine", "constant"] = "linear"
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
 
@@ -57,9 +59,13 @@ class ScheduleConfig(Section):
                     "follows the clock, set schedule.warmup_fraction instead (and schedule.warmup_steps: null)"
                 )
         elif self.warmup_steps is not None and self.warmup_fraction is not None:
-            raise ValueError("schedule.warmup_steps and schedule.warmup_fraction are both set: set one of them")
+            raise ValueError(
+                "schedule.warmup_steps and schedule.warmup_fraction are both set: set one of them"
+            )
         elif self.warmup_steps is not None and self.steps is not None and self.warmup_steps > self.steps:
-            raise ValueError(f"schedule.warmup_steps ({self.warmup_steps}) exceeds schedule.total_steps ({self.steps})")
+            raise ValueError(
+                f"schedule.warmup_steps ({self.warmup_steps}) exceeds schedule.total_steps ({self.steps})"
+            )
         return self
 
     @property
@@ -163,7 +169,8 @@ class LoggingConfig(Section):
     jsonl: bool = True
     wandb: WandbConfig = WandbConfig()
     mlflow: MlflowConfig = MlflowConfig()
-    plots: bool = True  # PNG curves in <run>/logs/plots at the end of training (also: python -m pretrain plot)
+    # PNG curves in <run>/logs/plots at the end of training (also: python -m pretrain plot)
+    plots: bool = True
     progress_bar: bool = True
     # Peak FLOP/s per device for MFU; None = measure once with a matmul benchmark.
     peak_flops: float | None = None

@@ -65,8 +65,10 @@ def pytest_itemcollected(item):
     deselects there)."""
     if any(item.get_closest_marker(m) for m in SERIAL_MARKERS):
         item.add_marker(pytest.mark.xdist_group("machine-services"))
-    if not item.get_closest_marker("smoke") and not item.get_closest_marker("integration") and any(
-        item.get_closest_marker(m) for m in INTEGRATION_MARKERS
+    if (
+        not item.get_closest_marker("smoke")
+        and not item.get_closest_marker("integration")
+        and any(item.get_closest_marker(m) for m in INTEGRATION_MARKERS)
     ):
         item.add_marker(pytest.mark.integration)
 
@@ -103,6 +105,8 @@ def require_outside_fast_tier(what: str) -> None:
     marker) that does so fails at once, naming the markers it needs, instead of slowing `make test` unnoticed."""
     item = _RUNNING[0] if _RUNNING else None
     if item is not None and not any(item.get_closest_marker(m) for m in ("integration", "slow", "smoke")):
-        pytest.fail(f"{item.nodeid} starts {what} but is in the fast tier: mark it `integration` (or "
-                    "`deepspeed`) with its own @pytest.mark.timeout(seconds); see tests/conftest.py", pytrace=False)
-
+        pytest.fail(
+            f"{item.nodeid} starts {what} but is in the fast tier: mark it `integration` (or "
+            "`deepspeed`) with its own @pytest.mark.timeout(seconds); see tests/conftest.py",
+            pytrace=False,
+        )

@@ -66,4 +66,6 @@ def s3_server_module():
 def s3fs_client(env: dict[str, str]):
     import s3fs
 
-    return s3fs.S3FileSystem(client_kwargs={"endpoint_url": env["AWS_ENDPOINT_URL"]}, skip_instance_cache=True)
+    return s3fs.S3FileSystem(
+        client_kwargs={"endpoint_url": env["AWS_ENDPOINT_URL"]}, skip_instance_cache=True
+    )

@@ -32,7 +32,9 @@ def _collected(res: subprocess.CompletedProcess) -> list[str]:
 
 
 def test_a_test_outside_the_fast_tier_without_a_timeout_stops_collection(tmp_path):
-    res = _pytest(tmp_path, """
+    res = _pytest(
+        tmp_path,
+        """
         @pytest.mark.integration
         def test_timed_out_never():
             pass
@@ -45,7 +47,10 @@ def test_a_test_outside_the_fast_tier_without_a_timeout_stops_collection(tmp_pat
         @pytest.mark.deepspeed
         def test_engine_without_timeout():
             pass
-    """, "-m", FAST)
+    """,
+        "-m",
+        FAST,
+    )
     assert res.returncode != 0
     assert "2 test(s) outside the fast tier have no @pytest.mark.timeout" in res.stderr, res.stderr
     assert "test_timed_out_never" in res.stderr and "test_engine_without_timeout" in res.stderr
@@ -84,7 +89,9 @@ def test_service_markers_tier_a_test_as_integration_except_the_smoke_run(tmp_pat
 
 
 def test_longest_timeout_first_then_collection_order(tmp_path):
-    res = _pytest(tmp_path, """
+    res = _pytest(
+        tmp_path,
+        """
         def test_a():
             pass
 
@@ -100,7 +107,8 @@ def test_longest_timeout_first_then_collection_order(tmp_path):
         @pytest.mark.timeout(2000)
         def test_d():
             pass
-    """)
+    """,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert _collected(res) == ["test_d", "test_b", "test_a", "test_c"]
 
@@ -111,7 +119,9 @@ def test_the_suite_has_a_global_timeout():
 
     ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert 0 < float(ini["timeout"]) <= 600
-    assert any(m.startswith("slow:") for m in ini["markers"]) and any(m.startswith("smoke:") for m in ini["markers"])
+    assert any(m.startswith("slow:") for m in ini["markers"]) and any(
+        m.startswith("smoke:") for m in ini["markers"]
+    )
 
 
 @pytest.mark.parametrize("target", ["test", "test-all"])
@@ -132,7 +142,8 @@ def test_a_test_past_its_timeout_fails_and_leaves_no_process_behind(tmp_path):
     torchrun and its ranks would otherwise keep the shared cores busy after the test failed)."""
     pid_file = tmp_path / "child.pid"
     (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n")
-    (tmp_path / "test_hang.py").write_text(textwrap.dedent(f"""
+    (tmp_path / "test_hang.py").write_text(
+        textwrap.dedent(f"""
         import pytest
         from tests.pretrain.conftest import run_module
 
@@ -141,7 +152,8 @@ def test_a_test_past_its_timeout_fails_and_leaves_no_process_behind(tmp_path):
         def test_hangs():
             run_module(["-c", "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
                               "time.sleep(120)"], timeout=600)
-    """))
+    """)
+    )
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
          "-p", "no:cacheprovider", "-p", "no:xdist", "-q", str(tmp_path)],
@@ -156,13 +168,15 @@ def test_a_test_past_its_timeout_fails_and_leaves_no_process_behind(tmp_path):
 def test_a_fast_tier_test_that_starts_torchrun_fails_naming_the_marker(tmp_path):
     """The fast tier keeps its 5 minutes: an unmarked test that launches DeepSpeed ranks fails before launching."""
     (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n")
-    (tmp_path / "test_engine.py").write_text(textwrap.dedent("""
+    (tmp_path / "test_engine.py").write_text(
+        textwrap.dedent("""
         from pathlib import Path
         from tests.pretrain.conftest import torchrun
 
         def test_unmarked():
             torchrun(Path("no-such-config.yaml"), [])
-    """))
+    """)
+    )
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
          "-p", "no:cacheprovider", "-p", "no:xdist", "-q", str(tmp_path)],
@@ -170,4 +184,7 @@ def test_a_fast_tier_test_that_starts_torchrun_fails_naming_the_marker(tmp_path)
         timeout=120,
     )  # fmt: skip
     assert res.returncode == 1, res.stdout[-3000:]
-    assert "test_unmarked starts torchrun with 2 rank(s) but is in the fast tier: mark it `integration`" in res.stdout
+    assert (
+        "test_unmarked starts torchrun with 2 rank(s) but is in the fast tier: mark it `integration`"
+        in res.stdout
+    )

@@ -41,7 +41,9 @@ def shingle_hashes(text: str, ngram: int) -> np.ndarray:
         return np.zeros(0, dtype=np.uint64)
     vocab: dict[str, int] = {}
     ids = np.fromiter((vocab.setdefault(w, len(vocab)) for w in words), dtype=np.int64, count=len(words))
-    word_h = np.fromiter((xxhash.xxh64_intdigest(w.encode()) for w in vocab), dtype=np.uint64, count=len(vocab))[ids]
+    word_h = np.fromiter(
+        (xxhash.xxh64_intdigest(w.encode()) for w in vocab), dtype=np.uint64, count=len(vocab)
+    )[ids]
     n = min(ngram, len(words))
     # Polynomial combination of the n word hashes, in wrapping uint64 arithmetic (vectorised over positions).
     h = np.zeros(len(words) - n + 1, dtype=np.uint64)

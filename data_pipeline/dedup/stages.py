@@ -108,10 +108,15 @@ def _fingerprint(cfg, inputs: list[Path], ranges: int) -> str:
             st = p.stat()
             files.append([f"{p.parent.name}/{p.name}", st.st_size, st.st_mtime_ns])  # the same on every node
         except OSError:
-            files.append([f"{p.parent.name}/{p.name}", None, None])  # vanished: the signatures task for it reports it
+            files.append(
+                [f"{p.parent.name}/{p.name}", None, None]
+            )  # vanished: the signatures task for it reports it
     # component_rounds only appends rounds: raising it after a non-converged run keeps the finished tasks.
-    blob = {"dedup": cfg.data.dedup.model_dump(mode="json", exclude={"component_rounds"}), "ranges": ranges,
-            "inputs": files}
+    blob = {
+        "dedup": cfg.data.dedup.model_dump(mode="json", exclude={"component_rounds"}),
+        "ranges": ranges,
+        "inputs": files,
+    }
     return fingerprint(blob)
 
 
@@ -120,8 +125,9 @@ def component_stage_names(rounds: int) -> list[str]:
     return ["dedup-components-L0", *steps, "dedup-components-labels"]
 
 
-def stage_shapes(num_inputs: int, ranges: int, bands: int, fan_in: int, minhash: bool, exact: bool,
-                 rounds: int) -> list[tuple[str, int]]:
+def stage_shapes(
+    num_inputs: int, ranges: int, bands: int, fan_in: int, minhash: bool, exact: bool, rounds: int
+) -> list[tuple[str, int]]:
     """[(stage name, tasks)]: what a Slurm pipeline renders before the corpus exists."""
     n_edges = (bands * ranges if minhash else 0) + (ranges if exact else 0)
     shapes = [("dedup-signatures", num_inputs)]
@@ -137,8 +143,15 @@ def stage_shapes(num_inputs: int, ranges: int, bands: int, fan_in: int, minhash:
 
 def plan_shapes(cfg, num_inputs: int, ranges: int) -> list[tuple[str, int]]:
     dd = cfg.data.dedup
-    return stage_shapes(num_inputs, ranges, dd.minhash.bands, dd.merge_fan_in, dd.minhash.enabled, dd.exact,
-                        dd.component_rounds)
+    return stage_shapes(
+        num_inputs,
+        ranges,
+        dd.minhash.bands,
+        dd.merge_fan_in,
+        dd.minhash.enabled,
+        dd.exact,
+        dd.component_rounds,
+    )
 
 
 def build_stages(cfg) -> list[Stage]:
@@ -153,38 +166,92 @@ def build_stages(cfg) -> list[Stage]:
     work = layout.dedup / "_work" / fp
     marks = work / "markers"
     # a remote run: every task uploads what it wrote under dedup/ before its marker (storage.py)
-    new_stage = functools.partial(Stage, store=layout.store, outputs=(str(work), str(layout.dedup)), exclude=("_work",))
+    new_stage = functools.partial(
+        Stage, store=layout.store, outputs=(str(work), str(layout.dedup)), exclude=("_work",)
+    )
     B = dd.minhash.bands
     mh_kw = {"ngram": dd.minhash.ngram, "bands": B, "rows": dd.minhash.rows, "seed": dd.minhash.seed}
     names = tuple(f"{p.parent.name}/{p.name}" for p in inputs)
     S = len(inputs)
-    stages = [new_stage("dedup-signatures", signature_task, S, marks, labels=names,
-                    kwargs={"inputs": [str(p) for p in inputs], "work": str(work), "ranges": R, "mh_kw": mh_kw,
-                            "minhash": dd.minhash.enabled, "exact": dd.exact})]
-    jobs = ([("b", b, r) for b in range(B) for r in range(R)] if dd.minhash.enabled else []) + \
-           ([("x", 0, r) for r in range(R)] if dd.exact else [])
-    edge_files = [str(work / "pairs" / (f"b{b:03d}-r{r:04d}.npy" if k == "b" else f"x-r{r:04d}.npy"))
-                  for k, b, r in jobs]
+    stages = [
+        new_stage(
+            "dedup-signatures",
+            signature_task,
+            S,
+            marks,
+            labels=names,
+            kwargs={
+                "inputs": [str(p) for p in inputs],
+                "work": str(work),
+                "ranges": R,
+                "mh_kw": mh_kw,
+                "minhash": dd.minhash.enabled,
+                "exact": dd.exact,
+            },
+        )
+    ]
+    jobs = ([("b", b, r) for b in range(B) for r in range(R)] if dd.minhash.enabled else []) + (
+        [("x", 0, r) for r in range(R)] if dd.exact else []
+    )
+    edge_files = [
+        str(work / "pairs" / (f"b{b:03d}-r{r:04d}.npy" if k == "b" else f"x-r{r:04d}.npy"))
+        for k, b, r in jobs
+    ]
     if jobs:
-        stages.append(new_stage("dedup-buckets", bucket_task, len(jobs), marks,
-                                labels=tuple(f"band {b} range {r}" if k == "b" else f"exact range {r}"
-                                             for k, b, r in jobs),
-                                kwargs={"jobs": jobs, "work": str(work), "num_inputs": S, "ranges": R}))
+        stages.append(
+            new_stage(
+                "dedup-buckets",
+                bucket_task,
+                len(jobs),
+                marks,
+                labels=tuple(f"band {b} range {r}" if k == "b" else f"exact range {r}" for k, b, r in jobs),
+                kwargs={"jobs": jobs, "work": str(work), "num_inputs": S, "ranges": R},
+            )
+        )
     exact_files = [str(work / "pairs" / f"xdup-r{r:04d}.npz") for r in range(R)] if dd.exact else []
-    stages += component_stages(edge_files, work, marks, R, dd.merge_fan_in, dd.component_rounds, names,
-                               exact_files, make_stage=new_stage)
+    stages += component_stages(
+        edge_files,
+        work,
+        marks,
+        R,
+        dd.merge_fan_in,
+        dd.component_rounds,
+        names,
+        exact_files,
+        make_stage=new_stage,
+    )
     shapes_list = [(st.name, st.num_tasks) for st in stages] + [("dedup-filter", S)]
-    stages.append(new_stage("dedup-filter", filter_task, S, marks, labels=names,
-                        kwargs={"inputs": [str(p) for p in inputs], "work": str(work),
-                                "out_root": str(layout.dedup), "partitions": R, "exact_files": exact_files},
-                        finalize=functools.partial(finalize, str(layout.dedup), fp, mh_kw, R, str(marks),
-                                                   shapes_list, S)))
+    stages.append(
+        new_stage(
+            "dedup-filter",
+            filter_task,
+            S,
+            marks,
+            labels=names,
+            kwargs={
+                "inputs": [str(p) for p in inputs],
+                "work": str(work),
+                "out_root": str(layout.dedup),
+                "partitions": R,
+                "exact_files": exact_files,
+            },
+            finalize=functools.partial(finalize, str(layout.dedup), fp, mh_kw, R, str(marks), shapes_list, S),
+        )
+    )
     return stages
 
 
-def component_stages(edge_files: list[str], work: Path, marks: Path, partitions: int, fan_in: int, rounds: int,
-                     shard_names: tuple[str, ...], exact_files: list[str] = (),
-                     make_stage: Callable[..., Stage] = Stage) -> list[Stage]:
+def component_stages(
+    edge_files: list[str],
+    work: Path,
+    marks: Path,
+    partitions: int,
+    fan_in: int,
+    rounds: int,
+    shard_names: tuple[str, ...],
+    exact_files: list[str] = (),
+    make_stage: Callable[..., Stage] = Stage,
+) -> list[Stage]:
     """L0 (union-find over groups of edge files), `rounds` x (large-star, small-star) over `partitions` node
     partitions, then labels: see the module docstring. `make_stage` builds each Stage (a remote run's store)."""
     cc = Path(work) / "cc"
@@ -193,26 +260,62 @@ def component_stages(edge_files: list[str], work: Path, marks: Path, partitions:
     prev: tuple[str, int] | None = None  # (file prefix, producers) of the previous step
     if edge_files:
         n0 = math.ceil(len(edge_files) / fan_in)
-        out.append(make_stage(names[0], components_l0_task, n0, marks,
-                         kwargs={"inputs": edge_files, "fan_in": fan_in, "out": str(cc / "L0"),
-                                 "partitions": partitions}))
+        out.append(
+            make_stage(
+                names[0],
+                components_l0_task,
+                n0,
+                marks,
+                kwargs={
+                    "inputs": edge_files,
+                    "fan_in": fan_in,
+                    "out": str(cc / "L0"),
+                    "partitions": partitions,
+                },
+            )
+        )
         prev = (str(cc / "L0"), n0)
         steps: list[tuple[str, str]] = []
         for name in names[1:-1]:
             kind = "large" if name.startswith("dedup-components-large") else "small"
             step = name.removeprefix("dedup-components-")
-            before = [f"dedup-components-large{k}" for k in range(int(step.removeprefix(kind)))]  # earlier rounds
-            plain = make_stage(name, star_step_task, partitions, marks,
-                               kwargs={"kind": kind, "inputs": prev, "out": str(cc / step),
-                                       "partitions": partitions, "marker_dir": str(marks),
-                                       "prev_round": [n for n, _ in steps[-2:]] if kind == "large" else []})
+            before = [
+                f"dedup-components-large{k}" for k in range(int(step.removeprefix(kind)))
+            ]  # earlier rounds
+            plain = make_stage(
+                name,
+                star_step_task,
+                partitions,
+                marks,
+                kwargs={
+                    "kind": kind,
+                    "inputs": prev,
+                    "out": str(cc / step),
+                    "partitions": partitions,
+                    "marker_dir": str(marks),
+                    "prev_round": [n for n, _ in steps[-2:]] if kind == "large" else [],
+                },
+            )
             out.append(dataclasses.replace(plain, done_fn=functools.partial(_step_done, plain, before)))
             steps.append((name, str(cc / step)))
             prev = (str(cc / step), partitions)
-    out.append(make_stage(names[-1], labels_task, partitions, marks,
-                     kwargs={"steps": steps if edge_files else [], "work": str(work), "shard_names": shard_names,
-                             "marker_dir": str(marks), "partitions": partitions, "rounds": rounds,
-                             "exact_files": list(exact_files)}))
+    out.append(
+        make_stage(
+            names[-1],
+            labels_task,
+            partitions,
+            marks,
+            kwargs={
+                "steps": steps if edge_files else [],
+                "work": str(work),
+                "shard_names": shard_names,
+                "marker_dir": str(marks),
+                "partitions": partitions,
+                "rounds": rounds,
+                "exact_files": list(exact_files),
+            },
+        )
+    )
     return out
 
 
@@ -232,8 +335,9 @@ def _range_of(keys: np.ndarray, ranges: int) -> np.ndarray:
     return ((keys >> np.uint64(32)) * np.uint64(ranges)) >> np.uint64(32)
 
 
-def signature_task(i: int, *, inputs: list[str], work: str, ranges: int, mh_kw: dict, minhash: bool,
-                   exact: bool) -> dict[str, Any]:
+def signature_task(
+    i: int, *, inputs: list[str], work: str, ranges: int, mh_kw: dict, minhash: bool, exact: bool
+) -> dict[str, Any]:
     path = inputs[i]
     mh = MinHasher(**mh_kw)
     hashes, sigs = [], []
@@ -288,7 +392,7 @@ def _by_key(arr: np.ndarray, key: np.ndarray, n: int, prefix: str) -> dict[str, 
     order = np.argsort(key, kind="stable")
     arr, key = arr[order], key[order]
     bounds = np.searchsorted(key, np.arange(n + 1))
-    return {f"{prefix}{k}": arr[bounds[k]:bounds[k + 1]] for k in range(n) if bounds[k + 1] > bounds[k]}
+    return {f"{prefix}{k}": arr[bounds[k] : bounds[k + 1]] for k in range(n) if bounds[k + 1] > bounds[k]}
 
 
 def _read_key(files: list[str], key: str, width: int) -> np.ndarray:
@@ -303,8 +407,9 @@ def _read_key(files: list[str], key: str, width: int) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def bucket_task(i: int, *, jobs: list[tuple[str, int, int]], work: str, num_inputs: int, ranges: int
-                ) -> dict[str, Any]:
+def bucket_task(
+    i: int, *, jobs: list[tuple[str, int, int]], work: str, num_inputs: int, ranges: int
+) -> dict[str, Any]:
     kind, b, r = jobs[i]
     member = f"b{b}" if kind == "b" else "exact"
     parts = []
@@ -318,9 +423,11 @@ def bucket_task(i: int, *, jobs: list[tuple[str, int, int]], work: str, num_inpu
         _save_npy(Path(work) / "pairs" / f"b{b:03d}-r{r:04d}.npy", edges)
     else:  # exact copies of range r by input shard (for the filter's reasons) and by node partition (examples)
         dups = np.unique(edges[:, 1])
-        _save_npz(Path(work) / "pairs" / f"xdup-r{r:04d}.npz",
-                  **_by_key(dups, (dups >> np.uint64(32)).astype(np.int64), num_inputs, "s"),
-                  **_by_key(dups, node_partition(dups, ranges).astype(np.int64), ranges, "n"))
+        _save_npz(
+            Path(work) / "pairs" / f"xdup-r{r:04d}.npz",
+            **_by_key(dups, (dups >> np.uint64(32)).astype(np.int64), num_inputs, "s"),
+            **_by_key(dups, node_partition(dups, ranges).astype(np.int64), ranges, "n"),
+        )
         _save_npy(Path(work) / "pairs" / f"x-r{r:04d}.npy", edges)
     return {"kind": "near" if kind == "b" else "exact", "docs": int(len(pairs)), "pairs": int(len(edges))}
 
@@ -364,9 +471,11 @@ def _both_ways(edges: np.ndarray) -> np.ndarray:
     return np.concatenate([edges, edges[:, ::-1]])
 
 
-def components_l0_task(i: int, *, inputs: list[str], fan_in: int, out: str, partitions: int) -> dict[str, Any]:
+def components_l0_task(
+    i: int, *, inputs: list[str], fan_in: int, out: str, partitions: int
+) -> dict[str, Any]:
     """Union-find over edge files [i*F, (i+1)*F) -> star forest, keyed both ways for the first large-star step."""
-    mine = inputs[i * fan_in:(i + 1) * fan_in]
+    mine = inputs[i * fan_in : (i + 1) * fan_in]
     parts = [np.load(f) for f in mine]
     edges = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
     forest = star_forest(edges.astype(np.uint64, copy=False))
@@ -391,8 +500,10 @@ def _groups(keyed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 
 def _changed(marker_dir: str, stage: str, partitions: int) -> int | None:
     """Edges changed by a step (summed over its tasks), None when it was skipped at the fixed point."""
-    stats = [json.loads((Path(marker_dir) / f"{stage}-{j:05d}.done").read_text())["stats"]
-             for j in range(partitions)]
+    stats = [
+        json.loads((Path(marker_dir) / f"{stage}-{j:05d}.done").read_text())["stats"]
+        for j in range(partitions)
+    ]
     return None if any(s.get("skipped") for s in stats) else sum(s["changed"] for s in stats)
 
 
@@ -412,7 +523,10 @@ def _step_done(stage: Stage, earlier_rounds: list[str], i: int) -> bool:
             return True  # (a rerun after the work folder was deleted finds no marker and looks again)
         for attempt in range(2):
             try:
-                if _changed(marker_dir, large, partitions) == 0 and _changed(marker_dir, small, partitions) == 0:
+                if (
+                    _changed(marker_dir, large, partitions) == 0
+                    and _changed(marker_dir, small, partitions) == 0
+                ):
                     _FIXED.add((marker_dir, large))
                     return True
                 break
@@ -423,8 +537,16 @@ def _step_done(stage: Stage, earlier_rounds: list[str], i: int) -> bool:
     return False
 
 
-def star_step_task(i: int, *, kind: str, inputs: tuple[str, int], out: str, partitions: int, marker_dir: str,
-                   prev_round: list[str]) -> dict[str, Any]:
+def star_step_task(
+    i: int,
+    *,
+    kind: str,
+    inputs: tuple[str, int],
+    out: str,
+    partitions: int,
+    marker_dir: str,
+    prev_round: list[str],
+) -> dict[str, Any]:
     """One large-star or small-star step over the edges keyed by the nodes of partition i.
 
     large-star (input: both directions): node u with m = min(u, neighbours) links every neighbour v > u to m;
@@ -433,8 +555,9 @@ def star_step_task(i: int, *, kind: str, inputs: tuple[str, int], out: str, part
     `changed` counts output edges that were not input edges; once a round changed nothing (the fixed point: a
     forest of stars centred on each component's smallest gid) the later rounds skip without reading anything.
     """
-    if kind == "small" and json.loads((Path(marker_dir) / f"dedup-components-large{out.rsplit('small', 1)[1]}"
-                                       f"-{i:05d}.done").read_text())["stats"].get("skipped"):
+    if kind == "small" and json.loads(
+        (Path(marker_dir) / f"dedup-components-large{out.rsplit('small', 1)[1]}-{i:05d}.done").read_text()
+    )["stats"].get("skipped"):
         return {"skipped": "fixed point", "changed": 0}
     if prev_round and all(_changed(marker_dir, n, partitions) in (0, None) for n in prev_round):
         return {"skipped": "fixed point", "changed": 0}
@@ -451,31 +574,53 @@ def star_step_task(i: int, *, kind: str, inputs: tuple[str, int], out: str, part
         sel = v != gmin  # the smaller neighbours other than the smallest move to it; u keeps its edge to it
         first = np.ones(len(u), bool)
         first[1:] = u[1:] != u[:-1]
-        new = np.concatenate([np.stack([v[sel], gmin[sel]], axis=1), np.stack([u[first], gmin[first]], axis=1)])
+        new = np.concatenate(
+            [np.stack([v[sel], gmin[sel]], axis=1), np.stack([u[first], gmin[first]], axis=1)]
+        )
         changed = int(sel.sum())
         _save_routed(Path(f"{out}-{i:05d}.npz"), _both_ways(new), partitions)
-    return {"edges_in": int(len(u)), "edges_out": int(len(new)), "changed": changed,
-            "max_degree": int(size.max()) if len(size) else 0}
+    return {
+        "edges_in": int(len(u)),
+        "edges_out": int(len(new)),
+        "changed": changed,
+        "max_degree": int(size.max()) if len(size) else 0,
+    }
 
 
-def labels_task(i: int, *, steps: list[tuple[str, str]], work: str, shard_names: tuple[str, ...],
-                marker_dir: str, partitions: int, rounds: int, exact_files: list[str]) -> dict[str, Any]:
+def labels_task(
+    i: int,
+    *,
+    steps: list[tuple[str, str]],
+    work: str,
+    shard_names: tuple[str, ...],
+    marker_dir: str,
+    partitions: int,
+    rounds: int,
+    exact_files: list[str],
+) -> dict[str, Any]:
     """remove/p<i>.npz: per input shard (member s<k>) the rows of partition i's nodes that are not their
     component's smallest gid, and (root<k>) the gid of that smallest document, the one kept. Reads the small-star
     output of the first round that changed nothing; fails when no round reached that fixed point."""
     src = None
     for k in range(1, len(steps), 2):
-        if _changed(marker_dir, steps[k - 1][0], partitions) == 0 and \
-                _changed(marker_dir, steps[k][0], partitions) == 0:
+        if (
+            _changed(marker_dir, steps[k - 1][0], partitions) == 0
+            and _changed(marker_dir, steps[k][0], partitions) == 0
+        ):
             src = steps[k][1]
             break
     if steps and src is None:
         last = _changed(marker_dir, steps[-1][0], partitions)
-        raise RuntimeError(f"connected components did not converge in data.dedup.component_rounds={rounds} rounds "
-                           f"(the last round still changed {last} edges); raise it and rerun: finished tasks are "
-                           f"kept")
-    keyed = (_read_key([f"{src}-{j:05d}.npz" for j in range(partitions)], f"p{i}", 2) if src
-             else np.zeros((0, 2), np.uint64))
+        raise RuntimeError(
+            f"connected components did not converge in data.dedup.component_rounds={rounds} rounds "
+            f"(the last round still changed {last} edges); raise it and rerun: finished tasks are "
+            f"kept"
+        )
+    keyed = (
+        _read_key([f"{src}-{j:05d}.npz" for j in range(partitions)], f"p{i}", 2)
+        if src
+        else np.zeros((0, 2), np.uint64)
+    )
     u, _, gmin, _ = _groups(keyed)
     first = np.ones(len(u), bool)
     first[1:] = u[1:] != u[:-1]
@@ -484,19 +629,27 @@ def labels_task(i: int, *, steps: list[tuple[str, str]], work: str, shard_names:
     members, roots = members[sel], roots[sel]
     shard = (members >> np.uint64(32)).astype(np.int64)
     rows = (members & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    _save_npz(Path(work) / "remove" / f"p{i:05d}.npz", **_by_key(rows, shard, len(shard_names), "s"),
-              **_by_key(roots, shard, len(shard_names), "root"))
+    _save_npz(
+        Path(work) / "remove" / f"p{i:05d}.npz",
+        **_by_key(rows, shard, len(shard_names), "s"),
+        **_by_key(roots, shard, len(shard_names), "root"),
+    )
     exact = _read_key(exact_files, f"n{i}", 0)
     near = ~np.isin(members, exact)
     examples = []
     for root in np.unique(roots[near])[:3]:
         ids = [root, *members[roots == root][:4]]
         examples.append([f"{shard_names[int(g) >> 32]}#{int(g) & 0xFFFFFFFF}" for g in ids])
-    return {"members": int(len(members)), "clusters": int(len(np.unique(roots))), "cluster_examples": examples}
+    return {
+        "members": int(len(members)),
+        "clusters": int(len(np.unique(roots))),
+        "cluster_examples": examples,
+    }
 
 
-def filter_task(i: int, *, inputs: list[str], work: str, out_root: str, partitions: int, exact_files: list[str]
-                ) -> dict[str, Any]:
+def filter_task(
+    i: int, *, inputs: list[str], work: str, out_root: str, partitions: int, exact_files: list[str]
+) -> dict[str, Any]:
     src_path = Path(inputs[i])
     rows = _read_key([str(Path(work) / "remove" / f"p{p:05d}.npz") for p in range(partitions)], f"s{i}", 0)
     exact_gids = _read_key(exact_files, f"s{i}", 0)
@@ -514,11 +667,18 @@ def filter_task(i: int, *, inputs: list[str], work: str, out_root: str, partitio
 
     k = write_shard(out, kept())
     if rows.size and int(rows.max()) >= n:
-        raise RuntimeError(f"{src_path}: has {n} rows but dedup removes row {int(rows.max())}; the shard changed "
-                           f"after its signatures were computed, rerun dedup")
+        raise RuntimeError(
+            f"{src_path}: has {n} rows but dedup removes row {int(rows.max())}; the shard changed "
+            f"after its signatures were computed, rerun dedup"
+        )
     mark_done(out, {"kept": k, "input": str(src_path)})
-    return {"source": src_path.parent.name, "docs_in": n, "kept": k,
-            "exact_duplicates": int((reason == EXACT).sum()), "near_duplicates": int((reason == NEAR).sum())}
+    return {
+        "source": src_path.parent.name,
+        "docs_in": n,
+        "kept": k,
+        "exact_duplicates": int((reason == EXACT).sum()),
+        "near_duplicates": int((reason == NEAR).sum()),
+    }
 
 
 # -- report ----------------------------------------------------------------------------------------------------
@@ -531,25 +691,43 @@ def _marker_stats(marker_dir: Path, name: str, n: int) -> list[dict[str, Any]]:
     return out
 
 
-def finalize(dedup_root: str, fp: str, mh_kw: dict, ranges: int, marker_dir: str,
-             shapes: list[tuple[str, int]], num_inputs: int) -> dict[str, Any]:
+def finalize(
+    dedup_root: str,
+    fp: str,
+    mh_kw: dict,
+    ranges: int,
+    marker_dir: str,
+    shapes: list[tuple[str, int]],
+    num_inputs: int,
+) -> dict[str, Any]:
     """dedup_stats.json (merged from the task markers) and the _DONE.json marker of the whole stage."""
     root, marks = Path(dedup_root), Path(marker_dir)
     filt = _marker_stats(marks, "dedup-filter", num_inputs)
     per_source: dict[str, dict[str, int]] = {}
     for s in filt:
-        c = per_source.setdefault(s["source"], {"docs_in": 0, "kept": 0, "exact_duplicates": 0,
-                                                "near_duplicates": 0})
+        c = per_source.setdefault(
+            s["source"], {"docs_in": 0, "kept": 0, "exact_duplicates": 0, "near_duplicates": 0}
+        )
         for k in c:
             c[k] += s[k]
     shapes_d = dict(shapes)
-    buckets = _marker_stats(marks, "dedup-buckets", shapes_d["dedup-buckets"]) if "dedup-buckets" in shapes_d \
+    buckets = (
+        _marker_stats(marks, "dedup-buckets", shapes_d["dedup-buckets"])
+        if "dedup-buckets" in shapes_d
         else []
+    )
     labels = _marker_stats(marks, "dedup-components-labels", shapes_d["dedup-components-labels"])
     steps = [n for n in shapes_d if n.startswith(("dedup-components-large", "dedup-components-small"))]
-    rounds_used = next((k // 2 for k in range(1, len(steps), 2)
-                        if not any(s["changed"] for n in steps[k - 1:k + 1]
-                                   for s in _marker_stats(marks, n, shapes_d[n]))), 0)
+    rounds_used = next(
+        (
+            k // 2
+            for k in range(1, len(steps), 2)
+            if not any(
+                s["changed"] for n in steps[k - 1 : k + 1] for s in _marker_stats(marks, n, shapes_d[n])
+            )
+        ),
+        0,
+    )
     b, rr = mh_kw["bands"], mh_kw["rows"]
     stats = {
         "docs_in": sum(s["docs_in"] for s in filt),
@@ -562,9 +740,13 @@ def finalize(dedup_root: str, fp: str, mh_kw: dict, ranges: int, marker_dir: str
         "partitions": ranges,
         "component_rounds_to_fixed_point": rounds_used,
         "tasks": dict(shapes),
-        "minhash": {**mh_kw, "threshold": round((1 / b) ** (1 / rr), 3),
-                    "P(candidate|s)": {str(s): round(expected_collision_probability(s, b, rr), 4)
-                                       for s in (0.5, 0.7, 0.8, 0.9)}},
+        "minhash": {
+            **mh_kw,
+            "threshold": round((1 / b) ** (1 / rr), 3),
+            "P(candidate|s)": {
+                str(s): round(expected_collision_probability(s, b, rr), 4) for s in (0.5, 0.7, 0.8, 0.9)
+            },
+        },
         "fingerprint": fp,
     }
     write_json_atomic(root / "dedup_stats.json", stats)

@@ -19,5 +19,14 @@ from data_pipeline.executors.base import (
 )
 from data_pipeline.executors.local import LocalExecutor
 
-__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "Stage", "StageFailed", "StageResult", "build_executor",
-           "register_executor", "run_stages"]
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "LocalExecutor",
+    "Stage",
+    "StageFailed",
+    "StageResult",
+    "build_executor",
+    "register_executor",
+    "run_stages",
+]

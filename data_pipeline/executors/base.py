@@ -34,8 +34,10 @@ class StageFailed(LmstackError, RuntimeError):
         self.stage, self.failed = stage, failed
         names = "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:20])
         more = f" (+{len(failed) - 20} more)" if len(failed) > 20 else ""
-        super().__init__(f"stage {stage}: {len(failed)} of {total} task(s) failed after retries: {names}{more}. "
-                         f"Fix the input and rerun: finished tasks are kept and skipped.")
+        super().__init__(
+            f"stage {stage}: {len(failed)} of {total} task(s) failed after retries: {names}{more}. "
+            f"Fix the input and rerun: finished tasks are kept and skipped."
+        )
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,9 @@ class Stage:
         """Remote run: bring the stage's task markers (and, unless `markers_only`, its folders: what the next
         tasks read) here, as other nodes and earlier runs wrote them."""
         if self.remote:
-            self.store.pull([self.marker_dir] if markers_only else [*self.outputs, self.marker_dir],
-                            exclude=self.exclude)
+            self.store.pull(
+                [self.marker_dir] if markers_only else [*self.outputs, self.marker_dir], exclude=self.exclude
+            )
 
     def markers_present(self) -> set[str]:
         """Names of the task markers that exist (remotely on a remote run), in one listing."""
@@ -110,8 +113,15 @@ class Stage:
         stats = self.fn(i, **self.kwargs) or {}
         if self.remote:  # the task's files first (1 s margin: file mtimes come from a coarser clock)
             self.store.push(self.outputs, since=t0 - 1.0)
-        write_json_atomic(self.marker(i), {"task": self.task_name(i), "seconds": round(time.time() - t0, 3),
-                                           "where": where or socket.gethostname(), "stats": stats})
+        write_json_atomic(
+            self.marker(i),
+            {
+                "task": self.task_name(i),
+                "seconds": round(time.time() - t0, 3),
+                "where": where or socket.gethostname(),
+                "stats": stats,
+            },
+        )
         if self.remote:
             self.store.push([self.marker(i)])
         return stats
@@ -127,8 +137,9 @@ class Stage:
         return out
 
 
-def run_task_guarded(stage: Stage, i: int, where: str | None = None
-                     ) -> tuple[int, dict[str, Any] | None, str | None]:
+def run_task_guarded(
+    stage: Stage, i: int, where: str | None = None
+) -> tuple[int, dict[str, Any] | None, str | None]:
     """(i, stats, None) or (i, None, error text): a failing task never takes its worker down."""
     try:
         return i, stage.run_task(i, where), None
@@ -200,13 +211,19 @@ class Executor:
         finally:
             bar.close()
         if errors:
-            raise StageFailed(stage.name, {stage.task_name(i): e.splitlines()[0] for i, e in sorted(errors.items())},
-                              stage.num_tasks)
+            raise StageFailed(
+                stage.name,
+                {stage.task_name(i): e.splitlines()[0] for i, e in sorted(errors.items())},
+                stage.num_tasks,
+            )
         have = stage.markers_present()
         missing = [i for i in todo if stage.marker(i).name not in have]  # "succeeded" without output: a loss
         if missing:
-            raise StageFailed(stage.name, {stage.task_name(i): "no completion marker after the run" for i in missing},
-                              stage.num_tasks)
+            raise StageFailed(
+                stage.name,
+                {stage.task_name(i): "no completion marker after the run" for i in missing},
+                stage.num_tasks,
+            )
         summary = {}
         if stage.finalize is not None:
             stage.pull(markers_only=True)  # finalize merges the markers of tasks that ran on other nodes
@@ -214,8 +231,14 @@ class Executor:
             summary = stage.finalize()
             if stage.remote:
                 stage.store.push(stage.outputs, since=t_fin - 1.0)
-        return StageResult(stage.name, stage.num_tasks, len(todo), stage.num_tasks - len(todo),
-                           round(time.time() - t0, 3), summary)
+        return StageResult(
+            stage.name,
+            stage.num_tasks,
+            len(todo),
+            stage.num_tasks - len(todo),
+            round(time.time() - t0, 3),
+            summary,
+        )
 
     def close(self) -> None:
         """Release resources (pool, cluster connection)."""

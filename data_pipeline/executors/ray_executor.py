@@ -44,8 +44,11 @@ class RayExecutor(Executor):
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             # Workers import data_pipeline: make this checkout importable there when it is not pip-installed.
             path = os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH", "")) if p)
-            ray.init(address=None if self.address == "local" else self.address, log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": path, "DS_ACCELERATOR": "cpu"}})
+            ray.init(
+                address=None if self.address == "local" else self.address,
+                log_to_driver=False,
+                runtime_env={"env_vars": {"PYTHONPATH": path, "DS_ACCELERATOR": "cpu"}},
+            )
         if self._remote is None:
             self._remote = ray.remote(num_cpus=self.num_cpus, max_retries=max(self.retries, 1))(_ray_task)
         return ray

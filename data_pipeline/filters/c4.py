@@ -15,8 +15,14 @@ from data_pipeline.filters.text_utils import count_sentences, split_words
 CITATION_RE = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 END_PUNCTUATION = (".", "?", "!", '"', "'")
 ELLIPSIS = "..."
-POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
-                     "use cookies")
+POLICY_SUBSTRINGS = (
+    "terms of use",
+    "privacy policy",
+    "cookie policy",
+    "uses cookies",
+    "use of cookies",
+    "use cookies",
+)
 
 
 def load_bad_words() -> frozenset[str]:
@@ -28,10 +34,20 @@ def load_bad_words() -> frozenset[str]:
 class C4QualityFilter:
     name = "c4"
 
-    def __init__(self, split_paragraph: bool = True, remove_citations: bool = True,
-                 filter_no_terminal_punct: bool = True, min_num_sentences: int = 5, min_words_per_line: int = 3,
-                 max_word_length: int = 1000, filter_lorem_ipsum: bool = True, filter_javascript: bool = True,
-                 filter_curly_bracket: bool = True, filter_policy: bool = True, filter_bad_words: bool = False):
+    def __init__(
+        self,
+        split_paragraph: bool = True,
+        remove_citations: bool = True,
+        filter_no_terminal_punct: bool = True,
+        min_num_sentences: int = 5,
+        min_words_per_line: int = 3,
+        max_word_length: int = 1000,
+        filter_lorem_ipsum: bool = True,
+        filter_javascript: bool = True,
+        filter_curly_bracket: bool = True,
+        filter_policy: bool = True,
+        filter_bad_words: bool = False,
+    ):
         self.split_paragraph = split_paragraph
         self.remove_citations = remove_citations
         self.filter_no_terminal_punct = filter_no_terminal_punct
@@ -74,7 +90,9 @@ class C4QualityFilter:
                 continue
             if self.remove_citations:
                 line = CITATION_RE.sub("", line)
-            if self.filter_no_terminal_punct and (not line.endswith(END_PUNCTUATION) or line.endswith(ELLIPSIS)):
+            if self.filter_no_terminal_punct and (
+                not line.endswith(END_PUNCTUATION) or line.endswith(ELLIPSIS)
+            ):
                 self._line_drop("no_terminal_punct")
                 continue
             if len(words) < self.min_words_per_line:
@@ -92,7 +110,11 @@ class C4QualityFilter:
                 self._line_drop("policy")
                 continue
             if self.bad_words is not None and self.bad_words.intersection(re.findall(r"[a-z']+", low)):
-                return False, "c4:bad_words", sorted(self.bad_words.intersection(re.findall(r"[a-z']+", low)))[:5]
+                return (
+                    False,
+                    "c4:bad_words",
+                    sorted(self.bad_words.intersection(re.findall(r"[a-z']+", low)))[:5],
+                )
             if self.min_num_sentences != -1:
                 num_sentences += count_sentences(split_words(line)) if self.split_paragraph else 1
             kept.append(line)

@@ -19,11 +19,19 @@ STOP_WORDS = frozenset(["the", "be", "to", "of", "and", "that", "have", "with"])
 class GopherQualityFilter:
     name = "gopher_quality"
 
-    def __init__(self, min_doc_words: int | None = 50, max_doc_words: int | None = 100_000,
-                 min_avg_word_length: float | None = 3, max_avg_word_length: float | None = 10,
-                 max_symbol_word_ratio: float | None = 0.1, max_bullet_lines_ratio: float | None = 0.9,
-                 max_ellipsis_lines_ratio: float | None = 0.3, max_non_alpha_words_ratio: float | None = 0.8,
-                 min_stop_words: int | None = 2, stop_words: frozenset[str] = STOP_WORDS):
+    def __init__(
+        self,
+        min_doc_words: int | None = 50,
+        max_doc_words: int | None = 100_000,
+        min_avg_word_length: float | None = 3,
+        max_avg_word_length: float | None = 10,
+        max_symbol_word_ratio: float | None = 0.1,
+        max_bullet_lines_ratio: float | None = 0.9,
+        max_ellipsis_lines_ratio: float | None = 0.3,
+        max_non_alpha_words_ratio: float | None = 0.8,
+        min_stop_words: int | None = 2,
+        stop_words: frozenset[str] = STOP_WORDS,
+    ):
         self.min_doc_words, self.max_doc_words = min_doc_words, max_doc_words
         self.min_avg_word_length, self.max_avg_word_length = min_avg_word_length, max_avg_word_length
         self.max_symbol_word_ratio = max_symbol_word_ratio
@@ -117,10 +125,15 @@ class GopherRepetitionFilter:
     _para = re.compile(r"\n{2,}")
     _line = re.compile(r"\n+")
 
-    def __init__(self, dup_line_frac: float | None = 0.3, dup_para_frac: float | None = 0.3,
-                 dup_line_char_frac: float | None = 0.2, dup_para_char_frac: float | None = 0.2,
-                 top_n_grams=((2, 0.2), (3, 0.18), (4, 0.16)),
-                 dup_n_grams=((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))):
+    def __init__(
+        self,
+        dup_line_frac: float | None = 0.3,
+        dup_para_frac: float | None = 0.3,
+        dup_line_char_frac: float | None = 0.2,
+        dup_para_char_frac: float | None = 0.2,
+        top_n_grams=((2, 0.2), (3, 0.18), (4, 0.16)),
+        dup_n_grams=((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)),
+    ):
         self.dup_line_frac, self.dup_para_frac = dup_line_frac, dup_para_frac
         self.dup_line_char_frac, self.dup_para_char_frac = dup_line_char_frac, dup_para_char_frac
         self.top_n_grams = [tuple(x) for x in top_n_grams]

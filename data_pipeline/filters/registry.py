@@ -75,15 +75,19 @@ def check_filter_settings(cfg: Any) -> None:
         for i, spec in enumerate(filter_specs(clean)):
             entry = get_filter(spec.name)
             settings = getattr(entry.factory, "settings", None)
-            if entry.section is not None or not (isinstance(settings, type) and issubclass(settings, BaseModel)):
+            if entry.section is not None or not (
+                isinstance(settings, type) and issubclass(settings, BaseModel)
+            ):
                 continue
             try:
                 settings.model_validate(spec.params)
             except ValidationError as e:
                 err = e.errors()[0]
                 key = ".".join(str(p) for p in err["loc"])
-                raise ConfigError(f"{prefix}.filters.{i}.params.{key}: {err['msg']} (filter {spec.name} takes "
-                                  f"{sorted(settings.model_fields)})") from None
+                raise ConfigError(
+                    f"{prefix}.filters.{i}.params.{key}: {err['msg']} (filter {spec.name} takes "
+                    f"{sorted(settings.model_fields)})"
+                ) from None
 
 
 def filter_specs(clean: CleanConfig) -> list[FilterSpec]:
@@ -94,8 +98,10 @@ def replaced_defaults_note(clean: CleanConfig) -> str | None:
     """A `filters:` list that leaves every built-in out replaces them: the one line the clean stage prints."""
     if clean.filters is None or any(s.name in BUILTIN_FILTERS for s in clean.filters):
         return None
-    return (f"data.clean.filters replaces the built-in filters ({', '.join(BUILTIN_FILTERS)}): running only "
-            f"{[s.name for s in clean.filters]}; to add to them write filters: {{defaults: true, extra: [...]}}")
+    return (
+        f"data.clean.filters replaces the built-in filters ({', '.join(BUILTIN_FILTERS)}): running only "
+        f"{[s.name for s in clean.filters]}; to add to them write filters: {{defaults: true, extra: [...]}}"
+    )
 
 
 def build_filters(clean: CleanConfig) -> list[tuple[str, Any]]:

@@ -23,8 +23,10 @@ _ABBREV = (
 _ABBREV_RE = "|".join(sorted((re.escape(a) + r"\." for a in _ABBREV), key=len, reverse=True))
 _L = r"[^\W\d_]"  # a letter, in the stdlib `re` (which is ~3x faster than `regex` here)
 # spaCy splits these off a number as their own token ("600m" -> "600", "m"; "5km" -> "5", "km").
-_UNITS = ("km km² km³ m m² m³ dm dm² dm³ cm cm² cm³ mm mm² mm³ ha µm nm yd in ft kg g mg µg t lb oz m/s km/h kmh "
-          "mph hPa Pa mbar mb MB kb KB gb GB tb TB T G M K").split()
+_UNITS = (
+    "km km² km³ m m² m³ dm dm² dm³ cm cm² cm³ mm mm² mm³ ha µm nm yd in ft kg g mg µg t lb oz m/s km/h kmh "
+    "mph hPa Pa mbar mb MB kb KB gb GB tb TB T G M K"
+).split()
 _UNIT_RE = "|".join(sorted((re.escape(u) for u in _UNITS), key=len, reverse=True))
 WORD_RE = re.compile(
     rf"""
@@ -47,8 +49,9 @@ WORD_RE = re.compile(
 SENT_END = frozenset("!.?։؟۔܀܁܂߹।॥၊။።፧፨᙮᜵᜶᠃᠉᥄᥅᪨᪩᪪᪫᭚᭛᭞᭟᰻᰼᱾᱿‼‽⁇⁈⁉⸮⸼꓿꘎꘏꛳꛷꡶꡷꣎꣏꤯꧈꧉꩝꩞꩟꫰꫱꯫﹒﹖﹗！．？𐩖𐩗。｡")
 
 # datatrove's PUNCTUATION (utils/text.py), copied so "symbol-only word" means the same in both.
-PUNCTUATION = "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»" + "".join(
-    map(chr, (x for a, b in ((0, 9), (11, 13), (13, 32), (127, 160)) for x in range(a, b)))
+PUNCTUATION = (
+    "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»"
+    + "".join(map(chr, (x for a, b in ((0, 9), (11, 13), (13, 32), (127, 160)) for x in range(a, b))))
 )
 PUNCTUATION_SET = frozenset(PUNCTUATION) | frozenset("᪩？⁈𑩂．꩞𑅃﹗𑂾\u1b7d፧‽᪫﹖𑑌𑈼𑗐៙᰻")
 

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 
-def stack_ids(samples: Sequence[dict[str, Any]], pad_id: int, key: str = "input_ids") -> tuple[np.ndarray, np.ndarray]:
+def stack_ids(
+    samples: Sequence[dict[str, Any]], pad_id: int, key: str = "input_ids"
+) -> tuple[np.ndarray, np.ndarray]:
     """[batch, longest] int64 ids right-padded with `pad_id`, plus each sample's own length.
 
     Fixed-length packed samples stack without copying per row; `line_by_line` samples of different lengths

@@ -15,9 +15,14 @@ from data_pipeline.objectives.t5_lengths import t5_lengths
 def masking_kwargs(cfg: Any) -> dict[str, Any]:
     """The masking settings of the config, as every MLM-style collator (MLM, ELECTRA's generator input) takes them."""
     obj = cfg.objective
-    return dict(seed=cfg.run.seed, mlm_probability=obj.mlm_probability, mask_token_fraction=obj.mask_token_fraction,
-                random_token_fraction=obj.random_token_fraction, whole_word_masking=obj.whole_word_masking,
-                static_masking=obj.static_masking)
+    return dict(
+        seed=cfg.run.seed,
+        mlm_probability=obj.mlm_probability,
+        mask_token_fraction=obj.mask_token_fraction,
+        random_token_fraction=obj.random_token_fraction,
+        whole_word_masking=obj.whole_word_masking,
+        static_masking=obj.static_masking,
+    )
 
 
 def mlm_collator(cfg: Any, tokenizer: Any):
@@ -56,4 +61,6 @@ def span_block_length(seq_len: int, obj: Any) -> int:
 
 MLM = implement_objective("mlm", build_collator=mlm_collator)
 CAUSAL = implement_objective("causal", build_collator=causal_collator)
-SPAN_CORRUPTION = implement_objective("span_corruption", build_collator=span_collator, block_length=span_block_length)
+SPAN_CORRUPTION = implement_objective(
+    "span_corruption", build_collator=span_collator, block_length=span_block_length
+)

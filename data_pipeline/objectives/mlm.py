@@ -33,8 +33,15 @@ _RANDOM_TOKEN_SALT = _U64(0xD1B54A32D192ED03)
 def special_token_ids(tokenizer: Any) -> list[int]:
     """Every id that must never be selected for masking nor drawn as a random replacement."""
     ids = set(int(i) for i in tokenizer.all_special_ids)
-    for name in ("pad_token_id", "cls_token_id", "sep_token_id", "bos_token_id", "eos_token_id",
-                 "unk_token_id", "mask_token_id"):
+    for name in (
+        "pad_token_id",
+        "cls_token_id",
+        "sep_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "unk_token_id",
+        "mask_token_id",
+    ):
         v = getattr(tokenizer, name, None)
         if v is not None:
             ids.add(int(v))
@@ -129,7 +136,9 @@ class MLMCollator:
             "labels": torch.from_numpy(labels),
         }
 
-    def mask(self, ids: np.ndarray, epoch: np.ndarray, sample_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def mask(
+        self, ids: np.ndarray, epoch: np.ndarray, sample_id: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(masked input ids, labels) for a [batch, length] int64 array; the input array is not modified."""
         B, L = ids.shape
         if L >= 1 << _POS_BITS:
@@ -168,7 +177,9 @@ class MLMCollator:
         labels = np.where(selected, ids, -100)
         return inputs, labels
 
-    def _select_tokens(self, eligible: np.ndarray, bits: np.ndarray, row_u: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    def _select_tokens(
+        self, eligible: np.ndarray, bits: np.ndarray, row_u: np.ndarray, pos: np.ndarray
+    ) -> np.ndarray:
         """Exactly floor(p*n + u) eligible tokens per row: the ones with the smallest random keys."""
         B = eligible.shape[0]
         n = eligible.sum(axis=1)

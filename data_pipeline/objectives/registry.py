@@ -14,8 +14,15 @@ from typing import Any
 from core.registry import OBJECTIVES
 from core.specs import ObjectiveSpec, implement, same_length
 
-__all__ = ["OBJECTIVES", "ObjectiveSpec", "get_objective", "implement_objective", "objective_names",
-           "register_objective", "same_length"]
+__all__ = [
+    "OBJECTIVES",
+    "ObjectiveSpec",
+    "get_objective",
+    "implement_objective",
+    "objective_names",
+    "register_objective",
+    "same_length",
+]
 
 
 def register_objective(spec: ObjectiveSpec, *, replace: bool = False) -> ObjectiveSpec:

@@ -46,7 +46,9 @@ def sentinel_table(tokenizer: Any) -> np.ndarray:
     while f"<extra_id_{len(ids)}>" in vocab:
         ids.append(vocab[f"<extra_id_{len(ids)}>"])
     if not ids:
-        raise ValueError("span corruption needs a tokenizer with T5 sentinels '<extra_id_0>', '<extra_id_1>', ...")
+        raise ValueError(
+            "span corruption needs a tokenizer with T5 sentinels '<extra_id_0>', '<extra_id_1>', ..."
+        )
     return np.asarray(ids, dtype=np.int64)
 
 
@@ -241,7 +243,9 @@ class SpanCorruptionCollator:
                                           self._work())  # fmt: skip
             return {
                 "input_ids": torch.from_numpy(inputs),
-                "attention_mask": torch.from_numpy(np.ones(inputs.shape, dtype=np.int64)),  # cheaper than torch.ones
+                "attention_mask": torch.from_numpy(
+                    np.ones(inputs.shape, dtype=np.int64)
+                ),  # cheaper than torch.ones
                 "labels": torch.from_numpy(labels),
             }
         # A block cut short at the end of the stream may arrive right-padded: corrupt only its real tokens.

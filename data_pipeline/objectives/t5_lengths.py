@@ -7,7 +7,9 @@ Port of t5.data.preprocessors.random_spans_helper (Raffel et al. 2020).
 from __future__ import annotations
 
 
-def _corrupted_lengths(tokens_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
+def _corrupted_lengths(
+    tokens_length: int, noise_density: float, mean_noise_span_length: float
+) -> tuple[int, int]:
     num_noise_tokens = int(round(tokens_length * noise_density))
     num_nonnoise_tokens = tokens_length - num_noise_tokens
     num_noise_spans = int(round(num_noise_tokens / mean_noise_span_length))
@@ -15,7 +17,9 @@ def _corrupted_lengths(tokens_length: int, noise_density: float, mean_noise_span
     return num_nonnoise_tokens + num_noise_spans + 1, num_noise_tokens + num_noise_spans + 1
 
 
-def t5_lengths(inputs_length: int, noise_density: float = 0.15, mean_noise_span_length: float = 3.0) -> tuple[int, int]:
+def t5_lengths(
+    inputs_length: int, noise_density: float = 0.15, mean_noise_span_length: float = 3.0
+) -> tuple[int, int]:
     """Return (raw tokens per block, targets length) so that corrupted inputs are exactly `inputs_length`."""
     tokens_length = inputs_length
     while _corrupted_lengths(tokens_length + 1, noise_density, mean_noise_span_length)[0] <= inputs_length:

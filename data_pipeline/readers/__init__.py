@@ -70,15 +70,18 @@ def _label(rel: str) -> str | None:
     return parts[-2] if len(parts) >= 2 else None
 
 
-def plan_source_shards(source: SourceConfig, docs_per_shard: int, max_task_bytes: int | None = None
-                       ) -> list[WorkShard]:
+def plan_source_shards(
+    source: SourceConfig, docs_per_shard: int, max_task_bytes: int | None = None
+) -> list[WorkShard]:
     """Split a source into shards as its reader's traits say: the reader's own plan (row ranges of a saved HF
     dataset), `docs_per_shard` files per shard for one-document-per-file formats (text), else one per file, or
     per record-aligned piece of a file larger than `max_task_bytes` for a reader that can split (ranges.py)."""
     traits = reader_traits(get_reader(source.format))
     if traits.plan is not None:
-        return [WorkShard(source.name, i, files, rows)
-                for i, (files, rows) in enumerate(traits.plan(source, docs_per_shard))]
+        return [
+            WorkShard(source.name, i, files, rows)
+            for i, (files, rows) in enumerate(traits.plan(source, docs_per_shard))
+        ]
     files = list_source_files(source.paths)
     if traits.one_doc_per_file:
         return [
@@ -89,8 +92,9 @@ def plan_source_shards(source: SourceConfig, docs_per_shard: int, max_task_bytes
     return [WorkShard(source.name, i, (f,)) for i, f in enumerate(pieces)]
 
 
-def _plan_hf_dataset(source: SourceConfig, docs_per_shard: int
-                     ) -> list[tuple[tuple[SourceFile, ...], tuple[int, int] | None]]:
+def _plan_hf_dataset(
+    source: SourceConfig, docs_per_shard: int
+) -> list[tuple[tuple[SourceFile, ...], tuple[int, int] | None]]:
     """A `save_to_disk` folder: row ranges of `docs_per_shard`; data files: one task per file."""
     from data_pipeline.paths import expand_placeholders
 
@@ -102,7 +106,10 @@ def _plan_hf_dataset(source: SourceConfig, docs_per_shard: int
 
             n = len(_first_split(datasets.load_from_disk(path)))
             rel = path.rstrip("/").rsplit("/", 1)[-1]
-            tasks += [((SourceFile(path, rel),), (lo, lo + docs_per_shard)) for lo in range(0, max(n, 1), docs_per_shard)]
+            tasks += [
+                ((SourceFile(path, rel),), (lo, lo + docs_per_shard))
+                for lo in range(0, max(n, 1), docs_per_shard)
+            ]
         else:
             tasks += [((f,), None) for f in list_source_files([raw])]
     return tasks
@@ -139,14 +146,18 @@ def _text(source: SourceConfig, shard: WorkShard, src: SourceFile, errors: Error
     return read_text_file(src, source.name, errors, max_doc_bytes, None)
 
 
-def _text_folder(source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int):
+def _text_folder(
+    source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int
+):
     label = _label(src.rel) if source.label_from_folder else None
     return read_text_file(src, source.name, errors, max_doc_bytes, label)
 
 
 _LINES = ReaderTraits(split=split_lines)
 _WARC = ReaderTraits(split=split_warc, splits_compressed=True)
-register_reader("warc", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb), _WARC)
+register_reader(
+    "warc", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb), _WARC
+)
 register_reader("wet", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb, wet=True),
                 _WARC)  # fmt: skip
 register_reader("jsonl", lambda source, shard, src, errors, mdb: read_jsonl(src, source.name, source.text_field,
@@ -167,9 +178,13 @@ register_reader("hf_dataset", lambda source, shard, src, errors, mdb: read_hf_da
 BUILTIN_READERS = frozenset(READERS)
 
 
-def read_shard_docs(source: SourceConfig, shard: WorkShard, errors: ErrorLog,
-                    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES, read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
-                    ) -> Iterator[Document]:
+def read_shard_docs(
+    source: SourceConfig,
+    shard: WorkShard,
+    errors: ErrorLog,
+    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES,
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+) -> Iterator[Document]:
     """Documents of one work shard, in a deterministic order. HTML stays in `doc.html` (see extract.py).
     Non-regular files (named pipes, sockets, devices) are skipped and reported; a file whose read stalls for
     `read_timeout_s` is reported and the shard moves on."""
@@ -185,8 +200,14 @@ def read_shard_docs(source: SourceConfig, shard: WorkShard, errors: ErrorLog,
             errors.add(src.path, None, "read_timeout", f"{e}: the rest of this file{after} is skipped")
 
 
-def _read_file(reader: Reader, source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog,
-               max_doc_bytes: int) -> Iterator[Document]:
+def _read_file(
+    reader: Reader,
+    source: SourceConfig,
+    shard: WorkShard,
+    src: SourceFile,
+    errors: ErrorLog,
+    max_doc_bytes: int,
+) -> Iterator[Document]:
     """One file's documents through its registered reader; a bad record never raises (it goes to `errors`)."""
     special = special_file_kind(src.path)
     if special is not None:
@@ -199,8 +220,9 @@ def _read_file(reader: Reader, source: SourceConfig, shard: WorkShard, src: Sour
         errors.add(src.path, 0, "unreadable_file", f"{type(e).__name__}: {e}")
 
 
-def read_source(source: SourceConfig, errors: ErrorLog | None = None,
-                max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[Document]:
+def read_source(
+    source: SourceConfig, errors: ErrorLog | None = None, max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES
+) -> Iterator[Document]:
     """Every document of a source, raw (not cleaned, holdout included): what fine-tuning reads.
 
     text_folder sources carry the sub-folder name in `doc.meta["label"]`; ids are stable

@@ -108,8 +108,11 @@ def list_source_files(paths: list[str]) -> list[SourceFile]:
     out: dict[str, SourceFile] = {}
     # Files named one by one share one root: their common folder. Otherwise ".../tech/001.txt" and
     # ".../business/001.txt" would both be "001.txt": one id for two documents, and no folder label.
-    explicit = [expand_placeholders(p) for p in paths if not any(c in p for c in "*?[") and "://" not in p
-                and not os.path.isdir(expand_placeholders(p))]
+    explicit = [
+        expand_placeholders(p)
+        for p in paths
+        if not any(c in p for c in "*?[") and "://" not in p and not os.path.isdir(expand_placeholders(p))
+    ]
     common = os.path.commonpath([os.path.dirname(p) for p in explicit]) + "/" if len(explicit) > 1 else None
     for raw in paths:
         pat = expand_placeholders(raw).rstrip("/") if not raw.endswith("://") else raw
@@ -134,8 +137,12 @@ def list_source_files(paths: list[str]) -> list[SourceFile]:
     return sorted(out.values(), key=lambda s: s.path)
 
 
-_SPECIAL = ((stat.S_ISFIFO, "named pipe"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
-            (stat.S_ISBLK, "block device"))
+_SPECIAL = (
+    (stat.S_ISFIFO, "named pipe"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
 
 
 def special_file_kind(path: str) -> str | None:
@@ -248,7 +255,9 @@ def alarm_after(seconds: float, make_error: Callable[[], BaseException]):
         signal.setitimer(signal.ITIMER_REAL, 0)
         try:
             signal.signal(signal.SIGALRM, old)
-        except BaseException:  # an alarm still pending ran our handler first: restore the old one all the same
+        except (
+            BaseException
+        ):  # an alarm still pending ran our handler first: restore the old one all the same
             signal.signal(signal.SIGALRM, old)
             raise
     if fired:
@@ -287,8 +296,13 @@ def read_bounded_line(f: IO[bytes], limit: int) -> tuple[bytes, bool]:
 
 
 # Longest first: the UTF-32-LE BOM begins with the UTF-16-LE one.
-_BOMS = ((b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe\x00\x00", "utf-32-le"), (b"\xef\xbb\xbf", "utf-8"),
-         (b"\xfe\xff", "utf-16-be"), (b"\xff\xfe", "utf-16-le"))
+_BOMS = (
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\xef\xbb\xbf", "utf-8"),
+    (b"\xfe\xff", "utf-16-be"),
+    (b"\xff\xfe", "utf-16-le"),
+)
 
 
 def decode_bom(data: bytes) -> tuple[str, str] | None:
@@ -297,7 +311,7 @@ def decode_bom(data: bytes) -> tuple[str, str] | None:
     for bom, codec in _BOMS:
         if data.startswith(bom):
             try:
-                return data[len(bom):].decode(codec), codec
+                return data[len(bom) :].decode(codec), codec
             except UnicodeDecodeError:
                 return None
     return None

@@ -34,8 +34,9 @@ def _as_str(v: Any) -> str | None:
     return None if v is None else str(v)
 
 
-def _doc_from_row(row: dict, text_field: str, src: SourceFile, source: str, offset: int, errors: ErrorLog
-                  ) -> Document | None:
+def _doc_from_row(
+    row: dict, text_field: str, src: SourceFile, source: str, offset: int, errors: ErrorLog
+) -> Document | None:
     text = row.get(text_field)
     if not isinstance(text, str):
         errors.add(src.path, offset, "missing_text_field", f"no string field '{text_field}'")
@@ -53,8 +54,9 @@ def _doc_from_row(row: dict, text_field: str, src: SourceFile, source: str, offs
     )
 
 
-def read_jsonl(src: SourceFile, source: str, text_field: str, errors: ErrorLog, max_bytes: int
-               ) -> Iterator[Document]:
+def read_jsonl(
+    src: SourceFile, source: str, text_field: str, errors: ErrorLog, max_bytes: int
+) -> Iterator[Document]:
     """One JSON object per line; the byte offset in the decompressed stream identifies the line."""
     offset, last_good = (src.span[0] if src.span else 0), None
     try:
@@ -88,9 +90,13 @@ def read_jsonl(src: SourceFile, source: str, text_field: str, errors: ErrorLog, 
                     last_good = here
                     yield doc
     except EOFError as e:  # the stream ends inside a compressed block: every record after `offset` is lost
-        errors.add(src.path, offset, "truncated_stream",
-                   f"compressed stream cut off; records from this offset on are lost; last good record at offset "
-                   f"{'none' if last_good is None else last_good} ({e})")
+        errors.add(
+            src.path,
+            offset,
+            "truncated_stream",
+            f"compressed stream cut off; records from this offset on are lost; last good record at offset "
+            f"{'none' if last_good is None else last_good} ({e})",
+        )
     except _DECOMP_ERRORS as e:
         errors.add(src.path, offset, "truncated_or_corrupt_compression", f"{type(e).__name__}: {e}")
 
@@ -103,8 +109,14 @@ def _tell_ok(f) -> bool:
         return False
 
 
-def read_csv(src: SourceFile, source: str, text_field: str, errors: ErrorLog, max_bytes: int,
-             delimiter: str | None = None) -> Iterator[Document]:
+def read_csv(
+    src: SourceFile,
+    source: str,
+    text_field: str,
+    errors: ErrorLog,
+    max_bytes: int,
+    delimiter: str | None = None,
+) -> Iterator[Document]:
     """A CSV/TSV file with a header row (review, survey and ticket dumps ship this way). Quoted fields may span
     lines; a UTF-8 BOM is dropped; the delimiter is a tab for .tsv/.tab, else a comma, unless given. The data
     row number (0 = the first row after the header) identifies the record. A file without the `text_field`
@@ -124,7 +136,9 @@ def read_csv(src: SourceFile, source: str, text_field: str, errors: ErrorLog, ma
                 errors.add(src.path, 0, "empty_file")
                 return
             if text_field not in header:
-                errors.add(src.path, 0, "missing_text_column", f"no column '{text_field}' in the header {header}")
+                errors.add(
+                    src.path, 0, "missing_text_column", f"no column '{text_field}' in the header {header}"
+                )
                 return
             for row in reader:
                 here, row_no = row_no, row_no + 1
@@ -139,8 +153,12 @@ def read_csv(src: SourceFile, source: str, text_field: str, errors: ErrorLog, ma
     except UnicodeDecodeError as e:
         errors.add(src.path, row_no, "invalid_utf8", f"after row {row_no}: {e}"[:300])
     except EOFError as e:
-        errors.add(src.path, row_no, "truncated_stream",
-                   f"compressed stream cut off after data row {row_no}; the rows after it are lost ({e})")
+        errors.add(
+            src.path,
+            row_no,
+            "truncated_stream",
+            f"compressed stream cut off after data row {row_no}; the rows after it are lost ({e})",
+        )
     except _DECOMP_ERRORS as e:
         errors.add(src.path, row_no, "truncated_or_corrupt_compression", f"{type(e).__name__}: {e}")
 
@@ -155,7 +173,9 @@ def read_parquet(src: SourceFile, source: str, text_field: str, errors: ErrorLog
         with open_binary(src.path) as fh:
             pf = pq.ParquetFile(fh)
             groups = range(*src.span) if src.span else range(pf.metadata.num_row_groups)
-            row = sum(pf.metadata.row_group(g).num_rows for g in range(groups.start))  # ids count from the file
+            row = sum(
+                pf.metadata.row_group(g).num_rows for g in range(groups.start)
+            )  # ids count from the file
             for batch in pf.iter_batches(batch_size=1024, row_groups=list(groups)):
                 for rec in batch.to_pylist():
                     doc = _doc_from_row(rec, text_field, src, source, row, errors)
@@ -166,8 +186,9 @@ def read_parquet(src: SourceFile, source: str, text_field: str, errors: ErrorLog
         errors.add(src.path, row, "corrupt_parquet", f"{type(e).__name__}: {e}"[:300])
 
 
-def read_text_file(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, label: str | None = None
-                   ) -> Iterator[Document]:
+def read_text_file(
+    src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, label: str | None = None
+) -> Iterator[Document]:
     """A whole file is one document (news article, book); charset: UTF-8, else detected and recorded."""
     try:
         with open_decompressed(src.path) as f:
@@ -203,8 +224,9 @@ def hf_is_saved(path: str) -> bool:
     return fs.isdir(p) and (fs.exists(f"{p}/state.json") or fs.exists(f"{p}/dataset_dict.json"))
 
 
-def read_hf_dataset(path: str, rel: str, source: str, text_field: str, errors: ErrorLog,
-                    rows: tuple[int, int] | None = None) -> Iterator[Document]:
+def read_hf_dataset(
+    path: str, rel: str, source: str, text_field: str, errors: ErrorLog, rows: tuple[int, int] | None = None
+) -> Iterator[Document]:
     """A `save_to_disk` folder (row range for sharding) or local data files via streamed `load_dataset`."""
     import datasets
 
@@ -219,9 +241,12 @@ def read_hf_dataset(path: str, rel: str, source: str, text_field: str, errors: E
     else:
         low = path.lower()
         builder = (
-            "parquet" if low.endswith(".parquet")
-            else "csv" if low.endswith(".csv")
-            else "text" if low.endswith(".txt")
+            "parquet"
+            if low.endswith(".parquet")
+            else "csv"
+            if low.endswith(".csv")
+            else "text"
+            if low.endswith(".txt")
             else "json"
         )
         it = iter(datasets.load_dataset(builder, data_files=[path], split="train", streaming=True))

@@ -87,8 +87,9 @@ def _read_limited(stream, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _doc_from_record(rec, src: SourceFile, source: str, offset: int, wet: bool, errors: ErrorLog,
-                     max_bytes: int) -> Document | None:
+def _doc_from_record(
+    rec, src: SourceFile, source: str, offset: int, wet: bool, errors: ErrorLog, max_bytes: int
+) -> Document | None:
     rtype = rec.rec_type
     want = "conversion" if wet else "response"
     if rtype != want:
@@ -124,8 +125,13 @@ def _doc_from_record(rec, src: SourceFile, source: str, offset: int, wet: bool, 
     if looks_binary(payload):
         errors.add(src.path, offset, "binary_payload", f"{ctype or 'text'} record with binary bytes")
         return None
-    doc = Document(id=stable_id(source, src.rel, offset), url=url, timestamp=date, source=source,
-                   meta={"file": src.path, "offset": offset, "content_type": ctype})
+    doc = Document(
+        id=stable_id(source, src.rel, offset),
+        url=url,
+        timestamp=date,
+        source=source,
+        meta={"file": src.path, "offset": offset, "content_type": ctype},
+    )
     if wet:
         doc.text = payload.decode("utf-8", errors="replace")
     else:
@@ -165,18 +171,27 @@ class _Held:
         self.item = None
         checker = getattr(rec, "digest_checker", None)
         if it.err_count > errs:
-            self.errors.add(self.src.path, offset, "truncated_record",
-                            "Content-Length ends before the payload does: the next record does not start where "
-                            "this one declares its end")
+            self.errors.add(
+                self.src.path,
+                offset,
+                "truncated_record",
+                "Content-Length ends before the payload does: the next record does not start where "
+                "this one declares its end",
+            )
         elif checker is not None and checker.passed is False:
-            self.errors.add(self.src.path, offset, "truncated_record",
-                            "WARC digest mismatch: " + "; ".join(map(str, checker.problems))[:200])
+            self.errors.add(
+                self.src.path,
+                offset,
+                "truncated_record",
+                "WARC digest mismatch: " + "; ".join(map(str, checker.problems))[:200],
+            )
         else:
             yield doc
 
 
-def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, wet: bool = False
-              ) -> Iterator[Document]:
+def read_warc(
+    src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, wet: bool = False
+) -> Iterator[Document]:
     """Response (WARC) or conversion (WET) records of one file, as documents with offsets for their ids."""
     with open_binary(src.path) as fh:
         if not fh.read(1):
@@ -205,7 +220,9 @@ def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, we
                 yield from held.release(it)
                 if first and pos == 0:  # e.g. a 1-byte .warc.gz: warcio ends quietly without a single record
                     fh.seek(0, 2)
-                    errors.add(src.path, 0, "truncated_or_corrupt_file", f"{fh.tell()} bytes and no WARC record")
+                    errors.add(
+                        src.path, 0, "truncated_or_corrupt_file", f"{fh.tell()} bytes and no WARC record"
+                    )
                 return
             except ArchiveLoadFailed as e:
                 if "non-chunked gzip" in str(e) and pos == 0:
@@ -221,8 +238,12 @@ def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, we
             except _LostSync as e:
                 yield from held.release(it)
                 bad_at = e.offset
-                errors.add(src.path, bad_at, "corrupt_warc_record",
-                           "gzip member does not decompress (read as raw bytes, it would swallow the records behind it)")
+                errors.add(
+                    src.path,
+                    bad_at,
+                    "corrupt_warc_record",
+                    "gzip member does not decompress (read as raw bytes, it would swallow the records behind it)",
+                )
             except (EOFError, zlib.error, OSError, ValueError, IndexError) as e:
                 yield from held.release(it)
                 bad_at = it.offset if not first else offset
@@ -234,8 +255,9 @@ def read_warc(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, we
             pos = nxt
 
 
-def _read_sequential(src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, wet: bool
-                     ) -> Iterator[Document]:
+def _read_sequential(
+    src: SourceFile, source: str, errors: ErrorLog, max_bytes: int, wet: bool
+) -> Iterator[Document]:
     with open_binary(src.path) as raw, gzip.GzipFile(fileobj=raw) as fh:
         it = ArchiveIterator(fh, arc2warc=True)
         offset = 0

@@ -78,10 +78,14 @@ class Convention:
     added_tokens: tuple[str | AddedToken, ...] = ()
     wraps: bool = False
     model_input_names: tuple[str, ...] = ("input_ids", "attention_mask")
-    lowercase_flag: bool = False  # the saved config carries `do_lower_case` (BERT's classes re-lowercase without it)
+    lowercase_flag: bool = (
+        False  # the saved config carries `do_lower_case` (BERT's classes re-lowercase without it)
+    )
 
 
-CONVENTIONS = TOKENIZER_CONVENTIONS  # name -> Convention (core.registry; outside packages: an entry point group)
+CONVENTIONS = (
+    TOKENIZER_CONVENTIONS  # name -> Convention (core.registry; outside packages: an entry point group)
+)
 
 
 def register_convention(name: str, conv: Convention) -> None:
@@ -117,8 +121,11 @@ def describe(cfg: RunConfig) -> str:
     tc = cfg.tokenizer
     if tc.pretrained_path:
         return f"(copy the pretrained tokenizer {tc.pretrained_path})"
-    kind = {"bpe": "byte-level BPE", "wordpiece": "WordPiece",
-            "unigram": "SentencePiece Unigram" + (" with byte fallback" if tc.byte_fallback else "")}[tc.type]
+    kind = {
+        "bpe": "byte-level BPE",
+        "wordpiece": "WordPiece",
+        "unigram": "SentencePiece Unigram" + (" with byte fallback" if tc.byte_fallback else ""),
+    }[tc.type]
     return f"{kind}, vocabulary {tc.vocab_size:,}, {convention_name(tc.type, cfg.model.family, tc.convention)} special tokens"
 
 
@@ -144,7 +151,9 @@ def _batched(texts: Iterator[str], n: int = 1000) -> Iterator[list[str]]:
         yield batch
 
 
-def bpe_tokenizer(vocab: dict[str, int] | None = None, merges: list[tuple[str, str]] | None = None) -> Tokenizer:
+def bpe_tokenizer(
+    vocab: dict[str, int] | None = None, merges: list[tuple[str, str]] | None = None
+) -> Tokenizer:
     """The byte-level BPE encoding path (GPT-2's regex pre-split + byte alphabet); empty or from vocab+merges."""
     model = models.BPE(vocab, merges) if vocab is not None else models.BPE()
     tok = Tokenizer(model)
@@ -157,7 +166,10 @@ def _bpe_post(tok: Tokenizer, conv: Convention) -> None:
     if conv.wraps:  # RoBERTa-style families: `<s> A </s>`, `<s> A </s></s> B </s>`
         sep, cls = str(conv.hf_tokens["sep_token"]), str(conv.hf_tokens["cls_token"])
         tok.post_processor = processors.RobertaProcessing(
-            (sep, tok.token_to_id(sep)), (cls, tok.token_to_id(cls)), trim_offsets=True, add_prefix_space=False
+            (sep, tok.token_to_id(sep)),
+            (cls, tok.token_to_id(cls)),
+            trim_offsets=True,
+            add_prefix_space=False,
         )
     else:  # GPT-2 adds no special tokens; offsets still trimmed of the leading space.
         tok.post_processor = processors.ByteLevel(trim_offsets=True)
@@ -175,7 +187,9 @@ def _train_bpe(cfg: RunConfig, texts: Iterator[str]) -> Tokenizer:
         show_progress=False,
     )
     tok.train_from_iterator(_batched(texts), trainer=trainer)
-    tok.add_special_tokens([t if isinstance(t, AddedToken) else AddedToken(t, special=True) for t in conv.added_tokens])
+    tok.add_special_tokens(
+        [t if isinstance(t, AddedToken) else AddedToken(t, special=True) for t in conv.added_tokens]
+    )
     _bpe_post(tok, conv)
     return tok
 
@@ -184,7 +198,9 @@ def _train_bpe(cfg: RunConfig, texts: Iterator[str]) -> Tokenizer:
 def _train_wordpiece(cfg: RunConfig, texts: Iterator[str]) -> Tokenizer:
     tc = cfg.tokenizer
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=tc.lowercase)
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, lowercase=tc.lowercase
+    )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
     trainer = trainers.WordPieceTrainer(
@@ -197,7 +213,9 @@ def _train_wordpiece(cfg: RunConfig, texts: Iterator[str]) -> Tokenizer:
     tok.train_from_iterator(_batched(texts), trainer=trainer)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
     )
     return tok
 
@@ -390,7 +408,10 @@ def train_tokenizer(cfg: RunConfig) -> Path:
 
 def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
     tc = cfg.tokenizer
-    model_max_length = FAMILIES.get(cfg.model.family).position_limit(cfg.model.max_position_embeddings) or cfg.packing.seq_len
+    model_max_length = (
+        FAMILIES.get(cfg.model.family).position_limit(cfg.model.max_position_embeddings)
+        or cfg.packing.seq_len
+    )
     if tc.pretrained_path:
         from transformers import AutoTokenizer
 
@@ -412,17 +433,23 @@ def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
         tok = spm_to_tokenizer(proto)
         extra["spiece.model"] = proto
     if tok.get_vocab_size() < 8 + len(BPE_SPECIALS):
-        raise ValueError(f"tokenizer trained on an empty corpus (vocab {tok.get_vocab_size()}): no cleaned text?")
+        raise ValueError(
+            f"tokenizer trained on an empty corpus (vocab {tok.get_vocab_size()}): no cleaned text?"
+        )
     rate, counted = unk_rate(tok, iter_texts(cfg, limit=tc.unk_sample_docs), max_tokens=tc.unk_sample_tokens)
     basis = "byte alphabet" if tc.type == "bpe" else "sample"  # our BPE is byte-level: see unk_rate
     where = ("(byte-level: all 256 bytes in the vocabulary)" if basis == "byte alphabet"
              else f"over a sample of {counted:,} tokens")  # fmt: skip
-    log.info(f"[tokenizer] {tc.type}: <unk> rate {100 * rate:.4f}% {where} "
-             f"(tokenizer.max_unk_rate {100 * tc.max_unk_rate:.4f}%)")
+    log.info(
+        f"[tokenizer] {tc.type}: <unk> rate {100 * rate:.4f}% {where} "
+        f"(tokenizer.max_unk_rate {100 * tc.max_unk_rate:.4f}%)"
+    )
     if rate > tc.max_unk_rate:
         hint = "set tokenizer.byte_fallback=true" if tc.type == "unigram" else "raise tokenizer.vocab_size"
-        raise ValueError(f"tokenizer.max_unk_rate: {100 * rate:.3f}% of tokens are <unk> on a corpus sample "
-                         f"(limit {100 * tc.max_unk_rate:.3f}%); {hint} or raise the limit")
+        raise ValueError(
+            f"tokenizer.max_unk_rate: {100 * rate:.3f}% of tokens are <unk> on a corpus sample "
+            f"(limit {100 * tc.max_unk_rate:.3f}%); {hint} or raise the limit"
+        )
     conv = convention_name(tc.type, cfg.model.family, tc.convention)
     extra["training_meta.json"] = json.dumps(
         {"type": tc.type, "convention": conv, "family": cfg.model.family, "vocab_size": tok.get_vocab_size(),

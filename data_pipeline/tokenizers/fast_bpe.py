@@ -22,7 +22,11 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 
 
 def _bytes_to_unicode() -> dict[int, str]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     cs, n = bs[:], 0
     for b in range(256):
         if b not in bs:
@@ -82,7 +86,9 @@ class TiktokenBPE:
     def __init__(self, ranks: dict[bytes, int], specials: list[str]):
         import tiktoken
 
-        self.enc = tiktoken.Encoding("lmstack-bpe", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={})
+        self.enc = tiktoken.Encoding(
+            "lmstack-bpe", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={}
+        )
         self.specials = [s for s in specials if s]
         size = max(ranks.values()) + 1
         self._lead = np.zeros(size, np.int64)  # characters that start inside each token

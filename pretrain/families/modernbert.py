@@ -61,5 +61,6 @@ def flops_per_token(spec: FamilySpec, m: ModelConfig, n_params: int, seq_len: in
     return 6.0 * n_params + 12.0 * m.hidden_size * keys
 
 
-SPEC = implement_family("modernbert", build_config=build_config, flops_per_token=flops_per_token,
-                       param_count=shapes.modernbert)
+SPEC = implement_family(
+    "modernbert", build_config=build_config, flops_per_token=flops_per_token, param_count=shapes.modernbert
+)

@@ -16,8 +16,17 @@ from core.errors import PluginError
 from core.registry import FAMILIES
 from core.specs import FamilySpec, attention_layers, default_flops_per_token, default_probe_inputs, implement
 
-__all__ = ["FAMILIES", "FamilySpec", "attention_layers", "default_flops_per_token", "default_probe_inputs",
-           "family_names", "get_family", "implement_family", "register_family"]
+__all__ = [
+    "FAMILIES",
+    "FamilySpec",
+    "attention_layers",
+    "default_flops_per_token",
+    "default_probe_inputs",
+    "family_names",
+    "get_family",
+    "implement_family",
+    "register_family",
+]
 
 
 def register_family(spec: FamilySpec, *, replace: bool = False) -> FamilySpec:
@@ -35,8 +44,10 @@ def get_family(name: str) -> FamilySpec:
     naming both places, not a `None` call deep in model building."""
     spec = FAMILIES.get(name)
     if spec.build_config is None:
-        raise PluginError(f"model.family '{name}' is declared (core/specs.py) but no module implements it "
-                          f"(pretrain/families/<name>.py calling implement_family)")
+        raise PluginError(
+            f"model.family '{name}' is declared (core/specs.py) but no module implements it "
+            f"(pretrain/families/<name>.py calling implement_family)"
+        )
     return spec
 
 

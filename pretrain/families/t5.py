@@ -37,7 +37,9 @@ def probe_inputs(tokenizer: Any, texts: list[str]) -> dict[str, Any]:
 
     batch = default_probe_inputs(tokenizer, texts)
     ids = batch["input_ids"]
-    batch["decoder_input_ids"] = torch.cat([torch.full((ids.shape[0], 1), tokenizer.pad_token_id), ids[:, :7]], dim=1)
+    batch["decoder_input_ids"] = torch.cat(
+        [torch.full((ids.shape[0], 1), tokenizer.pad_token_id), ids[:, :7]], dim=1
+    )
     return batch
 
 
@@ -46,5 +48,10 @@ def attention_layers(m: ModelConfig) -> int:
     return m.num_layers + (m.num_decoder_layers or m.num_layers)
 
 
-SPEC = implement_family("t5", build_config=build_config, probe_inputs=probe_inputs, attention_layers=attention_layers,
-                       param_count=shapes.t5)
+SPEC = implement_family(
+    "t5",
+    build_config=build_config,
+    probe_inputs=probe_inputs,
+    attention_layers=attention_layers,
+    param_count=shapes.t5,
+)

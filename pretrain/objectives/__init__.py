@@ -58,9 +58,13 @@ def electra_wrap(cfg: Any, discriminator: Any, tokenizer: Any) -> Any:
     from pretrain.objectives.rtd import ReplacedTokenDetection, build_generator
 
     opts = ElectraOptions.model_validate(cfg.objective.options)
-    generator = build_generator(discriminator.config, generator_shape(
-        discriminator.config.hidden_size, discriminator.config.num_hidden_layers, opts))
-    return ReplacedTokenDetection(discriminator, generator, tokenizer, opts.discriminator_weight, opts.temperature)
+    generator = build_generator(
+        discriminator.config,
+        generator_shape(discriminator.config.hidden_size, discriminator.config.num_hidden_layers, opts),
+    )
+    return ReplacedTokenDetection(
+        discriminator, generator, tokenizer, opts.discriminator_weight, opts.temperature
+    )
 
 
 def electra_export(cfg: Any, module: Any, out: Any, tokenizer: Any) -> Any:

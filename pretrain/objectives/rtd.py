@@ -53,7 +53,9 @@ class RTDOutput(ModelOutput):
     generator_loss: torch.Tensor | None = None
     discriminator_loss: torch.Tensor | None = None
     replaced: torch.Tensor | None = None  # [batch, length] 1 where the discriminator saw a replaced token
-    metrics: dict[str, torch.Tensor] | None = None  # logged by the trainer (means over micro-batches and ranks)
+    metrics: dict[str, torch.Tensor] | None = (
+        None  # logged by the trainer (means over micro-batches and ranks)
+    )
 
 
 class ReplacedTokenDetection(nn.Module):
@@ -64,11 +66,20 @@ class ReplacedTokenDetection(nn.Module):
     generator's vocabulary logits, at each position of the unmasked input.
     """
 
-    def __init__(self, discriminator: nn.Module, generator: nn.Module, tokenizer: Any, weight: float = 50.0,
-                 temperature: float = 1.0, share_embeddings: bool = True):
+    def __init__(
+        self,
+        discriminator: nn.Module,
+        generator: nn.Module,
+        tokenizer: Any,
+        weight: float = 50.0,
+        temperature: float = 1.0,
+        share_embeddings: bool = True,
+    ):
         super().__init__()
         if generator.config.embedding_size != discriminator.config.embedding_size:
-            raise ValueError("generator and discriminator must have the same embedding size to share embeddings")
+            raise ValueError(
+                "generator and discriminator must have the same embedding size to share embeddings"
+            )
         self.discriminator, self.generator = discriminator, generator
         if share_embeddings:
             generator.electra.embeddings = discriminator.electra.embeddings
@@ -84,8 +95,13 @@ class ReplacedTokenDetection(nn.Module):
         self.generator.gradient_checkpointing_enable(**kwargs)
         self.discriminator.gradient_checkpointing_enable(**kwargs)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, sample_u: torch.Tensor | None = None) -> RTDOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        sample_u: torch.Tensor | None = None,
+    ) -> RTDOutput:
         if labels is None:
             return RTDOutput(logits=self.probe(input_ids, attention_mask))
         if sample_u is None:
@@ -125,8 +141,14 @@ class ReplacedTokenDetection(nn.Module):
                 # Of the replaced tokens, how many the discriminator flags (0 while it predicts 'original' only).
                 "replaced_recall": (flagged & truth).float().sum() / truth.float().sum().clamp(min=1),
             }
-        return RTDOutput(loss=loss, logits=disc_logits, generator_loss=gen_loss.detach(),
-                         discriminator_loss=disc_loss.detach(), replaced=replaced, metrics=metrics)
+        return RTDOutput(
+            loss=loss,
+            logits=disc_logits,
+            generator_loss=gen_loss.detach(),
+            discriminator_loss=disc_loss.detach(),
+            replaced=replaced,
+            metrics=metrics,
+        )
 
     def probe(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         disc = self.discriminator(input_ids=input_ids, attention_mask=attention_mask).logits
@@ -151,7 +173,12 @@ def export_pair(module: ReplacedTokenDetection, out: Path, tokenizer: Any) -> nn
         model.save_pretrained(folder, safe_serialization=True)
         tokenizer.save_pretrained(folder)
         make_portable(folder)  # loads with transformers 4.40+ as well as 5.x
-    reloaded = ReplacedTokenDetection(ElectraForPreTraining.from_pretrained(str(out)),
-                                      ElectraForMaskedLM.from_pretrained(str(out / GENERATOR_DIR)), tokenizer,
-                                      module.weight, module.temperature, share_embeddings=False)
+    reloaded = ReplacedTokenDetection(
+        ElectraForPreTraining.from_pretrained(str(out)),
+        ElectraForMaskedLM.from_pretrained(str(out / GENERATOR_DIR)),
+        tokenizer,
+        module.weight,
+        module.temperature,
+        share_embeddings=False,
+    )
     return reloaded.eval()

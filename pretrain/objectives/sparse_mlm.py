@@ -22,7 +22,9 @@ IGNORE = -100
 def _sparse_forward(self: Any, input_ids=None, attention_mask=None, labels=None, **kwargs):
     """The body, then the head on the labelled positions only; without labels, the class's dense forward."""
     if labels is None or kwargs.get("return_dict") is False:
-        return type(self).forward(self, input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
+        return type(self).forward(
+            self, input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs
+        )
     hidden = self.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
     labels = labels.to(hidden.device)
     keep = labels.reshape(-1) != IGNORE

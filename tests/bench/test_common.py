@@ -30,7 +30,9 @@ def test_verdict_is_the_median_of_paired_ratios_and_can_fail(results, capsys):
     ok = rep.compare("speed", [10, 10, 10, 10, 50], [10, 10, 10, 10, 10], 1.1)
     assert not ok and rep.verdicts[-1].endswith(" fail") and "ratio=1 " in rep.verdicts[-1]
     assert rep.compare("latency", [5, 5, 5, 5, 5], [10, 10, 10, 10, 10], 1.0, lower_is_better=True)
-    assert rep.verdicts[-1].startswith("VERDICT latency_lower_is_better: ours=5 peer=10 ratio=0.5 goal=1 pass")
+    assert rep.verdicts[-1].startswith(
+        "VERDICT latency_lower_is_better: ours=5 peer=10 ratio=0.5 goal=1 pass"
+    )
     assert rep.finish() == 1  # a fail is the exit code
     text = (results / "example.txt").read_text()
     assert text.startswith("# bench/example.py: written by the script itself")

@@ -43,8 +43,10 @@ def test_a_family_without_a_budget_preset_is_a_named_skip():
     assert res.returncode == 0, res.stderr[-3000:]
     presets, skips = json.loads(res.stdout.strip().splitlines()[-1])
     assert "benchplugin" not in presets and "roberta" in presets
-    assert skips == ["SKIP small_model_throughput_benchplugin: no configs/benchplugin-budget.yaml (family spec "
-                     "names no bench_preset)"]
+    assert skips == [
+        "SKIP small_model_throughput_benchplugin: no configs/benchplugin-budget.yaml (family spec "
+        "names no bench_preset)"
+    ]
     with pytest.raises(SystemExit, match="--families: nosuch not registered"):
         smt.family_presets(["nosuch"])
 

@@ -58,7 +58,9 @@ def test_hashes(tmp_path):
     (tmp_path / "f").write_bytes(b"abc" * 100_000)
     assert sha256_file(tmp_path / "f", chunk=4096) == sha256_bytes(b"abc" * 100_000)
     assert sha256_bytes("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-    assert fingerprint({"b": 1, "a": [2]}) == fingerprint({"a": [2], "b": 1}) != fingerprint({"a": [3], "b": 1})
+    assert (
+        fingerprint({"b": 1, "a": [2]}) == fingerprint({"a": [2], "b": 1}) != fingerprint({"a": [3], "b": 1})
+    )
     assert len(fingerprint({}, 12)) == 12
 
 

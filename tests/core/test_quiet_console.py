@@ -32,7 +32,15 @@ print("our one-line message")
 
 
 def _run(tmp_path, *extra):
-    argv = [sys.executable, "-c", SCRIPT, "--config", "configs/demo.yaml", f"run.output_dir={tmp_path}/run", *extra]
+    argv = [
+        sys.executable,
+        "-c",
+        SCRIPT,
+        "--config",
+        "configs/demo.yaml",
+        f"run.output_dir={tmp_path}/run",
+        *extra,
+    ]
     env = {k: v for k, v in __import__("os").environ.items() if k != "LMSTACK_VERBOSE"}
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
@@ -42,7 +50,12 @@ def test_third_party_notices_go_to_the_run_log(tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stdout == "our one-line message\n" and res.stderr == "", (res.stdout, res.stderr)
     log = (tmp_path / "run" / "logs" / "third_party.log").read_text()
-    for needle in ("Setting accelerator to CPU", "FutureWarning", "LOAD REPORT", "Record not followed by newline"):
+    for needle in (
+        "Setting accelerator to CPU",
+        "FutureWarning",
+        "LOAD REPORT",
+        "Record not followed by newline",
+    ):
         assert needle in log, needle
 
 

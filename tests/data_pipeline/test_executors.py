@@ -24,8 +24,14 @@ def _flaky(i: int, *, folder: str, fail_times: dict[int, int]) -> dict:
 
 
 def _stage(tmp_path: Path, n: int, fail_times: dict[int, int]) -> Stage:
-    return Stage("demo", _flaky, n, tmp_path / "markers", kwargs={"folder": str(tmp_path), "fail_times": fail_times},
-                 labels=tuple(f"input-{i}" for i in range(n)))
+    return Stage(
+        "demo",
+        _flaky,
+        n,
+        tmp_path / "markers",
+        kwargs={"folder": str(tmp_path), "fail_times": fail_times},
+        labels=tuple(f"input-{i}" for i in range(n)),
+    )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -42,14 +48,19 @@ def test_retries_then_success_and_skip_on_rerun(tmp_path, workers, capsys):
 
 def test_exhausted_retries_name_the_task(tmp_path):
     stage = _stage(tmp_path, 4, {2: 99})
-    with pytest.raises(StageFailed, match=r"1 of 4 task\(s\) failed after retries: demo\[2\] \(input-2\): "
-                                          r"OSError: input 2 not readable \(attempt 3\)"):
+    with pytest.raises(
+        StageFailed,
+        match=r"1 of 4 task\(s\) failed after retries: demo\[2\] \(input-2\): "
+        r"OSError: input 2 not readable \(attempt 3\)",
+    ):
         LocalExecutor(workers=2, retries=2, progress=False).run(stage)
     assert [stage.is_done(i) for i in range(4)] == [True, True, False, True]
 
 
 def test_executor_from_config(tmp_path):
-    cfg = load_config(str(CONFIG), [f"run.output_dir={tmp_path}", "data.task_retries=5", "data.clean.workers=3"])
+    cfg = load_config(
+        str(CONFIG), [f"run.output_dir={tmp_path}", "data.task_retries=5", "data.clean.workers=3"]
+    )
     ex = build_executor(cfg)
     assert isinstance(ex, LocalExecutor) and (ex.workers, ex.retries) == (3, 5)
     with pytest.raises(Exception, match="data.executor"):

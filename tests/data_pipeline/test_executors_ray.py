@@ -32,13 +32,23 @@ PORT = 6391
 
 N_SHARDS = 64
 
+
 def _env(tmp: str) -> dict[str, str]:
     # Ray's token authentication, with a token of this test only (never the user's ~/.ray/auth_token).
-    return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
-            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-            # A dead node is declared dead after ~3 missed health checks of 0.5 s instead of ~30 s.
-            "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
-            "RAY_health_check_failure_threshold": "3", "TMPDIR": tmp}
+    return {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(16),
+        "PYTHONPATH": str(ROOT),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        # A dead node is declared dead after ~3 missed health checks of 0.5 s instead of ~30 s.
+        "RAY_health_check_period_ms": "500",
+        "RAY_health_check_timeout_ms": "500",
+        "RAY_health_check_failure_threshold": "3",
+        "TMPDIR": tmp,
+    }
 
 
 @pytest.fixture
@@ -72,31 +82,85 @@ def test_two_node_ray_cluster_survives_worker_node_death(hosts, tmp_path):
     run_clean(ref)
     run_dedup(ref)  # the local process pool's answer
 
-    ray_tmp = tempfile.mkdtemp(prefix="lmray", dir="/tmp")  # short: Ray's unix socket paths are length-limited
+    ray_tmp = tempfile.mkdtemp(
+        prefix="lmray", dir="/tmp"
+    )  # short: Ray's unix socket paths are length-limited
     env = _env(ray_tmp)
     head, worker = hosts.addrs
     logs = [open(tmp_path / f"ray-{n}.log", "wb") for n in ("head", "worker", "driver")]
     try:
-        common = ["--num-cpus", "1", "--object-store-memory", str(80 << 20), "--disable-usage-stats", "--block"]
-        hosts.popen(0, [str(RAY), "start", "--head", "--node-ip-address", head, "--port", str(PORT),
-                        "--include-dashboard=false", "--temp-dir", ray_tmp, *common], env, logs[0], str(ROOT))
+        common = [
+            "--num-cpus",
+            "1",
+            "--object-store-memory",
+            str(80 << 20),
+            "--disable-usage-stats",
+            "--block",
+        ]
+        hosts.popen(
+            0,
+            [
+                str(RAY),
+                "start",
+                "--head",
+                "--node-ip-address",
+                head,
+                "--port",
+                str(PORT),
+                "--include-dashboard=false",
+                "--temp-dir",
+                ray_tmp,
+                *common,
+            ],
+            env,
+            logs[0],
+            str(ROOT),
+        )
         time.sleep(3)
-        worker_proc = hosts.popen(1, [str(RAY), "start", "--address", f"{head}:{PORT}", "--node-ip-address", worker,
-                        *common], env, logs[1], str(ROOT))
+        worker_proc = hosts.popen(
+            1,
+            [str(RAY), "start", "--address", f"{head}:{PORT}", "--node-ip-address", worker, *common],
+            env,
+            logs[1],
+            str(ROOT),
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # both nodes registered
-            st = subprocess.run(["ip", "netns", "exec", hosts.names[0], str(RAY), "status", "--address",
-                                 f"{head}:{PORT}"], env=env, capture_output=True, text=True)
+            st = subprocess.run(
+                ["ip", "netns", "exec", hosts.names[0], str(RAY), "status", "--address", f"{head}:{PORT}"],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             if st.stdout.count("node_") >= 2 or worker_proc.poll() is not None:
                 break
             time.sleep(1)
-        assert st.stdout.count("node_") >= 2, st.stdout + st.stderr + (tmp_path / "ray-worker.log").read_text()
+        assert st.stdout.count("node_") >= 2, (
+            st.stdout + st.stderr + (tmp_path / "ray-worker.log").read_text()
+        )
 
-        driver = hosts.popen(0, [sys.executable, "-m", "data_pipeline", "dedup", "--config", str(cfg_path),
-                                 "data.executor=ray", f"data.ray.address={head}:{PORT}"], env, logs[2], str(ROOT))
+        driver = hosts.popen(
+            0,
+            [
+                sys.executable,
+                "-m",
+                "data_pipeline",
+                "dedup",
+                "--config",
+                str(cfg_path),
+                "data.executor=ray",
+                f"data.ray.address={head}:{PORT}",
+            ],
+            env,
+            logs[2],
+            str(ROOT),
+        )
         deadline = time.monotonic() + 120
-        while worker not in _where(cfg, "dedup-signatures") and driver.poll() is None and \
-                time.monotonic() < deadline:
+        while (
+            worker not in _where(cfg, "dedup-signatures")
+            and driver.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         hosts.kill_host(1)  # the worker node loses power mid-stage
         t_kill = time.monotonic()
@@ -111,7 +175,9 @@ def test_two_node_ray_cluster_survives_worker_node_death(hosts, tmp_path):
         shutil.rmtree(ray_tmp, ignore_errors=True)
     out = (tmp_path / "ray-driver.log").read_text()
     assert rc == 0, out[-4000:] + (tmp_path / "ray-head.log").read_text()[-2000:]
-    assert worker in before and len(before) < N_SHARDS, before  # the worker had done work, the stage was not over
+    assert worker in before and len(before) < N_SHARDS, (
+        before
+    )  # the worker had done work, the stage was not over
     after = _where(cfg, "dedup-signatures")
     assert len(after) == N_SHARDS and after.count(worker) == before.count(worker)  # the rest ran on the head
     assert set(_where(cfg, "dedup-filter")) == {head}
@@ -119,4 +185,6 @@ def test_two_node_ray_cluster_survives_worker_node_death(hosts, tmp_path):
     stats = json.loads((Path(cfg.run.output_dir) / "dedup" / "dedup_stats.json").read_text())
     ref_stats = json.loads((Path(ref.run.output_dir) / "dedup" / "dedup_stats.json").read_text())
     assert stats["per_source"] == ref_stats["per_source"]
-    print(f"worker node killed after {before.count(worker)} of its tasks; stage finished {elapsed:.1f}s later")
+    print(
+        f"worker node killed after {before.count(worker)} of its tasks; stage finished {elapsed:.1f}s later"
+    )

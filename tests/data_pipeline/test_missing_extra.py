@@ -19,16 +19,25 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-@pytest.mark.parametrize("url,missing,extra", [
-    ("http://example.invalid/crawl/x.warc.gz", "aiohttp", "http"),
-    ("s3://bucket/crawl/*.warc.gz", "s3fs", "s3"),
-    ("gs://bucket/crawl/*.warc.gz", "gcsfs", "gcs"),
-])
+@pytest.mark.parametrize(
+    "url,missing,extra",
+    [
+        ("http://example.invalid/crawl/x.warc.gz", "aiohttp", "http"),
+        ("s3://bucket/crawl/*.warc.gz", "s3fs", "s3"),
+        ("gs://bucket/crawl/*.warc.gz", "gcsfs", "gcs"),
+    ],
+)
 def test_missing_backend_is_one_line_naming_the_extra(tmp_path, url, missing, extra):
-    argv = ["clean", "--config", "configs/demo.yaml", f"run.output_dir={tmp_path}/run",
-            f"data.sources.0.paths=[{url}]"]
-    res = subprocess.run([sys.executable, "-c", SCRIPT, missing, *argv], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    argv = [
+        "clean",
+        "--config",
+        "configs/demo.yaml",
+        f"run.output_dir={tmp_path}/run",
+        f"data.sources.0.paths=[{url}]",
+    ]
+    res = subprocess.run(
+        [sys.executable, "-c", SCRIPT, missing, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert "Traceback" not in res.stderr
     lines = [x for x in res.stderr.splitlines() if x.strip()]

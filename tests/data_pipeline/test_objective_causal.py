@@ -48,7 +48,9 @@ def _gpt2(attn: str) -> GPT2LMHeadModel:
     model = GPT2LMHeadModel(cfg)
     # transformers only detects packed documents from position_ids when no KV cache is built: the trainer
     # calls this hook (a no-op for other objectives) on the model it trains.
-    prepare_model(load_config(ROOT / "configs" / "gpt2-tiny.yaml", ["objective.document_masking=true"]), model)
+    prepare_model(
+        load_config(ROOT / "configs" / "gpt2-tiny.yaml", ["objective.document_masking=true"]), model
+    )
     assert model.config.use_cache is False
     return model
 
@@ -116,11 +118,15 @@ def test_line_by_line_and_errors(docs):
     out = coll([{"input_ids": d, "sample_id": i} for i, d in enumerate(docs)])
     assert out["input_ids"].shape == (3, max(map(len, docs)))
     assert (out["labels"][1, len(docs[1]) :] == -100).all()
-    packed = build_collator(load_config(ROOT / "configs" / "gpt2-tiny.yaml", ["objective.document_masking=true"]), TOK)
+    packed = build_collator(
+        load_config(ROOT / "configs" / "gpt2-tiny.yaml", ["objective.document_masking=true"]), TOK
+    )
     with pytest.raises(KeyError, match="segment_ids"):
         packed([{"input_ids": docs[0], "sample_id": 0}])
     with pytest.raises(ValueError, match="1-D"):
-        packed([{"input_ids": np.zeros((2, 3), dtype=np.int64), "segment_ids": np.zeros((2, 3)), "sample_id": 0}])
+        packed(
+            [{"input_ids": np.zeros((2, 3), dtype=np.int64), "segment_ids": np.zeros((2, 3)), "sample_id": 0}]
+        )
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])

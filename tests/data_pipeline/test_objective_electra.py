@@ -24,8 +24,17 @@ SEQ = 64
 
 
 def _cfg(*overrides: str):
-    return load_config(TINY, ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2",
-                              "model.ffn_size=128", f"packing.seq_len={SEQ}", *overrides])
+    return load_config(
+        TINY,
+        [
+            "model.hidden_size=64",
+            "model.num_layers=2",
+            "model.num_heads=2",
+            "model.ffn_size=128",
+            f"packing.seq_len={SEQ}",
+            *overrides,
+        ],
+    )
 
 
 # ------------------------------------------------------------------------------------------- config errors
@@ -56,7 +65,9 @@ def test_unknown_and_bad_options_name_the_key():
     assert "objective.options.generator_num_heads" in _error("objective.options.generator_num_heads=3")
     msg = load_config(str(ROOT / "configs" / "roberta-tiny.yaml"), [])  # options on an objective without any
     assert msg.objective.options == {}
-    with pytest.raises((ConfigError, ValueError), match="objective.options: objective 'mlm' takes no options"):
+    with pytest.raises(
+        (ConfigError, ValueError), match="objective.options: objective 'mlm' takes no options"
+    ):
         load_config(str(ROOT / "configs" / "roberta-tiny.yaml"), ["objective.options.x=1"])
 
 
@@ -125,8 +136,9 @@ def trained(wordpiece):  # noqa: F811
     opt = torch.optim.Adam(model.generator.parameters(), lr=1e-2)
     for step in range(40):
         batch = collate([{**s, "sample_id": 1000 + step * 16 + j} for j, s in enumerate(blocks)])
-        loss = model.generator(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                               labels=batch["labels"]).loss
+        loss = model.generator(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
+        ).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -154,7 +166,9 @@ def test_replaced_fraction_matches_generator_error_rate_and_no_special_is_replac
         observed += int(out.replaced.sum())
         n_masked += int(masked.sum())
         assert not bool((out.replaced.bool() & ~masked).any()), "a position that was not masked was replaced"
-        assert not bool(out.replaced.bool()[torch.isin(original, specials)].any()), "a special token was replaced"
+        assert not bool(out.replaced.bool()[torch.isin(original, specials)].any()), (
+            "a special token was replaced"
+        )
         assert not bool((out.replaced.bool() & (batch["attention_mask"] == 0)).any())
     rate = expected / n_masked
     assert 0.2 < rate < 0.9, f"the test needs an informative error rate, got {rate:.3f}"
@@ -197,9 +211,11 @@ def test_embeddings_shared_and_gradients_reach_both_networks(wordpiece):  # noqa
     out = model(**build_collator(cfg, wordpiece)(_blocks(wordpiece, 4)))
     assert torch.allclose(out.loss, out.generator_loss + 50.0 * out.discriminator_loss)
     out.loss.backward()
-    for name, p in (("generator", g.electra.encoder.layer[0].attention.self.query.weight),
-                    ("discriminator", d.discriminator_predictions.dense_prediction.weight),
-                    ("shared embeddings", d.electra.embeddings.word_embeddings.weight)):
+    for name, p in (
+        ("generator", g.electra.encoder.layer[0].attention.self.query.weight),
+        ("discriminator", d.discriminator_predictions.dense_prediction.weight),
+        ("shared embeddings", d.electra.embeddings.word_embeddings.weight),
+    ):
         assert p.grad is not None and float(p.grad.abs().sum()) > 0, name
     names = [n for n, _ in model.named_parameters()]  # each shared tensor trained once
     assert not any(n.startswith("generator.electra.embeddings.") for n in names)
@@ -220,5 +236,7 @@ def test_export_writes_discriminator_and_generator_with_parity(rtd, wordpiece, t
     assert (tmp_path / GENERATOR_DIR / "tokenizer.json").is_file() and (tmp_path / "tokenizer.json").is_file()
     clf = ElectraForSequenceClassification.from_pretrained(tmp_path, num_labels=5)
     assert clf(**probe).logits.shape == (2, 5)
-    np.testing.assert_array_equal(clf.electra.embeddings.word_embeddings.weight.detach().numpy(),
-                                  model.discriminator.electra.embeddings.word_embeddings.weight.detach().numpy())
+    np.testing.assert_array_equal(
+        clf.electra.embeddings.word_embeddings.weight.detach().numpy(),
+        model.discriminator.electra.embeddings.word_embeddings.weight.detach().numpy(),
+    )

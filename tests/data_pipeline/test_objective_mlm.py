@@ -89,7 +89,10 @@ def test_masking_statistics(bpe, samples):
     masked = (inp == bpe.mask_token_id).mean()
     unchanged = (inp == orig).mean()
     random = ((inp != orig) & (inp != bpe.mask_token_id)).mean()
-    assert abs(masked - 0.8) < 0.01 and abs(unchanged - 0.1) < 0.01 and abs(random - 0.1) < 0.01, (masked, random)
+    assert abs(masked - 0.8) < 0.01 and abs(unchanged - 0.1) < 0.01 and abs(random - 0.1) < 0.01, (
+        masked,
+        random,
+    )
     # never a special token selected or changed, random replacements are real non-special vocab ids
     assert not selected[specials].any()
     assert (out["input_ids"][specials] == ids[specials]).all()
@@ -131,7 +134,9 @@ def test_dynamic_deterministic_and_batch_independent(bpe, samples):
     # another seed differs too; static masking ignores the epoch
     assert not torch.equal(MLMCollator(bpe, seed=8)(samples[:32])["labels"], a["labels"])
     static = MLMCollator(bpe, seed=7, static_masking=True)
-    assert torch.equal(static(samples[:32])["labels"], static([dict(s, epoch=5) for s in samples[:32]])["labels"])
+    assert torch.equal(
+        static(samples[:32])["labels"], static([dict(s, epoch=5) for s in samples[:32]])["labels"]
+    )
 
 
 def _words(tokens: list[str], special: set[str], wordpiece: bool) -> list[list[int]]:
@@ -195,7 +200,9 @@ def test_roberta_accepts_batch(bpe, samples):
 
 
 def test_build_collator_dispatch_and_errors(bpe, samples):
-    cfg = load_config(ROOT / "configs" / "roberta-tiny.yaml", ["objective.whole_word_masking=true", "run.seed=11"])
+    cfg = load_config(
+        ROOT / "configs" / "roberta-tiny.yaml", ["objective.whole_word_masking=true", "run.seed=11"]
+    )
     coll = build_collator(cfg, bpe)
     assert isinstance(coll, MLMCollator) and coll.whole_word and coll.seed == 11
     out = coll(samples[:4])

@@ -36,7 +36,9 @@ def t5tok() -> PreTrainedTokenizerFast:
     tok.train_from_iterator(_texts()[::10], trainer)
     # As T5: <extra_id_0> is the highest id, <extra_id_99> the lowest of the 100 sentinels.
     tok.add_special_tokens([f"<extra_id_{i}>" for i in range(99, -1, -1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,9 @@ def _sentinels(tok) -> dict[int, int]:
     return {tok.convert_tokens_to_ids(f"<extra_id_{i}>"): i for i in range(100)}
 
 
-def _reconstruct(inputs: list[int], targets: list[int], sentinel: dict[int, int], eos: int) -> tuple[list, list]:
+def _reconstruct(
+    inputs: list[int], targets: list[int], sentinel: dict[int, int], eos: int
+) -> tuple[list, list]:
     """Put the dropped spans back, the slow obvious way; returns (original tokens, span lengths)."""
     assert inputs[-1] == eos and targets[-1] == eos
     spans: dict[int, list[int]] = {}
@@ -118,7 +122,9 @@ def test_deterministic_batch_independent_and_fresh_per_epoch(t5tok, samples):
     b = coll(samples[40:50] + samples[8:16][::-1])
     assert torch.equal(a["input_ids"][8:16], b["input_ids"][10:].flip(0))
     assert torch.equal(a["labels"][8:16], b["labels"][10:].flip(0))
-    assert torch.equal(SpanCorruptionCollator(t5tok, seed=5, inputs_length=SEQ)(samples[:16])["labels"], a["labels"])
+    assert torch.equal(
+        SpanCorruptionCollator(t5tok, seed=5, inputs_length=SEQ)(samples[:16])["labels"], a["labels"]
+    )
     e1 = coll([dict(s, epoch=1) for s in samples[:16]])
     assert not torch.equal(e1["input_ids"], a["input_ids"])
     assert (e1["input_ids"] != a["input_ids"]).any(1).all()  # every sample gets new spans

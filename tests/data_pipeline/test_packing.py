@@ -128,9 +128,10 @@ def test_padding_on_real_text(real, seq_len):
         st = PackedSource(shards["bbc"], manifest["special_ids"], mode, seq_len, obj, "fill").stats()
         assert st["padding_fraction"] <= 0.01, (mode, st)
         assert st["unused_tail_tokens"] < seq_len + 100
-    st = PackedSource(shards["bbc"], manifest["special_ids"], "full_sentences", seq_len, "mlm", "complete").stats()
+    st = PackedSource(
+        shards["bbc"], manifest["special_ids"], "full_sentences", seq_len, "mlm", "complete"
+    ).stats()
     assert 0 < st["padding_fraction"] < 0.2  # paper-style sentence breaks pay in padding; reported honestly
-
 
 
 def test_best_fit_whole_sentences_fill_gaps_from_next_documents(tmp_path, docs):

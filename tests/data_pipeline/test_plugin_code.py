@@ -30,19 +30,19 @@ def read_lines(source, shard, src, errors, max_doc_bytes):
                                meta={"file": src.path, "offset": i})
 '''
 
-FILTER = '''
+FILTER = """
 from digit_rules import too_many_digits
 
 
 class DropDigits:
     def __call__(self, doc):
         return (False, "digits:too_many") if too_many_digits(doc.text) else (True, None)
-'''
+"""
 
-HELPER = '''
+HELPER = """
 def too_many_digits(text):
     return sum(c.isdigit() for c in text) > 100
-'''
+"""
 
 LINES = ["Sales rose 12% in 2024.", "The committee met on Tuesday.", "Call 555 0100 now.", "Prices fell."]
 
@@ -69,8 +69,14 @@ def _project(tmp: Path, filters) -> Path:
 
 def _clean(tmp: Path, cfg: Path) -> tuple[subprocess.CompletedProcess, dict]:
     env = {"PYTHONPATH": f"{ROOT}:{tmp / 'proj'}", "PATH": "/usr/bin:/bin"}
-    res = subprocess.run([sys.executable, "-m", "data_pipeline", "clean", "--config", str(cfg)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "data_pipeline", "clean", "--config", str(cfg)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return res, json.loads((tmp / "out/clean/stats.json").read_text())
 

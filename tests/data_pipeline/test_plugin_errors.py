@@ -26,7 +26,9 @@ def _site(tmp: Path) -> Path:
 
 def _config(tmp: Path, executor: str) -> Path:
     (tmp / "docs").mkdir(exist_ok=True)
-    (tmp / "docs" / "a.txt").write_text("The committee met on Tuesday and agreed the budget for the coming year.\n")
+    (tmp / "docs" / "a.txt").write_text(
+        "The committee met on Tuesday and agreed the budget for the coming year.\n"
+    )
     cfg = tmp / "c.yaml"
     cfg.write_text(json.dumps({
         "inherit": [str(ROOT / "configs/roberta-tiny.yaml")], "run": {"output_dir": str(tmp / "out")},
@@ -37,18 +39,29 @@ def _config(tmp: Path, executor: str) -> Path:
 
 
 def test_unknown_executor_is_a_config_error_naming_the_known_ones(tmp_path):
-    with pytest.raises(ConfigError, match=r"data.executor: .*unknown executor 'rayy' \(registered: \['local', "
-                                          r"'ray'\]\); did you mean 'ray'\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data.executor: .*unknown executor 'rayy' \(registered: \['local', "
+        r"'ray'\]\); did you mean 'ray'\?",
+    ):
         load_config(_config(tmp_path, "rayy"))
 
 
 def test_a_broken_executor_plugin_stops_the_cli_with_one_line(tmp_path):
     site = _site(tmp_path)
     env = {"PYTHONPATH": f"{ROOT}:{site}", "PATH": "/usr/bin:/bin"}
-    res = subprocess.run([sys.executable, "-m", "data_pipeline", "all", "--config", str(_config(tmp_path, "broken"))],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "data_pipeline", "all", "--config", str(_config(tmp_path, "broken"))],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 2, res.stderr[-3000:]
     assert "Traceback" not in res.stderr, res.stderr[-3000:]
     last = res.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: entry point broken = brokenexec_missing:Executor in group lmstack.executors "
-                           "failed to load: No module named 'brokenexec_missing'"), res.stderr[-3000:]
+    assert last.startswith(
+        "error: entry point broken = brokenexec_missing:Executor in group lmstack.executors "
+        "failed to load: No module named 'brokenexec_missing'"
+    ), res.stderr[-3000:]

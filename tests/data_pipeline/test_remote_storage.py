@@ -81,18 +81,27 @@ def test_url_output_dir_is_staged_locally_never_turned_into_a_folder(tmp_path, m
         out = run_clean(cfg)
         fs = fsspec.filesystem("memory")
         assert out["totals"]["read"] == 6
-        assert fs.exists("/out/clean/web/shard-00000.jsonl.zst") and fs.exists("/out/clean/web/shard-00000.done")
+        assert fs.exists("/out/clean/web/shard-00000.jsonl.zst") and fs.exists(
+            "/out/clean/web/shard-00000.done"
+        )
         assert fs.exists("/out/clean/stats.json")
     finally:
         fsspec.filesystem("memory").rm("/out", recursive=True)
     assert sorted(os.listdir(tmp_path)) == ["cache", "src"]  # no ./memory:/out
     assert not list(Path(cfg.run.root).parent.parent.rglob("memory:*"))
-    with pytest.raises(Exception, match=r"run.local_dir: .*'s3://b/x' is a URL; the staging folder must be a local"):
+    with pytest.raises(
+        Exception, match=r"run.local_dir: .*'s3://b/x' is a URL; the staging folder must be a local"
+    ):
         load_config(ROOT / "configs/roberta-tiny.yaml", ["run.output_dir=s3://b/r", "run.local_dir=s3://b/x"])
-    with pytest.raises(Exception, match=r"data.clean.workers: 2 worker processes cannot write to run.output_dir "
-                                        r"'memory://out'"):
-        load_config(ROOT / "configs/roberta-tiny.yaml", ["run.output_dir=memory://out", "data.clean.workers=2",
-                                                         "shards.workers=1"])
+    with pytest.raises(
+        Exception,
+        match=r"data.clean.workers: 2 worker processes cannot write to run.output_dir "
+        r"'memory://out'",
+    ):
+        load_config(
+            ROOT / "configs/roberta-tiny.yaml",
+            ["run.output_dir=memory://out", "data.clean.workers=2", "shards.workers=1"],
+        )
     assert load_config(ROOT / "configs/roberta-tiny.yaml", [f"run.output_dir=file://{tmp_path}/r"]).run.output_dir == (
         f"{tmp_path}/r")  # fmt: skip
 
@@ -106,6 +115,9 @@ def test_missing_backend_names_the_extra():
         pytest.skip("gcsfs is installed: no missing backend to report")
     except ImportError:
         pass
-    with pytest.raises(ImportError, match=r"gs://bucket/x.jsonl: reading gs:// paths needs its fsspec backend: "
-                                          r"pip install 'lmstack\[gcs\]'"):
+    with pytest.raises(
+        ImportError,
+        match=r"gs://bucket/x.jsonl: reading gs:// paths needs its fsspec backend: "
+        r"pip install 'lmstack\[gcs\]'",
+    ):
         expand_paths(["gs://bucket/x.jsonl"])

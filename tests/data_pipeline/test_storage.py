@@ -27,7 +27,9 @@ def test_markers_follow_the_files_they_certify(store):
     d.mkdir(parents=True)
     (d / "shard-00000.jsonl.zst").write_bytes(b"data0")
     (d / "shard-00000.done").write_text("{}")
-    (d / ".shard-00001.jsonl.zst.123.tmp").write_bytes(b"partial")  # an atomic write in flight: never uploaded
+    (d / ".shard-00001.jsonl.zst.123.tmp").write_bytes(
+        b"partial"
+    )  # an atomic write in flight: never uploaded
     (store.local / "checkpoints/step00000004").mkdir(parents=True)
     (store.local / "checkpoints/step00000004/model.pt").write_bytes(b"w")
     (store.local / "checkpoints/step00000004/COMPLETE").write_text("{}")
@@ -69,5 +71,7 @@ def test_pull_fetches_what_differs_and_distrusts_unuploaded_markers(store, tmp_p
     assert not (other.local / "tokens/web/shard-00001.json").exists()
     assert (other.local / "tokens/web/shard-00001.bin").exists()
     assert not other.confirm(other.local / "tokens/web/shard-00001.json")
-    assert other.confirm(other.local / "tokens/web/shard-00000.json", [other.local / "tokens/web/shard-00000.bin"])
+    assert other.confirm(
+        other.local / "tokens/web/shard-00000.json", [other.local / "tokens/web/shard-00000.bin"]
+    )
     assert not list(Path.cwd().glob("memory:*"))

@@ -32,7 +32,10 @@ def test_tokens_are_the_tokenizers_and_manifest_checks_out(run):
     assert len(shards["bbc"]) == len(src) == 3
     total = 0
     for meta, sh, clean in zip(manifest["sources"]["bbc"]["shards"], shards["bbc"], src, strict=True):
-        assert sh.tokens.dtype == np.uint16 and sh.num_tokens == meta["tokens"] == os.path.getsize(sh.bin_path) // 2
+        assert (
+            sh.tokens.dtype == np.uint16
+            and sh.num_tokens == meta["tokens"] == os.path.getsize(sh.bin_path) // 2
+        )
         assert sha256_file(sh.bin_path) == meta["sha256_bin"]
         rows = list(read_shard(clean))
         assert list(sh.doc_ids()) == [r["id"] for r in rows]

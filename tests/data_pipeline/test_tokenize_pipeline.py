@@ -19,14 +19,19 @@ from tests.data_pipeline.tokens_fixtures import bbc_config
 @pytest.mark.integration
 @pytest.mark.timeout(420)
 def test_bbc_bpe8000_full_sentences_two_ranks(tmp_path):
-    cfg = bbc_config(tmp_path, "roberta-tiny", ["tokenizer.vocab_size=8000", "loader.num_workers=1"], per_shard=400)
+    cfg = bbc_config(
+        tmp_path, "roberta-tiny", ["tokenizer.vocab_size=8000", "loader.num_workers=1"], per_shard=400
+    )
     t0 = time.perf_counter()
     path = train_tokenizer(cfg)
     t1 = time.perf_counter()
     summary = run_tokenize(cfg)
     t2 = time.perf_counter()
     print(f"train-tokenizer {t1 - t0:.1f}s, tokenize {t2 - t1:.1f}s, {summary['totals']}")
-    assert summary["totals"]["docs"] > 1500 and summary["totals"]["sentences"] > 20 * summary["totals"]["docs"] / 2
+    assert (
+        summary["totals"]["docs"] > 1500
+        and summary["totals"]["sentences"] > 20 * summary["totals"]["docs"] / 2
+    )
     assert t2 - t0 < 60  # demo scale stays in seconds (generous bound for a loaded 2-core machine)
     tok = AutoTokenizer.from_pretrained(path)
     assert len(tok) == 8000

@@ -57,7 +57,11 @@ def sdist_members(pkg: str, version: str, members: list[str]) -> list[Path]:
 
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's printable stand-in for each byte (the alphabet of byte-level BPE vocabularies)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -71,7 +75,10 @@ def bytes_to_unicode() -> dict[int, str]:
 @pytest.fixture(scope="module")
 def gpt2_from_whisper():
     (path,) = sdist_members(*WHISPER[:2], [WHISPER[2]])
-    ranks = {base64.b64decode(tok): int(r) for tok, r in (line.split() for line in path.read_text().splitlines() if line)}
+    ranks = {
+        base64.b64decode(tok): int(r)
+        for tok, r in (line.split() for line in path.read_text().splitlines() if line)
+    }
     b2u = bytes_to_unicode()
     enc = lambda b: "".join(b2u[x] for x in b)  # noqa: E731
     vocab = {enc(t): r for t, r in ranks.items()}

@@ -19,7 +19,11 @@ def trained(tmp_path_factory):
     for name, preset, ov in [
         ("roberta", "roberta-tiny", ["tokenizer.vocab_size=2000"]),
         ("gpt2", "gpt2-tiny", ["tokenizer.vocab_size=2000"]),
-        ("bert", "roberta-tiny", ["tokenizer.type=wordpiece", "tokenizer.vocab_size=2000", "tokenizer.lowercase=true"]),
+        (
+            "bert",
+            "roberta-tiny",
+            ["tokenizer.type=wordpiece", "tokenizer.vocab_size=2000", "tokenizer.lowercase=true"],
+        ),
         ("t5", "t5-tiny", ["tokenizer.vocab_size=2000"]),
     ]:
         tmp = tmp_path_factory.mktemp(name)
@@ -37,7 +41,11 @@ def test_bpe_roberta_layout_and_pairs(trained):
     ids = tok("Hello there", "General Kenobi")["input_ids"]
     toks = tok.convert_ids_to_tokens(ids)
     # RoBERTa pair format: <s> A </s></s> B </s>
-    assert toks[0] == "<s>" and toks[-1] == "</s>" and ["</s>", "</s>"] == toks[toks.index("</s>") : toks.index("</s>") + 2]
+    assert (
+        toks[0] == "<s>"
+        and toks[-1] == "</s>"
+        and ["</s>", "</s>"] == toks[toks.index("</s>") : toks.index("</s>") + 2]
+    )
     # byte-level: any text round-trips, nothing is <unk>
     odd = "naïve café — 日本語 😀"
     enc = tok(odd, add_special_tokens=False)["input_ids"]
@@ -73,9 +81,14 @@ def test_gpt2_conventions_and_left_padded_generation(trained):
 
     torch.manual_seed(0)
     model = build_model(cfg.model, tok, cfg.packing.seq_len).eval()
-    batch = tok(["Shares rose.", "The BBC said on Tuesday that shares in the company rose"], padding=True,
-                return_tensors="pt")
-    assert (batch["attention_mask"][0, 0] == 0) and (batch["attention_mask"][:, -1] == 1).all()  # padded on the left
+    batch = tok(
+        ["Shares rose.", "The BBC said on Tuesday that shares in the company rose"],
+        padding=True,
+        return_tensors="pt",
+    )
+    assert (batch["attention_mask"][0, 0] == 0) and (
+        batch["attention_mask"][:, -1] == 1
+    ).all()  # padded on the left
     logger = logging.getLogger("transformers.generation.utils")
     seen: list[str] = []
     handler = logging.Handler()
@@ -135,13 +148,25 @@ def test_unk_rate_is_reported_and_enforced(trained, tmp_path):
         assert meta["unk_rate_tokens"] < 150_000, (kind, meta)
     for kind in ("roberta", "gpt2"):  # byte-level: checked on the vocabulary, no encoding pass
         meta = json.loads((trained[kind][1] / "training_meta.json").read_text())
-        assert (meta["unk_rate"], meta["unk_rate_tokens"], meta["unk_rate_basis"]) == (0.0, 0, "byte alphabet"), meta
-    assert json.loads((trained["t5"][1] / "training_meta.json").read_text())["unk_rate"] == 0.0  # byte fallback
+        assert (meta["unk_rate"], meta["unk_rate_tokens"], meta["unk_rate_basis"]) == (
+            0.0,
+            0,
+            "byte alphabet",
+        ), meta
+    assert (
+        json.loads((trained["t5"][1] / "training_meta.json").read_text())["unk_rate"] == 0.0
+    )  # byte fallback
     # Without byte fallback the Unigram vocabulary drops rare characters of the BBC text (X, Q, /, £, ...): the
     # report catches it and training fails, naming the key.
-    cfg = bbc_config(tmp_path, "t5-tiny", ["tokenizer.vocab_size=2000", "tokenizer.byte_fallback=false",
-                                           "tokenizer.max_unk_rate=0.0001"], limit=400)
-    with pytest.raises(ValueError, match=r"tokenizer.max_unk_rate: .*% of tokens are <unk>.*byte_fallback=true"):
+    cfg = bbc_config(
+        tmp_path,
+        "t5-tiny",
+        ["tokenizer.vocab_size=2000", "tokenizer.byte_fallback=false", "tokenizer.max_unk_rate=0.0001"],
+        limit=400,
+    )
+    with pytest.raises(
+        ValueError, match=r"tokenizer.max_unk_rate: .*% of tokens are <unk>.*byte_fallback=true"
+    ):
         train_tokenizer(cfg)
     assert not (tmp_path / "tokenizer").exists()
 
@@ -170,15 +195,22 @@ def test_byte_fallback_needs_vocabulary_room(tmp_path):
 def test_folder_is_portable_to_transformers_4(trained):
     """What transformers 4.40 needs (tests/pretrain/test_export_compat.py loads it there): a class 4.x knows,
     extra special tokens under `additional_special_tokens`, BPE merges as "a b" strings."""
-    expected = {"roberta": "RobertaTokenizer", "gpt2": "GPT2Tokenizer", "bert": "BertTokenizer",
-                "t5": "PreTrainedTokenizerFast"}
+    expected = {
+        "roberta": "RobertaTokenizer",
+        "gpt2": "GPT2Tokenizer",
+        "bert": "BertTokenizer",
+        "t5": "PreTrainedTokenizerFast",
+    }
     for kind, cls in expected.items():
         path = trained[kind][1]
         conf = json.loads((path / "tokenizer_config.json").read_text())
         assert conf["tokenizer_class"] == cls and "extra_special_tokens" not in conf
         merges = json.loads((path / "tokenizer.json").read_text())["model"].get("merges") or ["a b"]
         assert all(isinstance(m, str) for m in merges)
-    assert len(json.loads((trained["t5"][1] / "tokenizer_config.json").read_text())["additional_special_tokens"]) == 100
+    assert (
+        len(json.loads((trained["t5"][1] / "tokenizer_config.json").read_text())["additional_special_tokens"])
+        == 100
+    )
     assert json.loads((trained["bert"][1] / "tokenizer_config.json").read_text())["do_lower_case"] is True
 
 
@@ -200,14 +232,20 @@ def test_unigram_t5_layout_matches_sentencepiece(trained):
     tok = AutoTokenizer.from_pretrained(path)
     assert len(tok) == 2000
     assert tok.convert_tokens_to_ids(["<pad>", "</s>", "<unk>"]) == [0, 1, 2]
-    assert tok.convert_tokens_to_ids("<extra_id_0>") == 1999 and tok.convert_tokens_to_ids("<extra_id_99>") == 1900
+    assert (
+        tok.convert_tokens_to_ids("<extra_id_0>") == 1999
+        and tok.convert_tokens_to_ids("<extra_id_99>") == 1900
+    )
     ids = tok("A b")["input_ids"]
     assert ids[-1] == 1 and tok("x", "y")["input_ids"].count(1) == 2  # A </s> / A </s> B </s>
     # the converted fast tokenizer encodes exactly like the SentencePiece model it came from
     sp = spm.SentencePieceProcessor(model_file=str(path / "spiece.model"))
     from tests.data_pipeline.tokens_fixtures import bbc_docs
 
-    texts = [d["text"] for d in bbc_docs(limit=60)] + ["  spaces   and\ttabs\n\nnewlines  ", "Ünïcödé ﬁ ligature ①"]
+    texts = [d["text"] for d in bbc_docs(limit=60)] + [
+        "  spaces   and\ttabs\n\nnewlines  ",
+        "Ünïcödé ﬁ ligature ①",
+    ]
     for t in texts:
         assert tok(t, add_special_tokens=False)["input_ids"] == sp.encode(t), t[:80]
 
@@ -245,10 +283,14 @@ def test_stage_banner_describes_the_configured_tokenizer():
     from runconfig import load_config
 
     assert describe(load_config("configs/t5-tiny.yaml")) == (
-        "SentencePiece Unigram with byte fallback, vocabulary 8,000, t5 special tokens")
+        "SentencePiece Unigram with byte fallback, vocabulary 8,000, t5 special tokens"
+    )
     assert describe(load_config("configs/gpt2-tiny.yaml", ["tokenizer.vocab_size=4000"])) == (
-        "byte-level BPE, vocabulary 4,000, gpt2 special tokens")
-    assert describe(load_config("configs/roberta-tiny.yaml", ["tokenizer.type=wordpiece"])).startswith("WordPiece")
+        "byte-level BPE, vocabulary 4,000, gpt2 special tokens"
+    )
+    assert describe(load_config("configs/roberta-tiny.yaml", ["tokenizer.type=wordpiece"])).startswith(
+        "WordPiece"
+    )
 
 
 def test_paragraphs_for_sentencepiece_are_cut_within_the_byte_limit():

@@ -15,8 +15,15 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "recovery.md"
 
 STAGES = ("clean", "dedup", "train-tokenizer", "tokenize", "train", "export", "transfer", "launch")
-FAULTS = ("SIGKILL", "SIGINT / SIGTERM", "full disk", "damaged input", "damaged output of the previous stage",
-          "changed setting on rerun", "bad path or host in the config")
+FAULTS = (
+    "SIGKILL",
+    "SIGINT / SIGTERM",
+    "full disk",
+    "damaged input",
+    "damaged output of the previous stage",
+    "changed setting on rerun",
+    "bad path or host in the config",
+)
 OUTCOMES = ("resumed exactly", "redone", "refused")
 
 
@@ -31,84 +38,175 @@ class Cell:
 
 CELLS: tuple[Cell, ...] = (
     # --- train
-    Cell("train", "SIGKILL", "resumed exactly", "resume from the newest complete checkpoint, bit-exact",
-         "tests/pretrain/test_exact_resume.py::test_sigkill_anywhere_then_resume_is_bit_exact"),
-    Cell("train", "SIGINT / SIGTERM", "resumed exactly",
-         "checkpoint at the next step end, exit 75; `launch run` exits 75 only when a checkpoint was written",
-         "tests/faults/test_launch_faults.py::test_exit_75_only_when_a_checkpoint_was_written_at_the_signal"),
-    Cell("train", "full disk", "refused", "the path and free space named, the partial folder removed, exit 65",
-         "tests/pretrain/test_resume_safety.py::test_disk_full_names_the_path_and_removes_the_partial_folder"),
-    Cell("train", "damaged output of the previous stage", "refused",
-         "a token shard whose size, sha256 or ids disagree with the manifest: the file named, rerun tokenize",
-         "tests/faults/test_token_shards.py::test_bytes_changed_inside_a_bin_are_caught_by_sha256"),
-    Cell("train", "damaged input", "redone",
-         "a damaged newest checkpoint is skipped with a warning naming the file; the previous one is used",
-         "tests/pretrain/test_resume_safety.py::test_damaged_checkpoints_fall_back_then_stop_without_requeue"),
-    Cell("train", "changed setting on rerun", "refused",
-         "run.seed / tokenizer / data sources / packing: the key named, a new output folder or --reset-data-order",
-         "tests/faults/test_resume_data_order.py::"
-         "test_train_refuses_a_changed_seed_then_resets_the_data_order_on_request"),
-    Cell("train", "bad path or host in the config", "refused",
-         "`plan` and `train`: bad resume path, fp16 on CPU, unwritable output, checkpoint.dir under a file",
-         "tests/faults/test_plan_checks.py::test_plan_refuses_what_train_refuses"),
+    Cell(
+        "train",
+        "SIGKILL",
+        "resumed exactly",
+        "resume from the newest complete checkpoint, bit-exact",
+        "tests/pretrain/test_exact_resume.py::test_sigkill_anywhere_then_resume_is_bit_exact",
+    ),
+    Cell(
+        "train",
+        "SIGINT / SIGTERM",
+        "resumed exactly",
+        "checkpoint at the next step end, exit 75; `launch run` exits 75 only when a checkpoint was written",
+        "tests/faults/test_launch_faults.py::test_exit_75_only_when_a_checkpoint_was_written_at_the_signal",
+    ),
+    Cell(
+        "train",
+        "full disk",
+        "refused",
+        "the path and free space named, the partial folder removed, exit 65",
+        "tests/pretrain/test_resume_safety.py::test_disk_full_names_the_path_and_removes_the_partial_folder",
+    ),
+    Cell(
+        "train",
+        "damaged output of the previous stage",
+        "refused",
+        "a token shard whose size, sha256 or ids disagree with the manifest: the file named, rerun tokenize",
+        "tests/faults/test_token_shards.py::test_bytes_changed_inside_a_bin_are_caught_by_sha256",
+    ),
+    Cell(
+        "train",
+        "damaged input",
+        "redone",
+        "a damaged newest checkpoint is skipped with a warning naming the file; the previous one is used",
+        "tests/pretrain/test_resume_safety.py::test_damaged_checkpoints_fall_back_then_stop_without_requeue",
+    ),
+    Cell(
+        "train",
+        "changed setting on rerun",
+        "refused",
+        "run.seed / tokenizer / data sources / packing: the key named, a new output folder or --reset-data-order",
+        "tests/faults/test_resume_data_order.py::"
+        "test_train_refuses_a_changed_seed_then_resets_the_data_order_on_request",
+    ),
+    Cell(
+        "train",
+        "bad path or host in the config",
+        "refused",
+        "`plan` and `train`: bad resume path, fp16 on CPU, unwritable output, checkpoint.dir under a file",
+        "tests/faults/test_plan_checks.py::test_plan_refuses_what_train_refuses",
+    ),
     # --- tokenize
-    Cell("tokenize", "damaged output of the previous stage", "refused",
-         "a token id outside the vocabulary: shard, document and offset named",
-         "tests/faults/test_token_shards.py::test_token_id_outside_the_vocabulary_is_named_at_tokenize"),
-    Cell("tokenize", "changed setting on rerun", "redone",
-         "a shard damaged since it was written (or whose input changed) is written again on the rerun",
-         "tests/faults/test_token_shards.py::test_tokenize_rerun_rewrites_a_damaged_shard_and_training_data_opens_again"),
-    Cell("tokenize", "SIGKILL", "redone", "a shard without its completion record is redone, temp files removed",
-         "tests/data_pipeline/test_tokenize.py::test_rerun_skips_finished_shards_and_redoes_stale_ones"),
+    Cell(
+        "tokenize",
+        "damaged output of the previous stage",
+        "refused",
+        "a token id outside the vocabulary: shard, document and offset named",
+        "tests/faults/test_token_shards.py::test_token_id_outside_the_vocabulary_is_named_at_tokenize",
+    ),
+    Cell(
+        "tokenize",
+        "changed setting on rerun",
+        "redone",
+        "a shard damaged since it was written (or whose input changed) is written again on the rerun",
+        "tests/faults/test_token_shards.py::test_tokenize_rerun_rewrites_a_damaged_shard_and_training_data_opens_again",
+    ),
+    Cell(
+        "tokenize",
+        "SIGKILL",
+        "redone",
+        "a shard without its completion record is redone, temp files removed",
+        "tests/data_pipeline/test_tokenize.py::test_rerun_skips_finished_shards_and_redoes_stale_ones",
+    ),
     # --- clean
-    Cell("clean", "damaged input", "refused",
-         "cut WARC / zstd inputs reported with the last good offset, good records kept",
-         "tests/data_pipeline/test_readers_damage.py::test_truncated_compressed_jsonl_is_reported_with_last_good_offset"),
-    Cell("clean", "bad path or host in the config", "refused",
-         "a source name that would leave run.output_dir (separator, '..', absolute) refused at load",
-         "tests/faults/test_path_components.py::test_source_name_that_leaves_its_folder_is_refused"),
-    Cell("clean", "SIGKILL", "redone", "orphaned temporary files of an interrupted write removed on the next run",
-         "tests/data_pipeline/test_empty_stage.py::test_orphaned_shard_temp_files_are_removed_on_the_next_run"),
+    Cell(
+        "clean",
+        "damaged input",
+        "refused",
+        "cut WARC / zstd inputs reported with the last good offset, good records kept",
+        "tests/data_pipeline/test_readers_damage.py::test_truncated_compressed_jsonl_is_reported_with_last_good_offset",
+    ),
+    Cell(
+        "clean",
+        "bad path or host in the config",
+        "refused",
+        "a source name that would leave run.output_dir (separator, '..', absolute) refused at load",
+        "tests/faults/test_path_components.py::test_source_name_that_leaves_its_folder_is_refused",
+    ),
+    Cell(
+        "clean",
+        "SIGKILL",
+        "redone",
+        "orphaned temporary files of an interrupted write removed on the next run",
+        "tests/data_pipeline/test_empty_stage.py::test_orphaned_shard_temp_files_are_removed_on_the_next_run",
+    ),
     # --- export
-    Cell("export", "SIGKILL", "redone",
-         "the previous export stays whole; the next export clears the staging folder",
-         "tests/faults/test_export_faults.py::test_export_is_staged_bound_to_its_weights_and_names_its_step"),
-    Cell("export", "damaged input", "refused",
-         "a swapped tokenizer: the checkpoint and the tokenizer folder named with both sizes",
-         "tests/faults/test_swapped_tokenizer.py::test_swapped_tokenizer_is_named_on_resume_and_export"),
-    Cell("export", "damaged output of the previous stage", "redone",
-         "`latest` names an incomplete step: the export says so and takes the newest complete one",
-         "tests/faults/test_export_faults.py::test_export_is_staged_bound_to_its_weights_and_names_its_step"),
+    Cell(
+        "export",
+        "SIGKILL",
+        "redone",
+        "the previous export stays whole; the next export clears the staging folder",
+        "tests/faults/test_export_faults.py::test_export_is_staged_bound_to_its_weights_and_names_its_step",
+    ),
+    Cell(
+        "export",
+        "damaged input",
+        "refused",
+        "a swapped tokenizer: the checkpoint and the tokenizer folder named with both sizes",
+        "tests/faults/test_swapped_tokenizer.py::test_swapped_tokenizer_is_named_on_resume_and_export",
+    ),
+    Cell(
+        "export",
+        "damaged output of the previous stage",
+        "redone",
+        "`latest` names an incomplete step: the export says so and takes the newest complete one",
+        "tests/faults/test_export_faults.py::test_export_is_staged_bound_to_its_weights_and_names_its_step",
+    ),
     # --- transfer
-    Cell("transfer", "changed setting on rerun", "refused",
-         "results measured on other weights are left off the card (bound to the weight hash)",
-         "tests/faults/test_export_faults.py::test_export_is_staged_bound_to_its_weights_and_names_its_step"),
-    Cell("transfer", "bad path or host in the config", "refused",
-         "a task name that would leave its folder refused at load",
-         "tests/faults/test_path_components.py::test_run_and_task_names_that_leave_their_folder_are_refused"),
+    Cell(
+        "transfer",
+        "changed setting on rerun",
+        "refused",
+        "results measured on other weights are left off the card (bound to the weight hash)",
+        "tests/faults/test_export_faults.py::test_export_is_staged_bound_to_its_weights_and_names_its_step",
+    ),
+    Cell(
+        "transfer",
+        "bad path or host in the config",
+        "refused",
+        "a task name that would leave its folder refused at load",
+        "tests/faults/test_path_components.py::test_run_and_task_names_that_leave_their_folder_are_refused",
+    ),
     # --- launch
-    Cell("launch", "bad path or host in the config", "refused",
-         "unreachable hosts named within launch.ssh_connect_timeout_s, an unreachable master within "
-         "deepspeed.comm_timeout_s; a loopback multi-node hostfile refused",
-         "tests/faults/test_launch_faults.py::test_unreachable_hosts_are_named_within_the_connect_timeout"),
-    Cell("launch", "SIGINT / SIGTERM", "refused",
-         "Ctrl-C before any checkpoint: the ranks' exit code and a line saying no checkpoint was written, not 75",
-         "tests/faults/test_launch_faults.py::test_exit_75_only_when_a_checkpoint_was_written_at_the_signal"),
+    Cell(
+        "launch",
+        "bad path or host in the config",
+        "refused",
+        "unreachable hosts named within launch.ssh_connect_timeout_s, an unreachable master within "
+        "deepspeed.comm_timeout_s; a loopback multi-node hostfile refused",
+        "tests/faults/test_launch_faults.py::test_unreachable_hosts_are_named_within_the_connect_timeout",
+    ),
+    Cell(
+        "launch",
+        "SIGINT / SIGTERM",
+        "refused",
+        "Ctrl-C before any checkpoint: the ranks' exit code and a line saying no checkpoint was written, not 75",
+        "tests/faults/test_launch_faults.py::test_exit_75_only_when_a_checkpoint_was_written_at_the_signal",
+    ),
 )
 
 
 def render() -> str:
     """docs/recovery.md: the grid (a cell per stage and fault) and the list of cells with their tests."""
     by = {(c.stage, c.fault): c for c in CELLS}
-    lines = ["# Recovery: what happens when a stage meets a fault", "",
-             "Generated from `tests/faults/matrix.py` by `python -m tests.faults.matrix`; "
-             "`tests/faults/test_matrix.py` fails when this file is stale. A cell reads *resumed exactly*, "
-             "*redone* or *refused* (with a message naming the file, key or host) and is proven by the test listed "
-             "below; `—` marks a cell no test proves yet. What each fault looks like from the command line, stage by stage, "
-             "and what you do about it: [recovery-details.md](recovery-details.md).", "",
-             "| stage | " + " | ".join(FAULTS) + " |", "|---|" + "---|" * len(FAULTS)]
+    lines = [
+        "# Recovery: what happens when a stage meets a fault",
+        "",
+        "Generated from `tests/faults/matrix.py` by `python -m tests.faults.matrix`; "
+        "`tests/faults/test_matrix.py` fails when this file is stale. A cell reads *resumed exactly*, "
+        "*redone* or *refused* (with a message naming the file, key or host) and is proven by the test listed "
+        "below; `—` marks a cell no test proves yet. What each fault looks like from the command line, stage by stage, "
+        "and what you do about it: [recovery-details.md](recovery-details.md).",
+        "",
+        "| stage | " + " | ".join(FAULTS) + " |",
+        "|---|" + "---|" * len(FAULTS),
+    ]
     for s in STAGES:
-        lines.append(f"| {s} | " + " | ".join(by[(s, f)].outcome if (s, f) in by else "—" for f in FAULTS) + " |")
+        lines.append(
+            f"| {s} | " + " | ".join(by[(s, f)].outcome if (s, f) in by else "—" for f in FAULTS) + " |"
+        )
     lines += ["", "## Cells", ""]
     for c in CELLS:
         lines.append(f"- **{c.stage} × {c.fault}: {c.outcome}.** {c.what}. Test: `{c.test}`")

@@ -23,10 +23,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
 def _transfer(export: Path, accuracy: float) -> None:
     from pretrain.model_card import weights_hash
 
-    report = {"model": str(export), "weights_sha256": weights_hash(export),
-              "tasks": {"bbc": {"task": "bbc", "margin": 0.1,
-                                "arms": {"pretrained": {"test_accuracy": {"mean": accuracy, "sd": 0.0, "values": [accuracy]}},
-                                         "random": {"test_accuracy": {"mean": 0.2, "sd": 0.0, "values": [0.2]}}}}}}
+    report = {
+        "model": str(export),
+        "weights_sha256": weights_hash(export),
+        "tasks": {
+            "bbc": {
+                "task": "bbc",
+                "margin": 0.1,
+                "arms": {
+                    "pretrained": {"test_accuracy": {"mean": accuracy, "sd": 0.0, "values": [accuracy]}},
+                    "random": {"test_accuracy": {"mean": 0.2, "sd": 0.0, "values": [0.2]}},
+                },
+            }
+        },
+    }
     (export / "transfer.json").write_text(json.dumps(report))
 
 
@@ -38,8 +48,15 @@ def test_export_is_staged_bound_to_its_weights_and_names_its_step(roberta_run, t
     out = isolated(roberta_run, tmp_path)
     run = Path(out.split("=", 1)[1])
     ckpts, export = run / "checkpoints", run / "export"
-    base = ["--config", str(roberta_run), out, "checkpoint.every_steps=4", "checkpoint.keep_last=3",
-            "eval.every_steps=1000", "schedule.total_steps=8"]
+    base = [
+        "--config",
+        str(roberta_run),
+        out,
+        "checkpoint.every_steps=4",
+        "checkpoint.keep_last=3",
+        "eval.every_steps=1000",
+        "schedule.total_steps=8",
+    ]
     umask = os.umask(0o022)  # the children inherit it: outputs must be 0644 (row 10)
     try:
         run_module(["-m", "pretrain", "train", *base])
@@ -47,8 +64,13 @@ def test_export_is_staged_bound_to_its_weights_and_names_its_step(roberta_run, t
     finally:
         os.umask(umask)
     assert complete_tags(ckpts) == ["step00000004", "step00000008"]
-    for f in (ckpts / "step00000008" / "mp_rank_00_model_states.pt", ckpts / "step00000008" / "COMPLETE",
-              export / "model.safetensors", export / "config.json", export / "COMPLETE"):
+    for f in (
+        ckpts / "step00000008" / "mp_rank_00_model_states.pt",
+        ckpts / "step00000008" / "COMPLETE",
+        export / "model.safetensors",
+        export / "config.json",
+        export / "COMPLETE",
+    ):
         assert oct(f.stat().st_mode & 0o777) == "0o644", f
     assert "exporting step00000008: the newest complete checkpoint" in res.stderr
     done = json.loads((export / "COMPLETE").read_text())
@@ -81,8 +103,14 @@ def test_export_is_staged_bound_to_its_weights_and_names_its_step(roberta_run, t
 
     # SIGKILL mid-export: the previous export stays whole; the next export clears the staging folder.
     before = {p.name: p.read_bytes() for p in export.iterdir() if p.is_file()}
-    proc = subprocess.Popen([sys.executable, "-m", "pretrain", "export", *base], cwd=ROOT, env=child_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pretrain", "export", *base],
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     staging = run / ".export.staging" / "export"
     deadline = time.monotonic() + 240
     while not (staging / "config.json").exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -92,4 +120,6 @@ def test_export_is_staged_bound_to_its_weights_and_names_its_step(roberta_run, t
     proc.wait()
     assert {p.name: p.read_bytes() for p in export.iterdir() if p.is_file()} == before
     run_module(["-m", "pretrain", "export", *base])
-    assert json.loads((export / "COMPLETE").read_text())["step"] == 8 and not (run / ".export.staging").exists()
+    assert (
+        json.loads((export / "COMPLETE").read_text())["step"] == 8 and not (run / ".export.staging").exists()
+    )

@@ -53,8 +53,9 @@ def test_ssh_lines_carry_batchmode_and_a_configurable_connect_timeout(tmp_path):
     cfg = cfg_with(tmp_path, *base, "launch.ssh_connect_timeout_s=3")
     assert "ConnectTimeout=3" in render.ssh_command(cmds[1], cfg)
     # The deepspeed launcher's pdsh gets the same options; its own ssh check (no timeout) is replaced by ours.
-    (ds,) = render.node_commands(cfg_with(tmp_path, *base, "launch.launcher=deepspeed",
-                                          "launch.ssh_connect_timeout_s=3"), entry())
+    (ds,) = render.node_commands(
+        cfg_with(tmp_path, *base, "launch.launcher=deepspeed", "launch.ssh_connect_timeout_s=3"), entry()
+    )
     assert ds.env["PDSH_SSH_ARGS_APPEND"] == "-o BatchMode=yes -o ConnectTimeout=3"
     assert "--no_ssh_check" in ds.argv
 
@@ -64,29 +65,72 @@ def test_ssh_lines_carry_batchmode_and_a_configurable_connect_timeout(tmp_path):
 def test_multinode_hostfile_naming_loopback_is_refused(tmp_path, capsys, loopback, first):
     hosts = [loopback, "node-b"] if first else ["node-a", loopback]
     hf = _hostfile(tmp_path, hosts)
-    rc = main(["run", "--config", str(TINY), "--dry-run", f"run.output_dir={tmp_path}/r", f"launch.hostfile={hf}",
-               "launch.nodes=2", "launch.procs_per_node=1"])
+    rc = main(
+        [
+            "run",
+            "--config",
+            str(TINY),
+            "--dry-run",
+            f"run.output_dir={tmp_path}/r",
+            f"launch.hostfile={hf}",
+            "launch.nodes=2",
+            "launch.procs_per_node=1",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and f"{hf}" in err and repr(loopback) in err and "loopback" in err
     # One node: a loopback hostfile is fine.
     _hostfile(tmp_path, ["localhost"])
-    assert main(["run", "--config", str(TINY), "--dry-run", f"run.output_dir={tmp_path}/r", f"launch.hostfile={hf}",
-                 "launch.nodes=1", "launch.procs_per_node=1"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--config",
+                str(TINY),
+                "--dry-run",
+                f"run.output_dir={tmp_path}/r",
+                f"launch.hostfile={hf}",
+                "launch.nodes=1",
+                "launch.procs_per_node=1",
+            ]
+        )
+        == 0
+    )
 
 
 def _run_launch(tmp_path, flags, *overrides, timeout=120) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "launch", "run", *flags, "--config", str(TINY),
-                          f"run.output_dir={tmp_path}/r", *overrides], cwd=ROOT, capture_output=True, text=True,
-                         timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch",
+            "run",
+            *flags,
+            "--config",
+            str(TINY),
+            f"run.output_dir={tmp_path}/r",
+            *overrides,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     return res, time.monotonic() - t0
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
 def test_unreachable_hosts_are_named_within_the_connect_timeout(tmp_path, launcher):
     hf = _hostfile(tmp_path, UNREACHABLE)
-    args = [f"launch.hostfile={hf}", "launch.nodes=2", "launch.procs_per_node=1", f"launch.launcher={launcher}",
-            "launch.ssh_connect_timeout_s=2"]
+    args = [
+        f"launch.hostfile={hf}",
+        "launch.nodes=2",
+        "launch.procs_per_node=1",
+        f"launch.launcher={launcher}",
+        "launch.ssh_connect_timeout_s=2",
+    ]
     res, took = _run_launch(tmp_path, ["--all-nodes"] if launcher == "torchrun" else [], *args, timeout=90)
     assert res.returncode not in (0, 75), res.stderr[-2000:]
     assert took < 45, took
@@ -96,22 +140,41 @@ def test_unreachable_hosts_are_named_within_the_connect_timeout(tmp_path, launch
 def test_unreachable_master_is_named_within_comm_timeout(tmp_path):
     """Node 1 of 2 whose master never answers: torchrun's rendezvous waits deepspeed.comm_timeout_s, not 600 s."""
     port = _closed_port()
-    res, took = _run_launch(tmp_path, ["--node-rank", "1"], "launch.nodes=2", "launch.procs_per_node=1",
-                            "launch.master_addr=127.0.0.1", f"launch.master_port={port}",
-                            "deepspeed.comm_timeout_s=5", timeout=150)
+    res, took = _run_launch(
+        tmp_path,
+        ["--node-rank", "1"],
+        "launch.nodes=2",
+        "launch.procs_per_node=1",
+        "launch.master_addr=127.0.0.1",
+        f"launch.master_port={port}",
+        "deepspeed.comm_timeout_s=5",
+        timeout=150,
+    )
     assert res.returncode not in (0, 75), res.stderr[-2000:]
     assert took < 60, took
-    assert f"the master 127.0.0.1:{port}" in res.stderr and "deepspeed.comm_timeout_s=5" in res.stderr, \
+    assert f"the master 127.0.0.1:{port}" in res.stderr and "deepspeed.comm_timeout_s=5" in res.stderr, (
         res.stderr[-3000:]
+    )
 
 
 def test_rendezvous_timeout_rendered_from_comm_timeout(tmp_path):
-    cfg = cfg_with(tmp_path, "launch.nodes=2", "launch.procs_per_node=1", "launch.master_addr=10.0.0.1",
-                   "deepspeed.comm_timeout_s=42")
+    cfg = cfg_with(
+        tmp_path,
+        "launch.nodes=2",
+        "launch.procs_per_node=1",
+        "launch.master_addr=10.0.0.1",
+        "deepspeed.comm_timeout_s=42",
+    )
     a = render.node_commands(cfg, entry())[1].argv
     assert a[a.index("--rdzv_conf") + 1] == "timeout=42"
-    cfg = cfg_with(tmp_path, "launch.nodes=2", "launch.procs_per_node=1", "launch.master_addr=10.0.0.1",
-                   "launch.rdzv=c10d", "deepspeed.comm_timeout_s=42")
+    cfg = cfg_with(
+        tmp_path,
+        "launch.nodes=2",
+        "launch.procs_per_node=1",
+        "launch.master_addr=10.0.0.1",
+        "launch.rdzv=c10d",
+        "deepspeed.comm_timeout_s=42",
+    )
     a = render.node_commands(cfg, entry())[1].argv
     assert a[a.index("--rdzv_conf") + 1] == "is_host=0,join_timeout=42"
 
@@ -145,8 +208,14 @@ def test_exit_75_only_when_a_checkpoint_was_written_at_the_signal(tmp_path, writ
     old = ckpt / "step00000005"
     old.mkdir(parents=True)
     (old / "COMPLETE").write_text("{}")  # an earlier checkpoint does not count
-    res = subprocess.run([sys.executable, "-c", SUPERVISE, str(ckpt), "1" if write_checkpoint else "0"], cwd=ROOT,
-                         timeout=60, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(
+        [sys.executable, "-c", SUPERVISE, str(ckpt), "1" if write_checkpoint else "0"],
+        cwd=ROOT,
+        timeout=60,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     if expected == 75:
         assert res.returncode == 75, res.stderr
     else:
@@ -157,4 +226,6 @@ def test_exit_75_only_when_a_checkpoint_was_written_at_the_signal(tmp_path, writ
 def test_launch_error_for_hostfile_is_a_launch_error(tmp_path):
     hf = _hostfile(tmp_path, ["localhost", "b"])
     with pytest.raises(LaunchError):
-        render.resolve_hosts(cfg_with(tmp_path, f"launch.hostfile={hf}", "launch.nodes=2", "launch.procs_per_node=1"))
+        render.resolve_hosts(
+            cfg_with(tmp_path, f"launch.hostfile={hf}", "launch.nodes=2", "launch.procs_per_node=1")
+        )

@@ -19,4 +19,5 @@ def test_every_cell_names_an_existing_test_and_a_known_outcome():
 
 def test_recovery_doc_is_generated_from_the_table():
     assert DOC.is_file() and DOC.read_text() == render(), (
-        "docs/recovery.md is stale: run `python -m tests.faults.matrix`")
+        "docs/recovery.md is stale: run `python -m tests.faults.matrix`"
+    )

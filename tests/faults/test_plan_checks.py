@@ -38,15 +38,21 @@ def test_plan_of_a_good_config_still_prints_the_plan(tmp_path, capsys):
     assert rc == 0 and "resume" in out and "note: run.output_dir: no token shards" in err, err
 
 
-@pytest.mark.parametrize("case", ["resume_missing", "resume_incomplete", "fp16_cpu", "no_data", "unwritable",
-                                  "ckpt_under_file"])
+@pytest.mark.parametrize(
+    "case", ["resume_missing", "resume_incomplete", "fp16_cpu", "no_data", "unwritable", "ckpt_under_file"]
+)
 def test_plan_refuses_what_train_refuses(tmp_path, capsys, case):
     run = tmp_path / "run"
     _tokens(run)
     over = [f"run.output_dir={run}"]
-    key = {"resume_missing": "checkpoint.resume", "resume_incomplete": "checkpoint.resume",
-           "fp16_cpu": "deepspeed.precision", "no_data": "data.sources.0.paths.0", "unwritable": "run.output_dir",
-           "ckpt_under_file": "checkpoint.dir"}[case]
+    key = {
+        "resume_missing": "checkpoint.resume",
+        "resume_incomplete": "checkpoint.resume",
+        "fp16_cpu": "deepspeed.precision",
+        "no_data": "data.sources.0.paths.0",
+        "unwritable": "run.output_dir",
+        "ckpt_under_file": "checkpoint.dir",
+    }[case]
     if case == "resume_missing":
         over.append(f"checkpoint.resume={tmp_path}/nowhere/step00000100")
     elif case == "resume_incomplete":

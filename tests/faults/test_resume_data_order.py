@@ -41,11 +41,14 @@ def _plan(capsys, *args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, rc, out.out, out.err)
 
 
-@pytest.mark.parametrize("override, key", [
-    ("run.seed=99", "run.seed"),
-    ("tokenizer.vocab_size=9000", "tokenizer.vocab_size"),
-    ("data.sources.0.weight=2.0", "data.sources.0.weight"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("run.seed=99", "run.seed"),
+        ("tokenizer.vocab_size=9000", "tokenizer.vocab_size"),
+        ("data.sources.0.weight=2.0", "data.sources.0.weight"),
+    ],
+)
 def test_plan_refuses_a_data_order_change_on_resume(tmp_path, capsys, override, key):
     run = tmp_path / "run"
     _checkpoint_with_config(run, 30, ["schedule.total_steps=60"])
@@ -63,7 +66,9 @@ def test_plan_refuses_a_data_order_change_on_resume(tmp_path, capsys, override, 
 def test_unchanged_data_order_plans_a_normal_resume(tmp_path, capsys):
     run = tmp_path / "run"
     _checkpoint_with_config(run, 30, ["schedule.total_steps=60"])
-    res = _plan(capsys, "--config", str(TINY), f"run.output_dir={run}", "schedule.total_steps=60", "optim.lr=5e-4")
+    res = _plan(
+        capsys, "--config", str(TINY), f"run.output_dir={run}", "schedule.total_steps=60", "optim.lr=5e-4"
+    )
     assert res.returncode == 0, res.stderr
     assert "applied: optim.lr" in res.stdout and "data order reset" not in res.stdout
 
@@ -83,8 +88,9 @@ def test_train_refuses_a_changed_seed_then_resets_the_data_order_on_request(robe
     def train(*extra: str) -> subprocess.CompletedProcess:
         flags = [x for x in extra if x.startswith("--")]
         over = [x for x in extra if not x.startswith("--")]
-        return run_module(["-m", "pretrain", "train", *flags, "--config", str(roberta_run), *base, *over],
-                          check=False)
+        return run_module(
+            ["-m", "pretrain", "train", *flags, "--config", str(roberta_run), *base, *over], check=False
+        )
 
     res = train("schedule.total_steps=4")
     assert res.returncode == 0, res.stderr[-3000:]

@@ -24,8 +24,11 @@ def _other_tokenizer(folder: Path) -> None:
     shutil.copytree(src, folder)
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     tok = ByteLevelBPETokenizer()
-    tok.train_from_iterator(["a small corpus of news text, trained to another size."] * 50, vocab_size=400,
-                            special_tokens=specials)
+    tok.train_from_iterator(
+        ["a small corpus of news text, trained to another size."] * 50,
+        vocab_size=400,
+        special_tokens=specials,
+    )
     tok.save(str(folder / "tokenizer.json"))
     assert json.loads((folder / "tokenizer.json").read_text())["model"]["type"] == "BPE"
 

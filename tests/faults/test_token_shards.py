@@ -27,8 +27,12 @@ def _tokens(tmp_path: Path, docs_per_shard=((5, 7, 3), (4, 9))) -> Path:
         for j, n in enumerate(lengths):
             w.add(f"d{i}-{j}", rng.integers(0, VOCAB, n))
         metas.append(w.close())
-    manifest = {"complete": True, "sources": {"web": {"shards": metas}}, "dtype": "uint16",
-                "tokenizer": {"vocab_size": VOCAB, "sha256": "x"}}
+    manifest = {
+        "complete": True,
+        "sources": {"web": {"shards": metas}},
+        "dtype": "uint16",
+        "tokenizer": {"vocab_size": VOCAB, "sha256": "x"},
+    }
     (out / MANIFEST).write_text(json.dumps(manifest))
     return out
 

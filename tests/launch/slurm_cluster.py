@@ -40,7 +40,9 @@ def _free_port() -> int:
 class LocalSlurm:
     """Start/stop a 2-node cluster; helpers to wait for job states."""
 
-    def __init__(self, root: Path, nodes: tuple[str, ...] = ("n1", "n2"), cpus: int | None = None, gpus: int = 0):
+    def __init__(
+        self, root: Path, nodes: tuple[str, ...] = ("n1", "n2"), cpus: int | None = None, gpus: int = 0
+    ):
         """cpus/gpus: declare nodes bigger than this machine (config_overrides; GPUs as count-only GRES) so that
         the controller can judge GPU job scripts, e.g. with `sbatch --test-only`; nothing runs on them."""
         self.root = Path(root)
@@ -156,8 +158,12 @@ class LocalSlurm:
                 lines_gres.append(f"NodeName={n} Name=gpu File={dev}/gpu[0-{self.gpus - 1}]\n")
             (r / "gres.conf").write_text("".join(lines_gres))
         for n in self.nodes:
-            lines.append(f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus}{gres} State=UNKNOWN")
-        lines.append(f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
+            lines.append(
+                f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus}{gres} State=UNKNOWN"
+            )
+        lines.append(
+            f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP"
+        )
         self.conf.write_text("\n".join(lines) + "\n")
 
     # -- helpers -----------------------------------------------------------------------------------------

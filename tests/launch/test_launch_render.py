@@ -33,7 +33,14 @@ def test_torchrun_single_node(tmp_path):
     assert a[1:3] == ["-m", "torch.distributed.run"]
     assert a[a.index("--nproc_per_node") + 1] == "2" and a[a.index("--nnodes") + 1] == "1"
     # The trainer and its arguments come last, untouched.
-    assert a[a.index("-m", 3) :] == ["-m", "pretrain", "train", "--config", str(TINY), "schedule.total_steps=20"]
+    assert a[a.index("-m", 3) :] == [
+        "-m",
+        "pretrain",
+        "train",
+        "--config",
+        str(TINY),
+        "schedule.total_steps=20",
+    ]
     assert cmd.env["NCCL_DEBUG"] == "INFO" and cmd.env[render.SHUTDOWN_TIMEOUT_ENV] == "120"
     assert cmd.shell().startswith("env NCCL_DEBUG=INFO ")
 
@@ -41,8 +48,13 @@ def test_torchrun_single_node(tmp_path):
 def test_hostfile_multinode_torchrun(tmp_path):
     hf = tmp_path / "hosts"
     hf.write_text("# cluster\ngpu-a slots=4\ngpu-b slots=4  # second\n\n")
-    cfg = cfg_with(tmp_path, f"launch.hostfile={hf}", "launch.nodes=2", "launch.procs_per_node=4",
-                   "batch.micro_batch_size=4")
+    cfg = cfg_with(
+        tmp_path,
+        f"launch.hostfile={hf}",
+        "launch.nodes=2",
+        "launch.procs_per_node=4",
+        "batch.micro_batch_size=4",
+    )
     cmds = render.node_commands(cfg, entry())
     assert [(c.node_rank, c.host) for c in cmds] == [(0, "gpu-a"), (1, "gpu-b")]
     for c in cmds:
@@ -50,13 +62,20 @@ def test_hostfile_multinode_torchrun(tmp_path):
         assert a[a.index("--node_rank") + 1] == str(c.node_rank)
         assert a[a.index("--master_addr") + 1] == "gpu-a"  # first host is the master
     ssh = render.ssh_command(cmds[1], cfg)
-    assert ssh[:6] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "gpu-b"] and "--node_rank 1" in ssh[6]
+    assert (
+        ssh[:6] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "gpu-b"]
+        and "--node_rank 1" in ssh[6]
+    )
 
 
 @pytest.mark.parametrize(
     "text,overrides,msg",
     [
-        ("a slots=2\nb slots=2\nc slots=2\n", ["launch.nodes=2", "launch.procs_per_node=2"], "launch.nodes=3"),
+        (
+            "a slots=2\nb slots=2\nc slots=2\n",
+            ["launch.nodes=2", "launch.procs_per_node=2"],
+            "launch.nodes=3",
+        ),
         ("a slots=2\nb slots=1\n", ["launch.nodes=2", "launch.procs_per_node=2"], "slots= of ['b']"),
         ("a slots=two\n", [], "expected 'hostname slots=N'"),
         ("a slots=1\na slots=1\n", ["launch.nodes=2", "launch.procs_per_node=1"], "listed twice"),
@@ -72,8 +91,14 @@ def test_bad_hostfiles_name_the_problem(tmp_path, text, overrides, msg):
 
 
 def test_c10d_rendezvous_marks_the_store_host(tmp_path):
-    cfg = cfg_with(tmp_path, "launch.nodes=2", "launch.procs_per_node=1", "launch.rdzv=c10d",
-                   "launch.master_addr=10.0.0.1", "launch.local_addr=10.0.0.2")
+    cfg = cfg_with(
+        tmp_path,
+        "launch.nodes=2",
+        "launch.procs_per_node=1",
+        "launch.rdzv=c10d",
+        "launch.master_addr=10.0.0.1",
+        "launch.local_addr=10.0.0.2",
+    )
     cmds = render.node_commands(cfg, entry())
     confs = [c.argv[c.argv.index("--rdzv_conf") + 1] for c in cmds]
     assert confs == ["is_host=1,join_timeout=600", "is_host=0,join_timeout=600"]
@@ -88,8 +113,13 @@ def test_deepspeed_launcher(tmp_path):
     assert single.argv[single.argv.index("--num_gpus") + 1] == "2"
     hf = tmp_path / "hosts"
     hf.write_text("a slots=2\nb slots=2\n")
-    cfg = cfg_with(tmp_path, "launch.launcher=deepspeed", f"launch.hostfile={hf}", "launch.nodes=2",
-                   "launch.env={GLOO_SOCKET_IFNAME: eth1}")
+    cfg = cfg_with(
+        tmp_path,
+        "launch.launcher=deepspeed",
+        f"launch.hostfile={hf}",
+        "launch.nodes=2",
+        "launch.env={GLOO_SOCKET_IFNAME: eth1}",
+    )
     (multi,) = render.node_commands(cfg, entry())
     assert multi.argv[multi.argv.index("--launcher") + 1] == "pdsh"
     assert multi.argv[multi.argv.index("--master_addr") + 1] == "a"
@@ -124,9 +154,19 @@ def test_train_sbatch_script(tmp_path):
         "launch.env={NCCL_IB_DISABLE: '1'}",
     )  # fmt: skip
     text = slurm.render_train_script(cfg, entry())
-    for opt in ("--nodes=2", "--ntasks-per-node=1", "--partition=gpu", "--account=proj", "--qos=high",
-                "--gpus-per-node=8", "--mem=64G", "--signal=B:USR1@300", "--requeue", "--exclusive",
-                f"--output={tmp_path}/run/slurm/%x-%j.out"):
+    for opt in (
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--partition=gpu",
+        "--account=proj",
+        "--qos=high",
+        "--gpus-per-node=8",
+        "--mem=64G",
+        "--signal=B:USR1@300",
+        "--requeue",
+        "--exclusive",
+        f"--output={tmp_path}/run/slurm/%x-%j.out",
+    ):
         assert f"#SBATCH {opt}\n" in text, opt
     assert "source /opt/venv/bin/activate\n" in text and "export NCCL_IB_DISABLE=1\n" in text
     assert '--node_rank "$SLURM_NODEID" --master_addr "$MASTER_ADDR"' in text
@@ -140,7 +180,9 @@ def test_train_sbatch_script(tmp_path):
 
 def test_stage_array_scripts(tmp_path):
     cfg = cfg_with(tmp_path, "launch.slurm.array_concurrency=2", "launch.slurm.data_time=00:10:00")
-    pipe = slurm.pipeline(cfg, TINY, ["data.clean.workers=1"], clean_shards=4, tokenize_shards=3, submit_jobs=False)
+    pipe = slurm.pipeline(
+        cfg, TINY, ["data.clean.workers=1"], clean_shards=4, tokenize_shards=3, submit_jobs=False
+    )
     dedup = ["dedup-signatures", "dedup-buckets", "dedup-components", "dedup-filter"]
     assert [s for s, _, job in pipe] == ["clean", *dedup, "dedup+tokenizer", "tokenize", "manifest", "train"]
     assert all(job is None for _, _, job in pipe)
@@ -155,14 +197,17 @@ def test_stage_array_scripts(tmp_path):
     steps = [f"dedup-components-{k}{r}" for r in range(12) for k in ("large", "small")]  # component_rounds
     assert "--array" not in comp and "data.dedup.partitions=1" in comp
     assert [x for x in comp.splitlines() if x.startswith("run_stage ")] == [
-        "run_stage dedup-components-L0 2", *(f"run_stage {s} 1" for s in steps), "run_stage dedup-components-labels 1"]
+        "run_stage dedup-components-L0 2",
+        *(f"run_stage {s} 1" for s in steps),
+        "run_stage dedup-components-labels 1",
+    ]
     every = list(pipe)
-    pipe = pipe[:1] + pipe[1 + len(dedup):]
+    pipe = pipe[:1] + pipe[1 + len(dedup) :]
     clean = pipe[0][1].read_text()
     assert "#SBATCH --array=0-3%2\n" in clean and "#SBATCH --time=00:10:00\n" in clean
     assert '--shard-index "$SLURM_ARRAY_TASK_ID"' in clean and "data.clean.workers=1" in clean
     tok = pipe[2][1].read_text()
-    assert "#SBATCH --array=0-2%2\n" in tok and 'n_shards=$(' in tok and "corpus-shards" in tok
+    assert "#SBATCH --array=0-2%2\n" in tok and "n_shards=$(" in tok and "corpus-shards" in tok
     assert "--shard-index" not in pipe[3][1].read_text()
     prep = pipe[1][1].read_text()
     assert "--array" not in prep and " dedup " in prep and " train-tokenizer " in prep
@@ -186,8 +231,21 @@ def test_cli_help_and_dry_run(tmp_path, capsys):
     assert res.returncode == 0
     for sub in ("run", "sbatch", "status", "cancel", "pipeline-slurm", "pipeline-ray"):
         assert sub in res.stdout
-    assert main(["run", "--config", str(TINY), "--dry-run", f"run.output_dir={tmp_path}/r",
-                 "launch.launcher=slurm", "launch.nodes=2", "launch.procs_per_node=1"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--config",
+                str(TINY),
+                "--dry-run",
+                f"run.output_dir={tmp_path}/r",
+                "launch.launcher=slurm",
+                "launch.nodes=2",
+                "launch.procs_per_node=1",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "# node 0 (srun task" in out and "# node 1 (srun task" in out and "--node_rank 1" in out
     cfg = cfg_with(tmp_path, "launch.nodes=2", "launch.procs_per_node=1", "launch.master_addr=10.1.1.1")
@@ -197,8 +255,15 @@ def test_cli_help_and_dry_run(tmp_path, capsys):
 
 def test_multinode_without_hostfile_never_silently_uses_loopback(tmp_path, capsys):
     """launch.nodes > 1 with the default master 127.0.0.1 and no hostfile is refused, naming the keys to set."""
-    base = ["run", "--config", str(TINY), "--dry-run", f"run.output_dir={tmp_path}/r", "launch.nodes=2",
-            "launch.procs_per_node=1"]
+    base = [
+        "run",
+        "--config",
+        str(TINY),
+        "--dry-run",
+        f"run.output_dir={tmp_path}/r",
+        "launch.nodes=2",
+        "launch.procs_per_node=1",
+    ]
     assert main(base) == 2
     err = capsys.readouterr().err
     assert "launch.master_addr: launch.nodes=2 without a hostfile would rendezvous at 127.0.0.1" in err
@@ -207,8 +272,21 @@ def test_multinode_without_hostfile_never_silently_uses_loopback(tmp_path, capsy
     assert main([*base, "launch.master_addr=127.0.0.1"]) == 0
     assert "[launch] warning: launch.master_addr=127.0.0.1 with launch.nodes=2" in capsys.readouterr().err
     # --all-nodes has no host names to ssh to without a hostfile.
-    assert main(["run", "--config", str(TINY), f"run.output_dir={tmp_path}/r", "launch.nodes=2",
-                 "launch.procs_per_node=1", "launch.master_addr=10.0.0.1", "--all-nodes"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--config",
+                str(TINY),
+                f"run.output_dir={tmp_path}/r",
+                "launch.nodes=2",
+                "launch.procs_per_node=1",
+                "launch.master_addr=10.0.0.1",
+                "--all-nodes",
+            ]
+        )
+        == 2
+    )
     assert "--all-nodes starts every node over ssh" in capsys.readouterr().err
 
 

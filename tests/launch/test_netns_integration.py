@@ -42,8 +42,11 @@ def _start(hosts: TwoHosts, cfg_path: Path, overrides: list[str], logdir: Path, 
 
 
 def _checkpoints(run: Path) -> list[int]:
-    return sorted(int(m.group(1)) for p in (run / "checkpoints").glob("step*")
-                  if (p / "COMPLETE").exists() and (m := re.search(r"(\d+)$", p.name)))
+    return sorted(
+        int(m.group(1))
+        for p in (run / "checkpoints").glob("step*")
+        if (p / "COMPLETE").exists() and (m := re.search(r"(\d+)$", p.name))
+    )
 
 
 def test_two_hosts_train_fail_fast_and_resume(hosts, prepared_run, tmp_path):
@@ -66,8 +69,10 @@ def test_two_hosts_train_fail_fast_and_resume(hosts, prepared_run, tmp_path):
         try:
             rc = procs[0].wait(timeout=90)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"survivor still running 90 s after host b died; its stacks:\n{hosts.stacks(0)}\n"
-                        f"{logs[0].read_text()[-3000:]}")
+            pytest.fail(
+                f"survivor still running 90 s after host b died; its stacks:\n{hosts.stacks(0)}\n"
+                f"{logs[0].read_text()[-3000:]}"
+            )
         elapsed = time.monotonic() - t0
     finally:
         for i in range(2):
@@ -77,7 +82,9 @@ def test_two_hosts_train_fail_fast_and_resume(hosts, prepared_run, tmp_path):
     # 1.8-4.1 s at load 14-19 on 2 cores. The rank used to run CPython's teardown first: 14-22 s at load 7-10,
     # over 90 s once in CI.
     assert rc != 0 and elapsed < 15, f"survivor rc={rc} after {elapsed:.1f}s\n{out0[-3000:]}"
-    assert re.search(r"(Connection reset|Connection closed|connection|timed out|failed)", out0, re.I), out0[-3000:]
+    assert re.search(r"(Connection reset|Connection closed|connection|timed out|failed)", out0, re.I), out0[
+        -3000:
+    ]
     last = max(_checkpoints(run))
     print(f"survivor exited {rc} {elapsed:.1f}s after host b was killed; last checkpoint step {last}")
 

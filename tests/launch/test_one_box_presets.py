@@ -36,7 +36,9 @@ def test_one_box_presets_are_one_node():
 
 
 def test_clean_workers_override_is_spelled_with_its_section():
-    cfg = load_config(ROOT / "configs" / "demo.yaml", ["data.clean.workers=4", "data.sources.1.holdout_fraction=0.2"])
+    cfg = load_config(
+        ROOT / "configs" / "demo.yaml", ["data.clean.workers=4", "data.sources.1.holdout_fraction=0.2"]
+    )
     assert cfg.data.clean.workers == 4
     with pytest.raises(Exception, match="clean"):
         load_config(ROOT / "configs" / "demo.yaml", ["clean.workers=4"])

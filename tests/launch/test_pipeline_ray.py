@@ -18,11 +18,26 @@ def test_pipeline_ray_matches_local(prepared_run, tmp_path):
     pytest.importorskip("ray")
     cfg = write_tiny_config(tmp_path, "rayp", tmp_path / "run")
     env = {**child_env(), "RAY_USAGE_STATS_ENABLED": "0"}
-    res = subprocess.run([sys.executable, "-m", "launch", "pipeline-ray", "--config", str(cfg), "--address", "local",
-                          "data.ray.num_cpus_per_task=1"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch",
+            "pipeline-ray",
+            "--config",
+            str(cfg),
+            "--address",
+            "local",
+            "data.ray.num_cpus_per_task=1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    out = json.loads(res.stdout[res.stdout.index("{"):])
+    out = json.loads(res.stdout[res.stdout.index("{") :])
     assert out["executor"] == "ray"
     mine = json.loads((tmp_path / "run" / "tokens" / "manifest.json").read_text())
     ref = json.loads((prepared_run / "tokens" / "manifest.json").read_text())

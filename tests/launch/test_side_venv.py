@@ -46,7 +46,9 @@ def test_stale_or_changed_requirements_rebuild(tmp_path):
     assert (venv / "builds.log").read_text().count("built") == 1
     with pytest.raises(RuntimeError, match="import this_module_does_not_exist_anywhere"):
         ensure_venv(venv, [], probe="import this_module_does_not_exist_anywhere")
-    assert (venv / "builds.log").read_text().count("built") == 2  # a failing probe rebuilds, then names itself
+    assert (venv / "builds.log").read_text().count(
+        "built"
+    ) == 2  # a failing probe rebuilds, then names itself
 
 
 def test_layered_venv_sees_the_base_packages_after_its_own(tmp_path):

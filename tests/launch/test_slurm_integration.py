@@ -63,20 +63,27 @@ def test_clean_job_array_cleans_four_shards(slurm_cluster, tmp_path):
     st = launch_cli("status", job)
     assert st.returncode == 0 and st.stdout.count("COMPLETED") == 4, st.stdout + st.stderr
     prep = slurm_cluster.wait_state(prep_job, {"COMPLETED", "FAILED", "CANCELLED"}, 400)
-    assert prep["JobState"] == "COMPLETED", "\n".join(p.read_text()[-2000:] for p in sorted((tmp_path / "run" / "slurm").glob("arr-*.out")))
+    assert prep["JobState"] == "COMPLETED", "\n".join(
+        p.read_text()[-2000:] for p in sorted((tmp_path / "run" / "slurm").glob("arr-*.out"))
+    )
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").is_file()
     dedup = json.loads((tmp_path / "run" / "dedup" / "dedup_stats.json").read_text())
     assert dedup["tasks"]["dedup-signatures"] == 4 and dedup["docs_in"] > 0  # every stage ran as array tasks
     last = slurm_cluster.wait_state(submitted["manifest"], {"COMPLETED", "FAILED", "CANCELLED"}, 300)
-    assert last["JobState"] == "COMPLETED", "\n".join(p.read_text()[-2000:] for p in sorted((tmp_path / "run" / "slurm").glob("*.out")))
+    assert last["JobState"] == "COMPLETED", "\n".join(
+        p.read_text()[-2000:] for p in sorted((tmp_path / "run" / "slurm").glob("*.out"))
+    )
     manifest = json.loads((tmp_path / "run" / "tokens" / "manifest.json").read_text())
     assert manifest["complete"] and manifest["missing_shards"] == 0
     assert manifest["totals"]["docs"] > 0 and manifest["totals"]["tokens"] > 0, manifest["totals"]
 
 
 def _checkpoint_steps(run: Path) -> list[int]:
-    return sorted(int(m.group(1)) for p in (run / "checkpoints").glob("step*")
-                  if (p / "COMPLETE").exists() and (m := re.search(r"(\d+)$", p.name)))
+    return sorted(
+        int(m.group(1))
+        for p in (run / "checkpoints").glob("step*")
+        if (p / "COMPLETE").exists() and (m := re.search(r"(\d+)$", p.name))
+    )
 
 
 def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepared_run, tmp_path):
@@ -118,12 +125,16 @@ def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepare
             break
         time.sleep(1)
     out = text()
-    print(f"first checkpoint + signal after {t_signal:.0f}s, finished after {time.monotonic() - t0:.0f}s; "
-          f"requeued job held for BeginTime at {began_later[:1]}")
+    print(
+        f"first checkpoint + signal after {t_signal:.0f}s, finished after {time.monotonic() - t0:.0f}s; "
+        f"requeued job held for BeginTime at {began_later[:1]}"
+    )
     assert fields.get("JobState") == "COMPLETED" and fields.get("Restarts") == "1", f"{fields}\n{out[-6000:]}"
     assert "[launch] preemption signal" in out and "[launch] requeueing job" in out
     resumed = re.findall(r"resumed from \S+ at step (\d+)", out)
     assert resumed and int(resumed[0]) >= 5, out[-6000:]
     assert max(_checkpoint_steps(run)) == 100
-    metrics = [json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    metrics = [
+        json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines() if line.strip()
+    ]
     assert any(m.get("step") == 100 for m in metrics)

@@ -41,12 +41,26 @@ def test_readme_sbatch_command_requests_gpus_and_cpus(tmp_path, capsys):
     assert main(argv) == 0
     lines = sbatch_lines(capsys.readouterr().out)
     # One rank per GPU, 2 CPUs per rank (the rank + loader.num_workers=1 DataLoader worker) for the node's 8 ranks.
-    assert {"#SBATCH --nodes=4", "#SBATCH --gpus-per-node=8", "#SBATCH --cpus-per-task=16",
-            "#SBATCH --partition=gpu"} <= lines, sorted(lines)
+    assert {
+        "#SBATCH --nodes=4",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --cpus-per-task=16",
+        "#SBATCH --partition=gpu",
+    } <= lines, sorted(lines)
 
     # Sites that want GRES syntax, a GPU type, or a CPU count of their own.
-    assert main([*argv[:4], "launch.slurm.gpu_request=gres", "launch.slurm.gpu_type=a100",
-                 "launch.slurm.cpus_per_rank=6", *argv[4:]]) == 0
+    assert (
+        main(
+            [
+                *argv[:4],
+                "launch.slurm.gpu_request=gres",
+                "launch.slurm.gpu_type=a100",
+                "launch.slurm.cpus_per_rank=6",
+                *argv[4:],
+            ]
+        )
+        == 0
+    )
     lines = sbatch_lines(capsys.readouterr().out)
     assert {"#SBATCH --gres=gpu:a100:8", "#SBATCH --cpus-per-task=48"} <= lines
     assert not any(x.startswith("#SBATCH --gpus-per-node") for x in lines)
@@ -61,29 +75,53 @@ def test_readme_pipeline_data_stages_stay_off_the_gpu_partition(tmp_path, capsys
     train = scripts.pop("gpt2-medium-train.sbatch")
     assert {"#SBATCH --gpus-per-node=8", "#SBATCH --partition=gpu"} <= sbatch_lines(train)
     # clean, the dedup stages, manifest, tokenize (tokenizer training runs in the dedup report job): every data stage of the pipeline, none of them on the GPUs
-    assert {"gpt2-medium-clean.sbatch", "gpt2-medium-manifest.sbatch", "gpt2-medium-tokenize.sbatch"} <= set(scripts)
+    assert {"gpt2-medium-clean.sbatch", "gpt2-medium-manifest.sbatch", "gpt2-medium-tokenize.sbatch"} <= set(
+        scripts
+    )
     assert any("dedup" in name for name in scripts), sorted(scripts)
     for name, text in scripts.items():
         lines = sbatch_lines(text)
-        assert not any("--partition" in x or "gpu" in x.split("=")[0] or "--gres" in x for x in lines), (name, lines)
+        assert not any("--partition" in x or "gpu" in x.split("=")[0] or "--gres" in x for x in lines), (
+            name,
+            lines,
+        )
         assert "#SBATCH --cpus-per-task=2" in lines  # data.clean.workers, not the training job's 16
 
-    assert main([*argv[:4], "launch.slurm.data_partition=cpu", "launch.slurm.data_cpus_per_task=8",
-                 "launch.slurm.data_mem=16G", "launch.slurm.data_time=00:30:00", *argv[4:]]) == 0
+    assert (
+        main(
+            [
+                *argv[:4],
+                "launch.slurm.data_partition=cpu",
+                "launch.slurm.data_cpus_per_task=8",
+                "launch.slurm.data_mem=16G",
+                "launch.slurm.data_time=00:30:00",
+                *argv[4:],
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     clean = (tmp_path / "run" / "slurm" / "gpt2-medium-clean.sbatch").read_text()
-    assert {"#SBATCH --partition=cpu", "#SBATCH --cpus-per-task=8", "#SBATCH --mem=16G",
-            "#SBATCH --time=00:30:00"} <= sbatch_lines(clean)
+    assert {
+        "#SBATCH --partition=cpu",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --mem=16G",
+        "#SBATCH --time=00:30:00",
+    } <= sbatch_lines(clean)
 
 
 def test_gpu_defaults_follow_the_backend(tmp_path):
     tiny = ROOT / "configs" / "roberta-tiny.yaml"
     gloo = load_config(tiny, [f"run.output_dir={tmp_path}", "launch.procs_per_node=2"])
     assert gloo.launch.gpus_per_node == 0 and slurm.gpu_option(gloo) is None
-    assert slurm.data_partition(load_config(tiny, ["launch.slurm.partition=cpu"])) == "cpu"  # no GPUs: same one
+    assert (
+        slurm.data_partition(load_config(tiny, ["launch.slurm.partition=cpu"])) == "cpu"
+    )  # no GPUs: same one
     nccl = load_config(tiny, ["launch.backend=nccl", "launch.procs_per_node=4"])
     assert slurm.gpu_option(nccl) == "--gpus-per-node=4"
-    assert slurm.gpu_option(load_config(tiny, ["launch.backend=nccl", "launch.slurm.gpus_per_node=0"])) is None
+    assert (
+        slurm.gpu_option(load_config(tiny, ["launch.backend=nccl", "launch.slurm.gpus_per_node=0"])) is None
+    )
     with pytest.raises(Exception, match="launch.slurm: array_cpus_per_task is now data_cpus_per_task"):
         load_config(tiny, ["launch.slurm.array_cpus_per_task=4"])
 
@@ -109,18 +147,36 @@ def gpu_slurm():
 def test_sbatch_test_only_accepts_gpu_scripts(gpu_slurm, tmp_path):
     """The controller of a 2-node cluster with 8 GPUs and 32 CPUs per node would run the generated scripts."""
     cfg_path = ROOT / "configs" / "gpt2-medium.yaml"
-    overrides = [f"run.output_dir={tmp_path}/run", "launch.launcher=slurm", "launch.nodes=2",
-                 "launch.procs_per_node=8", "launch.backend=nccl", "launch.slurm.partition=debug"]
+    overrides = [
+        f"run.output_dir={tmp_path}/run",
+        "launch.launcher=slurm",
+        "launch.nodes=2",
+        "launch.procs_per_node=8",
+        "launch.backend=nccl",
+        "launch.slurm.partition=debug",
+    ]
     cfg = load_config(cfg_path, overrides)
     for variant in ({}, {"gpu_request": "gres"}):
-        c = cfg.model_copy(update={"launch": cfg.launch.model_copy(
-            update={"slurm": cfg.launch.slurm.model_copy(update=variant)})})
+        c = cfg.model_copy(
+            update={
+                "launch": cfg.launch.model_copy(update={"slurm": cfg.launch.slurm.model_copy(update=variant)})
+            }
+        )
         path = slurm.write_script(c, slurm.render_train_script(c, Entry.train(cfg_path)), "train")
         res = gpu_slurm.run(["sbatch", "--test-only", str(path)], check=False)
-        assert res.returncode == 0 and "to start at" in res.stderr, (variant, res.stderr, path.read_text()[:600])
+        assert res.returncode == 0 and "to start at" in res.stderr, (
+            variant,
+            res.stderr,
+            path.read_text()[:600],
+        )
     # Asking for more GPUs than a node has is rejected by the same check, so the test can fail.
-    big = cfg.model_copy(update={"launch": cfg.launch.model_copy(
-        update={"slurm": cfg.launch.slurm.model_copy(update={"gpus_per_node": 16})})})
+    big = cfg.model_copy(
+        update={
+            "launch": cfg.launch.model_copy(
+                update={"slurm": cfg.launch.slurm.model_copy(update={"gpus_per_node": 16})}
+            )
+        }
+    )
     path = slurm.write_script(big, slurm.render_train_script(big, Entry.train(cfg_path)), "big")
     assert gpu_slurm.run(["sbatch", "--test-only", str(path)], check=False).returncode != 0
     for stage, path, _ in slurm.pipeline(cfg, cfg_path, overrides, 4, 4, submit_jobs=False)[:4]:

@@ -33,7 +33,9 @@ def test_summary_default_folders_are_the_ones_the_stages_write(tmp_path):
     # The trainer's plots: write them from a metrics file where the trainer logs, and compare the folder.
     logs = Path(paths["tensorboard"])
     logs.mkdir(parents=True)
-    (logs / "metrics.jsonl").write_text('{"split": "train", "step": 1, "loss": 5.0, "lr": 0.001, "time": 0}\n'
-                                        '{"split": "train", "step": 2, "loss": 4.0, "lr": 0.001, "time": 1}\n')
+    (logs / "metrics.jsonl").write_text(
+        '{"split": "train", "step": 1, "loss": 5.0, "lr": 0.001, "time": 0}\n'
+        '{"split": "train", "step": 2, "loss": 4.0, "lr": 0.001, "time": 1}\n'
+    )
     pngs = plot_run(cfg.run.root)
     assert pngs and {str(p.parent) for p in pngs} == {paths["plots"]}

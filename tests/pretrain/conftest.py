@@ -44,8 +44,13 @@ finetune: {{source: bbc, epochs: 1, batch_size: 16, max_length: 64}}
 
 
 def child_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
-            "TOKENIZERS_PARALLELISM": "false"}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DS_ACCELERATOR": "cpu",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
 def run_module(args: list[str], timeout: int = 300, check: bool = True) -> subprocess.CompletedProcess:
@@ -58,29 +63,55 @@ def run_module(args: list[str], timeout: int = 300, check: bool = True) -> subpr
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"{args} still running after {timeout} s (killed)\n--- stdout\n{out[-4000:]}\n"
-                             f"--- stderr\n{err[-6000:]}") from None
+        raise AssertionError(
+            f"{args} still running after {timeout} s (killed)\n--- stdout\n{out[-4000:]}\n"
+            f"--- stderr\n{err[-6000:]}"
+        ) from None
     except BaseException:  # pytest-timeout's failure, Ctrl-C: leave no ranks behind busy on the shared cores
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise
     res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check and res.returncode != 0:
-        raise AssertionError(f"{args} exited {res.returncode}\n--- stdout\n{res.stdout[-4000:]}\n"
-                             f"--- stderr\n{res.stderr[-6000:]}")
+        raise AssertionError(
+            f"{args} exited {res.returncode}\n--- stdout\n{res.stdout[-4000:]}\n"
+            f"--- stderr\n{res.stderr[-6000:]}"
+        )
     return res
 
 
-def torchrun(config: Path, overrides: list[str], nproc: int = 2, port: int = 29700, timeout: int = 300,
-             check: bool = True) -> subprocess.CompletedProcess:
+def torchrun(
+    config: Path,
+    overrides: list[str],
+    nproc: int = 2,
+    port: int = 29700,
+    timeout: int = 300,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
     import socket
 
     require_outside_fast_tier(f"torchrun with {nproc} rank(s)")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    return run_module(["-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(port),
-                       "-m", "pretrain", "train", "--config", str(config), *overrides], timeout, check)
+    return run_module(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(nproc),
+            "--master_port",
+            str(port),
+            "-m",
+            "pretrain",
+            "train",
+            "--config",
+            str(config),
+            *overrides,
+        ],
+        timeout,
+        check,
+    )
 
 
 @pytest.fixture(scope="session")

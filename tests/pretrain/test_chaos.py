@@ -30,16 +30,36 @@ pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.slow, 
 
 KILLS = int(os.environ.get("CHAOS_KILLS", "20"))
 STEPS = 3 * KILLS + 10  # a restart advances a few steps before its kill; the run must outlast all kills
-OVERRIDES = [f"schedule.total_steps={STEPS}", "checkpoint.every_steps=1", "checkpoint.keep_last=2",
-             "eval.every_steps=1000", "logging.every_steps=1", "loader.num_workers=0"]
+OVERRIDES = [
+    f"schedule.total_steps={STEPS}",
+    "checkpoint.every_steps=1",
+    "checkpoint.keep_last=2",
+    "eval.every_steps=1000",
+    "logging.every_steps=1",
+    "loader.num_workers=0",
+]
 
 
 def _start(config: Path, out: str, log) -> subprocess.Popen:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           "-m", "pretrain", "train", "--config", str(config), out, *OVERRIDES]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(port),
+        "-m",
+        "pretrain",
+        "train",
+        "--config",
+        str(config),
+        out,
+        *OVERRIDES,
+    ]
     return subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -61,7 +81,8 @@ def _kill(procs: list[psutil.Process]) -> None:
 def _saving_now(ckpt_dir: Path) -> bool:
     return ckpt_dir.is_dir() and any(
         TAG_RE.match(d.name) and d.is_dir() and any(d.iterdir()) and not (d / COMPLETE).exists()
-        for d in ckpt_dir.iterdir())
+        for d in ckpt_dir.iterdir()
+    )
 
 
 def test_twenty_sigkills_then_bit_exact(roberta_run, tmp_path):
@@ -79,7 +100,9 @@ def test_twenty_sigkills_then_bit_exact(roberta_run, tmp_path):
     log_path = tmp_path / "chaos.log"
     log = open(log_path, "w")
     deadline = time.time() + 1500
-    step_s = [1.0]  # seconds between two checkpoints (one step), measured as the run goes: scales the kill delay
+    step_s = [
+        1.0
+    ]  # seconds between two checkpoints (one step), measured as the run goes: scales the kill delay
     while len(kills) < KILLS and time.time() < deadline:
         kind = plan[len(kills)]
         before = set(complete_tags(ckpt_dir))

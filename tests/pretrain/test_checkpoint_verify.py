@@ -42,8 +42,12 @@ def test_complete_lists_every_file_with_size_and_checksum(tmp_path):
 def test_damaged_newest_checkpoint_falls_back_to_previous(tmp_path, damage):
     _fake_checkpoint(tmp_path, 4)
     new = _fake_checkpoint(tmp_path, 8)
-    target = {"truncate": "mp_rank_00_model_states.pt", "zero": "zero_pp_rank_1_mp_rank_00_optim_states.pt",
-              "delete_optim": "zero_pp_rank_0_mp_rank_00_optim_states.pt", "delete_rng": "rng_rank00001.pt"}[damage]
+    target = {
+        "truncate": "mp_rank_00_model_states.pt",
+        "zero": "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+        "delete_optim": "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+        "delete_rng": "rng_rank00001.pt",
+    }[damage]
     path = new / target
     if damage == "truncate":
         path.write_bytes(path.read_bytes()[:100])
@@ -54,8 +58,9 @@ def test_damaged_newest_checkpoint_falls_back_to_previous(tmp_path, damage):
     warnings: list[str] = []
     assert ckpt.select_resume_tag(tmp_path, warn=warnings.append) == "step00000004"
     assert len(warnings) == 1 and "step00000008" in warnings[0] and target in warnings[0], warnings
-    assert {"truncate": "100 bytes", "zero": "checksum", "delete_optim": "missing",
-            "delete_rng": "missing"}[damage] in warnings[0]
+    assert {"truncate": "100 bytes", "zero": "checksum", "delete_optim": "missing", "delete_rng": "missing"}[
+        damage
+    ] in warnings[0]
     # verification split over 2 ranks finds the same problem on exactly one of them
     shares = [ckpt.verify_files(new, r, 2) for r in range(2)]
     assert sum(len(s) for s in shares) == 1
@@ -72,9 +77,14 @@ def test_every_checkpoint_damaged_stops_with_clear_message(tmp_path):
 
 
 # --- config changes on resume --------------------------------------------------------------------------------
-OLD = {"optim": {"lr": 1e-3, "betas": [0.9, 0.98]}, "schedule": {"total_steps": 30, "warmup_steps": 2},
-       "batch": {"global_batch_size": 8}, "model": {"hidden_size": 64},
-       "data": {"sources": [{"name": "a", "paths": ["x"]}]}, "checkpoint": {"every_steps": 4}}
+OLD = {
+    "optim": {"lr": 1e-3, "betas": [0.9, 0.98]},
+    "schedule": {"total_steps": 30, "warmup_steps": 2},
+    "batch": {"global_batch_size": 8},
+    "model": {"hidden_size": 64},
+    "data": {"sources": [{"name": "a", "paths": ["x"]}]},
+    "checkpoint": {"every_steps": 4},
+}
 
 
 def _new(**changes) -> dict:
@@ -89,8 +99,9 @@ def _new(**changes) -> dict:
 
 
 def test_safe_changes_are_applied_and_listed():
-    ch = resume_diff.compare(OLD, _new(schedule__total_steps=33, optim__lr=5e-4, checkpoint__every_steps=1),
-                             step=30, accept=False)
+    ch = resume_diff.compare(
+        OLD, _new(schedule__total_steps=33, optim__lr=5e-4, checkpoint__every_steps=1), step=30, accept=False
+    )
     assert [k for k, *_ in ch.applied] == ["checkpoint.every_steps", "optim.lr", "schedule.total_steps"]
     text = ch.describe()
     assert "schedule.total_steps: 30 -> 33 (the LR schedule is re-derived from the current step)" in text
@@ -102,15 +113,25 @@ def test_safe_changes_are_applied_and_listed():
 
 def test_unsafe_changes_are_refused_with_old_new_and_flag():
     with pytest.raises(ckpt.CannotContinue) as e:
-        resume_diff.compare(OLD, _new(batch__global_batch_size=16, model__hidden_size=128,
-                                      data__sources__0__paths=["y"]), step=30, accept=False)
+        resume_diff.compare(
+            OLD,
+            _new(batch__global_batch_size=16, model__hidden_size=128, data__sources__0__paths=["y"]),
+            step=30,
+            accept=False,
+        )
     msg = str(e.value)
-    for line in ("batch.global_batch_size: checkpoint 8, now 16", "model.hidden_size: checkpoint 64, now 128",
-                 "data.sources.0.paths: checkpoint ['x'], now ['y']", resume_diff.ACCEPT_FLAG):
+    for line in (
+        "batch.global_batch_size: checkpoint 8, now 16",
+        "model.hidden_size: checkpoint 64, now 128",
+        "data.sources.0.paths: checkpoint ['x'], now ['y']",
+        resume_diff.ACCEPT_FLAG,
+    ):
         assert line in msg, msg
     ch = resume_diff.compare(OLD, _new(batch__global_batch_size=16), step=30, accept=True)
     assert ch.refused == [("batch.global_batch_size", 8, 16)] and "accepted with" in ch.describe()
-    with pytest.raises(ckpt.CannotContinue, match="schedule.total_steps .20. is below the checkpoint's step 30"):
+    with pytest.raises(
+        ckpt.CannotContinue, match="schedule.total_steps .20. is below the checkpoint's step 30"
+    ):
         resume_diff.compare(OLD, _new(schedule__total_steps=20), step=30, accept=False)
 
 
@@ -147,8 +168,10 @@ def test_second_run_on_a_folder_is_refused_naming_the_holder(tmp_path):
     try:
         info = {"host": socket.gethostname(), "pid": holder.pid, "started": "then", "proc_start": None}
         (tmp_path / LOCK_NAME).write_text(json.dumps(info))
-        with pytest.raises(RunFolderLocked, match=f"in use by another training run: host {socket.gethostname()} "
-                                                  f"pid {holder.pid}"):
+        with pytest.raises(
+            RunFolderLocked,
+            match=f"in use by another training run: host {socket.gethostname()} pid {holder.pid}",
+        ):
             RunLock(tmp_path).acquire()
     finally:
         holder.kill()
@@ -178,10 +201,23 @@ def test_plan_shows_the_resume_point_and_config_changes(tmp_path):
     folder = _fake_checkpoint(tmp_path / "checkpoints", 30)
     meta = ckpt.read_complete(folder.parent, folder.name)
     ckpt.write_complete(folder, {**meta, "config": to_dict(old)}, meta["files"])
-    new = load_config("configs/roberta-tiny.yaml", [f"run.output_dir={tmp_path}", "schedule.total_steps=33",
-                                                    "optim.lr=5e-4", "batch.global_batch_size=64"])
+    new = load_config(
+        "configs/roberta-tiny.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            "schedule.total_steps=33",
+            "optim.lr=5e-4",
+            "batch.global_batch_size=64",
+        ],
+    )
     text = format_report(plan_report(new, 2))
     assert f"resume            from {folder} at step 30" in text
-    assert "applied: schedule.total_steps: 30 -> 33 (the LR schedule is re-derived from the current step)" in text
+    assert (
+        "applied: schedule.total_steps: 30 -> 33 (the LR schedule is re-derived from the current step)"
+        in text
+    )
     assert "applied: optim.lr: 0.001 -> 0.0005" in text
-    assert "refused (the run stops unless checkpoint.accept_config_changes=true): batch.global_batch_size: 32 -> 64" in text
+    assert (
+        "refused (the run stops unless checkpoint.accept_config_changes=true): batch.global_batch_size: 32 -> 64"
+        in text
+    )

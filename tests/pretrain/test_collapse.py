@@ -19,10 +19,14 @@ def test_one_class_for_most_examples_is_collapsed_unless_the_labels_are_that_ske
     gold = np.array([i % 5 for i in range(200)])  # 20% per class
     c = collapse(np.zeros(200, dtype=int), gold)
     assert c == {"class": 0, "predicted_share": 1.0, "label_share": 0.2}
-    assert collapse(_preds(200, 0.95), gold)["predicted_share"] == pytest.approx(0.95)  # the threshold is inclusive
+    assert collapse(_preds(200, 0.95), gold)["predicted_share"] == pytest.approx(
+        0.95
+    )  # the threshold is inclusive
     assert collapse(_preds(200, 0.94), gold) is None  # 94% one class: a poor run, not a collapsed one
     assert collapse(gold.copy(), gold) is None
-    skewed = np.array([0] * 160 + [1] * 40)  # the predicted class is 80% of the labels: predicting it is no collapse
+    skewed = np.array(
+        [0] * 160 + [1] * 40
+    )  # the predicted class is 80% of the labels: predicting it is no collapse
     assert collapse(np.zeros(200, dtype=int), skewed) is None
     under = np.array([0] * 159 + [1] * 41)  # 79.5%: collapsed
     assert collapse(np.zeros(200, dtype=int), under)["label_share"] == pytest.approx(0.795)
@@ -42,9 +46,15 @@ def test_collapsed_seeds_are_kept_out_of_the_mean_and_named():
 
 
 def _task(pre: dict, rnd: dict) -> dict:
-    return {"splits": {"train": 10, "dev": 2, "test": 5}, "labels": ["a", "b"], "origin": "x",
-            "arms": {"pretrained": {"lr": 1e-4, **pre, "probe_accuracy": 0.5},
-                     "random": {"lr": 1e-3, **rnd, "probe_accuracy": 0.4}}}
+    return {
+        "splits": {"train": 10, "dev": 2, "test": 5},
+        "labels": ["a", "b"],
+        "origin": "x",
+        "arms": {
+            "pretrained": {"lr": 1e-4, **pre, "probe_accuracy": 0.5},
+            "random": {"lr": 1e-3, **rnd, "probe_accuracy": 0.4},
+        },
+    }
 
 
 def test_margin_over_kept_runs_and_a_task_with_a_collapsed_arm_says_so():
@@ -63,7 +73,11 @@ def test_margin_over_kept_runs_and_a_task_with_a_collapsed_arm_says_so():
     assert "collapsed seeds 1 left out" in format_report({"tasks": {"bbc": partly}})
     fine = _task(ok, ok)
     compare_arms(fine, probe_on=False)
-    assert fine["collapsed"] == [] and fine["margin"] == 0.0 and "COLLAPSED" not in format_report({"tasks": {"t": fine}})
+    assert (
+        fine["collapsed"] == []
+        and fine["margin"] == 0.0
+        and "COLLAPSED" not in format_report({"tasks": {"t": fine}})
+    )
 
 
 def test_a_collapsed_dev_run_is_never_the_picked_learning_rate():
@@ -129,9 +143,18 @@ def test_a_body_that_ignores_its_input_is_flagged_by_its_token_cosine():
     feats = [{"input_ids": tok(t)["input_ids"], "labels": 0} for t in texts]
     enc = Encoded(feats, np.arange(16), np.zeros(16, dtype=int))
     torch.manual_seed(0)
-    body = ElectraModel(ElectraConfig(vocab_size=64, embedding_size=32, hidden_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
-                                      pad_token_id=0))
+    body = ElectraModel(
+        ElectraConfig(
+            vocab_size=64,
+            embedding_size=32,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            pad_token_id=0,
+        )
+    )
     ft = FinetuneConfig()
     healthy = token_cosine(body, tok, enc, ft)
     assert healthy < DEGENERATE_TOKEN_COSINE

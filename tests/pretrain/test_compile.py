@@ -16,7 +16,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeou
 
 
 def _losses(out: str) -> list[float]:
-    rows = [json.loads(x) for x in (Path(out.split("=", 1)[1]) / "logs" / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(x)
+        for x in (Path(out.split("=", 1)[1]) / "logs" / "metrics.jsonl").read_text().splitlines()
+    ]
     return [r["loss"] for r in rows if "loss" in r]
 
 
@@ -27,8 +30,11 @@ def test_compiled_engine_trains_like_eager_and_exports(gpt2_run, tmp_path):
     compiled = isolated(gpt2_run, tmp_path / "compiled")
     common = ["schedule.total_steps=4", "model.dropout=0", "model.attention_dropout=0"]
     torchrun(gpt2_run, [eager, *common], nproc=1)
-    res = torchrun(gpt2_run, [compiled, *common, "deepspeed.compile=true", "deepspeed.compile_backend=aot_eager"],
-                   nproc=1)
+    res = torchrun(
+        gpt2_run,
+        [compiled, *common, "deepspeed.compile=true", "deepspeed.compile_backend=aot_eager"],
+        nproc=1,
+    )
     assert "torch.compile (aot_eager)" in res.stdout + res.stderr
     a, b = _losses(eager), _losses(compiled)
     assert len(a) == len(b) >= 2 and a == pytest.approx(b, rel=1e-4, abs=1e-5)

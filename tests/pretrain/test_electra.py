@@ -46,10 +46,14 @@ print(json.dumps({"diff": (ours - probe["logits"]).abs().max().item(), "disc": t
 def test_electra_trains_resumes_and_exports_both_networks(stage, electra_run, tmp_path):
     out = isolated(electra_run, tmp_path)
     run_dir = Path(out.split("=", 1)[1])
-    torchrun(electra_run, [out, f"deepspeed.zero_stage={stage}", "schedule.total_steps=4",
-                           "checkpoint.every_steps=2"])
-    res = torchrun(electra_run, [out, f"deepspeed.zero_stage={stage}", "schedule.total_steps=6",
-                                 "checkpoint.every_steps=2"])
+    torchrun(
+        electra_run,
+        [out, f"deepspeed.zero_stage={stage}", "schedule.total_steps=4", "checkpoint.every_steps=2"],
+    )
+    res = torchrun(
+        electra_run,
+        [out, f"deepspeed.zero_stage={stage}", "schedule.total_steps=6", "checkpoint.every_steps=2"],
+    )
     assert "resumed from" in res.stdout + res.stderr
     ckpts = run_dir / "checkpoints"
     assert complete_tags(ckpts)[-1] == "step00000006"
@@ -59,24 +63,44 @@ def test_electra_trains_resumes_and_exports_both_networks(stage, electra_run, tm
     assert losses and all(0 < v < 100 for v in losses), losses  # MLM (~log V) + 50 x BCE (~0.69 at init)
     last = train_rows[-1]  # the objective's own figures, averaged over micro-batches and ranks (15% masked:
     # floor(0.15 n + u) of each block's n maskable tokens, a sampled original not counted)
-    assert abs(last["generator_loss"] + 50 * last["discriminator_loss"] - last["loss"]) < 1e-3 * last["loss"], last
+    assert (
+        abs(last["generator_loss"] + 50 * last["discriminator_loss"] - last["loss"]) < 1e-3 * last["loss"]
+    ), last
     assert 0 < last["replaced_fraction"] < 0.17 and 0 <= last["replaced_recall"] <= 1, last
     assert 0 < last["discriminator_accuracy"] <= 1, last
 
-    run_module(["-m", "pretrain", "export", "--config", str(electra_run), out, f"deepspeed.zero_stage={stage}"])
+    run_module(
+        ["-m", "pretrain", "export", "--config", str(electra_run), out, f"deepspeed.zero_stage={stage}"]
+    )
     export = run_dir / "export"
-    for f in ("model.safetensors", "config.json", "tokenizer.json", "README.md",
-              "generator/model.safetensors", "generator/config.json", "generator/tokenizer.json"):
+    for f in (
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "README.md",
+        "generator/model.safetensors",
+        "generator/config.json",
+        "generator/tokenizer.json",
+    ):
         assert (export / f).is_file(), f
     state = json.loads((export / "training_state.json").read_text())
     assert state["parity_max_abs_diff"] is not None and state["parity_max_abs_diff"] <= 1e-5, state
     probe = ckpts / "step00000006" / "parity_probe.pt"
-    info = subprocess.run([sys.executable, "-c", LOAD, str(export), str(probe)], capture_output=True, text=True,
-                          env=child_env(), cwd=ROOT, timeout=180)
+    info = subprocess.run(
+        [sys.executable, "-c", LOAD, str(export), str(probe)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=180,
+    )
     assert info.returncode == 0, info.stderr[-3000:]
     got = json.loads(info.stdout.strip().splitlines()[-1])
     assert got["diff"] <= 1e-5, got  # a fresh process, plain transformers, the engine's logits
-    assert (got["disc"], got["gen"], got["clf"]) == ("ElectraForPreTraining", "ElectraForMaskedLM",
-                                                    "ElectraForSequenceClassification"), got
+    assert (got["disc"], got["gen"], got["clf"]) == (
+        "ElectraForPreTraining",
+        "ElectraForMaskedLM",
+        "ElectraForSequenceClassification",
+    ), got
     assert got["clf_logits"] == [2, 5] and got["tagger"][-1] == 3 and got["gen_tok"], got
     assert got["gen_width"] * 4 == got["disc_width"], got

@@ -26,15 +26,38 @@ def test_training_starts_despite_a_stale_extension_lock(roberta_run, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           "-m", "pretrain", "train", "--config", str(roberta_run), isolated(roberta_run, tmp_path),
-           "schedule.total_steps=2", "checkpoint.every_steps=2", "eval.every_steps=1000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(port),
+        "-m",
+        "pretrain",
+        "train",
+        "--config",
+        str(roberta_run),
+        isolated(roberta_run, tmp_path),
+        "schedule.total_steps=2",
+        "checkpoint.every_steps=2",
+        "eval.every_steps=1000",
+    ]
     t0 = time.monotonic()
     try:
-        res = subprocess.run(cmd, cwd=ROOT, env={**child_env(), "TORCH_EXTENSIONS_DIR": str(ext)},
-                             capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            env={**child_env(), "TORCH_EXTENSIONS_DIR": str(ext)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"training did not finish in 300 s with a stale lock in {ext}:\n{(e.stdout or b'')[-3000:]!r}")
+        pytest.fail(
+            f"training did not finish in 300 s with a stale lock in {ext}:\n{(e.stdout or b'')[-3000:]!r}"
+        )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert (ext / "deepspeed_shm_comm" / "lock").exists()  # never touched: the op is not built at all
     print(f"2 ranks trained 2 steps in {time.monotonic() - t0:.0f} s beside a stale extension lock")

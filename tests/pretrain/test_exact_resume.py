@@ -24,16 +24,36 @@ from tests.pretrain.test_train_deepspeed import isolated
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(720)]
 
 STEPS = 24
-OVERRIDES = [f"schedule.total_steps={STEPS}", "checkpoint.every_steps=3", "checkpoint.keep_last=2",
-             "eval.every_steps=8", "logging.every_steps=1", "loader.num_workers=1"]
+OVERRIDES = [
+    f"schedule.total_steps={STEPS}",
+    "checkpoint.every_steps=3",
+    "checkpoint.keep_last=2",
+    "eval.every_steps=8",
+    "logging.every_steps=1",
+    "loader.num_workers=1",
+]
 
 
 def _start(config: Path, out: str, log) -> subprocess.Popen:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           "-m", "pretrain", "train", "--config", str(config), out, *OVERRIDES]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(port),
+        "-m",
+        "pretrain",
+        "train",
+        "--config",
+        str(config),
+        out,
+        *OVERRIDES,
+    ]
     return subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -51,7 +71,9 @@ def _kill_tree(p: subprocess.Popen) -> None:
 def _saving_now(ckpt_dir: Path) -> bool:
     if not ckpt_dir.is_dir():
         return False
-    return any(TAG_RE.match(d.name) and any(d.iterdir()) and not (d / COMPLETE).exists() for d in ckpt_dir.iterdir())
+    return any(
+        TAG_RE.match(d.name) and any(d.iterdir()) and not (d / COMPLETE).exists() for d in ckpt_dir.iterdir()
+    )
 
 
 def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:

@@ -29,7 +29,10 @@ VENV = ROOT / ".venv-compat-tf440"
 REQUIREMENTS = ["torch==2.13.0", f"transformers=={OLDEST}", "sentencepiece", "protobuf"]
 # Export task per family task: which Auto class the probe loads it with.
 PROBE_TASK = {"masked_lm": "mlm", "causal_lm": "clm", "seq2seq": "s2s", "token_detection": "pre"}
-TEXTS = ["Xbox sales in Qatar hit 5/10! Café prices rose 5%.", "日本語 😀 and a longer second sentence about markets."]
+TEXTS = [
+    "Xbox sales in Qatar hit 5/10! Café prices rose 5%.",
+    "日本語 😀 and a longer second sentence about markets.",
+]
 
 PROBE = r"""
 import json, sys, torch, transformers
@@ -64,7 +67,9 @@ print(json.dumps({"version": transformers.__version__, "tokenizer": type(tok).__
 
 
 def _pip_list(python: Path) -> str:
-    return subprocess.run([str(python), "-m", "pip", "list"], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [str(python), "-m", "pip", "list"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def old_python(version: str) -> Path:

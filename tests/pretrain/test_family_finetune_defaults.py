@@ -12,8 +12,13 @@ from pretrain.families import family_names, get_family
 from pretrain.families.registry import FamilySpec
 from runconfig import load_config
 
-PRESETS = {"roberta": "roberta-budget", "gpt2": "gpt2-budget", "t5": "t5-budget", "modernbert": "modernbert-budget",
-           "electra": "electra-budget"}
+PRESETS = {
+    "roberta": "roberta-budget",
+    "gpt2": "gpt2-budget",
+    "t5": "t5-budget",
+    "modernbert": "modernbert-budget",
+    "electra": "electra-budget",
+}
 
 
 @pytest.mark.parametrize("family", family_names())
@@ -29,7 +34,9 @@ def test_the_family_recipe_applies_unless_the_config_sets_the_key(family):
     cfg = load_config(f"configs/{PRESETS[family]}.yaml")
     assert cfg.finetune.lr_grid == d["lr_grid"] and cfg.finetune.weight_decay == d["weight_decay"]
     assert cfg.finetune.warmup_ratio == d["warmup_ratio"]
-    own = load_config(f"configs/{PRESETS[family]}.yaml", ["finetune.lr_grid=[5.0e-5]", "finetune.weight_decay=0.3"])
+    own = load_config(
+        f"configs/{PRESETS[family]}.yaml", ["finetune.lr_grid=[5.0e-5]", "finetune.weight_decay=0.3"]
+    )
     assert own.finetune.lr_grid == [5.0e-5] and own.finetune.weight_decay == 0.3
     assert own.finetune.warmup_ratio == d["warmup_ratio"]
 
@@ -41,17 +48,27 @@ def test_electra_and_t5_fine_tune_in_their_papers_range():
         assert max(get_family(family).finetune_defaults["lr_grid"]) <= 3.0e-4
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({"lr_grid": [1e-4, 0.0]}, r"'broken': finetune_defaults.*learning rates must be > 0"),
-    ({"lr_grid": [-1e-4]}, r"'broken': finetune_defaults.*learning rates must be > 0"),
-    ({"lr_grid": [float("nan")]}, r"'broken': finetune_defaults.lr_grid.0: .*finite"),
-    ({"lr_grid": [float("inf")]}, r"'broken': finetune_defaults.lr_grid.0: .*finite"),
-    ({"lr_grid": []}, r"'broken': finetune_defaults.*lr_grid is empty"),
-    ({"warmup_ratio": 1.5}, r"'broken': finetune_defaults.warmup_ratio"),
-    ({"lr_grd": [1e-4]}, r"'broken': finetune_defaults has unknown finetune keys \['lr_grd'\]"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"lr_grid": [1e-4, 0.0]}, r"'broken': finetune_defaults.*learning rates must be > 0"),
+        ({"lr_grid": [-1e-4]}, r"'broken': finetune_defaults.*learning rates must be > 0"),
+        ({"lr_grid": [float("nan")]}, r"'broken': finetune_defaults.lr_grid.0: .*finite"),
+        ({"lr_grid": [float("inf")]}, r"'broken': finetune_defaults.lr_grid.0: .*finite"),
+        ({"lr_grid": []}, r"'broken': finetune_defaults.*lr_grid is empty"),
+        ({"warmup_ratio": 1.5}, r"'broken': finetune_defaults.warmup_ratio"),
+        ({"lr_grd": [1e-4]}, r"'broken': finetune_defaults has unknown finetune keys \['lr_grd'\]"),
+    ],
+)
 def test_a_bad_family_fine_tune_default_is_refused_naming_the_key(bad, match):
     base = get_family("roberta")
     with pytest.raises(ValueError, match=match):
-        FamilySpec(name="broken", build_config=base.build_config, model_class=base.model_class, task=base.task,
-                   objectives=base.objectives, tokenizer_types=base.tokenizer_types, finetune_defaults=bad)
+        FamilySpec(
+            name="broken",
+            build_config=base.build_config,
+            model_class=base.model_class,
+            task=base.task,
+            objectives=base.objectives,
+            tokenizer_types=base.tokenizer_types,
+            finetune_defaults=bad,
+        )

@@ -80,11 +80,19 @@ CHECK = textwrap.dedent("""
 
 def test_entry_points_register_family_and_objective(tmp_path):
     plug = install_toy_plugin(tmp_path / "site")
-    res = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=plugin_env(plug), capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", CHECK],
+        cwd=ROOT,
+        env=plugin_env(plug),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert {"gpt2", "roberta", "t5", "toybert"} <= set(out["families"]) and out["families"] == sorted(out["families"])
+    assert {"gpt2", "roberta", "t5", "toybert"} <= set(out["families"]) and out["families"] == sorted(
+        out["families"]
+    )
     assert "toy_mlm" in out["objectives"] and out["family"] == "toybert"
     assert f"model.family: unknown family 'nosuch' (registered: {out['families']})" in out["unknown"]
     assert "objective.type: 'toy_mlm' cannot train model.family 'gpt2'" in out["refused"]
@@ -103,19 +111,42 @@ def test_plugin_family_trains_through_the_real_loop_and_exports(roberta_run, tmp
     out.mkdir()
     for name in ("clean", "dedup", "tokenizer", "tokens"):
         (out / name).symlink_to((roberta_run.parent / "run" / name).resolve())
-    overrides = [f"run.output_dir={out}", "model.family=toybert", "objective.type=toy_mlm",
-                 "schedule.total_steps=4", "model.max_position_embeddings=64"]
+    overrides = [
+        f"run.output_dir={out}",
+        "model.family=toybert",
+        "objective.type=toy_mlm",
+        "schedule.total_steps=4",
+        "model.max_position_embeddings=64",
+    ]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
 
     def run(args: list[str]) -> subprocess.CompletedProcess:
-        res = subprocess.run([sys.executable, *args, "--config", str(roberta_run), *overrides], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            [sys.executable, *args, "--config", str(roberta_run), *overrides],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
         return res
 
-    run(["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), "-m", "pretrain", "train"])
+    run(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(port),
+            "-m",
+            "pretrain",
+            "train",
+        ]
+    )
     rows = [json.loads(x) for x in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if r["split"] == "train"]
     assert losses and all(0 < v < 20 for v in losses)
@@ -163,8 +194,14 @@ def test_one_file_family_and_objective_by_reference_train_a_step(tmp_path):
     plug = tmp_path / "proj"
     plug.mkdir()
     (plug / "toyref.py").write_text(TOY_PACKAGE)
-    res = subprocess.run([sys.executable, "-c", REF_CHECK.replace('"tok"', repr(str(tmp_path / "tok")))], cwd=ROOT,
-                         env=plugin_env(plug), capture_output=True, text=True, timeout=150)
+    res = subprocess.run(
+        [sys.executable, "-c", REF_CHECK.replace('"tok"', repr(str(tmp_path / "tok")))],
+        cwd=ROOT,
+        env=plugin_env(plug),
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["model"] == "BertForMaskedLM" and out["family"] == "toyref:FAMILY"

@@ -56,9 +56,19 @@ def _write_jsonl(path: Path, rows, text_key="text", label_key="label") -> Path:
     return path
 
 
-TINY = ["tokenizer.vocab_size=600", "model.hidden_size=32", "model.num_heads=2", "model.ffn_size=64",
-        "packing.seq_len=64", "finetune.epochs=2", "finetune.batch_size=8", "finetune.max_length=48",
-        "finetune.lr_grid=[1.0e-3]", "finetune.seeds=[0]", "finetune.threads=1"]
+TINY = [
+    "tokenizer.vocab_size=600",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.ffn_size=64",
+    "packing.seq_len=64",
+    "finetune.epochs=2",
+    "finetune.batch_size=8",
+    "finetune.max_length=48",
+    "finetune.lr_grid=[1.0e-3]",
+    "finetune.seeds=[0]",
+    "finetune.threads=1",
+]
 
 
 def _export(tmp_path: Path, preset: str, texts: list[str]) -> tuple[Path, list[str]]:
@@ -67,8 +77,13 @@ def _export(tmp_path: Path, preset: str, texts: list[str]) -> tuple[Path, list[s
     cfg = load_config(f"configs/{preset}.yaml", overrides)
     shard = RunLayout(cfg).clean / "bbc" / "shard-00000.jsonl.zst"
     shard.parent.mkdir(parents=True)
-    write_shard(shard, [{"id": str(i), "text": t, "url": None, "timestamp": None, "source": "bbc"}
-                        for i, t in enumerate(texts)])
+    write_shard(
+        shard,
+        [
+            {"id": str(i), "text": t, "url": None, "timestamp": None, "source": "bbc"}
+            for i, t in enumerate(texts)
+        ],
+    )
     mark_done(shard, {"rows": len(texts)})
     tok_dir = train_tokenizer(cfg)
     from transformers import AutoTokenizer
@@ -117,12 +132,23 @@ def test_arms_in_parallel_workers_give_the_sequential_result(tmp_path):
     accuracy equals the sequential run's (the protocol is the same; only the scheduling differs)."""
     rows = _labelled_rows(per_label=8, chars=300)
     export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
-    ov = [*overrides, "finetune.seeds=[0,1]", "finetune.lr_grid=[1.0e-3]", "finetune.epochs=1",
-          "finetune.probe=false"]
+    ov = [
+        *overrides,
+        "finetune.seeds=[0,1]",
+        "finetune.lr_grid=[1.0e-3]",
+        "finetune.epochs=1",
+        "finetune.probe=false",
+    ]
     folder = str(_labelled_folder(tmp_path, rows))
-    seq = run_transfer(_task_cfg("gpt2-tiny", ov, train=folder), export, tmp_path / "seq", log=lambda *_: None)
-    par = run_transfer(_task_cfg("gpt2-tiny", [*ov, "finetune.workers=2"], train=folder), export, tmp_path / "par",
-                       log=lambda *_: None)
+    seq = run_transfer(
+        _task_cfg("gpt2-tiny", ov, train=folder), export, tmp_path / "seq", log=lambda *_: None
+    )
+    par = run_transfer(
+        _task_cfg("gpt2-tiny", [*ov, "finetune.workers=2"], train=folder),
+        export,
+        tmp_path / "par",
+        log=lambda *_: None,
+    )
     for arm in ("pretrained", "random"):
         a, b = seq["tasks"]["t"]["arms"][arm], par["tasks"]["t"]["arms"][arm]
         assert a["test_accuracy"]["values"] == b["test_accuracy"]["values"], arm
@@ -169,22 +195,35 @@ def test_split_never_moves_with_seed_and_files_are_used_as_given(tmp_path, monke
     _write_csv(tmp_path / "train.csv", rows[:20] + rows[10:30] + rows[20:])
     _write_csv(tmp_path / "test.csv", rows[::3])
     _write_jsonl(tmp_path / "dev.jsonl", rows[1::5])
-    c = load_task(_task_cfg("roberta-tiny", TINY, train="$LABELLED_DIR/train.csv", dev="$LABELLED_DIR/dev.jsonl",
-                            test="$LABELLED_DIR/test.csv"), 0)
+    c = load_task(
+        _task_cfg(
+            "roberta-tiny",
+            TINY,
+            train="$LABELLED_DIR/train.csv",
+            dev="$LABELLED_DIR/dev.jsonl",
+            test="$LABELLED_DIR/test.csv",
+        ),
+        0,
+    )
     assert len(c.test) == len(rows[::3]) and len(c.dev) == len(rows[1::5]) and len(c.train) == 30 + 20
 
 
 def test_labelled_text_gets_the_pretraining_unicode_repair(tmp_path):
     """Fine-tune text goes through the same repair as the pretraining corpus (data.clean.unicode), so the model
     sees "didn't" where the file says "didn&#039;t" (as in the UCI drug reviews); switchable per run."""
-    rows = [(f"{i}", f"It didn&#039;t help &amp; I&rsquo;m tired {i}", "neg" if i % 2 else "pos") for i in range(40)]
+    rows = [
+        (f"{i}", f"It didn&#039;t help &amp; I&rsquo;m tired {i}", "neg" if i % 2 else "pos")
+        for i in range(40)
+    ]
     path = _write_csv(tmp_path / "t.tsv", rows, delimiter="\t")
     data = load_task(_task_cfg("roberta-tiny", TINY, train=str(path)), 0)
     texts = [r[1] for r in data.train + data.dev + data.test]
     assert len(texts) == 40 and all(t.startswith("It didn't help & I'm tired ") for t in texts)
     raw = load_task(_task_cfg("roberta-tiny", [*TINY, "finetune.repair_text=false"], train=str(path)), 0)
     assert all("&#039;" in r[1] for r in raw.train + raw.dev + raw.test)
-    off = load_task(_task_cfg("roberta-tiny", [*TINY, "data.clean.unicode.enabled=false"], train=str(path)), 0)
+    off = load_task(
+        _task_cfg("roberta-tiny", [*TINY, "data.clean.unicode.enabled=false"], train=str(path)), 0
+    )
     assert all("&amp;" in r[1] for r in off.train + off.dev + off.test)  # no repair in pretraining: none here
 
 
@@ -195,8 +234,20 @@ def test_example_caps_take_a_fixed_subset_of_large_tasks(tmp_path):
     train = _write_csv(tmp_path / "train.csv", rows)
     test = _write_csv(tmp_path / "test.csv", rows[::2])
     full = load_task(_task_cfg("roberta-tiny", TINY, train=str(train), test=str(test)), 0)
-    capped = [load_task(_task_cfg("roberta-tiny", [*TINY, f"finetune.seeds=[{s}]"], train=str(train),
-                                  test=str(test), max_train_examples=24, max_test_examples=10), 0) for s in (0, 5)]
+    capped = [
+        load_task(
+            _task_cfg(
+                "roberta-tiny",
+                [*TINY, f"finetune.seeds=[{s}]"],
+                train=str(train),
+                test=str(test),
+                max_train_examples=24,
+                max_test_examples=10,
+            ),
+            0,
+        )
+        for s in (0, 5)
+    ]
     a, b = capped
     assert len(a.train) + len(a.dev) == 24 and len(a.test) == 10
     assert [r[0] for r in a.train + a.dev + a.test] == [r[0] for r in b.train + b.dev + b.test]
@@ -218,7 +269,9 @@ def test_bad_tasks_are_named_before_any_training(tmp_path):
         load_tasks(_task_cfg("roberta-tiny", TINY, train=str(nolabel)))
     train = _write_csv(tmp_path / "tr.csv", [r for r in rows if r[2] != "tech"])
     test = _write_csv(tmp_path / "te.csv", rows)
-    with pytest.raises(LabelledDataError, match="finetune.tasks.0.label_column: the test split has labels the train"):
+    with pytest.raises(
+        LabelledDataError, match="finetune.tasks.0.label_column: the test split has labels the train"
+    ):
         load_tasks(_task_cfg("roberta-tiny", TINY, train=str(train), test=str(test)))
     with pytest.raises(LabelledDataError, match="label sets differ between train and test"):
         load_tasks(_task_cfg("roberta-tiny", TINY, train=str(test), test=str(train)))
@@ -234,7 +287,9 @@ def test_long_inputs_head_tail_and_sliding_window():
     ht = windows(ids, 20, cfg.finetune.model_copy(update={"long_inputs": "head_tail", "head_fraction": 0.25}))
     assert ht == [ids[:5] + ids[-15:]]
     assert windows(ids, 20, cfg.finetune.model_copy(update={"long_inputs": "truncate"})) == [ids[:20]]
-    sw = windows(ids, 20, cfg.finetune.model_copy(update={"long_inputs": "sliding_window", "window_stride": 0.5}))
+    sw = windows(
+        ids, 20, cfg.finetune.model_copy(update={"long_inputs": "sliding_window", "window_stride": 0.5})
+    )
     assert sw[0] == ids[:20] and sw[1] == ids[10:30] and sw[-1][-1] == 99 and all(len(w) <= 20 for w in sw)
 
 
@@ -245,9 +300,18 @@ def test_max_length_up_to_the_model_positions(tmp_path):
     too_long = _task_cfg("roberta-tiny", [*overrides, "finetune.max_length=500"], train=str(folder))
     with pytest.raises(ValueError, match=r"finetune.max_length \(500\) exceeds the 128 positions"):
         run_transfer(too_long, export, tmp_path / "x", log=lambda *_: None)
-    cfg = _task_cfg("roberta-tiny", [*overrides, "finetune.max_length=model", "finetune.long_inputs=sliding_window",
-                                     "finetune.epochs=1", "finetune.probe=false", "finetune.arms=[pretrained]"],
-                    train=str(folder))
+    cfg = _task_cfg(
+        "roberta-tiny",
+        [
+            *overrides,
+            "finetune.max_length=model",
+            "finetune.long_inputs=sliding_window",
+            "finetune.epochs=1",
+            "finetune.probe=false",
+            "finetune.arms=[pretrained]",
+        ],
+        train=str(folder),
+    )
     r = run_transfer(cfg, export, tmp_path / "y", log=lambda *_: None)["tasks"]["t"]
     assert r["max_length"] == 128 and r["long_inputs"] == "sliding_window"
     assert isinstance(Encoded, type)
@@ -257,10 +321,15 @@ def test_reinitialised_export_shows_no_significant_margin(tmp_path):
     """Honesty: an 'export' whose weights are a fresh random init must not beat random init significantly."""
     rows = _labelled_rows(per_label=30, chars=800)
     folder = _labelled_folder(tmp_path, rows)
-    export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])  # never trained: re-initialised weights
+    export, overrides = _export(
+        tmp_path, "gpt2-tiny", [r[1] for r in rows]
+    )  # never trained: re-initialised weights
     torch.manual_seed(123)
-    cfg = _task_cfg("gpt2-tiny", [*overrides, "finetune.seeds=[0,1,2]", "finetune.lr_grid=[3.0e-4,1.0e-3]",
-                                  "finetune.epochs=3"], train=str(folder))
+    cfg = _task_cfg(
+        "gpt2-tiny",
+        [*overrides, "finetune.seeds=[0,1,2]", "finetune.lr_grid=[3.0e-4,1.0e-3]", "finetune.epochs=3"],
+        train=str(folder),
+    )
     r = run_transfer(cfg, export, tmp_path / "h", log=lambda *_: None)["tasks"]["t"]
     assert r["p_value"] is None or r["p_value"] > 0.05 or abs(r["margin"]) < 0.05, r
     assert abs(r["probe_margin"]) < 0.15, r
@@ -290,18 +359,30 @@ def test_min_steps_and_lr_grid_edge_are_recorded(tmp_path):
     rows = _labelled_rows(per_label=8, chars=300)
     export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
     folder = str(_labelled_folder(tmp_path, rows))
-    ov = [*overrides, "finetune.seeds=[0]", "finetune.epochs=1", "finetune.probe=false", "finetune.batch_size=4"]
-    plain = run_transfer(_task_cfg("gpt2-tiny", ov, train=folder), export, tmp_path / "a", log=lambda *_: None)
+    ov = [
+        *overrides,
+        "finetune.seeds=[0]",
+        "finetune.epochs=1",
+        "finetune.probe=false",
+        "finetune.batch_size=4",
+    ]
+    plain = run_transfer(
+        _task_cfg("gpt2-tiny", ov, train=folder), export, tmp_path / "a", log=lambda *_: None
+    )
     n_train = plain["tasks"]["t"]["splits"]["train"]
     one_epoch = -(-n_train // 4)
     assert plain["tasks"]["t"]["arms"]["random"]["steps"] == one_epoch
-    assert json.loads((tmp_path / "a" / "t" / "random" / "lr0.001-seed0" / "result.json").read_text())["steps"] \
+    assert (
+        json.loads((tmp_path / "a" / "t" / "random" / "lr0.001-seed0" / "result.json").read_text())["steps"]
         == one_epoch
+    )
     assert "lr_at_grid_edge" not in plain["tasks"]["t"]["arms"]["random"]  # a single LR is no grid
     more = one_epoch + 5
     logs: list[str] = []
     grid = [1.0e-5, 1.0e-4, 1.0e-3]
-    cfg = _task_cfg("gpt2-tiny", [*ov, f"finetune.min_steps={more}", f"finetune.lr_grid={grid}"], train=folder)
+    cfg = _task_cfg(
+        "gpt2-tiny", [*ov, f"finetune.min_steps={more}", f"finetune.lr_grid={grid}"], train=folder
+    )
     res = run_transfer(cfg, export, tmp_path / "b", log=logs.append)
     for name, arm in res["tasks"]["t"]["arms"].items():
         assert arm["steps"] == more
@@ -318,27 +399,52 @@ def test_dev_based_checkpoint_selection_keeps_the_best_dev_weights(tmp_path):
     result.json records every dev score and the step it kept. Without it the last step's weights are used."""
     from pretrain.transfer import dev_eval_steps
 
-    assert dev_eval_steps(10, 4) == {2, 5, 8, 10} and dev_eval_steps(3, 5) == {1, 2, 3} and dev_eval_steps(7, 0) == set()
+    assert (
+        dev_eval_steps(10, 4) == {2, 5, 8, 10}
+        and dev_eval_steps(3, 5) == {1, 2, 3}
+        and dev_eval_steps(7, 0) == set()
+    )
     rows = _labelled_rows(per_label=8, chars=300)
     export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
     folder = str(_labelled_folder(tmp_path, rows))
-    ov = [*overrides, "finetune.seeds=[0]", "finetune.epochs=3", "finetune.probe=false", "finetune.batch_size=4",
-          "finetune.arms=[random]"]
-    res = finetune(_task_cfg("gpt2-tiny", [*ov, "finetune.dev_evals=4"], train=folder), export, "random",
-                   tmp_path / "sel", log=lambda *_: None)[0]
+    ov = [
+        *overrides,
+        "finetune.seeds=[0]",
+        "finetune.epochs=3",
+        "finetune.probe=false",
+        "finetune.batch_size=4",
+        "finetune.arms=[random]",
+    ]
+    res = finetune(
+        _task_cfg("gpt2-tiny", [*ov, "finetune.dev_evals=4"], train=folder),
+        export,
+        "random",
+        tmp_path / "sel",
+        log=lambda *_: None,
+    )[0]
     run = json.loads((tmp_path / "sel" / "t" / "random" / "seed0" / "result.json").read_text())
     steps = run["steps"]
     by_step = {int(k): v for k, v in run["dev_accuracy_by_step"].items()}
     assert set(by_step) == dev_eval_steps(steps, 4) and steps in by_step
     best = max(by_step.values())
-    assert by_step[run["best_dev_step"]] == best and run["best_dev_step"] == max(k for k, v in by_step.items() if v == best)
-    assert res["accuracy_by_seed"][0]["dev"] == pytest.approx(best)  # the kept weights are the best-on-dev ones
-    saved = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "sel" / "t" / "random" / "seed0"))
+    assert by_step[run["best_dev_step"]] == best and run["best_dev_step"] == max(
+        k for k, v in by_step.items() if v == best
+    )
+    assert res["accuracy_by_seed"][0]["dev"] == pytest.approx(
+        best
+    )  # the kept weights are the best-on-dev ones
+    saved = AutoModelForSequenceClassification.from_pretrained(
+        str(tmp_path / "sel" / "t" / "random" / "seed0")
+    )
     assert saved.config.num_labels == 3
-    last = finetune(_task_cfg("gpt2-tiny", ov, train=folder), export, "random", tmp_path / "last", log=lambda *_: None)[0]
+    last = finetune(
+        _task_cfg("gpt2-tiny", ov, train=folder), export, "random", tmp_path / "last", log=lambda *_: None
+    )[0]
     plain = json.loads((tmp_path / "last" / "t" / "random" / "seed0" / "result.json").read_text())
     assert "best_dev_step" not in plain and plain["steps"] == steps
-    assert last["accuracy_by_seed"][0]["dev"] == pytest.approx(by_step[steps])  # same seed: same last-step weights
+    assert last["accuracy_by_seed"][0]["dev"] == pytest.approx(
+        by_step[steps]
+    )  # same seed: same last-step weights
     with pytest.raises(ConfigError, match="finetune.dev_evals"):
         load_config("configs/gpt2-tiny.yaml", ["finetune.dev_evals=-1"])
 
@@ -372,18 +478,39 @@ def test_early_stopping_on_dev_stops_each_run_when_dev_stops_improving(tmp_path)
     rows = _labelled_rows(per_label=8, chars=300)
     export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
     folder = str(_labelled_folder(tmp_path, rows))
-    ov = [*overrides, "finetune.seeds=[0]", "finetune.probe=false", "finetune.batch_size=4", "finetune.arms=[random]",
-          "finetune.min_steps=40", "finetune.dev_evals=20", "finetune.early_stopping_patience=1"]
+    ov = [
+        *overrides,
+        "finetune.seeds=[0]",
+        "finetune.probe=false",
+        "finetune.batch_size=4",
+        "finetune.arms=[random]",
+        "finetune.min_steps=40",
+        "finetune.dev_evals=20",
+        "finetune.early_stopping_patience=1",
+    ]
     finetune(_task_cfg("gpt2-tiny", ov, train=folder), export, "random", tmp_path / "es", log=lambda *_: None)
     run = json.loads((tmp_path / "es" / "t" / "random" / "seed0" / "result.json").read_text())
     by_step = {int(k): v for k, v in run["dev_accuracy_by_step"].items()}
     assert run["steps"] == max(by_step) and run["planned_steps"] == 40
     if run["steps"] < 40:  # stopped early: the last dev score was not a new best
         assert by_step[run["steps"]] <= max(v for k, v in by_step.items() if k < run["steps"])
-    report = {"tasks": {"t": {"splits": {"train": 1, "dev": 1, "test": 1}, "labels": ["a", "b"], "origin": "x",
-                              "arms": {arm: {"test_accuracy": {"mean": 0.5, "sd": 0.0, "values": [0.5]}, "lr": 1e-3,
-                                             "steps_by_seed": {"0": n}}
-                                       for arm, n in (("pretrained", 60), ("random", 140))}}}}
+    report = {
+        "tasks": {
+            "t": {
+                "splits": {"train": 1, "dev": 1, "test": 1},
+                "labels": ["a", "b"],
+                "origin": "x",
+                "arms": {
+                    arm: {
+                        "test_accuracy": {"mean": 0.5, "sd": 0.0, "values": [0.5]},
+                        "lr": 1e-3,
+                        "steps_by_seed": {"0": n},
+                    }
+                    for arm, n in (("pretrained", 60), ("random", 140))
+                },
+            }
+        }
+    }
     text = format_report(report)
     assert "60 steps" in text and "140 steps" in text
     with pytest.raises(ConfigError, match="finetune.early_stopping_patience"):

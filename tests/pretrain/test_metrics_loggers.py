@@ -40,7 +40,9 @@ def test_jsonl_rows_have_wall_clock_time_and_optional_loggers_are_off(tmp_path):
     _log_some(logger)
     rows = [json.loads(x) for x in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(t0 - 1 <= r["time"] <= time.time() + 1 for r in rows)
-    assert rows[0]["timestamp"].endswith("Z") and rows[0]["timestamp"][:4] == time.strftime("%Y", time.gmtime())
+    assert rows[0]["timestamp"].endswith("Z") and rows[0]["timestamp"][:4] == time.strftime(
+        "%Y", time.gmtime()
+    )
 
 
 def test_wandb_offline(tmp_path, monkeypatch):
@@ -133,7 +135,11 @@ def test_mlflow_local_file_store(tmp_path):
     assert got["name"] == got["want_name"] and got["family"] == "roberta"
     assert got["loss"] == [[10, 4.0], [20, 3.0]] and got["ppl"] == [90.0]
     # the whole resolved config: every key as a param (not the first 100) and the YAML as an artifact
-    assert got["slurm_time"] == "01:00:00" and got["n_params"] > 100 and "resolved_config.yaml" in got["artifacts"]
+    assert (
+        got["slurm_time"] == "01:00:00"
+        and got["n_params"] > 100
+        and "resolved_config.yaml" in got["artifacts"]
+    )
 
 
 def test_mlflow_missing_names_the_extra(tmp_path):
@@ -167,8 +173,12 @@ def test_wandb_reinit_is_the_current_string_setting(tmp_path, monkeypatch):
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
-    base = ["logging.wandb.enabled=true", "logging.wandb.mode=offline", "logging.tensorboard=false",
-            f"logging.wandb.dir={tmp_path}/wb"]
+    base = [
+        "logging.wandb.enabled=true",
+        "logging.wandb.mode=offline",
+        "logging.tensorboard=false",
+        f"logging.wandb.dir={tmp_path}/wb",
+    ]
     cfg = _cfg(tmp_path, *base)
     assert cfg.logging.wandb.reinit == "finish_previous"
     logger = MetricsLogger.from_config(cfg, tmp_path / "logs", True)

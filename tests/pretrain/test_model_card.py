@@ -40,7 +40,9 @@ def _export(tmp: Path, preset: str, overrides: list[str] = ()) -> tuple[object, 
     logger.log(50, {"loss": 6.9, "tokens_per_s": 5000.0, "mfu": 0.1}, prefix="train")
     logger.log(50, {"loss": 6.9, "perplexity": 992.3}, prefix="eval")
     logger.log(100, {"loss": 6.5, "perplexity": 665.1}, prefix="eval")
-    logger.log(120, {"loss": 6.0, "perplexity": 403.4}, prefix="eval")  # after the exported step: not reported
+    logger.log(
+        120, {"loss": 6.0, "perplexity": 403.4}, prefix="eval"
+    )  # after the exported step: not reported
     logger.close()
     state = {"checkpoint": "x/step100", "step": 100, "tokens_seen": 409600, "loss": 6.4, "n_params": 123456,
              "plan": {"peak_lr": 6e-4, "warmup_steps": 10}, "parity_max_abs_diff": 0.0}  # fmt: skip
@@ -54,8 +56,10 @@ def _front_matter(text: str) -> tuple[dict, str]:
     return yaml.safe_load(head), body
 
 
-@pytest.mark.parametrize("preset,tag", [("roberta-tiny", "fill-mask"), ("gpt2-tiny", "text-generation"),
-                                        ("t5-tiny", "text-generation")])
+@pytest.mark.parametrize(
+    "preset,tag",
+    [("roberta-tiny", "fill-mask"), ("gpt2-tiny", "text-generation"), ("t5-tiny", "text-generation")],
+)
 def test_card_metadata_and_body(tmp_path, preset, tag):
     cfg, out = _export(tmp_path, preset, ["export.repo_id=acme/tiny", "export.datasets=[acme/news]"])
     text = write_model_card(cfg, out).read_text()
@@ -64,19 +68,35 @@ def test_card_metadata_and_body(tmp_path, preset, tag):
     assert meta["library_name"] == "transformers" and meta["datasets"] == ["acme/news"]
     (entry,) = meta["model-index"]
     (ppl,) = entry["results"]
-    assert ppl["metrics"] == [{"type": "perplexity", "value": 665.1, "name": "Held-out perplexity (step 100)"}]
+    assert ppl["metrics"] == [
+        {"type": "perplexity", "value": 665.1, "name": "Held-out perplexity (step 100)"}
+    ]
     # The Hub's own parser reads the model-index.
     from huggingface_hub import ModelCard
 
     card = ModelCard(text)
     assert [(r.metric_type, r.metric_value) for r in card.data.eval_results] == [("perplexity", 665.1)]
     # A plain body: data, cleaning, tokens, recipe, compute, usage, supported transformers; no hashes in it.
-    for needle in ("## Usage", "## Training data", "**bbc** (text_folder", "Cleaning:", "Tokenizer: ",
-                   "## Training recipe", "409,600 tokens seen", "peak LR 0.0006", "## Compute",
-                   "Throughput 5,000 tokens/s", "MFU not reported",
-                   "Loads with transformers >=4.40", '"acme/tiny")', "Held-out perplexity: **665.10**"):
+    for needle in (
+        "## Usage",
+        "## Training data",
+        "**bbc** (text_folder",
+        "Cleaning:",
+        "Tokenizer: ",
+        "## Training recipe",
+        "409,600 tokens seen",
+        "peak LR 0.0006",
+        "## Compute",
+        "Throughput 5,000 tokens/s",
+        "MFU not reported",
+        "Loads with transformers >=4.40",
+        '"acme/tiny")',
+        "Held-out perplexity: **665.10**",
+    ):
         assert needle in body, needle
-    assert not re.search(r"[0-9a-f]{64}", text) and len(text.splitlines()) < 120  # no shard hashes in the card
+    assert (
+        not re.search(r"[0-9a-f]{64}", text) and len(text.splitlines()) < 120
+    )  # no shard hashes in the card
     manifest = json.loads((out / MANIFEST_FILE).read_text())
     assert any("sha256_bin" in s for src in manifest["sources"].values() for s in src["shards"])
     assert (out / "resolved_config.yaml").is_file()
@@ -95,7 +115,9 @@ def test_card_carries_transfer_results_when_present(tmp_path):
     text = write_model_card(cfg, out).read_text()  # `python -m pretrain card` after `transfer` does this
     meta, body = _front_matter(text)
     results = meta["model-index"][0]["results"]
-    assert results[1]["task"]["type"] == "text-classification" and results[1]["dataset"]["name"] == "bbc_topics"
+    assert (
+        results[1]["task"]["type"] == "text-classification" and results[1]["dataset"]["name"] == "bbc_topics"
+    )
     # Only this model's results: the random-init arm is the baseline in the body, not an eval result.
     assert [m["value"] for m in results[1]["metrics"]] == [0.82, 0.7]
     assert "| bbc_topics | 0.820 ± 0.010 (3 seeds) | 0.700 | 0.750 ± 0.020 (3 seeds) | 0.500 | +7.0 |" in body
@@ -108,17 +130,25 @@ def test_card_task_follows_the_family_spec():
     from pretrain.model_card import TASKS, card_task
 
     assert card_task("modernbert") == "masked_lm"
-    assert TASKS[card_task("electra")][0] == "feature-extraction"  # the discriminator's encoder, no LM pipeline
+    assert (
+        TASKS[card_task("electra")][0] == "feature-extraction"
+    )  # the discriminator's encoder, no LM pipeline
 
 
 def test_electra_card_is_a_discriminator_card(tmp_path):
     """ELECTRA's export (ElectraForPreTraining) gets a card: feature-extraction, no perplexity (its eval loss is
     MLM + 50 x BCE), a usage snippet with its fine-tuning head and the generator beside it."""
-    cfg, out = _export(tmp_path, "electra-tiny", ["model.hidden_size=32", "model.num_heads=2", "model.ffn_size=64"])
+    cfg, out = _export(
+        tmp_path, "electra-tiny", ["model.hidden_size=32", "model.num_heads=2", "model.ffn_size=64"]
+    )
     (out / "generator").mkdir()  # as the electra objective's export writes it
     meta, body = _front_matter(write_model_card(cfg, out).read_text())
     assert meta["pipeline_tag"] == "feature-extraction" and "model-index" not in meta, meta
     assert "electra" in meta["tags"]
-    for needle in ("AutoModel.from_pretrained", 'subfolder="generator"',
-                   "AutoModelForSequenceClassification", "Held-out perplexity: none"):
+    for needle in (
+        "AutoModel.from_pretrained",
+        'subfolder="generator"',
+        "AutoModelForSequenceClassification",
+        "Held-out perplexity: none",
+    ):
         assert needle in body, needle

@@ -17,26 +17,66 @@ from runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
-ARMS = {"pretrained": {"lr": 1e-4, "test_accuracy": {"mean": 0.82, "sd": 0.01, "values": [0.81, 0.82, 0.83]},
-                       "probe_accuracy": 0.71},
-        "random": {"lr": 3e-4, "test_accuracy": {"mean": 0.44, "sd": 0.02, "values": [0.42, 0.44, 0.46]},
-                   "probe_accuracy": 0.37}}
+ARMS = {
+    "pretrained": {
+        "lr": 1e-4,
+        "test_accuracy": {"mean": 0.82, "sd": 0.01, "values": [0.81, 0.82, 0.83]},
+        "probe_accuracy": 0.71,
+    },
+    "random": {
+        "lr": 3e-4,
+        "test_accuracy": {"mean": 0.44, "sd": 0.02, "values": [0.42, 0.44, 0.46]},
+        "probe_accuracy": 0.37,
+    },
+}
 
 
 def transfer(arms=ARMS) -> dict:
-    return {"model": "x", "tasks": {"bbc_topics": {"task": "bbc_topics", "splits": {"train": 100, "dev": 20, "test": 50},
-                                                   "arms": arms, "margin": 0.38, "p_value": 0.01}}}
+    return {
+        "model": "x",
+        "tasks": {
+            "bbc_topics": {
+                "task": "bbc_topics",
+                "splits": {"train": 100, "dev": 20, "test": 50},
+                "arms": arms,
+                "margin": 0.38,
+                "p_value": 0.01,
+            }
+        },
+    }
 
 
 def card(tmp_path, family: str, overrides=(), state_extra=None, tr=None, speed=None, ppl=(665.1, 100)) -> str:
-    cfg = load_config(ROOT / "configs" / f"{family}-tiny.yaml", [f"run.output_dir={tmp_path}/run", *overrides])
+    cfg = load_config(
+        ROOT / "configs" / f"{family}-tiny.yaml", [f"run.output_dir={tmp_path}/run", *overrides]
+    )
     spec = get_family(family)
     arch = spec.model_class if isinstance(spec.model_class, str) else spec.model_class.__name__
-    state = {"step": 100, "tokens_seen": 409600, "n_params": 123456,
-             "plan": {"peak_lr": 6e-4, "warmup_steps": 10, "total_steps": 100, "budget_s": None,
-                      "warmup_fraction": 0.0}, **(state_extra or {})}
-    return render_model_card(cfg, tmp_path / "export", state, {"architectures": [arch], "model_type": family},
-                             None, None, ppl, tr if tr is not None else transfer(), "<mask>", speed)
+    state = {
+        "step": 100,
+        "tokens_seen": 409600,
+        "n_params": 123456,
+        "plan": {
+            "peak_lr": 6e-4,
+            "warmup_steps": 10,
+            "total_steps": 100,
+            "budget_s": None,
+            "warmup_fraction": 0.0,
+        },
+        **(state_extra or {}),
+    }
+    return render_model_card(
+        cfg,
+        tmp_path / "export",
+        state,
+        {"architectures": [arch], "model_type": family},
+        None,
+        None,
+        ppl,
+        tr if tr is not None else transfer(),
+        "<mask>",
+        speed,
+    )
 
 
 # transformers 5.x removed text2text-generation, translation and summarization: a seq2seq card's tag must be
@@ -64,8 +104,17 @@ def test_every_family_card_parses_and_publishes_only_its_own_results(tmp_path, f
 
 
 def test_one_seed_has_no_sd(tmp_path):
-    one = {arm: {**e, "test_accuracy": {"mean": e["test_accuracy"]["mean"], "sd": 0.0,
-                                       "values": e["test_accuracy"]["values"][:1]}} for arm, e in ARMS.items()}
+    one = {
+        arm: {
+            **e,
+            "test_accuracy": {
+                "mean": e["test_accuracy"]["mean"],
+                "sd": 0.0,
+                "values": e["test_accuracy"]["values"][:1],
+            },
+        }
+        for arm, e in ARMS.items()
+    }
     text = card(tmp_path, "roberta", tr=transfer(one))
     (row,) = [x for x in text.splitlines() if x.startswith("| bbc_topics |")]
     assert "±" not in row and "| 0.820 (1 seed) |" in row and "| 0.440 (1 seed) |" in row
@@ -73,10 +122,25 @@ def test_one_seed_has_no_sd(tmp_path):
 
 
 def test_warmup_of_a_time_budget_run_reads_as_run(tmp_path):
-    text = card(tmp_path, "roberta", ["schedule.budget_minutes=16", "schedule.total_steps=null",
-                                      "schedule.warmup_steps=null", "schedule.warmup_fraction=0.05"],
-                {"plan": {"peak_lr": 6e-4, "warmup_steps": 0, "total_steps": None, "budget_s": 960.0,
-                          "warmup_fraction": 0.05}})
+    text = card(
+        tmp_path,
+        "roberta",
+        [
+            "schedule.budget_minutes=16",
+            "schedule.total_steps=null",
+            "schedule.warmup_steps=null",
+            "schedule.warmup_fraction=0.05",
+        ],
+        {
+            "plan": {
+                "peak_lr": 6e-4,
+                "warmup_steps": 0,
+                "total_steps": None,
+                "budget_s": 960.0,
+                "warmup_fraction": 0.05,
+            }
+        },
+    )
     assert "0 warmup steps" not in text
     assert "warmup over the first 5% of a 16-minute budget (48 s)" in text
 

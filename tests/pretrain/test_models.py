@@ -13,11 +13,18 @@ def test_padded_vocab():
     assert padded_vocab_size(8001, 64) == 8064
 
 
-@pytest.mark.parametrize("preset,lo,hi", [
-    ("roberta-base", 124e6, 126e6), ("gpt2-small", 123e6, 125e6), ("gpt2-medium", 353e6, 356e6),
-    ("t5-small", 60e6, 61e6), ("t5-base", 222e6, 224e6),
-    ("modernbert-base", 149.5e6, 149.8e6), ("modernbert-large", 395.7e6, 396e6),  # published: 149M, 395M
-])
+@pytest.mark.parametrize(
+    "preset,lo,hi",
+    [
+        ("roberta-base", 124e6, 126e6),
+        ("gpt2-small", 123e6, 125e6),
+        ("gpt2-medium", 353e6, 356e6),
+        ("t5-small", 60e6, 61e6),
+        ("t5-base", 222e6, 224e6),
+        ("modernbert-base", 149.5e6, 149.8e6),
+        ("modernbert-large", 395.7e6, 396e6),  # published: 149M, 395M
+    ],
+)
 def test_ladder_parameter_counts_match_papers(preset, lo, hi):
     total, _ = model_param_counts(load_config(f"configs/{preset}.yaml"))
     assert lo <= total <= hi, total

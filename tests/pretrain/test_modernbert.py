@@ -23,20 +23,29 @@ from tests.pretrain.test_train_deepspeed import isolated
 TINY = "configs/modernbert-tiny.yaml"
 
 
-@pytest.mark.parametrize("override,message", [
-    ("model.num_heads=3", "model.hidden_size (128) must be divisible by model.num_heads (3)"),
-    ("objective.mlm_probability=0", "objective.mlm_probability: Input should be greater than 0"),
-    ("objective.mlm_probability=1.0", "objective.mlm_probability: Input should be less than 1"),
-    ("objective.mlm_probability=1.5", "objective.mlm_probability: Input should be less than 1"),
-    # The registered names are listed (sorted); other plug-ins may add more, so only the start is fixed.
-    ("model.family=modernbertt", "model.family: unknown family 'modernbertt' (registered: ['"),
-    ("objective.type=spans", "objective.type: unknown objective 'spans' (registered: ['causal', "),
-    ("model.options.local_attention=0", "model.options.local_attention: Input should be greater than 0"),
-    ("model.options.window=64", "model.options.window: Extra inputs are not permitted"),
-    ("model.d_kv=32", "model.d_kv: not used by model.family 'modernbert'"),
-    ("objective.type=causal", "objective.type: 'causal' cannot train model.family 'modernbert' (allowed: ['mlm'])"),
-    ("packing.seq_len=1024", "packing.seq_len (1024) exceeds the positions model.max_position_embeddings allows (512)"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("model.num_heads=3", "model.hidden_size (128) must be divisible by model.num_heads (3)"),
+        ("objective.mlm_probability=0", "objective.mlm_probability: Input should be greater than 0"),
+        ("objective.mlm_probability=1.0", "objective.mlm_probability: Input should be less than 1"),
+        ("objective.mlm_probability=1.5", "objective.mlm_probability: Input should be less than 1"),
+        # The registered names are listed (sorted); other plug-ins may add more, so only the start is fixed.
+        ("model.family=modernbertt", "model.family: unknown family 'modernbertt' (registered: ['"),
+        ("objective.type=spans", "objective.type: unknown objective 'spans' (registered: ['causal', "),
+        ("model.options.local_attention=0", "model.options.local_attention: Input should be greater than 0"),
+        ("model.options.window=64", "model.options.window: Extra inputs are not permitted"),
+        ("model.d_kv=32", "model.d_kv: not used by model.family 'modernbert'"),
+        (
+            "objective.type=causal",
+            "objective.type: 'causal' cannot train model.family 'modernbert' (allowed: ['mlm'])",
+        ),
+        (
+            "packing.seq_len=1024",
+            "packing.seq_len (1024) exceeds the positions model.max_position_embeddings allows (512)",
+        ),
+    ],
+)
 def test_bad_configs_are_rejected_at_load_naming_the_key(override, message):
     with pytest.raises(ConfigError) as e:
         load_config(TINY, [override])
@@ -88,8 +97,13 @@ def test_sparse_prediction_projects_only_masked_positions_and_keeps_the_loss():
 
 def test_size_ladder_matches_published_shapes():
     base = load_config("configs/modernbert-base.yaml").model
-    assert (base.num_layers, base.hidden_size, base.num_heads, base.ffn_size, base.max_position_embeddings) == (
-        22, 768, 12, 1152, 8192)
+    assert (
+        base.num_layers,
+        base.hidden_size,
+        base.num_heads,
+        base.ffn_size,
+        base.max_position_embeddings,
+    ) == (22, 768, 12, 1152, 8192)
     assert load_config("configs/modernbert-base.yaml").tokenizer.vocab_size == 50368
 
 
@@ -125,11 +139,19 @@ def test_zero3_trains_exports_with_parity_and_loads_with_auto_classes(modernbert
     export = run_dir / "export"
     state = json.loads((export / "training_state.json").read_text())
     assert state["step"] == 8 and state["parity_max_abs_diff"] <= 1e-5
-    assert state["export_heads"] == {"AutoModelForSequenceClassification": "ModernBertForSequenceClassification"}
+    assert state["export_heads"] == {
+        "AutoModelForSequenceClassification": "ModernBertForSequenceClassification"
+    }
     config = json.loads((export / "config.json").read_text())
     assert config["architectures"] == ["ModernBertForMaskedLM"] and config["sparse_prediction"] is False
-    res = subprocess.run([sys.executable, "-c", LOAD_HEADS, str(export), str(tag_dir / "parity_probe.pt")],
-                         capture_output=True, text=True, env=child_env(), cwd=ROOT, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", LOAD_HEADS, str(export), str(tag_dir / "parity_probe.pt")],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     info = json.loads(res.stdout.strip().splitlines()[-1])
     assert info["diff"] <= 1e-5 and info["class"] == "ModernBertForMaskedLM", info
@@ -141,5 +163,7 @@ def test_flops_count_sliding_window_layers_on_their_window_only():
 
     m = load_config(TINY).model  # 4 layers: global 0 and 3, local 1 and 2 with a 64-token window
     n = 1_000_000
-    assert flops_per_token(m, n, 32) == 6 * n + 12 * 128 * 4 * 32  # short sequences: every layer sees them whole
+    assert (
+        flops_per_token(m, n, 32) == 6 * n + 12 * 128 * 4 * 32
+    )  # short sequences: every layer sees them whole
     assert flops_per_token(m, n, 512) == 6 * n + 12 * 128 * (2 * 512 + 2 * 65)

@@ -18,9 +18,20 @@ def test_consecutive_nonfinite_steps_halt_keeping_last_good_checkpoint(roberta_r
     out = isolated(roberta_run, tmp_path)
     ckpts = Path(out.split("=", 1)[1]) / "checkpoints"
     # An absurd LR overflows fp32 activations within a couple of steps: loss becomes inf/NaN.
-    res = torchrun(roberta_run, [out, "optim.lr=1e30", "schedule.warmup_steps=0", "schedule.total_steps=30",
-                                 "checkpoint.every_steps=1", "checkpoint.keep_last=50",
-                                 "deepspeed.max_consecutive_bad_steps=3", "eval.every_steps=1000"], check=False)
+    res = torchrun(
+        roberta_run,
+        [
+            out,
+            "optim.lr=1e30",
+            "schedule.warmup_steps=0",
+            "schedule.total_steps=30",
+            "checkpoint.every_steps=1",
+            "checkpoint.keep_last=50",
+            "deepspeed.max_consecutive_bad_steps=3",
+            "eval.every_steps=1000",
+        ],
+        check=False,
+    )
     assert res.returncode != 0
     text = res.stdout + res.stderr
     assert "TrainingHalted" in text and "3 consecutive steps with non-finite loss" in text

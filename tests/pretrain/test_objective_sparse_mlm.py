@@ -18,7 +18,10 @@ from runconfig import ConfigError, load_config
 
 
 def _tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {t: i for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>", "<mask>", *(f"w{i}" for i in range(300))])}
+    vocab = {
+        t: i
+        for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>", "<mask>", *(f"w{i}" for i in range(300))])
+    }
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", pad_token="<pad>", eos_token="</s>",
@@ -26,9 +29,18 @@ def _tokenizer() -> PreTrainedTokenizerFast:
 
 
 def _cfg(*extra: str):
-    return load_config("configs/roberta-tiny.yaml", ["model.hidden_size=32", "model.num_heads=2",
-                                                      "model.ffn_size=64", "model.dropout=0.0",
-                                                      "model.attention_dropout=0.0", "packing.seq_len=32", *extra])
+    return load_config(
+        "configs/roberta-tiny.yaml",
+        [
+            "model.hidden_size=32",
+            "model.num_heads=2",
+            "model.ffn_size=64",
+            "model.dropout=0.0",
+            "model.attention_dropout=0.0",
+            "packing.seq_len=32",
+            *extra,
+        ],
+    )
 
 
 def _batch(tok, n: int = 6, seq: int = 32) -> dict[str, torch.Tensor]:

@@ -36,8 +36,13 @@ def test_plan_is_fast_quiet_and_estimates_a_step():
     assert wall < 8, f"pretrain plan took {wall:.1f} s"  # < 5 s on a quiet machine; slack for a shared CPU
     assert "accelerator" not in res.stderr.lower() and "warning" not in res.stderr.lower(), res.stderr
     out = res.stdout
-    for needle in ("activations ", "GiB per rank per micro-batch", "FLOPs per step", "time per step",
-                   "989 TFLOP/s per rank (h100 dense 16-bit peak) at MFU 40%"):
+    for needle in (
+        "activations ",
+        "GiB per rank per micro-batch",
+        "FLOPs per step",
+        "time per step",
+        "989 TFLOP/s per rank (h100 dense 16-bit peak) at MFU 40%",
+    ):
         assert needle in out, needle
 
 
@@ -52,8 +57,10 @@ def test_step_estimate_follows_gpu_and_mfu():
         plan_report(cfg, gpu="tpu9")
 
 
-@pytest.mark.parametrize("preset", ["roberta-tiny", "gpt2-tiny", "t5-tiny", "modernbert-tiny", "electra-tiny",
-                                    "electra-small", "t5-small"])
+@pytest.mark.parametrize(
+    "preset",
+    ["roberta-tiny", "gpt2-tiny", "t5-tiny", "modernbert-tiny", "electra-tiny", "electra-small", "t5-small"],
+)
 def test_config_only_counts_equal_the_meta_build(preset):
     cfg = load_config(ROOT / "configs" / f"{preset}.yaml")
     assert get_family(cfg.model.family).param_count(cfg) == model_param_counts(cfg)

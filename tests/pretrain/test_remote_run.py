@@ -96,8 +96,11 @@ def _fake_checkpoint(ckpt_dir: Path, tag: str, payload: bytes) -> None:
     folder.mkdir(parents=True)
     (folder / "mp_rank_00_model_states.pt").write_bytes(payload)
     (folder / "rng_rank00000.pt").write_bytes(b"rng" + payload[:8])
-    write_complete(folder, {"step": int(tag[4:]), "world_size": 1},
-                   file_entries(folder, ["mp_rank_00_model_states.pt", "rng_rank00000.pt"]))
+    write_complete(
+        folder,
+        {"step": int(tag[4:]), "world_size": 1},
+        file_entries(folder, ["mp_rank_00_model_states.pt", "rng_rank00000.pt"]),
+    )
     (ckpt_dir / "latest").write_text(tag)
 
 
@@ -120,7 +123,9 @@ def test_resume_skips_a_damaged_or_unfinished_remote_checkpoint(s3_server_module
     fresh = tmp_path / "reader/checkpoints"
     warnings: list[str] = []
     assert select_resume_tag(fresh, warn=warnings.append, remote=url) == "step00000004"
-    assert any("skipping damaged checkpoint" in w and "step00000008" in w and "checksum" in w for w in warnings)
+    assert any(
+        "skipping damaged checkpoint" in w and "step00000008" in w and "checksum" in w for w in warnings
+    )
     assert not (fresh / "step00000012").exists()  # never downloaded: its COMPLETE is not in the bucket
     assert (fresh / "step00000004/COMPLETE").is_file()
     # a local copy damaged in place (same size) while the bucket's is good: fetched again, not skipped
@@ -151,7 +156,15 @@ def test_checkpoint_resume_may_name_a_checkpoint_in_a_bucket(s3_server_module, t
     over = [f"run.output_dir={tmp_path}/run"]
     check_train(load_config(ROOT / "configs/gpt2-tiny.yaml", [*over, "checkpoint.resume=s3://loads/a/checkpoints/"
                                                                        "step00000006"]), "cpu")  # fmt: skip
-    with pytest.raises(ConfigError, match=r"checkpoint.resume: s3://loads/a/checkpoints/step00000009 is not a "
-                                          r"complete checkpoint \(no COMPLETE file\)"):
-        check_train(load_config(ROOT / "configs/gpt2-tiny.yaml", [*over, "checkpoint.resume=s3://loads/a/"
-                                                                           "checkpoints/step00000009"]), "cpu")
+    with pytest.raises(
+        ConfigError,
+        match=r"checkpoint.resume: s3://loads/a/checkpoints/step00000009 is not a "
+        r"complete checkpoint \(no COMPLETE file\)",
+    ):
+        check_train(
+            load_config(
+                ROOT / "configs/gpt2-tiny.yaml",
+                [*over, "checkpoint.resume=s3://loads/a/checkpoints/step00000009"],
+            ),
+            "cpu",
+        )

@@ -20,7 +20,12 @@ from tests.pretrain.conftest import run_module, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
-BASE = ["checkpoint.every_steps=4", "checkpoint.keep_last=3", "eval.every_steps=1000", "logging.every_steps=1"]
+BASE = [
+    "checkpoint.every_steps=4",
+    "checkpoint.keep_last=3",
+    "eval.every_steps=1000",
+    "logging.every_steps=1",
+]
 
 
 def _train_1rank(config: Path, overrides: list[str]) -> subprocess.CompletedProcess:
@@ -49,15 +54,20 @@ def test_damaged_checkpoints_fall_back_then_stop_without_requeue(roberta_run, tm
     (ckpts / "step00000008" / "rng_rank00001.pt").unlink()
     res = torchrun(roberta_run, [out, *BASE, "schedule.total_steps=12"])
     text = res.stdout + res.stderr
-    assert "skipping damaged checkpoint" in text and "step00000012: mp_rank_00_model_states.pt: 1000 bytes" in text
+    assert (
+        "skipping damaged checkpoint" in text
+        and "step00000012: mp_rank_00_model_states.pt: 1000 bytes" in text
+    )
     assert "step00000008: rng_rank00001.pt: missing" in text
     assert f"resumed from {ckpts / 'step00000004'} at step 4" in text
     assert complete_tags(ckpts) == ["step00000004", "step00000008", "step00000012"]
 
     # every checkpoint damaged (optimizer shards zeroed, one deleted): a clear stop, a code Slurm never requeues
-    for tag, name in (("step00000004", "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
-                      ("step00000008", "zero_pp_rank_0_mp_rank_00_optim_states.pt"),
-                      ("step00000012", "zero_pp_rank_1_mp_rank_00_optim_states.pt")):
+    for tag, name in (
+        ("step00000004", "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+        ("step00000008", "zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+        ("step00000012", "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+    ):
         shard = ckpts / tag / name
         shard.write_bytes(bytes(shard.stat().st_size))
     (ckpts / "step00000008" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").unlink()
@@ -74,7 +84,9 @@ def test_config_changes_on_resume_are_applied_or_refused(roberta_run, tmp_path):
     torchrun(roberta_run, [*common, "schedule.total_steps=8"])
     assert _lrs(run)[8] == 0.0  # the end of an 8-step linear decay
 
-    refused = torchrun(roberta_run, [*common, "schedule.total_steps=12", "batch.global_batch_size=16"], check=False)
+    refused = torchrun(
+        roberta_run, [*common, "schedule.total_steps=12", "batch.global_batch_size=16"], check=False
+    )
     assert refused.returncode != 0 and "batch.global_batch_size: checkpoint 8, now 16" in refused.stderr
     assert "checkpoint.accept_config_changes=true" in refused.stderr
 
@@ -91,8 +103,18 @@ def test_nonfinite_weights_are_never_checkpointed(roberta_run, tmp_path):
     ckpts = Path(out.split("=", 1)[1]) / "checkpoints"
     # A finite config whose first update overflows fp32: AdamW's decoupled decay multiplies the weights by
     # 1 - lr x weight_decay = -3e39. Step 1's loss is finite (computed before the update); its weights are not.
-    res = _train_1rank(roberta_run, [out, *BASE, "optim.lr=3e37", "optim.weight_decay=100", "schedule.warmup_steps=0",
-                                     "schedule.total_steps=3", "checkpoint.every_steps=1"])
+    res = _train_1rank(
+        roberta_run,
+        [
+            out,
+            *BASE,
+            "optim.lr=3e37",
+            "optim.weight_decay=100",
+            "schedule.warmup_steps=0",
+            "schedule.total_steps=3",
+            "checkpoint.every_steps=1",
+        ],
+    )
     assert res.returncode == CANNOT_CONTINUE_EXIT_CODE, res.stderr[-3000:]
     assert "the weights after step 1 are not finite" in res.stderr
     assert "last good checkpoint: none" in res.stderr
@@ -104,8 +126,11 @@ def test_second_run_on_the_same_folder_stops_before_any_work(roberta_run, tmp_pa
     run = Path(out.split("=", 1)[1])
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        (run / LOCK_NAME).write_text(json.dumps({"host": socket.gethostname(), "pid": holder.pid,
-                                                 "started": "earlier", "proc_start": None}))
+        (run / LOCK_NAME).write_text(
+            json.dumps(
+                {"host": socket.gethostname(), "pid": holder.pid, "started": "earlier", "proc_start": None}
+            )
+        )
         res = _train_1rank(roberta_run, [out, *BASE, "schedule.total_steps=4"])
     finally:
         holder.kill()
@@ -119,8 +144,10 @@ def test_second_run_on_the_same_folder_stops_before_any_work(roberta_run, tmp_pa
     assert not (run / LOCK_NAME).exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None,
-                    reason="needs root to mount a small tmpfs as a full disk")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("mount") is None,
+    reason="needs root to mount a small tmpfs as a full disk",
+)
 def test_disk_full_names_the_path_and_removes_the_partial_folder(roberta_run, tmp_path):
     out = isolated(roberta_run, tmp_path)
     ckpts = Path(out.split("=", 1)[1]) / "checkpoints"
@@ -129,8 +156,10 @@ def test_disk_full_names_the_path_and_removes_the_partial_folder(roberta_run, tm
     small = tmp_path / "small"
     small.mkdir()
     # room for the copied step-4 checkpoint and half of another one
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size * 1.5) + (64 << 10)}", "tmpfs", str(small)],
-                   check=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={int(size * 1.5) + (64 << 10)}", "tmpfs", str(small)],
+        check=True,
+    )
     try:
         shutil.copytree(ckpts / "step00000004", small / "step00000004")
         (small / "latest").write_text("step00000004")

@@ -27,18 +27,25 @@ def test_global_batch_in_tokens():
 
 @pytest.mark.parametrize("rule,expected_lr", [("linear", 1e-4 * 32), ("sqrt", 1e-4 * math.sqrt(32))])
 def test_lr_scaling_rules(rule, expected_lr):
-    cfg = load_config("configs/roberta-base.yaml", [
-        f"lr_scaling.rule={rule}", "lr_scaling.reference_batch_size=256", "lr_scaling.reference_lr=1e-4",
-        "lr_scaling.reference_warmup_steps=10000",
-    ])
+    cfg = load_config(
+        "configs/roberta-base.yaml",
+        [
+            f"lr_scaling.rule={rule}",
+            "lr_scaling.reference_batch_size=256",
+            "lr_scaling.reference_lr=1e-4",
+            "lr_scaling.reference_warmup_steps=10000",
+        ],
+    )
     plan = make_plan(cfg)
     assert plan.peak_lr == pytest.approx(expected_lr)
     assert plan.warmup_steps == round(10000 / 32)  # same number of warmup samples as the reference
 
 
 def test_lr_scaling_cap():
-    cfg = load_config("configs/roberta-base.yaml", ["lr_scaling.rule=linear", "lr_scaling.max_lr=1e-3",
-                                                    "batch.global_batch_size=32768"])
+    cfg = load_config(
+        "configs/roberta-base.yaml",
+        ["lr_scaling.rule=linear", "lr_scaling.max_lr=1e-3", "batch.global_batch_size=32768"],
+    )
     assert make_plan(cfg).peak_lr == 1e-3
 
 
@@ -47,12 +54,19 @@ def test_lr_scaling_keeps_the_preset_recipe_and_says_what_it_applies(capsys):
     6e-4 / 24K warmup at its own batch (it used to print 5.66e-4 and 312 from hidden defaults)."""
     from pretrain.__main__ import main
 
-    assert main(["plan", "--config", "configs/roberta-base.yaml", "launch.nodes=8", "lr_scaling.rule=sqrt"]) == 0
+    assert (
+        main(["plan", "--config", "configs/roberta-base.yaml", "launch.nodes=8", "lr_scaling.rule=sqrt"]) == 0
+    )
     out = capsys.readouterr().out
     assert "peak LR           0.0006 (rule: sqrt)" in out and "warmup            24000 of 500000 steps" in out
-    assert ("lr_scaling: reference recipe LR 0.0006 (optim.lr), warmup 24000 steps (schedule.warmup_steps) at "
-            "global batch 8192 (lr_scaling.reference_batch_size)") in out
-    assert "lr_scaling: rule sqrt: batch 8192 = 1 x reference -> LR x 1 = 0.0006, warmup / 1 = 24000 steps" in out
+    assert (
+        "lr_scaling: reference recipe LR 0.0006 (optim.lr), warmup 24000 steps (schedule.warmup_steps) at "
+        "global batch 8192 (lr_scaling.reference_batch_size)"
+    ) in out
+    assert (
+        "lr_scaling: rule sqrt: batch 8192 = 1 x reference -> LR x 1 = 0.0006, warmup / 1 = 24000 steps"
+        in out
+    )
     assert "warning" not in out
 
     # A smaller batch scales the recipe, and the values written in the YAML being replaced is said out loud.
@@ -63,13 +77,17 @@ def test_lr_scaling_keeps_the_preset_recipe_and_says_what_it_applies(capsys):
         "warning: optim.lr 0.0006 set in the config is replaced by 0.0003 from lr_scaling.rule=sqrt; set "
         "lr_scaling.rule=none to keep it",
         "warning: schedule.warmup_steps 24000 set in the config is replaced by 96000 from lr_scaling.rule=sqrt; set "
-        "lr_scaling.rule=none to keep it"]
+        "lr_scaling.rule=none to keep it",
+    ]
     assert plan_report(load_config("configs/roberta-base.yaml"))["lr_scaling"] == [
-        "lr_scaling: none (peak LR 0.0006 = optim.lr, warmup 24000 = schedule.warmup_steps)"]
+        "lr_scaling: none (peak LR 0.0006 = optim.lr, warmup 24000 = schedule.warmup_steps)"
+    ]
 
 
 def test_lr_scaling_needs_a_stated_reference_batch():
-    with pytest.raises(Exception, match="lr_scaling.reference_batch_size: required with lr_scaling.rule=linear"):
+    with pytest.raises(
+        Exception, match="lr_scaling.reference_batch_size: required with lr_scaling.rule=linear"
+    ):
         load_config("configs/roberta-tiny.yaml", ["lr_scaling.rule=linear"])
 
 
@@ -88,8 +106,10 @@ def test_ds_config_generated_from_yaml():
     assert conf["gradient_accumulation_steps"] == 2 and conf["gradient_clipping"] == 0.5
     assert conf["zero_optimization"]["stage"] == 2
     assert conf["fp16"]["enabled"] and conf["fp16"]["loss_scale"] == 0
-    cfg3 = load_config("configs/demo.yaml", ["deepspeed.zero_stage=3", "deepspeed.offload_params=true",
-                                             "deepspeed.offload_optimizer=true"])
+    cfg3 = load_config(
+        "configs/demo.yaml",
+        ["deepspeed.zero_stage=3", "deepspeed.offload_params=true", "deepspeed.offload_optimizer=true"],
+    )
     z = build_ds_config(cfg3, make_plan(cfg3, 2))["zero_optimization"]
     assert z["offload_param"]["device"] == "cpu" and z["offload_optimizer"]["device"] == "cpu"
 
@@ -98,7 +118,12 @@ def test_plan_report_memory_decreases_with_zero_stage():
     r = plan_report(load_config("configs/roberta-large.yaml"))
     mem = r["memory_per_rank"]
     assert 350e6 < r["params"] < 365e6  # RoBERTa-large: 355M
-    assert mem["zero0"]["device_gib"] > mem["zero1"]["device_gib"] > mem["zero2"]["device_gib"] > mem["zero3"]["device_gib"]
+    assert (
+        mem["zero0"]["device_gib"]
+        > mem["zero1"]["device_gib"]
+        > mem["zero2"]["device_gib"]
+        > mem["zero3"]["device_gib"]
+    )
 
 
 def test_time_budget_config_errors_name_the_key():
@@ -106,15 +131,21 @@ def test_time_budget_config_errors_name_the_key():
 
     with pytest.raises(ConfigError, match="schedule.budget_minutes: Input should be greater than 0"):
         load_config("configs/gpt2-budget.yaml", ["schedule.budget_minutes=0"])
-    with pytest.raises(ConfigError, match=r"schedule.total_steps \(500\) conflicts with schedule.budget_minutes"):
+    with pytest.raises(
+        ConfigError, match=r"schedule.total_steps \(500\) conflicts with schedule.budget_minutes"
+    ):
         load_config("configs/gpt2-budget.yaml", ["schedule.total_steps=500"])
-    with pytest.raises(ConfigError, match=r"schedule.warmup_steps \(10\) conflicts with schedule.budget_minutes"):
+    with pytest.raises(
+        ConfigError, match=r"schedule.warmup_steps \(10\) conflicts with schedule.budget_minutes"
+    ):
         load_config("configs/gpt2-budget.yaml", ["schedule.warmup_steps=10"])
     with pytest.raises(ConfigError, match="schedule.warmup_steps and schedule.warmup_fraction are both set"):
         load_config("configs/roberta-tiny.yaml", ["schedule.warmup_fraction=0.1"])
     # a step-counted preset becomes a time-budget run once its step keys are unset
-    cfg = load_config("configs/roberta-tiny.yaml", ["schedule.total_steps=null", "schedule.warmup_steps=null",
-                                                    "schedule.budget_minutes=2"])
+    cfg = load_config(
+        "configs/roberta-tiny.yaml",
+        ["schedule.total_steps=null", "schedule.warmup_steps=null", "schedule.budget_minutes=2"],
+    )
     plan = make_plan(cfg, 2)
     assert plan.total_steps is None and plan.budget_s == 120 and plan.warmup_fraction == 0.05
     assert plan_report(cfg, 2)["plan"]["total_tokens"] is None

@@ -21,10 +21,21 @@ from tests.pretrain.test_train_deepspeed import isolated
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
 
 BUDGET_MIN = 0.4  # 24 s of training
-COMMON = ["schedule.total_steps=null", "schedule.warmup_steps=null", f"schedule.budget_minutes={BUDGET_MIN}",
-          "schedule.warmup_fraction=0.1", "schedule.decay=linear", "schedule.min_lr_ratio=0.0",
-          "deepspeed.zero_stage=2", "logging.every_steps=1", "eval.every_steps=100000", "eval.max_batches=1",
-          "checkpoint.every_steps=5", "checkpoint.keep_last=2", "optim.lr=1e-3"]
+COMMON = [
+    "schedule.total_steps=null",
+    "schedule.warmup_steps=null",
+    f"schedule.budget_minutes={BUDGET_MIN}",
+    "schedule.warmup_fraction=0.1",
+    "schedule.decay=linear",
+    "schedule.min_lr_ratio=0.0",
+    "deepspeed.zero_stage=2",
+    "logging.every_steps=1",
+    "eval.every_steps=100000",
+    "eval.max_batches=1",
+    "checkpoint.every_steps=5",
+    "checkpoint.keep_last=2",
+    "optim.lr=1e-3",
+]
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -34,7 +45,7 @@ def _rows(run_dir: Path) -> list[dict]:
 
 def _result(stdout: str) -> dict:
     start = stdout.rindex('{\n "step"')
-    return json.loads(stdout[start:stdout.index("\n}", start) + 2])
+    return json.loads(stdout[start : stdout.index("\n}", start) + 2])
 
 
 def test_budget_run_ends_on_time_with_lr_at_floor(roberta_run, tmp_path):
@@ -58,8 +69,22 @@ def test_budget_clock_survives_preemption_and_resume(roberta_run, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           "-m", "pretrain", "train", "--config", str(roberta_run), out, *COMMON]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(port),
+        "-m",
+        "pretrain",
+        "train",
+        "--config",
+        str(roberta_run),
+        out,
+        *COMMON,
+    ]
     log = open(tmp_path / "first.log", "w")
     p = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
@@ -67,7 +92,9 @@ def test_budget_clock_survives_preemption_and_resume(roberta_run, tmp_path):
         time.sleep(0.2)
     time.sleep(3.0)  # well inside the 24 s budget
     p.send_signal(signal.SIGTERM)
-    assert p.wait(timeout=120) in (PREEMPTED_EXIT_CODE, 1, -signal.SIGTERM), (tmp_path / "first.log").read_text()[-3000:]
+    assert p.wait(timeout=120) in (PREEMPTED_EXIT_CODE, 1, -signal.SIGTERM), (
+        tmp_path / "first.log"
+    ).read_text()[-3000:]
     log.close()
     tag = complete_tags(run_dir / "checkpoints")[-1]
     stopped_at = int(tag[4:])
@@ -78,7 +105,9 @@ def test_budget_clock_survives_preemption_and_resume(roberta_run, tmp_path):
     res = torchrun(roberta_run, [out, *COMMON], timeout=600)
     assert f"resumed from {run_dir / 'checkpoints' / tag} at step {stopped_at}" in res.stdout
     after = [r for r in _rows(run_dir) if r["step"] > stopped_at]
-    assert after[0]["step"] == stopped_at + 1  # continues at the checkpointed step, nothing replayed or skipped
+    assert (
+        after[0]["step"] == stopped_at + 1
+    )  # continues at the checkpointed step, nothing replayed or skipped
     assert after[0]["elapsed_s"] >= clock_at_stop  # the clock continues: the schedule does not restart warmup
     assert after[0]["lr"] <= before[-1]["lr"] + 1e-12
     result = _result(res.stdout)

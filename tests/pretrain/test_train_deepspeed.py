@@ -62,8 +62,14 @@ def _export_and_check(config: Path, out_override: str, family: str) -> dict:
     assert (export / "data_manifest.json").is_file() and (export / "resolved_config.yaml").is_file()
     state = json.loads((export / "training_state.json").read_text())
     assert state["parity_max_abs_diff"] is not None and state["parity_max_abs_diff"] <= 1e-5
-    res = subprocess.run([sys.executable, "-c", LOAD_HEADS, str(export), family], capture_output=True, text=True,
-                         env=child_env(), cwd=ROOT, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", LOAD_HEADS, str(export), family],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     info = json.loads(res.stdout.strip().splitlines()[-1])
     assert info["diff"] <= 1e-5, info  # a fresh process, plain transformers, same logits as the engine
@@ -81,8 +87,17 @@ def test_roberta_zero2_train_checkpoint_resume_export(roberta_run, tmp_path):
     assert (run_dir / "resolved_config.yaml").is_file() and (ckpts / "resolved_config.yaml").is_file()
     rows = [json.loads(x) for x in (run_dir / "logs" / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if r["split"] == "train"]
-    for key in ("loss", "lr", "grad_norm", "loss_scale", "tokens_per_s", "samples_per_s", "mfu",
-                "loader_wait_frac", "memory_mb"):
+    for key in (
+        "loss",
+        "lr",
+        "grad_norm",
+        "loss_scale",
+        "tokens_per_s",
+        "samples_per_s",
+        "mfu",
+        "loader_wait_frac",
+        "memory_mb",
+    ):
         assert key in train_rows[-1], key
     assert any(r["split"] == "eval" and "perplexity" in r for r in rows)
     assert list((run_dir / "logs").glob("events.out.tfevents.*")), "no TensorBoard event file"
@@ -91,7 +106,9 @@ def test_roberta_zero2_train_checkpoint_resume_export(roberta_run, tmp_path):
 
     res = torchrun(roberta_run, [out, "schedule.total_steps=12"])
     assert "resumed from" in res.stdout + res.stderr and "step 8" in res.stdout + res.stderr
-    assert "[train] lr_scaling: none (peak LR 0.001 = optim.lr" in res.stdout  # the training log says the rule
+    assert (
+        "[train] lr_scaling: none (peak LR 0.001 = optim.lr" in res.stdout
+    )  # the training log says the rule
     assert complete_tags(ckpts) == ["step00000008", "step00000012"]  # keep_last: 2
     rows = [json.loads(x) for x in (run_dir / "logs" / "metrics.jsonl").read_text().splitlines()]
     resumed = [r for r in rows if r["split"] == "train" and "resume_first_batch_s" in r]
@@ -106,15 +123,26 @@ def test_roberta_zero2_train_checkpoint_resume_export(roberta_run, tmp_path):
 def test_gpt2_zero1_document_masking_export(gpt2_run, tmp_path):
     out = isolated(gpt2_run, tmp_path)
     # ZeRO-1 with the optimizer offloaded to CPU and activation checkpointing, plus document masking.
-    torchrun(gpt2_run, [out, "deepspeed.zero_stage=1", "objective.document_masking=true",
-                        "deepspeed.offload_optimizer=true", "deepspeed.activation_checkpointing=true"])
+    torchrun(
+        gpt2_run,
+        [
+            out,
+            "deepspeed.zero_stage=1",
+            "objective.document_masking=true",
+            "deepspeed.offload_optimizer=true",
+            "deepspeed.activation_checkpointing=true",
+        ],
+    )
     info = _export_and_check(gpt2_run, out, "gpt2")
     assert info["class"] == "GPT2LMHeadModel" and info["heads"] == [[2, 5]]
     gen = json.loads((info["export"] / "generation_config.json").read_text())
     cfg = json.loads((info["export"] / "config.json").read_text())
     tok_len = len(json.loads((info["export"] / "tokenizer.json").read_text())["model"]["vocab"])
     assert cfg["vocab_size"] % 8 == 0 and cfg["vocab_size"] >= tok_len
-    assert gen.get("suppress_tokens", []) == list(range(tok_len, cfg["vocab_size"])) or cfg["vocab_size"] == tok_len
+    assert (
+        gen.get("suppress_tokens", []) == list(range(tok_len, cfg["vocab_size"]))
+        or cfg["vocab_size"] == tok_len
+    )
 
 
 def test_t5_zero3_export_gathers_shards(t5_run, tmp_path):

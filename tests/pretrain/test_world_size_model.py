@@ -19,8 +19,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeou
 # dropout off: after a world-size change the per-rank dropout streams cannot be carried over (the MLM masks
 # are a pure function of the sample, so they match); a constant LR after warmup makes total_steps 4/8/12 the
 # same schedule as the reference's 12.
-COMMON = ["model.dropout=0", "model.attention_dropout=0", "schedule.decay=constant", "schedule.warmup_steps=2",
-          "checkpoint.every_steps=4", "checkpoint.keep_last=5", "eval.every_steps=1000", "logging.every_steps=1"]
+COMMON = [
+    "model.dropout=0",
+    "model.attention_dropout=0",
+    "schedule.decay=constant",
+    "schedule.warmup_steps=2",
+    "checkpoint.every_steps=4",
+    "checkpoint.keep_last=5",
+    "eval.every_steps=1000",
+    "logging.every_steps=1",
+]
 LOSS_RTOL = 1e-5  # measured 5.0e-8 (CPU, fp32, gloo): only the gradient reduction order differs
 
 
@@ -35,18 +43,25 @@ def zero2_moments(folder: Path, key: str) -> dict[str, torch.Tensor]:
     from deepspeed.utils import zero_to_fp32 as z
 
     model_states = z.parse_model_states(z.get_model_state_files(str(folder)))
-    optim = [torch.load(f, map_location="cpu", weights_only=False)["optimizer_state_dict"]
-             for f in z.get_optim_files(str(folder))]
-    flat = [[o["base_optimizer_state"]["state"][i][key] for i in sorted(o["base_optimizer_state"]["state"])]
-            for o in optim]
+    optim = [
+        torch.load(f, map_location="cpu", weights_only=False)["optimizer_state_dict"]
+        for f in z.get_optim_files(str(folder))
+    ]
+    flat = [
+        [o["base_optimizer_state"]["state"][i][key] for i in sorted(o["base_optimizer_state"]["state"])]
+        for o in optim
+    ]
     out: dict[str, torch.Tensor] = {}
-    z._zero2_merge_trainable_params(out, len(optim), flat, model_states, optim[0].get("param_alignment_paddings"))
+    z._zero2_merge_trainable_params(
+        out, len(optim), flat, model_states, optim[0].get("param_alignment_paddings")
+    )
     return out
 
 
 def _client_state(ckpts: Path, step: int) -> dict:
-    return torch.load(ckpts / f"step{step:08d}" / "mp_rank_00_model_states.pt", map_location="cpu",
-                      weights_only=False)
+    return torch.load(
+        ckpts / f"step{step:08d}" / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False
+    )
 
 
 def _consumed(ckpts: Path, step: int) -> int:
@@ -96,7 +111,9 @@ def test_two_to_one_to_two_ranks_matches_uninterrupted_run(roberta_run, tmp_path
     for step, world, accum in ((4, 2, 2), (8, 1, 4), (12, 2, 2)):  # the plan each segment ran with
         plan = _client_state(ckpts, step)["plan"]
         assert (plan["world_size"], plan["grad_accum"]) == (world, accum), (step, plan)
-    assert _global_order(roberta_run, cut_out, segments) == _global_order(roberta_run, ref_out, [(0, 12, 2, 0)])
+    assert _global_order(roberta_run, cut_out, segments) == _global_order(
+        roberta_run, ref_out, [(0, 12, 2, 0)]
+    )
     assert [ref[s]["lr"] for s in ref] == pytest.approx([cut[s]["lr"] for s in ref], rel=1e-12)
     for s in (1, 2, 3, 4):  # before the first resume the runs are the same run
         assert ref[s]["loss"] == cut[s]["loss"], s
@@ -114,8 +131,16 @@ def test_two_to_one_to_two_ranks_matches_uninterrupted_run(roberta_run, tmp_path
             assert torch.equal(u.reshape(t.shape).float(), t.float()), (key, name)
     # ... and the runs carry them on: at step 12 the moments are those of the uninterrupted run
     for key in ("exp_avg", "exp_avg_sq"):
-        a, b = zero2_moments(ref_run / "checkpoints" / "step00000012", key), zero2_moments(ckpts / "step00000012", key)
+        a, b = (
+            zero2_moments(ref_run / "checkpoints" / "step00000012", key),
+            zero2_moments(ckpts / "step00000012", key),
+        )
         assert a.keys() == b.keys()
         for name in a:
-            torch.testing.assert_close(b[name], a[name], rtol=5e-2, atol=1e-6 if key == "exp_avg" else 1e-9,
-                                       msg=lambda m, n=name, k=key: f"{k} of {n}: {m}")
+            torch.testing.assert_close(
+                b[name],
+                a[name],
+                rtol=5e-2,
+                atol=1e-6 if key == "exp_avg" else 1e-9,
+                msg=lambda m, n=name, k=key: f"{k} of {n}: {m}",
+            )

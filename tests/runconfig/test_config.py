@@ -19,28 +19,54 @@ def test_every_preset_loads(path):
 
 def test_size_ladder_covers_three_families():
     names = {p.stem for p in CONFIGS}
-    assert {"roberta-tiny", "roberta-base", "roberta-large", "gpt2-tiny", "gpt2-small", "gpt2-medium",
-            "t5-tiny", "t5-small", "t5-base", "demo"} <= names
+    assert {
+        "roberta-tiny",
+        "roberta-base",
+        "roberta-large",
+        "gpt2-tiny",
+        "gpt2-small",
+        "gpt2-medium",
+        "t5-tiny",
+        "t5-small",
+        "t5-base",
+        "demo",
+    } <= names
 
 
 def test_presets_match_paper_sizes():
     base = load_config("configs/roberta-base.yaml")
-    assert (base.model.hidden_size, base.model.num_layers, base.model.num_heads, base.model.ffn_size) == (768, 12, 12, 3072)
+    assert (base.model.hidden_size, base.model.num_layers, base.model.num_heads, base.model.ffn_size) == (
+        768,
+        12,
+        12,
+        3072,
+    )
     assert base.optim.betas == (0.9, 0.98) and base.optim.eps == 1e-6 and base.optim.weight_decay == 0.01
     large = load_config("configs/roberta-large.yaml")
     assert (large.model.hidden_size, large.model.num_layers, large.model.num_heads) == (1024, 24, 16)
     med = load_config("configs/gpt2-medium.yaml")
     assert (med.model.hidden_size, med.model.num_layers, med.model.num_heads) == (1024, 24, 16)
     t5 = load_config("configs/t5-base.yaml")
-    assert (t5.model.hidden_size, t5.model.num_layers, t5.model.ffn_size, t5.model.d_kv) == (768, 12, 3072, 64)
+    assert (t5.model.hidden_size, t5.model.num_layers, t5.model.ffn_size, t5.model.d_kv) == (
+        768,
+        12,
+        3072,
+        64,
+    )
     assert t5.objective.noise_density == 0.15 and t5.objective.mean_noise_span_length == 3.0
 
 
 def test_overrides_nested_typed_and_list_index():
-    cfg = load_config("configs/demo.yaml", [
-        "optim.lr=3e-4", "deepspeed.zero_stage=3", "data.sources.1.weight=2.5", "run.name=x",
-        "optim.betas=[0.9, 0.95]",
-    ])
+    cfg = load_config(
+        "configs/demo.yaml",
+        [
+            "optim.lr=3e-4",
+            "deepspeed.zero_stage=3",
+            "data.sources.1.weight=2.5",
+            "run.name=x",
+            "optim.betas=[0.9, 0.95]",
+        ],
+    )
     assert cfg.optim.lr == 3e-4 and cfg.deepspeed.zero_stage == 3
     assert cfg.data.sources[1].weight == 2.5 and cfg.optim.betas == (0.9, 0.95) and cfg.run.name == "x"
 
@@ -79,7 +105,10 @@ BAD = [
     (["tokenizer.type=unigram"], "tokenizer.type"),
     (["data.sources.0.format=pdf"], "data.sources.0.format"),
     (["data.sources.1.name=crawl"], "duplicate source name"),
-    (["batch.global_batch_tokens=1000"], "batch.global_batch_tokens (1000) is not a multiple of packing.seq_len"),
+    (
+        ["batch.global_batch_tokens=1000"],
+        "batch.global_batch_tokens (1000) is not a multiple of packing.seq_len",
+    ),
     (["data.sources.0.holdout_fraction=1.5"], "data.sources.0.holdout_fraction"),
 ]
 

@@ -29,16 +29,19 @@ def test_duplicate_yaml_keys_are_rejected_naming_key_and_lines(tmp_path):
         load_config(DEMO, ["optim={lr: 1, lr: 2}"])
 
 
-@pytest.mark.parametrize("override, message", [
-    ("optim.lr=.inf", "optim.lr: Input should be a finite number"),
-    ("optim.eps=.nan", "optim.eps: Input should be a finite number"),
-    ("optim.grad_clip=.inf", "optim.grad_clip: Input should be a finite number"),
-    ("model.initializer_range=.inf", "model.initializer_range: Input should be a finite number"),
-    ("optim.betas=[0.9,1.0]", "optim.betas.1: 1.0 is outside [0, 1)"),
-    ("optim.betas=[-0.1,0.9]", "optim.betas.0: -0.1 is outside [0, 1)"),
-    ("model.layer_norm_eps=0", "model.layer_norm_eps: Input should be greater than 0"),
-    ("model.layer_norm_eps=-1e-5", "model.layer_norm_eps: Input should be greater than 0"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("optim.lr=.inf", "optim.lr: Input should be a finite number"),
+        ("optim.eps=.nan", "optim.eps: Input should be a finite number"),
+        ("optim.grad_clip=.inf", "optim.grad_clip: Input should be a finite number"),
+        ("model.initializer_range=.inf", "model.initializer_range: Input should be a finite number"),
+        ("optim.betas=[0.9,1.0]", "optim.betas.1: 1.0 is outside [0, 1)"),
+        ("optim.betas=[-0.1,0.9]", "optim.betas.0: -0.1 is outside [0, 1)"),
+        ("model.layer_norm_eps=0", "model.layer_norm_eps: Input should be greater than 0"),
+        ("model.layer_norm_eps=-1e-5", "model.layer_norm_eps: Input should be greater than 0"),
+    ],
+)
 def test_bad_numbers_fail_at_load(override, message):
     with pytest.raises(ConfigError) as e:
         load_config(DEMO, [override])
@@ -50,7 +53,9 @@ def test_fp16_on_cpu_and_missing_resume_fail_before_training(tmp_path):
     with pytest.raises(ConfigError, match="deepspeed.precision: fp16 needs a GPU accelerator"):
         check_train(cfg, "cpu")
     check_train(cfg, "cuda")
-    cfg = load_config(DEMO, [f"run.output_dir={tmp_path}/run", f"checkpoint.resume={tmp_path}/nope/step00000010"])
+    cfg = load_config(
+        DEMO, [f"run.output_dir={tmp_path}/run", f"checkpoint.resume={tmp_path}/nope/step00000010"]
+    )
     with pytest.raises(ConfigError, match="checkpoint.resume: .*/nope/step00000010 does not exist"):
         check_train(cfg, "cpu")
     (tmp_path / "half").mkdir()
@@ -78,12 +83,21 @@ def test_unwritable_output_dir(tmp_path):
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu"}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_data_path_matching_nothing_names_the_source_key(tmp_path):
-    res = _cli("-m", "data_pipeline", "clean", "--config", DEMO, f"run.output_dir={tmp_path}/run",
-               f"data.sources.1.paths=[{tmp_path}/missing/*.txt]")
+    res = _cli(
+        "-m",
+        "data_pipeline",
+        "clean",
+        "--config",
+        DEMO,
+        f"run.output_dir={tmp_path}/run",
+        f"data.sources.1.paths=[{tmp_path}/missing/*.txt]",
+    )
     assert res.returncode == 2, res.stderr[-2000:]
     assert "data.sources.1.paths.0 (source 'bbc'): no files match" in res.stderr
     assert "Traceback" not in res.stderr and not (tmp_path / "run" / "clean").exists()
@@ -92,7 +106,9 @@ def test_data_path_matching_nothing_names_the_source_key(tmp_path):
 def test_unwritable_output_dir_stops_before_any_stage(tmp_path):
     (tmp_path / "file").write_text("x")
     res = _cli("-m", "data_pipeline", "all", "--config", DEMO, f"run.output_dir={tmp_path}/file/run")
-    assert res.returncode == 2 and "run.output_dir:" in res.stderr and "not writable" in res.stderr, res.stderr
+    assert res.returncode == 2 and "run.output_dir:" in res.stderr and "not writable" in res.stderr, (
+        res.stderr
+    )
     assert "Traceback" not in res.stderr
 
 
