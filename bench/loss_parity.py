@@ -225,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
-    report.line(f"{len(families) - len(skipped)} families run, {len(skipped)} skipped"
-                f"{f' ({chr(44).join(skipped)})' if skipped else ''}")
+    names = f" ({', '.join(skipped)})" if skipped else ""
+    report.line(f"{len(families) - len(skipped)} families run, {len(skipped)} skipped{names}")
     return report.finish()
 
 
