@@ -70,10 +70,11 @@ def sabotage() -> str | None:
 
 
 class BatchRecorder:
-    """With LMSTACK_PARITY_RECORD=<folder>: what a reference loop needs to replay this run exactly. Rank 0 writes
-    the initial weights (init.pt) before DeepSpeed broadcasts them; every rank writes rank<r>.pt at the end with
-    each micro-batch it trained on (the collator's output: masks, spans, labels as data), the RNG state just before
-    its forward (dropout and ELECTRA's generator sampling replay from it), the plan and the per-step losses."""
+    """With LMSTACK_PARITY_RECORD=<folder>: what a reference loop needs to replay this run exactly. Rank 0
+    writes the initial weights (init.pt) before DeepSpeed broadcasts them; every rank writes rank<r>.pt at the
+    end with each micro-batch it trained on (the collator's output: masks, spans, labels as data), the CPU RNG
+    state just before its forward (dropout and ELECTRA's generator samples replay from it), the plan and the
+    per-step losses."""
 
     def __init__(self, rank: int) -> None:
         folder = os.environ.get(RECORD_ENV, "").strip()
