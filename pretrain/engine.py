@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from core.log import get_logger
+from pretrain.parity import sabotage
 from pretrain.schedule import TrainPlan, lr_multiplier
 from runconfig import RunConfig
 
@@ -91,7 +92,8 @@ def build_ds_config(cfg: RunConfig, plan: TrainPlan, load_universal: bool = Fals
         "train_batch_size": plan.global_batch_size,
         "train_micro_batch_size_per_gpu": plan.micro_batch_size,
         "gradient_accumulation_steps": plan.grad_accum,
-        "gradient_clipping": cfg.optim.grad_clip,
+        # LMSTACK_PARITY_SABOTAGE=no_clip (test-only, bench/loss_parity.py): clipping not applied
+        "gradient_clipping": 0.0 if sabotage() == "no_clip" else cfg.optim.grad_clip,
         "zero_optimization": zero,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,

@@ -5,6 +5,7 @@ Run under torchrun (or `python -m launch run`): `python -m pretrain train --conf
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -28,7 +29,7 @@ from pretrain.engine import build_engine, init_distributed
 from pretrain.metrics import MetricsLogger, OutputMetrics, Throughput, flops_per_token, measure_peak_flops
 from pretrain.models import build_model, count_parameters
 from pretrain.objectives import prepare_model, wrap_model
-from pretrain.parity import PROBE_FILE, probe_inputs, probe_logits, save_probe
+from pretrain.parity import PROBE_FILE, BatchRecorder, probe_inputs, probe_logits, sabotage, save_probe
 from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
 from runconfig import RunConfig, save_resolved
@@ -243,6 +244,10 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     layout = RunLayout(cfg)
     ckpt_dir = Path(cfg.checkpoint_dir)
     plan = make_plan(cfg, world)
+    broken = sabotage()  # test-only (bench/loss_parity.py proves it notices each): None in every real run
+    if broken == "warmup":
+        plan = dataclasses.replace(plan, warmup_steps=0)
+    recorder = BatchRecorder(rank)  # test-only replay record for bench/loss_parity.py (LMSTACK_PARITY_RECORD)
     torch.manual_seed(cfg.run.seed + rank)
 
     # --- resume (decided before the engine exists: another world size loads a universal checkpoint) ---------
@@ -260,21 +265,19 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             )
         )
 
-    layout.store.pull(
-        [layout.tokenizer]
-    )  # a remote run: fetched into the staging folder (token shards: loader)
+    # a remote run: fetched into the staging folder (token shards: loader)
+    layout.store.pull([layout.tokenizer])
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
-    if (
-        tag is not None
-    ):  # before the model is sized from it: a swapped tokenizer is named, not a size mismatch
+    # before the model is sized from it: a swapped tokenizer is named, not a size mismatch
+    if tag is not None:
         ckpt.check_tokenizer(
             load_dir, tag.removesuffix(ckpt.UNIVERSAL_SUFFIX), layout.tokenizer, len(tokenizer)
         )
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
     prepare_model(cfg, model)
-    model = wrap_model(
-        cfg, model, tokenizer
-    )  # the objective's module around it (ELECTRA), else the model itself
+    # the objective's module around it (ELECTRA), else the model itself
+    model = wrap_model(cfg, model, tokenizer)
+    recorder.initial(model)
     n_params = count_parameters(model)
     collate = build_collator(cfg, tokenizer)
     try:
@@ -393,14 +396,18 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
                 first_batch_pending = False
             n_tok = _count_tokens(host_batch)
             batch = _to_device(host_batch, device)
+            recorder.batch(step, micro, host_batch)
             output = engine(**batch)
             loss = output.loss
             output_metrics.add(output)
             del output  # the logits need not live through backward
             # The only host read per micro-batch: this rank's own finiteness bit, which picks the loss to
             # backpropagate (a NaN must never reach the gradients). No collective until the step's end.
-            if bool(torch.isfinite(loss.detach())):
-                engine.backward(loss)
+            if broken == "drop_micro" and rank == 0 and micro == 0:
+                engine.backward(_zero_loss(engine))  # sabotage: this micro-batch's gradient is lost
+                loss_sum += loss.detach()
+            elif bool(torch.isfinite(loss.detach())):
+                engine.backward(loss * world if broken == "sum_ranks" else loss)
                 loss_sum += loss.detach()
             else:
                 n_bad += 1
@@ -420,7 +427,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             clock.agree(agreed)
         step += 1
         step_ok = n_bad_all == 0
-        step_loss = total / (plan.grad_accum * world)
+        step_loss = total / (plan.grad_accum * (1 if broken == "sum_ranks" else world))
+        recorder.step(step_loss)
         bad_steps = 0 if step_ok else bad_steps + 1
         if bad_steps >= cfg.deepspeed.max_consecutive_bad_steps:
             raise TrainingHalted(
@@ -484,6 +492,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
 
     bar.close()
     logger.close()
+    recorder.close(plan)
     result = {
         "step": step,
         "tokens_seen": tokens_seen,
