@@ -39,7 +39,8 @@ from transformers import (
     set_seed,
 )
 
-from core.log import get_logger
+from core.layout import LOGS
+from core.log import get_logger, route_third_party, verbose_requested
 from pretrain.labelled import Row, TaskData, load_tasks
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneConfig
@@ -641,6 +642,13 @@ def _accuracy_text(entry: dict[str, Any]) -> str:
     return txt + (f" (collapsed seeds {', '.join(bad)} left out)" if bad else "")
 
 
+def _arm_worker_init(threads: int, log_dir: Path) -> None:
+    """A spawned arm worker: its intra-op threads, and third-party notices (transformers' load reports) to the
+    run's log file as in the parent process, not the terminal."""
+    torch.set_num_threads(threads)
+    route_third_party(log_dir, verbose_requested())
+
+
 def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path, log=_log) -> dict[str, Any]:
     ft = cfg.finetune
     t0 = time.time()
@@ -668,8 +676,8 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
         with ProcessPoolExecutor(
             min(ft.workers, len(jobs)),
             mp_context=mp.get_context("spawn"),
-            initializer=torch.set_num_threads,
-            initargs=(threads,),
+            initializer=_arm_worker_init,
+            initargs=(threads, Path(cfg.run.root) / LOGS),
         ) as pool:
             entries = list(pool.map(_evaluate_arm, *zip(*jobs, strict=True)))
     else:

@@ -65,3 +65,26 @@ def test_verbose_shows_them(tmp_path):
     for needle in ("FutureWarning", "LOAD REPORT", "Record not followed by newline"):
         assert needle in res.stderr, needle
     assert not (tmp_path / "run" / "logs" / "third_party.log").exists()
+
+
+def _warn_like_a_load_report() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.get_logger("transformers.modeling_utils").warning("LOAD REPORT from a worker")
+
+
+def test_transfer_arm_workers_route_third_party_notices_too(tmp_path, capfd, monkeypatch):
+    """The transfer stage fine-tunes its arms in spawned worker processes: their transformers load reports go to
+    the run's log file as the parent's do, not to the terminal (seen in `make demo`)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from pretrain.transfer import _arm_worker_init
+
+    monkeypatch.delenv("LMSTACK_VERBOSE", raising=False)
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=_arm_worker_init,
+                             initargs=(1, tmp_path / "logs")) as pool:  # fmt: skip
+        pool.submit(_warn_like_a_load_report).result()
+    out, err = capfd.readouterr()
+    assert "LOAD REPORT" not in out + err
+    assert "LOAD REPORT from a worker" in (tmp_path / "logs" / "third_party.log").read_text()
