@@ -38,6 +38,7 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
+from transformers.trainer_callback import PrinterCallback
 
 from core.layout import LOGS
 from core.log import get_logger, route_third_party, verbose_requested
@@ -384,6 +385,9 @@ def fine_tune_once(
         data_collator=Collator(tok.pad_token_id),
         callbacks=[select] if select else None,
     )
+    # disable_tqdm makes the Trainer print every log dict to stdout (`{'train_runtime': ...}`); the result.json and
+    # our one-line summaries carry what a run reports.
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
     model = trainer.model
     if select is not None and select.weights is not None:
