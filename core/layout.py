@@ -26,6 +26,9 @@ TASKS = "_tasks"  # completion markers of data tasks
 SLURM = "slurm"  # rendered sbatch scripts and their logs (default of launch.slurm.output_dir)
 SUMMARY = "summary.json"
 RESOLVED_CONFIG = "resolved_config.yaml"
+CLEAN_STATS = "stats.json"  # clean/stats.json: the cleaning report (kept, dropped by reason)
+TOKEN_MANIFEST = "manifest.json"  # tokens/manifest.json: every shard, its size and sha256 (written last)
+DEDUP_STATS = "dedup_stats.json"
 
 
 class RunPaths:

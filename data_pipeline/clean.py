@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from core.io import fingerprint
+from core.layout import CLEAN_STATS
 from core.log import get_logger
 from core.plugin_code import code_version
 from data_pipeline.document import Document, in_holdout
@@ -395,7 +396,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
         "charset_decisions": dict(charsets.most_common()),
     }
     layout.clean.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(layout.clean / "stats.json", stats)
+    write_json_atomic(layout.clean / CLEAN_STATS, stats)
     for (source, reason), rows in samples.items():
         write_text_atomic(
             layout.clean / "dropped" / source / f"{reason.replace(':', '__')}.jsonl",
@@ -404,9 +405,9 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
     table = format_table(stats)
     write_text_atomic(layout.clean / "stats.txt", table + "\n")
     if stats["complete"]:  # never let a partial view (one array task's) replace the remote report
-        layout.store.push([layout.clean / "dropped", layout.clean / "stats.txt", layout.clean / "stats.json"])
+        layout.store.push([layout.clean / "dropped", layout.clean / "stats.txt", layout.clean / CLEAN_STATS])
     return {
-        "stats": str(layout.clean / "stats.json"),
+        "stats": str(layout.clean / CLEAN_STATS),
         "complete": stats["complete"],
         "totals": stats["totals"],
         "dropped_by_reason": stats["dropped_by_reason"],

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from core.errors import ConfigError
+from core.layout import TOKEN_MANIFEST, TOKENS
 from data_pipeline.paths import filesystem
 from data_pipeline.storage import RunStore
 from runconfig.run import RunConfig
@@ -58,7 +59,7 @@ def check_tokens(cfg: RunConfig) -> None:
     """The token shards `train` reads exist: their manifest (written last by `tokenize`) is there."""
     if cfg.loader.tokens_url is not None or cfg.run.is_remote:
         return  # read (or fetched) through fsspec by the loader, which names the URL
-    manifest = Path(cfg.run.root) / "tokens" / "manifest.json"
+    manifest = Path(cfg.run.root) / TOKENS / TOKEN_MANIFEST
     if not manifest.is_file():
         raise ConfigError(
             f"run.output_dir: no token shards at {manifest.parent} (tokens/manifest.json is "

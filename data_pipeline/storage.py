@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from core.io import atomic_path
+from core.layout import TOKEN_MANIFEST
 from core.log import get_logger
 from data_pipeline.paths import filesystem
 
 log = get_logger(__name__)
 
 # Files that certify others: uploaded after the files they certify; a local one the remote lacks is not trusted.
-MARKER_NAMES = {"COMPLETE", "_DONE.json", "manifest.json", "tokenizer.json"}
+MARKER_NAMES = {"COMPLETE", "_DONE.json", TOKEN_MANIFEST, "tokenizer.json"}
 LAST_NAMES = {"latest"}  # pointers: after every marker
 
 

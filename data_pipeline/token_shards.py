@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from core.io import atomic_write, replace, sha256_file  # noqa: F401  (sha256_file: re-exported)
+from core.layout import TOKEN_MANIFEST
 
-MANIFEST = "manifest.json"
+MANIFEST = TOKEN_MANIFEST
 RERUN = "rerun `python -m data_pipeline tokenize` (the tokenize stage rewrites a shard that fails this check)"
 
 

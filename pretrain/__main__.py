@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from core.layout import RunPaths
+from core.layout import CLEAN_STATS, TOKEN_MANIFEST, RunPaths
 from runconfig.cli import add_config_args, config_from_args, preflight, run_cli
 
 RESET_HELP = (
@@ -149,7 +149,7 @@ def _main(argv: list[str] | None = None) -> int:
 
         layout = RunLayout(cfg)  # a remote run: its export (and what the card reads), fetched once
         layout.store.pull(
-            [layout.export, layout.tokens / "manifest.json", layout.clean / "stats.json", layout.logs]
+            [layout.export, layout.tokens / TOKEN_MANIFEST, layout.clean / CLEAN_STATS, layout.logs]
         )
     if args.command == "finetune":
         from data_pipeline.layout import RunLayout

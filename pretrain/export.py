@@ -16,6 +16,7 @@ import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from core.io import follow_umask, replace_dir, sha256_bytes
+from core.layout import CLEAN_STATS, TOKEN_MANIFEST
 from core.log import get_logger
 from data_pipeline.layout import RunLayout
 from data_pipeline.objectives import get_objective
@@ -170,7 +171,7 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
             upload = RunStore(layout.export, layout.store.url(layout.export))
     # a remote run: what the export and its model card read (tokenizer, manifest, clean stats, metrics)
     layout.store.pull(
-        [layout.tokenizer, layout.tokens / "manifest.json", layout.clean / "stats.json", layout.logs]
+        [layout.tokenizer, layout.tokens / TOKEN_MANIFEST, layout.clean / CLEAN_STATS, layout.logs]
     )
     if upload is not None and out.exists():
         shutil.rmtree(out)  # nothing of an older export may be uploaded with this one

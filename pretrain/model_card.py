@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from core.layout import RESOLVED_CONFIG
+from core.layout import CLEAN_STATS, RESOLVED_CONFIG, TOKEN_MANIFEST
 from data_pipeline.layout import RunLayout
 from runconfig import RunConfig
 from runconfig.load import to_dict
@@ -386,11 +386,11 @@ def write_model_card(cfg: RunConfig, export_dir: str | Path) -> Path:
     tok_conf_path = export_dir / "tokenizer_config.json"
     tok_conf = json.loads(tok_conf_path.read_text()) if tok_conf_path.is_file() else {}
     state.setdefault("tokenizer_class", tok_conf.get("tokenizer_class"))
-    manifest_path = layout.tokens / "manifest.json"
+    manifest_path = layout.tokens / TOKEN_MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
     (export_dir / MANIFEST_FILE).write_text(json.dumps(manifest if manifest is not None else {}, indent=1))
     (export_dir / CONFIG_FILE).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    stats_path = layout.clean / "stats.json"
+    stats_path = layout.clean / CLEAN_STATS
     clean_stats = json.loads(stats_path.read_text()) if stats_path.is_file() else None
     ppl = held_out_perplexity(layout.metrics, state.get("step"))
     if ppl is not None and not math.isfinite(ppl[0]):

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from core.io import fingerprint
+from core.layout import CLEAN_STATS, DEDUP_STATS
 from data_pipeline.dedup.exact import content_hash
 from data_pipeline.dedup.minhash import MinHasher, expected_collision_probability
 from data_pipeline.executors import Stage
@@ -81,7 +82,7 @@ def _clean_inputs(cfg) -> list[Path]:
     rather than a silently smaller corpus.
     """
     layout = RunLayout(cfg)
-    stats_path = layout.clean / "stats.json"
+    stats_path = layout.clean / CLEAN_STATS
     try:
         stats = json.loads(stats_path.read_text())
     except (OSError, ValueError):
@@ -160,7 +161,7 @@ def build_stages(cfg) -> list[Stage]:
     layout.store.pull([layout.clean])  # a remote run: the cleaned shards, wherever they were written
     dd = cfg.data.dedup
     inputs = _clean_inputs(cfg)
-    docs = json.loads((layout.clean / "stats.json").read_text()).get("totals", {}).get("kept", 0)
+    docs = json.loads((layout.clean / CLEAN_STATS).read_text()).get("totals", {}).get("kept", 0)
     R = num_partitions(cfg, docs)
     fp = _fingerprint(cfg, inputs, R)
     work = layout.dedup / "_work" / fp
@@ -749,6 +750,6 @@ def finalize(
         },
         "fingerprint": fp,
     }
-    write_json_atomic(root / "dedup_stats.json", stats)
+    write_json_atomic(root / DEDUP_STATS, stats)
     write_json_atomic(root / DEDUP_DONE, {"fingerprint": fp, "kept": stats["kept"]})
     return stats
