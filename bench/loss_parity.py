@@ -142,9 +142,8 @@ def reference(cfg_path: Path, ov: list[str], record: Path, threads: int, reverse
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False  # training: no KV cache (GPT-2's restarted position_ids need it off)
-    if (
-        cfg.objective.type == "electra"
-    ):  # no RTD loss in transformers: our objective's module, in this plain loop
+    # no RTD loss in transformers: our objective's module, in this plain loop
+    if cfg.objective.type == "electra":
         model = wrap_model(cfg, model, tokenizer)
     model.load_state_dict(init, strict=True)
     model.train()
@@ -182,9 +181,8 @@ def run_family(
     family: str, steps: int, warmup: int, sabotage: str | None, report: C.Report, work: Path
 ) -> bool:
     t0 = time.perf_counter()
-    shutil.rmtree(
-        work / family, ignore_errors=True
-    )  # prepare_run links the cached data stages into a new folder
+    # prepare_run links the cached data stages into a new folder
+    shutil.rmtree(work / family, ignore_errors=True)
     cfg_path = C.prepare_run(work / family, family, extra_yaml=EXTRA_YAML, files=FILES)
     ov = overrides(steps, warmup)
     ours, record, wall, norms = run_ours(cfg_path, work / family, ov, sabotage)

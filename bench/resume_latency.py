@@ -128,9 +128,8 @@ class Loaders:
 
         dl = DataLoader(self.dataset, sampler=RandomSampler(self.dataset, generator=torch.Generator().manual_seed(0)),
                         batch_size=4, collate_fn=self.collate, num_workers=self.cfg.loader.num_workers)  # fmt: skip
-        skip = (
-            n % self.steps_per_epoch
-        )  # HF Trainer: epochs_trained = step // per_epoch, skip the rest of this one
+        # HF Trainer: epochs_trained = step // per_epoch, skip the rest of this one
+        skip = n % self.steps_per_epoch
         t0 = time.perf_counter()
         batch = next(iter(skip_first_batches(dl, skip)))
         dt = time.perf_counter() - t0

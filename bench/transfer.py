@@ -285,9 +285,8 @@ def electra_vs_mlm(rep: C.Report, results: list[dict], tasks: list[str]) -> None
         if "roberta-budget" in by:
             ours = electra["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
             peer = by["roberta-budget"]["tasks"][name]["arms"]["pretrained"]["test_accuracy"]["mean"]
-            if (
-                ours is None or peer is None
-            ):  # an arm with every seed collapsed: nothing to compare, a failure
+            # an arm with every seed collapsed: nothing to compare, a failure
+            if ours is None or peer is None:
                 v = f"VERDICT transfer_{name}_electra_vs_roberta_mlm: ours={ours} peer={peer} ratio=n/a goal=1 fail"
                 print(v, flush=True)
                 rep.verdicts.append(v)

@@ -77,9 +77,8 @@ def _install_console(level: int = logging.INFO) -> None:
         handler.setFormatter(logging.Formatter(CONSOLE_FORMAT))
         handler.setLevel(level)
         logger.addHandler(handler)
-        logger.setLevel(
-            logging.DEBUG
-        )  # the handlers decide: the console shows INFO (DEBUG when verbose), a file all
+        # the handlers decide: the console shows INFO (DEBUG when verbose), a file all
+        logger.setLevel(logging.DEBUG)
         # Our console lines are printed once, by our handler, even when an application configures the root logger.
         logger.propagate = False
     _console_installed = True
@@ -111,9 +110,8 @@ def setup(verbose: bool = False, log_file: Path | str | None = None) -> None:
             h.close()
         logger.addHandler(handler)  # ours do not propagate to root, so they get the file handler themselves
     if root.level > logging.INFO:
-        root.setLevel(
-            logging.INFO
-        )  # third-party INFO and warnings reach the file (root's default is WARNING)
+        # third-party INFO and warnings reach the file (root's default is WARNING)
+        root.setLevel(logging.INFO)
 
 
 # ------------------------------------------------------------------------------------------- quiet console

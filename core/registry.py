@@ -112,9 +112,8 @@ class Registry(Generic[T]):
                 )
 
     def get(self, name: str) -> T:
-        if name not in self._entries and is_ref(
-            name
-        ):  # `module.path:Name` from the YAML: no packaging needed
+        # `module.path:Name` from the YAML: no packaging needed
+        if name not in self._entries and is_ref(name):
             obj = load_ref(name, self.key)
             if self.spec_type is not None and callable(obj) and not isinstance(obj, type | self.spec_type):
                 obj = obj()

@@ -274,9 +274,8 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
     check_filter_settings(cfg)  # an outside filter's params, against the settings type it brings
     plan = plan_clean(cfg)
     fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
-    if (
-        shard_index is None
-    ):  # a remote run: what is done remotely counts, a local marker never uploaded does not
+    # a remote run: what is done remotely counts, a local marker never uploaded does not
+    if shard_index is None:
         layout = RunLayout(cfg)
         layout.store.pull([layout.clean], prune_markers=True)
     if shard_index is not None:

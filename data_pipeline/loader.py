@@ -235,9 +235,8 @@ class PretrainLoader:
             step += 1
 
     def _eval_batches(self) -> Iterator[list[tuple[int, int, int]]]:
-        per = (
-            self.micro * self.world_size
-        )  # every rank gets the same number of batches (collectives stay matched)
+        # every rank gets the same number of batches (collectives stay matched)
+        per = self.micro * self.world_size
         for b in range(self.num_samples // per):
             base = b * per + self.rank * self.micro
             yield self.positions_keys(np.arange(base, base + self.micro, dtype=np.int64))

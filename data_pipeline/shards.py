@@ -56,9 +56,8 @@ def remove_orphans(path: Path) -> list[Path]:
 
 def _atomic_write_bytes(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.name.startswith(
-        "shard-"
-    ):  # a shard or its marker has one writer: earlier temps of it are orphans
+    # a shard or its marker has one writer: earlier temps of it are orphans
+    if path.name.startswith("shard-"):
         remove_orphans(path)
     atomic_write(path, write)
 

@@ -23,9 +23,8 @@ def _clean_task(i: int, *, cfg) -> dict[str, Any]:
     from data_pipeline.clean import clean_shard, config_fingerprint, plan_clean
 
     shard = plan_clean(cfg)[i]
-    info = clean_shard(
-        cfg, shard, config_fingerprint(cfg, shard.source)
-    )  # per source, as run_clean writes them
+    # per source, as run_clean writes them
+    info = clean_shard(cfg, shard, config_fingerprint(cfg, shard.source))
     return {k: info[k] for k in ("source", "shard", "read", "kept", "holdout", "kept_chars")}
 
 

@@ -83,9 +83,8 @@ class TokenShardWriter:
         start = self._n
         self._n += ids.size
         if sent_starts is not None and len(sent_starts):
-            s = np.sort(
-                np.asarray(sent_starts, np.int64)
-            )  # sorted + deduplicated (np.unique's hashing is slower)
+            # sorted + deduplicated (np.unique's hashing is slower)
+            s = np.sort(np.asarray(sent_starts, np.int64))
             keep = (s > 0) & (s < ids.size)
             keep[1:] &= s[1:] != s[:-1]
             s = s[keep]

@@ -175,9 +175,8 @@ def cmd_run(args) -> int:
         render.check_hosts_reachable(cfg, render.resolve_hosts(cfg)[0])
     elif cfg.launch.launcher == "torchrun" and cfg.launch.nodes > 1 and cfg.launch.node_rank > 0:
         render.wait_for_master(cfg, render.resolve_hosts(cfg)[1])
-    ckpt_dir = os.path.abspath(
-        cfg.checkpoint_dir
-    )  # before the chdir: a relative run folder is relative to here
+    # before the chdir: a relative run folder is relative to here
+    ckpt_dir = os.path.abspath(cfg.checkpoint_dir)
     os.chdir(render.workdir(cfg))
     if args.all_nodes:
         argvs = [(render.ssh_command(c, cfg), None) for c in cmds]

@@ -76,9 +76,8 @@ def _main(argv: list[str] | None = None) -> int:
     if args.command == "plot":
         from pretrain.plots import plot_run
 
-        if "://" in args.run and not args.run.startswith(
-            "file://"
-        ):  # a remote run folder: never a local path
+        # a remote run folder: never a local path
+        if "://" in args.run and not args.run.startswith("file://"):
             import tempfile
             from pathlib import Path
 
@@ -199,9 +198,8 @@ def _main(argv: list[str] | None = None) -> int:
         print(json.dumps(r, indent=1) if args.json else format_report(r))
         if tokens_note:
             print(f"note: {tokens_note}", file=sys.stderr)
-        if (r.get("resume") or {}).get(
-            "error"
-        ):  # what `train` would stop on: the same exit as a config error
+        # what `train` would stop on: the same exit as a config error
+        if (r.get("resume") or {}).get("error"):
             print(f"error: checkpoint.resume: {r['resume']['error']}", file=sys.stderr)
             return 2
         return 0

@@ -169,9 +169,8 @@ def select_resume_tag(ckpt_dir: Path, warn=None, remote: str | None = None) -> s
         if in_bucket:
             fetch_checkpoint(ckpt_dir, tag, remote)
         problems = verify_checkpoint(ckpt_dir / tag)
-        if (
-            in_bucket and problems
-        ):  # a damaged local copy of a good remote file has the same size: fetch it again
+        # a damaged local copy of a good remote file has the same size: fetch it again
+        if in_bucket and problems:
             fetch_checkpoint(ckpt_dir, tag, remote, force=True)
             problems = verify_checkpoint(ckpt_dir / tag)
         if not problems:
@@ -540,9 +539,8 @@ def load_checkpoint(engine, ckpt_dir: Path, tag: str) -> dict[str, Any]:
         raise RuntimeError(f"DeepSpeed could not load checkpoint {ckpt_dir / tag}")
     rng_path = ckpt_dir / tag / f"rng_rank{dist.get_rank():05d}.pt"
     if read_complete(ckpt_dir, tag)["world_size"] == dist.get_world_size():
-        if (
-            not rng_path.is_file()
-        ):  # verification lists it; only a checkpoint older than the file list gets here
+        # verification lists it; only a checkpoint older than the file list gets here
+        if not rng_path.is_file():
             raise CannotContinue(f"{rng_path} is missing: the resume would not be exact")
         set_rng_state(torch.load(rng_path, weights_only=False))
     return client_state or {}

@@ -187,9 +187,8 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
     objective = get_objective(cfg.objective.type)
     family = get_family(cfg.model.family)
-    if (
-        objective.export is not None
-    ):  # the objective writes its own folders (ELECTRA: discriminator + generator/)
+    # the objective writes its own folders (ELECTRA: discriminator + generator/)
+    if objective.export is not None:
         reloaded = objective.export(cfg, model, out, tokenizer)
     else:
         for key, value in family.export_config.items():

@@ -144,9 +144,8 @@ def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[st
         row.append(f"{100 * r['margin']:+.1f}" if "margin" in r else "n/a")
         lines.append("| " + " | ".join(row) + " |")
         mine = arms.get("pretrained")
-        if (
-            not mine or mine["test_accuracy"].get("mean") is None
-        ):  # no arm, or every seed collapsed: no result
+        # no arm, or every seed collapsed: no result
+        if not mine or mine["test_accuracy"].get("mean") is None:
             continue
         t = mine["test_accuracy"]
         n = len(t.get("values", [])) or 1

@@ -60,9 +60,8 @@ def model_param_counts(cfg: RunConfig) -> tuple[int, int]:
     from pretrain.objectives import wrap_model
 
     tok = _VocabOnly(cfg.tokenizer.vocab_size)
-    with torch.device(
-        "meta"
-    ):  # the module trained: with the objective's wrapper (ELECTRA's generator) if any
+    # the module trained: with the objective's wrapper (ELECTRA's generator) if any
+    with torch.device("meta"):
         model = wrap_model(cfg, build_model(cfg.model, tok, cfg.packing.seq_len), tok)
     total = sum(dict((id(p), p.numel()) for p in model.parameters()).values())
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())

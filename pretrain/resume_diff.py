@@ -92,9 +92,8 @@ class ConfigChanges:
     applied: list[tuple[str, Any, Any]] = field(default_factory=list)
     refused: list[tuple[str, Any, Any]] = field(default_factory=list)
     unknown_before: list[str] = field(default_factory=list)  # keys the checkpoint's config did not have
-    data_order: list[tuple[str, Any, Any]] = field(
-        default_factory=list
-    )  # reset with checkpoint.reset_data_order
+    # reset with checkpoint.reset_data_order
+    data_order: list[tuple[str, Any, Any]] = field(default_factory=list)
 
     def describe(self) -> str:
         lines = []

@@ -412,17 +412,15 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             else:
                 n_bad += 1
                 engine.backward(_zero_loss(engine))
-            if (
-                micro == plan.grad_accum - 1 and agree_before_step
-            ):  # a time-budget LR follows the agreed clock
+            # a time-budget LR follows the agreed clock
+            if micro == plan.grad_accum - 1 and agree_before_step:
                 total, n_bad_all, stop_all, agreed = sync.reduce(loss_sum, n_bad, stop.requested, clock.now())
                 clock.agree(agreed)
             engine.step()
             tokens_seen += n_tok * world
             meter.add(n_tok * world, batch["input_ids"].shape[0] * world, waited)
-        if (
-            not agree_before_step
-        ):  # after the step: the host waits while the device runs the optimizer, not before
+        # after the step: the host waits while the device runs the optimizer, not before
+        if not agree_before_step:
             total, n_bad_all, stop_all, agreed = sync.reduce(loss_sum, n_bad, stop.requested, clock.now())
             clock.agree(agreed)
         step += 1

@@ -314,9 +314,8 @@ class BestOnDev(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step in self.at_steps:
-            acc = self.score(
-                model
-            )  # _predict puts the model in eval mode; the Trainer sets train() every step
+            # _predict puts the model in eval mode; the Trainer sets train() every step
+            acc = self.score(model)
             self.by_step[state.global_step] = acc
             self.stale = 0 if acc > self.best else self.stale + 1
             if acc >= self.best:

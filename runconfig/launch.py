@@ -48,9 +48,8 @@ class SlurmConfig(Section):
     data_constraint: str | None = None
     array_concurrency: int = Field(4, gt=0)  # %N cap for data-stage job arrays
     data_time: str | None = None  # time limit of data-stage tasks (default: time)
-    data_cpus_per_task: int | None = Field(
-        None, gt=0
-    )  # CPUs per data-stage task (default: data.clean.workers)
+    # CPUs per data-stage task (default: data.clean.workers)
+    data_cpus_per_task: int | None = Field(None, gt=0)
     data_mem: str | None = None  # memory per data-stage task (default: the cluster's default)
     extra_sbatch: list[str] = []  # raw '#SBATCH' options for every job, e.g. ["--reservation=x"]
     extra_sbatch_train: list[

@@ -149,9 +149,8 @@ class RunConfig(Section):
             raise ValueError("deepspeed.offload_params needs deepspeed.zero_stage: 3")
         if self.deepspeed.offload_optimizer and self.deepspeed.zero_stage == 0:
             raise ValueError("deepspeed.offload_optimizer needs deepspeed.zero_stage >= 1")
-        if self.run.output_dir.startswith(
-            "memory://"
-        ):  # one process's memory: a pool worker's uploads vanish
+        # one process's memory: a pool worker's uploads vanish
+        if self.run.output_dir.startswith("memory://"):
             for key, n in (
                 ("data.clean.workers", self.data.clean.workers),
                 ("shards.workers", self.shards.workers),

@@ -38,9 +38,8 @@ class ScheduleConfig(Section):
     total_steps: int | None = Field(None, gt=0)  # None: 1000 steps, or the time budget when one is set
     warmup_steps: int | None = Field(None, ge=0)  # None: warmup_fraction if set, else min(100, total_steps)
     warmup_fraction: float | None = Field(None, ge=0, lt=1)  # of total_steps, or of the time budget
-    budget_minutes: float | None = Field(
-        None, gt=0
-    )  # wall-clock training budget; warmup/decay follow the clock
+    # wall-clock training budget; warmup/decay follow the clock
+    budget_minutes: float | None = Field(None, gt=0)
     decay: Literal["linear", "cosine", "constant"] = "linear"
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
 

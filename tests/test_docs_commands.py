@@ -130,9 +130,8 @@ def plan(cmd: DocCommand) -> Plan:
     if module == "pretrain" and sub == "plan":
         return Plan(argv=tuple(_python(argv)), slow=True)  # imports torch, DeepSpeed and transformers
     if module == "data_pipeline" and sub == "clean":
-        return Plan(
-            argv=tuple(_python(argv)), slow=True
-        )  # cleans the demo's packaged crawl and corpus for real
+        # cleans the demo's packaged crawl and corpus for real
+        return Plan(argv=tuple(_python(argv)), slow=True)
     raise AssertionError(f"{cmd.where}: no rule for `{cmd.text}`; add one to {__name__}")
 
 

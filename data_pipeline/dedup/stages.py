@@ -109,9 +109,8 @@ def _fingerprint(cfg, inputs: list[Path], ranges: int) -> str:
             st = p.stat()
             files.append([f"{p.parent.name}/{p.name}", st.st_size, st.st_mtime_ns])  # the same on every node
         except OSError:
-            files.append(
-                [f"{p.parent.name}/{p.name}", None, None]
-            )  # vanished: the signatures task for it reports it
+            # vanished: the signatures task for it reports it
+            files.append([f"{p.parent.name}/{p.name}", None, None])
     # component_rounds only appends rounds: raising it after a non-converged run keeps the finished tasks.
     blob = {
         "dedup": cfg.data.dedup.model_dump(mode="json", exclude={"component_rounds"}),
@@ -280,9 +279,8 @@ def component_stages(
         for name in names[1:-1]:
             kind = "large" if name.startswith("dedup-components-large") else "small"
             step = name.removeprefix("dedup-components-")
-            before = [
-                f"dedup-components-large{k}" for k in range(int(step.removeprefix(kind)))
-            ]  # earlier rounds
+            # earlier rounds
+            before = [f"dedup-components-large{k}" for k in range(int(step.removeprefix(kind)))]
             plain = make_stage(
                 name,
                 star_step_task,

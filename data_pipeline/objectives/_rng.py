@@ -73,9 +73,8 @@ _S16, _S15 = np.uint32(16), np.uint32(15)
 def key32(keys: np.ndarray) -> np.ndarray:
     """The 32-bit seed of each 64-bit key for `stream_bits32` / `hash32`."""
     halves = np.ascontiguousarray(keys, dtype=np.uint64).view(np.uint32).reshape(-1, 2)
-    return (
-        halves[:, 0] ^ halves[:, 1]
-    )  # high ^ low word (either byte order), one op instead of shift+xor+cast
+    # high ^ low word (either byte order), one op instead of shift+xor+cast
+    return halves[:, 0] ^ halves[:, 1]
 
 
 def weyl32(length: int) -> np.ndarray:

@@ -28,8 +28,7 @@ class ElectraCollator(MLMCollator):
         if self.static:  # one draw per sequence for the whole run, like its mask
             epoch = np.zeros_like(epoch)
         bits = stream_bits(sample_keys(self.seed, epoch, sample_id, STREAM_RTD), batch["input_ids"].shape[1])
-        u = (bits >> np.uint64(40)).astype(np.float32) * np.float32(
-            1.0 / _U24
-        )  # 24 bits: exact, strictly < 1
+        # 24 bits: exact, strictly < 1
+        u = (bits >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / _U24)
         batch["sample_u"] = torch.from_numpy(u)
         return batch

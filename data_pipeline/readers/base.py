@@ -255,9 +255,8 @@ def alarm_after(seconds: float, make_error: Callable[[], BaseException]):
         signal.setitimer(signal.ITIMER_REAL, 0)
         try:
             signal.signal(signal.SIGALRM, old)
-        except (
-            BaseException
-        ):  # an alarm still pending ran our handler first: restore the old one all the same
+        # an alarm still pending ran our handler first: restore the old one all the same
+        except BaseException:
             signal.signal(signal.SIGALRM, old)
             raise
     if fired:

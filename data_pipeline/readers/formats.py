@@ -173,9 +173,8 @@ def read_parquet(src: SourceFile, source: str, text_field: str, errors: ErrorLog
         with open_binary(src.path) as fh:
             pf = pq.ParquetFile(fh)
             groups = range(*src.span) if src.span else range(pf.metadata.num_row_groups)
-            row = sum(
-                pf.metadata.row_group(g).num_rows for g in range(groups.start)
-            )  # ids count from the file
+            # ids count from the file
+            row = sum(pf.metadata.row_group(g).num_rows for g in range(groups.start))
             for batch in pf.iter_batches(batch_size=1024, row_groups=list(groups)):
                 for rec in batch.to_pylist():
                     doc = _doc_from_row(rec, text_field, src, source, row, errors)

@@ -244,9 +244,8 @@ def test_bad_input_run_keeps_good_and_names_bad(damaged):
     assert "bad input records by kind" in table and "TOTAL" in table
 
     texts = {r["url"]: r["text"] for r in iter_corpus(cfg, ["crawl"])}
-    assert (
-        "Zürich" in texts["http://news.example/latin"]
-    )  # not mojibake: the wrong declaration was overridden
+    # not mojibake: the wrong declaration was overridden
+    assert "Zürich" in texts["http://news.example/latin"]
     assert "café" in texts["http://news.example/cp"]  # cp1252 bytes declared UTF-8: detected
 
 

@@ -45,9 +45,8 @@ def test_signature_agreement_estimates_jaccard():
 def test_run_dedup_removes_planted_copies(tmp_path):
     arts = articles(30)
     rows = [{"text": t} for t in arts]
-    rows += [
-        {"text": "  " + arts[i].upper().replace(" ", "  ") + "\n"} for i in range(5)
-    ]  # exact after normalising
+    # exact after normalising
+    rows += [{"text": "  " + arts[i].upper().replace(" ", "  ") + "\n"} for i in range(5)]
     for i in range(5, 10):  # near copies: one sentence edited
         paras = arts[i].split("\n")
         paras[2] = paras[2] + " An extra sentence was added by another site."

@@ -82,9 +82,8 @@ def test_two_node_ray_cluster_survives_worker_node_death(hosts, tmp_path):
     run_clean(ref)
     run_dedup(ref)  # the local process pool's answer
 
-    ray_tmp = tempfile.mkdtemp(
-        prefix="lmray", dir="/tmp"
-    )  # short: Ray's unix socket paths are length-limited
+    # short: Ray's unix socket paths are length-limited
+    ray_tmp = tempfile.mkdtemp(prefix="lmray", dir="/tmp")
     env = _env(ray_tmp)
     head, worker = hosts.addrs
     logs = [open(tmp_path / f"ray-{n}.log", "wb") for n in ("head", "worker", "driver")]
@@ -175,9 +174,8 @@ def test_two_node_ray_cluster_survives_worker_node_death(hosts, tmp_path):
         shutil.rmtree(ray_tmp, ignore_errors=True)
     out = (tmp_path / "ray-driver.log").read_text()
     assert rc == 0, out[-4000:] + (tmp_path / "ray-head.log").read_text()[-2000:]
-    assert worker in before and len(before) < N_SHARDS, (
-        before
-    )  # the worker had done work, the stage was not over
+    # the worker had done work, the stage was not over
+    assert worker in before and len(before) < N_SHARDS, before
     after = _where(cfg, "dedup-signatures")
     assert len(after) == N_SHARDS and after.count(worker) == before.count(worker)  # the rest ran on the head
     assert set(_where(cfg, "dedup-filter")) == {head}

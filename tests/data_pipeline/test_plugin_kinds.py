@@ -134,9 +134,8 @@ def test_outside_reader_filter_and_executor_through_the_cli(tmp_path):
     res = _cli(site, "dedup", "--config", str(cfg))  # the executor the entry point names runs dedup's tasks
     assert res.returncode == 0, res.stderr[-3000:]
     markers = [json.loads(p.read_text()) for p in (tmp_path / "out").rglob("*.done") if "dedup" in str(p)]
-    tasks = [
-        m for m in markers if "task" in m
-    ]  # executor task markers (dedup's output shards have their own)
+    # executor task markers (dedup's output shards have their own)
+    tasks = [m for m in markers if "task" in m]
     assert len(tasks) >= 3 and {m["where"] for m in tasks} == {"inline-executor"}, tasks
 
 

@@ -185,9 +185,8 @@ def test_per_source_presets_keep_verse_and_reviews(tmp_path):
         __import__("zstandard").ZstdDecompressor().decompress(
             (tmp_path / "b/out/clean/verse/shard-00000.jsonl.zst").read_bytes(), max_output_size=1 << 24
         ).decode().splitlines()[0])["text"]  # fmt: skip
-    assert (
-        "Whose frost lies silver on the sleeping lane" in verse_text
-    )  # lines without terminal punctuation kept
+    # lines without terminal punctuation kept
+    assert "Whose frost lies silver on the sleeping lane" in verse_text
     settings = stats["source_settings"]
     assert settings["verse"]["preset"] == "curated" and settings["news"]["preset"] == "web"
     assert [f["name"] for f in settings["verse"]["filters"] if f["enabled"]] == ["unicode"]

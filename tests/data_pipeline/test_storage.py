@@ -27,9 +27,8 @@ def test_markers_follow_the_files_they_certify(store):
     d.mkdir(parents=True)
     (d / "shard-00000.jsonl.zst").write_bytes(b"data0")
     (d / "shard-00000.done").write_text("{}")
-    (d / ".shard-00001.jsonl.zst.123.tmp").write_bytes(
-        b"partial"
-    )  # an atomic write in flight: never uploaded
+    # an atomic write in flight: never uploaded
+    (d / ".shard-00001.jsonl.zst.123.tmp").write_bytes(b"partial")
     (store.local / "checkpoints/step00000004").mkdir(parents=True)
     (store.local / "checkpoints/step00000004/model.pt").write_bytes(b"w")
     (store.local / "checkpoints/step00000004/COMPLETE").write_text("{}")

@@ -153,9 +153,8 @@ def test_unk_rate_is_reported_and_enforced(trained, tmp_path):
             0,
             "byte alphabet",
         ), meta
-    assert (
-        json.loads((trained["t5"][1] / "training_meta.json").read_text())["unk_rate"] == 0.0
-    )  # byte fallback
+    # byte fallback
+    assert json.loads((trained["t5"][1] / "training_meta.json").read_text())["unk_rate"] == 0.0
     # Without byte fallback the Unigram vocabulary drops rare characters of the BBC text (X, Q, /, £, ...): the
     # report catches it and training fails, naming the key.
     cfg = bbc_config(

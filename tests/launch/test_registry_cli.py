@@ -26,9 +26,8 @@ def test_registry_lists_builtins_and_entry_points(tmp_path):
     assert set(reg) == {"families", "objectives", "filters", "readers", "executors", "tokenizer_conventions"}
     entries = {name: r["entries"] for name, r in reg.items()}
     assert {"roberta", "gpt2", "t5", "modernbert", "electra"} <= set(entries["families"])
-    assert (
-        entries["families"]["roberta"] == "pretrain.families.roberta"
-    )  # the implementation, not only the spec
+    # the implementation, not only the spec
+    assert entries["families"]["roberta"] == "pretrain.families.roberta"
     assert entries["families"]["toybert"] == "toyplug" and entries["objectives"]["toy_mlm"].startswith(
         "data_pipeline"
     )

@@ -114,9 +114,8 @@ def test_gpu_defaults_follow_the_backend(tmp_path):
     tiny = ROOT / "configs" / "roberta-tiny.yaml"
     gloo = load_config(tiny, [f"run.output_dir={tmp_path}", "launch.procs_per_node=2"])
     assert gloo.launch.gpus_per_node == 0 and slurm.gpu_option(gloo) is None
-    assert (
-        slurm.data_partition(load_config(tiny, ["launch.slurm.partition=cpu"])) == "cpu"
-    )  # no GPUs: same one
+    # no GPUs: same one
+    assert slurm.data_partition(load_config(tiny, ["launch.slurm.partition=cpu"])) == "cpu"
     nccl = load_config(tiny, ["launch.backend=nccl", "launch.procs_per_node=4"])
     assert slurm.gpu_option(nccl) == "--gpus-per-node=4"
     assert (

@@ -100,9 +100,8 @@ def test_twenty_sigkills_then_bit_exact(roberta_run, tmp_path):
     log_path = tmp_path / "chaos.log"
     log = open(log_path, "w")
     deadline = time.time() + 1500
-    step_s = [
-        1.0
-    ]  # seconds between two checkpoints (one step), measured as the run goes: scales the kill delay
+    # seconds between two checkpoints (one step), measured as the run goes: scales the kill delay
+    step_s = [1.0]
     while len(kills) < KILLS and time.time() < deadline:
         kind = plan[len(kills)]
         before = set(complete_tags(ckpt_dir))

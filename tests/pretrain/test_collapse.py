@@ -19,14 +19,12 @@ def test_one_class_for_most_examples_is_collapsed_unless_the_labels_are_that_ske
     gold = np.array([i % 5 for i in range(200)])  # 20% per class
     c = collapse(np.zeros(200, dtype=int), gold)
     assert c == {"class": 0, "predicted_share": 1.0, "label_share": 0.2}
-    assert collapse(_preds(200, 0.95), gold)["predicted_share"] == pytest.approx(
-        0.95
-    )  # the threshold is inclusive
+    # the threshold is inclusive
+    assert collapse(_preds(200, 0.95), gold)["predicted_share"] == pytest.approx(0.95)
     assert collapse(_preds(200, 0.94), gold) is None  # 94% one class: a poor run, not a collapsed one
     assert collapse(gold.copy(), gold) is None
-    skewed = np.array(
-        [0] * 160 + [1] * 40
-    )  # the predicted class is 80% of the labels: predicting it is no collapse
+    # the predicted class is 80% of the labels: predicting it is no collapse
+    skewed = np.array([0] * 160 + [1] * 40)
     assert collapse(np.zeros(200, dtype=int), skewed) is None
     under = np.array([0] * 159 + [1] * 41)  # 79.5%: collapsed
     assert collapse(np.zeros(200, dtype=int), under)["label_share"] == pytest.approx(0.795)

@@ -321,9 +321,8 @@ def test_reinitialised_export_shows_no_significant_margin(tmp_path):
     """Honesty: an 'export' whose weights are a fresh random init must not beat random init significantly."""
     rows = _labelled_rows(per_label=30, chars=800)
     folder = _labelled_folder(tmp_path, rows)
-    export, overrides = _export(
-        tmp_path, "gpt2-tiny", [r[1] for r in rows]
-    )  # never trained: re-initialised weights
+    # never trained: re-initialised weights
+    export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
     torch.manual_seed(123)
     cfg = _task_cfg(
         "gpt2-tiny",
@@ -430,9 +429,8 @@ def test_dev_based_checkpoint_selection_keeps_the_best_dev_weights(tmp_path):
     assert by_step[run["best_dev_step"]] == best and run["best_dev_step"] == max(
         k for k, v in by_step.items() if v == best
     )
-    assert res["accuracy_by_seed"][0]["dev"] == pytest.approx(
-        best
-    )  # the kept weights are the best-on-dev ones
+    # the kept weights are the best-on-dev ones
+    assert res["accuracy_by_seed"][0]["dev"] == pytest.approx(best)
     saved = AutoModelForSequenceClassification.from_pretrained(
         str(tmp_path / "sel" / "t" / "random" / "seed0")
     )
@@ -442,9 +440,8 @@ def test_dev_based_checkpoint_selection_keeps_the_best_dev_weights(tmp_path):
     )[0]
     plain = json.loads((tmp_path / "last" / "t" / "random" / "seed0" / "result.json").read_text())
     assert "best_dev_step" not in plain and plain["steps"] == steps
-    assert last["accuracy_by_seed"][0]["dev"] == pytest.approx(
-        by_step[steps]
-    )  # same seed: same last-step weights
+    # same seed: same last-step weights
+    assert last["accuracy_by_seed"][0]["dev"] == pytest.approx(by_step[steps])
     with pytest.raises(ConfigError, match="finetune.dev_evals"):
         load_config("configs/gpt2-tiny.yaml", ["finetune.dev_evals=-1"])
 

@@ -64,9 +64,8 @@ def test_tiny_model_recipe():
     layer = model.model.layers[0]
     assert type(layer.input_layernorm).__name__ == "LlamaRMSNorm"  # pre-norm, RMSNorm (scale only)
     assert [n for n, _ in layer.input_layernorm.named_parameters()] == ["weight"]
-    assert (
-        layer.self_attn.k_proj.out_features == layer.self_attn.v_proj.out_features == 2 * 32
-    )  # GQA: 2 kv heads
+    # GQA: 2 kv heads
+    assert layer.self_attn.k_proj.out_features == layer.self_attn.v_proj.out_features == 2 * 32
     assert layer.self_attn.q_proj.out_features == 128
     mlp = layer.mlp  # SwiGLU: down(silu(gate(x)) * up(x))
     assert (mlp.gate_proj.out_features, mlp.up_proj.out_features, mlp.down_proj.in_features) == (
@@ -76,9 +75,8 @@ def test_tiny_model_recipe():
     )
     assert not any(n.endswith(".bias") for n, _ in model.named_parameters())  # no biases anywhere
     assert not any("position" in n for n, _ in model.named_parameters())  # rotary: no position table
-    assert (
-        model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
-    )  # tied in this preset
+    # tied in this preset
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     ids = torch.randint(5, 1000, (2, 16))
     assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
 
@@ -222,6 +220,5 @@ def test_zero3_gqa_document_masking_trains_exports_with_parity(llama_run, tmp_pa
     info = json.loads(res.stdout.strip().splitlines()[-1])
     assert info["diff"] <= 1e-5 and info["class"] == "LlamaForCausalLM", info
     assert info["clf"] == "LlamaForSequenceClassification" and info["clf_logits"] == [2, 5]
-    assert (
-        info["generated"] > info["prompt"]
-    )  # new tokens after the prompt (generation may stop early at EOS)
+    # new tokens after the prompt (generation may stop early at EOS)
+    assert info["generated"] > info["prompt"]

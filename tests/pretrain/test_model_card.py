@@ -40,9 +40,8 @@ def _export(tmp: Path, preset: str, overrides: list[str] = ()) -> tuple[object, 
     logger.log(50, {"loss": 6.9, "tokens_per_s": 5000.0, "mfu": 0.1}, prefix="train")
     logger.log(50, {"loss": 6.9, "perplexity": 992.3}, prefix="eval")
     logger.log(100, {"loss": 6.5, "perplexity": 665.1}, prefix="eval")
-    logger.log(
-        120, {"loss": 6.0, "perplexity": 403.4}, prefix="eval"
-    )  # after the exported step: not reported
+    # after the exported step: not reported
+    logger.log(120, {"loss": 6.0, "perplexity": 403.4}, prefix="eval")
     logger.close()
     state = {"checkpoint": "x/step100", "step": 100, "tokens_seen": 409600, "loss": 6.4, "n_params": 123456,
              "plan": {"peak_lr": 6e-4, "warmup_steps": 10}, "parity_max_abs_diff": 0.0}  # fmt: skip
@@ -94,9 +93,8 @@ def test_card_metadata_and_body(tmp_path, preset, tag):
         "Held-out perplexity: **665.10**",
     ):
         assert needle in body, needle
-    assert (
-        not re.search(r"[0-9a-f]{64}", text) and len(text.splitlines()) < 120
-    )  # no shard hashes in the card
+    # no shard hashes in the card
+    assert not re.search(r"[0-9a-f]{64}", text) and len(text.splitlines()) < 120
     manifest = json.loads((out / MANIFEST_FILE).read_text())
     assert any("sha256_bin" in s for src in manifest["sources"].values() for s in src["shards"])
     assert (out / "resolved_config.yaml").is_file()
@@ -130,9 +128,8 @@ def test_card_task_follows_the_family_spec():
     from pretrain.model_card import TASKS, card_task
 
     assert card_task("modernbert") == "masked_lm"
-    assert (
-        TASKS[card_task("electra")][0] == "feature-extraction"
-    )  # the discriminator's encoder, no LM pipeline
+    # the discriminator's encoder, no LM pipeline
+    assert TASKS[card_task("electra")][0] == "feature-extraction"
 
 
 def test_electra_card_is_a_discriminator_card(tmp_path):

@@ -163,7 +163,6 @@ def test_flops_count_sliding_window_layers_on_their_window_only():
 
     m = load_config(TINY).model  # 4 layers: global 0 and 3, local 1 and 2 with a 64-token window
     n = 1_000_000
-    assert (
-        flops_per_token(m, n, 32) == 6 * n + 12 * 128 * 4 * 32
-    )  # short sequences: every layer sees them whole
+    # short sequences: every layer sees them whole
+    assert flops_per_token(m, n, 32) == 6 * n + 12 * 128 * 4 * 32
     assert flops_per_token(m, n, 512) == 6 * n + 12 * 128 * (2 * 512 + 2 * 65)

@@ -20,9 +20,8 @@ def _run(tmp_path):
             logger.log(
                 step, {"loss": 8.5 - math.log(step), "perplexity": math.exp(8.5 - math.log(step))}, "eval"
             )
-    logger.log(
-        100, {"loss": 3.0, "lr": 1e-4, "tokens_per_s": 1.0, "mfu": 0.0}
-    )  # a resumed run redid step 100
+    # a resumed run redid step 100
+    logger.log(100, {"loss": 3.0, "lr": 1e-4, "tokens_per_s": 1.0, "mfu": 0.0})
     logger.close()
     return tmp_path / "run"
 

@@ -105,9 +105,8 @@ def test_budget_clock_survives_preemption_and_resume(roberta_run, tmp_path):
     res = torchrun(roberta_run, [out, *COMMON], timeout=600)
     assert f"resumed from {run_dir / 'checkpoints' / tag} at step {stopped_at}" in res.stdout
     after = [r for r in _rows(run_dir) if r["step"] > stopped_at]
-    assert (
-        after[0]["step"] == stopped_at + 1
-    )  # continues at the checkpointed step, nothing replayed or skipped
+    # continues at the checkpointed step, nothing replayed or skipped
+    assert after[0]["step"] == stopped_at + 1
     assert after[0]["elapsed_s"] >= clock_at_stop  # the clock continues: the schedule does not restart warmup
     assert after[0]["lr"] <= before[-1]["lr"] + 1e-12
     result = _result(res.stdout)

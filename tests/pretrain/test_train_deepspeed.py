@@ -106,9 +106,8 @@ def test_roberta_zero2_train_checkpoint_resume_export(roberta_run, tmp_path):
 
     res = torchrun(roberta_run, [out, "schedule.total_steps=12"])
     assert "resumed from" in res.stdout + res.stderr and "step 8" in res.stdout + res.stderr
-    assert (
-        "[train] lr_scaling: none (peak LR 0.001 = optim.lr" in res.stdout
-    )  # the training log says the rule
+    # the training log says the rule
+    assert "[train] lr_scaling: none (peak LR 0.001 = optim.lr" in res.stdout
     assert complete_tags(ckpts) == ["step00000008", "step00000012"]  # keep_last: 2
     rows = [json.loads(x) for x in (run_dir / "logs" / "metrics.jsonl").read_text().splitlines()]
     resumed = [r for r in rows if r["split"] == "train" and "resume_first_batch_s" in r]
