@@ -22,6 +22,7 @@ from data_pipeline.objectives.registry import get_objective
 from data_pipeline.shards import mark_done, write_shard
 from data_pipeline.tokenizers import train_tokenizer
 from pretrain.models import build_model
+from pretrain.objectives import wrap_model
 from pretrain.transfer import DEGENERATE_TOKEN_COSINE
 from runconfig import load_config
 
@@ -69,7 +70,7 @@ def _pretrain(tmp_path: Path, preset: str, overrides: list[str]) -> tuple[dict[s
     held, train = torch.tensor([c[:SEQ] for c in chunks[:64]]), chunks[64:]
     torch.manual_seed(0)
     model = build_model(cfg.model, tok, SEQ)
-    module = obj.wrap_model(cfg, model, tok) if obj.wrap_model is not None else model
+    module = wrap_model(cfg, model, tok)  # the objective's module (ELECTRA: generator + discriminator)
     o = cfg.optim
     opt = torch.optim.AdamW(
         module.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay
