@@ -41,7 +41,10 @@ def _run(tmp_path, *extra):
         f"run.output_dir={tmp_path}/run",
         *extra,
     ]
-    env = {k: v for k, v in __import__("os").environ.items() if k != "LMSTACK_VERBOSE"}
+    # DS_ACCELERATOR unset (make exports it): DeepSpeed then detects the CPU and says so, the notice checked below
+    env = {
+        k: v for k, v in __import__("os").environ.items() if k not in ("LMSTACK_VERBOSE", "DS_ACCELERATOR")
+    }
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
 

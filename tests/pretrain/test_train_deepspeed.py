@@ -58,7 +58,9 @@ def _export_and_check(config: Path, out_override: str, family: str) -> dict:
     for f in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", "README.md"):
         assert (export / f).is_file(), f
     card = (export / "README.md").read_text()
-    assert card.startswith("---\nlicense: ") and "pipeline_tag: " in card and "tokens seen" in card
+    header = card.split("\n---\n", 1)[0]  # the YAML front matter huggingface_hub writes (keys sorted)
+    assert card.startswith("---\n") and "\nlicense: apache-2.0\n" in header and "\npipeline_tag: " in header
+    assert "tokens seen" in card
     assert (export / "data_manifest.json").is_file() and (export / "resolved_config.yaml").is_file()
     state = json.loads((export / "training_state.json").read_text())
     assert state["parity_max_abs_diff"] is not None and state["parity_max_abs_diff"] <= 1e-5
