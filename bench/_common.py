@@ -124,13 +124,17 @@ class Report:
         print(text, flush=True)
         self.lines.append(text)
 
+    def record(self, verdict: str) -> None:
+        """Print a finished VERDICT line and keep it (results file, exit code): every verdict goes through here."""
+        print(verdict, flush=True)
+        self.verdicts.append(verdict)
+
     def _emit(self, name: str, ours: float, peer: float, ratio: float, goal: float, lower: bool) -> bool:
         ok = ratio <= goal if lower else ratio >= goal
         suffix = "_lower_is_better" if lower and not name.endswith("_lower_is_better") else ""
         v = (f"VERDICT {name}{suffix}: ours={_fmt(ours)} peer={_fmt(peer)} ratio={ratio:.3g} goal={goal:g} "
              f"{'pass' if ok else 'fail'}")  # fmt: skip
-        print(v, flush=True)
-        self.verdicts.append(v)
+        self.record(v)
         return ok
 
     def compare(self, name: str, ours: Sequence[float], peer: Sequence[float], goal: float, *,
@@ -167,8 +171,7 @@ class Report:
             f"VERDICT {name}: ours={ours:.3f} peer={peer:.3f} ratio={ours / peer if peer else float('inf'):.2f} "
             f"goal=+{goal_points:g}pt {'pass' if ok else 'fail'}"
         )
-        print(v, flush=True)
-        self.verdicts.append(v)
+        self.record(v)
         return ok
 
     def within(self, name: str, ours: float, peer: float, diff: float, tolerance: float, *,
@@ -181,8 +184,7 @@ class Report:
             f"VERDICT {name}: ours={ours:.4f} peer={peer:.4f} diff={diff:.4f} tolerance={tolerance:.4f} "
             f"{'pass' if ok else 'fail'}"
         )
-        print(v, flush=True)
-        self.verdicts.append(v)
+        self.record(v)
         return ok
 
     def failed(self) -> bool:

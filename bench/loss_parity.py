@@ -215,8 +215,7 @@ def run_family(
         f"VERDICT loss_parity_{family}: ours={worst:.3g} peer={tol:.3g} ratio={worst / tol:.3g} goal=1.0 "
         f"{'pass' if ok else 'fail'}"
     )  # lower is better: passes when ratio <= goal
-    print(verdict, flush=True)
-    report.verdicts.append(verdict)
+    report.record(verdict)
     return ok
 
 

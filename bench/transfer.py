@@ -256,8 +256,7 @@ def verdict_margin(rep: C.Report, name: str, t: dict) -> bool:
             f"VERDICT {name}: ours={fmt(pre)} peer={fmt(rnd)} ratio=n/a goal=+{GOAL_POINTS:g}pt "
             f"(collapsed runs: {', '.join(t.get('collapsed', []))}) fail"
         )
-        print(v, flush=True)
-        rep.verdicts.append(v)
+        rep.record(v)
         return False
     pre, rnd = (t["arms"][a]["test_accuracy"]["mean"] for a in ("pretrained", "random"))
     return rep.margin(name, pre, rnd, GOAL_POINTS)
@@ -288,8 +287,7 @@ def electra_vs_mlm(rep: C.Report, results: list[dict], tasks: list[str]) -> None
             # an arm with every seed collapsed: nothing to compare, a failure
             if ours is None or peer is None:
                 v = f"VERDICT transfer_{name}_electra_vs_roberta_mlm: ours={ours} peer={peer} ratio=n/a goal=1 fail"
-                print(v, flush=True)
-                rep.verdicts.append(v)
+                rep.record(v)
             else:
                 rep.verdict(f"transfer_{name}_electra_vs_roberta_mlm", ours, peer, 1.0)
 
