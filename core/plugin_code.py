@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import PluginError
+from core.io import sha256_bytes
 
 REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 OWN_PACKAGES = ("core", "runconfig", "data_pipeline", "pretrain", "launch")
@@ -83,7 +84,7 @@ def code_version(obj: Any) -> str:
         return f"version {declared}"
     start = sys.modules.get(getattr(obj, "__module__", "") or "")
     if start is None:
-        return hashlib.sha256(repr(obj).encode()).hexdigest()[:12]
+        return sha256_bytes(repr(obj))[:12]
     outside = _outside_paths()
     seen: dict[str, types.ModuleType] = {}
     todo = [start]
@@ -95,9 +96,9 @@ def code_version(obj: Any) -> str:
         todo += [m for m in _imports(mod) if m.__name__ not in seen and _is_project_local(m, outside)]
     if len(seen) == 1:  # the module alone: the same hash as before helpers were followed (markers stay valid)
         try:
-            return hashlib.sha256(inspect.getsource(start).encode()).hexdigest()[:12]
+            return sha256_bytes(inspect.getsource(start))[:12]
         except (OSError, TypeError):
-            return hashlib.sha256(repr(obj).encode()).hexdigest()[:12]
+            return sha256_bytes(repr(obj))[:12]
     h = hashlib.sha256()
     for name in sorted(seen):
         try:
