@@ -52,10 +52,6 @@ MANIFEST_VERSION = 2
 _CHUNK = 8 << 20
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    atomic_write(path, text)
-
-
 def rng_state() -> dict[str, Any]:
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -97,7 +93,7 @@ def _my_share(names: list[str], rank: int, world: int) -> list[str]:
 
 
 def write_complete(folder: Path, meta: dict[str, Any], files: dict[str, dict[str, Any]]) -> None:
-    _atomic_write(folder / COMPLETE, json.dumps({**meta, "manifest": MANIFEST_VERSION, "files": files}))
+    atomic_write(folder / COMPLETE, json.dumps({**meta, "manifest": MANIFEST_VERSION, "files": files}))
 
 
 def verify_files(folder: Path, rank: int = 0, world: int = 1) -> list[str]:
@@ -428,7 +424,7 @@ def save_checkpoint(
         }
         try:
             write_complete(folder, {**info, **(meta or {})}, files)
-            _atomic_write(ckpt_dir / "latest", tag)
+            atomic_write(ckpt_dir / "latest", tag)
         except OSError as e:
             error = e
     if _any_rank(error is not None, dev):
