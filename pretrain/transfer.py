@@ -302,9 +302,8 @@ class BestOnDev(TrainerCallback):
     def __init__(self, score: Callable[[torch.nn.Module], float], at_steps: set[int], patience: int = 0):
         self.score = score
         self.at_steps = at_steps
-        self.patience = (
-            patience  # > 0: stop after this many scores in a row without a new best (early stopping)
-        )
+        # > 0: stop after this many scores in a row without a new best (early stopping)
+        self.patience = patience
         self.best: float = -1.0
         self.best_step = 0
         self.by_step: dict[int, float] = {}
