@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 # Our top-level packages and the console stream of each (see the module docstring for why).
@@ -91,24 +93,88 @@ def get_logger(name: str) -> logging.Logger:
     return logging.getLogger(name)
 
 
+# ------------------------------------------------------------------------------------------------ log files
+# Both log files (setup's `log_file`, route_third_party's `<run>/logs/third_party.log`) are attached through
+# `attach_file`: one handler per file in this process, however often and by whichever path it is asked for.
+_files: dict[str, logging.FileHandler] = {}
+_files_lock = threading.Lock()
+
+
+class _LazyFileHandler(logging.FileHandler):
+    """Creates its folder when it opens the file (with `delay`: at the first record, so a command that logs
+    nothing leaves no folder behind). Folder and file get the modes `mkdir` and `open` give them (0o777 / 0o666
+    less the umask), as core.io's writers do, so teammates can read a shared run folder's logs."""
+
+    def _open(self):  # noqa: ANN202 (logging's API)
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """A log folder that cannot be created (an unwritable output folder, which the checks refuse anyway) sends
+        the record to stderr instead of raising inside a library's logging call."""
+        if self.stream is None:
+            try:
+                self.stream = self._open()
+            except OSError:
+                logging.StreamHandler(sys.stderr).emit(record)
+                return
+        super().emit(record)
+
+    def close(self) -> None:
+        """A closed handler is no longer the file's handler: the next `attach_file` of that file makes a new one."""
+        with _files_lock:
+            for key in [k for k, h in _files.items() if h is self]:
+                del _files[key]
+        super().close()
+
+
+def attach_file(
+    path: str | os.PathLike[str],
+    loggers: Iterable[logging.Logger],
+    fmt: str,
+    level: int = logging.NOTSET,
+    delay: bool = True,
+) -> logging.FileHandler:
+    """Add the handler of the log file `path` to each of `loggers` that lacks it, and return it. Idempotent: a
+    file has one handler in this process (a second request, even by another spelling of the path, gets the same
+    one, with the format and level it was made with), so no record is written to a file twice. With `delay`, the
+    file and its folder are created by the first record, otherwise at once."""
+    key = os.path.realpath(os.fspath(path))
+    with _files_lock:
+        handler = _files.get(key)
+        if handler is None:
+            handler = _LazyFileHandler(key, encoding="utf-8", delay=delay)
+            handler.setFormatter(logging.Formatter(fmt))
+            handler.setLevel(level)
+            _files[key] = handler
+    for logger in loggers:
+        if handler not in logger.handlers:
+            # the base method: a routed logger (below) would otherwise pass it through its own check
+            logging.Logger.addHandler(logger, handler)
+    return handler
+
+
+def _in_use(handler: logging.Handler) -> bool:
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    return any(handler in lg.handlers for lg in loggers if isinstance(lg, logging.Logger))
+
+
 def setup(verbose: bool = False, log_file: Path | str | None = None) -> None:
     """Configure logging for a command: console at INFO (DEBUG with `verbose`), and, with `log_file`, every
     record of ours and of third-party libraries at DEBUG in that file. Safe to call again (handlers are replaced)."""
     _install_console(logging.DEBUG if verbose else logging.INFO)
     if log_file is None:
         return
-    path = Path(log_file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter(FILE_FORMAT))
-    handler.setLevel(logging.DEBUG)
-    handler._lmstack = True  # type: ignore[attr-defined]  # ours to replace on the next setup()
     root = logging.getLogger()
-    for logger in (root, *(logging.getLogger(p) for p in PACKAGES)):
-        for h in [h for h in logger.handlers if getattr(h, "_lmstack", False)]:
+    # ours do not propagate to root, so they get the file handler themselves
+    loggers = (root, *(logging.getLogger(p) for p in PACKAGES))
+    handler = attach_file(log_file, loggers, FILE_FORMAT, logging.DEBUG, delay=False)
+    handler._lmstack = True  # type: ignore[attr-defined]  # ours to replace on the next setup()
+    for logger in loggers:
+        for h in [h for h in logger.handlers if getattr(h, "_lmstack", False) and h is not handler]:
             logger.removeHandler(h)
-            h.close()
-        logger.addHandler(handler)  # ours do not propagate to root, so they get the file handler themselves
+            if not _in_use(h):
+                h.close()
     if root.level > logging.INFO:
         # third-party INFO and warnings reach the file (root's default is WARNING)
         root.setLevel(logging.INFO)
@@ -132,27 +198,9 @@ THIRD_PARTY = (
     "accelerate", "fsspec", "s3fs", "gcsfs", "urllib3", "filelock", "tokenizers", "sentencepiece", "trafilatura",
     "htmldate", "courlan", "ray", "mlflow", "wandb", "matplotlib", "PIL",
 )  # fmt: skip
+THIRD_PARTY_FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
 
 _file_handler: logging.Handler | None = None
-
-
-class _LazyFileHandler(logging.FileHandler):
-    """Creates the log folder with the first record, so a command that logs nothing leaves no folder behind."""
-
-    def _open(self):  # noqa: ANN202 (logging's API)
-        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
-        return super()._open()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """A log folder that cannot be created (an unwritable output folder, which the checks refuse anyway) sends
-        the record to stderr instead of raising inside a library's logging call."""
-        if self.stream is None:
-            try:
-                self.stream = self._open()
-            except OSError:
-                logging.StreamHandler(sys.stderr).emit(record)
-                return
-        super().emit(record)
 
 
 def _is_console(handler: logging.Handler) -> bool:
@@ -188,13 +236,8 @@ def route_third_party(log_dir: str | os.PathLike[str], verbose: bool = False) ->
     if verbose:
         return None
     path = Path(log_dir) / LOG_NAME
-    if _file_handler is None or Path(getattr(_file_handler, "baseFilename", "")) != path.resolve():
-        _file_handler = _LazyFileHandler(path, encoding="utf-8", delay=True)
-        _file_handler.setFormatter(
-            logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
-        )
-    logging.captureWarnings(True)
     manager = logging.Logger.manager
+    loggers = []
     for name in THIRD_PARTY:
         existing = manager.loggerDict.get(name)
         if not isinstance(existing, logging.Logger):  # not created yet, or a placeholder its children made
@@ -209,6 +252,7 @@ def route_third_party(log_dir: str | os.PathLike[str], verbose: bool = False) ->
             for h in [h for h in logger.handlers if _is_console(h)]:
                 logger.removeHandler(h)
         logger.propagate = False  # never also to the root logger's console handler
-        if _file_handler not in logger.handlers:
-            logging.Logger.addHandler(logger, _file_handler)
+        loggers.append(logger)
+    _file_handler = attach_file(path, loggers, THIRD_PARTY_FORMAT)
+    logging.captureWarnings(True)
     return path

@@ -264,10 +264,8 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         splitter = "blingfire" if cfg.packing.mode == "full_sentences" else "none"
     fast = TiktokenBPE.load(tok_json)
     engine = "tiktoken" if fast is not None else "tokenizers"
-    _ENGINES[tok_sha] = (
-        tok,
-        fast,
-    )  # forked shard workers reuse both (loading costs ~0.3 s per worker and shard)
+    # forked shard workers reuse both (loading costs ~0.3 s per worker and shard)
+    _ENGINES[tok_sha] = (tok, fast)
     info = {"tokenizer": {"path": str(layout.tokenizer), "sha256": tok_sha, "vocab_size": vocab,
                           "type": cfg.tokenizer.type}, "special_ids": special_ids(tok),
             "dtype": dtype.name, "sentence_splitter": splitter, "engine": engine}  # fmt: skip

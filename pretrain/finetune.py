@@ -14,7 +14,7 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from pretrain.labelled import load_tasks
-from pretrain.transfer import _log, fine_tune_once, pick_lr, prepare_task
+from pretrain.transfer import _log, pick_lr, prepare_task
 from runconfig import RunConfig
 
 
@@ -36,21 +36,11 @@ def finetune(
     results = []
     for data in load_tasks(cfg):  # every task read and checked before any training
         task = prepare_task(ft, data, tok, model_dir)
-        arms, enc, label_ids = task.arms, task.enc, task.label_ids
         lr = ft.lr_grid[0]
         if len(ft.lr_grid) > 1:
             sel = {
-                x: fine_tune_once(
-                    arms,
-                    init,
-                    tok,
-                    enc["train"],
-                    {"dev": enc["dev"]},
-                    x,
-                    ft.seeds[0],
-                    ft,
-                    out / data.name / init / f"lr{x:g}-select",
-                    label_ids,
+                x: task.fine_tune(
+                    init, x, ft.seeds[0], out / data.name / init / f"lr{x:g}-select", splits=("dev",)
                 )
                 for x in ft.lr_grid
             }
@@ -62,19 +52,7 @@ def finetune(
         by_seed, collapsed = {}, {}
         for seed in ft.seeds:
             folder = out / data.name / init / f"seed{seed}"
-            run = fine_tune_once(
-                arms,
-                init,
-                tok,
-                enc["train"],
-                {"dev": enc["dev"], "test": enc["test"]},
-                lr,
-                seed,
-                ft,
-                folder,
-                label_ids,
-                save_model=True,
-            )
+            run = task.fine_tune(init, lr, seed, folder, save_model=True)
             by_seed[seed] = run.accuracy
             if "test" in run.collapsed:
                 collapsed[seed] = run.collapsed["test"]

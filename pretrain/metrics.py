@@ -111,8 +111,9 @@ class WandbSink(Sink):
             mode=wc.mode,
             dir=str(wc.dir or folder),
             config=json.loads(cfg.model_dump_json()),
+            # the string setting; the boolean form is deprecated
             reinit=wc.reinit,
-        )  # the string setting; the boolean form is deprecated
+        )
 
     def log(self, step, values, prefix):
         self.run.log({f"{prefix}/{k}": v for k, v in values.items() if isinstance(v, int | float)}, step=step)

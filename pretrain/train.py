@@ -298,9 +298,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     device = engine.device
     stop = StopRequested()
     step, tokens_seen, bad_steps, last_loss, elapsed_s = 0, 0, 0, float("nan"), 0.0
-    restore_s = (
-        None  # a resumed run logs the loader's latency from its saved state to the first batch in hand
-    )
+    # a resumed run logs the loader's latency from its saved state to the first batch in hand
+    restore_s = None
     if tag is not None:
         current = resume_diff.schedule_snapshot(scheduler)  # loading restores the checkpoint's schedule
         state = ckpt.load_checkpoint(engine, load_dir, tag)

@@ -302,9 +302,8 @@ class BestOnDev(TrainerCallback):
     def __init__(self, score: Callable[[torch.nn.Module], float], at_steps: set[int], patience: int = 0):
         self.score = score
         self.at_steps = at_steps
-        self.patience = (
-            patience  # > 0: stop after this many scores in a row without a new best (early stopping)
-        )
+        # > 0: stop after this many scores in a row without a new best (early stopping)
+        self.patience = patience
         self.best: float = -1.0
         self.best_step = 0
         self.by_step: dict[int, float] = {}
@@ -527,13 +526,41 @@ def _welch_p(a: list[float], b: list[float]) -> float | None:
 
 @dataclass
 class PreparedTask:
-    """One task ready to fine-tune on: both arms' model factory, the splits encoded once, and (text-to-text) the
-    label strings' ids. Shared by `pretrain finetune` and the transfer evaluation so both score the same inputs."""
+    """One task ready to fine-tune on: both arms' model factory, the splits encoded once, (text-to-text) the
+    label strings' ids, and the tokenizer and settings they were made with. Shared by `pretrain finetune` and the
+    transfer evaluation so both score the same inputs."""
 
     arms: Arms
     max_len: int
     enc: dict[str, Any]
     label_ids: list[list[int]] | None
+    tok: PreTrainedTokenizerBase
+    ft: FinetuneConfig
+
+    def fine_tune(
+        self,
+        arm: str,
+        lr: float,
+        seed: int,
+        out_dir: Path,
+        splits: tuple[str, ...] = ("dev", "test"),
+        save_model: bool = False,
+    ) -> RunScore:
+        """One fine-tune of `arm` on the training split, scored on `splits`: the one place that hands the task's
+        prepared inputs to `fine_tune_once`, so `pretrain finetune` and the transfer evaluation run alike."""
+        return fine_tune_once(
+            self.arms,
+            arm,
+            self.tok,
+            self.enc["train"],
+            {s: self.enc[s] for s in splits},
+            lr,
+            seed,
+            self.ft,
+            out_dir,
+            self.label_ids,
+            save_model=save_model,
+        )
 
 
 def prepare_task(
@@ -547,30 +574,17 @@ def prepare_task(
         for s, rows in (("train", data.train), ("dev", data.dev), ("test", data.test))
     }
     label_ids = [tok(n)["input_ids"] for n in data.labels] if arms.text_to_text else None
-    return PreparedTask(arms, max_len, enc, label_ids)
+    return PreparedTask(arms, max_len, enc, label_ids, tok, ft)
 
 
-def _evaluate_arm(
-    ft: FinetuneConfig, task: PreparedTask, arm: str, tok, out_dir: Path, name: str, log=_log
-) -> dict[str, Any]:
+def _evaluate_arm(task: PreparedTask, arm: str, out_dir: Path, name: str, log=_log) -> dict[str, Any]:
     """One arm of the protocol: the LR picked on dev with the first seed, then the other seeds at that LR, and
     the probe. Self-contained (picklable arguments), so arms can run in worker processes."""
-    arms, enc, label_ids = task.arms, task.enc, task.label_ids
+    ft, tok, arms, enc = task.ft, task.tok, task.arms, task.enc
     seed0 = ft.seeds[0]
     runs: dict[float, RunScore] = {}  # test scored now, read only for the LR the dev split picks
     for lr in ft.lr_grid:  # the LR is chosen on dev with the first seed; the test split is not consulted
-        runs[lr] = fine_tune_once(
-            arms,
-            arm,
-            tok,
-            enc["train"],
-            {"dev": enc["dev"], "test": enc["test"]},
-            lr,
-            seed0,
-            ft,
-            out_dir / arm / f"lr{lr:g}-seed{seed0}",
-            label_ids,
-        )
+        runs[lr] = task.fine_tune(arm, lr, seed0, out_dir / arm / f"lr{lr:g}-seed{seed0}")
         log(
             f"[transfer] {name} {arm:<10} lr {lr:g} seed {seed0}: dev {runs[lr].accuracy['dev']:.3f}"
             + (" COLLAPSED (one class)" if "dev" in runs[lr].collapsed else "")
@@ -581,18 +595,7 @@ def _evaluate_arm(
     steps_by_seed = {seed0: runs[best].steps}
     collapsed_by_seed = {seed0: runs[best].collapsed.get("test")}
     for seed in ft.seeds[1:]:
-        r = fine_tune_once(
-            arms,
-            arm,
-            tok,
-            enc["train"],
-            {"dev": enc["dev"], "test": enc["test"]},
-            best,
-            seed,
-            ft,
-            out_dir / arm / f"lr{best:g}-seed{seed}",
-            label_ids,
-        )
+        r = task.fine_tune(arm, best, seed, out_dir / arm / f"lr{best:g}-seed{seed}")
         test_by_seed[seed], collapsed_by_seed[seed] = r.accuracy["test"], r.collapsed.get("test")
         steps_by_seed[seed] = r.steps
     entry: dict[str, Any] = {
@@ -670,7 +673,7 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
         "text_to_text": arms.text_to_text,
         "arms": {},
     }
-    jobs = [(ft, task, arm, tok, out_dir, data.name) for arm in ft.arms]
+    jobs = [(task, arm, out_dir, data.name) for arm in ft.arms]
     if ft.workers > 1 and len(jobs) > 1:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor

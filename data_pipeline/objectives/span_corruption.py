@@ -243,9 +243,8 @@ class SpanCorruptionCollator:
                                           self._work())  # fmt: skip
             return {
                 "input_ids": torch.from_numpy(inputs),
-                "attention_mask": torch.from_numpy(
-                    np.ones(inputs.shape, dtype=np.int64)
-                ),  # cheaper than torch.ones
+                # cheaper than torch.ones
+                "attention_mask": torch.from_numpy(np.ones(inputs.shape, dtype=np.int64)),
                 "labels": torch.from_numpy(labels),
             }
         # A block cut short at the end of the stream may arrive right-padded: corrupt only its real tokens.

@@ -78,14 +78,12 @@ class Convention:
     added_tokens: tuple[str | AddedToken, ...] = ()
     wraps: bool = False
     model_input_names: tuple[str, ...] = ("input_ids", "attention_mask")
-    lowercase_flag: bool = (
-        False  # the saved config carries `do_lower_case` (BERT's classes re-lowercase without it)
-    )
+    # the saved config carries `do_lower_case` (BERT's classes re-lowercase without it)
+    lowercase_flag: bool = False
 
 
-CONVENTIONS = (
-    TOKENIZER_CONVENTIONS  # name -> Convention (core.registry; outside packages: an entry point group)
-)
+# name -> Convention (core.registry; outside packages: an entry point group)
+CONVENTIONS = TOKENIZER_CONVENTIONS
 
 
 def register_convention(name: str, conv: Convention) -> None:

@@ -53,9 +53,8 @@ class RTDOutput(ModelOutput):
     generator_loss: torch.Tensor | None = None
     discriminator_loss: torch.Tensor | None = None
     replaced: torch.Tensor | None = None  # [batch, length] 1 where the discriminator saw a replaced token
-    metrics: dict[str, torch.Tensor] | None = (
-        None  # logged by the trainer (means over micro-batches and ranks)
-    )
+    # logged by the trainer (means over micro-batches and ranks)
+    metrics: dict[str, torch.Tensor] | None = None
 
 
 class ReplacedTokenDetection(nn.Module):

@@ -55,3 +55,24 @@ def test_a_configured_root_logger_does_not_print_our_lines_twice():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "[train] one line\n"
+
+
+def test_a_log_file_gets_one_handler_however_it_is_asked_for(tmp_path):
+    """attach_file is idempotent: a second request for the same file (another spelling of its path, a logger
+    named twice) adds no second handler, so each record is written once."""
+    logger = logging.getLogger("lmstack_test.attach_file")
+    logger.propagate = False
+    first = log.attach_file(tmp_path / "logs" / "x.log", [logger], "%(message)s")
+    try:
+        again = log.attach_file(tmp_path / "logs" / ".." / "logs" / "x.log", [logger, logger], "%(message)s")
+        assert again is first and logger.handlers == [first]
+        assert not (tmp_path / "logs").exists()  # delayed: created by the first record
+        logger.warning("written once")
+        assert (tmp_path / "logs" / "x.log").read_text() == "written once\n"
+    finally:
+        logger.removeHandler(first)
+        first.close()
+    # closed, it is no longer the file's handler: the next request gets a new one
+    fresh = log.attach_file(tmp_path / "logs" / "x.log", [], "%(message)s")
+    assert fresh is not first
+    fresh.close()
