@@ -66,7 +66,17 @@ STAGES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    """Runs a stage; SIGINT / SIGTERM stop it with one line and exit 130 / 143 (data_pipeline/interrupt.py)."""
+    from data_pipeline.interrupt import StageInterrupted, stage_of, stop_signals
+
+    try:
+        with stop_signals():
+            return run_cli(_main, argv)
+    except StageInterrupted as e:
+        stage = stage_of(argv)
+        print(f"error: {stage}: stopped by {e.name}; finished shards are kept: rerun "
+              f"`python -m data_pipeline {stage}` to finish", file=sys.stderr)  # fmt: skip
+        return e.exit_code
 
 
 def _main(argv: list[str] | None = None) -> int:
