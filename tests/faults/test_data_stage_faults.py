@@ -311,3 +311,57 @@ def test_changed_settings_on_rerun_redo_what_they_affect(tmp_path):
     assert t["shards_reused"] == 0 and t["shards_written"] == len(
         list((tmp_path / "out/dedup/news").glob("*.zst"))
     )
+
+
+# ---------------------------------------------------------------------------------------------- full disk
+DONE = {  # what says a stage finished: absent (or not complete) after a full disk
+    "clean": "clean/stats.json",
+    "dedup": "dedup/_DONE.json",
+    "train-tokenizer": "tokenizer/tokenizer.json",
+    "tokenize": "tokens/manifest.json",
+}
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(420)  # the module's reference runs count in the first test's time
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("mount") is None,
+    reason="needs root to mount a small tmpfs as a full disk",
+)
+@pytest.mark.parametrize("stage", STAGE_ORDER)
+def test_full_disk_is_named_and_nothing_partial_is_kept_as_done(pipeline, stage):
+    """The run folder on a tmpfs filled up to 8 KiB before the stage: one line naming the folder and its free
+    space (exit 2); every shard that has a marker matches it, the stage is not marked done; with space again the
+    rerun ends with the same bytes as an uninterrupted run."""
+    yaml, snaps = pipeline
+    out = yaml.parent / "out"
+    before = snaps[STAGE_ORDER[STAGE_ORDER.index(stage) - 1]] if stage != "clean" else snaps[""]
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(out)], check=True)
+    try:
+        shutil.copytree(before, out, dirs_exist_ok=True)
+        filler = out / "filler"
+        filler.write_bytes(b"\0" * (shutil.disk_usage(out).free - (8 << 10)))
+        res = subprocess.run(
+            _cli(stage, yaml), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+        )
+        assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
+        assert "Traceback" not in res.stderr, res.stderr[-3000:]
+        last = res.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"error: {stage}: the disk is full under {out}") and "MiB free" in last, last
+        done = out / DONE[stage]
+        assert not done.exists() or not json.loads(done.read_text()).get("complete", True), done
+        marked = [
+            p
+            for p in out.rglob("shard-*.jsonl.zst")
+            if (p.parent / (p.name.split(".")[0] + ".done")).exists()
+        ]
+        verify_shards(marked, stage, "test")  # nothing partial carries a completion marker
+        filler.unlink()
+        _run(stage, yaml)
+        assert leftovers(out) == []
+        want, have = contents(snaps[stage] / OUTPUT[stage]), contents(out / OUTPUT[stage])
+        assert sorted(have) == sorted(want) and [k for k in want if have[k] != want[k]] == []
+    finally:
+        subprocess.run(["umount", "-l", str(out)], check=False)
