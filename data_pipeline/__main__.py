@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import shutil
 import sys
 
+from core.errors import LmstackError
 from data_pipeline.paths import check_source_paths
 from data_pipeline.preflight import check_output_writable
 from runconfig.cli import add_config_args, config_from_args, preflight, run_cli
@@ -65,8 +68,50 @@ STAGES = {
 }
 
 
+class DiskFullError(LmstackError, OSError):
+    """A stage ran out of disk space: said in one line (run_cli: exit 2), with the folder and its free space."""
+
+
+def _disk_full(e: BaseException) -> bool:
+    """ENOSPC / EDQUOT anywhere in the chain, or in the text of a task error reported from a worker process
+    (clean's and the executors' failure lists carry the worker's exception as text)."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        if getattr(x, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(x):
+            return True
+        x = x.__cause__ or x.__context__
+    return False
+
+
+def _disk_full_message(stage: str, cfg, e: BaseException) -> str:
+    from data_pipeline.layout import RunLayout
+
+    root = RunLayout(cfg).root
+    try:
+        free = f"{shutil.disk_usage(root).free / 2**20:.1f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
+    return (
+        f"{stage}: the disk is full under {root}{where} ({free}); free space or set run.output_dir elsewhere, then "
+        f"rerun `python -m data_pipeline {stage}`: finished shards are kept and nothing partial is marked done"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    """Runs a stage; SIGINT / SIGTERM stop it with one line and exit 130 / 143 (data_pipeline/interrupt.py)."""
+    from data_pipeline.interrupt import StageInterrupted, stage_of, stop_signals
+
+    try:
+        with stop_signals():
+            return run_cli(_main, argv)
+    except StageInterrupted as e:
+        stage = stage_of(argv)
+        print(f"error: {stage}: stopped by {e.name}; finished shards are kept: rerun "
+              f"`python -m data_pipeline {stage}` to finish", file=sys.stderr)  # fmt: skip
+        return e.exit_code
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -100,6 +145,10 @@ def _main(argv: list[str] | None = None) -> int:
     except EmptyStageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except Exception as e:
+        if _disk_full(e):
+            raise DiskFullError(_disk_full_message(args.stage, cfg, e)) from None
+        raise
     print(json.dumps(result, indent=2, default=str))
     return 0
 

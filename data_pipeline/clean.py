@@ -14,7 +14,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from core.log import get_logger
 from core.plugin_code import code_version
 from data_pipeline.document import Document, in_holdout
 from data_pipeline.filters.registry import check_filter_settings, replaced_defaults_note
+from data_pipeline.interrupt import process_pool
 from data_pipeline.layout import RunLayout
 from data_pipeline.readers import (
     BUILTIN_READERS,
@@ -33,7 +34,16 @@ from data_pipeline.readers import (
     plan_source_shards,
     read_shard_docs,
 )
-from data_pipeline.shards import marker_path, shard_name, write_json_atomic, write_shard, write_text_atomic
+from data_pipeline.shards import (
+    mark_done,
+    marker_path,
+    remove_stale_temps,
+    shard_mismatch,
+    shard_name,
+    write_json_atomic,
+    write_shard,
+    write_text_atomic,
+)
 
 log = get_logger(__name__)
 
@@ -99,9 +109,11 @@ def _shard_done(cfg, shard: WorkShard, fp: str) -> bool:
     if not (mp_.exists() and path.exists()):
         return False
     try:
-        return json.loads(mp_.read_text()).get("fingerprint") == fp
+        if json.loads(mp_.read_text()).get("fingerprint") != fp:
+            return False
     except (OSError, ValueError):
         return False
+    return shard_mismatch(path, cfg.data.verify_checksums) is None  # damaged since: redone
 
 
 def _diff_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -124,7 +136,8 @@ def stale_reason(cfg, shard: WorkShard, fp: str) -> str | None:
     except (OSError, ValueError):
         return None
     if info.get("fingerprint") == fp:
-        return None
+        why = shard_mismatch(_shard_path(cfg, shard), cfg.data.verify_checksums)
+        return f"the shard no longer matches its marker: {why}" if why else None
     old = info.get("fingerprint_parts")
     if not isinstance(old, dict):
         return "its marker predates settings fingerprints"
@@ -248,7 +261,7 @@ def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
         "dropped_samples": worker.samples,
         "seconds": round(time.time() - t0, 3),
     }
-    write_json_atomic(marker_path(out), info)
+    mark_done(out, info)  # with the shard's size and sha256, which the next stage checks
     RunLayout(cfg).store.push([out, marker_path(out)])  # a remote run: the shard, then its marker
     return info
 
@@ -278,6 +291,7 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
     if shard_index is None:
         layout = RunLayout(cfg)
         layout.store.pull([layout.clean], prune_markers=True)
+        remove_stale_temps(layout.clean)  # a whole-stage run owns clean/: what a killed run left is dead
     if shard_index is not None:
         if not 0 <= shard_index < len(plan):
             raise IndexError(f"--shard-index {shard_index} is outside the plan's {len(plan)} shards")
@@ -306,7 +320,7 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
             bar.update(1)
     else:
         ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        with process_pool(workers, ctx) as pool:
             for fut in as_completed([pool.submit(_run_one, j) for j in jobs]):
                 res = fut.result()
                 failures += [res] if "error" in res else []

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from core.io import atomic_write, json_bytes
+from core.errors import LmstackError
+from core.io import atomic_write, json_bytes, sha256_file
 from core.log import get_logger
 from data_pipeline.layout import RunLayout
 
@@ -51,6 +52,25 @@ def remove_orphans(path: Path) -> list[Path]:
             f"[shards] removed {len(gone)} orphaned temporary file(s) of an interrupted write: "
             f"{', '.join(p.name for p in gone)}"
         )
+    return gone
+
+
+def is_temp_name(name: str) -> bool:
+    """A temporary file of an atomic write (`.<name>.<random>.tmp`, core/io.py) or of a token shard being written
+    (`.<stem>.bin.tmp<pid>`, token_shards.py)."""
+    return name.startswith(".") and (name.endswith(".tmp") or ".bin.tmp" in name)
+
+
+def remove_stale_temps(folder: Path) -> list[Path]:
+    """Delete every temporary file under `folder` left by a killed run. Only for a run of a whole stage, which owns
+    its output folder (nothing else writes there meanwhile); a single task (`--shard-index`, `--stage`) cleans
+    only its own files (`remove_orphans`)."""
+    folder = Path(folder)
+    gone = [p for p in folder.rglob(".*") if p.is_file() and is_temp_name(p.name)] if folder.is_dir() else []
+    for p in gone:
+        p.unlink(missing_ok=True)
+    if gone:
+        log.info(f"[shards] removed {len(gone)} temporary file(s) of an interrupted run under {folder}")
     return gone
 
 
@@ -155,7 +175,48 @@ def _zstd_lines(fh, path: Path) -> Iterator[bytes]:
 
 
 def mark_done(shard_path: Path, info: dict[str, Any]) -> None:
-    write_json_atomic(marker_path(Path(shard_path)), info)
+    """The shard's completion marker, with the shard's size and sha256: what the next stage checks it against."""
+    p = Path(shard_path)
+    write_json_atomic(marker_path(p), {**info, "size": p.stat().st_size, "sha256": sha256_file(p)})
+
+
+class ShardMismatchError(LmstackError, ValueError):
+    """A shard of an earlier stage that no longer matches its completion marker (size, sha256): one line naming
+    the file, what differs and the stage to rerun."""
+
+
+def shard_mismatch(path: Path, checksums: bool = True) -> str | None:
+    """Why `path` does not match its marker (None: it matches, or its marker predates sizes and checksums)."""
+    path = Path(path)
+    try:
+        rec = json.loads(marker_path(path).read_text())
+    except (OSError, ValueError) as e:
+        return f"its completion marker {marker_path(path).name} cannot be read ({type(e).__name__})"
+    if not isinstance(rec, dict) or "size" not in rec:
+        return None  # written before markers carried size and sha256: nothing to compare with
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "the file is missing"
+    if size != rec["size"]:
+        cut = " (truncated)" if size < rec["size"] else ""
+        return f"{size} bytes where its marker records {rec['size']}{cut}"
+    if checksums and rec.get("sha256") and sha256_file(path) != rec["sha256"]:
+        return "its sha256 differs from its marker's (bytes changed, or another shard copied over it)"
+    return None
+
+
+def verify_shards(paths: Iterable[Path], stage: str, reader: str, checksums: bool = True) -> None:
+    """Check the shards `reader` is about to read against the markers `stage` wrote with them, before any work
+    (issue 25 item 2): a mismatch stops the stage with one line naming the file and the stage to rerun, which
+    rewrites a shard that fails this check."""
+    for p in paths:
+        why = shard_mismatch(p, checksums)
+        if why:
+            raise ShardMismatchError(
+                f"{reader}: input {p}: {why}; rerun `python -m data_pipeline {stage}` (it rewrites a shard that "
+                f"fails this check), then `{reader}`"
+            )
 
 
 def is_done(shard_path: Path) -> bool:

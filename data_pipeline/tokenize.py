@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import time
-from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from core.io import sha256_file
+from data_pipeline.interrupt import process_pool
+from data_pipeline.shards import remove_stale_temps
 from data_pipeline.token_shards import (
     MANIFEST,
     TokenShardError,
@@ -33,7 +34,7 @@ from data_pipeline.token_shards import (
     smallest_dtype,
     write_json_atomic,
 )
-from data_pipeline.tokenizers.corpus import corpus_shards, read_shard
+from data_pipeline.tokenizers.corpus import corpus_shards, read_shard, verify_corpus
 from data_pipeline.tokenizers.fast_bpe import TiktokenBPE
 from runconfig import RunConfig
 
@@ -321,6 +322,9 @@ def run_tokenize(cfg: RunConfig, shard_index: int | None = None) -> dict[str, An
     else:
         todo_all = tasks
         store.pull([RunLayout(cfg).tokens], prune_markers=True)
+        remove_stale_temps(RunLayout(cfg).tokens)  # a whole-stage run owns tokens/
+    # the cleaned (or deduplicated) shards against their stage's markers, before any work
+    verify_corpus(cfg, "tokenize", [Path(t["in_path"]) for t in todo_all])
     results, todo = [], []
     for t in todo_all:
         meta = _is_done(Path(t["stem"]), t["fingerprint"])
@@ -336,7 +340,7 @@ def run_tokenize(cfg: RunConfig, shard_index: int | None = None) -> dict[str, An
     else:
         # fork: workers start in milliseconds and callers need no __main__ guard; children only use their own
         # freshly loaded tokenizer (tokenizers itself turns its thread pool off in a forked child)
-        with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as ex:
+        with process_pool(workers, get_context("fork")) as ex:
             results += list(ex.map(_encode_shard, todo))
     manifest = write_manifest(cfg, tasks, info)
     packing = {}

@@ -211,6 +211,10 @@ class DataConfig(Section):
     executor: str = "local"
     ray: RayConfig = RayConfig()
     task_retries: int = Field(2, ge=0)  # a failed task is retried this many times, then reported by name
+    # Each stage checks the shards it reads against the previous stage's completion markers before any work: sizes
+    # always, and sha256 unless this is false (for a run folder on an object store that checksums files itself:
+    # hashing means reading every byte).
+    verify_checksums: bool = True
     # A JSONL / WARC / Parquet input larger than this is read as several record-aligned byte ranges (row groups
     # for Parquet), each its own cleaning task. None: one task per file.
     max_task_bytes: int | None = Field(None, gt=0)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from concurrent.futures.process import BrokenProcessPool
 
 from data_pipeline.executors.base import Executor, Progress, Stage, register_executor, run_task_guarded
+from data_pipeline.interrupt import process_pool
 
 
 @register_executor("local")
@@ -44,7 +45,7 @@ class LocalExecutor(Executor):
                     progress.update()
             return errors
         ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        with process_pool(workers, ctx) as pool:
             futs = {pool.submit(run_task_guarded, stage, i): i for i in todo}
             for fut in as_completed(futs):
                 try:

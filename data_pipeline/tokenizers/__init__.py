@@ -50,7 +50,7 @@ from tokenizers import (
 from core.io import replace_dir
 from core.log import get_logger
 from core.registry import FAMILIES, TOKENIZER_CONVENTIONS
-from data_pipeline.tokenizers.corpus import iter_texts, require_texts
+from data_pipeline.tokenizers.corpus import iter_texts, require_texts, verify_corpus
 from runconfig import RunConfig
 
 log = get_logger(__name__)
@@ -330,6 +330,16 @@ def make_portable(folder: Path, convention: str | None = None, **extra: Any) -> 
         tj_path.write_text(json.dumps(tj, indent=2, ensure_ascii=False))
 
 
+def remove_staging(folder: Path) -> None:
+    """Staging folders of an earlier save that was killed (`.<name>.<random>`, `<name>.tmp`): one tokenizer is
+    trained at a time per run folder, so they are dead."""
+    stale = [*folder.parent.glob(f".{folder.name}.*"), folder.with_name(folder.name + ".tmp")]
+    for p in stale:
+        if p.is_dir():
+            log.info(f"[tokenizer] removing {p.name}, left by an interrupted save")
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def save_tokenizer(tok: Tokenizer, convention: str, folder: Path, model_max_length: int,
                    extra_files: dict | None = None, lowercase: bool = False):  # fmt: skip
     """Write an HF tokenizer folder atomically (tmp folder, then rename): a crash never leaves half a folder."""
@@ -338,6 +348,7 @@ def save_tokenizer(tok: Tokenizer, convention: str, folder: Path, model_max_leng
     conv = CONVENTIONS.get(convention)
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
+    remove_staging(folder)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         names = list(conv.model_input_names)
@@ -414,11 +425,11 @@ def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
         from transformers import AutoTokenizer
 
         tmp = out.with_name(out.name + ".tmp")
-        if tmp.exists():
-            shutil.rmtree(tmp)  # left by a killed earlier copy
+        remove_staging(out)  # left by a killed earlier copy
         AutoTokenizer.from_pretrained(tc.pretrained_path).save_pretrained(str(tmp))
         make_portable(tmp)
         return replace_dir(tmp, out)
+    verify_corpus(cfg, "train-tokenizer")
     require_texts(cfg)
     texts = iter_texts(cfg, limit=tc.max_train_docs)
     extra: dict[str, bytes] = {}

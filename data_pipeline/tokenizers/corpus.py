@@ -10,7 +10,7 @@ from data_pipeline.shards import corpus_shards as _corpus_shards
 from data_pipeline.shards import iter_corpus, read_shard
 from runconfig import RunConfig
 
-__all__ = ["EmptyStageError", "corpus_shards", "iter_texts", "read_shard", "require_texts"]
+__all__ = ["EmptyStageError", "corpus_shards", "iter_texts", "read_shard", "require_texts", "verify_corpus"]
 
 
 class EmptyStageError(LmstackError, ValueError):
@@ -41,6 +41,16 @@ def iter_texts(cfg: RunConfig, limit: int | None = None) -> Iterator[str]:
         n += 1
         if limit is not None and n >= limit:
             return
+
+
+def verify_corpus(cfg: RunConfig, reader: str, paths: list[Path] | None = None) -> None:
+    """The final corpus's shards (or `paths` of it) against the markers of the stage that wrote them (dedup, or
+    clean without dedup) before `reader` reads them: one line naming a shard that changed and the stage to rerun."""
+    from data_pipeline.shards import final_stage_dir, verify_shards
+
+    if paths is None:
+        paths = [p for ps in _corpus_shards(cfg).values() for p in ps]
+    verify_shards(paths, final_stage_dir(cfg).name, reader, cfg.data.verify_checksums)
 
 
 def require_texts(cfg: RunConfig) -> None:

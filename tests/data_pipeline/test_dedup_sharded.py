@@ -21,7 +21,7 @@ from data_pipeline.dedup.exact import content_hash
 from data_pipeline.dedup.minhash import MinHasher, UnionFind, lsh_pairs
 from data_pipeline.dedup.stages import build_stages, component_stages, node_partition, star_forest
 from data_pipeline.executors import LocalExecutor, StageFailed
-from data_pipeline.shards import DEDUP_DONE, iter_corpus, read_shard
+from data_pipeline.shards import DEDUP_DONE, ShardMismatchError, iter_corpus, read_shard
 from runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -310,8 +310,10 @@ def test_vanished_input_shard_is_named_and_stage_fails(tmp_path):
     run_clean(cfg)
     gone = Path(cfg.run.output_dir) / "clean" / "j" / "shard-00002.jsonl.zst"
     gone.unlink()
+    # checked against clean's markers before any work (issue 25 item 2): the file and the stage to rerun named
     with pytest.raises(
-        StageFailed, match=r"dedup-signatures\[2\] \(j/shard-00002.jsonl.zst\): FileNotFoundError"
+        ShardMismatchError,
+        match=r"j/shard-00002.jsonl.zst: the file is missing; rerun `python -m data_pipeline clean`",
     ):
         run_dedup(cfg, LocalExecutor(workers=1, retries=1, progress=False))
     assert not (Path(cfg.run.output_dir) / "dedup" / DEDUP_DONE).exists()
@@ -324,7 +326,9 @@ def test_corrupt_input_shard_is_named_and_stage_fails(tmp_path):
     run_clean(cfg)
     bad = Path(cfg.run.output_dir) / "clean" / "j" / "shard-00001.jsonl.zst"
     bad.write_bytes(bad.read_bytes()[:40] + b"\x00garbage" * 10)
-    with pytest.raises(StageFailed, match=r"1 of 4 task\(s\) failed.*dedup-signatures\[1\] \(j/shard-00001"):
+    with pytest.raises(
+        ShardMismatchError, match=r"j/shard-00001.jsonl.zst: \d+ bytes where its marker records"
+    ):
         run_dedup(cfg, LocalExecutor(workers=2, retries=1, progress=False))
     assert not (Path(cfg.run.output_dir) / "dedup" / DEDUP_DONE).exists()
 

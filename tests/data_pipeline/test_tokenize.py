@@ -10,7 +10,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from data_pipeline.layout import RunLayout
-from data_pipeline.shards import mark_done, write_shard
+from data_pipeline.shards import ShardMismatchError, mark_done, write_shard
 from data_pipeline.token_shards import TokenShardWriter, open_token_shards, sha256_file, smallest_dtype
 from data_pipeline.tokenize import SentenceSplitter, run_tokenize
 from data_pipeline.tokenizers.corpus import corpus_shards, read_shard
@@ -183,6 +183,7 @@ def test_corrupt_input_shard_is_a_clear_error(tmp_path):
     cfg = tokenized_run(tmp_path, limit=10, per_shard=10)
     src = corpus_shards(cfg)["bbc"][0]
     src.write_bytes(zstandard.ZstdCompressor().compress(b'{"id": "a", "text": "fine"}\n{not json\n'))
-    with pytest.raises(RuntimeError, match="shard-00000.jsonl.zst"):
+    # checked against its marker before any work (issue 25 item 2): the file and the stage to rerun named
+    with pytest.raises(ShardMismatchError, match=r"shard-00000.jsonl.zst: .* bytes .*data_pipeline clean"):
         run_tokenize(cfg)
     assert not list((RunLayout(cfg).tokens / "bbc").glob(".*tmp*"))

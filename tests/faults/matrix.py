@@ -93,22 +93,24 @@ CELLS: tuple[Cell, ...] = (
         "tokenize",
         "damaged output of the previous stage",
         "refused",
-        "a token id outside the vocabulary: shard, document and offset named",
-        "tests/faults/test_token_shards.py::test_token_id_outside_the_vocabulary_is_named_at_tokenize",
+        "a cleaned or deduplicated shard cut, changed or copied over (size, sha256 against its stage's marker): "
+        "the file named and the stage to rerun, which rewrites it",
+        "tests/faults/test_data_stage_faults.py::test_tokenizer_and_tokenize_refuse_a_damaged_deduplicated_shard",
     ),
     Cell(
         "tokenize",
         "changed setting on rerun",
         "redone",
-        "a shard damaged since it was written (or whose input changed) is written again on the rerun",
-        "tests/faults/test_token_shards.py::test_tokenize_rerun_rewrites_a_damaged_shard_and_training_data_opens_again",
+        "a new tokenizer (its sha256: e.g. tokenizer.vocab_size changed and retrained), splitter or input: those "
+        "shards written again, the rest kept; a token shard damaged since it was written is written again too",
+        "tests/faults/test_data_stage_faults.py::test_changed_settings_on_rerun_redo_what_they_affect",
     ),
     Cell(
         "tokenize",
         "SIGKILL",
-        "redone",
-        "a shard without its completion record is redone, temp files removed",
-        "tests/data_pipeline/test_tokenize.py::test_rerun_skips_finished_shards_and_redoes_stale_ones",
+        "resumed exactly",
+        "finished shards kept, the rest redone, temporary files removed: the same bytes as an uninterrupted run",
+        "tests/faults/test_data_stage_faults.py::test_stage_stopped_while_writing_then_rerun_gives_the_same_bytes",
     ),
     # --- clean
     Cell(
@@ -131,6 +133,135 @@ CELLS: tuple[Cell, ...] = (
         "redone",
         "orphaned temporary files of an interrupted write removed on the next run",
         "tests/data_pipeline/test_empty_stage.py::test_orphaned_shard_temp_files_are_removed_on_the_next_run",
+    ),
+    # --- data stages (issue 25 items 1-2): clean, dedup, train-tokenizer, tokenize
+    Cell(
+        "clean",
+        "SIGINT / SIGTERM",
+        "resumed exactly",
+        "exit 130 / 143 with one line naming the signal and the command to rerun; workers finish the shard in "
+        "hand; the rerun does the rest: the same bytes as an uninterrupted run",
+        "tests/faults/test_data_stage_faults.py::test_stage_stopped_while_writing_then_rerun_gives_the_same_bytes",
+    ),
+    Cell(
+        "clean",
+        "changed setting on rerun",
+        "redone",
+        "a changed cleaning setting or filter code redoes the finished shards of the sources it applies to, naming "
+        "the keys (`clean: redoing 3 finished shard(s) of news: settings changed: min_chars`)",
+        "tests/faults/test_data_stage_faults.py::test_changed_settings_on_rerun_redo_what_they_affect",
+    ),
+    Cell(
+        "dedup",
+        "SIGKILL",
+        "resumed exactly",
+        "finished tasks kept, the rest redone, the killed writes' temporary files removed: the same bytes as an "
+        "uninterrupted run",
+        "tests/faults/test_data_stage_faults.py::test_stage_stopped_while_writing_then_rerun_gives_the_same_bytes",
+    ),
+    Cell(
+        "dedup",
+        "SIGINT / SIGTERM",
+        "resumed exactly",
+        "exit 130 / 143 with one line; tasks in hand finish with their markers; the rerun does the rest, same bytes",
+        "tests/faults/test_data_stage_faults.py::test_stage_stopped_while_writing_then_rerun_gives_the_same_bytes",
+    ),
+    Cell(
+        "dedup",
+        "damaged input",
+        "refused",
+        "a file of its own work folder that vanished between stages: the task and the file named",
+        "tests/data_pipeline/test_dedup_sharded.py::test_vanished_intermediate_file_is_named",
+    ),
+    Cell(
+        "dedup",
+        "damaged output of the previous stage",
+        "refused",
+        "a cleaned shard cut, changed or copied over (size, sha256 against clean's marker; "
+        "data.verify_checksums=false: size only): the file named, rerun clean, which rewrites it",
+        "tests/faults/test_data_stage_faults.py::test_dedup_refuses_a_damaged_cleaned_shard_and_clean_rewrites_it",
+    ),
+    Cell(
+        "dedup",
+        "changed setting on rerun",
+        "redone",
+        "a changed data.dedup setting or cleaned input: every task redone in a new work folder; a deduplicated "
+        "shard damaged since it was written is written again",
+        "tests/faults/test_data_stage_faults.py::test_changed_settings_on_rerun_redo_what_they_affect",
+    ),
+    Cell(
+        "train-tokenizer",
+        "SIGKILL",
+        "redone",
+        "trained again; the killed save's staging folder removed: the same bytes as an uninterrupted run",
+        "tests/faults/test_data_stage_faults.py::test_stage_stopped_while_writing_then_rerun_gives_the_same_bytes",
+    ),
+    Cell(
+        "train-tokenizer",
+        "SIGINT / SIGTERM",
+        "redone",
+        "exit 130 / 143 with one line, no staging folder left; the rerun trains again, same bytes",
+        "tests/faults/test_data_stage_faults.py::test_stage_stopped_while_writing_then_rerun_gives_the_same_bytes",
+    ),
+    Cell(
+        "train-tokenizer",
+        "damaged output of the previous stage",
+        "refused",
+        "a deduplicated (or cleaned) shard cut, changed or copied over: the file named, rerun dedup (or clean)",
+        "tests/faults/test_data_stage_faults.py::test_tokenizer_and_tokenize_refuse_a_damaged_deduplicated_shard",
+    ),
+    Cell(
+        "train-tokenizer",
+        "changed setting on rerun",
+        "redone",
+        "always trains again, so tokenizer.* changes apply; tokenize then rewrites every shard (new tokenizer sha256)",
+        "tests/faults/test_data_stage_faults.py::test_changed_settings_on_rerun_redo_what_they_affect",
+    ),
+    Cell(
+        "tokenize",
+        "SIGINT / SIGTERM",
+        "resumed exactly",
+        "exit 130 / 143 with one line; shards in hand finish; the rerun does the rest, same bytes",
+        "tests/faults/test_data_stage_faults.py::test_stage_stopped_while_writing_then_rerun_gives_the_same_bytes",
+    ),
+    Cell(
+        "tokenize",
+        "damaged input",
+        "refused",
+        "a tokenizer that gives a token id outside its vocabulary: shard, document and offset named",
+        "tests/faults/test_token_shards.py::test_token_id_outside_the_vocabulary_is_named_at_tokenize",
+    ),
+    Cell(
+        "clean",
+        "full disk",
+        "refused",
+        "one line naming the run folder and its free space (exit 2); every shard with a marker matches it and the "
+        "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
+        "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
+    ),
+    Cell(
+        "dedup",
+        "full disk",
+        "refused",
+        "one line naming the run folder and its free space (exit 2); every shard with a marker matches it and the "
+        "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
+        "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
+    ),
+    Cell(
+        "train-tokenizer",
+        "full disk",
+        "refused",
+        "one line naming the run folder and its free space (exit 2); every shard with a marker matches it and the "
+        "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
+        "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
+    ),
+    Cell(
+        "tokenize",
+        "full disk",
+        "refused",
+        "one line naming the run folder and its free space (exit 2); every shard with a marker matches it and the "
+        "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
+        "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
     ),
     # --- export
     Cell(
