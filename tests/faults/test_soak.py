@@ -283,6 +283,8 @@ def test_twenty_kills_over_every_stage_then_same_outputs(corpus, tmp_path):
     log.info(
         "stage seconds (uninterrupted): %s\nkills:\n%s", {k: round(v, 1) for k, v in took.items()}, report
     )
+    problems = compare_runs(ref.run_dir, soak.run_dir)
+    report += "\n" + "\n".join(problems)
     assert len(kills) == KILLS, f"the pipeline completed after {len(kills)} kills:\n{report}"
     if KILLS >= len(STAGES):
         assert {k.stage for k in kills} == set(STAGES), report
@@ -291,32 +293,26 @@ def test_twenty_kills_over_every_stage_then_same_outputs(corpus, tmp_path):
         assert {k.stage for k in kills if k.signal == "SIGTERM"} >= {"train", "export"}, report
     if any(k.stage == "train" for k in kills):
         assert "resumed from" in soak.log_path.read_text(), report
-
-    assert in_flight(soak.run_dir) == [], report  # nothing temporary left anywhere in the run folder
-    diffs = _same_files(
-        ref.run_dir,
-        soak.run_dir,
-        [
-            "clean/**/shard-*.jsonl.zst",
-            "dedup/**/shard-*.jsonl.zst",
-            "tokenizer/*",
-            "tokens/**/*.bin",
-            "tokens/**/*.npz",
-        ],
-    )
-    assert not diffs, f"after kills:\n{report}\nfiles differ: {diffs[:10]}"
-    a, b = (
-        load_file(ref.run_dir / "export" / "model.safetensors"),
-        load_file(soak.run_dir / "export" / "model.safetensors"),
-    )
-    assert a.keys() == b.keys()
-    different = [k for k in a if not torch.equal(a[k], b[k])]
-    assert not different, f"after kills:\n{report}\n{len(different)} exported tensors differ: {different[:3]}"
-    for name in ("tokens/manifest.json", "export/training_state.json"):  # sizes, sha256, counts; step, loss
-        assert _stable(ref.run_dir, name) == _stable(soak.run_dir, name), (
-            f"{name} differs after kills:\n{report}"
-        )
+    assert not problems, f"after kills:\n{report}"
     assert json.loads((soak.run_dir / "export" / COMPLETE).read_text())["step"] == 60
+
+
+def compare_runs(ref: Path, got: Path) -> list[str]:
+    """What differs between the killed run and the uninterrupted one, and what the killed run left behind."""
+    problems = [f"left behind: {p}" for p in in_flight(got)]  # nothing temporary anywhere in the run folder
+    patterns = ["clean/**/shard-*.jsonl.zst", "dedup/**/shard-*.jsonl.zst", "tokenizer/*", "tokens/**/*.bin",
+                "tokens/**/*.npz"]  # fmt: skip
+    problems += [f"files differ: {d}" for d in _same_files(ref, got, patterns)]
+    a, b = load_file(ref / "export" / "model.safetensors"), load_file(got / "export" / "model.safetensors")
+    if a.keys() != b.keys():
+        problems.append(f"exported tensors differ in names: {sorted(a.keys() ^ b.keys())[:5]}")
+    problems += [
+        f"exported tensor differs: {k}" for k in sorted(a.keys() & b.keys()) if not torch.equal(a[k], b[k])
+    ]
+    for name in ("tokens/manifest.json", "export/training_state.json"):  # sizes, sha256, counts; step, loss
+        if _stable(ref, name) != _stable(got, name):
+            problems.append(f"{name} differs")
+    return problems
 
 
 def _stable(run_dir: Path, name: str) -> object:
