@@ -441,12 +441,25 @@ def save_checkpoint(
         )
     if rank == 0:
         for old in complete_tags(ckpt_dir)[:-keep_last]:
+            # COMPLETE first: a kill mid-removal leaves an incomplete folder, which the next save removes
+            (ckpt_dir / old / COMPLETE).unlink(missing_ok=True)
             shutil.rmtree(ckpt_dir / old, ignore_errors=True)
             shutil.rmtree(ckpt_dir / (old + UNIVERSAL_SUFFIX), ignore_errors=True)
+        _remove_abandoned(ckpt_dir, step)
         if remote is not None:  # `remote`: the checkpoints folder of a remote run (run.output_dir is a URL)
             upload_checkpoint(ckpt_dir, tag, remote, keep_last)
     dist.barrier()
     return folder
+
+
+def _remove_abandoned(ckpt_dir: Path, step: int) -> None:
+    """Step folders before `step` without COMPLETE can never complete (training is past them, and one run holds
+    the folder): what a kill mid-save at a step off the `every_steps` grid (a SIGTERM save) or mid-removal of an
+    old checkpoint left. The 20-kill soak found one (step 13 of a run saving every 2 steps) in a finished run."""
+    for d in ckpt_dir.iterdir():
+        m = TAG_RE.match(d.name)
+        if m and int(m.group(1)) < step and d.is_dir() and not (d / COMPLETE).exists():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _gather_entries(folder: Path, rank: int, world: int) -> dict[str, dict[str, Any]]:

@@ -182,6 +182,34 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     if staging.exists():  # left by a killed export
         shutil.rmtree(staging)
     out = staging / final.name
+    try:
+        _write_staged(cfg, layout, ckpt_dir, tag, out, final)
+    except Exception as e:  # nothing half-written stays behind; a full disk is one line, as for a checkpoint
+        free = ckpt._free_bytes(final.parent)
+        shutil.rmtree(staging, ignore_errors=True)
+        if not isinstance(e, ckpt.CannotContinue) and ckpt._is_disk_full(e, free):
+            raise ckpt.CannotContinue(
+                f"exporting to {final} failed: the disk is full ({free / 2**20:.1f} MiB free on the filesystem "
+                f"of {final.parent}); the staging folder was removed"
+                + (" and the previous export is left whole" if final.exists() else "")
+                + "; free space, then export again"
+            ) from None
+        raise
+    out = final
+    if upload is not None:
+        upload = RunStore(out, upload.remote)
+        upload.remove(out)
+        files = sorted(p for p in out.rglob("*") if p.is_file())
+        upload.push([p for p in files if p.name != "README.md"])
+        upload.push([p for p in files if p.name == "README.md"])  # the card last: the folder is complete
+        log.info(f"[export] uploaded {len(files)} files to {upload.remote}")
+    return out
+
+
+def _write_staged(
+    cfg: RunConfig, layout: RunLayout, ckpt_dir: Path, tag: str, out: Path, final: Path
+) -> None:
+    """The export, written into the staging folder `out` (COMPLETE last), then renamed into place as `final`."""
     out.mkdir(parents=True)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
@@ -243,12 +271,3 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
         write_model_card(cfg, out)
     follow_umask(out)  # safetensors writes 0600
     _swap_into_place(out, final)
-    out = final
-    if upload is not None:
-        upload = RunStore(out, upload.remote)
-        upload.remove(out)
-        files = sorted(p for p in out.rglob("*") if p.is_file())
-        upload.push([p for p in files if p.name != "README.md"])
-        upload.push([p for p in files if p.name == "README.md"])  # the card last: the folder is complete
-        log.info(f"[export] uploaded {len(files)} files to {upload.remote}")
-    return out

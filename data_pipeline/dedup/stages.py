@@ -64,6 +64,7 @@ from data_pipeline.shards import (
     _atomic_write_bytes,
     mark_done,
     read_shard,
+    remove_orphans,
     shard_name,
     write_json_atomic,
     write_shard,
@@ -322,11 +323,19 @@ def component_stages(
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
-    _atomic_write_bytes(Path(path), lambda f: np.save(f, arr))
+    _save_work(Path(path), lambda f: np.save(f, arr))
 
 
 def _save_npz(path: Path, **arrays: np.ndarray) -> None:
-    _atomic_write_bytes(Path(path), lambda f: np.savez(f, **arrays))
+    _save_work(Path(path), lambda f: np.savez(f, **arrays))
+
+
+def _save_work(path: Path, write) -> None:
+    """A work file has one writer, its task: the temporary file of a killed earlier attempt at it is an orphan
+    (the 20-kill soak found `.s00000-r0000.npz.*.tmp` left in a finished run)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_orphans(path)
+    _atomic_write_bytes(path, write)
 
 
 def _range_of(keys: np.ndarray, ranges: int) -> np.ndarray:

@@ -42,8 +42,10 @@ CELLS: tuple[Cell, ...] = (
         "train",
         "SIGKILL",
         "resumed exactly",
-        "resume from the newest complete checkpoint, bit-exact",
-        "tests/pretrain/test_exact_resume.py::test_sigkill_anywhere_then_resume_is_bit_exact",
+        "every family resumes from the newest complete checkpoint, bit-exact: weights and loss trace of T5, "
+        "GPT-2 and Llama after 3 kills (one mid-checkpoint); ModernBERT and ELECTRA in "
+        "tests/pretrain/test_exact_resume.py, RoBERTa after 20 kills in tests/pretrain/test_chaos.py",
+        "tests/faults/test_family_kill_resume.py::test_three_sigkills_then_resume_is_bit_exact",
     ),
     Cell(
         "train",
@@ -270,6 +272,22 @@ CELLS: tuple[Cell, ...] = (
         "redone",
         "the previous export stays whole; the next export clears the staging folder",
         "tests/faults/test_export_faults.py::test_export_is_staged_bound_to_its_weights_and_names_its_step",
+    ),
+    Cell(
+        "export",
+        "SIGINT / SIGTERM",
+        "redone",
+        "the 20-kill soak: every stage from clean to export SIGKILLed or SIGTERMed (also mid-write) and rerun; "
+        "shards, tokenizer and tokens byte-equal and exported weights bit-equal to an uninterrupted run's, "
+        "no temporary file left",
+        "tests/faults/test_soak.py::test_twenty_kills_over_every_stage_then_same_outputs",
+    ),
+    Cell(
+        "export",
+        "full disk",
+        "refused",
+        "the folder and free space named, exit 65; the staging folder removed, the previous export left whole",
+        "tests/faults/test_export_disk_full.py::test_export_on_a_full_disk_is_named_and_keeps_the_previous_export",
     ),
     Cell(
         "export",
