@@ -18,11 +18,13 @@ name) to a file, for the run folder's log.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 # Our top-level packages and the console stream of each (see the module docstring for why).
@@ -255,4 +257,62 @@ def route_third_party(log_dir: str | os.PathLike[str], verbose: bool = False) ->
         loggers.append(logger)
     _file_handler = attach_file(path, loggers, THIRD_PARTY_FORMAT)
     logging.captureWarnings(True)
+    _quiet_hf_progress_bars()
     return path
+
+
+def _quiet_hf_progress_bars() -> None:
+    """No Hugging Face progress bar ("Loading weights", downloads) on the console. The environment variable
+    covers modules imported later and child processes (huggingface_hub reads it on import, transformers asks
+    huggingface_hub on its own import); libraries imported already are switched off by their own call. Nothing
+    is imported here: core stays free of ML frameworks."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    hub = sys.modules.get("huggingface_hub.utils")
+    if hub is not None:
+        hub.disable_progress_bars()
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None:
+        hf_logging.disable_progress_bar()
+
+
+class _LinesToLogger(io.TextIOBase):
+    """A text stream whose every line becomes an INFO record of one logger."""
+
+    def __init__(self, logger: logging.Logger):
+        self.logger, self.pending = logger, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self._emit(line)
+        return len(text)
+
+    def flush(self) -> None:
+        self._emit(self.pending)
+        self.pending = ""
+
+    def _emit(self, line: str) -> None:
+        # handle(), not info(): a print is kept whatever level the library set its logger to (DeepSpeed: WARNING)
+        if line.strip():
+            self.logger.handle(
+                self.logger.makeRecord(self.logger.name, logging.INFO, "print", 0, line, None, None)
+            )
+
+
+@contextlib.contextmanager
+def third_party_prints(name: str) -> Iterator[None]:
+    """What a library print()s inside the block becomes records of its logger `name` (one of THIRD_PARTY): the
+    run's third_party.log when routed, the console with --verbose. DeepSpeed's zero_to_fp32 reports through
+    print(), not logging. Not routed (--verbose, or no run folder yet): the prints stay on the console."""
+    if _file_handler is None:
+        yield
+        return
+    stream = _LinesToLogger(logging.getLogger(name))
+    with contextlib.redirect_stdout(stream):
+        try:
+            yield
+        finally:
+            stream.flush()

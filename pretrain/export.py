@@ -17,7 +17,7 @@ from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from core.io import follow_umask, replace_dir, sha256_bytes
 from core.layout import CLEAN_STATS, TOKEN_MANIFEST
-from core.log import get_logger
+from core.log import get_logger, third_party_prints
 from data_pipeline.layout import RunLayout
 from data_pipeline.objectives import get_objective
 from data_pipeline.storage import RunStore
@@ -90,8 +90,9 @@ def consolidated_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]
     if meta.get("zero_stage", 0) >= 1:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-        lazy = get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag, lazy_mode=True)
-        return {k: v.contiguous().float() for k, v in lazy.items()}
+        with third_party_prints("DeepSpeed"):  # "Processing zero checkpoint ..." and three more print()s
+            lazy = get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag, lazy_mode=True)
+            return {k: v.contiguous().float() for k, v in lazy.items()}
     states = torch.load(ckpt_dir / tag / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
     return {k: v.float() for k, v in states["module"].items()}
 

@@ -1,5 +1,5 @@
-"""A quiet console: DeepSpeed's accelerator notice, torch-style FutureWarnings, transformers' load reports and
-warcio's "Record not followed by newline" go to <run>/logs/third_party.log, not the terminal; --verbose shows
+"""A quiet console: DeepSpeed's accelerator notice and zero_to_fp32's prints, torch-style FutureWarnings,
+transformers' load reports and "Loading weights" progress bars, and warcio's "Record not followed by newline" go to <run>/logs/third_party.log, not the terminal; --verbose shows
 them. Real libraries, imported after the CLI has read its config (as every command does)."""
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ from data_pipeline.readers.warc import ArchiveIterator
 bad = (b"WARC/1.0\r\nWARC-Type: resource\r\nWARC-Target-URI: http://x/\r\nWARC-Record-ID: <urn:x>\r\n"
        b"Content-Length: 5\r\n\r\nhello world\r\n\r\n")
 list(ArchiveIterator(io.BytesIO(bad)))
+import tempfile
+from transformers import GPT2Config, GPT2LMHeadModel
+d = tempfile.mkdtemp()
+GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16)).save_pretrained(d)
+GPT2LMHeadModel.from_pretrained(d)  # transformers 5 draws a "Loading weights" progress bar on stderr
+from core.log import third_party_prints
+with third_party_prints("DeepSpeed"):  # as export calls DeepSpeed's zero_to_fp32, which print()s
+    print("Reconstructed fp32 state dict with 52 params")
 print("our one-line message")
 """
 
@@ -58,6 +66,7 @@ def test_third_party_notices_go_to_the_run_log(tmp_path):
         "FutureWarning",
         "LOAD REPORT",
         "Record not followed by newline",
+        "Reconstructed fp32 state dict",
     ):
         assert needle in log, needle
 
@@ -65,8 +74,9 @@ def test_third_party_notices_go_to_the_run_log(tmp_path):
 def test_verbose_shows_them(tmp_path):
     res = _run(tmp_path, "--verbose")
     assert res.returncode == 0, res.stderr
-    for needle in ("FutureWarning", "LOAD REPORT", "Record not followed by newline"):
+    for needle in ("FutureWarning", "LOAD REPORT", "Record not followed by newline", "Loading weights"):
         assert needle in res.stderr, needle
+    assert "Reconstructed fp32 state dict" in res.stdout + res.stderr
     assert not (tmp_path / "run" / "logs" / "third_party.log").exists()
 
 
