@@ -298,7 +298,7 @@ class _LinesToLogger(io.TextIOBase):
         # handle(), not info(): a print is kept whatever level the library set its logger to (DeepSpeed: WARNING)
         if line.strip():
             self.logger.handle(
-                self.logger.makeRecord(self.logger.name, logging.INFO, "print", 0, line, None, None)
+                self.logger.makeRecord(self.logger.name, logging.INFO, "print", 0, line, (), None)
             )
 
 
