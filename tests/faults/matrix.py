@@ -42,10 +42,10 @@ CELLS: tuple[Cell, ...] = (
         "train",
         "SIGKILL",
         "resumed exactly",
-        "every family resumes from the newest complete checkpoint, bit-exact: weights and loss trace of T5, "
-        "GPT-2 and Llama after 3 kills (one mid-checkpoint); ModernBERT and ELECTRA in "
-        "tests/pretrain/test_exact_resume.py, RoBERTa after 20 kills in tests/pretrain/test_chaos.py",
-        "tests/faults/test_family_kill_resume.py::test_three_sigkills_then_resume_is_bit_exact",
+        "every family resumes from the newest complete checkpoint, bit-exact: weights and loss trace of "
+        "ModernBERT, ELECTRA, T5, GPT-2 and Llama after 3 kills (one mid-checkpoint); RoBERTa after 20 kills in "
+        "tests/pretrain/test_chaos.py",
+        "tests/pretrain/test_exact_resume.py::test_sigkill_anywhere_then_resume_is_bit_exact",
     ),
     Cell(
         "train",

@@ -153,6 +153,19 @@ def t5_run(tmp_path_factory, cleaned_corpus) -> Path:
 
 
 @pytest.fixture(scope="session")
+def llama_run(tmp_path_factory, gpt2_run) -> Path:
+    """Llama reads the same byte-level BPE tokens as GPT-2 (`<|endoftext|>` between documents): share them."""
+    root = tmp_path_factory.mktemp("llama")
+    out = root / "run"
+    out.mkdir()
+    for stage in ("clean", "dedup", "tokenizer", "tokens"):
+        (out / stage).symlink_to((gpt2_run.parent / "run" / stage).resolve())
+    cfg = root / "llama.yaml"
+    cfg.write_text(RUN_YAML.format(root=ROOT, family="llama", out=out))
+    return cfg
+
+
+@pytest.fixture(scope="session")
 def modernbert_run(tmp_path_factory, roberta_run) -> Path:
     """ModernBERT reads the same byte-level BPE tokens as RoBERTa (`<s> ... </s>` blocks): share them."""
     root = tmp_path_factory.mktemp("modernbert")

@@ -16,7 +16,7 @@ import torch
 from pretrain.models import build_model
 from pretrain.plan import _VocabOnly, model_param_counts
 from runconfig import ConfigError, load_config
-from tests.pretrain.conftest import ROOT, RUN_YAML, child_env, run_module, torchrun
+from tests.pretrain.conftest import ROOT, child_env, run_module, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
 TINY = "configs/llama-tiny.yaml"
@@ -150,19 +150,6 @@ def test_document_masking_makes_each_packed_document_see_only_itself():
         unmasked = model(input_ids=batch["input_ids"]).logits[0, 10:]
     torch.testing.assert_close(packed, alone, rtol=1e-5, atol=1e-5)
     assert (unmasked - alone).abs().max() > 1e-3  # without the mask the second document does see the first
-
-
-@pytest.fixture(scope="module")
-def llama_run(tmp_path_factory, gpt2_run) -> Path:
-    """Llama reads the same byte-level BPE tokens as GPT-2 (`<|endoftext|>` between documents): share them."""
-    root = tmp_path_factory.mktemp("llama")
-    out = root / "run"
-    out.mkdir()
-    for stage in ("clean", "dedup", "tokenizer", "tokens"):
-        (out / stage).symlink_to((gpt2_run.parent / "run" / stage).resolve())
-    cfg = root / "llama.yaml"
-    cfg.write_text(RUN_YAML.format(root=ROOT, family="llama", out=out))
-    return cfg
 
 
 LOAD_HEADS = """
