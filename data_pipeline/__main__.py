@@ -9,6 +9,8 @@ import shutil
 import sys
 
 from core.errors import LmstackError
+from data_pipeline.interrupt import StageInterrupted, stage_of, stop_signals
+from data_pipeline.layout import RunLayout
 from data_pipeline.paths import check_source_paths
 from data_pipeline.preflight import check_output_writable
 from runconfig.cli import add_config_args, config_from_args, preflight, run_cli
@@ -86,8 +88,6 @@ def _disk_full(e: BaseException) -> bool:
 
 
 def _disk_full_message(stage: str, cfg, e: BaseException) -> str:
-    from data_pipeline.layout import RunLayout
-
     root = RunLayout(cfg).root
     try:
         free = f"{shutil.disk_usage(root).free / 2**20:.1f} MiB free"
@@ -102,8 +102,6 @@ def _disk_full_message(stage: str, cfg, e: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs a stage; SIGINT / SIGTERM stop it with one line and exit 130 / 143 (data_pipeline/interrupt.py)."""
-    from data_pipeline.interrupt import StageInterrupted, stage_of, stop_signals
-
     try:
         with stop_signals():
             return run_cli(_main, argv)
