@@ -7,7 +7,7 @@ from pathlib import Path
 
 from core.errors import LmstackError
 from data_pipeline.shards import corpus_shards as _corpus_shards
-from data_pipeline.shards import iter_corpus, read_shard
+from data_pipeline.shards import final_stage_dir, iter_corpus, read_shard, verify_shards
 from runconfig import RunConfig
 
 __all__ = ["EmptyStageError", "corpus_shards", "iter_texts", "read_shard", "require_texts", "verify_corpus"]
@@ -21,8 +21,6 @@ def corpus_shards(cfg: RunConfig) -> dict[str, list[Path]]:
     """Source name -> finished shard files of the final corpus; an empty corpus is an error naming the stage."""
     out = {k: [Path(p) for p in v] for k, v in _corpus_shards(cfg).items()}
     if not out:
-        from data_pipeline.shards import final_stage_dir
-
         raise FileNotFoundError(
             f"no finished cleaned shards under {final_stage_dir(cfg)}: run `python -m data_pipeline clean` first"
         )
@@ -46,7 +44,6 @@ def iter_texts(cfg: RunConfig, limit: int | None = None) -> Iterator[str]:
 def verify_corpus(cfg: RunConfig, reader: str, paths: list[Path] | None = None) -> None:
     """The final corpus's shards (or `paths` of it) against the markers of the stage that wrote them (dedup, or
     clean without dedup) before `reader` reads them: one line naming a shard that changed and the stage to rerun."""
-    from data_pipeline.shards import final_stage_dir, verify_shards
 
     if paths is None:
         paths = [p for ps in _corpus_shards(cfg).values() for p in ps]
@@ -58,8 +55,6 @@ def require_texts(cfg: RunConfig) -> None:
     Unigram to crash inside sentencepiece), naming the stage whose output is empty."""
     shards = corpus_shards(cfg)
     if next(iter_texts(cfg, limit=1), None) is None:
-        from data_pipeline.shards import final_stage_dir
-
         stage = final_stage_dir(cfg)
         n = sum(len(v) for v in shards.values())
         raise EmptyStageError(
