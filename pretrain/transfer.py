@@ -40,9 +40,12 @@ from transformers import (
 )
 from transformers.trainer_callback import PrinterCallback
 
+from core.io import atomic_write, json_bytes
 from core.layout import LOGS
 from core.log import get_logger, route_third_party, verbose_requested
+from data_pipeline.layout import RunLayout
 from pretrain.labelled import Row, TaskData, load_tasks
+from pretrain.model_card import weights_hash
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneConfig
 
@@ -411,7 +414,7 @@ def fine_tune_once(
         record["collapsed"] = collapsed
     if select is not None:
         record.update(best_dev_step=select.best_step, dev_accuracy_by_step=select.by_step)
-    (out_dir / "result.json").write_text(json.dumps(record, indent=1))
+    atomic_write(out_dir / "result.json", json_bytes(record))
     return RunScore(out, collapsed, trainer.state.global_step)
 
 
@@ -699,8 +702,6 @@ def run_transfer(
 ) -> dict[str, Any]:
     """Every configured task (each task, arm and seed in its own folder); writes `transfer.json` beside the
     export and into the output folder, and the headline figures to TensorBoard."""
-    from data_pipeline.layout import RunLayout
-
     layout = RunLayout(cfg)
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
@@ -713,20 +714,24 @@ def run_transfer(
     tasks = load_tasks(cfg)  # every task read and checked before any training
     out = Path(out_dir) if out_dir is not None else layout.finetune
     results = [evaluate_task(cfg, t, model_dir, out / t.name, log=log) for t in tasks]
-    from pretrain.model_card import weights_hash
-
     # bound to the weights it measured: a card of other weights never publishes these figures
     report = {
         "model": str(model_dir),
         "weights_sha256": weights_hash(model_dir),
         "tasks": {r["task"]: r for r in results},
     }
-    text = json.dumps(report, indent=1)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / RESULT_FILE).write_text(text)
-    (model_dir / RESULT_FILE).write_text(text)
+    write_report(report, [out, model_dir])
     _to_tensorboard(layout.logs, results)
     return report
+
+
+def write_report(report: dict[str, Any], folders: list[Path]) -> None:
+    """`transfer.json` into each folder, atomically: on a full disk the previous report stays whole (a truncated
+    one would drop results from the card and break `pretrain card`)."""
+    data = json_bytes(report)
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(folder / RESULT_FILE, data)
 
 
 def _to_tensorboard(folder: Path, results: list[dict[str, Any]]) -> None:

@@ -313,6 +313,13 @@ CELLS: tuple[Cell, ...] = (
     ),
     Cell(
         "transfer",
+        "full disk",
+        "refused",
+        "the disk's error; the previous transfer.json stays whole beside the export and in the output folder",
+        "tests/faults/test_transfer_disk_full.py::test_a_report_that_does_not_fit_keeps_the_previous_one",
+    ),
+    Cell(
+        "transfer",
         "bad path or host in the config",
         "refused",
         "a task name that would leave its folder refused at load",
