@@ -1,11 +1,28 @@
-"""The error types of lmstack. Every CLI catches `LmstackError` and prints its message as one line (exit 2):
+"""The error types of lmstack. Every CLI catches `LmstackError` and prints its message as one line (its exit_code):
 the message names the key, file or host, so no traceback is needed to act on it."""
 
 from __future__ import annotations
 
+from core.exit_codes import CANNOT_CONTINUE, USAGE
+
 
 class LmstackError(Exception):
-    """Base of the errors a user can act on from the message alone."""
+    """Base of the errors a user can act on from the message alone. `exit_code`: what the CLIs exit with
+    (core/exit_codes.py)."""
+
+    exit_code = USAGE
+
+
+class CannotContinueError(LmstackError):
+    """Said in one line like any LmstackError, but found during the work, and a rerun would meet it again (a full
+    disk): exit CANNOT_CONTINUE, a code the Slurm scripts do not requeue on."""
+
+    exit_code = CANNOT_CONTINUE
+
+
+class DiskFullError(CannotContinueError, OSError):
+    """Out of disk space: said in one line with the folder and its free space (exit CANNOT_CONTINUE, as a
+    checkpoint save or an export on a full disk)."""
 
 
 class ConfigError(LmstackError, ValueError):

@@ -8,7 +8,7 @@ import json
 import shutil
 import sys
 
-from core.errors import LmstackError
+from core.errors import DiskFullError
 from data_pipeline.interrupt import StageInterrupted, stage_of, stop_signals
 from data_pipeline.layout import RunLayout
 from data_pipeline.paths import check_source_paths
@@ -68,10 +68,6 @@ STAGES = {
     "tokenize": (_stage_tokenize, "cleaned shards -> binary token shards + manifest"),
     "all": (_stage_all, "clean, dedup, train-tokenizer and tokenize in order"),
 }
-
-
-class DiskFullError(LmstackError, OSError):
-    """A stage ran out of disk space: said in one line (run_cli: exit 2), with the folder and its free space."""
 
 
 def _disk_full(e: BaseException) -> bool:

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
+from core.exit_codes import stopped_by
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -30,7 +32,7 @@ class StageInterrupted(BaseException):
 
     @property
     def exit_code(self) -> int:
-        return 128 + self.signum
+        return stopped_by(self.signum)
 
 
 def _raise(signum: int, _frame) -> None:

@@ -22,11 +22,10 @@ import sys
 import time
 from typing import Any
 
+from core.exit_codes import PREEMPTED
 from launch import render, slurm
 from launch.render import Entry, LaunchError, NodeCommand
 from runconfig.cli import add_config_args, config_from_args, run_cli
-
-EX_TEMPFAIL = 75
 
 
 def _describe(cfg) -> str:
@@ -133,17 +132,17 @@ def _supervise(
         time.sleep(0.2)
     if signalled and rc != 0:
         if checkpoint_dir is None:
-            return EX_TEMPFAIL
+            return PREEMPTED
         after = _complete_checkpoints(checkpoint_dir)
         if any(before.get(tag) != mtime for tag, mtime in after.items()):
-            return EX_TEMPFAIL
+            return PREEMPTED
         print(
             f"[launch] signal {signalled[0]}: the ranks stopped (exit {rc}) and no checkpoint was written at the "
-            f"signal in {checkpoint_dir}: not exiting {EX_TEMPFAIL} (requeue), the run resumes from its last "
+            f"signal in {checkpoint_dir}: not exiting {PREEMPTED} (requeue), the run resumes from its last "
             "complete checkpoint",
             file=sys.stderr,
         )
-        return rc if rc != EX_TEMPFAIL else 1
+        return rc if rc != PREEMPTED else 1
     return rc
 
 

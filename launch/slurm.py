@@ -31,12 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import LmstackError
+from core.exit_codes import PREEMPTED
 from core.io import atomic_write
 from core.layout import RunPaths
 from launch.render import Entry, LaunchError, base_env, python_exe, torchrun_args, workdir
 from runconfig import RunConfig
-
-EX_TEMPFAIL = 75
 
 
 def slurm_dir(cfg: RunConfig) -> Path:
@@ -214,7 +213,7 @@ def render_train_script(cfg: RunConfig, entry: Entry, job_name: str | None = Non
     ]
     if sc.requeue:
         lines += [
-            f'if [ "$rc" -eq {EX_TEMPFAIL} ] || {{ [ "$preempted" -eq 1 ] && [ "$rc" -ne 0 ]; }}; then',
+            f'if [ "$rc" -eq {PREEMPTED} ] || {{ [ "$preempted" -eq 1 ] && [ "$rc" -ne 0 ]; }}; then',
             f'  if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {sc.max_requeues} ]; then',
             '    echo "[launch] requeueing job ${SLURM_JOB_ID}; it resumes from the last complete checkpoint"',
             '    scontrol requeue "$SLURM_JOB_ID"',

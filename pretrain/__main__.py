@@ -7,6 +7,7 @@ import json
 import os
 import sys
 
+from core.exit_codes import CANNOT_CONTINUE, PREEMPTED, USAGE
 from core.layout import CLEAN_STATS, TOKEN_MANIFEST, RunPaths
 from runconfig.cli import add_config_args, config_from_args, preflight, run_cli
 
@@ -104,7 +105,7 @@ def _main(argv: list[str] | None = None) -> int:
         import torch.distributed as dist
 
         from data_pipeline.preflight import check_tokens, check_train
-        from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, PREEMPTED_EXIT_CODE, CannotContinue
+        from pretrain.checkpoint import CannotContinue
         from pretrain.engine import accelerator_name
         from pretrain.train import train
 
@@ -115,7 +116,7 @@ def _main(argv: list[str] | None = None) -> int:
         except CannotContinue as e:  # a restart would fail the same way: a code Slurm does not requeue on
             if not dist.is_initialized() or dist.get_rank() == 0:
                 print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            return CANNOT_CONTINUE_EXIT_CODE
+            return CANNOT_CONTINUE
         except Exception:
             # A failed rank (a dead peer's "Connection reset", a collective timeout, a bug) reports and ends at
             # once: CPython's teardown of a process holding torch, DeepSpeed and the model (a GC of the whole heap,
@@ -129,9 +130,9 @@ def _main(argv: list[str] | None = None) -> int:
         if dist.get_rank() == 0:
             print(json.dumps(result, indent=1, default=str), flush=True)
         dist.destroy_process_group()
-        return PREEMPTED_EXIT_CODE if result["preempted"] else 0
+        return PREEMPTED if result["preempted"] else 0
     if args.command == "export":
-        from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, CannotContinue
+        from pretrain.checkpoint import CannotContinue
         from pretrain.export import export
 
         try:
@@ -141,7 +142,7 @@ def _main(argv: list[str] | None = None) -> int:
             FileNotFoundError,
         ) as e:  # one line naming the checkpoint / tokenizer / folder
             print(f"error: {e}", file=sys.stderr)
-            return CANNOT_CONTINUE_EXIT_CODE
+            return CANNOT_CONTINUE
         return 0
     if args.command in ("finetune", "transfer", "card") and not args.model:
         from data_pipeline.layout import RunLayout
@@ -201,9 +202,9 @@ def _main(argv: list[str] | None = None) -> int:
         # what `train` would stop on: the same exit as a config error
         if (r.get("resume") or {}).get("error"):
             print(f"error: checkpoint.resume: {r['resume']['error']}", file=sys.stderr)
-            return 2
+            return USAGE
         return 0
-    return 2
+    return USAGE
 
 
 if __name__ == "__main__":

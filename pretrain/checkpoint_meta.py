@@ -8,12 +8,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from core.exit_codes import CANNOT_CONTINUE, PREEMPTED
+
 COMPLETE = "COMPLETE"
 TAG_RE = re.compile(r"^step(\d{8})$")
-PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "checkpointed on a signal, requeue me"
-# EX_DATAERR: restarting cannot help (no usable checkpoint, diverged weights, a refused config change, a run
-# folder held by another run). Any code but 75 stops the Slurm script from requeueing; this one says why.
-CANNOT_CONTINUE_EXIT_CODE = 65
+PREEMPTED_EXIT_CODE = PREEMPTED  # "checkpointed on a signal, requeue me" (core/exit_codes.py)
+# Restarting cannot help (no usable checkpoint, diverged weights, a refused config change, a run folder held by
+# another run). Any code but PREEMPTED stops the Slurm script from requeueing; this one says why.
+CANNOT_CONTINUE_EXIT_CODE = CANNOT_CONTINUE
 
 
 class CannotContinue(RuntimeError):

@@ -15,8 +15,9 @@ decoders, text-to-text (`AutoModelForSeq2SeqLM`, the label string as target) whe
 
 from __future__ import annotations
 
-import json
+import errno
 import math
+import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from transformers import (
 )
 from transformers.trainer_callback import PrinterCallback
 
+from core.errors import DiskFullError
 from core.io import atomic_write, json_bytes
 from core.layout import LOGS
 from core.log import get_logger, route_third_party, verbose_requested
@@ -731,7 +733,15 @@ def write_report(report: dict[str, Any], folders: list[Path]) -> None:
     data = json_bytes(report)
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(folder / RESULT_FILE, data)
+        try:
+            atomic_write(folder / RESULT_FILE, data)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise DiskFullError(
+                f"writing {folder / RESULT_FILE} failed: the disk is full "
+                f"({shutil.disk_usage(folder).free / 2**20:.1f} MiB free); the previous report there is left whole"
+            ) from e
 
 
 def _to_tensorboard(folder: Path, results: list[dict[str, Any]]) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import LmstackError
+from core.exit_codes import USAGE
 from core.layout import LOGS
 from core.log import route_third_party, verbose_requested
 from runconfig.load import load_config
@@ -31,27 +32,27 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         cfg = load_config(args.config, args.overrides)
     except LmstackError as e:
         print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(e.exit_code) from None
     route_third_party(Path(cfg.run.root) / LOGS, verbose_requested(getattr(args, "verbose", False)))
     return cfg
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """Runs a CLI's main; an `LmstackError` (a bad key, file, host or name, said in its message) is printed as one
-    line and exits 2, without a traceback."""
+    """Runs a CLI's main; an `LmstackError` (a bad key, file, host or name, or a full disk, said in its message) is
+    printed as one line and exits with its `exit_code` (core/exit_codes.py), without a traceback."""
     try:
         return main(argv)
     except LmstackError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return e.exit_code
 
 
 def preflight(cfg: RunConfig, *checks) -> None:
     """Run config checks against this machine (data_pipeline/preflight.py) before any stage starts; a failure is
-    printed like a config error (exit 2)."""
+    printed like a config error (exit USAGE)."""
     for check in checks:
         try:
             check(cfg)
         except LmstackError as e:
             print(f"error: {e}", file=sys.stderr)
-            raise SystemExit(2) from None
+            raise SystemExit(USAGE) from None

@@ -237,7 +237,7 @@ CELLS: tuple[Cell, ...] = (
         "clean",
         "full disk",
         "refused",
-        "one line naming the run folder and its free space (exit 2); every shard with a marker matches it and the "
+        "one line naming the run folder and its free space (exit 65, as checkpoint and export); every shard with a marker matches it and the "
         "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
         "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
     ),
@@ -245,7 +245,7 @@ CELLS: tuple[Cell, ...] = (
         "dedup",
         "full disk",
         "refused",
-        "one line naming the run folder and its free space (exit 2); every shard with a marker matches it and the "
+        "one line naming the run folder and its free space (exit 65, as checkpoint and export); every shard with a marker matches it and the "
         "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
         "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
     ),
@@ -253,7 +253,7 @@ CELLS: tuple[Cell, ...] = (
         "train-tokenizer",
         "full disk",
         "refused",
-        "one line naming the run folder and its free space (exit 2); every shard with a marker matches it and the "
+        "one line naming the run folder and its free space (exit 65, as checkpoint and export); every shard with a marker matches it and the "
         "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
         "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
     ),
@@ -261,7 +261,7 @@ CELLS: tuple[Cell, ...] = (
         "tokenize",
         "full disk",
         "refused",
-        "one line naming the run folder and its free space (exit 2); every shard with a marker matches it and the "
+        "one line naming the run folder and its free space (exit 65, as checkpoint and export); every shard with a marker matches it and the "
         "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
         "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
     ),
@@ -315,7 +315,7 @@ CELLS: tuple[Cell, ...] = (
         "transfer",
         "full disk",
         "refused",
-        "the disk's error; the previous transfer.json stays whole beside the export and in the output folder",
+        "one line naming the file and the free space (exit 65); the previous transfer.json stays whole",
         "tests/faults/test_transfer_disk_full.py::test_a_report_that_does_not_fit_keeps_the_previous_one",
     ),
     Cell(

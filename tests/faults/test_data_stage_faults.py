@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from core.exit_codes import CANNOT_CONTINUE
 from data_pipeline.clean import run_clean
 from data_pipeline.dedup import run_dedup
 from data_pipeline.shards import ShardMismatchError, verify_shards
@@ -346,7 +347,7 @@ def test_full_disk_is_named_and_nothing_partial_is_kept_as_done(pipeline, stage)
         res = subprocess.run(
             _cli(stage, yaml), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
         )
-        assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
+        assert res.returncode == CANNOT_CONTINUE, (res.returncode, res.stderr[-3000:])
         assert "Traceback" not in res.stderr, res.stderr[-3000:]
         last = res.stderr.strip().splitlines()[-1]
         assert last.startswith(f"error: {stage}: the disk is full under {out}") and "MiB free" in last, last

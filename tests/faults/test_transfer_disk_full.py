@@ -8,10 +8,11 @@ import errno
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
+from core.errors import DiskFullError
+from core.exit_codes import CANNOT_CONTINUE
 from pretrain.transfer import RESULT_FILE, write_report
 
 pytestmark = [
@@ -40,9 +41,11 @@ def test_a_report_that_does_not_fit_keeps_the_previous_one(tmp_path):
                 pass
         os.truncate(filler, filler.stat().st_size - 3 * 4096)
         new = {**old, "tasks": {f"task{i}": {"accuracy": i / 1000, "note": "x" * 200} for i in range(100)}}
-        with pytest.raises(OSError) as err:
+        with pytest.raises(
+            DiskFullError, match="the disk is full .* the previous report there is left whole"
+        ) as err:
             write_report(new, [out, export])
-        assert err.value.errno == errno.ENOSPC
+        assert err.value.exit_code == CANNOT_CONTINUE and err.value.__cause__.errno == errno.ENOSPC
         for folder in (out, export):
             assert json.loads((folder / RESULT_FILE).read_text()) == old
             assert sorted(p.name for p in folder.iterdir()) == [RESULT_FILE]  # no temporary file left
