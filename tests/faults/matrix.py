@@ -233,37 +233,17 @@ CELLS: tuple[Cell, ...] = (
         "a tokenizer that gives a token id outside its vocabulary: shard, document and offset named",
         "tests/faults/test_token_shards.py::test_token_id_outside_the_vocabulary_is_named_at_tokenize",
     ),
-    Cell(
-        "clean",
-        "full disk",
-        "refused",
-        "one line naming the run folder and its free space (exit 65, as checkpoint and export); every shard with a marker matches it and the "
-        "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
-        "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
-    ),
-    Cell(
-        "dedup",
-        "full disk",
-        "refused",
-        "one line naming the run folder and its free space (exit 65, as checkpoint and export); every shard with a marker matches it and the "
-        "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
-        "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
-    ),
-    Cell(
-        "train-tokenizer",
-        "full disk",
-        "refused",
-        "one line naming the run folder and its free space (exit 65, as checkpoint and export); every shard with a marker matches it and the "
-        "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
-        "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
-    ),
-    Cell(
-        "tokenize",
-        "full disk",
-        "refused",
-        "one line naming the run folder and its free space (exit 65, as checkpoint and export); every shard with a marker matches it and the "
-        "stage is not marked done; with space again the rerun ends with the same bytes as an uninterrupted run",
-        "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
+    *(
+        Cell(
+            stage,
+            "full disk",
+            "refused",
+            "one line naming the run folder and its free space (exit 65, as checkpoint and export); every shard "
+            "with a marker matches it and the stage is not marked done; with space again the rerun ends with the "
+            "same bytes as an uninterrupted run",
+            "tests/faults/test_data_stage_faults.py::test_full_disk_is_named_and_nothing_partial_is_kept_as_done",
+        )
+        for stage in ("clean", "dedup", "train-tokenizer", "tokenize")
     ),
     # --- export
     Cell(

@@ -155,26 +155,24 @@ def t5_run(tmp_path_factory, cleaned_corpus) -> Path:
 @pytest.fixture(scope="session")
 def llama_run(tmp_path_factory, gpt2_run) -> Path:
     """Llama reads the same byte-level BPE tokens as GPT-2 (`<|endoftext|>` between documents): share them."""
-    root = tmp_path_factory.mktemp("llama")
-    out = root / "run"
-    out.mkdir()
-    for stage in ("clean", "dedup", "tokenizer", "tokens"):
-        (out / stage).symlink_to((gpt2_run.parent / "run" / stage).resolve())
-    cfg = root / "llama.yaml"
-    cfg.write_text(RUN_YAML.format(root=ROOT, family="llama", out=out))
-    return cfg
+    return _sharing_data_of(tmp_path_factory, gpt2_run, "llama")
 
 
 @pytest.fixture(scope="session")
 def modernbert_run(tmp_path_factory, roberta_run) -> Path:
     """ModernBERT reads the same byte-level BPE tokens as RoBERTa (`<s> ... </s>` blocks): share them."""
-    root = tmp_path_factory.mktemp("modernbert")
+    return _sharing_data_of(tmp_path_factory, roberta_run, "modernbert")
+
+
+def _sharing_data_of(tmp_path_factory, base_run: Path, family: str) -> Path:
+    """A `family` run whose data stages are links to those of `base_run` (same tokenizer convention)."""
+    root = tmp_path_factory.mktemp(family)
     out = root / "run"
     out.mkdir()
     for stage in ("clean", "dedup", "tokenizer", "tokens"):
-        (out / stage).symlink_to((roberta_run.parent / "run" / stage).resolve())
-    cfg = root / "modernbert.yaml"
-    cfg.write_text(RUN_YAML.format(root=ROOT, family="modernbert", out=out))
+        (out / stage).symlink_to((base_run.parent / "run" / stage).resolve())
+    cfg = root / f"{family}.yaml"
+    cfg.write_text(RUN_YAML.format(root=ROOT, family=family, out=out))
     return cfg
 
 
