@@ -304,14 +304,15 @@ class _LinesToLogger(io.TextIOBase):
 
 @contextlib.contextmanager
 def third_party_prints(name: str) -> Iterator[None]:
-    """What a library print()s inside the block becomes records of its logger `name` (one of THIRD_PARTY): the
-    run's third_party.log when routed, the console with --verbose. DeepSpeed's zero_to_fp32 reports through
-    print(), not logging. Not routed (--verbose, or no run folder yet): the prints stay on the console."""
+    """What a library print()s or draws on stderr inside the block becomes records of its logger `name` (one of
+    THIRD_PARTY): the run's third_party.log when routed, the console with --verbose. DeepSpeed's zero_to_fp32
+    reports through print() and tqdm bars ("Loading checkpoint shards"), not logging. Not routed (--verbose, or no
+    run folder yet): they stay on the console."""
     if _file_handler is None:
         yield
         return
     stream = _LinesToLogger(logging.getLogger(name))
-    with contextlib.redirect_stdout(stream):
+    with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
         try:
             yield
         finally:

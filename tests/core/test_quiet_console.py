@@ -1,4 +1,4 @@
-"""A quiet console: DeepSpeed's accelerator notice and zero_to_fp32's prints, torch-style FutureWarnings,
+"""A quiet console: DeepSpeed's accelerator notice and zero_to_fp32's prints and progress bars, torch-style FutureWarnings,
 transformers' load reports and "Loading weights" progress bars, and warcio's "Record not followed by newline" go to <run>/logs/third_party.log, not the terminal; --verbose shows
 them. Real libraries, imported after the CLI has read its config (as every command does)."""
 
@@ -33,8 +33,11 @@ d = tempfile.mkdtemp()
 GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16)).save_pretrained(d)
 GPT2LMHeadModel.from_pretrained(d)  # transformers 5 draws a "Loading weights" progress bar on stderr
 from core.log import third_party_prints
-with third_party_prints("DeepSpeed"):  # as export calls DeepSpeed's zero_to_fp32, which print()s
+from tqdm import tqdm
+with third_party_prints("DeepSpeed"):  # as export calls DeepSpeed's zero_to_fp32, which print()s and draws tqdm bars
     print("Reconstructed fp32 state dict with 52 params")
+    for _ in tqdm(range(2), desc="Loading checkpoint shards"):  # on stderr (seen in a fresh-clone make demo)
+        pass
 print("our one-line message")
 """
 
@@ -67,6 +70,7 @@ def test_third_party_notices_go_to_the_run_log(tmp_path):
         "LOAD REPORT",
         "Record not followed by newline",
         "Reconstructed fp32 state dict",
+        "Loading checkpoint shards",
     ):
         assert needle in log, needle
 
@@ -77,6 +81,7 @@ def test_verbose_shows_them(tmp_path):
     for needle in ("FutureWarning", "LOAD REPORT", "Record not followed by newline", "Loading weights"):
         assert needle in res.stderr, needle
     assert "Reconstructed fp32 state dict" in res.stdout + res.stderr
+    assert "Loading checkpoint shards" in res.stderr
     assert not (tmp_path / "run" / "logs" / "third_party.log").exists()
 
 
