@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import Any
 from core.io import atomic_write, json_bytes
 from core.layout import METRICS
 from core.log import get_logger
+from core.net import free_port
 from runconfig import RunConfig, save_resolved
 from runconfig.cli import add_config_args, config_from_args
 
@@ -57,12 +57,6 @@ FINETUNE_SCORING = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _banner(msg: str) -> None:
     log.info(f"\n=== {msg} ===")
 
@@ -72,7 +66,7 @@ def run_training(cfg: RunConfig, config_path: Path) -> None:
     from launch.render import Entry, node_commands
 
     local = cfg.model_copy(
-        update={"launch": cfg.launch.model_copy(update={"nodes": 1, "master_port": _free_port()})}
+        update={"launch": cfg.launch.model_copy(update={"nodes": 1, "master_port": free_port()})}
     )
     cmd = node_commands(local, Entry.train(config_path))[0]
     env = os.environ | cmd.env

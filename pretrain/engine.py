@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from core.log import get_logger
+from core.net import free_port
 from pretrain.parity import sabotage
 from pretrain.schedule import TrainPlan, lr_multiplier
 from runconfig import RunConfig
@@ -48,7 +49,12 @@ def init_distributed(cfg: RunConfig) -> tuple[int, int]:
         pass
     if "RANK" not in os.environ:  # plain `python -m pretrain train`: a world of one
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(cfg.launch.master_port))
+        # No peer has to find this store, so a fixed port only makes two single-process runs on one machine
+        # collide (EADDRINUSE): take a free one unless the user named one.
+        if "master_port" in cfg.launch.model_fields_set:
+            os.environ.setdefault("MASTER_PORT", str(cfg.launch.master_port))
+        else:
+            os.environ.setdefault("MASTER_PORT", str(free_port()))
     backend = cfg.launch.backend if accelerator_name() != "cpu" else "gloo"
     if accelerator_name() == "cpu":
         _skip_shm_op()
