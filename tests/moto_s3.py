@@ -12,18 +12,14 @@ from collections.abc import Iterator
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from core.net import free_port
 
 
 @contextlib.contextmanager
 def moto_server() -> Iterator[dict[str, str]]:
     pytest.importorskip("moto.server", reason="moto[server] (test extra) not installed")
     pytest.importorskip("s3fs", reason="s3fs (lmstack[s3]) not installed")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     url = f"http://127.0.0.1:{port}"

@@ -5,7 +5,6 @@ loopback is refused, and `launch run` exits 75 only when a checkpoint was writte
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from core.net import free_port
 from launch import render
 from launch.__main__ import main
 from launch.render import Entry, LaunchError
@@ -36,12 +36,6 @@ def _hostfile(tmp_path, hosts, slots=1) -> Path:
     hf = tmp_path / "hosts"
     hf.write_text("".join(f"{h} slots={slots}\n" for h in hosts))
     return hf
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_ssh_lines_carry_batchmode_and_a_configurable_connect_timeout(tmp_path):
@@ -139,7 +133,7 @@ def test_unreachable_hosts_are_named_within_the_connect_timeout(tmp_path, launch
 
 def test_unreachable_master_is_named_within_comm_timeout(tmp_path):
     """Node 1 of 2 whose master never answers: torchrun's rendezvous waits deepspeed.comm_timeout_s, not 600 s."""
-    port = _closed_port()
+    port = free_port()  # nothing listens there
     res, took = _run_launch(
         tmp_path,
         ["--node-rank", "1"],

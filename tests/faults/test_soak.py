@@ -18,7 +18,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from core.net import free_port
 from pretrain.checkpoint import COMPLETE, TAG_RE
 from tests.conftest import require_outside_fast_tier
 from tests.pretrain.conftest import ROOT, child_env
@@ -155,9 +155,7 @@ class Pipeline:
     def start(self, stage: str) -> subprocess.Popen:
         env = child_env()
         if stage == "train":
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                env["MASTER_PORT"] = str(s.getsockname()[1])
+            env["MASTER_PORT"] = str(free_port())
         with open(self.log_path, "a") as log:
             log.write(f"\n===== {stage}\n")
             log.flush()

@@ -16,6 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from core.net import free_port
+
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "munged")
 
 
@@ -29,12 +31,6 @@ def missing_reason() -> str | None:
     if not Path("/etc/munge/munge.key").is_file():
         return "no /etc/munge/munge.key: run `sudo launch/ci_setup.sh`"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LocalSlurm:
@@ -115,7 +111,7 @@ class LocalSlurm:
         lines = [
             "ClusterName=lmtest",
             f"SlurmctldHost={host}",
-            f"SlurmctldPort={_free_port()}",
+            f"SlurmctldPort={free_port()}",
             "SlurmUser=root",
             "SlurmdUser=root",
             "AuthType=auth/munge",
@@ -159,7 +155,7 @@ class LocalSlurm:
             (r / "gres.conf").write_text("".join(lines_gres))
         for n in self.nodes:
             lines.append(
-                f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus}{gres} State=UNKNOWN"
+                f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port()} CPUs={cpus}{gres} State=UNKNOWN"
             )
         lines.append(
             f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP"

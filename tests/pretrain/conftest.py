@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from core.net import free_port
 from tests.conftest import require_outside_fast_tier
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,12 +89,9 @@ def torchrun(
     timeout: int = 300,
     check: bool = True,
 ) -> subprocess.CompletedProcess:
-    import socket
 
     require_outside_fast_tier(f"torchrun with {nproc} rank(s)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     return run_module(
         [
             "-m",

@@ -6,13 +6,13 @@ machine waited forever in FileBaton.wait with no output (seen while the netns an
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from core.net import free_port
 from tests.pretrain.conftest import ROOT, child_env
 from tests.pretrain.test_train_deepspeed import isolated
 
@@ -23,9 +23,7 @@ def test_training_starts_despite_a_stale_extension_lock(roberta_run, tmp_path):
     ext = tmp_path / "torch_extensions"
     (ext / "deepspeed_shm_comm").mkdir(parents=True)
     (ext / "deepspeed_shm_comm" / "lock").touch()  # what a rank killed inside the JIT build leaves behind
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [
         sys.executable,
         "-m",

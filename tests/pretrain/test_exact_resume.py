@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import psutil
 import pytest
 import torch
 
+from core.net import free_port
 from pretrain.checkpoint import COMPLETE, TAG_RE, complete_tags
 from pretrain.export import consolidated_state_dict
 from tests.pretrain.conftest import ROOT, child_env, torchrun
@@ -36,9 +36,7 @@ OVERRIDES = [
 
 
 def _start(config: Path, out: str, log) -> subprocess.Popen:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [
         sys.executable,
         "-m",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from core.net import free_port
 from tests.pretrain.conftest import ROOT, child_env
 
 TOY_PACKAGE = '''
@@ -118,9 +118,7 @@ def test_plugin_family_trains_through_the_real_loop_and_exports(roberta_run, tmp
         "schedule.total_steps=4",
         "model.max_position_embeddings=64",
     ]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
 
     def run(args: list[str]) -> subprocess.CompletedProcess:
         res = subprocess.run(

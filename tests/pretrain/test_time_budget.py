@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from core.net import free_port
 from pretrain.checkpoint import PREEMPTED_EXIT_CODE, complete_tags
 from tests.pretrain.conftest import ROOT, child_env, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
@@ -66,9 +66,7 @@ def test_budget_run_ends_on_time_with_lr_at_floor(roberta_run, tmp_path):
 def test_budget_clock_survives_preemption_and_resume(roberta_run, tmp_path):
     out = isolated(roberta_run, tmp_path)
     run_dir = Path(out.split("=", 1)[1])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [
         sys.executable,
         "-m",
