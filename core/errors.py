@@ -3,6 +3,8 @@ the message names the key, file or host, so no traceback is needed to act on it.
 
 from __future__ import annotations
 
+import errno
+
 from core.exit_codes import CANNOT_CONTINUE, USAGE
 
 
@@ -23,6 +25,19 @@ class CannotContinueError(LmstackError):
 class DiskFullError(CannotContinueError, OSError):
     """Out of disk space: said in one line with the folder and its free space (exit CANNOT_CONTINUE, as a
     checkpoint save or an export on a full disk)."""
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """ENOSPC or EDQUOT anywhere in the cause/context chain, or "No space left" in an error's text: a worker
+    process's error reaches the parent as text, and torch's C++ writer raises without an errno."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 class ConfigError(LmstackError, ValueError):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import shutil
 import sys
 
-from core.errors import DiskFullError
+from core.errors import DiskFullError, is_disk_full
 from data_pipeline.interrupt import StageInterrupted, stage_of, stop_signals
 from data_pipeline.layout import RunLayout
 from data_pipeline.paths import check_source_paths
@@ -70,19 +69,6 @@ STAGES = {
 }
 
 
-def _disk_full(e: BaseException) -> bool:
-    """ENOSPC / EDQUOT anywhere in the chain, or in the text of a task error reported from a worker process
-    (clean's and the executors' failure lists carry the worker's exception as text)."""
-    seen: set[int] = set()
-    x: BaseException | None = e
-    while x is not None and id(x) not in seen:
-        seen.add(id(x))
-        if getattr(x, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(x):
-            return True
-        x = x.__cause__ or x.__context__
-    return False
-
-
 def _disk_full_message(stage: str, cfg, e: BaseException) -> str:
     root = RunLayout(cfg).root
     try:
@@ -140,7 +126,7 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except Exception as e:
-        if _disk_full(e):
+        if is_disk_full(e):
             raise DiskFullError(_disk_full_message(args.stage, cfg, e)) from None
         raise
     print(json.dumps(result, indent=2, default=str))

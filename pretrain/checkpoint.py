@@ -17,7 +17,6 @@ downloads the newest whose COMPLETE exists and verifies it like a local one (fal
 
 from __future__ import annotations
 
-import errno
 import json
 import random
 import shutil
@@ -30,6 +29,7 @@ import torch
 import torch.distributed as dist
 import xxhash
 
+from core.errors import is_disk_full
 from core.io import atomic_write, sha256_bytes
 from core.layout import RESOLVED_CONFIG
 from core.log import get_logger
@@ -319,12 +319,7 @@ def _is_comm_error(err: BaseException) -> bool:
 
 def _is_disk_full(err: BaseException, free: int) -> bool:
     """ENOSPC, or torch's C++ writer's 'basic_ios::clear: iostream error' (no errno) with no space left."""
-    e: BaseException | None = err
-    while e is not None:
-        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(e):
-            return True
-        e = e.__cause__ or e.__context__
-    return free < (4 << 20)
+    return is_disk_full(err) or free < (4 << 20)
 
 
 def _abandon(folder: Path, ckpt_dir: Path, step: int, why: str, rank: int) -> CannotContinue:

@@ -15,7 +15,6 @@ decoders, text-to-text (`AutoModelForSeq2SeqLM`, the label string as target) whe
 
 from __future__ import annotations
 
-import errno
 import math
 import shutil
 import statistics
@@ -41,7 +40,7 @@ from transformers import (
 )
 from transformers.trainer_callback import PrinterCallback
 
-from core.errors import DiskFullError
+from core.errors import DiskFullError, is_disk_full
 from core.io import atomic_write, json_bytes
 from core.layout import LOGS
 from core.log import get_logger, route_third_party, verbose_requested
@@ -736,7 +735,7 @@ def write_report(report: dict[str, Any], folders: list[Path]) -> None:
         try:
             atomic_write(folder / RESULT_FILE, data)
         except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if not is_disk_full(e):
                 raise
             raise DiskFullError(
                 f"writing {folder / RESULT_FILE} failed: the disk is full "

@@ -1,6 +1,6 @@
-"""transfer x full disk (issue 25, item 1): writing `transfer.json` on a full disk fails with the disk's error and
-leaves the previous report whole, in the export and in the output folder (it is written atomically: a truncated
-report would drop results from the card, or break `pretrain card`)."""
+"""transfer x full disk (issue 25, item 1): writing `transfer.json` on a full disk fails with one line that says
+the disk is full (DiskFullError, exit 65) and leaves the previous report whole, in the export and in the output
+folder (it is written atomically: a truncated report would drop results from the card, or break `pretrain card`)."""
 
 from __future__ import annotations
 
