@@ -110,6 +110,18 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
+def _outputs(run_dir: Path) -> set[tuple[str, tuple[int, int] | None]]:
+    """Every file of the data stages and the export, with its identity: a new one is a stage's first progress
+    (logs, checkpoints and the run's top-level files are left out: every stage rewrites some at its start)."""
+    found = set()
+    for folder, dirs, files in os.walk(run_dir):
+        if folder == str(run_dir):
+            dirs[:] = [d for d in dirs if d not in ("logs", "checkpoints")]
+            continue
+        found |= {(os.path.join(folder, f), _identity(Path(folder) / f)) for f in files}
+    return found
+
+
 def _complete_tags(run_dir: Path) -> set[str]:
     ckpts = run_dir / "checkpoints"
     return {d.name for d in ckpts.iterdir() if (d / COMPLETE).exists()} if ckpts.is_dir() else set()
@@ -187,11 +199,14 @@ def _attempt(pipe: Pipeline, stage: str, sig: int, mode: str, delay_s: float) ->
     """One start of `stage`, killed by `sig` as `mode` says; None when the stage completed first.
 
     Training must make progress before each kill (a checkpoint completed since this start): a kill in every
-    first save would never let the run advance. Its random kills come within `delay_s` of that progress; other
-    stages' `delay_s` after their start."""
+    first save would never let the run advance. Its random kills come within `delay_s` of that progress. Other
+    stages are killed `delay_s` after their start, or at a write in flight, but never later than their first new
+    output file: the stage's duration on a loaded machine says little about this attempt's, and a stage that
+    completes before its kill would leave it untested (a CI run saw clean and dedup finish before theirs)."""
     p = pipe.start(stage)
     t0 = time.time()
     before = _complete_tags(pipe.run_dir)
+    outputs = _outputs(pipe.run_dir)
     stale = {w: _identity(pipe.run_dir / w) for w in in_flight(pipe.run_dir)}  # left by an earlier kill
     armed_at = None if stage == "train" else t0
     kill = None
@@ -204,7 +219,9 @@ def _attempt(pipe: Pipeline, stage: str, sig: int, mode: str, delay_s: float) ->
                 writes = [
                     w for w in in_flight(pipe.run_dir) if stale.get(w, 0) != _identity(pipe.run_dir / w)
                 ]
-            if writes or (mode == "random" and armed_at is not None and time.time() - armed_at >= delay_s):
+            progressed = stage != "train" and bool(_outputs(pipe.run_dir) - outputs)
+            due = mode == "random" and armed_at is not None and time.time() - armed_at >= delay_s
+            if writes or due or progressed:
                 _signal_tree(p, sig)
                 kill = Kill(
                     stage, signal.Signals(sig).name, mode, time.time() - t0, writes or in_flight(pipe.run_dir)
