@@ -23,8 +23,9 @@ from data_pipeline.objectives import get_objective
 from data_pipeline.storage import RunStore
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
+from pretrain.export_folder import TRAINING_STATE, weights_hash
 from pretrain.families import get_family
-from pretrain.model_card import weights_hash, write_model_card
+from pretrain.model_card import write_model_card
 from pretrain.models import build_model
 from pretrain.objectives import wrap_model
 from pretrain.parity import PROBE_FILE, check_parity
@@ -247,7 +248,7 @@ def _write_staged(
     heads = _load_heads(family, out)
     state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity, "export_heads": heads}
     n_params = sum(p.numel() for p in model.parameters())
-    (out / "training_state.json").write_text(
+    (out / TRAINING_STATE).write_text(
         json.dumps({"checkpoint": str(ckpt_dir / tag), **state, "n_params": n_params}, indent=1, default=str)
     )
     write_model_card(cfg, out)  # README.md for the Hub, data_manifest.json and resolved_config.yaml beside it

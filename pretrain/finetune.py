@@ -13,6 +13,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from pretrain.export_folder import verify_export
 from pretrain.labelled import load_tasks
 from pretrain.transfer import _log, pick_lr, prepare_task
 from runconfig import RunConfig
@@ -31,6 +32,7 @@ def finetune(
 
     ft = cfg.finetune
     model_dir = Path(model_dir)
+    verify_export(model_dir)
     out = Path(out_dir) if out_dir is not None else RunLayout(cfg).finetune
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     results = []

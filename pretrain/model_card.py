@@ -12,7 +12,6 @@ and the full config go to files beside the card (`data_manifest.json`, `resolved
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -24,6 +23,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from core.layout import CLEAN_STATS, RESOLVED_CONFIG, TOKEN_MANIFEST
 from data_pipeline.layout import RunLayout
+from pretrain.export_folder import TRAINING_STATE, weights_hash
 from runconfig import RunConfig
 from runconfig.load import to_dict
 
@@ -344,18 +344,6 @@ def _min_transformers(family: str) -> str:
     return get_family(family).min_transformers
 
 
-def weights_hash(export_dir: str | Path) -> str:
-    """sha256 over the export's weight files (every *.safetensors, by relative path): what results are bound to."""
-    export_dir = Path(export_dir)
-    h = hashlib.sha256()
-    for f in sorted(export_dir.rglob("*.safetensors")):
-        h.update(f.relative_to(export_dir).as_posix().encode() + b"\0")
-        with open(f, "rb") as fh:
-            while block := fh.read(1 << 22):
-                h.update(block)
-    return h.hexdigest()
-
-
 def bound_transfer(export_dir: str | Path) -> dict[str, Any] | None:
     """transfer.json when it was measured on these very weights, else None (an earlier export's results, or
     results without a weight hash, are dropped with a warning instead of being published on this card)."""
@@ -380,7 +368,7 @@ def write_model_card(cfg: RunConfig, export_dir: str | Path) -> Path:
     """(Re)write README.md, data_manifest.json and resolved_config.yaml in the export folder."""
     export_dir = Path(export_dir)
     layout = RunLayout(cfg)
-    state = json.loads((export_dir / "training_state.json").read_text())
+    state = json.loads((export_dir / TRAINING_STATE).read_text())
     model_config = json.loads((export_dir / "config.json").read_text())
     tok_conf_path = export_dir / "tokenizer_config.json"
     tok_conf = json.loads(tok_conf_path.read_text()) if tok_conf_path.is_file() else {}

@@ -45,8 +45,8 @@ from core.io import atomic_write, json_bytes
 from core.layout import LOGS
 from core.log import get_logger, route_third_party, verbose_requested
 from data_pipeline.layout import RunLayout
+from pretrain.export_folder import verify_export, weights_hash
 from pretrain.labelled import Row, TaskData, load_tasks
-from pretrain.model_card import weights_hash
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneConfig
 
@@ -710,6 +710,7 @@ def run_transfer(
             f"no exported model (config.json) in {model_dir}: run `python -m pretrain export` "
             "first or pass --model"
         )
+    verify_export(model_dir)  # results are only ever measured on the weights the export recorded
     if cfg.finetune.threads:
         torch.set_num_threads(cfg.finetune.threads)
     tasks = load_tasks(cfg)  # every task read and checked before any training

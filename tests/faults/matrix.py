@@ -233,6 +233,14 @@ CELLS: tuple[Cell, ...] = (
         "a tokenizer that gives a token id outside its vocabulary: shard, document and offset named",
         "tests/faults/test_token_shards.py::test_token_id_outside_the_vocabulary_is_named_at_tokenize",
     ),
+    Cell(
+        "train-tokenizer",
+        "damaged input",
+        "refused",
+        "input that yields no text (a 1-byte WARC: the clean stage kept nothing): the stage and its shards named, "
+        "no tokenizer written",
+        "tests/data_pipeline/test_empty_stage.py::test_one_byte_warc_is_reported_and_empty_corpus_stops_tokenizer",
+    ),
     *(
         Cell(
             stage,
@@ -283,6 +291,14 @@ CELLS: tuple[Cell, ...] = (
         "`latest` names an incomplete step: the export says so and takes the newest complete one",
         "tests/faults/test_export_faults.py::test_export_is_staged_bound_to_its_weights_and_names_its_step",
     ),
+    Cell(
+        "export",
+        "changed setting on rerun",
+        "redone",
+        "another checkpoint or a changed export.* key: the folder is written again with them (the card shows "
+        "the new license) and the earlier weights' results are not carried over",
+        "tests/faults/test_export_faults.py::test_export_is_staged_bound_to_its_weights_and_names_its_step",
+    ),
     # --- transfer
     Cell(
         "transfer",
@@ -305,6 +321,40 @@ CELLS: tuple[Cell, ...] = (
         "a task name that would leave its folder refused at load",
         "tests/faults/test_path_components.py::test_run_and_task_names_that_leave_their_folder_are_refused",
     ),
+    Cell(
+        "transfer",
+        "SIGKILL",
+        "redone",
+        "every fine-tune is run again; the previous transfer.json stays whole in the export and the output "
+        "folder, nothing temporary is left, and the rerun reports what an uninterrupted run reports",
+        "tests/faults/test_transfer_faults.py::test_a_killed_transfer_keeps_the_previous_report_and_the_rerun_"
+        "reports_the_same",
+    ),
+    Cell(
+        "transfer",
+        "SIGINT / SIGTERM",
+        "redone",
+        "as SIGKILL: the previous transfer.json stays whole; the rerun gives the uninterrupted run's report",
+        "tests/faults/test_transfer_faults.py::test_a_killed_transfer_keeps_the_previous_report_and_the_rerun_"
+        "reports_the_same",
+    ),
+    Cell(
+        "transfer",
+        "damaged input",
+        "refused",
+        "a missing task file, a missing text or label column, labels only in the test split: the task key named "
+        "before any training",
+        "tests/pretrain/test_finetune.py::test_bad_tasks_are_named_before_any_training",
+    ),
+    Cell(
+        "transfer",
+        "damaged output of the previous stage",
+        "refused",
+        "an export whose weights differ from the hash in its COMPLETE, or one of ours without COMPLETE: the "
+        "folder named, export again; nothing trained or written (a plain HF folder is used as given)",
+        "tests/faults/test_transfer_faults.py::test_an_export_changed_since_it_was_written_is_refused_before_any_"
+        "training",
+    ),
     # --- launch
     Cell(
         "launch",
@@ -324,6 +374,12 @@ CELLS: tuple[Cell, ...] = (
 )
 
 
+# Cells that have no meaning, and why: rendered as "n/a", never counted as untested.
+NOT_APPLICABLE: dict[tuple[str, str], str] = {
+    ("clean", "damaged output of the previous stage"): "clean is the first stage: its input is the raw data",
+}
+
+
 def render() -> str:
     """docs/recovery.md: the grid (a cell per stage and fault) and the list of cells with their tests."""
     by = {(c.stage, c.fault): c for c in CELLS}
@@ -333,7 +389,8 @@ def render() -> str:
         "Generated from `tests/faults/matrix.py` by `python -m tests.faults.matrix`; "
         "`tests/faults/test_matrix.py` fails when this file is stale. A cell reads *resumed exactly*, "
         "*redone* or *refused* (with a message naming the file, key or host) and is proven by the test listed "
-        "below; `—` marks a cell no test proves yet. What each fault looks like from the command line, stage by stage, "
+        "below; `—` marks a cell no test proves yet, `n/a` one that has no meaning. What each fault looks like "
+        "from the command line, stage by stage, "
         "and what you do about it: [recovery-details.md](recovery-details.md).",
         "",
         "| stage | " + " | ".join(FAULTS) + " |",
@@ -341,12 +398,18 @@ def render() -> str:
     ]
     for s in STAGES:
         lines.append(
-            f"| {s} | " + " | ".join(by[(s, f)].outcome if (s, f) in by else "—" for f in FAULTS) + " |"
+            f"| {s} | "
+            + " | ".join(
+                by[(s, f)].outcome if (s, f) in by else "n/a" if (s, f) in NOT_APPLICABLE else "—"
+                for f in FAULTS
+            )
+            + " |"
         )
     lines += ["", "## Cells", ""]
     for c in CELLS:
         lines.append(f"- **{c.stage} × {c.fault}: {c.outcome}.** {c.what}. Test: `{c.test}`")
-    missing = sum((s, f) not in by for s in STAGES for f in FAULTS)
+    lines += [f"- **{s} × {f}: n/a.** {why}." for (s, f), why in NOT_APPLICABLE.items()]
+    missing = sum((s, f) not in by and (s, f) not in NOT_APPLICABLE for s in STAGES for f in FAULTS)
     lines += ["", f"{missing} of {len(STAGES) * len(FAULTS)} cells are not covered by a test yet.", ""]
     return "\n".join(lines)
 

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
 
 
 def _transfer(export: Path, accuracy: float) -> None:
-    from pretrain.model_card import weights_hash
+    from pretrain.export_folder import weights_hash
 
     report = {
         "model": str(export),
@@ -89,10 +89,15 @@ def test_export_is_staged_bound_to_its_weights_and_names_its_step(roberta_run, t
     assert "step00000012 is incomplete (no COMPLETE): exporting step00000008" in res.stderr
     assert "0.777" in (export / "README.md").read_text()
 
-    # Other weights into the same folder: the earlier results are not carried over.
-    res = run_module(["-m", "pretrain", "export", *base, "--checkpoint", str(ckpts / "step00000004")])
+    # Other weights and a changed export setting into the same folder: the export is redone with the new
+    # setting, and the earlier results are not carried over.
+    assert "license: apache-2.0" in (export / "README.md").read_text()
+    res = run_module(
+        ["-m", "pretrain", "export", *base, "export.license=mit", "--checkpoint", str(ckpts / "step00000004")]
+    )
     assert "exporting step00000004" in res.stderr
     assert json.loads((export / "COMPLETE").read_text())["step"] == 4
+    assert "license: mit" in (export / "README.md").read_text()
     assert not (export / "transfer.json").exists() and "0.777" not in (export / "README.md").read_text()
     # A transfer.json measured on other weights, copied in by hand: `card` leaves it off, saying why.
     _transfer(export, 0.555)

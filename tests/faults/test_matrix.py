@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from tests.faults.matrix import CELLS, DOC, FAULTS, OUTCOMES, ROOT, STAGES, render
+from tests.faults.matrix import CELLS, DOC, FAULTS, NOT_APPLICABLE, OUTCOMES, ROOT, STAGES, render
 
 
 def test_every_cell_names_an_existing_test_and_a_known_outcome():
@@ -15,6 +15,7 @@ def test_every_cell_names_an_existing_test_and_a_known_outcome():
         names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
         assert name in names, c.test
     assert len({(c.stage, c.fault) for c in CELLS}) == len(CELLS)  # one outcome per cell
+    assert not {(c.stage, c.fault) for c in CELLS} & NOT_APPLICABLE.keys()  # a tested cell is not "n/a"
 
 
 def test_recovery_doc_is_generated_from_the_table():

@@ -104,7 +104,7 @@ def test_card_carries_transfer_results_when_present(tmp_path):
     cfg, out = _export(tmp_path, "roberta-tiny")
     meta, body = _front_matter(write_model_card(cfg, out).read_text())
     assert "not run yet" in body and len(meta["model-index"][0]["results"]) == 1
-    from pretrain.model_card import weights_hash
+    from pretrain.export_folder import weights_hash
 
     (out / "transfer.json").write_text(json.dumps(TRANSFER))  # no weight hash: not bound to these weights
     assert "not run yet" in _front_matter(write_model_card(cfg, out).read_text())[1]
