@@ -366,3 +366,42 @@ def test_full_disk_is_named_and_nothing_partial_is_kept_as_done(pipeline, stage)
         assert sorted(have) == sorted(want) and [k for k in want if have[k] != want[k]] == []
     finally:
         subprocess.run(["umount", "-l", str(out)], check=False)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("mount") is None,
+    reason="needs root to mount a small tmpfs as a full disk",
+)
+@pytest.mark.parametrize("stage", ["clean", "tokenize"])
+def test_full_disk_in_one_array_task_is_named(pipeline, stage):
+    """One Slurm array task (`--shard-index 0`) on a full disk: the same one line and exit 65 as a whole stage
+    (a code the Slurm scripts do not requeue on), no shard of it marked done; with space again it completes."""
+    yaml, snaps = pipeline
+    out = yaml.parent / "out"
+    before = snaps[STAGE_ORDER[STAGE_ORDER.index(stage) - 1]] if stage != "clean" else snaps[""]
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(out)], check=True)
+    try:
+        shutil.copytree(before, out, dirs_exist_ok=True)
+        filler = out / "filler"
+        filler.write_bytes(b"\0" * (shutil.disk_usage(out).free - (8 << 10)))
+        cmd = [*_cli(stage, yaml), "--shard-index", "0"]
+        res = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+        assert res.returncode == CANNOT_CONTINUE, (res.returncode, res.stderr[-3000:])
+        assert "Traceback" not in res.stderr, res.stderr[-3000:]
+        last = res.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"error: {stage}: the disk is full under {out}") and "MiB free" in last, last
+        marked = [
+            p
+            for p in out.rglob("shard-*.jsonl.zst")
+            if (p.parent / (p.name.split(".")[0] + ".done")).exists()
+        ]
+        verify_shards(marked, stage, "test")  # nothing partial carries a completion marker
+        filler.unlink()
+        res = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert leftovers(out) == []
+    finally:
+        subprocess.run(["umount", "-l", str(out)], check=False)
