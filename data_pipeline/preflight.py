@@ -8,8 +8,10 @@ resume folder as a fresh run, and fp16 on a CPU accelerator deep inside DeepSpee
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from core.errors import ConfigError
@@ -26,6 +28,11 @@ def check_output_writable(cfg: RunConfig) -> None:
     key = "run.local_dir" if cfg.run.is_remote else "run.output_dir"
     try:
         out.mkdir(parents=True, exist_ok=True)
+        # A probe lives for microseconds: one a minute old was left by a run killed during this check.
+        for probe in out.glob(".write-test-*"):
+            with contextlib.suppress(FileNotFoundError):
+                if time.time() - probe.stat().st_mtime > 60:
+                    probe.unlink()
         with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
             pass
     except OSError as e:

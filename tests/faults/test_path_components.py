@@ -36,3 +36,22 @@ def test_run_and_task_names_that_leave_their_folder_are_refused(key, bad, tmp_pa
 def test_ordinary_names_still_load():
     cfg = load_config(DEMO, ["data.sources.0.name=web-2024_v1.2", "run.name=my.run"])
     assert cfg.data.sources[0].name == "web-2024_v1.2"
+
+
+def test_a_write_probe_left_by_a_killed_run_is_removed_by_the_next_check(tmp_path):
+    """The soak's kill during the writable check left `<run>/.write-test-*` behind for good (CI, session 13)."""
+    import os
+    import time
+
+    from data_pipeline.preflight import check_output_writable
+    from runconfig import load_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    dead, live = run / ".write-test-dead", run / ".write-test-live"
+    dead.write_text("")
+    live.write_text("")
+    old = time.time() - 3600
+    os.utime(dead, (old, old))
+    check_output_writable(load_config("configs/demo.yaml", [f"run.output_dir={run}"]))
+    assert not dead.exists() and live.exists()  # a probe of a run checking right now is left alone
