@@ -22,6 +22,7 @@ from core.log import get_logger
 from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator
+from data_pipeline.shards import remove_orphans
 from data_pipeline.token_shards import TokenShardError
 from pretrain import checkpoint as ckpt
 from pretrain import lr_scaling, resume_diff
@@ -231,6 +232,8 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     out, ckpts = Path(cfg.run.root).resolve(), Path(cfg.checkpoint_dir).resolve()
     locks = take_run_lock([out] if ckpts.is_relative_to(out) else [out, ckpts], rank)
+    if rank == 0:  # the run owns its folder now: a `latest` write cut by a kill left a temp file
+        remove_orphans(ckpts / "latest")
     try:
         return _train(cfg)
     finally:

@@ -172,3 +172,16 @@ def test_disk_full_names_the_path_and_removes_the_partial_folder(roberta_run, tm
         assert complete_tags(small) == ["step00000004"]
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+@pytest.mark.timeout(420)
+def test_a_latest_write_cut_by_a_kill_leaves_no_temp_after_the_next_start(roberta_run, tmp_path):
+    """The soak's kill during the `latest` pointer's atomic write left `checkpoints/.latest.*.tmp` for good
+    (CI, session 13): the next run, once it holds the run lock, removes it."""
+    out = isolated(roberta_run, tmp_path)
+    ckpts = Path(out.split("=", 1)[1]) / "checkpoints"
+    torchrun(roberta_run, [out, *BASE, "schedule.total_steps=2"], nproc=1)
+    cut = ckpts / ".latest.abc123.tmp"
+    cut.write_text("step0000")
+    torchrun(roberta_run, [out, *BASE, "schedule.total_steps=4"], nproc=1)
+    assert not cut.exists() and (ckpts / "latest").read_text() == "step00000004"
