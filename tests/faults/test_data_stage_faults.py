@@ -8,6 +8,7 @@ SIGTERM stop it with the conventional exit code (130 / 143) and one line on stde
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -323,17 +324,16 @@ DONE = {  # what says a stage finished: absent (or not complete) after a full di
 }
 
 
-@pytest.mark.integration
-@pytest.mark.timeout(420)  # the module's reference runs count in the first test's time
-@pytest.mark.skipif(
+NEEDS_ROOT_MOUNT = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("mount") is None,
     reason="needs root to mount a small tmpfs as a full disk",
 )
-@pytest.mark.parametrize("stage", STAGE_ORDER)
-def test_full_disk_is_named_and_nothing_partial_is_kept_as_done(pipeline, stage):
-    """The run folder on a tmpfs filled up to 8 KiB before the stage: one line naming the folder and its free
-    space (exit 2); every shard that has a marker matches it, the stage is not marked done; with space again the
-    rerun ends with the same bytes as an uninterrupted run."""
+
+
+@contextlib.contextmanager
+def _full_disk(pipeline, stage: str):
+    """The run folder on a 16 MiB tmpfs holding the previous stage's outputs, filled up to 8 KiB free; yields the
+    folder and the filler file (unlink it to give the space back)."""
     yaml, snaps = pipeline
     out = yaml.parent / "out"
     before = snaps[STAGE_ORDER[STAGE_ORDER.index(stage) - 1]] if stage != "clean" else snaps[""]
@@ -344,64 +344,57 @@ def test_full_disk_is_named_and_nothing_partial_is_kept_as_done(pipeline, stage)
         shutil.copytree(before, out, dirs_exist_ok=True)
         filler = out / "filler"
         filler.write_bytes(b"\0" * (shutil.disk_usage(out).free - (8 << 10)))
+        yield out, filler
+    finally:
+        subprocess.run(["umount", "-l", str(out)], check=False)
+
+
+def _refused_for_space(res: subprocess.CompletedProcess, stage: str, out: Path) -> None:
+    """One line naming the folder and its free space, exit 65, and no shard that is partial yet marked done."""
+    assert res.returncode == CANNOT_CONTINUE, (res.returncode, res.stderr[-3000:])
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {stage}: the disk is full under {out}") and "MiB free" in last, last
+    marked = [
+        p for p in out.rglob("shard-*.jsonl.zst") if (p.parent / (p.name.split(".")[0] + ".done")).exists()
+    ]
+    verify_shards(marked, stage, "test")  # nothing partial carries a completion marker
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(420)  # the module's reference runs count in the first test's time
+@NEEDS_ROOT_MOUNT
+@pytest.mark.parametrize("stage", STAGE_ORDER)
+def test_full_disk_is_named_and_nothing_partial_is_kept_as_done(pipeline, stage):
+    """A full disk before the stage: one line naming the folder and its free space (exit 65), the stage is not
+    marked done; with space again the rerun ends with the same bytes as an uninterrupted run."""
+    yaml, snaps = pipeline
+    with _full_disk(pipeline, stage) as (out, filler):
         res = subprocess.run(
             _cli(stage, yaml), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
         )
-        assert res.returncode == CANNOT_CONTINUE, (res.returncode, res.stderr[-3000:])
-        assert "Traceback" not in res.stderr, res.stderr[-3000:]
-        last = res.stderr.strip().splitlines()[-1]
-        assert last.startswith(f"error: {stage}: the disk is full under {out}") and "MiB free" in last, last
+        _refused_for_space(res, stage, out)
         done = out / DONE[stage]
         assert not done.exists() or not json.loads(done.read_text()).get("complete", True), done
-        marked = [
-            p
-            for p in out.rglob("shard-*.jsonl.zst")
-            if (p.parent / (p.name.split(".")[0] + ".done")).exists()
-        ]
-        verify_shards(marked, stage, "test")  # nothing partial carries a completion marker
         filler.unlink()
         _run(stage, yaml)
         assert leftovers(out) == []
         want, have = contents(snaps[stage] / OUTPUT[stage]), contents(out / OUTPUT[stage])
         assert sorted(have) == sorted(want) and [k for k in want if have[k] != want[k]] == []
-    finally:
-        subprocess.run(["umount", "-l", str(out)], check=False)
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("mount") is None,
-    reason="needs root to mount a small tmpfs as a full disk",
-)
+@NEEDS_ROOT_MOUNT
 @pytest.mark.parametrize("stage", ["clean", "tokenize"])
 def test_full_disk_in_one_array_task_is_named(pipeline, stage):
-    """One Slurm array task (`--shard-index 0`) on a full disk: the same one line and exit 65 as a whole stage
-    (a code the Slurm scripts do not requeue on), no shard of it marked done; with space again it completes."""
-    yaml, snaps = pipeline
-    out = yaml.parent / "out"
-    before = snaps[STAGE_ORDER[STAGE_ORDER.index(stage) - 1]] if stage != "clean" else snaps[""]
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(out)], check=True)
-    try:
-        shutil.copytree(before, out, dirs_exist_ok=True)
-        filler = out / "filler"
-        filler.write_bytes(b"\0" * (shutil.disk_usage(out).free - (8 << 10)))
+    """One Slurm array task (`--shard-index`) on a full disk: the same one line and exit 65 as a whole stage (a
+    code the Slurm scripts do not requeue on), no shard of it marked done; with space again it completes."""
+    yaml, _ = pipeline
+    with _full_disk(pipeline, stage) as (out, filler):
         cmd = [*_cli(stage, yaml), "--shard-index", "0"]
         res = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
-        assert res.returncode == CANNOT_CONTINUE, (res.returncode, res.stderr[-3000:])
-        assert "Traceback" not in res.stderr, res.stderr[-3000:]
-        last = res.stderr.strip().splitlines()[-1]
-        assert last.startswith(f"error: {stage}: the disk is full under {out}") and "MiB free" in last, last
-        marked = [
-            p
-            for p in out.rglob("shard-*.jsonl.zst")
-            if (p.parent / (p.name.split(".")[0] + ".done")).exists()
-        ]
-        verify_shards(marked, stage, "test")  # nothing partial carries a completion marker
+        _refused_for_space(res, stage, out)
         filler.unlink()
         res = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr[-3000:]
         assert leftovers(out) == []
-    finally:
-        subprocess.run(["umount", "-l", str(out)], check=False)
