@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -13,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from data_pipeline.storage import RunStore
 from launch import slurm
 from runconfig import load_config
 from tests.launch.conftest import ROOT, child_env, training_run, write_tiny_config
+from tests.moto_s3 import s3_server, s3fs_client  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.timeout(600)]
 
@@ -86,28 +89,54 @@ def _checkpoint_steps(run: Path) -> list[int]:
     )
 
 
-def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepared_run, tmp_path):
-    cfg_path, run = training_run(tmp_path, "pre", prepared_run, "")
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_two_node_training_preempted_requeued_and_resumed(
+    slurm_cluster, prepared_run, tmp_path, request, where
+):
+    """`where=s3`: run.output_dir is a bucket (moto's real S3 API), and the local staging folder is deleted while
+    the requeued job waits, as when Slurm starts it on another node: it resumes from the bucket."""
+    extra: list[str] = []
+    if where == "local":
+        cfg_path, run = training_run(tmp_path, "pre", prepared_run, "")
+        stage = None
+        slurm_dir = run / "slurm"
+        steps = lambda: _checkpoint_steps(run)  # noqa: E731
+        metrics_text = lambda: (run / "logs" / "metrics.jsonl").read_text()  # noqa: E731
+    else:
+        env = request.getfixturevalue("s3_server")
+        fs = s3fs_client(env)
+        fs.mkdir("runs")
+        url, stage, slurm_dir = "s3://runs/pre", tmp_path / "stage", tmp_path / "slurm"
+        RunStore(prepared_run.resolve(), url).push([prepared_run / "tokenizer", prepared_run / "tokens"])
+        cfg_path = write_tiny_config(tmp_path, "pre", url)
+        extra = [f"run.local_dir={stage}", f"launch.slurm.output_dir={slurm_dir}"]
+
+        def steps() -> list[int]:
+            fs.invalidate_cache()
+            found = fs.glob("runs/pre/checkpoints/step*/COMPLETE")
+            return sorted(int(re.search(r"step(\d+)/COMPLETE$", p).group(1)) for p in found)
+
+        metrics_text = lambda: fs.cat("runs/pre/logs/metrics.jsonl").decode()  # noqa: E731
     overrides = [
         "launch.launcher=slurm", "launch.master_port=29611", "launch.slurm.signal_grace_s=60",
         "launch.slurm.cpus_per_task=1", "schedule.total_steps=100", "checkpoint.every_steps=5",
-        "launch.env={GLOO_SOCKET_IFNAME: lo}",
+        "launch.env={GLOO_SOCKET_IFNAME: lo}", *extra,
     ]  # fmt: skip
     sub = launch_cli("sbatch", "--config", str(cfg_path), *overrides, "--submit")
     assert sub.returncode == 0, sub.stderr
     job = sub.stdout.strip()
     t0 = time.monotonic()
-    log = run / "slurm" / f"pre-{job}.out"
+    log = slurm_dir / f"pre-{job}.out"
 
     def text() -> str:
         return log.read_text() if log.exists() else ""
 
     # Wait for the first complete checkpoint, then deliver the preemption warning exactly as Slurm would.
     deadline = time.monotonic() + 150
-    while time.monotonic() < deadline and not _checkpoint_steps(run):
+    while time.monotonic() < deadline and not steps():
         assert slurm_cluster.job_fields(job).get("JobState") not in ("FAILED", "COMPLETED"), text()
         time.sleep(1)
-    assert _checkpoint_steps(run), f"no checkpoint within 150 s:\n{text()}"
+    assert steps(), f"no checkpoint within 150 s:\n{text()}"
     assert launch_cli("cancel", job, "--signal", "USR1").returncode == 0
     t_signal = time.monotonic() - t0
 
@@ -119,6 +148,8 @@ def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepare
         fields = slurm_cluster.job_fields(job)
         if fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime":
             # Slurm holds a requeued job back for a while (begin time); a test need not wait for that.
+            if stage is not None and not began_later:
+                shutil.rmtree(stage)  # "another node": nothing of the run is on this disk
             began_later.append(time.monotonic() - t0)
             slurm_cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=False)
         if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
@@ -133,8 +164,10 @@ def test_two_node_training_preempted_requeued_and_resumed(slurm_cluster, prepare
     assert "[launch] preemption signal" in out and "[launch] requeueing job" in out
     resumed = re.findall(r"resumed from \S+ at step (\d+)", out)
     assert resumed and int(resumed[0]) >= 5, out[-6000:]
-    assert max(_checkpoint_steps(run)) == 100
-    metrics = [
-        json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines() if line.strip()
-    ]
+    assert max(steps()) == 100
+    if stage is not None:
+        assert began_later, (
+            f"the requeued job was never seen waiting, so its staging folder was kept:\n{fields}"
+        )
+    metrics = [json.loads(line) for line in metrics_text().splitlines() if line.strip()]
     assert any(m.get("step") == 100 for m in metrics)
