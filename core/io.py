@@ -3,7 +3,7 @@
 A file is written to a temporary file in its own folder, flushed and fsynced, then renamed over the target
 (atomic on POSIX), and the folder is fsynced so the rename survives a power cut. A reader thus
 sees the old file or the new one, never a torn one, and a killed writer leaves at most a hidden
-`.<name>.*.tmp` file that the next write of the same shard cleans up (data_pipeline/shards.py). The file gets
+`.<name>.*.tmp` file, which `remove_orphans` deletes where its file has one writer (a shard, a checkpoint pointer). The file gets
 the mode a plain `open()` would give it (0o666 minus the umask): `mkstemp` alone creates 0600 files that
 other users of a shared run folder cannot read.
 """
@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from core.log import get_logger
+
 __all__ = [
     "atomic_path",
     "atomic_write",
@@ -35,6 +37,7 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+log = get_logger(__name__)
 
 
 def umask() -> int:
@@ -119,6 +122,25 @@ def atomic_path(path: PathLike, mode: int | None = None) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def remove_orphans(path: PathLike) -> list[Path]:
+    """Delete `.<name>.*.tmp` left next to `path` by an `atomic_path` write that was killed. Only for a file with
+    one writer (a shard and its marker, a run's `latest` pointer under its lock): any such temp is then dead."""
+    path = Path(path)
+    gone = []
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            tmp.unlink()
+            gone.append(tmp)
+        except FileNotFoundError:
+            pass
+    if gone:
+        log.info(
+            f"[io] removed {len(gone)} orphaned temporary file(s) of an interrupted write: "
+            f"{', '.join(p.name for p in gone)}"
+        )
+    return gone
 
 
 def atomic_write(

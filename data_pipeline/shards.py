@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import LmstackError
-from core.io import atomic_write, json_bytes, sha256_file
+from core.io import atomic_write, json_bytes, remove_orphans, sha256_file
 from core.log import get_logger
 from data_pipeline.layout import RunLayout
 
@@ -35,24 +35,6 @@ def marker_path(shard_path: Path) -> Path:
         if name.endswith(ext):
             name = name[: -len(ext)]
     return shard_path.with_name(name + ".done")
-
-
-def remove_orphans(path: Path) -> list[Path]:
-    """Delete `.<name>.*.tmp` left next to `path` by an attempt that was killed mid-write. Only for files one
-    task owns (a shard and its marker): the task rewriting it is the only writer, so any such temp is dead."""
-    gone = []
-    for tmp in Path(path).parent.glob(f".{Path(path).name}.*.tmp"):
-        try:
-            tmp.unlink()
-            gone.append(tmp)
-        except FileNotFoundError:
-            pass
-    if gone:
-        log.info(
-            f"[shards] removed {len(gone)} orphaned temporary file(s) of an interrupted write: "
-            f"{', '.join(p.name for p in gone)}"
-        )
-    return gone
 
 
 def is_temp_name(name: str) -> bool:

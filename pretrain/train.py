@@ -18,11 +18,11 @@ import torch.distributed as dist
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
+from core.io import remove_orphans
 from core.log import get_logger
 from data_pipeline.layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator
-from data_pipeline.shards import remove_orphans
 from data_pipeline.token_shards import TokenShardError
 from pretrain import checkpoint as ckpt
 from pretrain import lr_scaling, resume_diff

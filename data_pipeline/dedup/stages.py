@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from core.io import fingerprint
+from core.io import fingerprint, remove_orphans
 from core.layout import CLEAN_STATS, DEDUP_STATS
 from data_pipeline.dedup.exact import content_hash
 from data_pipeline.dedup.minhash import MinHasher, expected_collision_probability
@@ -64,7 +64,6 @@ from data_pipeline.shards import (
     _atomic_write_bytes,
     mark_done,
     read_shard,
-    remove_orphans,
     shard_name,
     write_json_atomic,
     write_shard,
