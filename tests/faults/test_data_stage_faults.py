@@ -136,6 +136,11 @@ def pipeline(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     return yaml, snaps
 
 
+def inputs_of(snaps: dict[str, Path], stage: str) -> Path:
+    """The snapshot a stage starts from: the previous stage's outputs (the corpus alone for clean)."""
+    return snaps[STAGE_ORDER[STAGE_ORDER.index(stage) - 1]] if stage != "clean" else snaps[""]
+
+
 def restore(snap: Path, out: Path) -> None:
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(snap, out)
@@ -184,7 +189,7 @@ CASES = [
 def test_stage_stopped_while_writing_then_rerun_gives_the_same_bytes(pipeline, stage, sig):
     yaml, snaps = pipeline
     out = yaml.parent / "out"
-    before = snaps[STAGE_ORDER[STAGE_ORDER.index(stage) - 1]] if stage != "clean" else snaps[""]
+    before = inputs_of(snaps, stage)
     rc, err = interrupt_while_writing(stage, yaml, out, sig, before)
     if sig == signal.SIGKILL:
         assert rc == -signal.SIGKILL, (rc, err[-2000:])
@@ -346,7 +351,7 @@ def _full_disk(pipeline, stage: str):
     folder and the filler file (unlink it to give the space back)."""
     yaml, snaps = pipeline
     out = yaml.parent / "out"
-    before = snaps[STAGE_ORDER[STAGE_ORDER.index(stage) - 1]] if stage != "clean" else snaps[""]
+    before = inputs_of(snaps, stage)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(out)], check=True)

@@ -3,10 +3,13 @@ names, run.name) is refused at load when it could leave its folder: separators, 
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
+from data_pipeline.preflight import check_output_writable
 from runconfig import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,12 +43,6 @@ def test_ordinary_names_still_load():
 
 def test_a_write_probe_left_by_a_killed_run_is_removed_by_the_next_check(tmp_path):
     """The soak's kill during the writable check left `<run>/.write-test-*` behind for good (CI, session 13)."""
-    import os
-    import time
-
-    from data_pipeline.preflight import check_output_writable
-    from runconfig import load_config
-
     run = tmp_path / "run"
     run.mkdir()
     dead, live = run / ".write-test-dead", run / ".write-test-live"
@@ -53,5 +50,5 @@ def test_a_write_probe_left_by_a_killed_run_is_removed_by_the_next_check(tmp_pat
     live.write_text("")
     old = time.time() - 3600
     os.utime(dead, (old, old))
-    check_output_writable(load_config("configs/demo.yaml", [f"run.output_dir={run}"]))
+    check_output_writable(load_config(DEMO, [f"run.output_dir={run}"]))
     assert not dead.exists() and live.exists()  # a probe of a run checking right now is left alone
