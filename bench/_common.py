@@ -108,14 +108,15 @@ class Report:
     are printed; a run with fewer rounds (a quick run) still prints its verdicts but does not write the results
     file. `lower_is_better` figures get a `_lower_is_better` suffix on their name and pass when ratio <= goal."""
 
-    def __init__(self, script: str, save: bool = True) -> None:
-        self.name = Path(script).stem
+    def __init__(self, script: str, save: bool = True, variant: str | None = None) -> None:
+        # a variant (a partial run: fewer recipes, another budget) gets its own file beside the full run's
+        self.name = Path(script).stem + (f"-{variant}" if variant else "")
         self.save = save
         self.lines: list[str] = []
         self.verdicts: list[str] = []
         self.quick: list[str] = []
         self.header = [
-            f"# bench/{self.name}.py: written by the script itself (do not edit by hand)",
+            f"# bench/{Path(script).stem}.py: written by the script itself (do not edit by hand)",
             *(f"{k}: {v}" for k, v in provenance().items()),
         ]
         for h in self.header:

@@ -162,6 +162,15 @@ def run_recipe(
     }
 
 
+def results_variant(recipes: list[str], minutes: float) -> str | None:
+    """None for the full run (every recipe, 8 minutes: bench/results/transfer.txt); otherwise the suffix of its
+    own results file, so that re-measuring one recipe never overwrites the table of all of them."""
+    parts = [] if list(recipes) == RECIPES else ["_".join(recipes)]
+    if minutes != 8.0:
+        parts.append(f"{minutes:g}min")
+    return "-".join(parts) or None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=8.0, help="pretraining budget per recipe (wall clock)")
@@ -172,7 +181,7 @@ def main() -> None:
     a = ap.parse_args()
     minutes = 0.5 if a.quick else a.minutes
     t_start = time.perf_counter()
-    rep = C.Report(__file__, save=not a.quick)
+    rep = C.Report(__file__, save=not a.quick, variant=results_variant(a.recipes, minutes))
     rep.line(
         f"recipes {a.recipes}; pretraining budget {minutes:g} min each on 2 ranks; "
         + (

@@ -82,3 +82,24 @@ def test_results_written_earlier_in_the_same_bench_run_do_not_mark_the_tree_dirt
     assert "uncommitted" not in C._git_commit()
     (tmp_path / "code.py").write_text("x = 2\n")
     assert C._git_commit().endswith(" + uncommitted changes")
+
+
+def test_a_variant_run_writes_its_own_results_file(results, capsys):
+    """A partial run (one recipe of bench/transfer.py) must not overwrite the full run's results file."""
+    full = C.Report("bench/example.py")
+    full.verdict("loss", 1.0, 1.0, 1.0)
+    full.finish()
+    part = C.Report("bench/example.py", variant="t5-budget")
+    part.verdict("loss", 2.0, 1.0, 1.0)
+    part.finish()
+    assert "ours=1 " in (results / "example.txt").read_text()
+    assert "ours=2 " in (results / "example-t5-budget.txt").read_text()
+
+
+def test_transfer_names_partial_runs_by_their_recipes_and_budget():
+    import transfer
+
+    assert transfer.results_variant(transfer.RECIPES, 8.0) is None
+    assert transfer.results_variant(["t5-budget"], 8.0) == "t5-budget"
+    assert transfer.results_variant(transfer.RECIPES, 4.0) == "4min"
+    assert transfer.results_variant(["t5-budget", "gpt2-budget"], 2.5) == "t5-budget_gpt2-budget-2.5min"
