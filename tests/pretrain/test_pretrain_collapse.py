@@ -102,7 +102,7 @@ def _pretrain(tmp_path: Path, preset: str, overrides: list[str]) -> tuple[dict[s
     )
     cosine = float(((x @ x.T).sum() - len(x)) / (len(x) ** 2 - len(x)))
     metrics = {k: float(v) for k, v in (getattr(out, "metrics", None) or {}).items()}
-    return {**metrics, "loss": float(out.loss)}, cosine
+    return {**metrics, "loss": out.loss.item()}, cosine
 
 
 @pytest.mark.integration
