@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import torch
+from transformers.optimization import Adafactor
 
 from core.log import get_logger
 from core.net import free_port
@@ -160,7 +161,14 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
     ds_config = build_ds_config(cfg, plan, load_universal)
     groups = _param_groups(model, cfg.optim.weight_decay)
     optimizer = None
-    if not _use_ds_optimizer(cfg):
+    if cfg.optim.name == "adafactor":
+        # The T5 paper's optimizer, from transformers: relative updates (scale_parameter) make T5's std-1 embeddings
+        # learn; AdamW's absolute steps of ~lr leave them where they started (docs/results.md). The LR is ours
+        # (relative_step off), warmup and decay come from our schedule.
+        optimizer = Adafactor(
+            groups, lr=plan.peak_lr, scale_parameter=True, relative_step=False, warmup_init=False
+        )
+    elif not _use_ds_optimizer(cfg):
         fused = accelerator_name() == "cuda"
         optimizer = torch.optim.AdamW(
             groups,

@@ -145,6 +145,13 @@ class RunConfig(Section):
         for check in (fam.validate, obj.validate):
             if check is not None:
                 check(self)
+        if self.optim.name == "adafactor" and self.deepspeed.zero_stage != 0:
+            # ZeRO 1-3 hand the optimizer flat shards of the parameters: it could neither factor its second moments
+            # over a matrix's rows and columns nor scale an update by the matrix's RMS
+            raise ValueError(
+                f"optim.name: 'adafactor' needs deepspeed.zero_stage: 0 (got {self.deepspeed.zero_stage}): ZeRO "
+                "shards would hide the whole matrices it factors and scales by"
+            )
         if self.deepspeed.offload_params and self.deepspeed.zero_stage != 3:
             raise ValueError("deepspeed.offload_params needs deepspeed.zero_stage: 3")
         if self.deepspeed.offload_optimizer and self.deepspeed.zero_stage == 0:

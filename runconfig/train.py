@@ -16,7 +16,9 @@ class BatchConfig(Section):
 
 
 class OptimConfig(Section):
-    name: Literal["adamw", "lamb"] = "adamw"
+    # adafactor: transformers' Adafactor as the T5 paper trains with it (updates scaled by each matrix's RMS, factored
+    # second moments, no momentum); betas and eps are Adam's and do not apply to it. Needs deepspeed.zero_stage 0.
+    name: Literal["adamw", "lamb", "adafactor"] = "adamw"
     lr: float = Field(6e-4, gt=0)  # peak LR at the global batch (after lr_scaling, if any)
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = Field(1e-6, gt=0)

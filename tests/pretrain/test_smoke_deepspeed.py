@@ -45,7 +45,9 @@ logging: {{every_steps: 1, progress_bar: false, tensorboard: false, peak_flops: 
 """
 
 
-def test_two_rank_zero2_gpt2_steps_and_checkpoints(tmp_path):
+def prepare_smoke_run(tmp_path: Path) -> tuple[Path, Path]:
+    """The smoke run's config, its cleaned BBC shard, tokenizer and token shards made in-process; returns
+    (config, run folder)."""
     out = tmp_path / "run"
     config = tmp_path / "smoke.yaml"
     config.write_text(SMOKE_YAML.format(root=ROOT, out=out, bbc=BBC))
@@ -59,13 +61,21 @@ def test_two_rank_zero2_gpt2_steps_and_checkpoints(tmp_path):
     mark_done(shard, {"rows": len(texts)})
     train_tokenizer(cfg)
     assert run_tokenize(cfg)["complete"]
+    return config, out
 
+
+def train_losses(out: Path) -> dict[int, float]:
+    rows = [json.loads(x) for x in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if r["split"] == "train"}
+
+
+def test_two_rank_zero2_gpt2_steps_and_checkpoints(tmp_path):
+    config, out = prepare_smoke_run(tmp_path)
     torchrun(config, [], timeout=200)
 
     ckpts = out / "checkpoints"
     assert complete_tags(ckpts) == ["step00000003", "step00000006"]
     assert (ckpts / "latest").read_text() == "step00000006"
-    rows = [json.loads(x) for x in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
-    losses = {r["step"]: r["loss"] for r in rows if r["split"] == "train"}
+    losses = train_losses(out)
     assert sorted(losses) == [1, 2, 3, 4, 5, 6] and all(math.isfinite(x) for x in losses.values()), losses
     assert losses[6] < losses[1], losses  # a 1,000-token vocabulary starts near ln(1000) ~ 6.9 and falls

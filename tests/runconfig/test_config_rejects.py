@@ -115,3 +115,10 @@ def test_unwritable_output_dir_stops_before_any_stage(tmp_path):
 def test_absurd_vocabulary_warns():
     with pytest.warns(UserWarning, match="tokenizer.vocab_size"):
         load_config(DEMO, ["tokenizer.vocab_size=50000000"])
+
+
+def test_adafactor_needs_zero_stage_0_naming_both_keys():
+    """ZeRO shards would hide the whole matrices Adafactor factors and scales by: refused at load, not trained."""
+    with pytest.raises(ConfigError, match=r"optim.name: 'adafactor' needs deepspeed.zero_stage: 0 \(got 2\)"):
+        load_config(DEMO, ["optim.name=adafactor"])
+    assert load_config(DEMO, ["optim.name=adafactor", "deepspeed.zero_stage=0"]).optim.name == "adafactor"
