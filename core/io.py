@@ -3,9 +3,9 @@
 A file is written to a temporary file in its own folder, flushed and fsynced, then renamed over the target
 (atomic on POSIX), and the folder is fsynced so the rename survives a power cut. A reader thus
 sees the old file or the new one, never a torn one, and a killed writer leaves at most a hidden
-`.<name>.*.tmp` file, which `remove_orphans` deletes where its file has one writer (a shard, a checkpoint pointer). The file gets
-the mode a plain `open()` would give it (0o666 minus the umask): `mkstemp` alone creates 0600 files that
-other users of a shared run folder cannot read.
+`.<name>.*.tmp` file, which `remove_orphans` deletes where its file has one writer (a shard, a checkpoint
+pointer). The file gets the mode a plain `open()` would give it (0o666 minus the umask): `mkstemp` alone
+creates 0600 files that other users of a shared run folder cannot read.
 """
 
 from __future__ import annotations

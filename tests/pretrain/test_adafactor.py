@@ -29,10 +29,9 @@ def test_adafactor_trains_checkpoints_and_resumes_exactly(tmp_path):
     states = [
         torch.load(f, map_location="cpu", weights_only=False) for f in (ckpts / "step00000006").glob("*.pt")
     ]
+    # factored second moments, as Adafactor keeps them for a matrix (AdamW's exp_avg_sq would be one full tensor)
     text = repr([s.get("optimizer") for s in states if isinstance(s, dict)])
-    assert (
-        "exp_avg_sq_row" in text and "exp_avg_sq_col" in text
-    )  # factored, as Adafactor keeps a matrix's moments
+    assert "exp_avg_sq_row" in text and "exp_avg_sq_col" in text
 
     # Back to step 3 as if the run had been killed after it, then resumed: steps 4-6 repeat exactly.
     shutil.rmtree(ckpts / "step00000006")

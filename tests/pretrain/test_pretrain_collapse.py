@@ -132,10 +132,8 @@ def test_old_t5_budget_lr_drives_the_encoder_token_states_together(tmp_path):
     the same drift shows as a much higher token cosine than at AdamW's 5e-4 / 10% warmup (measured under
     load: 0.62 against 0.36), though its loss is lower (4.97 against 5.44): the faster loss is bought with input
     dependence."""
-    adamw = [
-        "optim.name=adamw",
-        "deepspeed.zero_stage=2",
-    ]  # the AdamW recipes (the preset now uses Adafactor)
+    # both are AdamW recipes (the preset itself now trains with Adafactor)
+    adamw = ["optim.name=adamw", "deepspeed.zero_stage=2"]
     _, old = _pretrain(
         tmp_path / "old", "t5-budget", [*adamw, "optim.lr=2.0e-3", "schedule.warmup_fraction=0.05"]
     )
