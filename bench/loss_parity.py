@@ -23,13 +23,20 @@ order: another float summation order), and noise = the largest per-step loss dif
 max(K_NOISE x noise, ABS_FLOOR). VERDICT per family: ours = max |our loss - reference loss| over the steps, peer =
 tolerance, ratio = ours / tolerance, passes when ratio <= 1 (printed as goal=1.0).
 
+Optimizers: every family runs with AdamW as above. A family whose shipped recipe (`configs/<family>-budget.yaml`)
+picks another optimizer also runs with that one (today t5-budget: Adafactor, VERDICT loss_parity_t5_adafactor), so
+the path we ship is checked too: ours with `optim.name=adafactor` under ZeRO stage 0 (which Adafactor needs), the
+reference with transformers' `Adafactor` as its docs configure it for T5 (scale_parameter, no relative step, no
+warmup_init, the config's LR), the same groups, schedule and clipping. `--optimizers` picks them by hand.
+
 Every family in `pretrain.families.family_names()` is run; one without a `configs/<family>-tiny.yaml` preset is a
 named skip. `--sabotage NAME` breaks our side (LMSTACK_PARITY_SABOTAGE, pretrain/parity.py: warmup, drop_micro,
 sum_ranks, no_clip) and the verdict must fail (tests/bench/test_loss_parity.py). sum_ranks is seen in the logged
 loss (x 2): its doubled gradient alone would hardly show, since clipping and Adam's normalisation cancel a uniform
 gradient scale (up to eps).
 
-`python bench/loss_parity.py [--families gpt2 t5] [--steps 6] [--sabotage warmup] [--no-save]`
+`python bench/loss_parity.py [--families gpt2 t5] [--optimizers adamw adafactor] [--steps 6] [--sabotage warmup]
+[--no-save]`
 """
 
 from __future__ import annotations
@@ -56,12 +63,24 @@ CLIP = 0.5
 MICRO, ACCUM, WORLD = 4, 2, 2
 FILES = "0[0-4]?.txt"  # 50 articles per topic: a small corpus, prepared (and cached) in seconds
 EXTRA_YAML = "tokenizer: {vocab_size: 2000}\n"
+OPTIMIZERS = ("adamw", "adafactor")
 
 
-def overrides(steps: int, warmup: int) -> list[str]:
-    return [f"batch.micro_batch_size={MICRO}", f"batch.global_batch_size={MICRO * ACCUM * WORLD}",
+def shipped_optimizer(family: str) -> str | None:
+    """The optimizer `configs/<family>-budget.yaml` trains with, or None without that preset."""
+    from runconfig import load_config
+
+    preset = C.ROOT / "configs" / f"{family}-budget.yaml"
+    return load_config(preset).optim.name if preset.is_file() else None
+
+
+def overrides(steps: int, warmup: int, optimizer: str = "adamw") -> list[str]:
+    # Adafactor factors and scales whole matrices, so it needs ZeRO stage 0 (the config refuses it otherwise)
+    zero = 0 if optimizer == "adafactor" else 2
+    return [f"optim.name={optimizer}", f"deepspeed.zero_stage={zero}",
+            f"batch.micro_batch_size={MICRO}", f"batch.global_batch_size={MICRO * ACCUM * WORLD}",
             f"schedule.total_steps={steps}", f"schedule.warmup_steps={warmup}", "schedule.decay=linear",
-            f"optim.grad_clip={CLIP}", "deepspeed.zero_stage=2", "deepspeed.precision=fp32",
+            f"optim.grad_clip={CLIP}", "deepspeed.precision=fp32",
             "deepspeed.activation_checkpointing=false", "deepspeed.compile=false",
             "logging.every_steps=1", "logging.progress_bar=false", "logging.plots=false",
             f"eval.every_steps={steps}", "eval.max_batches=1", f"checkpoint.every_steps={steps}",
@@ -125,8 +144,11 @@ def load_record(record: Path) -> tuple[dict[str, Any], list[list[dict[str, Any]]
     return init, per_step, ranks[0]["plan"]
 
 
-def reference(cfg_path: Path, ov: list[str], record: Path, threads: int, reverse: bool) -> list[float]:
-    """The plain loop (see the module docstring); per-step mean loss over the step's micro-batches."""
+def reference(
+    cfg_path: Path, ov: list[str], record: Path, threads: int, reverse: bool
+) -> tuple[list[float], list[float]]:
+    """The plain loop (see the module docstring); per-step mean loss over the step's micro-batches, and per-step
+    gradient norm before clipping (what `clip_grad_norm_` returns)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -151,16 +173,26 @@ def reference(cfg_path: Path, ov: list[str], record: Path, threads: int, reverse
     for name, p in model.named_parameters():
         if p.requires_grad:
             (no_decay if p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias") else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.optim.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)  # fmt: skip
+    groups = [
+        {"params": decay, "weight_decay": cfg.optim.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    if cfg.optim.name == "adafactor":
+        from transformers.optimization import Adafactor
+
+        # as transformers' docs set it up for T5 with an external schedule
+        opt = Adafactor(groups, lr=cfg.optim.lr, scale_parameter=True, relative_step=False, warmup_init=False)
+    elif cfg.optim.name == "adamw":
+        opt = torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
+    else:
+        raise ValueError(f"optim.name={cfg.optim.name!r}: the reference loop has adamw and adafactor")
     # The hyper-parameters come from the config (lr_scaling.rule=none: the peak LR is optim.lr), never from what
     # our run recorded, so a sabotaged plan on our side cannot leak into the reference.
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, schedule(cfg.schedule.warmup, cfg.schedule.steps, cfg.schedule.decay, cfg.schedule.min_lr_ratio)
     )
     params = [p for g in opt.param_groups for p in g["params"]]
-    losses = []
+    losses, norms = [], []
     for micro in per_step:
         opt.zero_grad(set_to_none=True)
         total = 0.0
@@ -169,25 +201,35 @@ def reference(cfg_path: Path, ov: list[str], record: Path, threads: int, reverse
             loss = model(**m["batch"]).loss
             (loss / len(micro)).backward()
             total += float(loss.detach())
-        if cfg.optim.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
+        # max_norm inf: the norm without clipping, so it is measured the same way either way
+        norm = torch.nn.utils.clip_grad_norm_(
+            params, cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
+        )
         opt.step()
         sched.step()
         losses.append(total / len(micro))
-    return losses
+        norms.append(float(norm))
+    return losses, norms
 
 
 def run_family(
-    family: str, steps: int, warmup: int, sabotage: str | None, report: C.Report, work: Path
+    family: str,
+    steps: int,
+    warmup: int,
+    sabotage: str | None,
+    report: C.Report,
+    work: Path,
+    optimizer: str = "adamw",
 ) -> bool:
     t0 = time.perf_counter()
+    name = family if optimizer == "adamw" else f"{family}_{optimizer}"
     # prepare_run links the cached data stages into a new folder
-    shutil.rmtree(work / family, ignore_errors=True)
-    cfg_path = C.prepare_run(work / family, family, extra_yaml=EXTRA_YAML, files=FILES)
-    ov = overrides(steps, warmup)
-    ours, record, wall, norms = run_ours(cfg_path, work / family, ov, sabotage)
-    ref = reference(cfg_path, ov, record, threads=1, reverse=False)
-    alt = reference(cfg_path, ov, record, threads=2, reverse=True)
+    shutil.rmtree(work / name, ignore_errors=True)
+    cfg_path = C.prepare_run(work / name, family, extra_yaml=EXTRA_YAML, files=FILES)
+    ov = overrides(steps, warmup, optimizer)
+    ours, record, wall, norms = run_ours(cfg_path, work / name, ov, sabotage)
+    ref, ref_norms = reference(cfg_path, ov, record, threads=1, reverse=False)
+    alt, _ = reference(cfg_path, ov, record, threads=2, reverse=True)
     if len(ours) != len(ref):
         raise RuntimeError(f"{family}: our run logged {len(ours)} steps, the reference ran {len(ref)}")
     noise = max(abs(a - b) for a, b in zip(ref, alt, strict=True))
@@ -195,16 +237,17 @@ def run_family(
     diffs = [abs(a - b) for a, b in zip(ours, ref, strict=True)]
     fmt = " ".join
     report.line(
-        f"{family}: {steps} steps (warmup {warmup}), ours {wall:.0f}s under torchrun, total "
+        f"{name}: {optimizer}, {steps} steps (warmup {warmup}), ours {wall:.0f}s under torchrun, total "
         f"{time.perf_counter() - t0:.0f}s{f', SABOTAGE {sabotage}' if sabotage else ''}"
     )
     report.line(f"  ours      loss {fmt(f'{x:.6f}' for x in ours)}")
     report.line(f"  reference loss {fmt(f'{x:.6f}' for x in ref)}")
     report.line(f"  |diff|         {fmt(f'{x:.1e}' for x in diffs)}")
     report.line(
-        f"  grad norm (ours, before clipping at {CLIP}) {fmt(f'{x:.3g}' for x in norms)}; clipped on "
+        f"  grad norm (ours, before clipping at {CLIP}) {fmt(f'{x:.4g}' for x in norms)}; clipped on "
         f"{sum(n > CLIP for n in norms)}/{len(norms)} steps"
     )
+    report.line(f"  grad norm (reference)                  {fmt(f'{x:.4g}' for x in ref_norms)}")
     report.line(
         f"  noise floor (reference: 1 thread in rank order vs 2 threads reversed) {noise:.1e}; tolerance "
         f"max({K_NOISE:g} x noise, {ABS_FLOOR:g}) = {tol:.1e}"
@@ -212,7 +255,7 @@ def run_family(
     worst = max(diffs)
     ok = worst <= tol
     verdict = (
-        f"VERDICT loss_parity_{family}: ours={worst:.3g} peer={tol:.3g} ratio={worst / tol:.3g} goal=1.0 "
+        f"VERDICT loss_parity_{name}: ours={worst:.3g} peer={tol:.3g} ratio={worst / tol:.3g} goal=1.0 "
         f"{'pass' if ok else 'fail'}"
     )  # lower is better: passes when ratio <= goal
     report.record(verdict)
@@ -224,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", nargs="*", help="default: every registered family")
+    ap.add_argument(
+        "--optimizers",
+        nargs="*",
+        choices=OPTIMIZERS,
+        help="default: adamw for every family, plus the optimizer of its configs/<family>-budget.yaml",
+    )
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--sabotage", choices=["warmup", "drop_micro", "sum_ranks", "no_clip"])
@@ -244,7 +293,10 @@ def main(argv: list[str] | None = None) -> int:
                 skipped.append(family)
                 report.line(f"SKIP {family}: no configs/{family}-tiny.yaml preset")
                 continue
-            run_family(family, args.steps, args.warmup, args.sabotage, report, work)
+            shipped = shipped_optimizer(family)
+            optimizers = args.optimizers or ["adamw", *([shipped] if shipped not in (None, "adamw") else [])]
+            for optimizer in optimizers:
+                run_family(family, args.steps, args.warmup, args.sabotage, report, work, optimizer)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -6,6 +6,7 @@ must not build at once."""
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -46,6 +47,42 @@ def test_family_trains_in_our_engine_as_in_the_reference_loop(family):
     m = _verdict(out, family)
     assert m.group(4) == "pass" and res.returncode == 0, out[-4000:]
     assert float(m.group(1)) <= float(m.group(2))
+    _same_grad_norms(out)
+
+
+def _same_grad_norms(out: str) -> None:
+    """The gradient norm our metrics log is the one the plain loop's clip_grad_norm_ returns (not 0, not None)."""
+    ours = re.search(r"grad norm \(ours, before clipping at \S+\) (.*?);", out)
+    ref = re.search(r"grad norm \(reference\) +(.*)$", out, re.M)
+    assert ours and ref, out[-4000:]
+    pairs = list(zip(ours.group(1).split(), ref.group(1).split(), strict=True))
+    assert pairs and all(math.isclose(float(a), float(b), rel_tol=2e-3) for a, b in pairs), pairs
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(420)
+def test_t5_with_adafactor_as_t5_budget_ships_trains_as_in_the_reference_loop():
+    """t5-budget trains with Adafactor under ZeRO 0: that path is compared too, and a skipped warmup still fails it."""
+    res, out = _bench("--families", "t5", "--optimizers", "adafactor", "--steps", "6")
+    m = _verdict(out, "t5_adafactor")
+    assert m.group(4) == "pass" and res.returncode == 0, out[-4000:]
+    assert "t5_adafactor: adafactor, 6 steps" in out
+    _same_grad_norms(out)  # ZeRO 0: DeepSpeed clips but drops the norm; we keep it
+    res, out = _bench("--families", "t5", "--optimizers", "adafactor", "--steps", "6", "--sabotage", "warmup")
+    m = _verdict(out, "t5_adafactor")
+    assert m.group(4) == "fail" and res.returncode == 1, out[-4000:]
+
+
+@pytest.mark.timeout(60)
+def test_the_default_run_adds_the_optimizer_each_budget_preset_ships():
+    import loss_parity
+
+    assert loss_parity.shipped_optimizer("t5") == "adafactor"
+    assert loss_parity.shipped_optimizer("gpt2") == "adamw"
+    assert loss_parity.shipped_optimizer("no-such-family") is None
+    assert "optim.name=adafactor" in loss_parity.overrides(6, 2, "adafactor")
+    assert "deepspeed.zero_stage=0" in loss_parity.overrides(6, 2, "adafactor")
+    assert "deepspeed.zero_stage=2" in loss_parity.overrides(6, 2)
 
 
 @pytest.mark.integration
