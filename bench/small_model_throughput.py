@@ -9,8 +9,10 @@ family with neither is reported as a named skip and fails the run. Both sides tr
 `pretrain.models.build_model` builds from the preset, with the objective's model settings (`prepare_model`: sparse
 prediction) and module (`wrap_model`: ELECTRA's generator + discriminator), on the same packed BBC samples (our
 data stages: clean -> dedup -> tokenizer -> tokenize) drawn through the same `PretrainLoader` and collator (MLM,
-span corruption or replaced-token detection, as the preset says), with the same global batch, micro-batch, AdamW
-hyper-parameters and gradient clipping.
+span corruption or replaced-token detection, as the preset says), with the same global batch, micro-batch,
+optimizer (the preset's `optim.name`: AdamW, or transformers' Adafactor for t5-budget) with its hyper-parameters,
+and gradient clipping. A run of some families (`--families`, `--preset`) writes
+`bench/results/small_model_throughput-<families>.txt`, leaving the full run's file as it is.
 
 - ours: `python -m pretrain train` under torchrun, 2 ranks x 1 thread (gloo), DeepSpeed with the preset's ZeRO
   stage; the steady-state time is read back from its metrics.jsonl (rows after the warm-up steps).
@@ -114,9 +116,22 @@ def peer_worker(argv: list[str]) -> None:
     model.train()
     loader = PretrainLoader(cfg, 0, 1, split="train", collate_fn=build_collator(cfg, tok))
     o = cfg.optim
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay
-    )
+    # t5-budget: the same optimizer as ours (pretrain/engine.py), set up as transformers' docs do for T5
+    if o.name == "adafactor":
+        from transformers.optimization import Adafactor
+
+        opt = Adafactor(
+            model.parameters(),
+            lr=o.lr,
+            scale_parameter=True,
+            relative_step=False,
+            warmup_init=False,
+            weight_decay=o.weight_decay,
+        )
+    else:
+        opt = torch.optim.AdamW(
+            model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay
+        )
     accum = cfg.batch_plan(1)["grad_accum"]
     total = cfg.schedule.steps
     batches = iter(loader)
@@ -171,6 +186,8 @@ def bench_family(
     cleaned_from: Path | None,
 ) -> tuple[list[float], list[float], Path]:
     """Alternating rounds for one family; returns (ours, peer) tokens/s per round and the prepared folder."""
+    from runconfig import load_config
+
     t0 = time.perf_counter()
     folder = tmp / family
     cfg_path = C.prepare_run(folder / "data", family, preset=preset, cleaned_from=cleaned_from, files=a.files)
@@ -180,9 +197,10 @@ def bench_family(
     tokens = C.consumed_tokens(
         cfg_path, [f"run.output_dir={cfg_path.parent / 'run'}", *ov], a.warmup + 1, total
     )
+    optimizer = load_config(cfg_path, [f"run.output_dir={cfg_path.parent / 'run'}", *ov]).optim.name
     rep.line(
         f"{family} ({preset}): data stages {time.perf_counter() - t0:.0f}s; {tokens} tokens in steps "
-        f"{a.warmup + 1}..{total}"
+        f"{a.warmup + 1}..{total}; optimizer {optimizer} on both sides"
     )
 
     def ours() -> float:
@@ -235,7 +253,8 @@ def main() -> None:
         [int(x) for x in a.peer_threads.split(",")] if a.peer_threads else sorted({cores, 1}, reverse=True)
     )
     t_start = time.perf_counter()
-    rep = C.Report(__file__)
+    partial = bool(a.families or a.preset)
+    rep = C.Report(__file__, variant="-".join(sorted(presets)) if partial else None)
     rep.line(
         f"families {', '.join(presets)}; {cores} cores; ours: 2 ranks x 1 thread; plain loop: best of "
         f"{threads} thread(s) per round; {a.rounds} alternating rounds of {a.steps} timed steps after "

@@ -192,9 +192,34 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
         lr_scheduler=lr_scheduler,
         config=ds_config,
     )
+    _keep_fp32_clip_norm(engine)
     if cfg.deepspeed.compile:
         engine.compile(backend=cfg.deepspeed.compile_backend)
         log.info(
             f"[train] torch.compile ({cfg.deepspeed.compile_backend}) through DeepSpeed's engine.compile()"
         )
     return engine, scheduler, ds_config
+
+
+def _keep_fp32_clip_norm(engine: Any) -> None:
+    """Make `engine.get_global_grad_norm()` report the norm that clipping computed in fp32 at ZeRO stage 0.
+
+    On that path (t5-budget: Adafactor needs ZeRO 0) DeepSpeed clips through `engine.clip_fp32_gradients()`, which
+    throws away the norm that `clip_grad_norm_` returns, so `get_global_grad_norm()` stays None and the metrics
+    logged 0 for every step. ZeRO 1-3 and the fp16/bf16 optimizers keep it themselves. Replacing the engine's
+    method (same call, norm kept) avoids a second pass over the gradients.
+    """
+    if engine.gradient_clipping() <= 0 or engine.fp16_enabled() or engine.bfloat16_enabled():
+        return
+    if engine.zero_optimization():
+        return
+    from deepspeed.runtime.utils import clip_grad_norm_  # as in this whole module: deepspeed where used
+
+    def clip_fp32_gradients() -> None:
+        engine._global_grad_norm = float(
+            clip_grad_norm_(
+                parameters=engine.module.parameters(), max_norm=engine.gradient_clipping(), mpu=engine.mpu
+            )
+        )
+
+    engine.clip_fp32_gradients = clip_fp32_gradients

@@ -444,7 +444,6 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             stats = {
                 "loss": step_loss if step_ok else float("nan"),
                 "lr": scheduler.get_last_lr()[0],
-                "grad_norm": float(engine.get_global_grad_norm() or 0.0),
                 "loss_scale": float(getattr(engine.optimizer, "cur_scale", 1.0) or 1.0),
                 "tokens_seen": tokens_seen,
                 "skipped_steps": int(engine.skipped_steps),
@@ -452,6 +451,10 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
                 **meter.report(),
                 **output_metrics.report(),
             }
+            # None only at ZeRO 0 without clipping: DeepSpeed computes no norm, so none is logged (not a false 0)
+            grad_norm = engine.get_global_grad_norm()
+            if grad_norm is not None:
+                stats["grad_norm"] = float(grad_norm)
             if resume_first_batch_s is not None:  # the first row after a resume only
                 stats["resume_first_batch_s"], resume_first_batch_s = resume_first_batch_s, None
             logger.log(step, stats)

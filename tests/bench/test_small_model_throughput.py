@@ -62,3 +62,5 @@ def test_quick_run_prints_a_well_formed_verdict(tmp_path):
     found = VERDICT.findall(res.stdout)
     assert [f for f, _ in found] == ["t5"], res.stdout[-3000:]
     assert "quick run" in res.stdout and "bench/results not written" in res.stdout
+    # t5-budget's own optimizer, in the plain loop too
+    assert "optimizer adafactor on both sides" in res.stdout
