@@ -28,13 +28,17 @@ def check_output_writable(cfg: RunConfig) -> None:
     key = "run.local_dir" if cfg.run.is_remote else "run.output_dir"
     try:
         out.mkdir(parents=True, exist_ok=True)
-        # A probe lives for microseconds: one a minute old was left by a run killed during this check.
+        # Earlier versions probed with a named file, which a kill during this check left behind; a minute-old one
+        # is such a leftover (a probe lives for microseconds).
         for probe in out.glob(".write-test-*"):
             with contextlib.suppress(FileNotFoundError):
                 if time.time() - probe.stat().st_mtime > 60:
                     probe.unlink()
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
-            pass
+        # An unnamed file (O_TMPFILE on Linux, which TemporaryFile tries first): a kill at any instant of the probe
+        # leaves nothing in the run folder. Where the file system lacks O_TMPFILE, tempfile names it and unlinks it
+        # at once.
+        with tempfile.TemporaryFile(dir=out, prefix=".write-test-") as f:
+            f.write(b"0")
     except OSError as e:
         raise ConfigError(f"{key}: {out} is not writable ({e.strerror or e})") from None
     if cfg.run.is_remote:

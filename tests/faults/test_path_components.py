@@ -4,6 +4,10 @@ names, run.name) is refused at load when it could leave its folder: separators, 
 from __future__ import annotations
 
 import os
+import random
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -52,3 +56,33 @@ def test_a_write_probe_left_by_a_killed_run_is_removed_by_the_next_check(tmp_pat
     os.utime(dead, (old, old))
     check_output_writable(load_config(DEMO, [f"run.output_dir={run}"]))
     assert not dead.exists() and live.exists()  # a probe of a run checking right now is left alone
+
+
+_PROBE_LOOP = """
+import sys
+from data_pipeline.preflight import check_output_writable
+from runconfig import load_config
+cfg = load_config(sys.argv[1], ["run.output_dir=" + sys.argv[2]])
+print("ready", flush=True)
+while True:
+    check_output_writable(cfg)
+"""
+
+
+def test_a_kill_during_the_writable_check_leaves_no_probe_behind(tmp_path):
+    """The 60-second sweep above cannot help a rerun that starts at once: the soak's last run came seconds
+    after a SIGKILL inside the check and still found `.write-test-*` (CI, session 16). The probe must never
+    have a name in the folder, so a kill at any instant leaves nothing."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rng = random.Random(0)
+    for _ in range(15):
+        p = subprocess.Popen(
+            [sys.executable, "-c", _PROBE_LOOP, DEMO, str(run)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        )
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.01, 0.2))
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+        left = [q.name for q in run.iterdir()]
+        assert not left, f"a SIGKILL during the writable check left {left}"
