@@ -65,8 +65,13 @@ def hosts():
 
 
 def _where(cfg, stage: str) -> list[str]:
+    return list(_where_by_task(cfg, stage).values())
+
+
+def _where_by_task(cfg, stage: str) -> dict[str, str]:
+    """Each finished task's marker name -> the node that wrote it."""
     marks = Path(build_stages(cfg)[0].marker_dir)
-    return [json.loads(p.read_text())["where"] for p in sorted(marks.glob(f"{stage}-*.done"))]
+    return {p.name: json.loads(p.read_text())["where"] for p in sorted(marks.glob(f"{stage}-*.done"))}
 
 
 def test_two_node_ray_cluster_survives_worker_node_death(hosts, tmp_path):
@@ -163,7 +168,8 @@ def test_two_node_ray_cluster_survives_worker_node_death(hosts, tmp_path):
             time.sleep(0.05)
         hosts.kill_host(1)  # the worker node loses power mid-stage
         t_kill = time.monotonic()
-        before = _where(cfg, "dedup-signatures")  # read after the kill: the dead node writes nothing more
+        # read after the kill: the dead node writes nothing more
+        before = _where_by_task(cfg, "dedup-signatures")
         rc = driver.wait(timeout=150)
         elapsed = time.monotonic() - t_kill
     finally:
@@ -175,14 +181,18 @@ def test_two_node_ray_cluster_survives_worker_node_death(hosts, tmp_path):
     out = (tmp_path / "ray-driver.log").read_text()
     assert rc == 0, out[-4000:] + (tmp_path / "ray-head.log").read_text()[-2000:]
     # the worker had done work, the stage was not over
-    assert worker in before and len(before) < N_SHARDS, before
-    after = _where(cfg, "dedup-signatures")
-    assert len(after) == N_SHARDS and after.count(worker) == before.count(worker)  # the rest ran on the head
+    done_by_worker = {t for t, node in before.items() if node == worker}
+    assert done_by_worker and len(before) < N_SHARDS, before
+    after = _where_by_task(cfg, "dedup-signatures")
+    assert len(after) == N_SHARDS
+    # The rest ran on the head. A task the worker finished (its marker written) but could not report before it
+    # died is run again on the head (Ray retries it; same output): it counts as the head's, not as the worker's
+    # (CI, session 17: 2 markers before the kill, 1 after). The dead node wrote nothing after the kill.
+    assert {t for t, node in after.items() if node == worker} <= done_by_worker, (before, after)
+    assert {node for t, node in after.items() if t not in done_by_worker} == {head}, after
     assert set(_where(cfg, "dedup-filter")) == {head}
     assert {r["id"] for r in iter_corpus(cfg)} == {r["id"] for r in iter_corpus(ref)}
     stats = json.loads((Path(cfg.run.output_dir) / "dedup" / "dedup_stats.json").read_text())
     ref_stats = json.loads((Path(ref.run.output_dir) / "dedup" / "dedup_stats.json").read_text())
     assert stats["per_source"] == ref_stats["per_source"]
-    print(
-        f"worker node killed after {before.count(worker)} of its tasks; stage finished {elapsed:.1f}s later"
-    )
+    print(f"worker node killed after {len(done_by_worker)} of its tasks; stage finished {elapsed:.1f}s later")
