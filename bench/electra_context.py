@@ -1,0 +1,199 @@
+"""Does a replaced-token-detection discriminator learn context at our budgets? (issue 27: electra-budget's
+discriminator stays at its prior and its body degenerates.)
+
+The task is the easiest form of ELECTRA's: 15% of the non-special tokens of BBC text are replaced by a uniform draw
+from the non-special vocabulary (a generator that knows nothing), and a discriminator labels every token replaced
+or original. A model that sees only each token's identity, not its context, can still beat the prior (a rare token
+is more often a replacement than a real one); the best such model's BCE is computed exactly from the corpus's
+token counts: the token-identity bound (the peer). Anything below it is context.
+
+Ours: the discriminator electra-budget ships (`ElectraForPreTraining` from our family's `build_config` of
+configs/electra-budget.yaml: 4 x 128, post-LN), trained on the task in a plain single-process loop with the preset's
+AdamW settings (betas, eps, weight decay, clipping), 10% warmup and linear decay, at peak LR 1e-3 (twice the
+preset's, so the bound is reached within the steps). For information, the same loop trains modernbert-budget's
+pre-LN body (`ModernBertModel` + a linear head): whether the layer-norm placement matters.
+Held-out BCE on fixed corruptions of 10% of the sequences, every 100 steps.
+
+VERDICT electra_context_lower_is_better: ours = held-out BCE at the end, peer = the bound, passes when
+ours <= 0.95 x bound (the discriminator uses context for at least 5% of the bound).
+
+The tokenizer is a 4K WordPiece trained here with `tokenizers` on the same text (electra-budget's type and size);
+the corpus is only the BBC package's, so this is a diagnostic of the objective, not a tuning target.
+
+`python bench/electra_context.py [--steps 600] [--bodies electra modernbert] [--no-save]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+
+SEQ_LEN, BATCH, MASK_RATE, PEAK_LR, GOAL = 128, 32, 0.15, 1e-3, 0.95
+
+
+def corpus(vocab_size: int) -> tuple[Any, list[int]]:
+    """(HF tokenizer, token stream of every BBC article, each followed by [SEP])."""
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    C.ensure_bbc()
+    texts = [p.read_text(errors="ignore") for p in sorted(C.BBC.glob("*/*.txt"))]
+    wp = BertWordPieceTokenizer(lowercase=True)
+    wp.train_from_iterator(texts, vocab_size=vocab_size, show_progress=False)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=wp._tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+        sep_token="[SEP]", mask_token="[MASK]",
+    )  # fmt: skip
+    stream: list[int] = []
+    for t in texts:
+        stream += wp.encode(t, add_special_tokens=False).ids + [hf.sep_token_id]
+    return hf, stream
+
+
+def identity_bound(counts: Counter, candidates: list[int], special: set[int]) -> float:
+    """Expected BCE of the Bayes-optimal token-identity classifier: at a position showing token w, P(replaced) is
+    the uniform draws that landed on w and differ from the original, over all positions showing w."""
+    k, total, h = len(candidates), 0.0, 0.0
+    n_plain = sum(c for w, c in counts.items() if w not in special)
+    for w in candidates:
+        c = counts.get(w, 0)
+        kept = (1 - MASK_RATE) * c + MASK_RATE * c / k  # not selected, or selected and drawn as itself
+        replaced = MASK_RATE * (n_plain - c) / k  # another token's position, drawn as w
+        seen = kept + replaced
+        if seen <= 0:
+            continue
+        p = replaced / seen
+        if 0 < p < 1:
+            h -= seen * (p * math.log(p) + (1 - p) * math.log(1 - p))
+        total += seen
+    specials = sum(c for w, c in counts.items() if w in special)  # never replaced: BCE 0 for the ideal model
+    return h / (total + specials)
+
+
+def corrupt(batch: Any, candidates: Any, special: Any, gen: Any) -> tuple[Any, Any]:
+    import torch
+
+    sel = (torch.rand(batch.shape, generator=gen) < MASK_RATE) & ~torch.isin(batch, special)
+    draw = candidates[torch.randint(0, len(candidates), batch.shape, generator=gen)]
+    corrupted = torch.where(sel, draw, batch)
+    return corrupted, (corrupted != batch).float()
+
+
+def build(body: str, hf: Any, vocab: int) -> Any:
+    """The discriminator: our family's config of the preset, the HF class it exports as."""
+    import torch
+    from transformers import ElectraForPreTraining, ModernBertModel
+
+    from pretrain.families.registry import get_family
+    from runconfig import load_config
+
+    cfg = load_config(C.ROOT / "configs" / f"{body}-budget.yaml")
+    mcfg = get_family(body).build_config(cfg.model, hf, SEQ_LEN, vocab)
+    if body == "electra":
+        model = ElectraForPreTraining(mcfg)
+        return model, cfg, lambda ids: model(input_ids=ids).logits
+
+    class BodyAndHead(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body, self.head = ModernBertModel(mcfg), torch.nn.Linear(mcfg.hidden_size, 1)
+
+    m = BodyAndHead()
+    return m, cfg, lambda ids: m.head(m.body(input_ids=ids).last_hidden_state).squeeze(-1)
+
+
+def train(body: str, hf: Any, data: Any, held: Any, candidates: Any, special: Any, steps: int, rep: C.Report):
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model, cfg, logits_of = build(body, hf, len(hf))
+    o = cfg.optim
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    rest = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": o.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=PEAK_LR, betas=tuple(o.betas), eps=o.eps,
+    )  # fmt: skip
+    warm = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, (steps - s) / (steps - warm))
+    )
+    gen = torch.Generator().manual_seed(1)
+    held_gen = torch.Generator().manual_seed(2)
+    held_in, held_y = corrupt(held, candidates, special, held_gen)
+
+    def evaluate() -> float:
+        model.eval()
+        with torch.no_grad():
+            out = [F.binary_cross_entropy_with_logits(logits_of(held_in[i : i + 64]), held_y[i : i + 64],
+                                                      reduction="sum") for i in range(0, len(held_in), 64)]  # fmt: skip
+        model.train()
+        return float(sum(out)) / held_y.numel()
+
+    t0, bce = time.perf_counter(), float("nan")
+    for step in range(steps):
+        idx = torch.randint(0, len(data), (BATCH,), generator=gen)
+        x, y = corrupt(data[idx], candidates, special, gen)
+        loss = F.binary_cross_entropy_with_logits(logits_of(x), y)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip or 1.0)
+        opt.step()
+        sched.step()
+        if (step + 1) % 100 == 0 or step + 1 == steps:
+            bce = evaluate()
+            rep.line(f"  {body}: step {step + 1}: held-out BCE {bce:.4f} ({time.perf_counter() - t0:.0f}s)")
+    return bce
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument(
+        "--bodies", nargs="+", default=["electra", "modernbert"], choices=["electra", "modernbert"]
+    )
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-save", action="store_true")
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    rep = C.Report(__file__, save=not args.no_save)
+    hf, stream = corpus(4096)
+    special_ids = set(hf.all_special_ids)
+    candidates = [i for i in range(len(hf)) if i not in special_ids]
+    n = len(stream) // SEQ_LEN
+    seqs = torch.tensor(stream[: n * SEQ_LEN]).view(n, SEQ_LEN)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    held, data = seqs[perm[: n // 10]], seqs[perm[n // 10 :]]
+    held_counts = Counter(held.flatten().tolist())
+    bound = identity_bound(held_counts, candidates, special_ids)
+    p = MASK_RATE * (1 - 1 / len(candidates))
+    rep.line(
+        f"{n} sequences of {SEQ_LEN} tokens ({len(data)} train, {len(held)} held out), vocabulary {len(hf)}; "
+        f"{MASK_RATE:.0%} of non-special tokens replaced by a uniform draw; {args.steps} steps of {BATCH} sequences, "
+        f"peak LR {PEAK_LR:g}"
+    )
+    rep.line(f"held-out BCE: prior (replaced fraction only) about {-(p * math.log(p) + (1 - p) * math.log(1 - p)):.4f}; "
+             f"token-identity bound {bound:.4f}")  # fmt: skip
+    cand, special = torch.tensor(candidates), torch.tensor(sorted(special_ids))
+    results = {b: train(b, hf, data, held, cand, special, args.steps, rep) for b in args.bodies}
+    for b, bce in results.items():
+        rep.line(f"{b}: held-out BCE {bce:.4f} = {bce / bound:.3f} x the token-identity bound")
+    if "electra" in results:
+        rep.verdict("electra_context", results["electra"], bound, GOAL, lower_is_better=True)
+    return rep.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
