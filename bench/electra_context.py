@@ -20,7 +20,8 @@ ours <= 0.95 x bound (the discriminator uses context for at least 5% of the boun
 The tokenizer is a 4K WordPiece trained here with `tokenizers` on the same text (electra-budget's type and size);
 the corpus is only the BBC package's, so this is a diagnostic of the objective, not a tuning target.
 
-`python bench/electra_context.py [--steps 600] [--bodies electra modernbert] [--no-save]`
+`python bench/electra_context.py [--steps 1000] [--bodies electra modernbert] [--lr 1e-3] [--set model.num_layers=2]
+[--no-save]` (a run at another LR or with `--set` overrides of both presets is printed, not saved)
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def corrupt(batch: Any, candidates: Any, special: Any, gen: Any) -> tuple[Any, A
     return corrupted, (corrupted != batch).float()
 
 
-def build(body: str, hf: Any, vocab: int) -> Any:
+def build(body: str, hf: Any, vocab: int, overrides: list[str]) -> Any:
     """The discriminator: our family's config of the preset, the HF class it exports as."""
     import torch
     from transformers import ElectraForPreTraining, ModernBertModel
@@ -95,7 +96,7 @@ def build(body: str, hf: Any, vocab: int) -> Any:
     from pretrain.families.registry import get_family
     from runconfig import load_config
 
-    cfg = load_config(C.ROOT / "configs" / f"{body}-budget.yaml")
+    cfg = load_config(C.ROOT / "configs" / f"{body}-budget.yaml", overrides)
     mcfg = get_family(body).build_config(cfg.model, hf, SEQ_LEN, vocab)
     if body == "electra":
         model = ElectraForPreTraining(mcfg)
@@ -110,18 +111,29 @@ def build(body: str, hf: Any, vocab: int) -> Any:
     return m, cfg, lambda ids: m.head(m.body(input_ids=ids).last_hidden_state).squeeze(-1)
 
 
-def train(body: str, hf: Any, data: Any, held: Any, candidates: Any, special: Any, steps: int, rep: C.Report):
+def train(
+    body: str,
+    hf: Any,
+    data: Any,
+    held: Any,
+    candidates: Any,
+    special: Any,
+    steps: int,
+    lr: float,
+    overrides: list[str],
+    rep: C.Report,
+):
     import torch
     import torch.nn.functional as F
 
     torch.manual_seed(0)
-    model, cfg, logits_of = build(body, hf, len(hf))
+    model, cfg, logits_of = build(body, hf, len(hf), overrides)
     o = cfg.optim
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     rest = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": o.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-        lr=PEAK_LR, betas=tuple(o.betas), eps=o.eps,
+        lr=lr, betas=tuple(o.betas), eps=o.eps,
     )  # fmt: skip
     warm = max(1, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -157,18 +169,20 @@ def train(body: str, hf: Any, data: Any, held: Any, candidates: Any, special: An
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument(
         "--bodies", nargs="+", default=["electra", "modernbert"], choices=["electra", "modernbert"]
     )
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=PEAK_LR, help="peak LR (a run at another LR is not saved)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="preset overrides (not saved)")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args()
 
     import torch
 
     torch.set_num_threads(args.threads)
-    rep = C.Report(__file__, save=not args.no_save)
+    rep = C.Report(__file__, save=not args.no_save and args.lr == PEAK_LR and not args.set)
     hf, stream = corpus(4096)
     special_ids = set(hf.all_special_ids)
     candidates = [i for i in range(len(hf)) if i not in special_ids]
@@ -182,12 +196,14 @@ def main() -> int:
     rep.line(
         f"{n} sequences of {SEQ_LEN} tokens ({len(data)} train, {len(held)} held out), vocabulary {len(hf)}; "
         f"{MASK_RATE:.0%} of non-special tokens replaced by a uniform draw; {args.steps} steps of {BATCH} sequences, "
-        f"peak LR {PEAK_LR:g}"
+        f"peak LR {args.lr:g}"
     )
     rep.line(f"held-out BCE: prior (replaced fraction only) about {-(p * math.log(p) + (1 - p) * math.log(1 - p)):.4f}; "
              f"token-identity bound {bound:.4f}")  # fmt: skip
     cand, special = torch.tensor(candidates), torch.tensor(sorted(special_ids))
-    results = {b: train(b, hf, data, held, cand, special, args.steps, rep) for b in args.bodies}
+    results = {
+        b: train(b, hf, data, held, cand, special, args.steps, args.lr, args.set, rep) for b in args.bodies
+    }
     for b, bce in results.items():
         rep.line(f"{b}: held-out BCE {bce:.4f} = {bce / bound:.3f} x the token-identity bound")
     if "electra" in results:
