@@ -11,7 +11,9 @@ Ours: the discriminator electra-budget ships (`ElectraForPreTraining` from our f
 configs/electra-budget.yaml: 4 x 128, post-LN), trained on the task in a plain single-process loop with the preset's
 AdamW settings (betas, eps, weight decay, clipping), 10% warmup and linear decay, at peak LR 1e-3 (twice the
 preset's, so the bound is reached within the steps). For information, the same loop trains modernbert-budget's
-pre-LN body (`ModernBertModel` + a linear head): whether the layer-norm placement matters.
+pre-LN body (`ModernBertModel` + a linear head): whether the layer-norm placement matters. `--bodies roformer`
+trains electra-budget's discriminator with rotary positions instead of its learned position table
+(`RoFormerModel`, BERT's post-LN layers with RoPE, + a linear head): whether the position encoding matters.
 Held-out BCE on fixed corruptions of 10% of the sequences, every 100 steps.
 
 VERDICT electra_context_lower_is_better: ours = held-out BCE at the end, peer = the bound, passes when
@@ -91,21 +93,32 @@ def corrupt(batch: Any, candidates: Any, special: Any, gen: Any) -> tuple[Any, A
 def build(body: str, hf: Any, vocab: int, overrides: list[str]) -> Any:
     """The discriminator: our family's config of the preset, the HF class it exports as."""
     import torch
-    from transformers import ElectraForPreTraining, ModernBertModel
+    from transformers import ElectraForPreTraining, ModernBertModel, RoFormerConfig, RoFormerModel
 
     from pretrain.families.registry import get_family
     from runconfig import load_config
 
-    cfg = load_config(C.ROOT / "configs" / f"{body}-budget.yaml", overrides)
-    mcfg = get_family(body).build_config(cfg.model, hf, SEQ_LEN, vocab)
+    family = "electra" if body == "roformer" else body
+    cfg = load_config(C.ROOT / "configs" / f"{family}-budget.yaml", overrides)
+    mcfg = get_family(family).build_config(cfg.model, hf, SEQ_LEN, vocab)
     if body == "electra":
         model = ElectraForPreTraining(mcfg)
         return model, cfg, lambda ids: model(input_ids=ids).logits
+    if body == "roformer":
+        # electra-budget's discriminator with one change: rotary positions (RoFormer: BERT's post-LN layers with
+        # RoPE in attention) instead of a learned absolute position table
+        keys = [
+            "vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
+            "max_position_embeddings", "initializer_range", "layer_norm_eps", "pad_token_id",
+        ]  # fmt: skip
+        mcfg = RoFormerConfig(**{k: getattr(mcfg, k) for k in keys})
+    body_cls = RoFormerModel if body == "roformer" else ModernBertModel
 
     class BodyAndHead(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.body, self.head = ModernBertModel(mcfg), torch.nn.Linear(mcfg.hidden_size, 1)
+            self.body, self.head = body_cls(mcfg), torch.nn.Linear(mcfg.hidden_size, 1)
 
     m = BodyAndHead()
     return m, cfg, lambda ids: m.head(m.body(input_ids=ids).last_hidden_state).squeeze(-1)
@@ -129,8 +142,8 @@ def train(
     torch.manual_seed(0)
     model, cfg, logits_of = build(body, hf, len(hf), overrides)
     o = cfg.optim
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    rest = [p for n, p in model.named_parameters() if p.ndim < 2]
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": o.weight_decay}, {"params": rest, "weight_decay": 0.0}],
         lr=lr, betas=tuple(o.betas), eps=o.eps,
@@ -171,7 +184,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument(
-        "--bodies", nargs="+", default=["electra", "modernbert"], choices=["electra", "modernbert"]
+        "--bodies",
+        nargs="+",
+        default=["electra", "modernbert"],
+        choices=["electra", "modernbert", "roformer"],
     )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=PEAK_LR, help="peak LR (a run at another LR is not saved)")
@@ -182,7 +198,8 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    rep = C.Report(__file__, save=not args.no_save and args.lr == PEAK_LR and not args.set)
+    saved = not args.no_save and args.lr == PEAK_LR and not args.set and "electra" in args.bodies
+    rep = C.Report(__file__, save=saved)
     hf, stream = corpus(4096)
     special_ids = set(hf.all_special_ids)
     candidates = [i for i in range(len(hf)) if i not in special_ids]
