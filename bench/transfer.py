@@ -208,8 +208,10 @@ def main() -> None:
             cleaned = cleaned or r["run_dir"]
             results.append(r)
             s = r["seconds"]
+            first = r["tasks"][next(iter(r["tasks"]))]
             rep.line(
-                f"{recipe}: LR grid {r['tasks'][next(iter(r['tasks']))]['lr_grid']}; {r['tokens']:,} tokens in {r['steps']} steps ({minutes:g} min budget), held-out loss "
+                f"{recipe}: LR grid {first['lr_grid']} ({first.get('optim', 'adamw')}); {r['tokens']:,} tokens in "
+                f"{r['steps']} steps ({minutes:g} min budget), held-out loss "
                 f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
                 f"{s['transfer']:.0f}s"
             )

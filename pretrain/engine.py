@@ -161,15 +161,13 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
     groups = _param_groups(model, cfg.optim.weight_decay)
     optimizer = None
     if cfg.optim.name == "adafactor":
-        # The T5 paper's optimizer, from transformers: relative updates (scale_parameter) make T5's std-1 embeddings
-        # learn; AdamW's absolute steps of ~lr leave them where they started (docs/results.md). The LR is ours
-        # (relative_step off), warmup and decay come from our schedule. Imported here, not at the top: the module
-        # costs every rank 0.13 s at start-up and only runs that choose this optimizer need it.
-        from transformers.optimization import Adafactor
+        # The T5 paper's optimizer: relative updates (scale_parameter) make T5's std-1 embeddings learn; AdamW's
+        # absolute steps of ~lr leave them where they started (docs/results.md). The LR is ours, warmup and decay
+        # come from our schedule. Imported here, not at the top: transformers' optimization module costs every
+        # rank 0.13 s at start-up and only runs that choose this optimizer need it.
+        from pretrain.optimizers import paper_adafactor
 
-        optimizer = Adafactor(
-            groups, lr=plan.peak_lr, scale_parameter=True, relative_step=False, warmup_init=False
-        )
+        optimizer = paper_adafactor(groups, lr=plan.peak_lr)
     elif not _use_ds_optimizer(cfg):
         fused = accelerator_name() == "cuda"
         optimizer = torch.optim.AdamW(

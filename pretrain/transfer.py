@@ -47,6 +47,7 @@ from core.log import get_logger, route_third_party, verbose_requested
 from data_pipeline.layout import RunLayout
 from pretrain.export_folder import verify_export, weights_hash
 from pretrain.labelled import Row, TaskData, load_tasks
+from pretrain.optimizers import paper_adafactor
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneConfig
 
@@ -330,6 +331,29 @@ class BestOnDev(TrainerCallback):
         return control
 
 
+class FinetuneTrainer(Trainer):
+    """The HF Trainer with `finetune.optim`: adafactor builds the T5 paper's optimizer (`paper_adafactor`) over the
+    Trainer's own weight-decay groups; adamw is the Trainer's default. Overriding `create_optimizer` is the
+    Trainer's documented hook, and the only one that works with `model_init` (which refuses `optimizers=`)."""
+
+    def __init__(self, *args: Any, optim: str = "adamw", **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.optim = optim
+
+    def create_optimizer(self, model: torch.nn.Module | None = None) -> torch.optim.Optimizer:
+        if self.optim != "adafactor" or self.optimizer is not None:
+            return super().create_optimizer(*([model] if model is not None else []))
+        model = model if model is not None else self.model
+        decay = set(self.get_decay_parameter_names(model))
+        params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for n, p in params if n in decay], "weight_decay": self.args.weight_decay},
+            {"params": [p for n, p in params if n not in decay], "weight_decay": 0.0},
+        ]
+        self.optimizer = paper_adafactor([g for g in groups if g["params"]], lr=self.args.learning_rate)
+        return self.optimizer
+
+
 def dev_eval_steps(total: int, n: int) -> set[int]:
     """`n` evaluation points evenly spaced over `total` steps, the last step always among them."""
     return {max(1, round(total * k / n)) for k in range(1, n + 1)} if n > 0 else set()
@@ -380,7 +404,8 @@ def fine_tune_once(
             dev_eval_steps(steps, ft.dev_evals),
             ft.early_stopping_patience,
         )
-    trainer = Trainer(
+    trainer = FinetuneTrainer(
+        optim=ft.optim,
         model_init=lambda: arms.build(arm),
         args=args,
         train_dataset=_ListDataset(train.features),
@@ -406,6 +431,7 @@ def fine_tune_once(
     record: dict[str, Any] = {
         "arm": arm,
         "lr": lr,
+        "optim": ft.optim,
         "seed": seed,
         "accuracy": out,
         "steps": trainer.state.global_step,
@@ -674,6 +700,7 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
         "long_inputs": ft.long_inputs,
         "seeds": ft.seeds,
         "lr_grid": ft.lr_grid,
+        "optim": ft.optim,
         "text_to_text": arms.text_to_text,
         "arms": {},
     }

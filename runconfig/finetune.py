@@ -68,6 +68,10 @@ class FinetuneConfig(Section):
     min_steps: int = Field(0, ge=0)
     batch_size: int = Field(16, gt=0)
     weight_decay: float = Field(0.01, ge=0)
+    # adamw: the Trainer's AdamW. adafactor: the T5 paper's fine-tune optimizer (transformers' Adafactor with each
+    # update scaled by its parameter's RMS, no momentum; pretrain.optimizers), for models whose parameters differ
+    # in scale by orders of magnitude, as T5's do.
+    optim: Literal["adamw", "adafactor"] = "adamw"
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     # Token budget per example (special tokens included); "model" = the model's position table.
     max_length: int | Literal["model"] = 128

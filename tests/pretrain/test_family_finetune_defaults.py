@@ -41,11 +41,16 @@ def test_the_family_recipe_applies_unless_the_config_sets_the_key(family):
     assert own.finetune.warmup_ratio == d["warmup_ratio"]
 
 
-def test_electra_and_t5_fine_tune_in_their_papers_range():
-    """ELECTRA-Small fine-tunes at 3e-4 (Clark et al. 2020, Table 7), T5 with AdamW at 1e-4..3e-4 (transformers'
-    T5 docs); the shared [3e-4, 1e-3] grid put both above that."""
-    for family in ("electra", "t5"):
-        assert max(get_family(family).finetune_defaults["lr_grid"]) <= 3.0e-4
+def test_electra_fine_tunes_in_its_papers_range_and_t5_with_its_papers_optimizer():
+    """ELECTRA-Small fine-tunes at 3e-4 (Clark et al. 2020, Table 7); the shared [3e-4, 1e-3] grid put it above
+    that. T5 fine-tunes with the paper's Adafactor, its grid holding the paper's constant 1e-3; every other family
+    keeps the Trainer's AdamW."""
+    assert max(get_family("electra").finetune_defaults["lr_grid"]) <= 3.0e-4
+    t5 = get_family("t5").finetune_defaults
+    assert t5["optim"] == "adafactor" and 1.0e-3 in t5["lr_grid"]
+    assert load_config("configs/t5-budget.yaml").finetune.optim == "adafactor"
+    for family in set(family_names()) - {"t5"}:
+        assert get_family(family).finetune_defaults.get("optim", "adamw") == "adamw", family
 
 
 @pytest.mark.parametrize(
@@ -57,6 +62,7 @@ def test_electra_and_t5_fine_tune_in_their_papers_range():
         ({"lr_grid": [float("inf")]}, r"'broken': finetune_defaults.lr_grid.0: .*finite"),
         ({"lr_grid": []}, r"'broken': finetune_defaults.*lr_grid is empty"),
         ({"warmup_ratio": 1.5}, r"'broken': finetune_defaults.warmup_ratio"),
+        ({"optim": "sgd"}, r"'broken': finetune_defaults.optim"),
         ({"lr_grd": [1e-4]}, r"'broken': finetune_defaults has unknown finetune keys \['lr_grd'\]"),
     ],
 )

@@ -114,6 +114,9 @@ def test_finetune_and_transfer_every_family(tmp_path, preset):
     for seed in (0, 1):
         assert (tmp_path / "ft" / "t" / "pretrained" / f"seed{seed}" / "result.json").is_file()
         assert (tmp_path / "ft" / "t" / "pretrained" / f"seed{seed}" / "config.json").is_file()
+    # the family's fine-tune optimizer (T5: the paper's Adafactor) is the one that ran, and the record says so
+    record = json.loads((tmp_path / "ft" / "t" / "pretrained" / "seed0" / "result.json").read_text())
+    assert record["optim"] == cfg.finetune.optim == ("adafactor" if preset == "t5-tiny" else "adamw")
     report = run_transfer(cfg, export, tmp_path / "tr", log=lambda *_: None)
     r = report["tasks"]["t"]
     assert set(r["arms"]) == {"pretrained", "random"} and "probe_margin" in r
