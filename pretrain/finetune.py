@@ -59,7 +59,7 @@ def finetune(
             if "test" in run.collapsed:
                 collapsed[seed] = run.collapsed["test"]
             log(
-                f"[finetune] {data.name} {init} seed {seed} lr {lr:g}: test accuracy {run.accuracy['test']:.3f}"
+                f"[finetune] {data.name} {init} seed {seed} lr {lr:g} ({ft.optim}): test accuracy {run.accuracy['test']:.3f}"
                 + (" COLLAPSED (one class)" if seed in collapsed else "")
                 + f" -> {folder}"
             )
@@ -69,6 +69,7 @@ def finetune(
                 "task": data.name,
                 "init": init,
                 "lr": lr,
+                "optim": ft.optim,
                 "accuracy_by_seed": by_seed,
                 "accuracy": sum(kept) / len(kept) if kept else None,
                 "collapsed": collapsed,
