@@ -210,7 +210,7 @@ def main() -> None:
             s = r["seconds"]
             first = r["tasks"][next(iter(r["tasks"]))]
             rep.line(
-                f"{recipe}: LR grid {first['lr_grid']} ({first.get('optim', 'adamw')}); {r['tokens']:,} tokens in "
+                f"{recipe}: LR grid {first['lr_grid']} ({first['optim']}); {r['tokens']:,} tokens in "
                 f"{r['steps']} steps ({minutes:g} min budget), held-out loss "
                 f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
                 f"{s['transfer']:.0f}s"

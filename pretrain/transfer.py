@@ -38,6 +38,7 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
+from transformers.optimization import Adafactor
 from transformers.trainer_callback import PrinterCallback
 
 from core.errors import DiskFullError, is_disk_full
@@ -47,7 +48,7 @@ from core.log import get_logger, route_third_party, verbose_requested
 from data_pipeline.layout import RunLayout
 from pretrain.export_folder import verify_export, weights_hash
 from pretrain.labelled import Row, TaskData, load_tasks
-from pretrain.optimizers import paper_adafactor
+from pretrain.optimizers import PAPER_ADAFACTOR
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneConfig
 
@@ -331,27 +332,10 @@ class BestOnDev(TrainerCallback):
         return control
 
 
-class FinetuneTrainer(Trainer):
-    """The HF Trainer with `finetune.optim`: adafactor builds the T5 paper's optimizer (`paper_adafactor`) over the
-    Trainer's own weight-decay groups; adamw is the Trainer's default. Overriding `create_optimizer` is the
-    Trainer's documented hook, and the only one that works with `model_init` (which refuses `optimizers=`)."""
-
-    def __init__(self, *args: Any, optim: str = "adamw", **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.optim = optim
-
-    def create_optimizer(self, model: torch.nn.Module | None = None) -> torch.optim.Optimizer:
-        if self.optim != "adafactor" or self.optimizer is not None:
-            return super().create_optimizer(*([model] if model is not None else []))
-        model = model if model is not None else self.model
-        decay = set(self.get_decay_parameter_names(model))
-        params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for n, p in params if n in decay], "weight_decay": self.args.weight_decay},
-            {"params": [p for n, p in params if n not in decay], "weight_decay": 0.0},
-        ]
-        self.optimizer = paper_adafactor([g for g in groups if g["params"]], lr=self.args.learning_rate)
-        return self.optimizer
+def finetune_optimizer(optim: str, lr: float) -> tuple[type[torch.optim.Optimizer], dict[str, Any]] | None:
+    """The Trainer's `optimizer_cls_and_kwargs` for `finetune.optim`: adafactor is the T5 paper's (the Trainer builds
+    it over its own weight-decay groups); adamw is None, the Trainer's default AdamW."""
+    return (Adafactor, {"lr": lr, **PAPER_ADAFACTOR}) if optim == "adafactor" else None
 
 
 def dev_eval_steps(total: int, n: int) -> set[int]:
@@ -404,9 +388,9 @@ def fine_tune_once(
             dev_eval_steps(steps, ft.dev_evals),
             ft.early_stopping_patience,
         )
-    trainer = FinetuneTrainer(
-        optim=ft.optim,
+    trainer = Trainer(
         model_init=lambda: arms.build(arm),
+        optimizer_cls_and_kwargs=finetune_optimizer(ft.optim, lr),
         args=args,
         train_dataset=_ListDataset(train.features),
         data_collator=Collator(tok.pad_token_id),

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import TrainingArguments
+from transformers import Trainer, TrainingArguments
 from transformers.optimization import Adafactor
 
-from pretrain.transfer import FinetuneTrainer
+from pretrain.transfer import finetune_optimizer
 from runconfig import ConfigError, load_config
 
 
@@ -32,7 +32,9 @@ def _optimizer(tmp_path, optim: str, model: torch.nn.Module) -> torch.optim.Opti
     args = TrainingArguments(
         output_dir=str(tmp_path), learning_rate=1e-3, weight_decay=0.1, use_cpu=True, report_to=[]
     )
-    return FinetuneTrainer(model=model, args=args, optim=optim).create_optimizer()
+    return Trainer(
+        model=model, args=args, optimizer_cls_and_kwargs=finetune_optimizer(optim, args.learning_rate)
+    ).create_optimizer()
 
 
 def _relative_step(tmp_path, optim: str) -> dict[str, float]:
