@@ -17,8 +17,10 @@ comparable with the others), test accuracy pretrained vs random (mean ± sd over
 margin; one VERDICT per recipe and task (goal: +5 points; a task where any run collapsed to one class fails
 it, and the table prints such runs as collapsed, kept out of the means), and with electra-budget, its margin beside
 RoBERTa-MLM's and ModernBERT's and a VERDICT of its fine-tuned accuracy against RoBERTa-MLM's.
-`python bench/transfer.py [--minutes 8] [--recipes gpt2-budget roberta-budget t5-budget] [--quick]`
-(--quick: 0.5-minute budgets, 2 seeds, one LR, one epoch, 48-token inputs: a smoke run, not a result).
+`python bench/transfer.py [--minutes 8] [--recipes gpt2-budget roberta-budget t5-budget] [--quick] [--gpu]`
+(--quick: 0.5-minute budgets, 2 seeds, one LR, one epoch, 48-token inputs: a smoke run, not a result;
+--gpu: pretraining on one CUDA rank (NCCL) instead of 2 CPU ranks, fine-tunes on the GPU; the same recipes and
+protocol, more tokens per minute; its results file carries a `gpu` suffix).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def drug_reviews(dest: Path) -> Path:
     return dest
 
 
-def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool) -> str:
+def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool, gpu: bool = False) -> str:
     ft = (
         "  seeds: [0, 1]\n  lr_grid: [1.0e-3]\n  epochs: 1\n  max_length: 48\n"
         if quick
@@ -77,7 +79,8 @@ def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool) -
         f"run: {{name: bench-{recipe}, output_dir: {out}}}\n"
         f"schedule: {{budget_minutes: {minutes}}}\n"
         "logging: {progress_bar: false}\n"
-        "data: {clean: {progress: false}}\n"
+        + ("launch: {nodes: 1, procs_per_node: 1, backend: nccl}\n" if gpu else "")
+        + "data: {clean: {progress: false}}\n"
         "finetune:\n"
         "  tasks:\n"
         "    - {name: bbc, source: bbc, test_fraction: 0.3}\n"
@@ -120,13 +123,13 @@ def last_eval_loss(run_dir: Path) -> float | None:
 
 
 def run_recipe(
-    recipe: str, tmp: Path, minutes: float, drugs: Path, quick: bool, cleaned: Path | None
+    recipe: str, tmp: Path, minutes: float, drugs: Path, quick: bool, cleaned: Path | None, gpu: bool = False
 ) -> dict:
     folder = tmp / recipe
     run_dir = folder / "run"
     folder.mkdir(parents=True)
     cfg = folder / "run.yaml"
-    cfg.write_text(run_yaml(recipe, run_dir, minutes, drugs, quick))
+    cfg.write_text(run_yaml(recipe, run_dir, minutes, drugs, quick, gpu))
     py = sys.executable
     t0 = time.perf_counter()
     if cleaned is None:
@@ -140,7 +143,12 @@ def run_recipe(
         C.run_cmd([py, "-m", "data_pipeline", stage, "--config", str(cfg)], timeout=1800)
     t_data = time.perf_counter() - t0
     t0 = time.perf_counter()
-    C.torchrun(2, ["-m", "pretrain", "train", "--config", str(cfg)], timeout=int(minutes * 60 * 2 + 600))
+    C.torchrun(
+        1 if gpu else 2,
+        ["-m", "pretrain", "train", "--config", str(cfg)],
+        timeout=int(minutes * 60 * 2 + 600),
+        env=C.child_env(accelerator="cuda" if gpu else "cpu"),
+    )
     t_train = time.perf_counter() - t0
     C.run_cmd([py, "-m", "pretrain", "export", "--config", str(cfg)], timeout=900)
     t0 = time.perf_counter()
@@ -162,12 +170,14 @@ def run_recipe(
     }
 
 
-def results_variant(recipes: list[str], minutes: float) -> str | None:
+def results_variant(recipes: list[str], minutes: float, gpu: bool = False) -> str | None:
     """None for the full run (every recipe, 8 minutes: bench/results/transfer.txt); otherwise the suffix of its
     own results file, so that re-measuring one recipe never overwrites the table of all of them."""
     parts = [] if list(recipes) == RECIPES else ["_".join(recipes)]
     if minutes != 8.0:
         parts.append(f"{minutes:g}min")
+    if gpu:
+        parts.append("gpu")
     return "-".join(parts) or None
 
 
@@ -178,12 +188,22 @@ def main() -> None:
     ap.add_argument(
         "--quick", action="store_true", help="smoke run: 0.5-minute budgets, 2 seeds, 1 LR, 1 epoch"
     )
+    ap.add_argument(
+        "--gpu", action="store_true", help="pretrain on one CUDA rank (NCCL), fine-tune on the GPU"
+    )
     a = ap.parse_args()
+    where = "2 CPU ranks"
+    if a.gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            sys.exit("--gpu: no CUDA device here")
+        where = f"1 GPU ({torch.cuda.get_device_name()})"
     minutes = 0.5 if a.quick else a.minutes
     t_start = time.perf_counter()
-    rep = C.Report(__file__, save=not a.quick, variant=results_variant(a.recipes, minutes))
+    rep = C.Report(__file__, save=not a.quick, variant=results_variant(a.recipes, minutes, a.gpu))
     rep.line(
-        f"recipes {a.recipes}; pretraining budget {minutes:g} min each on 2 ranks; "
+        f"recipes {a.recipes}; pretraining budget {minutes:g} min each on {where}; "
         + (
             "quick mode: a smoke run, not a result"
             if a.quick
@@ -199,7 +219,7 @@ def main() -> None:
         failed: dict[str, str] = {}
         for recipe in a.recipes:
             try:
-                r = run_recipe(recipe, tmp, minutes, drugs, a.quick, cleaned)
+                r = run_recipe(recipe, tmp, minutes, drugs, a.quick, cleaned, a.gpu)
             except (RuntimeError, OSError, KeyError, subprocess.TimeoutExpired) as e:
                 # one recipe that fails is a failing verdict, named; the other recipes are still measured
                 failed[recipe] = str(e).splitlines()[0]

@@ -235,6 +235,11 @@ class Arms:
 
 
 # --- one fine-tune -----------------------------------------------------------------------------------------
+def _device(model: torch.nn.Module) -> torch.device:
+    """Where the model's weights are: the Trainer moves a fine-tuned model to the GPU, and scoring must follow."""
+    return next(model.parameters()).device
+
+
 def _predict(
     model: torch.nn.Module,
     tok,
@@ -248,6 +253,7 @@ def _predict(
     out-of-label answer."""
     collate = Collator(tok.pad_token_id)
     model.eval()
+    device = _device(model)
     n_labels = int(enc.gold.max(initial=0)) + 1 if label_ids is None else len(label_ids)
     scores = np.zeros((len(enc.gold), n_labels))
     with torch.no_grad():
@@ -256,16 +262,17 @@ def _predict(
             owners = enc.owner[s : s + ft.eval_batch_size]
             batch = collate(chunk)
             batch.pop("labels")
+            batch = {k: v.to(device) for k, v in batch.items()}
             if text_to_text:
                 for j, target in enumerate(label_ids):
-                    lab = torch.tensor(target).repeat(len(chunk), 1)
+                    lab = torch.tensor(target, device=device).repeat(len(chunk), 1)
                     logits = model(**batch, labels=lab).logits
                     nll = torch.nn.functional.cross_entropy(
-                        logits.transpose(1, 2), lab, reduction="none"
+                        logits.float().transpose(1, 2), lab, reduction="none"
                     ).sum(1)
-                    np.add.at(scores[:, j], owners, -nll.numpy())
+                    np.add.at(scores[:, j], owners, -nll.cpu().numpy())
             else:
-                logits = model(**batch).logits.float().log_softmax(-1).numpy()
+                logits = model(**batch).logits.float().log_softmax(-1).cpu().numpy()
                 np.add.at(scores, owners, logits)
     return scores.argmax(1)
 
@@ -435,13 +442,15 @@ def _pooled(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig) -> np
     collate = Collator(tok.pad_token_id)
     model.eval()
     feats: np.ndarray | None = None
+    device = _device(model)
     counts = np.bincount(enc.owner, minlength=len(enc.gold))[:, None]
     with torch.no_grad():
         for s in range(0, len(enc.features), ft.eval_batch_size):
             batch = collate(enc.features[s : s + ft.eval_batch_size])
-            mask = batch["attention_mask"].unsqueeze(-1).float()
-            h = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
-            pooled = ((h * mask).sum(1) / mask.sum(1).clamp(min=1)).numpy()
+            ids, att = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+            mask = att.unsqueeze(-1).float()
+            h = model(input_ids=ids, attention_mask=att).last_hidden_state.float()
+            pooled = ((h * mask).sum(1) / mask.sum(1).clamp(min=1)).cpu().numpy()
             if feats is None:
                 feats = np.zeros((len(enc.gold), pooled.shape[1]))
             np.add.at(feats, enc.owner[s : s + ft.eval_batch_size], pooled)
@@ -462,9 +471,12 @@ def token_cosine(
     collate = Collator(tok.pad_token_id)
     body.eval()
     batch = collate(enc.features[: ft.eval_batch_size])
+    device = _device(body)
     with torch.no_grad():
-        h = body(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
-    states = h[batch["attention_mask"].bool()].float()
+        h = body(
+            input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)
+        ).last_hidden_state
+    states = h[batch["attention_mask"].to(device).bool()].float().cpu()
     pick = torch.randperm(len(states), generator=torch.Generator().manual_seed(seed))[:n_tokens]
     x = torch.nn.functional.normalize(states[pick], dim=-1)
     n = len(x)

@@ -103,3 +103,18 @@ def test_transfer_names_partial_runs_by_their_recipes_and_budget():
     assert transfer.results_variant(["t5-budget"], 8.0) == "t5-budget"
     assert transfer.results_variant(transfer.RECIPES, 4.0) == "4min"
     assert transfer.results_variant(["t5-budget", "gpt2-budget"], 2.5) == "t5-budget_gpt2-budget-2.5min"
+    assert transfer.results_variant(["t5-budget"], 3.0, gpu=True) == "t5-budget-3min-gpu"
+
+
+def test_transfer_gpu_run_config_pretrains_on_one_nccl_rank(tmp_path):
+    """--gpu: the recipe's own config (2 gloo ranks on CPU) becomes one NCCL rank, and still validates."""
+    import transfer
+
+    from runconfig import load_config
+
+    for gpu, procs, backend in ((False, 2, "gloo"), (True, 1, "nccl")):
+        cfg = tmp_path / f"run-{gpu}.yaml"
+        cfg.write_text(transfer.run_yaml("t5-budget", tmp_path / "run", 2.0, tmp_path, False, gpu))
+        c = load_config(cfg)
+        assert (c.launch.procs_per_node, c.launch.backend) == (procs, backend)
+        assert c.schedule.budget_minutes == 2.0
