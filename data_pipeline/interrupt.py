@@ -11,6 +11,7 @@ run of the stage removes the temporary files it left (`shards.remove_stale_temps
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -35,13 +36,22 @@ class StageInterrupted(BaseException):
         return stopped_by(self.signum)
 
 
+_driver_pid: int | None = None  # the process whose stop_signals() installed _raise
+
+
 def _raise(signum: int, _frame) -> None:
+    # A forked pool worker inherits this handler and keeps it until its initializer sets SIG_IGN; a signal sent
+    # to the process group in between must not stop it either: the driver alone decides (module docstring).
+    if os.getpid() != _driver_pid:
+        return
     raise StageInterrupted(signum)
 
 
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
     """While the block runs (in the main thread), SIGINT and SIGTERM raise StageInterrupted."""
+    global _driver_pid
+    _driver_pid = os.getpid()
     old = {s: signal.signal(s, _raise) for s in STOP_SIGNALS}
     try:
         yield
