@@ -115,16 +115,6 @@ def test_bench_transfer_fails_the_verdict_of_a_task_with_a_collapsed_run(capsys)
     assert bench.verdict_margin(rep, "t_fine", fine) and rep.verdicts[-1].endswith("pass")
 
 
-def _word_tokenizer(n: int = 64):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i + 2 for i in range(n - 2)}}
-    t = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    t.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=t, pad_token="[PAD]", unk_token="[UNK]")
-
-
 def test_a_body_that_ignores_its_input_is_flagged_by_its_token_cosine():
     """The evidence behind ELECTRA's and T5's pretrained collapse: their exported bodies map every token to
     (nearly) the same vector. A post-LN encoder whose last LayerNorm gain went to zero (output = its bias, what
@@ -132,27 +122,14 @@ def test_a_body_that_ignores_its_input_is_flagged_by_its_token_cosine():
     import torch
     from transformers import ElectraConfig, ElectraModel
 
-    from pretrain.transfer import DEGENERATE_TOKEN_COSINE, Encoded, token_cosine
+    from pretrain.transfer import DEGENERATE_TOKEN_COSINE, token_cosine
     from runconfig.finetune import FinetuneConfig
+    from tests.pretrain.tiny_text import TINY_ELECTRA, word_examples, word_tokenizer
 
-    tok = _word_tokenizer()
-    rng = np.random.default_rng(0)
-    texts = [" ".join(f"w{i}" for i in rng.integers(0, 62, size=int(rng.integers(8, 30)))) for _ in range(16)]
-    feats = [{"input_ids": tok(t)["input_ids"], "labels": 0} for t in texts]
-    enc = Encoded(feats, np.arange(16), np.zeros(16, dtype=int))
+    tok = word_tokenizer()
+    enc = word_examples(tok, 16, np.zeros(16, dtype=int))
     torch.manual_seed(0)
-    body = ElectraModel(
-        ElectraConfig(
-            vocab_size=64,
-            embedding_size=32,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            pad_token_id=0,
-        )
-    )
+    body = ElectraModel(ElectraConfig(**TINY_ELECTRA))
     ft = FinetuneConfig()
     healthy = token_cosine(body, tok, enc, ft)
     assert healthy < DEGENERATE_TOKEN_COSINE
