@@ -240,6 +240,10 @@ def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def _on(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
 def _predict(
     model: torch.nn.Module,
     tok,
@@ -262,7 +266,7 @@ def _predict(
             owners = enc.owner[s : s + ft.eval_batch_size]
             batch = collate(chunk)
             batch.pop("labels")
-            batch = {k: v.to(device) for k, v in batch.items()}
+            batch = _on(batch, device)
             if text_to_text:
                 for j, target in enumerate(label_ids):
                     lab = torch.tensor(target, device=device).repeat(len(chunk), 1)
@@ -446,10 +450,11 @@ def _pooled(model: torch.nn.Module, tok, enc: Encoded, ft: FinetuneConfig) -> np
     counts = np.bincount(enc.owner, minlength=len(enc.gold))[:, None]
     with torch.no_grad():
         for s in range(0, len(enc.features), ft.eval_batch_size):
-            batch = collate(enc.features[s : s + ft.eval_batch_size])
-            ids, att = batch["input_ids"].to(device), batch["attention_mask"].to(device)
-            mask = att.unsqueeze(-1).float()
-            h = model(input_ids=ids, attention_mask=att).last_hidden_state.float()
+            batch = _on(collate(enc.features[s : s + ft.eval_batch_size]), device)
+            mask = batch["attention_mask"].unsqueeze(-1).float()
+            h = model(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+            ).last_hidden_state.float()
             pooled = ((h * mask).sum(1) / mask.sum(1).clamp(min=1)).cpu().numpy()
             if feats is None:
                 feats = np.zeros((len(enc.gold), pooled.shape[1]))
@@ -470,13 +475,10 @@ def token_cosine(
     first examples of `enc`: near 1 when every token maps to the same vector (random init: ~0.3-0.4)."""
     collate = Collator(tok.pad_token_id)
     body.eval()
-    batch = collate(enc.features[: ft.eval_batch_size])
-    device = _device(body)
+    batch = _on(collate(enc.features[: ft.eval_batch_size]), _device(body))
     with torch.no_grad():
-        h = body(
-            input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)
-        ).last_hidden_state
-    states = h[batch["attention_mask"].to(device).bool()].float().cpu()
+        h = body(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    states = h[batch["attention_mask"].bool()].float().cpu()
     pick = torch.randperm(len(states), generator=torch.Generator().manual_seed(seed))[:n_tokens]
     x = torch.nn.functional.normalize(states[pick], dim=-1)
     n = len(x)
