@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # ---------------------------------------------------------------------------------------------- readers, filters
 
@@ -96,6 +96,74 @@ class LangIdConfig(Options):
     threshold: float = Field(0.65, ge=0, le=1)
 
 
+class FineWebQualityConfig(Options):
+    """datatrove's FineWebQualityFilter thresholds (the FineWeb recipe's). Off by default: on top of C4 and Gopher
+    the duplicated-line rule alone removes a sizeable share of a crawl; switch it on for FineWeb's recipe."""
+
+    enabled: bool = False
+    line_punct_thr: float = Field(0.12, ge=0, le=1)
+    line_punct_exclude_zero: bool = False
+    short_line_thr: float = Field(0.67, ge=0, le=1)
+    short_line_length: int = Field(30, ge=0)
+    char_duplicates_ratio: float = Field(0.01, ge=0, le=1)
+    new_line_ratio: float = Field(0.3, ge=0)
+
+
+def _expand(path: str) -> str:
+    """The placeholders every path key takes ({prefix}, {site_packages}, $VARS, ~)."""
+    import os
+    import sys
+    import sysconfig
+
+    path = path.replace("{prefix}", sys.prefix).replace("{site_packages}", sysconfig.get_paths()["purelib"])
+    return os.path.expanduser(os.path.expandvars(path))
+
+
+def _existing_files(paths: list[str]) -> list[str]:
+    import os
+
+    for raw in paths:
+        if not os.path.isfile(_expand(raw)):
+            raise ValueError(f"blocklist file '{raw}' does not exist (expanded to '{_expand(raw)}')")
+    return paths
+
+
+class UrlFilterConfig(Options):
+    """Blocklists (files, one entry a line, `#` comments) checked against each document's URL, with datatrove's
+    URLFilter rules. With no list given there is nothing to check and the filter does not run."""
+
+    enabled: bool = True
+    blocked_domains: list[str] = []  # a listed domain blocks itself and every subdomain of it
+    blocked_urls: list[str] = []  # exact URLs
+    banned_words: list[str] = []  # a word of the URL (split on non-alphanumerics) on the list
+    soft_banned_words: list[str] = []  # at least soft_word_threshold of these words in the URL
+    soft_word_threshold: int = Field(2, ge=1)
+    banned_subwords: list[str] = []  # a substring of the URL with non-alphanumerics removed, lowercased
+
+    @field_validator(
+        "blocked_domains", "blocked_urls", "banned_words", "soft_banned_words", "banned_subwords"
+    )
+    @classmethod
+    def _files_exist(cls, v: list[str]) -> list[str]:
+        return _existing_files(v)
+
+
+PII_KINDS = ("email", "ip", "phone")
+
+
+class PiiConfig(Options):
+    """PII redaction (a formatter: it rewrites text, never drops a document). On by default: emails, public IP
+    addresses and phone numbers in published web text identify people and teach a model nothing it needs."""
+
+    enabled: bool = True
+    kinds: list[Literal["email", "ip", "phone"]] = list(PII_KINDS)
+    only_public_ips: bool = True  # as datatrove: private, loopback, documentation ... addresses are kept
+    email_replacement: str = "email@example.com"
+    ipv4_replacement: str = "192.0.2.1"  # TEST-NET-1 (RFC 5737): reserved, never anyone's address
+    ipv6_replacement: str = "2001:db8::1"  # the IPv6 documentation prefix (RFC 3849)
+    phone_replacement: str = "555-0100"  # the NANP block reserved for fiction
+
+
 @dataclass(frozen=True)
 class FilterKind:
     """A filter as data: its name, the type of its settings and the `data.clean` key of its section."""
@@ -105,14 +173,18 @@ class FilterKind:
     section: str | None = None  # built-ins: `data.clean.<section>` holds the settings their params override
 
 
-# The built-in filters in their default order: unicode repair, language ID, Gopher repetition + quality, C4 (it
-# edits lines, so it runs last).
+# The built-in filters in their default order: URL blocklists (cheapest, on the URL alone), unicode repair, language
+# ID, Gopher repetition + quality, C4 (it edits lines), FineWeb (after C4, as in the FineWeb recipe), then PII
+# redaction, which rewrites only the text that is kept.
 BUILTIN_FILTER_KINDS = (
+    FilterKind("url", UrlFilterConfig, "url"),
     FilterKind("unicode", UnicodeConfig, "unicode"),
     FilterKind("langid", LangIdConfig, "langid"),
     FilterKind("gopher_repetition", GopherRepetitionConfig, "gopher_repetition"),
     FilterKind("gopher_quality", GopherQualityConfig, "gopher_quality"),
     FilterKind("c4", C4Config, "c4"),
+    FilterKind("fineweb", FineWebQualityConfig, "fineweb"),
+    FilterKind("pii", PiiConfig, "pii"),
 )
 BUILTIN_FILTERS = tuple(k.name for k in BUILTIN_FILTER_KINDS)
 

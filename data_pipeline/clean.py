@@ -233,6 +233,14 @@ class _ShardCleaner:
                 out[f"{name}:{k}"] += v
         return dict(out)
 
+    def filter_stats(self) -> dict[str, int]:
+        """What filters counted beside their keep/drop decisions (PII replacements per kind, URL-less documents)."""
+        out: Counter = Counter()
+        for name, flt in self.filters:
+            for k, v in getattr(flt, "stats", {}).items():
+                out[f"{name}:{k}"] += v
+        return dict(out)
+
 
 def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
     """Clean one work shard: write its output atomically, then its completion marker; return its stats."""
@@ -254,6 +262,7 @@ def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
         "holdout": worker.counts["holdout"],
         "dropped": dict(worker.dropped),
         "line_drops": worker.line_stats(),
+        "filter_stats": worker.filter_stats(),
         "bad_records_by_kind": dict(worker.errors.bad_counts),
         "bad_records": [b.to_dict() for b in worker.errors.bad],
         "skipped": dict(worker.errors.skips),
@@ -359,7 +368,9 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
     fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
     per_source: dict[str, Counter] = {}
     dropped: Counter = Counter()
+    dropped_per_source: dict[str, Counter] = {}
     line_drops: Counter = Counter()
+    filter_stats: Counter = Counter()
     bad_kinds: Counter = Counter()
     skips: Counter = Counter()
     charsets: Counter = Counter()
@@ -383,7 +394,9 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
         c["dropped"] += sum(info["dropped"].values())
         c["bad_records"] += sum(info["bad_records_by_kind"].values())
         dropped.update(info["dropped"])
+        dropped_per_source.setdefault(shard.source, Counter()).update(info["dropped"])
         line_drops.update(info["line_drops"])
+        filter_stats.update(info.get("filter_stats", {}))
         bad_kinds.update(info["bad_records_by_kind"])
         skips.update(info["skipped"])
         charsets.update(info["charset_decisions"])
@@ -402,7 +415,9 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
         "per_source": {k: dict(v) for k, v in per_source.items()},
         "source_settings": {s.name: source_settings(cfg, s) for s in cfg.data.sources},
         "dropped_by_reason": dict(dropped.most_common()),
+        "dropped_by_source_and_reason": {k: dict(v.most_common()) for k, v in dropped_per_source.items()},
         "line_drops": dict(line_drops.most_common()),
+        "filter_stats": dict(filter_stats.most_common()),
         "bad_records_by_kind": dict(bad_kinds.most_common()),
         "bad_records": bad,
         "skipped_records": dict(skips.most_common()),
@@ -468,8 +483,9 @@ def format_table(stats: dict[str, Any]) -> str:
         ("dropped documents by reason", "dropped_by_reason"),
         ("bad input records by kind", "bad_records_by_kind"),
         ("lines removed inside kept pages", "line_drops"),
+        ("counted by filters (PII replaced per kind, ...)", "filter_stats"),
     ):
-        if stats[key]:
+        if stats.get(key):
             lines += ["", title]
             lines += [f"  {k:<40} {v:>8}" for k, v in stats[key].items()]
     if stats["missing_shards"]:

