@@ -4,7 +4,7 @@ For every recipe in RECIPES (a config file name in configs/; add a family or obj
 the list), on the same pretraining corpus (the demo's: the 2014 web-crawl WARCs in pywb's wheel + the BBC
 articles outside the BBC hold-out), with the same wall-clock budget on this machine's 2 ranks:
   data stages (its own tokenizer and token shards) -> `pretrain train` (schedule.budget_minutes) -> export
-  -> `pretrain transfer` on every task: fine-tune pretrained vs the same network from random init (HF Trainer,
+  -> `adapt transfer` on every task: fine-tune pretrained vs the same network from random init (HF Trainer,
      each arm's LR picked from the same grid on a dev slice, 3 seeds), frozen-feature probe.
 Tasks whose test text pretraining never saw:
   - bbc: BBC topic (5 labels), the hold-out of the `bbc` source (excluded from pretraining by id hash);
@@ -96,7 +96,7 @@ def tfidf_baseline(cfg_path: Path) -> dict[str, float]:
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
-    from pretrain.labelled import load_tasks
+    from adapt.labelled import load_tasks
     from runconfig import load_config
 
     out = {}
@@ -152,9 +152,7 @@ def run_recipe(
     t_train = time.perf_counter() - t0
     C.run_cmd([py, "-m", "pretrain", "export", "--config", str(cfg)], timeout=900)
     t0 = time.perf_counter()
-    C.run_cmd(
-        [py, "-m", "pretrain", "transfer", "--config", str(cfg)], timeout=7200, env=C.child_env(threads=2)
-    )
+    C.run_cmd([py, "-m", "adapt", "transfer", "--config", str(cfg)], timeout=7200, env=C.child_env(threads=2))
     t_transfer = time.perf_counter() - t0
     state = json.loads((run_dir / "export" / "training_state.json").read_text())
     report = json.loads((run_dir / "export" / "transfer.json").read_text())
@@ -262,7 +260,7 @@ def main() -> None:
                 f"{baseline[name]:.3f}"
             )
             for arm, e in t["arms"].items():
-                if e.get("token_cosine", 0.0) > 0.95:  # pretrain.transfer.DEGENERATE_TOKEN_COSINE
+                if e.get("token_cosine", 0.0) > 0.95:  # adapt.transfer.DEGENERATE_TOKEN_COSINE
                     rep.line(
                         f"  DEGENERATE: {r['recipe']} {name} {arm} body: mean token cosine "
                         f"{e['token_cosine']:.3f} (every token maps to nearly one vector)"

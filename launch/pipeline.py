@@ -85,7 +85,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     times: dict[str, float] = {}
     resolved = save_resolved(cfg, layout.root)
     if cfg.finetune.tasks:  # a bad fine-tune task (file, column, labels) stops the run before any work
-        from pretrain.labelled import load_tasks
+        from adapt.labelled import load_tasks
 
         load_tasks(cfg)
 
@@ -120,8 +120,8 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         resolved,
     )
 
+    from adapt.transfer import format_report, run_transfer
     from pretrain.export import export
-    from pretrain.transfer import format_report, run_transfer
 
     export_dir = stage("export: Hugging Face folder", export, cfg)
     _banner("reload the export with plain transformers in a fresh process")

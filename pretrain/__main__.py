@@ -1,4 +1,4 @@
-"""`python -m pretrain <command>`: train, export, card, finetune, transfer, plan, plot."""
+"""`python -m pretrain <command>`: train, export, card, plan, plot (finetune and transfer: `python -m adapt`)."""
 
 from __future__ import annotations
 
@@ -38,18 +38,9 @@ def _main(argv: list[str] | None = None) -> int:
         "--checkpoint", default=None, help="a step folder or checkpoints folder (default: the run's)"
     )
     p.add_argument("--out", default=None, help="output folder (default: <run.output_dir>/export)")
-    p = sub.add_parser("finetune", help="sequence-classification fine-tune of an export; prints accuracy")
-    add_config_args(p)
-    p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
-    p.add_argument("--init", choices=["pretrained", "random", "both"], default="both")
     p = sub.add_parser(
-        "transfer", help="pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)"
-    )
-    add_config_args(p)
-    p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
-    p.add_argument("--out", default=None, help="output folder (default: <run.output_dir>/finetune)")
-    p = sub.add_parser(
-        "card", help="(re)write the export's Hub model card (e.g. after `transfer` wrote transfer.json)"
+        "card",
+        help="(re)write the export's Hub model card (e.g. after `python -m adapt transfer` wrote transfer.json)",
     )
     add_config_args(p)
     p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
@@ -144,35 +135,13 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return CANNOT_CONTINUE
         return 0
-    if args.command in ("finetune", "transfer", "card") and not args.model:
+    if args.command == "card" and not args.model:
         from data_pipeline.layout import RunLayout
 
         layout = RunLayout(cfg)  # a remote run: its export (and what the card reads), fetched once
         layout.store.pull(
             [layout.export, layout.tokens / TOKEN_MANIFEST, layout.clean / CLEAN_STATS, layout.logs]
         )
-    if args.command == "finetune":
-        from data_pipeline.layout import RunLayout
-        from pretrain.finetune import finetune
-
-        model_dir = args.model or str(RunLayout(cfg).export)
-        inits = ["pretrained", "random"] if args.init == "both" else [args.init]
-        results = [r for init in inits for r in finetune(cfg, model_dir, init, RunLayout(cfg).finetune)]
-        for r in results:
-            acc = "collapsed" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
-            bad = f", collapsed seeds {sorted(r['collapsed'])} left out" if r["collapsed"] else ""
-            print(
-                f"{r['task']}: {r['init']:>10}: accuracy {acc} (mean of {len(r['accuracy_by_seed'])} "
-                f"seeds{bad}) on {r['test_examples']} test examples"
-            )
-        return 0
-    if args.command == "transfer":
-        from data_pipeline.layout import RunLayout
-        from pretrain.transfer import format_report, run_transfer
-
-        report = run_transfer(cfg, args.model or RunLayout(cfg).export, args.out)
-        print(format_report(report))
-        return 0
     if args.command == "card":
         from data_pipeline.layout import RunLayout
         from pretrain.model_card import write_model_card

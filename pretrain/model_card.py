@@ -2,7 +2,7 @@
 
 The YAML header carries the Hub's metadata: license, language, datasets, `pipeline_tag`, and a `model-index`
 with the held-out perplexity (the last eval row of logs/metrics.jsonl) and, when `transfer.json` lies beside
-the export (written by `python -m pretrain transfer`), the fine-tuned vs random-init accuracies. The body says in
+the export (written by `python -m adapt transfer`), the fine-tuned vs random-init accuracies. The body says in
 plain words what data, cleaning, tokens, recipe and compute produced the model, and how to use it. Shard hashes
 and the full config go to files beside the card (`data_manifest.json`, `resolved_config.yaml`), not into it.
 
@@ -136,7 +136,7 @@ def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[st
         row = [name]
         for arm in ("pretrained", "random"):
             e = arms.get(arm)
-            if e and e["test_accuracy"].get("mean") is None:  # every seed collapsed (pretrain.transfer)
+            if e and e["test_accuracy"].get("mean") is None:  # every seed collapsed (adapt.transfer)
                 row.append("collapsed")
             else:
                 row.append(_accuracy(e["test_accuracy"]) if e else "n/a")
@@ -325,7 +325,7 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
                  "| margin (points) |", "|---|---|---|---|---|---|", *transfer_rows]  # fmt: skip
     else:
         body.append(
-            "Downstream transfer: not run yet (`python -m pretrain transfer`, then `python -m pretrain card`)."
+            "Downstream transfer: not run yet (`python -m adapt transfer`, then `python -m pretrain card`)."
         )
     parity = state.get("parity_max_abs_diff")
     if parity is not None:
@@ -354,7 +354,7 @@ def bound_transfer(export_dir: str | Path) -> dict[str, Any] | None:
     if report.get("weights_sha256") != weights_hash(export_dir):
         logger.warning(
             "%s: measured on other weights than %s holds (weight hash %s, these %s): left off the card; "
-            "rerun `python -m pretrain transfer`",
+            "rerun `python -m adapt transfer`",
             path,
             export_dir,
             report.get("weights_sha256"),

@@ -1,5 +1,5 @@
 """The T5 paper's Adafactor, set up one way for pretraining (`optim.name: adafactor`, pretrain.engine) and for
-fine-tuning (`finetune.optim: adafactor`, pretrain.transfer, through the Trainer's `optimizer_cls_and_kwargs`)."""
+fine-tuning (`finetune.optim: adafactor`, adapt.transfer, through the Trainer's `optimizer_cls_and_kwargs`)."""
 
 from __future__ import annotations
 

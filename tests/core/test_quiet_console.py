@@ -97,7 +97,7 @@ def test_transfer_arm_workers_route_third_party_notices_too(tmp_path, capfd, mon
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from pretrain.transfer import _arm_worker_init
+    from adapt.transfer import _arm_worker_init
 
     monkeypatch.delenv("LMSTACK_VERBOSE", raising=False)
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=_arm_worker_init,

@@ -344,7 +344,7 @@ CELLS: tuple[Cell, ...] = (
         "refused",
         "a missing task file, a missing text or label column, labels only in the test split: the task key named "
         "before any training",
-        "tests/pretrain/test_finetune.py::test_bad_tasks_are_named_before_any_training",
+        "tests/adapt/test_finetune.py::test_bad_tasks_are_named_before_any_training",
     ),
     Cell(
         "transfer",

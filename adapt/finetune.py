@@ -1,7 +1,7 @@
 """`pretrain finetune`: sequence classification (text-to-text for encoder-decoders) of an export with the HF
 `Trainer`, one folder per task, arm and seed, each holding the fine-tuned model, its tokenizer and result.json.
 
-The same code path as the transfer evaluation (`pretrain.transfer`): the labelled data, splits, long-input
+The same code path as the transfer evaluation (`adapt.transfer`): the labelled data, splits, long-input
 handling and Trainer arguments are shared, so a model fine-tuned here scores what the transfer report says.
 With several learning rates in `finetune.lr_grid` the one with the best dev accuracy (first seed) is used.
 """
@@ -13,9 +13,9 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from adapt.labelled import load_tasks
+from adapt.transfer import _log, pick_lr, prepare_task
 from pretrain.export_folder import verify_export
-from pretrain.labelled import load_tasks
-from pretrain.transfer import _log, pick_lr, prepare_task
 from runconfig import RunConfig
 
 

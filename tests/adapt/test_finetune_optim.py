@@ -9,7 +9,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 from transformers.optimization import Adafactor
 
-from pretrain.transfer import finetune_optimizer
+from adapt.transfer import finetune_optimizer
 from runconfig import ConfigError, load_config
 
 

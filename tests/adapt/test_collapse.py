@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pretrain.transfer import aggregate_seeds, collapse, compare_arms, format_report, pick_lr
+from adapt.transfer import aggregate_seeds, collapse, compare_arms, format_report, pick_lr
 
 
 def _preds(n: int, share_of_zero: float) -> np.ndarray:
@@ -122,9 +122,9 @@ def test_a_body_that_ignores_its_input_is_flagged_by_its_token_cosine():
     import torch
     from transformers import ElectraConfig, ElectraModel
 
-    from pretrain.transfer import DEGENERATE_TOKEN_COSINE, token_cosine
+    from adapt.transfer import DEGENERATE_TOKEN_COSINE, token_cosine
     from runconfig.finetune import FinetuneConfig
-    from tests.pretrain.tiny_text import TINY_ELECTRA, word_examples, word_tokenizer
+    from tests.adapt.tiny_text import TINY_ELECTRA, word_examples, word_tokenizer
 
     tok = word_tokenizer()
     enc = word_examples(tok, 16, np.zeros(16, dtype=int))

@@ -1,0 +1,1 @@
+"""What downstream teams do with an export: fine-tune, transfer evaluation (pretrained vs random init), labelled data."""
