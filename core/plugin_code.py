@@ -6,6 +6,11 @@ else a hash of its module's source and of every project-local module it imports,
 module whose file lies outside the standard library and site-packages (datatrove and llm-foundry users keep
 such helpers next to their config). lmstack's own packages are versioned by lmstack, so the walk does not go
 into them (editing runconfig/ does not redo every shard); nor into installed packages (their version pins them).
+
+A helper imported inside a function (as docs/extending.md advises for heavy modules) is not in any module's
+globals, so the hash also covers the plug-in's own folder: every `.py` file of its top-level package, or for a
+plain module the `.py` files beside it. What lies elsewhere and is imported only inside a function is not covered
+(docs/extending.md says so); a folder too large to hash is named in a warning.
 """
 
 from __future__ import annotations
@@ -22,9 +27,15 @@ from typing import Any
 
 from core.errors import PluginError
 from core.io import sha256_bytes
+from core.log import get_logger
+
+log = get_logger(__name__)
 
 REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 OWN_PACKAGES = ("core", "runconfig", "data_pipeline", "pretrain", "launch")
+MAX_FOLDER_FILES = (
+    500  # a plug-in beside a whole source tree: hashing it on every run would cost more than it saves
+)
 
 
 def is_ref(name: str) -> bool:
@@ -94,7 +105,10 @@ def code_version(obj: Any) -> str:
             continue
         seen[mod.__name__] = mod
         todo += [m for m in _imports(mod) if m.__name__ not in seen and _is_project_local(m, outside)]
-    if len(seen) == 1:  # the module alone: the same hash as before helpers were followed (markers stay valid)
+    folder = _own_folder_files(start, outside)
+    start_file = Path(start.__file__).name if getattr(start, "__file__", None) else None
+    if len(seen) == 1 and set(folder) <= {start_file}:
+        # the module alone: the same hash as before helpers were followed (markers stay valid)
         try:
             return sha256_bytes(inspect.getsource(start))[:12]
         except (OSError, TypeError):
@@ -106,4 +120,35 @@ def code_version(obj: Any) -> str:
         except (OSError, TypeError):
             src = repr(seen[name])
         h.update(name.encode() + b"\0" + src.encode() + b"\0")
+    for path in sorted(folder):
+        h.update(path.encode() + b"\0" + folder[path] + b"\0")
     return h.hexdigest()[:12]
+
+
+def _own_folder_files(start: types.ModuleType, outside: tuple[str, ...]) -> dict[str, bytes]:
+    """The `.py` files of the plug-in's own folder (its top-level package, recursively, or the files beside a
+    plain module): the helpers it may import inside a function. Nothing for lmstack's and installed code."""
+    top = sys.modules.get(start.__name__.split(".")[0], start)
+    if not _is_project_local(top, outside):
+        return {}
+    pkg_dirs = list(getattr(top, "__path__", []) or [])
+    if pkg_dirs:  # keyed by the path inside the package's parent: moving the project redoes nothing
+        files = sorted({(f, f.relative_to(Path(d).parent)) for d in pkg_dirs for f in Path(d).rglob("*.py")})
+        where = ", ".join(pkg_dirs)
+    else:
+        files = sorted((f, f.relative_to(f.parent)) for f in Path(top.__file__).resolve().parent.glob("*.py"))
+        where = str(Path(top.__file__).resolve().parent)
+    if len(files) > MAX_FOLDER_FILES:
+        log.warning(
+            f"plug-in {start.__name__}: {where} holds {len(files)} .py files (more than {MAX_FOLDER_FILES}); "
+            "only the modules it imports at module level are fingerprinted, helpers imported inside a function "
+            "are not covered: give the plug-in a __version__ and raise it on every change"
+        )
+        return {}
+    out = {}
+    for f, rel in files:
+        try:
+            out[str(rel)] = f.read_bytes()
+        except OSError:
+            continue
+    return out

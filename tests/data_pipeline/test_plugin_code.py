@@ -117,3 +117,55 @@ def test_filters_can_extend_the_defaults():
     assert [f.name for f in cfg.data.clean.filters] == ["c4"]
     with pytest.raises(Exception, match="data.clean.filters"):
         load_config(base, ["data.clean.filters={defaults: true, more: [c4]}"])
+
+
+LAZY_FILTER = """
+class DropDigits:
+    def __call__(self, doc):
+        from digit_rules import too_many_digits  # imported where it is used, as docs/extending.md advises
+
+        return (False, "digits:too_many") if too_many_digits(doc.text) else (True, None)
+"""
+
+
+def test_a_helper_imported_inside_the_filter_function_is_fingerprinted(tmp_path):
+    """Issue 43 friction 1: the helper is not in the filter module's globals, so the import walk cannot see
+    it; the fingerprint covers every module in the plug-in's own folder instead."""
+    cfg = _project(tmp_path, {"defaults": False, "extra": ["my_filters:DropDigits"]})
+    (tmp_path / "proj" / "my_filters.py").write_text(LAZY_FILTER)
+    first, stats = _clean(tmp_path, cfg)
+    assert stats["per_source"]["notes"]["kept"] == 8
+    assert "not covered" not in first.stderr
+    (tmp_path / "proj" / "digit_rules.py").write_text(HELPER.replace("> 100", ">= 0"))
+    second, stats = _clean(tmp_path, cfg)
+    assert "redoing 2 finished shard(s) of notes: filter code changed: my_filters:DropDigits" in second.stderr
+    assert stats["per_source"]["notes"]["kept"] == 0
+
+
+def _doc_filters_example() -> str:
+    """The `filters:` line of docs/data.md's example, as a user copies it (its `shouting` filter, registered by
+    the package the example goes on to show, as a `module:Name` reference instead)."""
+    text = (ROOT / "docs" / "data.md").read_text()
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("filters: ["))
+    return line.strip().removeprefix("filters: ").replace("name: shouting", "name: my_pkg:ShoutingFilter")
+
+
+def test_a_filters_list_that_drops_some_built_ins_names_them():
+    """Issue 43 friction 2: the note fired only when every built-in was left out; docs/data.md's example left
+    out langid and both Gopher filters without a word."""
+    from data_pipeline.filters.registry import replaced_defaults_note
+
+    base = ROOT / "configs" / "roberta-tiny.yaml"
+    some = load_config(base, ["data.clean.filters=[unicode, c4, my_filters:DropDigits]"]).data.clean
+    note = replaced_defaults_note(some)
+    assert (
+        note is not None
+        and "leaves out the built-in filters langid, gopher_repetition, gopher_quality" in note
+    )
+    assert "{defaults: true, extra: [...]}" in note
+    every = load_config(base, [f"data.clean.filters=[{', '.join(BUILTIN_FILTERS)}, my_filters:DropDigits]"])
+    assert replaced_defaults_note(every.data.clean) is None
+    # the guide's own example keeps every built-in
+    doc = load_config(base, [f"data.clean.filters={_doc_filters_example()}"]).data.clean
+    assert {f.name for f in doc.filters} >= set(BUILTIN_FILTERS), _doc_filters_example()
+    assert replaced_defaults_note(doc) is None
