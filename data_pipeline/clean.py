@@ -315,7 +315,7 @@ def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
     for (source, why), n in sorted(redo.items()):
         log.info(f"clean: redoing {n} finished shard(s) of {source}: {why}")
     notes = {replaced_defaults_note(cfg.data.clean_for(s.name)) for s in cfg.data.sources} - {None}
-    for note in sorted(notes):  # a `filters:` list without any built-in: said once, not silently
+    for note in sorted(notes):  # a `filters:` list that leaves built-ins out: said once, naming them
         log.warning(f"clean: {note}")
     skipped = len(plan) - len(todo) if shard_index is None else 0
     failures: list[dict[str, Any]] = []

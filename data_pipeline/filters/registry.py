@@ -95,12 +95,21 @@ def filter_specs(clean: CleanConfig) -> list[FilterSpec]:
 
 
 def replaced_defaults_note(clean: CleanConfig) -> str | None:
-    """A `filters:` list that leaves every built-in out replaces them: the one line the clean stage prints."""
-    if clean.filters is None or any(s.name in BUILTIN_FILTERS for s in clean.filters):
+    """A `filters:` list that leaves built-ins out runs without them: the one line the clean stage prints,
+    naming the ones left out (all of them, or only some: a list copied from an example must not silently lose
+    language ID or Gopher)."""
+    if clean.filters is None:
         return None
+    names = [s.name for s in clean.filters]
+    left_out = [b for b in BUILTIN_FILTERS if b not in names]
+    if not left_out:
+        return None
+    extend = "to add to them write filters: {defaults: true, extra: [...]}"
+    if len(left_out) == len(BUILTIN_FILTERS):
+        return f"data.clean.filters replaces the built-in filters ({', '.join(BUILTIN_FILTERS)}): running only {names}; {extend}"
     return (
-        f"data.clean.filters replaces the built-in filters ({', '.join(BUILTIN_FILTERS)}): running only "
-        f"{[s.name for s in clean.filters]}; to add to them write filters: {{defaults: true, extra: [...]}}"
+        f"data.clean.filters leaves out the built-in filters {', '.join(left_out)}: running only {names}; list "
+        f"them to keep them, or {extend}"
     )
 
 
