@@ -101,12 +101,14 @@ def replaced_defaults_note(clean: CleanConfig) -> str | None:
     if clean.filters is None:
         return None
     names = [s.name for s in clean.filters]
-    left_out = [b for b in BUILTIN_FILTERS if b not in names]
+    # a built-in its section switches off (fineweb by default) would not run anyway
+    on = [b for b in BUILTIN_FILTERS if getattr(getattr(clean, _SECTIONS.get(b, ""), None), "enabled", True)]
+    left_out = [b for b in on if b not in names]
     if not left_out:
         return None
     extend = "to add to them write filters: {defaults: true, extra: [...]}"
-    if len(left_out) == len(BUILTIN_FILTERS):
-        return f"data.clean.filters replaces the built-in filters ({', '.join(BUILTIN_FILTERS)}): running only {names}; {extend}"
+    if not any(b in names for b in BUILTIN_FILTERS):
+        return f"data.clean.filters replaces the built-in filters ({', '.join(on)}): running only {names}; {extend}"
     return (
         f"data.clean.filters leaves out the built-in filters {', '.join(left_out)}: running only {names}; list "
         f"them to keep them, or {extend}"
