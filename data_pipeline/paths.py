@@ -67,9 +67,9 @@ def expand_paths(patterns: list[str], recursive_dirs: bool = False) -> list[str]
 
 
 def check_source_paths(cfg) -> None:
-    """Before any stage: every local path pattern of every source matches at least one file, and every remote
-    one has its fsspec backend installed, else a ConfigError naming the source's key (and the extra to install);
-    remote URLs are not probed over the network, Hub dataset names not at all."""
+    """Before any stage: every path pattern of every source matches at least one file, and every remote one has
+    its fsspec backend installed and can be listed (credentials, bucket), else a one-line ConfigError naming the
+    source's key (and the extra to install); Hub dataset names are not probed."""
     from data_pipeline.readers import get_reader, reader_traits  # the readers import this module
     from runconfig.load import ConfigError
 
@@ -82,8 +82,11 @@ def check_source_paths(cfg) -> None:
                     require_backend(pattern)
                 except ImportError as e:
                     raise ConfigError(f"data.sources.{i}.paths.{j} (source '{src.name}'): {e}") from None
-                continue
+            key = f"data.sources.{i}.paths.{j} (source '{src.name}')"
             try:
                 expand_paths([pattern])
             except OSError as e:
-                raise ConfigError(f"data.sources.{i}.paths.{j} (source '{src.name}'): {e}") from None
+                raise ConfigError(f"{key}: {e}") from None
+            except Exception as e:  # the store's own client errors (botocore: no credentials, bad endpoint)
+                why = (str(e).strip().splitlines() or [""])[0]
+                raise ConfigError(f"{key}: {pattern} cannot be listed ({type(e).__name__}: {why})") from None

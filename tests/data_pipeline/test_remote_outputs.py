@@ -103,3 +103,45 @@ def test_an_unreachable_bucket_stops_before_any_work(s3_server, tmp_path):  # no
                                                          f"run.local_dir={tmp_path / 'stage'}"])  # fmt: skip
     with pytest.raises(ConfigError, match=r"run.output_dir: s3://no-such-bucket/r is not writable"):
         check_output_writable(cfg)
+
+
+def _clean_cli(cfg: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "data_pipeline", "clean", "--config", str(cfg)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def test_a_mistake_in_an_s3_source_is_one_line_and_exit_2(s3_server, tmp_path):  # noqa: F811
+    """Issue 43 friction 3: missing credentials, a pattern that matches nothing and a missing bucket were
+    tracebacks with exit 1; the same mistakes on a local path are one line naming the key, exit 2."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_server["AWS_ENDPOINT_URL"]})
+    fs.mkdir("corpus")
+    with fs.open("corpus/bbc/part-0.jsonl", "w") as out:
+        out.write(json.dumps({"text": "One short document."}) + "\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AWS_EC2_METADATA_DISABLED": "true",
+           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none")}  # fmt: skip
+    no_creds = {k: v for k, v in env.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    cases = {
+        "nothing": ("s3://corpus/bbc/*.parquet", env, "no files match"),
+        "bucket": ("s3://no-such-bucket/bbc/*.jsonl", env, "no-such-bucket"),
+        "creds": ("s3://corpus/bbc/*.jsonl", no_creds, "credentials"),
+    }
+    for case, (pattern, case_env, says) in cases.items():
+        cfg = tmp_path / f"{case}.yaml"
+        cfg.write_text(json.dumps({
+            "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
+            "run": {"output_dir": str(tmp_path / case)},
+            "data": {"sources": [{"name": "web", "format": "jsonl", "paths": [pattern]}],
+                     "clean": {"workers": 1, "progress": False}},
+        }))  # fmt: skip
+        res = _clean_cli(cfg, case_env)
+        assert res.returncode == 2, (case, res.returncode, res.stderr[-3000:])
+        assert "Traceback" not in res.stderr, (case, res.stderr[-3000:])
+        lines = [ln for ln in res.stderr.splitlines() if "data.sources.0.paths.0" in ln]
+        assert len(lines) == 1 and pattern in lines[0] and says in lines[0].lower(), (
+            case,
+            res.stderr[-2000:],
+        )
