@@ -83,7 +83,6 @@ def fingerprint_parts(cfg, source: str) -> dict[str, Any]:
         "code": filters_code_version(clean),
         "docs_per_shard": clean.docs_per_shard,
         **reader,
-        **({"max_task_bytes": cfg.data.max_task_bytes} if cfg.data.max_task_bytes else {}),
     }
 
 
@@ -109,11 +108,25 @@ def _shard_done(cfg, shard: WorkShard, fp: str) -> bool:
     if not (mp_.exists() and path.exists()):
         return False
     try:
-        if json.loads(mp_.read_text()).get("fingerprint") != fp:
-            return False
+        info = json.loads(mp_.read_text())
     except (OSError, ValueError):
         return False
+    if info.get("fingerprint") != fp or not _same_task(info, shard):
+        return False
     return shard_mismatch(path, cfg.data.verify_checksums) is None  # damaged since: redone
+
+
+def _spans(shard: WorkShard) -> list[list[int] | None]:
+    return [list(f.span) if f.span else None for f in shard.files]
+
+
+def _same_task(info: dict[str, Any], shard: WorkShard) -> bool:
+    """The marker is of this task: the same files and byte ranges (another `data.max_task_bytes` plans other
+    pieces under the same shard numbers; a marker from before spans were recorded is of whole files)."""
+    files = [f.path for f in shard.files]
+    if "files" in info and info["files"] != files:
+        return False
+    return info.get("spans", [None] * len(files)) == _spans(shard)
 
 
 def _diff_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -135,6 +148,8 @@ def stale_reason(cfg, shard: WorkShard, fp: str) -> str | None:
         info = json.loads(mp_.read_text())
     except (OSError, ValueError):
         return None
+    if not _same_task(info, shard):
+        return "its marker is of another piece of the input (data.max_task_bytes plans other tasks)"
     if info.get("fingerprint") == fp:
         why = shard_mismatch(_shard_path(cfg, shard), cfg.data.verify_checksums)
         return f"the shard no longer matches its marker: {why}" if why else None
@@ -255,6 +270,7 @@ def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
         "shard": shard.index,
         "output": str(out),
         "files": [f.path for f in shard.files],
+        "spans": _spans(shard),
         "rows": list(shard.rows) if shard.rows else None,
         "read": worker.counts["read"],
         "kept": n,

@@ -209,6 +209,11 @@ class RayConfig(Section):
     num_cpus_per_task: float = Field(1.0, gt=0)
 
 
+# 64 MiB: a few minutes of cleaning on one core (about 150 web documents/s), so a stop loses at most that much
+# of a big file, while a task's fixed cost (a process, a marker, a shard file) stays small against it.
+DEFAULT_MAX_TASK_BYTES = 64 * 2**20
+
+
 class DataConfig(Section):
     sources: list[SourceConfig] = Field(min_length=1)
     clean: CleanConfig = CleanConfig()
@@ -223,8 +228,9 @@ class DataConfig(Section):
     # hashing means reading every byte).
     verify_checksums: bool = True
     # A JSONL / WARC / Parquet input larger than this is read as several record-aligned byte ranges (row groups
-    # for Parquet), each its own cleaning task. None: one task per file.
-    max_task_bytes: int | None = Field(None, gt=0)
+    # for Parquet), each its own cleaning task: the workers share a big file, and a stop keeps every finished
+    # piece (a task is the unit a rerun skips). None: one task per file.
+    max_task_bytes: int | None = Field(DEFAULT_MAX_TASK_BYTES, gt=0)
     _per_source: dict[str, CleanConfig] = PrivateAttr(default_factory=dict)
 
     @field_validator("executor")

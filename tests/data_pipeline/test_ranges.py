@@ -118,3 +118,43 @@ def test_clean_runs_one_task_per_piece(tmp_path):
         str(tmp_path / "c.yaml"), ["data.max_task_bytes=null", f"run.output_dir={tmp_path}/w"]
     )
     assert len(plan_clean(whole)) == 2
+
+
+def test_a_big_file_is_split_by_default(tmp_path):
+    """Issue 43 friction 4: `data.max_task_bytes` defaulted to never splitting, so one big JSONL was one task on
+    one core and a stop signal kept nothing of it. By default a file of a few times the limit is several tasks.
+    (A sparse file: planning reads a few KB at each cut, never the file.)"""
+    limit = load_config(CONFIG).data.max_task_bytes
+    assert limit is not None
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as f:
+        for pos in range(0, 3 * limit, 1 << 20):  # a newline each MiB: record boundaries to cut at
+            f.seek(pos)
+            f.write(b"\n")
+        f.truncate(3 * limit + 1)
+    (pieces,) = [list_source_files([str(big)])]
+    spans = split_file(pieces[0], "jsonl", limit)
+    assert len(spans) >= 3 and all(s.span[1] - s.span[0] <= limit + (1 << 20) for s in spans)
+    assert spans[0].span[0] == 0 and spans[-1].span[1] == big.stat().st_size
+
+
+def test_a_whole_file_marker_is_not_reused_for_a_piece(tmp_path):
+    """A run cleaned before its file was split (another max_task_bytes, or a default that changed): shard 0's
+    marker is the whole file, while shard 0 of the new plan is only its first piece. Reusing it would keep
+    every document of the file twice; the marker's files and spans must match the task."""
+    from data_pipeline.clean import _shard_done, config_fingerprint
+
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in _texts(40)))
+    off = {k: {"enabled": False} for k in ("gopher_quality", "c4", "gopher_repetition", "langid")}
+    base = [f"run.output_dir={tmp_path}/out", f"data.sources=[{{name: j, format: jsonl, paths: ['{src}/*.jsonl']}}]",
+            "data.clean.workers=1", "data.clean.progress=false", f"data.clean={json.dumps(off)}"]  # fmt: skip
+    whole = load_config(CONFIG, [*base, "data.max_task_bytes=null"])
+    assert run_clean(whole)["totals"]["read"] == 40
+    split = load_config(CONFIG, [*base, "data.max_task_bytes=20000"])
+    plan = plan_clean(split)
+    assert len(plan) >= 2 and plan[0].files[0].span is not None
+    # the same settings fingerprint (the split is not a cleaning setting), yet not the same task
+    assert not _shard_done(split, plan[0], config_fingerprint(whole, "j"))
+    assert _shard_done(whole, plan_clean(whole)[0], config_fingerprint(whole, "j"))
