@@ -29,7 +29,7 @@ def _main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
 
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
 
     if not args.model:
         layout = RunLayout(cfg)  # a remote run: its export (and what the card reads), fetched once

@@ -28,7 +28,7 @@ def finetune(
 ) -> list[dict[str, Any]]:
     """Fine-tune `init` ('pretrained' or 'random') on every task and seed; returns one result per task (its
     `accuracy` is the mean over the seeds that did not collapse; `collapsed` names those that did)."""
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
 
     ft = cfg.finetune
     model_dir = Path(model_dir)

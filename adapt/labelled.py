@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_pipeline.paths import expand_placeholders
+from core.paths import expand_placeholders
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneTask
 
@@ -149,7 +149,7 @@ def _rows_from_hf(ds, task: FinetuneTask, key: str, path: Path) -> list[Row]:
 
 def _source_rows(cfg: RunConfig, task: FinetuneTask, key: str) -> list[Row]:
     """The source's hold-out documents (never pretrained on), with their labels."""
-    from data_pipeline.document import in_holdout
+    from core.document import in_holdout
     from data_pipeline.readers import read_source
 
     src = next(s for s in cfg.data.sources if s.name == task.source)
@@ -171,7 +171,7 @@ def _source_rows(cfg: RunConfig, task: FinetuneTask, key: str) -> list[Row]:
 def text_repair(cfg: RunConfig) -> Callable[[str], str] | None:
     """The unicode repair the pretraining corpus got (data.clean's `unicode` filter with its settings), for the
     labelled text; None when `finetune.repair_text` is off or pretraining had no such step."""
-    from data_pipeline.document import Document
+    from core.document import Document
     from data_pipeline.filters.registry import filter_specs, get_filter
 
     spec = next((s for s in filter_specs(cfg.data.clean) if s.name == "unicode"), None)

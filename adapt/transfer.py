@@ -46,7 +46,7 @@ from core.errors import DiskFullError, is_disk_full
 from core.io import atomic_write, json_bytes
 from core.layout import LOGS
 from core.log import get_logger, route_third_party, verbose_requested
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
 from pretrain.export_folder import verify_export, weights_hash
 from pretrain.optimizers import PAPER_ADAFACTOR
 from runconfig import RunConfig

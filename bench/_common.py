@@ -492,7 +492,7 @@ def hf_worker(argv: list[str]) -> None:
         TrainingArguments,
     )
 
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from pretrain.engine import build_ds_config
     from pretrain.models import build_model
     from pretrain.schedule import make_plan

@@ -195,7 +195,7 @@ def our_filters():
 
 def run_ours_pipeline(pages: list[dict], full: bool) -> tuple[float, float, int]:
     """Our extract + filter chain, one process: (wall seconds, CPU seconds, kept)."""
-    from data_pipeline.document import Document
+    from core.document import Document
     from data_pipeline.extract import Extractor
     from data_pipeline.filters import LanguageFilter, UnicodeFixer
 
@@ -222,7 +222,7 @@ def run_ours_pipeline(pages: list[dict], full: bool) -> tuple[float, float, int]
 def main() -> int:
     import argparse
 
-    from data_pipeline.document import Document
+    from core.document import Document
     from data_pipeline.extract import Extractor, decode_html
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -119,7 +119,7 @@ def probe(
     import torch
     from transformers import AutoTokenizer
 
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from data_pipeline.loader import PretrainLoader
     from data_pipeline.objectives import MLMCollator
     from pretrain.export import load_trained_model, resolve_checkpoint

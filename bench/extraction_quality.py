@@ -76,7 +76,7 @@ def f1(pred: str, gold: str) -> tuple[float, float, float]:
 def main() -> int:
     import trafilatura
 
-    from data_pipeline.document import Document
+    from core.document import Document
     from data_pipeline.extract import Extractor, decode_html
 
     rep = C.Report(__file__)

@@ -152,7 +152,7 @@ def reference(
     import torch
     from transformers import AutoTokenizer
 
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from pretrain.models import build_model
     from pretrain.objectives import wrap_model
     from runconfig import load_config

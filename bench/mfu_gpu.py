@@ -95,7 +95,7 @@ def measured_peak(device: str) -> float:
 def tokenizer_len(cfg_path: Path) -> int:
     from transformers import AutoTokenizer
 
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from runconfig import load_config
 
     return len(AutoTokenizer.from_pretrained(str(RunLayout(load_config(cfg_path)).tokenizer)))
@@ -119,7 +119,7 @@ def run_model(name: str, cfg_path: Path, pad_multiple: int, zero: int, ckpt: str
     import torch
     from transformers import AutoTokenizer
 
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from pretrain.metrics import flops_per_token
     from pretrain.models import build_model, count_parameters
     from runconfig import load_config

@@ -235,7 +235,7 @@ def family_for(objective: str) -> str:
 def prepare(objective: str, folder: Path, steps: int, cleaned_from: Path | None) -> tuple[Setup, Path]:
     from transformers import AutoTokenizer
 
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from data_pipeline.loader import PretrainLoader
     from runconfig import load_config
 

@@ -43,7 +43,7 @@ def ensure_bbc() -> None:
 
 
 def prepare(tmp: Path, seq: int):
-    from data_pipeline.document import stable_id
+    from core.document import stable_id
     from data_pipeline.shards import mark_done, shard_name, write_shard
     from runconfig import load_config
 
@@ -107,7 +107,7 @@ def main() -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     rep = C.Report(__file__)
     ensure_bbc()
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from data_pipeline.tokenize import run_tokenize
     from data_pipeline.tokenizers import train_tokenizer
 

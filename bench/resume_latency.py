@@ -60,7 +60,7 @@ class Loaders:
         from torch.utils.data import Dataset
         from transformers import AutoTokenizer
 
-        from data_pipeline.layout import RunLayout
+        from core.run_layout import RunLayout
         from data_pipeline.loader import PretrainLoader
         from data_pipeline.objectives import build_collator
         from runconfig import load_config

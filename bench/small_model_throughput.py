@@ -99,7 +99,7 @@ def peer_worker(argv: list[str]) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from data_pipeline.loader import PretrainLoader
     from data_pipeline.objectives import build_collator
     from pretrain.models import build_model

@@ -45,7 +45,7 @@ def ensure_bbc() -> None:
 
 
 def bbc_rows(copies: int) -> list[dict]:
-    from data_pipeline.document import stable_id
+    from core.document import stable_id
 
     files = sorted(BBC.glob("*/*.txt"))
     rows = []
@@ -74,7 +74,7 @@ def make_run(tmp: Path, preset: str, rows: list[dict], mode: str):
 
 
 def ours(cfg) -> tuple[float, int, float]:
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from data_pipeline.packing import build_packed_sources
     from data_pipeline.token_shards import open_token_shards
     from data_pipeline.tokenize import run_tokenize
@@ -146,7 +146,7 @@ def main() -> int:
     texts = [r["text"] for r in rows]
     rep.line(f"input: {len(rows)} BBC articles, {sum(map(len, texts)) / 1e6:.1f} MB of text, seq_len {SEQ}; "
              f"2 workers/processes on each side")  # fmt: skip
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from data_pipeline.tokenizers import train_tokenizer
 
     with tempfile.TemporaryDirectory() as d:

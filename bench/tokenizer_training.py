@@ -40,7 +40,7 @@ def ensure_bbc() -> None:
 
 
 def prepare(tmp: Path) -> tuple[Path, float]:
-    from data_pipeline.document import stable_id
+    from core.document import stable_id
     from data_pipeline.shards import mark_done, shard_name, write_shard
 
     files = sorted(BBC.glob("*/*.txt"))

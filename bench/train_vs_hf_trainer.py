@@ -56,7 +56,7 @@ def overrides(peak: float, grad_accum: int, measure: int = MEASURE) -> list[str]
 def model_flops_per_token(cfg_path: Path, ov: list[str]) -> tuple[float, int]:
     from transformers import AutoTokenizer
 
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from pretrain.metrics import flops_per_token
     from pretrain.models import build_model, count_parameters
     from runconfig import load_config

@@ -3,7 +3,7 @@
 Every stage reads and writes under `root` (`run.output_dir`, or the local staging folder of a remote one):
 clean/ -> dedup/ -> tokenizer/ + tokens/ -> checkpoints/ (or `checkpoint.dir`) -> export/ -> finetune/, with
 logs/ (TensorBoard events, metrics.jsonl, plots/) beside them and summary.json at the end. `RunPaths` computes
-them from the root and the configured checkpoint folder; data_pipeline's `RunLayout` adds the remote store.
+them from the root and the configured checkpoint folder; core/run_layout.py's `RunLayout` adds the remote store.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ import shutil
 import sys
 
 from core.errors import DiskFullError, is_disk_full
+from core.preflight import check_output_writable
+from core.run_layout import RunLayout
 from data_pipeline.interrupt import StageInterrupted, stage_of, stop_signals
-from data_pipeline.layout import RunLayout
-from data_pipeline.paths import check_source_paths
-from data_pipeline.preflight import check_output_writable
+from data_pipeline.readers.sources import check_source_paths
 from runconfig.cli import add_config_args, config_from_args, preflight, run_cli
 
 

@@ -18,14 +18,14 @@ from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
+from core.document import Document, in_holdout
 from core.io import fingerprint
 from core.layout import CLEAN_STATS
 from core.log import get_logger
 from core.plugin_code import code_version
-from data_pipeline.document import Document, in_holdout
+from core.run_layout import RunLayout
 from data_pipeline.filters.registry import check_filter_settings, replaced_defaults_note
 from data_pipeline.interrupt import process_pool
-from data_pipeline.layout import RunLayout
 from data_pipeline.readers import (
     BUILTIN_READERS,
     ErrorLog,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import codecs
 import re
 
-from data_pipeline.document import Document
+from core.document import Document
 from data_pipeline.readers.base import alarm_after, decode_bom
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+)""", re.I)

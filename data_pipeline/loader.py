@@ -120,7 +120,7 @@ class PretrainLoader:
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} not in world of {world_size}")
-        from data_pipeline.layout import RunLayout
+        from core.run_layout import RunLayout
 
         self.cfg, self.rank, self.world_size, self.split = cfg, rank, world_size, split
         lc = cfg.loader

@@ -17,7 +17,7 @@ from typing import Any
 from core.errors import LmstackError
 from core.io import atomic_write, json_bytes, remove_orphans, sha256_file
 from core.log import get_logger
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
 
 log = get_logger(__name__)
 

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from core.log import get_logger
+from core.run_layout import RunLayout
 from data_pipeline.executors import Executor, Stage, build_executor
-from data_pipeline.layout import RunLayout
 
 log = get_logger(__name__)
 

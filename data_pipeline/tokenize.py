@@ -247,7 +247,7 @@ def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
 def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from tokenizers import Tokenizer
 
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from data_pipeline.shards import pull_corpus
 
     layout = RunLayout(cfg)
@@ -287,7 +287,7 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def write_manifest(cfg: RunConfig, tasks: list[dict[str, Any]], info: dict[str, Any]) -> dict[str, Any]:
     """Manifest over the shards that are complete now (all of them after a full run)."""
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
 
     sources: dict[str, Any] = {}
     missing = 0
@@ -308,7 +308,7 @@ def write_manifest(cfg: RunConfig, tasks: list[dict[str, Any]], info: dict[str, 
 
 def run_tokenize(cfg: RunConfig, shard_index: int | None = None) -> dict[str, Any]:
     """Tokenize every cleaned shard (or one, by index) into token shards; returns a summary."""
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
 
     t0 = time.perf_counter()
     tasks, info = _tasks(cfg)

@@ -78,7 +78,7 @@ def run_training(cfg: RunConfig, config_path: Path) -> None:
 
 
 def run_demo(cfg: RunConfig) -> dict[str, Any]:
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
 
     layout = RunLayout(cfg)
     t_start = time.time()
@@ -204,7 +204,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
 
 def summary_paths(cfg: RunConfig, export_dir: str | os.PathLike[str]) -> dict[str, str]:
     """The folders summary.json names: where each stage of this run wrote."""
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
 
     layout = RunLayout(cfg)
     return {
@@ -251,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     add_config_args(p)
     args = p.parse_args(argv)
     cfg = config_from_args(args)
-    from data_pipeline.paths import check_source_paths
-    from data_pipeline.preflight import check_output_writable
+    from core.preflight import check_output_writable
+    from data_pipeline.readers.sources import check_source_paths
     from runconfig.cli import preflight
 
     preflight(cfg, check_output_writable, check_source_paths)  # before the first of many stages

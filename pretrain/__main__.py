@@ -73,7 +73,7 @@ def _main(argv: list[str] | None = None) -> int:
             import tempfile
             from pathlib import Path
 
-            from data_pipeline.storage import RunStore
+            from core.storage import RunStore
 
             with tempfile.TemporaryDirectory(prefix="lmstack-plot-") as tmp:
                 store = RunStore(Path(tmp), args.run.rstrip("/"))
@@ -95,7 +95,7 @@ def _main(argv: list[str] | None = None) -> int:
     if args.command == "train":
         import torch.distributed as dist
 
-        from data_pipeline.preflight import check_tokens, check_train
+        from core.preflight import check_tokens, check_train
         from pretrain.checkpoint import CannotContinue
         from pretrain.engine import accelerator_name
         from pretrain.train import train
@@ -136,22 +136,22 @@ def _main(argv: list[str] | None = None) -> int:
             return CANNOT_CONTINUE
         return 0
     if args.command == "card" and not args.model:
-        from data_pipeline.layout import RunLayout
+        from core.run_layout import RunLayout
 
         layout = RunLayout(cfg)  # a remote run: its export (and what the card reads), fetched once
         layout.store.pull(
             [layout.export, layout.tokens / TOKEN_MANIFEST, layout.clean / CLEAN_STATS, layout.logs]
         )
     if args.command == "card":
-        from data_pipeline.layout import RunLayout
+        from core.run_layout import RunLayout
         from pretrain.model_card import write_model_card
 
         print(write_model_card(cfg, args.model or RunLayout(cfg).export))
         return 0
     if args.command == "plan":
         from core.errors import ConfigError
-        from data_pipeline.paths import check_source_paths
-        from data_pipeline.preflight import check_tokens, check_train
+        from core.preflight import check_tokens, check_train
+        from data_pipeline.readers.sources import check_source_paths
         from pretrain.plan import DEFAULT_MFU, expected_accelerator, format_report, plan_report
 
         # The checks `train` runs before any work, so a plan that prints is a run that starts. Token shards not

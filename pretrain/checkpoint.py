@@ -171,7 +171,7 @@ def select_resume_tag(ckpt_dir: Path, warn=None, remote: str | None = None) -> s
             problems = verify_checkpoint(ckpt_dir / tag)
         if not problems:
             if remote and not in_bucket and rank == 0:
-                from data_pipeline.storage import RunStore
+                from core.storage import RunStore
 
                 warn(
                     f"[checkpoint] {tag} is newer than every checkpoint in {remote} (its upload failed): "
@@ -196,7 +196,7 @@ def select_resume_tag(ckpt_dir: Path, warn=None, remote: str | None = None) -> s
 def _remote_candidates(ckpt_dir: Path, remote: str) -> list[tuple[str, bool]]:
     """Rank 0 lists the remote checkpoints whose COMPLETE exists, the remote `latest` first, then newest first,
     after any local complete checkpoint newer than all of them; every rank gets the same (tag, in bucket) list."""
-    from data_pipeline.storage import RunStore
+    from core.storage import RunStore
 
     tags: list[tuple[str, bool]] = []
     if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
@@ -224,7 +224,7 @@ def _remote_candidates(ckpt_dir: Path, remote: str) -> list[tuple[str, bool]]:
 def fetch_checkpoint(ckpt_dir: Path, tag: str, remote: str, force: bool = False) -> None:
     """Rank 0 downloads a remote checkpoint folder into `ckpt_dir` (the staging folder every rank reads; missing
     or differently sized files, and COMPLETE, are fetched); the other ranks wait for it."""
-    from data_pipeline.storage import RunStore
+    from core.storage import RunStore
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
         RunStore(ckpt_dir, remote).pull([ckpt_dir / tag], force=force)
@@ -249,7 +249,7 @@ def upload_checkpoint(
     """Rank 0, after COMPLETE and `latest` are written locally: the folder's files, then COMPLETE, then `latest`
     (a remote COMPLETE never precedes the files it lists); remote checkpoints beyond `keep_last` are removed.
     A failed upload is retried, then reported: the local checkpoint stays usable and training goes on."""
-    from data_pipeline.storage import RunStore
+    from core.storage import RunStore
 
     store = RunStore(ckpt_dir, remote)
     for attempt in range(retries):

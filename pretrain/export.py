@@ -18,9 +18,9 @@ from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 from core.io import follow_umask, replace_dir, sha256_bytes
 from core.layout import CLEAN_STATS, TOKEN_MANIFEST
 from core.log import get_logger, third_party_prints
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
+from core.storage import RunStore
 from data_pipeline.objectives import get_objective
-from data_pipeline.storage import RunStore
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
 from pretrain.export_folder import TRAINING_STATE, weights_hash

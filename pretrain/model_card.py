@@ -22,7 +22,7 @@ import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from core.layout import CLEAN_STATS, RESOLVED_CONFIG, TOKEN_MANIFEST
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
 from pretrain.export_folder import TRAINING_STATE, weights_hash
 from runconfig import RunConfig
 from runconfig.load import to_dict

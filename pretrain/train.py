@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 
 from core.io import remove_orphans
 from core.log import get_logger
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator
 from data_pipeline.token_shards import TokenShardError

@@ -48,7 +48,7 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
 
 
 def preflight(cfg: RunConfig, *checks) -> None:
-    """Run config checks against this machine (data_pipeline/preflight.py) before any stage starts; a failure is
+    """Run config checks against this machine (core/preflight.py) before any stage starts; a failure is
     printed like a config error (exit USAGE)."""
     for check in checks:
         try:

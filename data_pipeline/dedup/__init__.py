@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from core.log import get_logger
+from core.run_layout import RunLayout
 from data_pipeline.dedup.exact import content_hash
 from data_pipeline.dedup.minhash import MinHasher, expected_collision_probability
 from data_pipeline.dedup.stages import build_stages
 from data_pipeline.executors import Executor, build_executor, run_stages
-from data_pipeline.layout import RunLayout
 from data_pipeline.shards import DEDUP_DONE, remove_stale_temps, shard_mismatch, verify_shards
 
 log = get_logger(__name__)

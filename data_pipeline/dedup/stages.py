@@ -55,10 +55,10 @@ import numpy as np
 
 from core.io import fingerprint, remove_orphans
 from core.layout import CLEAN_STATS, DEDUP_STATS
+from core.run_layout import RunLayout
 from data_pipeline.dedup.exact import content_hash
 from data_pipeline.dedup.minhash import MinHasher, expected_collision_probability
 from data_pipeline.executors import Stage
-from data_pipeline.layout import RunLayout
 from data_pipeline.shards import (
     DEDUP_DONE,
     _atomic_write_bytes,

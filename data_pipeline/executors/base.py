@@ -21,8 +21,8 @@ from typing import Any
 from core.errors import LmstackError
 from core.log import get_logger
 from core.registry import EXECUTORS
+from core.storage import RunStore
 from data_pipeline.shards import write_json_atomic
-from data_pipeline.storage import RunStore
 
 log = get_logger(__name__)
 
@@ -57,7 +57,7 @@ class Stage:
     labels: tuple[str, ...] = ()
     done_fn: Callable[[int], bool] | None = None
     finalize: Callable[[], dict[str, Any]] | None = None
-    # A remote run folder (data_pipeline/storage.py): `outputs` are the local folders the tasks write (uploaded
+    # A remote run folder (core/storage.py): `outputs` are the local folders the tasks write (uploaded
     # after each task, before its marker), `exclude` folder names inside them that a pull leaves out.
     store: RunStore | None = None
     outputs: tuple[str, ...] = ()

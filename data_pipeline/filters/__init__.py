@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from data_pipeline.document import Document
+from core.document import Document
 from data_pipeline.filters.c4 import C4QualityFilter
 from data_pipeline.filters.fineweb import FineWebQualityFilter
 from data_pipeline.filters.gopher import GopherQualityFilter, GopherRepetitionFilter

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-from data_pipeline.document import Document
+from core.document import Document
 from data_pipeline.filters.text_utils import count_sentences, split_words
 
 CITATION_RE = re.compile(r"\[\d*]|\[edit]|\[citation needed]")

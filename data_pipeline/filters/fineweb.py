@@ -9,7 +9,7 @@ and contractions off, which is all a count needs).
 
 from __future__ import annotations
 
-from data_pipeline.document import Document
+from core.document import Document
 from data_pipeline.filters.gopher import _find_duplicates
 from data_pipeline.filters.text_utils import split_words
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from data_pipeline.document import Document
+from core.document import Document
 from data_pipeline.filters.text_utils import PUNCTUATION_SET, split_words
 
 _HAS_ALPHA = re.compile(r"[^\W\d_]")

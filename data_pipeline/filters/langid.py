@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from data_pipeline.document import Document
+from core.document import Document
 
 
 @lru_cache(maxsize=1)

@@ -19,7 +19,7 @@ import ipaddress
 import re
 from collections import Counter
 
-from data_pipeline.document import Document
+from core.document import Document
 
 EMAIL_RE = re.compile(  # datatrove's
     r"\b[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:(?:[a-z0-9](?:[a-z0-9-]*["

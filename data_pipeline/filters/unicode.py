@@ -6,7 +6,7 @@ import unicodedata
 
 import ftfy
 
-from data_pipeline.document import Document
+from core.document import Document
 
 
 class UnicodeFixer:

@@ -15,8 +15,8 @@ import re
 from collections import Counter
 from urllib.parse import urlsplit
 
+from core.document import Document
 from core.specs import _expand
-from data_pipeline.document import Document
 
 _NON_ALNUM = re.compile(r"[^a-zA-Z0-9]+")
 

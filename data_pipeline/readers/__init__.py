@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from core.document import Document
 from core.registry import READERS
-from data_pipeline.document import Document
 from data_pipeline.readers.base import (
     BadRecord,
     ErrorLog,
@@ -96,7 +96,7 @@ def _plan_hf_dataset(
     source: SourceConfig, docs_per_shard: int
 ) -> list[tuple[tuple[SourceFile, ...], tuple[int, int] | None]]:
     """A `save_to_disk` folder: row ranges of `docs_per_shard`; data files: one task per file."""
-    from data_pipeline.paths import expand_placeholders
+    from core.paths import expand_placeholders
 
     tasks: list[tuple[tuple[SourceFile, ...], tuple[int, int] | None]] = []
     for raw in source.paths:

@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import fsspec
 
-from data_pipeline.paths import expand_placeholders
+from core.paths import expand_placeholders
 
 # A report that names every bad record can itself become huge on a rotten crawl; past this many per shard
 # the records are still counted exactly, only not listed one by one.
@@ -103,7 +103,7 @@ def list_source_files(paths: list[str]) -> list[SourceFile]:
 
     Ids built from the relative path stay the same when the data moves (another prefix, another bucket).
     """
-    from data_pipeline.paths import expand_paths
+    from core.paths import expand_paths
 
     out: dict[str, SourceFile] = {}
     # Files named one by one share one root: their common folder. Otherwise ".../tech/001.txt" and

@@ -9,7 +9,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from data_pipeline.document import Document, stable_id
+from core.document import Document, stable_id
 from data_pipeline.readers.base import (
     ErrorLog,
     SourceFile,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from warcio.archiveiterator import ArchiveIterator as _WarcioIterator
 from warcio.exceptions import ArchiveLoadFailed
 
-from data_pipeline.document import Document, stable_id
+from core.document import Document, stable_id
 from data_pipeline.readers.base import ErrorLog, SourceFile, looks_binary, open_binary
 
 # warcio writes "Record not followed by newline" straight to sys.stderr, into the progress bar; routed to its

@@ -403,7 +403,7 @@ def load_tokenizer(path: str | os.PathLike[str]):
 def train_tokenizer(cfg: RunConfig) -> Path:
     """Train cfg.tokenizer on the cleaned corpus (streamed) and save it under RunLayout.tokenizer; a remote run
     reads the corpus from, and uploads the folder to, run.output_dir (tokenizer.json last)."""
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from data_pipeline.shards import pull_corpus
 
     layout = RunLayout(cfg)

@@ -16,7 +16,7 @@ from transformers import AutoModelForSequenceClassification
 from adapt.finetune import finetune
 from adapt.labelled import LabelledDataError, load_task, load_tasks
 from adapt.transfer import Encoded, run_transfer, windows
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
 from data_pipeline.shards import mark_done, write_shard
 from data_pipeline.tokenizers import train_tokenizer
 from pretrain.models import build_model
@@ -340,7 +340,7 @@ def test_reinitialised_export_shows_no_significant_margin(tmp_path):
 def test_source_task_uses_only_the_pretraining_holdout():
     """With a source task, only the source's hold-out documents are used (never text seen in pretraining), and
     the test split is the same whatever the seeds."""
-    from data_pipeline.document import in_holdout
+    from core.document import in_holdout
     from data_pipeline.readers import read_source
 
     cfg = load_config("configs/demo.yaml")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from core.document import in_holdout
 from data_pipeline import clean as clean_mod
 from data_pipeline.clean import num_shards, run_clean
-from data_pipeline.document import in_holdout
 from data_pipeline.readers import read_source
 from data_pipeline.shards import iter_corpus
 from runconfig import load_config

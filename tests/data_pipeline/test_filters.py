@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from data_pipeline.document import Document
+from core.document import Document
 from data_pipeline.extract import decode_html
 from data_pipeline.filters import (
     C4QualityFilter,

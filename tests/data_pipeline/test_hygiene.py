@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from core.document import Document
 from core.errors import ConfigError
 from data_pipeline.clean import run_clean
-from data_pipeline.document import Document
 from data_pipeline.filters import FineWebQualityFilter, PiiFormatter, URLFilter
 from runconfig import load_config
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from tests.data_pipeline.tokens_fixtures import tokenized_run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
 from data_pipeline.objectives.t5_lengths import t5_lengths
 from data_pipeline.packing import PackedSource
 from data_pipeline.token_shards import TokenShard, TokenShardWriter, open_token_shards

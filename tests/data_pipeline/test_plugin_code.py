@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 READER = '''
 """`.lines` files: one document per non-empty line."""
-from data_pipeline.document import Document, stable_id
+from core.document import Document, stable_id
 
 
 def read_lines(source, shard, src, errors, max_doc_bytes):

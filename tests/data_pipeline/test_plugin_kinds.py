@@ -23,7 +23,7 @@ PLUGIN = '''
 """One outside file: a reader, a filter and an executor for lmstack."""
 from pydantic import BaseModel, ConfigDict, Field
 
-from data_pipeline.document import Document, stable_id
+from core.document import Document, stable_id
 from data_pipeline.executors.base import Executor, run_task_guarded
 from data_pipeline.readers.base import ReaderTraits
 from data_pipeline.readers.ranges import open_span, split_lines

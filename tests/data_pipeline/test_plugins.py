@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PLUGIN = '''
 """An outside package: a filter and a reader, registered through entry points."""
-from data_pipeline.document import Document, stable_id
+from core.document import Document, stable_id
 
 
 class ShoutingFilter:

@@ -98,7 +98,7 @@ def test_text_folder_labels_ids_relative_to_root():
     first = next(read_source(s))
     assert first.meta["label"] == "business" and first.text.startswith("Ad sales boost Time Warner profit")
     # the id depends on the path under the source root, not where the corpus is installed
-    from data_pipeline.document import stable_id
+    from core.document import stable_id
 
     assert first.id == stable_id("s", "business/001.txt", 0)
 
@@ -149,7 +149,7 @@ def test_csv_and_tsv_with_bom_quoted_newlines_and_stable_row_ids(tmp_path, ext):
     docs = list(read_source(src("csv", [str(tmp_path / f"r.{ext}")], text_field="review"), errors))
     assert [d.text for d in docs] == ['Great film, "truly".\nSecond line.', "Dull."]
     assert docs[1].meta["label"] == "0" and docs[1].url == "http://x/1" and docs[0].meta["offset"] == 0
-    from data_pipeline.document import stable_id
+    from core.document import stable_id
 
     assert docs[1].id == stable_id("s", f"r.{ext}", 1) and not errors.bad
 

@@ -96,7 +96,7 @@ def test_data_path_from_and_to_s3(s3_server, tmp_path):  # noqa: F811
 
 
 def test_an_unreachable_bucket_stops_before_any_work(s3_server, tmp_path):  # noqa: F811
-    from data_pipeline.preflight import check_output_writable
+    from core.preflight import check_output_writable
     from runconfig.load import ConfigError
 
     cfg = load_config(ROOT / "configs/gpt2-tiny.yaml", ["run.output_dir=s3://no-such-bucket/r",

@@ -107,7 +107,7 @@ def test_url_output_dir_is_staged_locally_never_turned_into_a_folder(tmp_path, m
 
 
 def test_missing_backend_names_the_extra():
-    from data_pipeline.paths import expand_paths
+    from core.paths import expand_paths
 
     try:
         import gcsfs  # noqa: F401

@@ -12,7 +12,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from data_pipeline.storage import RunStore, is_marker
+from core.storage import RunStore, is_marker
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
 from data_pipeline.shards import ShardMismatchError, mark_done, write_shard
 from data_pipeline.token_shards import TokenShardWriter, open_token_shards, sha256_file, smallest_dtype
 from data_pipeline.tokenize import SentenceSplitter, run_tokenize

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator
 from data_pipeline.tokenize import run_tokenize

@@ -6,7 +6,7 @@ import functools
 import sysconfig
 from pathlib import Path
 
-from data_pipeline.document import in_holdout, stable_id
+from core.document import in_holdout, stable_id
 from data_pipeline.shards import mark_done, shard_name, write_shard
 from runconfig import load_config
 

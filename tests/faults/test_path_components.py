@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from data_pipeline.preflight import check_output_writable
+from core.preflight import check_output_writable
 from runconfig import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def test_a_write_probe_left_by_a_killed_run_is_removed_by_the_next_check(tmp_pat
 
 _PROBE_LOOP = """
 import sys
-from data_pipeline.preflight import check_output_writable
+from core.preflight import check_output_writable
 from runconfig import load_config
 cfg = load_config(sys.argv[1], ["run.output_dir=" + sys.argv[2]])
 print("ready", flush=True)

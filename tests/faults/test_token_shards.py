@@ -107,7 +107,7 @@ def test_token_id_outside_the_vocabulary_is_named_at_tokenize(tmp_path):
 
 def test_tokenize_rerun_rewrites_a_damaged_shard_and_training_data_opens_again(tmp_path):
     """What the error tells the user to do works: the tokenize stage redoes a shard that fails the check."""
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from data_pipeline.tokenize import run_tokenize
     from tests.data_pipeline.tokens_fixtures import tokenized_run
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from data_pipeline.storage import RunStore
+from core.storage import RunStore
 from launch import slurm
 from runconfig import load_config
 from tests.launch.conftest import ROOT, child_env, training_run, write_tiny_config

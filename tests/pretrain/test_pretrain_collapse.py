@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from adapt.transfer import DEGENERATE_TOKEN_COSINE
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
 from data_pipeline.objectives.registry import get_objective
 from data_pipeline.shards import mark_done, write_shard
 from data_pipeline.tokenizers import train_tokenizer

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from data_pipeline.storage import RunStore
+from core.storage import RunStore
 from tests.moto_s3 import s3_server_module, s3fs_client  # noqa: F401  (fixture)
 from tests.pretrain.conftest import ROOT, child_env, run_module, torchrun
 
@@ -141,7 +141,7 @@ def test_resume_skips_a_damaged_or_unfinished_remote_checkpoint(s3_server_module
 
 
 def test_checkpoint_resume_may_name_a_checkpoint_in_a_bucket(s3_server_module, tmp_path):  # noqa: F811
-    from data_pipeline.preflight import check_train
+    from core.preflight import check_train
     from pretrain.checkpoint import fetch_url, upload_checkpoint, verify_files
     from runconfig import load_config
     from runconfig.load import ConfigError

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from data_pipeline.layout import RunLayout
+from core.run_layout import RunLayout
 from data_pipeline.shards import mark_done, write_shard
 from data_pipeline.tokenize import run_tokenize
 from data_pipeline.tokenizers import train_tokenizer

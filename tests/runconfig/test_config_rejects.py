@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from data_pipeline.preflight import check_output_writable, check_train
+from core.preflight import check_output_writable, check_train
 from runconfig import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """Checks of a loaded config against this machine, run by a command before its first stage starts.
 
-It sits on the data_pipeline floor, the lowest that has the storage layer a remote check needs (runconfig may
-not import it); the data, pretrain and launch CLIs all run it. Schema validation (runconfig/load.py) cannot know the file system or the accelerator; without these checks a missing
+It sits on the ground floor beside the storage layer a remote check needs; the data, pretrain and launch CLIs all
+run it. Schema validation (runconfig/load.py) cannot know the file system or the accelerator; without these checks a missing
 data path surfaced as a traceback from a worker, an unwritable output folder after the first stage, a missing
 resume folder as a fresh run, and fp16 on a CPU accelerator deep inside DeepSpeed. Each error names the key.
 """
@@ -13,12 +13,15 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.errors import ConfigError
 from core.layout import TOKEN_MANIFEST, TOKENS
-from data_pipeline.paths import filesystem
-from data_pipeline.storage import RunStore
-from runconfig.run import RunConfig
+from core.paths import filesystem
+from core.storage import RunStore
+
+if TYPE_CHECKING:  # the type only: core imports nothing above it at run time
+    from runconfig import RunConfig
 
 
 def check_output_writable(cfg: RunConfig) -> None:

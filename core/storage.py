@@ -25,7 +25,7 @@ from typing import Any
 from core.io import atomic_path
 from core.layout import TOKEN_MANIFEST
 from core.log import get_logger
-from data_pipeline.paths import filesystem
+from core.paths import filesystem
 
 log = get_logger(__name__)
 
