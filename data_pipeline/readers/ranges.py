@@ -21,6 +21,7 @@ import io
 from typing import IO
 
 from data_pipeline.readers.base import SourceFile, open_binary
+from data_pipeline.readers.record_starts import is_gzip_member, next_record_start
 
 _COMPRESSED = (".gz", ".zst", ".zstd", ".bz2", ".xz")
 
@@ -46,14 +47,12 @@ def _jsonl_cuts(fh, size: int, step: int) -> list[int]:
 
 
 def _warc_cuts(fh, size: int, step: int) -> list[int]:
-    from data_pipeline.readers.warc import _is_gz, _resync
-
-    gz = _is_gz(fh, 0)
+    gz = is_gzip_member(fh, 0)
     cuts = [0]
     for target in range(step, size, step):
         if target <= cuts[-1]:
             continue
-        pos = _resync(fh, target, gz)
+        pos = next_record_start(fh, target, gz)
         if pos is None:
             break
         if pos > cuts[-1]:

@@ -12,6 +12,7 @@ from warcio.exceptions import ArchiveLoadFailed
 
 from core.document import Document, stable_id
 from data_pipeline.readers.base import ErrorLog, SourceFile, looks_binary, open_binary
+from data_pipeline.readers.record_starts import is_gzip_member, next_record_start
 
 # warcio writes "Record not followed by newline" straight to sys.stderr, into the progress bar; routed to its
 # logger instead, which the CLI sends to the run's log file (core/log.py).
@@ -33,46 +34,6 @@ class ArchiveIterator(_WarcioIterator):
 
 
 HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml+xhtml")
-_GZ_MAGIC = b"\x1f\x8b\x08"
-_SCAN = 1 << 20
-
-
-def _is_gz(fh, pos: int) -> bool:
-    fh.seek(pos)
-    return fh.read(3) == _GZ_MAGIC
-
-
-def _resync(fh, start: int, gz: bool) -> int | None:
-    """Next offset >= start where a readable record begins (a gzip member holding WARC/, or a WARC/ line).
-
-    warcio stops at the first broken record; a crawl file with one damaged member in the middle would lose
-    everything behind it, so we scan forward ourselves (warcio has no resync).
-    """
-    needle = _GZ_MAGIC if gz else b"WARC/1."
-    pos = start
-    while True:
-        fh.seek(pos)
-        buf = fh.read(_SCAN + len(needle))
-        if not buf:
-            return None
-        i = buf.find(needle)
-        while i != -1:
-            cand = pos + i
-            if not gz:
-                if cand == 0 or buf[i - 1 : i] == b"\n" or i == 0:
-                    return cand
-            else:
-                fh.seek(cand)
-                try:
-                    head = zlib.decompressobj(31).decompress(fh.read(4096), 16)
-                except zlib.error:
-                    head = b""
-                if head.startswith(b"WARC/"):
-                    return cand
-            i = buf.find(needle, i + 1)
-        if len(buf) < _SCAN + len(needle):
-            return None
-        pos += _SCAN
 
 
 def _read_limited(stream, limit: int) -> bytes:
@@ -145,7 +106,7 @@ class _LostSync(Exception):
     When a member's first block does not inflate, warcio quietly assumes the data is not compressed and parses
     the compressed bytes as WARC text: a made-up Content-Length then swallows the good members behind it, which
     vanished without a report. In a gzipped WARC every record is its own member, so this record is corrupt and
-    reading resumes at the next member (`_resync`)."""
+    reading resumes at the next member (`next_record_start`)."""
 
     def __init__(self, offset: int):
         super().__init__(offset)
@@ -197,7 +158,7 @@ def read_warc(
         if not fh.read(1):
             errors.add(src.path, 0, "empty_file")
             return
-        gz = _is_gz(fh, 0)
+        gz = is_gzip_member(fh, 0)
         pos, end = src.span if src.span else (0, float("inf"))  # a piece: records starting in [pos, end)
         while True:
             fh.seek(pos)
@@ -249,7 +210,7 @@ def read_warc(
                 bad_at = it.offset if not first else offset
                 kind = "truncated_gzip" if isinstance(e, EOFError | zlib.error) else "corrupt_warc_record"
                 errors.add(src.path, bad_at, kind, f"{type(e).__name__}: {e}")
-            nxt = _resync(fh, max(bad_at, pos) + 1, gz)
+            nxt = next_record_start(fh, max(bad_at, pos) + 1, gz)
             if nxt is None or nxt >= end:
                 return
             pos = nxt
