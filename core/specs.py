@@ -296,6 +296,10 @@ class FamilySpec:
     # (run config) -> (total parameters, largest module's), from the config alone (pretrain/families/shapes.py):
     # `pretrain plan` prints it without importing torch. None: plan builds the model on the meta device.
     param_count: Callable[[Any], tuple[int, int]] | None = None
+    # --- data: replaced-token detection (the `electra` objective) on this family: 'module:NAME' of its
+    # `pretrain.objectives.rtd.RTDFamily` (how it builds a discriminator and a same-family generator sharing its
+    # embeddings, and exports them). None: the family cannot carry RTD, and a config asking for it is refused.
+    rtd: str | None = None
 
     def __post_init__(self) -> None:
         if self.finetune_defaults:
@@ -354,6 +358,9 @@ class ObjectiveSpec:
     # The objective reads every position with a bidirectional encoder (replaced-token detection): a family whose
     # spec says has_encoder=False is refused at load with that reason.
     needs_encoder: bool = False
+    # The model card's task for this objective's export whatever the family's (RTD on ModernBERT exports an
+    # encoder body, not a masked-LM head): a key of pretrain.model_card.TASKS; None: the family's task.
+    card_task: str | None = None
 
     def parse_options(self, options: dict[str, Any]) -> Any:
         """`objective.options` as the spec's typed section, defaults filled in (None if it has none)."""
@@ -438,6 +445,11 @@ class ElectraOptions(Options):
     temperature: float = Field(1.0, gt=0)  # softmax temperature of the generator's samples
 
 
+def carries_rtd(family: FamilySpec) -> bool:
+    """The family declares replaced-token detection (its spec names an RTD adapter)."""
+    return family.rtd is not None
+
+
 def generator_shape(hidden: int, layers: int, opts: ElectraOptions) -> dict[str, int]:
     """The ELECTRA generator's width, depth, heads and FFN from the discriminator's (reference:
     get_generator_config)."""
@@ -465,6 +477,11 @@ def validate_electra(cfg: Any) -> None:
         raise ValueError(
             f"{key} ({opts.generator_hidden_fraction:g}) leaves the generator no width "
             f"(model.hidden_size {m.hidden_size})"
+        )
+    if opts.generator_ffn_size is not None and opts.generator_ffn_size > m.ffn_size:
+        raise ValueError(
+            f"objective.options.generator_ffn_size ({opts.generator_ffn_size}) makes the generator's feed-forward "
+            f"larger than the discriminator's (model.ffn_size {m.ffn_size}); the generator must be the smaller network"
         )
     if g["hidden_size"] % g["num_attention_heads"]:
         raise ValueError(
@@ -509,6 +526,9 @@ BUILTIN_FAMILIES = (
                objective_defaults={"mlm_probability": 0.3}, model_class="ModernBertForMaskedLM",
                auto_class="AutoModelForMaskedLM", export_config={"sparse_prediction": False},
                min_transformers="4.48",  # transformers added `modernbert` in 4.48
+               # Replaced-token detection (objective.type: electra) on this body (issue 46): the discriminator is
+               # exported as ModernBertModel, the generator is a narrower ModernBERT sharing its embeddings.
+               rtd="pretrain.objectives.rtd:MODERNBERT",
                # Warner et al. 2024 sweep the LR per task for base/large; the budget presets' 4 x 128 encoder
                # fine-tunes at 3e-4..1e-3 (random init 0.78 on BBC, bench/transfer.py), warmup 10%, decay 0.01.
                finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01}),
@@ -518,6 +538,7 @@ BUILTIN_FAMILIES = (
                # The reference's masking: 85% [MASK], 15% kept, no random tokens (the generator supplies them).
                objective_defaults={"mask_token_fraction": 0.85, "random_token_fraction": 0.0},
                model_class="ElectraForPreTraining", auto_class="AutoModelForPreTraining",
+               rtd="pretrain.objectives.rtd:ELECTRA",
                export_heads=("AutoModelForSequenceClassification", "AutoModelForTokenClassification"),
                # Clark et al. 2020, Table 7: ELECTRA-Small fine-tunes at 3e-4 (Base 1e-4), warmup 10% of the steps,
                # no weight decay; 1e-3 is above anything the paper uses for any size.
@@ -537,12 +558,15 @@ BUILTIN_OBJECTIVES = (
     ObjectiveSpec("mlm", ("full_sentences", "line_by_line")),  # RoBERTa dynamic masking
     ObjectiveSpec("causal", ("contiguous", "line_by_line"), wrap_bos=False),  # GPT causal LM
     ObjectiveSpec("span_corruption", ("t5_spans",), wrap_bos=False),  # T5
-    # ELECTRA replaced-token detection: reads every token with a bidirectional encoder.
+    # ELECTRA replaced-token detection: reads every token with a bidirectional encoder; trains every family that
+    # declares how it carries it (FamilySpec.rtd).
     ObjectiveSpec(
         "electra",
         ("full_sentences", "line_by_line"),
         validate=validate_electra,
         options=ElectraOptions,
         needs_encoder=True,
+        trains=carries_rtd,
+        card_task="token_detection",
     ),
 )

@@ -46,7 +46,8 @@ if task == "masked_lm":
     pos = (enc["input_ids"][0] == tok.mask_token_id).nonzero()[0, 0]
     top = tok.convert_ids_to_tokens(out.logits[0, pos].topk(5).indices.tolist())
 print(json.dumps({"class": type(model).__name__, "params": sum(p.numel() for p in model.parameters()),
-                  "vocab": len(tok), "logits_shape": list(out.logits.shape), "top5_for_mask": top}))
+                  "vocab": len(tok), "top5_for_mask": top,
+                  "logits_shape": list((out.logits if "logits" in out else out.last_hidden_state).shape)}))
 """
 
 
@@ -128,8 +129,13 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     from pretrain.families import get_family
 
     family = get_family(cfg.model.family)
+    from pretrain.model_card import card_task
+
+    task = card_task(cfg.model.family, cfg.objective.type)
+    # an objective that exports another task than the family's (RTD on ModernBERT: the encoder body)
+    auto_class = family.auto_class if task == family.task else "AutoModel"
     out = subprocess.run(
-        [sys.executable, "-c", RELOAD_CHECK, str(export_dir), family.auto_class, family.task],
+        [sys.executable, "-c", RELOAD_CHECK, str(export_dir), auto_class, task],
         capture_output=True,
         text=True,
     )

@@ -23,6 +23,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from core.layout import CLEAN_STATS, RESOLVED_CONFIG, TOKEN_MANIFEST
 from core.run_layout import RunLayout
+from data_pipeline.objectives import get_objective
 from pretrain.export_folder import TRAINING_STATE, weights_hash
 from runconfig import RunConfig
 from runconfig.load import to_dict
@@ -47,11 +48,29 @@ TASKS = {
 }
 
 
-def card_task(family: str) -> str:
-    """The family's registered task (masked_lm | causal_lm | seq2seq | token_detection)."""
+def card_task(family: str, objective: str | None = None) -> str:
+    """The export's task (masked_lm | causal_lm | seq2seq | token_detection): the objective's where it sets one
+    (replaced-token detection exports a discriminator whatever the family), else the family's registered task."""
     from pretrain.families import get_family
 
+    if objective is not None and get_objective(objective).card_task is not None:
+        return get_objective(objective).card_task
     return get_family(family).task
+
+
+def _rtd_text(cfg: RunConfig) -> str:
+    """What replaced-token detection trained, for the card: the generator beside the discriminator, the loss."""
+    from core.specs import ElectraOptions, generator_shape
+
+    opts = ElectraOptions.model_validate(cfg.objective.options)
+    g = generator_shape(cfg.model.hidden_size, cfg.model.num_layers, opts)
+    return (
+        f"Trained by replaced-token detection (RTD, ELECTRA: Clark et al. 2020): a {cfg.model.family} generator "
+        f"{g['hidden_size']} wide ({opts.generator_hidden_fraction:g} of the discriminator's width) sharing its "
+        f"embeddings filled {cfg.objective.mlm_probability:.0%} of the tokens with samples at temperature "
+        f"{opts.temperature:g}, and the discriminator labelled every token original or replaced; loss = generator "
+        f"MLM + {opts.discriminator_weight:g} x discriminator BCE. This folder is the discriminator."
+    )
 
 
 def median_speed(metrics_file: Path) -> tuple[float, float] | None:
@@ -207,7 +226,7 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
                       manifest: dict[str, Any] | None, clean_stats: dict[str, Any] | None,
                       ppl: tuple[float, int] | None, transfer: dict[str, Any] | None,
                       mask_token: str | None = None, speed: tuple[float, float] | None = None) -> str:  # fmt: skip
-    task = card_task(cfg.model.family)
+    task = card_task(cfg.model.family, cfg.objective.type)
     pipeline_tag, task_name, auto_cls = TASKS[task]
     name = cfg.export.model_name or cfg.run.name
     repo = cfg.export.repo_id or f"path/to/{export_dir.name}"
@@ -257,6 +276,8 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         f"{cfg.objective.type.replace('_', ' ')} on {len(sources)} source(s) by lmstack (DeepSpeed ZeRO-{ds.zero_stage})."
         if isinstance(n_params, int) else f"A {cfg.model.family} ({cfg.model.size}) model pretrained from scratch."
     )  # fmt: skip
+    if get_objective(cfg.objective.type).card_task == "token_detection":  # RTD, whichever family
+        body += ["", _rtd_text(cfg)]
     body += [
         "",
         "## Usage",

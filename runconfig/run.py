@@ -117,9 +117,15 @@ class RunConfig(Section):
                 f"'{fam.name}' has none (families it trains: {trainable})"
             )
         if not fam.trains(obj):
+            declared = (
+                f"; '{obj.name}' trains the families that declare it: "
+                f"{sorted(n for n, f in FAMILIES.items() if f.trains(obj))}"
+                if obj.trains is not None
+                else ""
+            )
             raise ValueError(
                 f"objective.type: '{obj.name}' cannot train model.family '{fam.name}' "
-                f"(allowed: {sorted(fam.objectives)})"
+                f"(allowed: {sorted(fam.objectives)}{declared})"
             )
         if pack not in obj.packing:
             raise ValueError(

@@ -53,24 +53,31 @@ def causal_prepare(cfg: Any, model: Any) -> None:
         model.config.use_cache = False
 
 
-def electra_wrap(cfg: Any, discriminator: Any, tokenizer: Any) -> Any:
-    """The family's discriminator + a generator built beside it, sharing its embeddings: the module trained."""
-    from pretrain.objectives.rtd import ReplacedTokenDetection, build_generator
+def electra_wrap(cfg: Any, model: Any, tokenizer: Any) -> Any:
+    """The family's discriminator + a smaller generator of the same family sharing its embeddings (the family's
+    RTD adapter, `FamilySpec.rtd`, builds both): the module trained."""
+    from pretrain.objectives.rtd import ReplacedTokenDetection, rtd_family
 
     opts = ElectraOptions.model_validate(cfg.objective.options)
-    generator = build_generator(
-        discriminator.config,
-        generator_shape(discriminator.config.hidden_size, discriminator.config.num_hidden_layers, opts),
-    )
+    adapter = rtd_family(get_family(cfg.model.family))
+    shape = generator_shape(cfg.model.hidden_size, cfg.model.num_layers, opts)
+    if adapter.adjust_shape is not None:
+        shape = adapter.adjust_shape(shape, cfg.model, opts)
+    discriminator, generator = adapter.pair(model, shape)
     return ReplacedTokenDetection(
-        discriminator, generator, tokenizer, opts.discriminator_weight, opts.temperature
+        discriminator,
+        generator,
+        tokenizer,
+        opts.discriminator_weight,
+        opts.temperature,
+        adapter.mlm_transform,
     )
 
 
 def electra_export(cfg: Any, module: Any, out: Any, tokenizer: Any) -> Any:
-    from pretrain.objectives.rtd import export_pair
+    from pretrain.objectives.rtd import rtd_family
 
-    return export_pair(module, out, tokenizer)
+    return rtd_family(get_family(cfg.model.family)).export(cfg, module, out, tokenizer)
 
 
 implement_objective("mlm", prepare_model=mlm_prepare)

@@ -1,6 +1,13 @@
-"""Replaced-token detection (ELECTRA, Clark et al. 2020): the generator + discriminator module and the export of
-both as Hugging Face folders. The spec and options are in core/specs.py, the collator (which draws `sample_u`) in
-data_pipeline/objectives/electra.py.
+"""Replaced-token detection (ELECTRA, Clark et al. 2020) for any encoder family that declares it: the generator +
+discriminator module and the export. The spec and options are in core/specs.py, the collator (which draws
+`sample_u`) in data_pipeline/objectives/electra.py.
+
+A family carries RTD by naming an `RTDFamily` in its spec (`FamilySpec.rtd`): how it builds its discriminator (a
+module whose output's `.logits` is one logit per token) and a smaller generator of the same family (an HF masked-LM
+model) sharing the discriminator's embeddings, and how it exports them. `ELECTRA` keeps transformers' ELECTRA
+classes (`ElectraForPreTraining` + `ElectraForMaskedLM`, two folders); `MODERNBERT` trains a ModernBERT body with a
+detection head and a narrower ModernBERT generator, and exports the discriminator's body as `ModernBertModel`.
+The loss, sampling and metrics below are the same for every family.
 
 Sampling. The reference code samples with Gumbel noise from TF's global RNG. Here each masked position's sample
 is the inverse CDF of the generator's softmax at a uniform drawn by the collator from the counter-based stream
@@ -14,6 +21,7 @@ input), and the generator predicts only the masked positions (as the reference's
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,15 +34,20 @@ from transformers.utils import ModelOutput
 from data_pipeline.objectives.mlm import special_token_ids
 
 
-def build_generator(discriminator_config: Any, shape: dict[str, int]):
-    """An ElectraForMaskedLM of the given shape on the discriminator's vocabulary and embedding size."""
-    from transformers import ElectraForMaskedLM
-
+def generator_config(discriminator_config: Any, shape: dict[str, int]) -> Any:
+    """The discriminator's HF config with the generator's width, depth, heads and FFN."""
     config = copy.deepcopy(discriminator_config)
     for key, value in shape.items():
         setattr(config, key, value)
     config.architectures = None
-    return ElectraForMaskedLM(config)
+    return config
+
+
+def build_generator(discriminator_config: Any, shape: dict[str, int]):
+    """An ElectraForMaskedLM of the given shape on the discriminator's vocabulary and embedding size."""
+    from transformers import ElectraForMaskedLM
+
+    return ElectraForMaskedLM(generator_config(discriminator_config, shape))
 
 
 def sample_tokens(logits: torch.Tensor, allowed: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -72,17 +85,11 @@ class ReplacedTokenDetection(nn.Module):
         tokenizer: Any,
         weight: float = 50.0,
         temperature: float = 1.0,
-        share_embeddings: bool = True,
+        mlm_transform: str = "generator_predictions",
     ):
         super().__init__()
-        if generator.config.embedding_size != discriminator.config.embedding_size:
-            raise ValueError(
-                "generator and discriminator must have the same embedding size to share embeddings"
-            )
         self.discriminator, self.generator = discriminator, generator
-        if share_embeddings:
-            generator.electra.embeddings = discriminator.electra.embeddings
-            generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
+        self.mlm_transform = mlm_transform  # the generator's head before its vocabulary projection
         self.weight, self.temperature = float(weight), float(temperature)
         vocab = discriminator.config.vocab_size
         allowed = torch.zeros(vocab, dtype=torch.bool)
@@ -109,8 +116,9 @@ class ReplacedTokenDetection(nn.Module):
         original = torch.where(masked, labels, input_ids)
 
         # Generator: MLM on the masked positions only (the reference gathers them before the output layer).
-        hidden = self.generator.electra(input_ids, attention_mask=attention_mask).last_hidden_state
-        logits = self.generator.generator_lm_head(self.generator.generator_predictions(hidden[masked]))
+        hidden = self.generator.base_model(input_ids, attention_mask=attention_mask).last_hidden_state
+        transform = getattr(self.generator, self.mlm_transform)
+        logits = self.generator.get_output_embeddings()(transform(hidden[masked]))
         targets = labels[masked]
         if targets.numel():
             gen_loss = F.cross_entropy(logits.float(), targets)
@@ -178,6 +186,208 @@ def export_pair(module: ReplacedTokenDetection, out: Path, tokenizer: Any) -> nn
         tokenizer,
         module.weight,
         module.temperature,
-        share_embeddings=False,
+        module.mlm_transform,
     )
     return reloaded.eval()
+
+
+# ------------------------------------------------------------------------------------------- families' RTD
+
+
+@dataclass(frozen=True)
+class RTDFamily:
+    """How a family carries replaced-token detection (named by its spec's `rtd`)."""
+
+    # (the family's model as built, the generator's shape) -> (discriminator, generator), the generator using
+    # the discriminator's embeddings
+    pair: Callable[[Any, dict[str, int]], tuple[nn.Module, nn.Module]]
+    mlm_transform: (
+        str  # the generator's head applied before its output embeddings (the vocabulary projection)
+    )
+    # (run config, trained module, out folder, tokenizer) -> the export reloaded from disk (parity)
+    export: Callable[[Any, ReplacedTokenDetection, Path, Any], nn.Module]
+    # (generator shape, discriminator's HF config) -> the shape this family builds (e.g. its own FFN ratio)
+    adjust_shape: Callable[[dict[str, int], Any, Any], dict[str, int]] | None = None
+
+
+def rtd_family(family: Any) -> RTDFamily:
+    """The family spec's RTD adapter; a family without one was refused at load (objective.type)."""
+    from core.specs import resolve
+
+    if family.rtd is None:
+        raise ValueError(f"objective.type: model.family '{family.name}' declares no replaced-token detection")
+    return resolve(family.rtd)
+
+
+def _electra_pair(discriminator: nn.Module, shape: dict[str, int]) -> tuple[nn.Module, nn.Module]:
+    """ElectraForPreTraining as built + an ElectraForMaskedLM sharing its whole embedding module (word, position,
+    segment tables and LayerNorm at the embedding size; each network projects to its own width)."""
+    generator = build_generator(discriminator.config, shape)
+    if generator.config.embedding_size != discriminator.config.embedding_size:
+        raise ValueError("generator and discriminator must have the same embedding size to share embeddings")
+    generator.electra.embeddings = discriminator.electra.embeddings
+    generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
+    return discriminator, generator
+
+
+ELECTRA = RTDFamily(
+    pair=_electra_pair,
+    mlm_transform="generator_predictions",
+    export=lambda cfg, module, out, tokenizer: export_pair(module, out, tokenizer),
+)
+"""transformers' ELECTRA classes: the discriminator and generator exported as two HF folders."""
+
+
+@dataclass
+class DetectorOutput(ModelOutput):
+    logits: torch.Tensor | None = None
+
+
+class TokenDetector(nn.Module):
+    """An encoder body + ELECTRA's detection head (dense, GELU, one logit per token): the discriminator of a family
+    whose HF classes have no replaced-token-detection model. The body is what the export carries."""
+
+    def __init__(self, body: nn.Module):
+        super().__init__()
+        self.body = body
+        h = body.config.hidden_size
+        self.head = nn.Sequential(nn.Linear(h, h), nn.GELU(), nn.Linear(h, 1))
+        std = body.config.initializer_range
+        for layer in (self.head[0], self.head[2]):
+            nn.init.normal_(layer.weight, std=std)
+            nn.init.zeros_(layer.bias)
+
+    @property
+    def config(self) -> Any:
+        return self.body.config
+
+    def gradient_checkpointing_enable(self, **kwargs: Any) -> None:
+        self.body.gradient_checkpointing_enable(**kwargs)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> DetectorOutput:
+        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return DetectorOutput(logits=self.head(hidden).squeeze(-1))
+
+
+class ProjectedEmbeddings(nn.Module):
+    """The discriminator's embedding module shared by a narrower generator: its output projected to the
+    generator's width (ELECTRA's `embeddings_project`)."""
+
+    def __init__(self, shared: nn.Module, width: int, out_width: int):
+        super().__init__()
+        self.shared = shared
+        self.project = nn.Linear(width, out_width) if width != out_width else nn.Identity()
+        if isinstance(self.project, nn.Linear):
+            nn.init.normal_(self.project.weight, std=getattr(shared, "config", None).initializer_range)
+            nn.init.zeros_(self.project.bias)
+
+    def forward(self, input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None):
+        return self.project(self.shared(input_ids=input_ids, inputs_embeds=inputs_embeds))
+
+
+class TiedDecoder(nn.Module):
+    """The vocabulary projection of a generator whose head outputs the discriminator's width, with the
+    discriminator's token embedding matrix as its weight (ELECTRA ties the generator's output to the input
+    embeddings) and a bias of its own."""
+
+    def __init__(self, embedding: nn.Embedding, bias: bool = True):
+        super().__init__()
+        self.weight = embedding.weight
+        self.bias = nn.Parameter(torch.zeros(embedding.num_embeddings)) if bias else None
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.weight, self.bias)
+
+
+def _modernbert_shape(shape: dict[str, int], m: Any, opts: Any) -> dict[str, int]:
+    """The generator's GLU keeps the discriminator's FFN ratio (model.ffn_size / model.hidden_size) unless
+    objective.options.generator_ffn_size sets it; heads of 64 as the reference unless set."""
+    if opts.generator_ffn_size is None:
+        shape = {
+            **shape,
+            "intermediate_size": max(1, round(m.ffn_size * shape["hidden_size"] / m.hidden_size)),
+        }
+    return shape
+
+
+def _modernbert_pair(model: nn.Module, shape: dict[str, int]) -> tuple[nn.Module, nn.Module]:
+    """The discriminator: the built model's ModernBertModel body + a detection head. The generator: a
+    ModernBertForMaskedLM of the generator's shape whose embeddings are the discriminator's (projected to its
+    width) and whose head projects back to the discriminator's width for the tied vocabulary projection."""
+    from transformers import ModernBertForMaskedLM
+
+    body = model.model  # ModernBertForMaskedLM as the family builds it; its MLM head is not trained
+    discriminator = TokenDetector(body)
+    config = generator_config(body.config, shape)
+    generator = ModernBertForMaskedLM(config)
+    width, g = body.config.hidden_size, config.hidden_size
+    generator.model.embeddings = ProjectedEmbeddings(body.embeddings, width, g)
+    head = generator.head  # dense -> act -> LayerNorm, ending at the discriminator's width
+    head.dense = nn.Linear(g, width, bias=config.classifier_bias)
+    head.norm = nn.LayerNorm(width, eps=config.norm_eps, bias=config.norm_bias)
+    nn.init.normal_(head.dense.weight, std=config.initializer_range)
+    generator.decoder = TiedDecoder(body.embeddings.tok_embeddings, bias=config.decoder_bias)
+    return discriminator, generator
+
+
+BODY_HEAD_FILE = "rtd_head.safetensors"
+
+
+def _modernbert_export(cfg: Any, module: ReplacedTokenDetection, out: Path, tokenizer: Any) -> nn.Module:
+    """The discriminator's body as the HF folder `out` (ModernBertModel, with the family's export config: dense
+    logits), loadable by AutoModel and AutoModelForSequenceClassification; the detection head and the generator
+    in `rtd_head.safetensors` (the module's other tensors, for parity and continued RTD). Returns the module
+    rebuilt from these files."""
+    from safetensors.torch import load_file, save_file
+    from transformers import ModernBertModel
+
+    from data_pipeline.tokenizers import make_portable
+    from pretrain.families import get_family
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    body = module.discriminator.body
+    for key, value in get_family(cfg.model.family).export_config.items():
+        setattr(body.config, key, value)
+    body.config.architectures = ["ModernBertModel"]
+    body.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    make_portable(out)
+    body_ids = {id(p) for p in body.parameters()}
+    rest = {
+        k: v.detach().contiguous().clone()
+        for k, v in module.state_dict(keep_vars=True).items()
+        if id(v) not in body_ids
+    }
+    save_file(rest, str(out / BODY_HEAD_FILE))
+
+    reloaded_body = ModernBertModel.from_pretrained(str(out))
+    disc, gen = _modernbert_pair(_BodyHolder(reloaded_body), _shape_of(module.generator.config))
+    rebuilt = ReplacedTokenDetection(
+        disc, gen, tokenizer, module.weight, module.temperature, module.mlm_transform
+    )
+    missing, unexpected = rebuilt.load_state_dict(load_file(str(out / BODY_HEAD_FILE)), strict=False)
+    body_ids = {id(p) for p in reloaded_body.parameters()}
+    from_body = {k for k, v in rebuilt.state_dict(keep_vars=True).items() if id(v) in body_ids}
+    if unexpected or set(missing) - from_body:
+        raise RuntimeError(f"RTD export does not reload: missing={missing} unexpected={unexpected}")
+    return rebuilt.eval()
+
+
+class _BodyHolder(nn.Module):
+    """What `_modernbert_pair` reads of the family's built model: its `model` (the body)."""
+
+    def __init__(self, body: nn.Module):
+        super().__init__()
+        self.model = body
+
+
+def _shape_of(config: Any) -> dict[str, int]:
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    return {k: getattr(config, k) for k in keys}
+
+
+MODERNBERT = RTDFamily(
+    pair=_modernbert_pair, mlm_transform="head", export=_modernbert_export, adjust_shape=_modernbert_shape
+)
+"""ModernBERT (issue 46): body + detection head as the discriminator, exported as ModernBertModel."""
