@@ -382,12 +382,12 @@ class ModernBertOptions(Options):
 
     local_attention: int = Field(128, gt=0)  # total window of the sliding-window layers
     global_attn_every_n_layers: int = Field(3, ge=1)  # layer i is global when i % n == 0
-    global_rope_theta: float = Field(160_000.0, gt=0)
-    local_rope_theta: float = Field(10_000.0, gt=0)
-    sparse_prediction: bool = True
-    hidden_activation: str = "gelu"
-    initializer_cutoff_factor: float = Field(2.0, gt=0)
-    classifier_pooling: Literal["cls", "mean"] = "mean"
+    global_rope_theta: float = Field(160_000.0, gt=0)  # RoPE base of the global-attention layers
+    local_rope_theta: float = Field(10_000.0, gt=0)  # RoPE base of the sliding-window layers
+    sparse_prediction: bool = True  # training scores only the masked positions (the export: every position)
+    hidden_activation: str = "gelu"  # the gated MLP's activation (GeGLU)
+    initializer_cutoff_factor: float = Field(2.0, gt=0)  # init: truncated normal cut at this many std devs
+    classifier_pooling: Literal["cls", "mean"] = "mean"  # a classification head reads [CLS] or the mean
 
 
 def reject_t5_shape_keys(m: Any, family: str, kind: str) -> None:

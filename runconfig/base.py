@@ -2,6 +2,10 @@
 be inf or NaN (an infinite LR passed every `gt=0` bound and checkpointed non-finite weights). The same policy as
 the typed options of the specs (core/specs.py `Options`), which it extends."""
 
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
 from core.specs import Options
 
 
@@ -29,3 +33,29 @@ def check_path_component(value: str) -> str:
             "(letters, digits, '.', '-', '_')"
         )
     return value
+
+
+def check_plugin_options(
+    section: str, kind: str, name: str, options_type: type[BaseModel] | None, options: dict[str, Any]
+) -> None:
+    """A family's `model.options` or an objective's `objective.options` against its spec's typed section: an
+    unknown (e.g. misspelled) key is refused naming it and the keys that family or objective takes."""
+    if not options:
+        return
+    if options_type is None:
+        raise ValueError(f"{section}: {kind} '{name}' takes no options (got {sorted(options)})")
+    try:
+        options_type.model_validate(options)
+    except ValidationError as e:
+        valid = ", ".join(sorted(options_type.model_fields))
+        raise ValueError(
+            "; ".join(
+                f"{section}.{'.'.join(str(p) for p in err['loc'])}: "
+                + (
+                    f"not a key of {kind} '{name}' (its keys: {valid})"
+                    if err["type"] == "extra_forbidden"
+                    else f"{err['msg']} ({kind} '{name}')"
+                )
+                for err in e.errors()
+            )
+        ) from None

@@ -2,10 +2,10 @@
 
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from core.registry import FAMILIES
-from runconfig.base import Section
+from runconfig.base import Section, check_plugin_options
 
 
 class ModelConfig(Section):
@@ -39,22 +39,9 @@ class ModelConfig(Section):
     @model_validator(mode="after")
     def _family_options(self) -> "ModelConfig":
         """Checks `options` against the family's typed section; the family's builder fills in its defaults."""
-        if not self.options:
-            return self
-        spec = FAMILIES.get(self.family)
-        if spec.options is None:
-            raise ValueError(
-                f"model.options: family '{self.family}' takes no options (got {sorted(self.options)})"
-            )
-        try:
-            spec.options.model_validate(self.options)
-        except ValidationError as e:
-            raise ValueError(
-                "; ".join(
-                    f"model.options.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-                    for err in e.errors()
-                )
-            ) from None
+        check_plugin_options(
+            "model.options", "family", self.family, FAMILIES.get(self.family).options, self.options
+        )
         return self
 
     @model_validator(mode="after")

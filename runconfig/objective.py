@@ -2,10 +2,10 @@
 
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from core.registry import OBJECTIVES
-from runconfig.base import Section
+from runconfig.base import Section, check_plugin_options
 
 
 class ObjectiveConfig(Section):
@@ -40,25 +40,9 @@ class ObjectiveConfig(Section):
     @model_validator(mode="after")
     def _objective_options(self) -> "ObjectiveConfig":
         """Checks `options` against the objective's typed section (its factories read them with defaults)."""
-        if not self.options:
-            return self  # every spec's options have defaults
-        spec = OBJECTIVES.get(self.type)
-        if spec.options is None:
-            if self.options:
-                raise ValueError(
-                    f"objective.options: objective '{self.type}' takes no options "
-                    f"(got {sorted(self.options)})"
-                )
-            return self
-        try:
-            spec.parse_options(self.options)
-        except ValidationError as e:
-            raise ValueError(
-                "; ".join(
-                    f"objective.options.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-                    for err in e.errors()
-                )
-            ) from None
+        check_plugin_options(
+            "objective.options", "objective", self.type, OBJECTIVES.get(self.type).options, self.options
+        )
         return self
 
     @model_validator(mode="after")

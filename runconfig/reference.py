@@ -18,12 +18,16 @@ import textwrap
 import tokenize
 import types
 import typing
+from importlib.metadata import entry_points
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from core.registry import FAMILIES, OBJECTIVES, Registry
 from runconfig.run import RunConfig
+
+PACKAGES = ("core", "runconfig", "data_pipeline", "pretrain", "adapt", "launch")
 
 HEADER = """\
 # Config reference
@@ -134,8 +138,61 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _rows(
+    model: type[BaseModel], path: str
+) -> tuple[list[str], list[str], list[tuple[str, type[BaseModel]]]]:
+    """A section's table rows, the rows of its plain keys, and the sections nested in it."""
+    comments = _comments(model)
+    rows, own, children = [], [], []
+    for name, field in model.model_fields.items():
+        if field.exclude:
+            continue  # loader-only keys (inherit) are described in the header
+        key = f"{path}.{name}" if path else name
+        doc = " ".join(t for t in (field.description or "", comments.get(name, "")) if t)
+        sub = _nested(field.annotation)
+        default = _fmt_default(field)
+        if sub:  # a section (or a list / dict of them): its keys are in its own table
+            see = ", ".join(f"[`{key}{s}`](#{_anchor(key + s)})" for s, _ in sub)
+            default = see if default == "(section)" else f"{default}; keys: {see}"
+        row = f"| `{key}` | {_cell(_fmt_type(field.annotation))} | {_cell(default)} | {_cell(doc)} |"
+        rows.append(row)
+        if not sub:
+            own.append(row)  # a plain key; the top level shows only these (its sections get headings)
+        children += [(key + suffix, model_) for suffix, model_ in sub]
+    return rows, own, children
+
+
+def _table(heading: str, model: type[BaseModel], rows: list[str]) -> list[str]:
+    out = [f"\n## {heading}\n"]
+    if model.__doc__:  # the section's own docstring (a class's __doc__ is never inherited)
+        out.append(" ".join(model.__doc__.split()) + "\n")
+    return out + ["| key | type | default | |\n|---|---|---|---|", *rows]
+
+
+def _own(registry: Registry[Any]) -> list[tuple[str, Any]]:
+    """The registry's entries that lmstack itself declares (an outside package's entry points are its own
+    documentation), read without importing any outside package."""
+    outside = {ep.name for ep in entry_points(group=registry.group) if ep.value.split(".")[0] not in PACKAGES}
+    return [(n, spec) for n, spec in registry.items() if n not in outside]
+
+
+def _plugin_options(key: str, registry: Registry[Any]) -> list[str]:
+    """`model.options` / `objective.options`: one table per family (objective) with a typed section, then the
+    names of those that take none."""
+    parts, none = [], []
+    for name, spec in _own(registry):
+        if spec.options is None:
+            none.append(f"`{name}`")
+            continue
+        parts += _table(f"`{key}` of {registry.kind} `{name}`", spec.options, _rows(spec.options, key)[0])
+    if none:
+        parts.append(f"\nThese {registry.name} take no `{key}` (any key is refused): {', '.join(none)}.")
+    return parts
+
+
 def render(root: type[BaseModel] = RunConfig) -> str:
-    """The whole reference as markdown: one table per section, in declaration order, nested sections after."""
+    """The whole reference as markdown: one table per section, in declaration order, nested sections after,
+    then each family's `model.options` and each objective's `objective.options`."""
     parts = [HEADER]
     seen: set[str] = set()
 
@@ -143,33 +200,15 @@ def render(root: type[BaseModel] = RunConfig) -> str:
         if path in seen:
             return
         seen.add(path)
-        comments = _comments(model)
-        rows, own, children = [], [], []
-        for name, field in model.model_fields.items():
-            if field.exclude:
-                continue  # loader-only keys (inherit) are described in the header
-            key = f"{path}.{name}" if path else name
-            doc = " ".join(t for t in (field.description or "", comments.get(name, "")) if t)
-            sub = _nested(field.annotation)
-            default = _fmt_default(field)
-            if sub:  # a section (or a list / dict of them): its keys are in its own table
-                see = ", ".join(f"[`{key}{s}`](#{_anchor(key + s)})" for s, _ in sub)
-                default = see if default == "(section)" else f"{default}; keys: {see}"
-            row = f"| `{key}` | {_cell(_fmt_type(field.annotation))} | {_cell(default)} | {_cell(doc)} |"
-            rows.append(row)
-            if not sub:
-                own.append(row)  # a plain key; the top level shows only these (its sections get headings)
-            children += [(key + suffix, model_) for suffix, model_ in sub]
+        rows, own, children = _rows(model, path)
         if path or own:
-            parts.append(f"\n## `{path or 'top level'}`\n")
-            if model.__doc__:  # the section's own docstring (a class's __doc__ is never inherited)
-                parts.append(" ".join(model.__doc__.split()) + "\n")
-            parts.append("| key | type | default | |\n|---|---|---|---|")
-            parts.extend(rows if path else own)
+            parts.extend(_table(f"`{path or 'top level'}`", model, rows if path else own))
         for key, child in children:
             walk(child, key)
 
     walk(root, "")
+    parts += _plugin_options("model.options", FAMILIES)
+    parts += _plugin_options("objective.options", OBJECTIVES)
     return "\n".join(parts).rstrip("\n") + "\n"
 
 
