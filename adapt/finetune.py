@@ -34,9 +34,10 @@ def finetune(
     model_dir = Path(model_dir)
     verify_export(model_dir)
     out = Path(out_dir) if out_dir is not None else RunLayout(cfg).finetune
+    tasks = load_tasks(cfg)  # every task read and checked before any model or tokenizer is loaded
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     results = []
-    for data in load_tasks(cfg):  # every task read and checked before any training
+    for data in tasks:
         task = prepare_task(ft, data, tok, model_dir)
         lr = ft.lr_grid[0]
         if len(ft.lr_grid) > 1:

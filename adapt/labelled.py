@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.errors import LmstackError
+from core.log import get_logger
 from core.paths import expand_placeholders
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneTask
 
 Row = tuple[str, str, str]  # (example id, text, label)
+RawRow = tuple[str, str | None, str]  # as read: the text may be null
+
+log = get_logger(__name__)
 
 
 @dataclass
@@ -34,8 +40,8 @@ class TaskData:
         return {"train": len(self.train), "dev": len(self.dev), "test": len(self.test)}
 
 
-class LabelledDataError(ValueError):
-    """A labelled-data problem, naming the config key."""
+class LabelledDataError(LmstackError, ValueError):
+    """A labelled-data problem, naming the config key: one line and exit USAGE from the CLIs."""
 
 
 def _fraction_hash(salt: str, example_id: str) -> float:
@@ -92,35 +98,55 @@ def _check_columns(columns: list[str], task: FinetuneTask, key: str, path: Path)
             raise LabelledDataError(f"{k}: column '{col}' not in {path} (columns: {columns})")
 
 
-def _read_table(path: Path, fmt: str, task: FinetuneTask, key: str) -> list[Row]:
-    rows: list[Row] = []
+def _utf8(path: Path, key: str) -> str:
+    """The file's text (a UTF-8 BOM dropped); bytes that are not UTF-8 are named by file, line and offset."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        start = e.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        line = data[:start].count(b"\n") + 1
+        raise LabelledDataError(
+            f"{key}: {path} line {line} is not UTF-8 (byte 0x{data[start]:02x} at "
+            f"offset {start}): save the file as UTF-8"
+        ) from None
+
+
+def _read_table(path: Path, fmt: str, task: FinetuneTask, key: str) -> list[RawRow]:
+    rows: list[RawRow] = []
     if fmt in ("csv", "tsv"):
-        with open(path, newline="", encoding="utf-8-sig") as fh:  # utf-8-sig drops a BOM if there is one
-            reader = csv.DictReader(fh, delimiter="\t" if fmt == "tsv" else ",")
-            _check_columns(list(reader.fieldnames or []), task, key, path)
-            for i, r in enumerate(reader):
-                rows.append((f"{path.name}:{i}", r[task.text_column] or "", str(r[task.label_column])))
+        reader = csv.DictReader(
+            io.StringIO(_utf8(path, key), newline=""), delimiter="\t" if fmt == "tsv" else ","
+        )
+        _check_columns(list(reader.fieldnames or []), task, key, path)
+        for i, r in enumerate(reader):
+            rows.append((f"{path.name}:{i}", r[task.text_column], str(r[task.label_column])))
     elif fmt == "jsonl":
-        with open(path, encoding="utf-8-sig") as fh:
-            for i, line in enumerate(fh):
-                if not line.strip():
-                    continue
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise LabelledDataError(f"{key}: {path} line {i + 1} is not JSON: {e}") from None
-                _check_columns(list(r), task, key, f"{path} line {i + 1}")
-                rows.append(
-                    (
-                        str(r.get("id", f"{path.name}:{i}")),
-                        str(r[task.text_column]),
-                        str(r[task.label_column]),
-                    )
+        for i, line in enumerate(_utf8(path, key).splitlines()):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise LabelledDataError(f"{key}: {path} line {i + 1} is not JSON: {e}") from None
+            _check_columns(list(r), task, key, f"{path} line {i + 1}")
+            text = r[task.text_column]
+            rows.append(
+                (
+                    str(r.get("id", f"{path.name}:{i}")),
+                    None if text is None else str(text),
+                    str(r[task.label_column]),
                 )
+            )
     elif fmt == "folder":
+        from data_pipeline.readers.base import decode_text
+
         for f in sorted(path.glob("*/*")):
             if f.is_file():
-                rows.append((str(f.relative_to(path)), f.read_text(errors="replace"), f.parent.name))
+                text, _, how = decode_text(f.read_bytes())  # as pretraining's text_folder reader decodes
+                if text is None:
+                    raise LabelledDataError(f"{key}: {f} is neither UTF-8 nor a charset that can be detected")
+                rows.append((str(f.relative_to(path)), text, f.parent.name))
     elif fmt == "hf_dataset":
         rows = _rows_from_hf(_load_hf(path), task, key, path)
     else:
@@ -130,24 +156,36 @@ def _read_table(path: Path, fmt: str, task: FinetuneTask, key: str) -> list[Row]
     return rows
 
 
+def _drop_blank(rows: list[RawRow], key: str, where: str | Path) -> list[Row]:
+    """Rows whose text is empty, whitespace-only or null carry nothing to classify: skipped, counted and named,
+    never trained on or scored."""
+    blank = [r[0] for r in rows if r[1] is None or not r[1].strip()]
+    if blank:
+        log.warning(
+            f"{key}: skipped {len(blank)} row(s) of {where} with empty, whitespace-only or null text: "
+            f"{', '.join(blank[:5])}{', ...' if len(blank) > 5 else ''}"
+        )
+    return [(i, t, y) for i, t, y in rows if t is not None and t.strip()]
+
+
 def _load_hf(path: Path):
     from datasets import load_from_disk
 
     return load_from_disk(str(path))
 
 
-def _rows_from_hf(ds, task: FinetuneTask, key: str, path: Path) -> list[Row]:
+def _rows_from_hf(ds, task: FinetuneTask, key: str, path: Path) -> list[RawRow]:
     _check_columns(list(ds.column_names), task, key, path)
     feat = ds.features[task.label_column]
     names = getattr(feat, "names", None)  # ClassLabel: ints -> label names
     ids = ds["id"] if "id" in ds.column_names else range(len(ds))
     return [
-        (f"{path.name}:{i}", str(t), names[y] if names else str(y))
+        (f"{path.name}:{i}", None if t is None else str(t), names[y] if names else str(y))
         for i, t, y in zip(ids, ds[task.text_column], ds[task.label_column], strict=True)
     ]
 
 
-def _source_rows(cfg: RunConfig, task: FinetuneTask, key: str) -> list[Row]:
+def _source_rows(cfg: RunConfig, task: FinetuneTask, key: str) -> list[RawRow]:
     """The source's hold-out documents (never pretrained on), with their labels."""
     from core.document import in_holdout
     from data_pipeline.readers import read_source
@@ -197,7 +235,7 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
     dev: list[Row] = []
     test: list[Row] = []
     if task.source is not None:
-        rows = _source_rows(cfg, task, key)
+        rows = _drop_blank(_source_rows(cfg, task, key), f"{key}.source", f"source '{task.source}'")
         train, test = split_by_id(rows, task.test_fraction, f"{task.name}/test")
         origin = f"hold-out of source '{task.source}', test {task.test_fraction:.0%} by id hash"
     elif task.dataset is not None:
@@ -205,11 +243,16 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
         dd = _load_hf(path)
         if not hasattr(dd, "keys") or "train" not in dd:
             raise LabelledDataError(f"{key}.dataset: {path} is not a DatasetDict with a 'train' split")
-        train = _rows_from_hf(dd["train"], task, f"{key}.dataset", path)
+
+        def split_rows(split: str) -> list[Row]:
+            return _drop_blank(_rows_from_hf(dd[split], task, f"{key}.dataset", path), f"{key}.dataset",
+                               f"{path} ({split} split)")  # fmt: skip
+
+        train = split_rows("train")
         dev_split = next((s for s in ("validation", "dev") if s in dd), None)
-        dev = _rows_from_hf(dd[dev_split], task, f"{key}.dataset", path) if dev_split else []
+        dev = split_rows(dev_split) if dev_split else []
         if "test" in dd:
-            test = _rows_from_hf(dd["test"], task, f"{key}.dataset", path)
+            test = split_rows("test")
         else:
             train, test = split_by_id(train, task.test_fraction, f"{task.name}/test")
         origin = f"HF dataset {path}"
@@ -219,7 +262,8 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
             raw = getattr(task, split)
             if raw is not None:
                 p = _resolve(raw, f"{key}.{split}")
-                files[split] = _read_table(p, _format(p, task.format), task, f"{key}.{split}")
+                raw_rows = _read_table(p, _format(p, task.format), task, f"{key}.{split}")
+                files[split] = _drop_blank(raw_rows, f"{key}.{split}", p)
         train = files["train"]
         dev = files.get("dev", [])
         test = files.get("test", [])

@@ -86,20 +86,25 @@ def replace(src: PathLike, dst: PathLike) -> None:
     fsync_dir(Path(dst).parent)
 
 
-def replace_dir(tmp: PathLike, folder: PathLike) -> Path:
+def replace_dir(tmp: PathLike, folder: PathLike, aside: PathLike | None = None) -> Path:
     """Puts the finished folder `tmp` (made beside `folder`) in place of `folder`: the old one is moved aside,
-    the new one renamed in, the old one removed. A crash leaves the old folder, the new one, or `<folder>.old`
-    beside the new one, never a half-written folder. `tmp` gets the mode `mkdir` would give it (mkdtemp: 0700)."""
+    the new one renamed in, the old one removed. A crash leaves the old folder or the new one, and at most the old
+    one inside `aside` (default: a fresh hidden `.<name>.old.<random>` beside it, which the caller's staging
+    cleanup removes), never a half-written folder. No other path is touched: a user's own `<folder>.old` stays.
+    `tmp` gets the mode `mkdir` would give it (mkdtemp: 0700)."""
     tmp, folder = Path(tmp), Path(folder)
     os.chmod(tmp, 0o777 & ~umask())
-    old = folder.with_name(folder.name + ".old")
-    if folder.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        replace(folder, old)
+    if not folder.exists():
+        replace(tmp, folder)
+        return folder
+    if aside is None:
+        holder = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
+    else:
+        holder = Path(aside)
+        holder.mkdir(parents=True)
+    replace(folder, holder / folder.name)
     replace(tmp, folder)
-    if old.exists():
-        shutil.rmtree(old)
+    shutil.rmtree(holder)
     return folder
 
 

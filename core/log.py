@@ -6,7 +6,7 @@ no level or logger name. Which console stream a package's messages go to is kept
 
 - `data_pipeline`, `runconfig` (and `core`): stderr. A data stage's stdout carries its JSON summary, which scripts
   parse; progress, tables and notes must not mix into it.
-- `pretrain`, `launch`: stdout. Training's lines are the run's log, which torchrun, the DeepSpeed launcher and
+- `pretrain`, `adapt`, `launch`: stdout. Training's lines are the run's log, which torchrun, the DeepSpeed launcher and
   Slurm's `%x-%j.out` collect from every rank.
 - Warnings and errors of every package: stderr.
 
@@ -33,6 +33,7 @@ PACKAGES: dict[str, str] = {
     "runconfig": "stderr",
     "data_pipeline": "stderr",
     "pretrain": "stdout",
+    "adapt": "stdout",
     "launch": "stdout",
 }
 CONSOLE_FORMAT = "%(message)s"
@@ -111,16 +112,34 @@ class _LazyFileHandler(logging.FileHandler):
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
         return super()._open()
 
+    _unwritable = False  # the file could not be opened: said once, then warnings go to the real stderr
+
     def emit(self, record: logging.LogRecord) -> None:
-        """A log folder that cannot be created (an unwritable output folder, which the checks refuse anyway) sends
-        the record to stderr instead of raising inside a library's logging call."""
-        if self.stream is None:
+        """A log file that cannot be opened (a read-only run being exported, an unwritable output folder) is said
+        once on the process's real stderr; from then on warnings and errors go there and lower records are
+        dropped. Never `sys.stderr`: inside `third_party_prints` it is routed back into this very handler."""
+        if self.stream is None and not self._unwritable:
             try:
                 self.stream = self._open()
-            except OSError:
-                logging.StreamHandler(sys.stderr).emit(record)
-                return
+            except OSError as e:
+                self._unwritable = True
+                self._stderr(f"warning: cannot write the log file {self.baseFilename} ({e.strerror or e}): "
+                             "its warnings go to stderr, lower records are dropped (--verbose shows them)")  # fmt: skip
+        if self._unwritable:
+            if record.levelno >= logging.WARNING:
+                self._stderr(record.getMessage())
+            return
         super().emit(record)
+
+    @staticmethod
+    def _stderr(line: str) -> None:
+        stream = sys.__stderr__
+        if stream is not None:
+            try:
+                stream.write(line + "\n")
+                stream.flush()
+            except (OSError, ValueError):  # a closed stream: nowhere left to say it
+                pass
 
     def close(self) -> None:
         """A closed handler is no longer the file's handler: the next `attach_file` of that file makes a new one."""

@@ -123,6 +123,12 @@ def _main(argv: list[str] | None = None) -> int:
         dist.destroy_process_group()
         return PREEMPTED if result["preempted"] else 0
     if args.command == "export":
+        from pretrain.export_folder import check_export_target
+
+        if not (args.out and "://" in args.out and not args.out.startswith("file://")):  # before torch loads
+            check_export_target(
+                args.out.removeprefix("file://") if args.out else RunPaths.from_config(cfg).export
+            )
         from pretrain.checkpoint import CannotContinue
         from pretrain.export import export
 

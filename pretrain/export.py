@@ -23,7 +23,7 @@ from core.storage import RunStore
 from data_pipeline.objectives import get_objective
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
-from pretrain.export_folder import TRAINING_STATE, weights_hash
+from pretrain.export_folder import TRAINING_STATE, check_export_target, weights_hash
 from pretrain.families import get_family
 from pretrain.model_card import write_model_card
 from pretrain.models import build_model
@@ -81,8 +81,8 @@ def _why(ckpt_dir: Path, tag: str) -> str:
 
 def _swap_into_place(stage: Path, final: Path) -> None:
     """The staged export becomes `final` by rename (the earlier export, transfer.json included, goes): a killed
-    export leaves the previous folder whole and a hidden staging folder the next export removes."""
-    replace_dir(stage, final)
+    export leaves the previous folder whole, or inside the hidden staging folder the next export removes."""
+    replace_dir(stage, final, aside=stage.parent / f"{final.name}.previous")
     shutil.rmtree(stage.parent, ignore_errors=True)
 
 
@@ -161,9 +161,12 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     is remote and no `out_dir` is given, the folder is written in the staging folder and then uploaded (its
     model card last). Returns the local folder."""
     layout = RunLayout(cfg)
+    remote_out = bool(out_dir and "://" in out_dir and not out_dir.startswith("file://"))
+    if not remote_out:  # before any work: never replace what is not an export of ours
+        check_export_target(Path(out_dir.removeprefix("file://")) if out_dir else layout.export)
     ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
     upload: RunStore | None = None
-    if out_dir and "://" in out_dir and not out_dir.startswith("file://"):
+    if out_dir and remote_out:
         digest = sha256_bytes(out_dir)[:12]
         out = layout.root / "export-staging" / digest
         upload = RunStore(out, out_dir.rstrip("/"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from pathlib import Path
 
 from core.errors import LmstackError
@@ -49,3 +50,53 @@ def verify_export(export_dir: str | Path) -> None:
             f"{record.get('step')} (weights_sha256 in {COMPLETE}): the files were changed or damaged since; "
             "export again (`python -m pretrain export`)"
         )
+
+
+class ExportTargetError(LmstackError):
+    """An export target that holds something other than an export of ours: replacing it would delete a user's
+    files (a folder of their own, the run's checkpoints, the run folder itself)."""
+
+
+def is_export(folder: str | Path) -> bool:
+    """A folder `pretrain export` wrote: its COMPLETE records the weight hash, or (an interrupted older export)
+    it holds our training_state.json."""
+    folder = Path(folder)
+    done = folder / COMPLETE
+    if done.is_file():
+        try:
+            return "weights_sha256" in json.loads(done.read_text())
+        except (ValueError, UnicodeDecodeError):
+            return False
+    return (folder / TRAINING_STATE).is_file()
+
+
+def check_export_target(folder: str | Path) -> None:
+    """An export may replace nothing, an empty folder, or an earlier export of ours; anything else is refused,
+    named, before any work."""
+    folder = Path(folder)
+    if folder.exists() or folder.is_symlink():
+        if not folder.is_dir() or folder.is_symlink() or (any(folder.iterdir()) and not is_export(folder)):
+            raise ExportTargetError(
+                f"{folder} exists and is not an export of ours (no {COMPLETE} recording weights_sha256, which "
+                "`pretrain export` writes): nothing was written or removed; give --out a new folder, or move it "
+                "away"
+            )
+    _check_writable(folder.parent)
+
+
+def _check_writable(folder: Path) -> None:
+    """The export is staged in, and renamed into, `folder` (made if missing): its nearest existing ancestor must
+    take a file. A read-only run (archived, a snapshot, a shared copy) is said in one line, with the way out."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        with tempfile.TemporaryFile(
+            dir=probe, prefix=".write-test-"
+        ):  # unnamed (O_TMPFILE): nothing left behind
+            pass
+    except OSError as e:
+        raise ExportTargetError(
+            f"{probe} is not writable ({e.strerror or e}): nothing was exported; export a read-only run with "
+            "--out <a writable folder>"
+        ) from None

@@ -515,3 +515,58 @@ def test_early_stopping_on_dev_stops_each_run_when_dev_stops_improving(tmp_path)
     assert "60 steps" in text and "140 steps" in text
     with pytest.raises(ConfigError, match="finetune.early_stopping_patience"):
         load_config("configs/gpt2-tiny.yaml", ["finetune.early_stopping_patience=2"])  # needs dev_evals
+
+
+def test_bad_text_is_named_or_skipped_by_name(tmp_path, capsys):
+    """Issue 43 faults 4 and 5: bytes that are not UTF-8 gave a raw UnicodeDecodeError naming nothing; now the
+    key, file and line. Empty, whitespace-only and null texts were trained on and counted in "accuracy on N test
+    examples"; now each split's blank rows are skipped, counted and named."""
+    few = _labelled_rows(per_label=4)
+    csv_path = _write_csv(tmp_path / "t.csv", few)
+    lines = csv_path.read_bytes().splitlines(keepends=True)
+    csv_path.write_bytes(b"".join(lines[:5]) + b"caf\xe9 au lait,business\n" + b"".join(lines[5:]))
+    with pytest.raises(LabelledDataError, match=rf"finetune.tasks.0.train: {csv_path} line 6 is not UTF-8"):
+        load_tasks(_task_cfg("roberta-tiny", TINY, train=str(csv_path)))
+    jl = _write_jsonl(tmp_path / "t.jsonl", few)
+    jl.write_bytes(jl.read_bytes() + b'{"text": "\xff\xfe", "label": "tech"}\n')
+    with pytest.raises(LabelledDataError, match=rf"finetune.tasks.0.test: {jl} line {len(few) + 1} is not"):
+        load_tasks(
+            _task_cfg("roberta-tiny", TINY, train=str(_write_csv(tmp_path / "ok.csv", few)), test=str(jl))
+        )
+
+    rows = _labelled_rows(per_label=16)
+    train = _write_csv(tmp_path / "train.csv", [*rows, ("", "", "tech"), ("", "  \t ", "sports")])
+    test = tmp_path / "test.jsonl"
+    test.write_text(
+        "".join(json.dumps({"id": r[0], "text": r[1], "label": r[2]}) + "\n" for r in rows[::2])
+        + "".join(
+            json.dumps({"id": f"blank{i}", "text": t, "label": "tech"}) + "\n"
+            for i, t in enumerate(["", " \n", None])
+        )
+    )
+    capsys.readouterr()
+    data = load_task(_task_cfg("roberta-tiny", TINY, train=str(train), test=str(test)), 0)
+    err = capsys.readouterr().err
+    texts = [r[1] for r in data.train + data.dev + data.test]
+    assert all(t.strip() and t != "None" for t in texts)
+    assert len(data.test) == len(rows[::2]) and len(data.train) + len(data.dev) == len(rows)
+    assert (
+        f"finetune.tasks.0.train: skipped 2 row(s) of {train} with empty, whitespace-only or null text" in err
+    )
+    assert f"finetune.tasks.0.test: skipped 3 row(s) of {test} with empty" in err and "blank2" in err, err
+
+
+def test_bad_labelled_data_is_one_line_with_the_usage_exit_code(tmp_path, capsys):
+    """Issue 43 fault 7: `finetune` printed bad labelled data as a traceback with exit 1."""
+    from adapt.__main__ import main
+    from core.exit_codes import USAGE
+
+    rows = _labelled_rows(per_label=4)
+    train = _write_csv(tmp_path / "tr.csv", [r for r in rows if r[2] != "tech"])
+    test = _write_csv(tmp_path / "te.csv", rows)
+    task = f"finetune.tasks=[{{name: t, train: {train}, test: {test}}}]"
+    argv = ["finetune", "--config", "configs/demo.yaml", f"run.output_dir={tmp_path}/run", task]
+    code = main([*argv, "--model", str(tmp_path / "no-export-needed-yet")])
+    err = capsys.readouterr().err
+    assert code == USAGE and len(err.strip().splitlines()) == 1, err
+    assert "finetune.tasks.0.label_column: the test split has labels the train split never shows" in err

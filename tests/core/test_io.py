@@ -76,3 +76,18 @@ def test_product_writers_go_through_it(tmp_path):
     finally:
         os.umask(old)
     assert _mode(tmp_path / "stats.json") == _mode(tmp_path / "stats.txt") == 0o644
+
+
+def test_replace_dir_never_touches_a_users_sibling_dot_old(tmp_path):
+    """Issue 43 fault 1: a user's `<folder>.old` (an earlier export renamed by hand) survives the swap; nothing of
+    the swap is left beside the folder."""
+    from core.io import replace_dir
+
+    folder, mine, new = tmp_path / "export", tmp_path / "export.old", tmp_path / "staged"
+    for d, text in ((folder, "previous"), (mine, "the user's"), (new, "next")):
+        d.mkdir()
+        (d / "f.txt").write_text(text)
+    replace_dir(new, folder)
+    assert (folder / "f.txt").read_text() == "next"
+    assert (mine / "f.txt").read_text() == "the user's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "export.old"]

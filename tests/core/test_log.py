@@ -76,3 +76,35 @@ def test_a_log_file_gets_one_handler_however_it_is_asked_for(tmp_path):
     fresh = log.attach_file(tmp_path / "logs" / "x.log", [], "%(message)s")
     assert fresh is not first
     fresh.close()
+
+
+UNWRITABLE_LOG = r"""
+import logging, sys
+from core.log import route_third_party, third_party_prints
+route_third_party(sys.argv[1])
+with third_party_prints("DeepSpeed"):  # as export consolidates the ZeRO shards: print()s routed to the log file
+    print("Reconstructed fp32 state dict")
+logging.getLogger("transformers").warning("a third-party warning")
+logging.getLogger("DeepSpeed").info("a third-party notice")
+print("our one-line message")
+"""
+
+
+def test_a_log_file_that_cannot_be_opened_warns_once_and_never_recurses(tmp_path):
+    """Issue 43 fault 3: a run folder whose logs/ cannot be written (a read-only run being exported) gave 140
+    chained OSError tracebacks and a RecursionError, the stderr fallback being routed back into the same handler.
+    Now: one warning naming the file, the third-party warnings on stderr, the command goes on."""
+    blocker = tmp_path / "run"
+    blocker.write_text(
+        "a file where the run's folder would be"
+    )  # logs/ cannot be made under it, even by root
+    res = subprocess.run([sys.executable, "-c", UNWRITABLE_LOG, str(blocker / "logs")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout == "our one-line message\n"
+    assert "Traceback" not in res.stderr and "RecursionError" not in res.stderr, res.stderr[-3000:]
+    lines = res.stderr.strip().splitlines()
+    assert len([x for x in lines if str(blocker / "logs" / "third_party.log") in x]) == 1, lines
+    assert lines[1:] == ["a third-party warning"], (
+        lines
+    )  # warnings stay visible; notices are dropped, as said

@@ -14,7 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "recovery.md"
 
-STAGES = ("clean", "dedup", "train-tokenizer", "tokenize", "train", "export", "transfer", "launch")
+STAGES = (
+    "clean", "dedup", "train-tokenizer", "tokenize", "train", "export", "finetune", "transfer", "launch",
+)  # fmt: skip
 FAULTS = (
     "SIGKILL",
     "SIGINT / SIGTERM",
@@ -23,6 +25,8 @@ FAULTS = (
     "damaged output of the previous stage",
     "changed setting on rerun",
     "bad path or host in the config",
+    "existing output folder",
+    "read-only run folder",
 )
 OUTCOMES = ("resumed exactly", "redone", "refused")
 
@@ -298,6 +302,41 @@ CELLS: tuple[Cell, ...] = (
         "another checkpoint or a changed export.* key: the folder is written again with them (the card shows "
         "the new license) and the earlier weights' results are not carried over",
         "tests/faults/test_export_faults.py::test_export_is_staged_bound_to_its_weights_and_names_its_step",
+    ),
+    Cell(
+        "export",
+        "existing output folder",
+        "refused",
+        "`--out` (or <run>/export) that exists and is not an export of ours (a user's folder, the run's "
+        "checkpoints, the run folder, a file): named, exit 2, before any work, nothing in it touched; a "
+        "user's own `<out>.old` beside it is never touched either",
+        "tests/faults/test_export_target.py::test_export_refuses_a_target_that_is_not_one_of_ours",
+    ),
+    Cell(
+        "export",
+        "read-only run folder",
+        "refused",
+        "without `--out`: one line naming the unwritable folder and `--out`, exit 2; with `--out` a writable "
+        "folder the export is written, the run's unwritable log file said once on stderr",
+        "tests/faults/test_export_target.py::"
+        "test_export_of_a_read_only_run_without_out_is_one_line_naming_the_folder",
+    ),
+    # --- finetune (`adapt finetune`; `adapt transfer` reads its labelled data the same way)
+    Cell(
+        "finetune",
+        "damaged input",
+        "refused",
+        "bytes that are not UTF-8: the task key, file and line named before any training; rows with empty, "
+        "whitespace-only or null text skipped, counted and named per split, never trained on or scored",
+        "tests/adapt/test_finetune.py::test_bad_text_is_named_or_skipped_by_name",
+    ),
+    Cell(
+        "finetune",
+        "bad path or host in the config",
+        "refused",
+        "a missing task file or column, labels only in test, an empty split: one line naming the task key, "
+        "exit 2, no traceback",
+        "tests/adapt/test_finetune.py::test_bad_labelled_data_is_one_line_with_the_usage_exit_code",
     ),
     # --- transfer
     Cell(
