@@ -525,6 +525,21 @@ def check_tokenizer(ckpt_dir: Path, tag: str, tokenizer_dir: Path, tokenizer_len
         )
 
 
+def _unshare_step_counts(engine) -> None:
+    """Give every parameter's optimizer state its own `step` tensor (issue 43). DeepSpeed 0.19.8's ZeRO-3
+    universal load (`stage3.py` `load_hp_checkpoint_state_from_checkpoint_dir_stage3`) stores one tensor in
+    every sub-group's state; torch's Adam increments it in place once per sub-group, so each step counted
+    several times and the bias correction drifted from the uninterrupted run (DeepSpeed #6691)."""
+    inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
+    seen: set[int] = set()
+    for state in getattr(inner, "state", {}).values():
+        step = state.get("step") if isinstance(state, dict) else None
+        if isinstance(step, torch.Tensor):
+            if id(step) in seen:
+                state["step"] = step.clone()
+            seen.add(id(step))
+
+
 def load_checkpoint(engine, ckpt_dir: Path, tag: str) -> dict[str, Any]:
     """Restore engine (weights, optimizer, LR schedule) and this rank's RNG; return the client state."""
     try:
@@ -541,6 +556,7 @@ def load_checkpoint(engine, ckpt_dir: Path, tag: str) -> dict[str, Any]:
         ) from None
     if path is None:
         raise RuntimeError(f"DeepSpeed could not load checkpoint {ckpt_dir / tag}")
+    _unshare_step_counts(engine)
     rng_path = ckpt_dir / tag / f"rng_rank{dist.get_rank():05d}.pt"
     if read_complete(ckpt_dir, tag)["world_size"] == dist.get_world_size():
         # verification lists it; only a checkpoint older than the file list gets here
