@@ -27,6 +27,7 @@ FAULTS = (
     "bad path or host in the config",
     "existing output folder",
     "read-only run folder",
+    "another world size on resume",
 )
 OUTCOMES = ("resumed exactly", "redone", "refused")
 
@@ -394,6 +395,16 @@ CELLS: tuple[Cell, ...] = (
         "tests/faults/test_transfer_faults.py::test_an_export_changed_since_it_was_written_is_refused_before_any_"
         "training",
     ),
+    Cell(
+        "train",
+        "another world size on resume",
+        "resumed exactly",
+        "a ZeRO checkpoint of another world size loads through DeepSpeed's universal checkpoint: the same samples "
+        "in the same global order and the uninterrupted run's loss curve (ZeRO-2 2→1→2 ranks within 1e-5 "
+        "relative, tests/pretrain/test_world_size_model.py; ZeRO-3 2→1 with Adam's step count per sub-group, "
+        "which DeepSpeed 0.19.8 shared between them)",
+        "tests/pretrain/test_world_size_model.py::test_zero3_two_to_one_rank_matches_uninterrupted_run",
+    ),
     # --- launch
     Cell(
         "launch",
@@ -416,6 +427,16 @@ CELLS: tuple[Cell, ...] = (
 # Cells that have no meaning, and why: rendered as "n/a", never counted as untested.
 NOT_APPLICABLE: dict[tuple[str, str], str] = {
     ("clean", "damaged output of the previous stage"): "clean is the first stage: its input is the raw data",
+    **{
+        (s, "another world size on resume"): "a data stage has no world size: its tasks are planned from the "
+        "inputs, whatever the number of workers that run them"
+        for s in ("clean", "dedup", "train-tokenizer", "tokenize")
+    },
+    **{
+        (s, "another world size on resume"): "it runs in one process and reads the consolidated weights"
+        for s in ("export", "finetune", "transfer")
+    },
+    ("launch", "another world size on resume"): "launch starts train with the new world size: the train cell",
 }
 
 
