@@ -285,6 +285,9 @@ class FamilySpec:
     # The oldest transformers release whose model code knows this family (the card states it; the compat test
     # loads the export in it). ModernBERT arrived in 4.48.
     min_transformers: str = "4.40"
+    # LoRA target modules for peft where peft has no default for this model_type (the card names them; peft
+    # otherwise stops with "Please specify `target_modules`"). Empty: peft's own default.
+    lora_target_modules: tuple[str, ...] = ()
     # `finetune` settings this family fine-tunes with where the config does not set them (FinetuneRecipe).
     finetune_defaults: dict[str, Any] = field(default_factory=dict)
     # --- implementation: filled in by pretrain/families/<name>.py (or given whole by an outside package)
@@ -529,6 +532,7 @@ BUILTIN_FAMILIES = (
                # Replaced-token detection (objective.type: electra) on this body (issue 46): the discriminator is
                # exported as ModernBertModel, the generator is a narrower ModernBERT sharing its embeddings.
                rtd="pretrain.objectives.rtd:MODERNBERT",
+               lora_target_modules=("Wqkv", "Wo"),  # fused attention in, attention and MLP out
                # Warner et al. 2024 sweep the LR per task for base/large; the budget presets' 4 x 128 encoder
                # fine-tunes at 3e-4..1e-3 (random init 0.78 on BBC, bench/transfer.py), warmup 10%, decay 0.01.
                finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01}),

@@ -43,7 +43,9 @@ TRANSFER_FILE = "transfer.json"
 TASKS = {
     "masked_lm": ("fill-mask", "Masked language modeling", "AutoModelForMaskedLM"),
     "causal_lm": ("text-generation", "Causal language modeling", "AutoModelForCausalLM"),
-    "seq2seq": ("text-generation", "Span corruption (text-to-text)", "AutoModelForSeq2SeqLM"),
+    # the Hub's tag for text-to-text models: 4.x's pipeline of that name runs it; text-generation loads
+    # AutoModelForCausalLM and never ran one (5.x has no seq2seq pipeline: the usage calls generate())
+    "seq2seq": ("text2text-generation", "Span corruption (text-to-text)", "AutoModelForSeq2SeqLM"),
     "token_detection": ("feature-extraction", "Replaced-token detection", "AutoModel"),
 }
 
@@ -290,6 +292,10 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     body += [f"Loads with transformers >={min_tf} (the oldest release the compat test loads it in) and 5.x; "
              f"tokenizer class "
              f"`{state.get('tokenizer_class', '?')}`.", ""]  # fmt: skip
+    lora = _lora_modules(cfg.model.family)
+    if lora:
+        body += [f"LoRA with peft: peft has no default target modules for `{cfg.model.family}`; pass "
+                 f"`LoraConfig(target_modules={list(lora)})`.", ""]  # fmt: skip
 
     body += ["## Training data", ""]
     for s in sources:
@@ -357,6 +363,12 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
              "- `training_state.json`: step, tokens seen, final loss, the checkpoint it came from"]  # fmt: skip
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(body) + "\n")
     return str(card)
+
+
+def _lora_modules(family: str) -> tuple[str, ...]:
+    from pretrain.families import get_family
+
+    return get_family(family).lora_target_modules
 
 
 def _min_transformers(family: str) -> str:

@@ -57,7 +57,7 @@ def _front_matter(text: str) -> tuple[dict, str]:
 
 @pytest.mark.parametrize(
     "preset,tag",
-    [("roberta-tiny", "fill-mask"), ("gpt2-tiny", "text-generation"), ("t5-tiny", "text-generation")],
+    [("roberta-tiny", "fill-mask"), ("gpt2-tiny", "text-generation"), ("t5-tiny", "text2text-generation")],
 )
 def test_card_metadata_and_body(tmp_path, preset, tag):
     cfg, out = _export(tmp_path, preset, ["export.repo_id=acme/tiny", "export.datasets=[acme/news]"])

@@ -79,9 +79,11 @@ def card(tmp_path, family: str, overrides=(), state_extra=None, tr=None, speed=N
     )
 
 
-# transformers 5.x removed text2text-generation, translation and summarization: a seq2seq card's tag must be
-# one every claimed version has.
+# Hub pipeline tags a card may carry. transformers 5.x removed text2text-generation, translation and
+# summarization: no pipeline of 5.x runs a seq2seq model (the card's usage calls generate()), while 4.x's
+# text2text-generation does; text-generation never ran one (its model class is AutoModelForCausalLM).
 TAGS_IN_4_AND_5 = {"fill-mask", "text-generation", "feature-extraction", "text-classification"}
+SEQ2SEQ_TAG = "text2text-generation"
 
 
 @pytest.mark.parametrize("family", family_names())
@@ -89,7 +91,13 @@ def test_every_family_card_parses_and_publishes_only_its_own_results(tmp_path, f
     text = card(tmp_path, family)
     parsed = ModelCard(text)
     data = parsed.data
-    assert data.pipeline_tag in TAGS_IN_4_AND_5, (family, data.pipeline_tag)
+    task = get_family(family).task
+    if task == "seq2seq":
+        assert data.pipeline_tag == SEQ2SEQ_TAG, (family, data.pipeline_tag)
+    else:
+        assert data.pipeline_tag in TAGS_IN_4_AND_5, (family, data.pipeline_tag)
+    if data.pipeline_tag == "text-generation":  # the pipeline loads AutoModelForCausalLM: only a causal LM
+        assert task == "causal_lm", (family, task)
     values = [(r.metric_type, r.metric_value, r.metric_name) for r in data.eval_results or []]
     assert values, family
     assert all("random" not in (name or "").lower() for _, _, name in values), values
@@ -151,3 +159,29 @@ def test_mfu_is_labelled_with_its_peak_or_left_out(tmp_path):
     assert "MFU not reported" in cpu and "5,000 tokens/s" in cpu
     gpu = card(tmp_path, "roberta", ["logging.peak_flops=989e12"], speed=(5000.0, 0.34))
     assert "MFU 34.0% of a stated peak of 989 TFLOP/s per rank (logging.peak_flops)" in gpu
+
+
+@pytest.mark.parametrize("family", family_names())
+def test_lora_target_modules_are_named_where_peft_knows_none(tmp_path, family):
+    """Issue 43 friction 6: peft has no default LoRA target modules for ModernBERT (`Please specify
+    target_modules`); the card names them, and they are modules the family's model has."""
+    peft = pytest.importorskip("peft")
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as KNOWN
+
+    text = card(tmp_path, family)
+    named = get_family(family).lora_target_modules
+    if family in KNOWN:
+        assert not named and "target_modules" not in text
+        return
+    assert named and f"target_modules={list(named)}" in text, text
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+             "intermediate_size": 64}  # fmt: skip
+    model = AutoModelForSequenceClassification.from_config(AutoConfig.for_model(family, **small))
+    with pytest.raises(ValueError, match="target_modules"):
+        peft.get_peft_model(model, peft.LoraConfig(task_type="SEQ_CLS"))
+    lora = peft.get_peft_model(model, peft.LoraConfig(task_type="SEQ_CLS", target_modules=list(named)))
+    assert sum(p.numel() for n, p in lora.named_parameters() if "lora_" in n) > 0
+    assert torch.is_tensor(next(lora.parameters()))
