@@ -1,5 +1,5 @@
 """Training curves as PNG from logs/metrics.jsonl: loss (train and eval), eval perplexity, learning rate,
-throughput and MFU. Written to <run>/logs/plots/ at the end of training and on demand:
+throughput and MFU (or, without a stated peak, utilisation of a matmul probe). Written to <run>/logs/plots/ at the end of training and on demand:
 
     python -m pretrain plot RUN_FOLDER
 """
@@ -12,13 +12,18 @@ from typing import Any
 
 from core.layout import RunPaths
 
-# figure name -> [(split, key, label)], drawn on one axis; a figure with no data is skipped.
-FIGURES: dict[str, list[tuple[str, str, str]]] = {
-    "loss": [("train", "loss", "train loss"), ("eval", "loss", "held-out loss")],
-    "perplexity": [("eval", "perplexity", "held-out perplexity")],
-    "lr": [("train", "lr", "learning rate")],
-    "throughput": [("train", "tokens_per_s", "tokens/s")],
-    "mfu": [("train", "mfu", "MFU")],
+# figure name -> (y-axis label, [(split, key, label)]), drawn on one axis; a figure with no data is skipped.
+# MFU only against a stated peak (logging.peak_flops); a run without one logs `probe_util` (pretrain/metrics.py).
+FIGURES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
+    "loss": ("loss (nats per token)", [("train", "loss", "train loss"), ("eval", "loss", "held-out loss")]),
+    "perplexity": ("perplexity (log scale)", [("eval", "perplexity", "held-out perplexity")]),
+    "lr": ("learning rate", [("train", "lr", "learning rate")]),
+    "throughput": ("tokens/s (all ranks)", [("train", "tokens_per_s", "tokens/s")]),
+    "mfu": ("MFU (of logging.peak_flops)", [("train", "mfu", "MFU")]),
+    "probe_util": (
+        "model FLOP/s / matmul probe (not MFU)",
+        [("train", "probe_util", "utilisation of this host's matmul probe")],
+    ),
 }
 
 
@@ -52,7 +57,7 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     out = Path(out_dir) if out_dir else RunPaths(run_dir).plots
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, series in FIGURES.items():
+    for name, (ylabel, series) in FIGURES.items():
         fig, ax = plt.subplots(figsize=(7, 4))
         drawn = False
         for split, key, label in series:
@@ -67,6 +72,7 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
                 drawn = True
         if drawn:
             ax.set_xlabel("step")
+            ax.set_ylabel(ylabel)
             ax.set_title(f"{run_dir.name}: {name}")
             if name == "perplexity":
                 ax.set_yscale("log")

@@ -361,7 +361,9 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         peak = cfg.logging.peak_flops or measure_peak_flops(
             device="cpu" if device.type == "cpu" else str(device)
         )
-    meter = Throughput(flops_per_token(cfg.model, n_params, cfg.packing.seq_len), peak, world)
+    meter = Throughput(
+        flops_per_token(cfg.model, n_params, cfg.packing.seq_len), peak, world, bool(cfg.logging.peak_flops)
+    )
     bar = tqdm(
         total=clock.bar_total,
         initial=clock.bar_position(step),
@@ -462,7 +464,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
                 loss=f"{stats['loss']:.3f}",
                 lr=f"{stats['lr']:.2e}",
                 tok_s=f"{stats['tokens_per_s']:.0f}",
-                mfu=f"{stats['mfu']:.1%}",
+                **{meter.key: f"{stats[meter.key]:.1%}"},  # mfu only against a stated peak
             )
         if step % cfg.eval.every_steps == 0 or finished:
             with _rng_isolated():

@@ -173,7 +173,9 @@ class LoggingConfig(Section):
     # PNG curves in <run>/logs/plots at the end of training (also: python -m pretrain plot)
     plots: bool = True
     progress_bar: bool = True
-    # Peak FLOP/s per device for MFU; None = measure once with a matmul benchmark.
+    # Published peak FLOP/s per device (e.g. 989e12: H100 SXM dense bf16): the console, TensorBoard, mfu.png and
+    # the card show MFU against it. None: no MFU anywhere; the rows log `probe_util`, model FLOP/s over a matmul
+    # probe of this host, labelled as such (on a CPU it reads 30-60% and is no MFU).
     peak_flops: float | None = None
 
 

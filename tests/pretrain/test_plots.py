@@ -42,3 +42,35 @@ def test_plot_command_writes_every_curve(tmp_path, capsys):
 def test_plot_without_metrics_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no metrics to plot"):
         main(["plot", str(tmp_path)])
+
+
+def test_mfu_only_against_a_stated_peak(tmp_path):
+    """Issue 43 friction 5: a CPU run showed "MFU" of 36-55% against a matmul probe of its own host on the
+    console, in TensorBoard and in mfu.png, while the card said MFU is not reported. Without a stated peak
+    (logging.peak_flops) the figure is logged as what it is: utilisation of the probe, not MFU."""
+    from pretrain.metrics import Throughput
+
+    probe = Throughput(flops_per_token=6e6, peak_flops_per_rank=1e11, world_size=1, stated_peak=False)
+    probe.add(tokens=1000, samples=10, wait_s=0.0)
+    row = probe.report()
+    assert "mfu" not in row and row["probe_util"] > 0
+    stated = Throughput(flops_per_token=6e6, peak_flops_per_rank=1e11, world_size=1, stated_peak=True)
+    stated.add(tokens=1000, samples=10, wait_s=0.0)
+    row = stated.report()
+    assert "probe_util" not in row and row["mfu"] > 0
+
+    logger = MetricsLogger(tmp_path / "run" / "logs", True, tensorboard=False)
+    for step in (10, 20):
+        logger.log(step, {"loss": 3.0, "tokens_per_s": 100.0, "probe_util": 0.4})
+    logger.close()
+    assert main(["plot", str(tmp_path / "run")]) == 0
+    plots = tmp_path / "run" / "logs" / "plots"
+    assert (plots / "probe_util.png").is_file() and not (plots / "mfu.png").exists()
+
+
+def test_every_plot_has_a_y_axis_label():
+    from pretrain.plots import FIGURES
+
+    for name, (ylabel, series) in FIGURES.items():
+        assert ylabel and series, name
+    assert "not MFU" in FIGURES["probe_util"][0] and "peak_flops" in FIGURES["mfu"][0]
