@@ -125,13 +125,40 @@ def apply_override(data: dict[str, Any], keys: list[str], value: Any) -> None:
         node[last] = value
 
 
+def _section_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the config section at `loc` takes (best effort: [] where the schema walk cannot follow)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def models(ann: Any) -> list[type[BaseModel]]:
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return [ann]
+        return [m for a in typing.get_args(ann) for m in models(a)]
+
+    current: list[type[BaseModel]] = [RunConfig]
+    for part in loc:
+        if isinstance(part, int):
+            continue  # a list item: the list's item type was already taken
+        nxt = [m for c in current if part in c.model_fields for m in models(c.model_fields[part].annotation)]
+        if not nxt and not any(part in c.model_fields for c in current):
+            continue  # a union's tag in the location (pydantic adds the member's name)
+        current = nxt
+    return sorted({k for c in current for k in c.model_fields})
+
+
 def _format_errors(err: ValidationError, source: str) -> str:
+    from difflib import get_close_matches
+
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
+            close = get_close_matches(str(e["loc"][-1]), _section_keys(tuple(e["loc"][:-1])), n=1)
+            if close:
+                msg += f"; did you mean '{close[0]}'?"
         elif e["type"] == "missing":
             msg = "required key is missing"
         elif "input" in e and e["type"] not in ("value_error",):

@@ -122,3 +122,28 @@ def test_adafactor_needs_zero_stage_0_naming_both_keys():
     with pytest.raises(ConfigError, match=r"optim.name: 'adafactor' needs deepspeed.zero_stage: 0 \(got 2\)"):
         load_config(DEMO, ["optim.name=adafactor"])
     assert load_config(DEMO, ["optim.name=adafactor", "deepspeed.zero_stage=0"]).optim.name == "adafactor"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "override,suggests",
+    [
+        ("schedule.warmup_stpes=3", "schedule.warmup_stpes: unknown key; did you mean 'warmup_steps'?"),
+        ("optim.weight_decy=0.1", "optim.weight_decay"),
+        ("data.clean.langid.treshold=0.5", "threshold"),
+        ("data.sources.0.text_feild=body", "text_field"),
+    ],
+)
+def test_an_unknown_key_suggests_the_nearest(override, suggests):
+    """Issue 43 friction 7: family names got a did-you-mean, misspelled keys did not."""
+    from core.errors import ConfigError
+    from runconfig import load_config
+
+    with pytest.raises(ConfigError) as err:
+        load_config(Path(__file__).resolve().parents[2] / "configs" / "roberta-tiny.yaml", [override])
+    msg = str(err.value)
+    assert "unknown key" in msg and "did you mean" in msg and suggests.split(".")[-1].split(":")[0] in msg, (
+        msg
+    )
+    if "did you mean" in suggests:
+        assert suggests in msg, msg
