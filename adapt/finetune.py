@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from adapt.labelled import load_tasks
+from data_pipeline.labelled import load_tasks
 from adapt.transfer import _log, pick_lr, prepare_task
 from pretrain.export_folder import verify_export
 from runconfig import RunConfig

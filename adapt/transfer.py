@@ -41,7 +41,7 @@ from transformers import (
 from transformers.optimization import Adafactor
 from transformers.trainer_callback import PrinterCallback
 
-from adapt.labelled import Row, TaskData, load_tasks
+from data_pipeline.labelled import Row, TaskData, load_tasks
 from core.errors import DiskFullError, is_disk_full
 from core.io import atomic_write, json_bytes
 from core.layout import LOGS

@@ -99,7 +99,7 @@ def tfidf_baseline(cfg_path: Path) -> dict[str, float]:
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
-    from adapt.labelled import load_tasks
+    from data_pipeline.labelled import load_tasks
     from runconfig import load_config
 
     out = {}

@@ -147,6 +147,12 @@ class UrlFilterConfig(Options):
     def _files_exist(cls, v: list[str]) -> list[str]:
         return _existing_files(v)
 
+    def active(self) -> bool:
+        """Whether the filter runs (the report's `enabled`): switched on and given at least one list."""
+        lists = (self.blocked_domains, self.blocked_urls, self.banned_words, self.soft_banned_words,
+                 self.banned_subwords)  # fmt: skip
+        return self.enabled and any(lists)
+
 
 PII_KINDS = ("email", "ip", "phone")
 

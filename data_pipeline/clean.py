@@ -48,6 +48,9 @@ from data_pipeline.shards import (
 log = get_logger(__name__)
 
 SAMPLE_CHARS = 2000
+# Drop reasons whose every document is written to clean/dropped/<source>/<reason>.jsonl (not only the first few):
+# a leak of evaluation text is audited document by document.
+KEEP_EVERY_DROP = frozenset({"decontaminated"})
 
 
 def plan_clean(cfg) -> list[WorkShard]:
@@ -76,8 +79,12 @@ def fingerprint_parts(cfg, source: str) -> dict[str, Any]:
         if src.format in BUILTIN_READERS
         else {"reader": {src.format: code_version(get_reader(src.format))}}
     )
+    from data_pipeline.filters.decontaminate import fingerprint_part
+
+    decont = fingerprint_part(cfg)  # n, the evaluation set's hash: a changed evaluation set redoes the shards
     return {
         "settings": settings,
+        **({"decontaminate": decont} if decont else {}),
         "source": src.model_dump(mode="json", exclude={"clean", "clean_preset"}),
         "seed": cfg.run.seed,
         "code": filters_code_version(clean),
@@ -177,6 +184,7 @@ class _ShardCleaner:
     def __init__(self, cfg, shard: WorkShard):
         from data_pipeline.extract import Extractor
         from data_pipeline.filters import build_filters
+        from data_pipeline.filters.decontaminate import decontamination_filter
 
         clean = cfg.data.clean_for(shard.source)
         self.clean = clean
@@ -187,6 +195,10 @@ class _ShardCleaner:
             ex.favor_precision, ex.include_tables, ex.fast, ex.deduplicate, ex.timeout_s
         )
         self.filters = build_filters(clean)
+        decont = decontamination_filter(cfg)
+        if decont is not None:  # after URL blocklists and unicode repair, before the quality rules
+            at = max((i + 1 for i, (n, _) in enumerate(self.filters) if n in ("url", "unicode")), default=0)
+            self.filters.insert(at, ("decontaminate", decont))
         self.errors = ErrorLog()
         self.counts: Counter = Counter()
         self.dropped: Counter = Counter()
@@ -199,7 +211,7 @@ class _ShardCleaner:
         exclusion writer keeps the same)."""
         self.dropped[reason] += 1
         bucket = self.samples.setdefault(reason, [])
-        if len(bucket) < self.per_sample:
+        if len(bucket) < self.per_sample or reason in KEEP_EVERY_DROP:
             bucket.append(
                 {
                     "id": doc.id,
@@ -419,7 +431,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
         bad.extend(info["bad_records"])
         for reason, rows in info["dropped_samples"].items():
             bucket = samples.setdefault((shard.source, reason), [])  # per source x reason
-            bucket.extend(rows[: max(0, per_n - len(bucket))])
+            bucket.extend(rows if reason in KEEP_EVERY_DROP else rows[: max(0, per_n - len(bucket))])
     totals: Counter = Counter()
     for c in per_source.values():
         totals.update(c)
@@ -430,6 +442,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
         "totals": dict(totals),
         "per_source": {k: dict(v) for k, v in per_source.items()},
         "source_settings": {s.name: source_settings(cfg, s) for s in cfg.data.sources},
+        "decontamination": decontamination_summary(cfg),
         "dropped_by_reason": dict(dropped.most_common()),
         "dropped_by_source_and_reason": {k: dict(v.most_common()) for k, v in dropped_per_source.items()},
         "line_drops": dict(line_drops.most_common()),
@@ -460,6 +473,12 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
     }
 
 
+def decontamination_summary(cfg) -> dict[str, Any]:
+    from data_pipeline.filters.decontaminate import summary
+
+    return summary(cfg)
+
+
 def source_settings(cfg, src) -> dict[str, Any]:
     """How a source is cleaned, for the report: preset, overrides, and the filters that run with their settings."""
     from data_pipeline.filters.registry import filter_specs
@@ -468,7 +487,11 @@ def source_settings(cfg, src) -> dict[str, Any]:
     steps = []
     for spec in filter_specs(clean):
         sec = getattr(clean, spec.name, None)
-        on = getattr(sec, "enabled", True) if sec is not None else True
+        on = (
+            (sec.active() if hasattr(sec, "active") else getattr(sec, "enabled", True))
+            if sec is not None
+            else True
+        )
         steps.append({"name": spec.name, "enabled": on,
                       "settings": ({**sec.model_dump(mode="json", exclude={"enabled"}), **spec.params}
                                    if sec is not None else spec.params)})  # fmt: skip
@@ -495,6 +518,13 @@ def format_table(stats: dict[str, Any]) -> str:
             on = [f["name"] for f in st["filters"] if f["enabled"]]
             over = f" overrides {json.dumps(st['overrides'], sort_keys=True)}" if st["overrides"] else ""
             lines.append(f"  {name[:14]:<14} preset {st['preset']}: {', '.join(on) or 'no filters'}{over}")
+    dec = stats.get("decontamination") or {}
+    if dec.get("enabled"):
+        sets = ", ".join(f"{k} {v}" for k, v in dec["eval_sets"].items()) or "none"
+        per = {s: r["decontaminated"] for s, r in stats.get("dropped_by_source_and_reason", {}).items()
+               if r.get("decontaminated")}  # fmt: skip
+        lines += ["", f"decontamination: {dec['n']}-grams of evaluation text ({sets}); dropped per source: "
+                  f"{json.dumps(per) if per else 'none'}"]  # fmt: skip
     for title, key in (
         ("dropped documents by reason", "dropped_by_reason"),
         ("bad input records by kind", "bad_records_by_kind"),

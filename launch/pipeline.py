@@ -86,7 +86,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     times: dict[str, float] = {}
     resolved = save_resolved(cfg, layout.root)
     if cfg.finetune.tasks:  # a bad fine-tune task (file, column, labels) stops the run before any work
-        from adapt.labelled import load_tasks
+        from data_pipeline.labelled import load_tasks
 
         load_tasks(cfg)
 

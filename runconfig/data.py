@@ -1,5 +1,6 @@
 """Data sources, cleaning and dedup sections."""
 
+import os
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
@@ -20,6 +21,7 @@ from core.specs import (
     PiiConfig,
     UnicodeConfig,
     UrlFilterConfig,
+    _expand,
 )
 from runconfig.base import Section, check_path_component
 
@@ -183,6 +185,51 @@ class CleanConfig(Section):
         return [*(BUILTIN_FILTERS if v.get("defaults", True) else ()), *extra]
 
 
+class EvalSetSpec(Section):
+    """One file of evaluation text to keep out of pretraining: JSONL (`text_field`, optional `id`), CSV/TSV (a
+    `text_field` column) or text (one example a line). A plain path is accepted; `auto` reads the suffix."""
+
+    path: str
+    format: Literal["auto", "jsonl", "csv", "tsv", "text"] = "auto"
+    text_field: str = "text"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_path(cls, v: Any) -> Any:
+        return {"path": v} if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _readable(self) -> "EvalSetSpec":
+        p = _expand(self.path)
+        if not os.path.isfile(p):
+            raise ValueError(f"evaluation file '{self.path}' does not exist (expanded to '{p}')")
+        if self.format == "auto":
+            name = p.lower().removesuffix(".gz")
+            fmt = next((f for f, sfx in _EVAL_SUFFIXES.items() if name.endswith(sfx)), None)
+            if fmt is None:
+                raise ValueError(
+                    f"cannot tell the format of evaluation file '{self.path}' (known: "
+                    f"{', '.join(f'{k} ({v})' for k, v in _EVAL_SUFFIXES.items())}): set its format"
+                )
+            self.format = fmt
+        return self
+
+
+_EVAL_SUFFIXES = {"jsonl": ".jsonl", "csv": ".csv", "tsv": ".tsv", "text": ".txt"}
+
+
+class DecontaminateConfig(Section):
+    """N-gram decontamination (GPT-3's 13-grams, datatrove's NGramsDecontFilter): a crawl document sharing one
+    normalised n-gram with an evaluation text is dropped, and reported with the n-gram and the example's id."""
+
+    enabled: bool = True
+    n: int = Field(13, ge=1)
+    # The dev and test text of every finetune.tasks entry, automatically (a task's test set leaking into
+    # pretraining inflates its transfer margin).
+    tasks: bool = True
+    sources: list[EvalSetSpec] = []  # more evaluation text, from files
+
+
 class MinHashConfig(Section):
     enabled: bool = True
     ngram: int = Field(5, gt=0)
@@ -218,6 +265,7 @@ class DataConfig(Section):
     sources: list[SourceConfig] = Field(min_length=1)
     clean: CleanConfig = CleanConfig()
     dedup: DedupConfig = DedupConfig()
+    decontaminate: DecontaminateConfig = DecontaminateConfig()
     # Who runs the tasks of a data stage: a local process pool (data.clean.workers), a Ray cluster, or an
     # executor of an outside package (the `lmstack.executors` entry point group), or `module.path:Name`.
     executor: str = "local"

@@ -72,8 +72,11 @@ def _resolve(raw: str, key: str) -> Path:
     return p
 
 
+AUTO = "auto"  # finetune.tasks.<i>.format: told from the path
+
+
 def _format(path: Path, fmt: str) -> str:
-    if fmt != "auto":
+    if fmt != AUTO:
         return fmt
     if path.is_dir():
         if any((path / f).is_file() for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
@@ -112,45 +115,63 @@ def _utf8(path: Path, key: str) -> str:
         ) from None
 
 
-def _read_table(path: Path, fmt: str, task: FinetuneTask, key: str) -> list[RawRow]:
-    rows: list[RawRow] = []
-    if fmt in ("csv", "tsv"):
-        reader = csv.DictReader(
-            io.StringIO(_utf8(path, key), newline=""), delimiter="\t" if fmt == "tsv" else ","
-        )
-        _check_columns(list(reader.fieldnames or []), task, key, path)
-        for i, r in enumerate(reader):
-            rows.append((f"{path.name}:{i}", r[task.text_column], str(r[task.label_column])))
-    elif fmt == "jsonl":
-        for i, line in enumerate(_utf8(path, key).splitlines()):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise LabelledDataError(f"{key}: {path} line {i + 1} is not JSON: {e}") from None
-            _check_columns(list(r), task, key, f"{path} line {i + 1}")
-            text = r[task.text_column]
-            rows.append(
-                (
-                    str(r.get("id", f"{path.name}:{i}")),
-                    None if text is None else str(text),
-                    str(r[task.label_column]),
-                )
-            )
-    elif fmt == "folder":
-        from data_pipeline.readers.base import decode_text
+def _read_delimited(path: Path, delimiter: str, task: FinetuneTask, key: str) -> list[RawRow]:
+    reader = csv.DictReader(io.StringIO(_utf8(path, key), newline=""), delimiter=delimiter)
+    _check_columns(list(reader.fieldnames or []), task, key, path)
+    return [
+        (f"{path.name}:{i}", r[task.text_column], str(r[task.label_column])) for i, r in enumerate(reader)
+    ]
 
-        for f in sorted(path.glob("*/*")):
-            if f.is_file():
-                text, _, how = decode_text(f.read_bytes())  # as pretraining's text_folder reader decodes
-                if text is None:
-                    raise LabelledDataError(f"{key}: {f} is neither UTF-8 nor a charset that can be detected")
-                rows.append((str(f.relative_to(path)), text, f.parent.name))
-    elif fmt == "hf_dataset":
-        rows = _rows_from_hf(_load_hf(path), task, key, path)
-    else:
+
+def _read_jsonl(path: Path, task: FinetuneTask, key: str) -> list[RawRow]:
+    rows: list[RawRow] = []
+    for i, line in enumerate(_utf8(path, key).splitlines()):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise LabelledDataError(f"{key}: {path} line {i + 1} is not JSON: {e}") from None
+        _check_columns(list(r), task, key, f"{path} line {i + 1}")
+        text = r[task.text_column]
+        rows.append(
+            (
+                str(r.get("id", f"{path.name}:{i}")),
+                None if text is None else str(text),
+                str(r[task.label_column]),
+            )
+        )
+    return rows
+
+
+def _read_folder(path: Path, task: FinetuneTask, key: str) -> list[RawRow]:
+    from data_pipeline.readers.base import decode_text
+
+    rows: list[RawRow] = []
+    for f in sorted(path.glob("*/*")):
+        if f.is_file():
+            text, _, how = decode_text(f.read_bytes())  # as pretraining's text_folder reader decodes
+            if text is None:
+                raise LabelledDataError(f"{key}: {f} is neither UTF-8 nor a charset that can be detected")
+            rows.append((str(f.relative_to(path)), text, f.parent.name))
+    return rows
+
+
+# One reader per labelled-file format (a table, not a chain of format comparisons).
+_TABLE_READERS: dict[str, Callable[[Path, FinetuneTask, str], list[RawRow]]] = {
+    "csv": lambda p, t, k: _read_delimited(p, ",", t, k),
+    "tsv": lambda p, t, k: _read_delimited(p, "\t", t, k),
+    "jsonl": _read_jsonl,
+    "folder": _read_folder,
+    "hf_dataset": lambda p, t, k: list(_rows_from_hf(_load_hf(p), t, k, p)),
+}
+
+
+def _read_table(path: Path, fmt: str, task: FinetuneTask, key: str) -> list[RawRow]:
+    read = _TABLE_READERS.get(fmt)
+    if read is None:
         raise LabelledDataError(f"{key}: unknown format {fmt!r}")
+    rows = read(path, task, key)
     if not rows:
         raise LabelledDataError(f"{key}: no labelled examples in {path}")
     return rows
