@@ -13,8 +13,8 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from data_pipeline.labelled import load_tasks
 from adapt.transfer import _log, pick_lr, prepare_task
+from data_pipeline.labelled import load_tasks
 from pretrain.export_folder import verify_export
 from runconfig import RunConfig
 

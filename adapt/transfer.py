@@ -41,12 +41,12 @@ from transformers import (
 from transformers.optimization import Adafactor
 from transformers.trainer_callback import PrinterCallback
 
-from data_pipeline.labelled import Row, TaskData, load_tasks
 from core.errors import DiskFullError, is_disk_full
 from core.io import atomic_write, json_bytes
 from core.layout import LOGS
 from core.log import get_logger, route_third_party, verbose_requested
 from core.run_layout import RunLayout
+from data_pipeline.labelled import Row, TaskData, load_tasks
 from pretrain.export_folder import verify_export, weights_hash
 from pretrain.optimizers import PAPER_ADAFACTOR
 from runconfig import RunConfig

@@ -109,22 +109,15 @@ class FineWebQualityConfig(Options):
     new_line_ratio: float = Field(0.3, ge=0)
 
 
-def _expand(path: str) -> str:
-    """The placeholders every path key takes ({prefix}, {site_packages}, $VARS, ~)."""
-    import os
-    import sys
-    import sysconfig
-
-    path = path.replace("{prefix}", sys.prefix).replace("{site_packages}", sysconfig.get_paths()["purelib"])
-    return os.path.expanduser(os.path.expandvars(path))
-
-
 def _existing_files(paths: list[str]) -> list[str]:
     import os
 
+    from core.paths import expand_placeholders  # here: loading a config imports no fsspec otherwise
+
     for raw in paths:
-        if not os.path.isfile(_expand(raw)):
-            raise ValueError(f"blocklist file '{raw}' does not exist (expanded to '{_expand(raw)}')")
+        full = expand_placeholders(raw)
+        if not os.path.isfile(full):
+            raise ValueError(f"blocklist file '{raw}' does not exist (expanded to '{full}')")
     return paths
 
 

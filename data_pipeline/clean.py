@@ -79,7 +79,7 @@ def fingerprint_parts(cfg, source: str) -> dict[str, Any]:
         if src.format in BUILTIN_READERS
         else {"reader": {src.format: code_version(get_reader(src.format))}}
     )
-    from data_pipeline.filters.decontaminate import fingerprint_part
+    from data_pipeline.decontaminate import fingerprint_part
 
     decont = fingerprint_part(cfg)  # n, the evaluation set's hash: a changed evaluation set redoes the shards
     return {
@@ -182,9 +182,9 @@ class _ShardCleaner:
     """Runs one shard's documents through holdout, extraction and the filters, counting every decision."""
 
     def __init__(self, cfg, shard: WorkShard):
+        from data_pipeline.decontaminate import decontamination_filter
         from data_pipeline.extract import Extractor
         from data_pipeline.filters import build_filters
-        from data_pipeline.filters.decontaminate import decontamination_filter
 
         clean = cfg.data.clean_for(shard.source)
         self.clean = clean
@@ -474,7 +474,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
 
 
 def decontamination_summary(cfg) -> dict[str, Any]:
-    from data_pipeline.filters.decontaminate import summary
+    from data_pipeline.decontaminate import summary
 
     return summary(cfg)
 

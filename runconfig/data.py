@@ -21,7 +21,6 @@ from core.specs import (
     PiiConfig,
     UnicodeConfig,
     UrlFilterConfig,
-    _expand,
 )
 from runconfig.base import Section, check_path_component
 
@@ -200,12 +199,16 @@ class EvalSetSpec(Section):
 
     @model_validator(mode="after")
     def _readable(self) -> "EvalSetSpec":
-        p = _expand(self.path)
+        from core.paths import expand_placeholders  # here: loading a config imports no fsspec otherwise
+
+        p = expand_placeholders(self.path)
         if not os.path.isfile(p):
             raise ValueError(f"evaluation file '{self.path}' does not exist (expanded to '{p}')")
         if self.format == "auto":
             name = p.lower().removesuffix(".gz")
-            fmt = next((f for f, sfx in _EVAL_SUFFIXES.items() if name.endswith(sfx)), None)
+            fmt: Literal["jsonl", "csv", "tsv", "text"] | None = next(
+                (f for f, sfx in _EVAL_SUFFIXES.items() if name.endswith(sfx)), None
+            )
             if fmt is None:
                 raise ValueError(
                     f"cannot tell the format of evaluation file '{self.path}' (known: "
@@ -215,7 +218,12 @@ class EvalSetSpec(Section):
         return self
 
 
-_EVAL_SUFFIXES = {"jsonl": ".jsonl", "csv": ".csv", "tsv": ".tsv", "text": ".txt"}
+_EVAL_SUFFIXES: dict[Literal["jsonl", "csv", "tsv", "text"], str] = {
+    "jsonl": ".jsonl",
+    "csv": ".csv",
+    "tsv": ".tsv",
+    "text": ".txt",
+}
 
 
 class DecontaminateConfig(Section):

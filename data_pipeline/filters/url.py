@@ -16,7 +16,7 @@ from collections import Counter
 from urllib.parse import urlsplit
 
 from core.document import Document
-from core.specs import _expand
+from core.paths import expand_placeholders
 
 _NON_ALNUM = re.compile(r"[^a-zA-Z0-9]+")
 
@@ -28,7 +28,7 @@ def normalize(text: str) -> str:
 def read_list(paths: list[str], normalise: bool) -> frozenset[str]:
     out: set[str] = set()
     for raw in paths:
-        with open(_expand(raw), encoding="utf-8", errors="replace") as fh:
+        with open(expand_placeholders(raw), encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 if line.startswith("#") or not line.strip():
                     continue

@@ -14,9 +14,9 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from adapt.finetune import finetune
-from data_pipeline.labelled import LabelledDataError, load_task, load_tasks
 from adapt.transfer import Encoded, run_transfer, windows
 from core.run_layout import RunLayout
+from data_pipeline.labelled import LabelledDataError, load_task, load_tasks
 from data_pipeline.shards import mark_done, write_shard
 from data_pipeline.tokenizers import train_tokenizer
 from pretrain.models import build_model

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from core.document import Document
 from core.errors import ConfigError
 from data_pipeline.clean import run_clean
-from core.document import Document
-from data_pipeline.filters.decontaminate import (
+from data_pipeline.decontaminate import (
     DecontaminationFilter,
     EvalExample,
     NGramIndex,

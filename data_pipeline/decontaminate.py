@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from core.io import fingerprint
-from core.plugin_code import code_version
-from core.specs import _expand
 from core.document import Document
+from core.io import fingerprint
+from core.paths import expand_placeholders
+from core.plugin_code import code_version
 from data_pipeline.filters.text_utils import PUNCTUATION
 
 _TO_SPACE = str.maketrans(PUNCTUATION, " " * len(PUNCTUATION))
@@ -99,7 +99,7 @@ _EVAL_READERS = {
 
 
 def _read_file(spec: Any) -> list[EvalExample]:
-    path = Path(_expand(spec.path))
+    path = Path(expand_placeholders(spec.path))
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as fh:
         return _EVAL_READERS[spec.format](fh, path.name, spec.text_field)
@@ -127,11 +127,12 @@ class NGramIndex:
         self.examples = examples
         self.words = [normalise_words(e.text) for e in examples]
         parts = [ngram_hashes(w, n) for w in self.words]
-        hashes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
-        owner = np.concatenate([np.full(len(p), i, dtype=np.int32) for i, p in enumerate(parts)] or [[]])
-        pos = np.concatenate([np.arange(len(p), dtype=np.int32) for p in parts] or [[]])
+        empty = np.zeros(0, dtype=np.int32)
+        hashes = np.concatenate([np.zeros(0, dtype=np.uint64), *parts])
+        owner = np.concatenate([empty, *(np.full(len(p), i, dtype=np.int32) for i, p in enumerate(parts))])
+        pos = np.concatenate([empty, *(np.arange(len(p), dtype=np.int32) for p in parts)])
         order = np.argsort(hashes, kind="stable")
-        self.hashes, self.owner, self.pos = hashes[order], owner[order].astype(np.int32), pos[order]
+        self.hashes, self.owner, self.pos = hashes[order], owner[order], pos[order]
 
     def __len__(self) -> int:
         return len(self.hashes)
@@ -162,10 +163,10 @@ _CACHE: dict[str, tuple[str, NGramIndex]] = {}
 def _cache_key(cfg) -> str:
     """What the evaluation set is read from (settings, tasks, their sources, file dates): a changed file rereads."""
     dec = cfg.data.decontaminate
-    files = [_expand(s.path) for s in dec.sources]
+    files = [expand_placeholders(s.path) for s in dec.sources]
     if dec.tasks:
         for t in cfg.finetune.tasks:
-            files += [_expand(p) for p in (t.train, t.dev, t.test, t.dataset) if p]
+            files += [expand_placeholders(p) for p in (t.train, t.dev, t.test, t.dataset) if p]
     stamps = [
         (f, p.stat().st_mtime_ns, p.stat().st_size) if (p := Path(f)).exists() else (f, 0, 0) for f in files
     ]
