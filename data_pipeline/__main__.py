@@ -6,13 +6,14 @@ import argparse
 import json
 import shutil
 import sys
+from collections.abc import Callable
 
 from core.errors import DiskFullError, is_disk_full
 from core.preflight import check_output_writable
 from core.run_layout import RunLayout
 from data_pipeline.interrupt import StageInterrupted, stage_of, stop_signals
 from data_pipeline.readers.sources import check_source_paths
-from runconfig.cli import add_config_args, config_from_args, preflight, run_cli
+from runconfig.cli import Command, config_from_args, dispatch, preflight, run_cli
 
 
 def _stage_clean(cfg, args):
@@ -48,25 +49,13 @@ def _stage_all(cfg, args):
         from data_pipeline.stage_tasks import run_data_path
 
         return run_data_path(cfg)
-    out = {}
-    for name in ("clean", "dedup", "train-tokenizer", "tokenize"):
-        out[name] = STAGES[name][0](
-            cfg, argparse.Namespace(shard_index=None, dedup_stage=None, task_index=None)
-        )
-    return out
-
-
-STAGES = {
-    "clean": (_stage_clean, "read sources, extract text, apply cleaning filters, write cleaned shards"),
-    "dedup": (
-        _stage_dedup,
-        "exact + MinHash-LSH near-dedup across all cleaned shards (sharded stages; "
-        "--stage S --task-index I runs one task)",
-    ),
-    "train-tokenizer": (_stage_train_tokenizer, "train the configured tokenizer on the deduplicated corpus"),
-    "tokenize": (_stage_tokenize, "cleaned shards -> binary token shards + manifest"),
-    "all": (_stage_all, "clean, dedup, train-tokenizer and tokenize in order"),
-}
+    every = argparse.Namespace(shard_index=None, dedup_stage=None, task_index=None)
+    return {
+        "clean": _stage_clean(cfg, every),
+        "dedup": _stage_dedup(cfg, every),
+        "train-tokenizer": _stage_train_tokenizer(cfg, every),
+        "tokenize": _stage_tokenize(cfg, every),
+    }
 
 
 def _disk_full_message(stage: str, cfg, e: BaseException) -> str:
@@ -94,43 +83,60 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
 
 
-def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m data_pipeline", description=__doc__)
-    sub = parser.add_subparsers(dest="stage", required=True)
-    for name, (_, help_) in STAGES.items():
-        p = sub.add_parser(name, help=help_, description=help_)
-        add_config_args(p)
-        if name in ("clean", "tokenize"):
-            p.add_argument(
-                "--shard-index",
-                type=int,
-                default=None,
-                help="process only this input shard (Slurm array task)",
-            )
-        if name == "dedup":
-            p.add_argument(
-                "--stage",
-                dest="dedup_stage",
-                default=None,
-                help="run one task of this dedup stage (a Slurm array task)",
-            )
-            p.add_argument("--task-index", type=int, default=None, help="which task of --stage")
-    args = parser.parse_args(argv)
-    cfg = config_from_args(args)
-    preflight(cfg, check_output_writable, *([check_source_paths] if args.stage in ("clean", "all") else []))
-    from data_pipeline.tokenizers.corpus import EmptyStageError
+def _run_stage(name: str, stage) -> Callable[[argparse.Namespace], int]:
+    """The command of one stage: load the config, check the machine, run the stage, print its report as JSON."""
 
-    try:
-        result = STAGES[args.stage][0](cfg, args)
-    except EmptyStageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:
-        if is_disk_full(e):
-            raise DiskFullError(_disk_full_message(args.stage, cfg, e)) from None
-        raise
-    print(json.dumps(result, indent=2, default=str))
-    return 0
+    def run(args: argparse.Namespace) -> int:
+        cfg = config_from_args(args)
+        preflight(cfg, check_output_writable, *([check_source_paths] if name in ("clean", "all") else []))
+        from data_pipeline.tokenizers.corpus import EmptyStageError
+
+        try:
+            result = stage(cfg, args)
+        except EmptyStageError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        except Exception as e:
+            if is_disk_full(e):
+                raise DiskFullError(_disk_full_message(name, cfg, e)) from None
+            raise
+        print(json.dumps(result, indent=2, default=str))
+        return 0
+
+    return run
+
+
+def _shard_index(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--shard-index", type=int, default=None, help="process only this input shard (Slurm array task)"
+    )
+
+
+def _dedup_task(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--stage",
+        dest="dedup_stage",
+        default=None,
+        help="run one task of this dedup stage (a Slurm array task)",
+    )
+    p.add_argument("--task-index", type=int, default=None, help="which task of --stage")
+
+
+COMMANDS = (
+    Command("clean", "read sources, extract text, apply cleaning filters, write cleaned shards",
+            _run_stage("clean", _stage_clean), _shard_index),
+    Command("dedup", "exact + MinHash-LSH near-dedup across all cleaned shards (sharded stages; "
+            "--stage S --task-index I runs one task)", _run_stage("dedup", _stage_dedup), _dedup_task),
+    Command("train-tokenizer", "train the configured tokenizer on the deduplicated corpus",
+            _run_stage("train-tokenizer", _stage_train_tokenizer)),
+    Command("tokenize", "cleaned shards -> binary token shards + manifest", _run_stage("tokenize", _stage_tokenize),
+            _shard_index),
+    Command("all", "clean, dedup, train-tokenizer and tokenize in order", _run_stage("all", _stage_all)),
+)  # fmt: skip
+
+
+def _main(argv: list[str] | None = None) -> int:
+    return dispatch("python -m data_pipeline", __doc__, COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from typing import Any
 from core.exit_codes import PREEMPTED
 from launch import render, slurm
 from launch.render import Entry, LaunchError, NodeCommand
-from runconfig.cli import add_config_args, config_from_args, run_cli
+from runconfig.cli import Command, config_from_args, dispatch, run_cli
 
 
 def _describe(cfg) -> str:
@@ -343,81 +343,70 @@ def cmd_registry(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser(
-        "run", help="render and execute for launch.launcher (--dry-run: print every node's command)"
-    )
-    add_config_args(p)
+def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="print exactly what runs on every node, run nothing"
     )
     p.add_argument("--node-rank", type=int, default=None, help="torchrun multi-node: which node this is")
     p.add_argument("--all-nodes", action="store_true", help="torchrun multi-node: start every node over ssh")
-    p.set_defaults(fn=cmd_run)
 
-    p = sub.add_parser("sbatch", help="write the training sbatch script; --submit to submit it")
-    add_config_args(p)
+
+def _sbatch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--submit", action="store_true", help="sbatch --parsable it and print the job id")
     p.add_argument("--print", action="store_true", help="print the script")
     p.add_argument("--after", nargs="*", help="start only after these job ids succeed (afterok)")
-    p.set_defaults(fn=cmd_sbatch)
 
-    p = sub.add_parser("status", help="state of a Slurm job (and its array tasks)")
+
+def _job_id(p: argparse.ArgumentParser) -> None:
     p.add_argument("job_id")
-    p.set_defaults(fn=cmd_status)
 
-    p = sub.add_parser("cancel", help="cancel a Slurm job, or --signal USR1 to rehearse preemption")
+
+def _cancel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job_id")
     p.add_argument("--signal", default=None, help="send this signal to the batch shell instead of cancelling")
-    p.set_defaults(fn=cmd_cancel)
 
-    p = sub.add_parser("pipeline-slurm", help="data-stage job arrays -> training, chained with afterok")
-    add_config_args(p)
+
+def _pipeline_slurm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clean-shards", type=int, default=None, help="clean array size (input shards)")
     p.add_argument("--tokenize-shards", type=int, default=None, help="tokenize array size (default: clean's)")
     p.add_argument("--dry-run", action="store_true", help="write and print the scripts, submit nothing")
-    p.set_defaults(fn=cmd_pipeline)
 
-    p = sub.add_parser(
-        "pipeline-ray",
-        help="the data path (clean, dedup stages, tokenizer, tokenize) as tasks "
-        "on a Ray cluster (data.ray.address)",
-    )
-    add_config_args(p)
+
+def _pipeline_ray_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address",
         default=None,
         help="Ray address (auto | host:port | ray://host:10001 | local); default data.ray.address",
     )
-    p.set_defaults(fn=cmd_pipeline_ray)
 
-    p = sub.add_parser(
-        "pipeline",
-        help="every stage on this machine: data -> pretrain -> export -> fine-tune (what `make demo` runs)",
-    )
-    add_config_args(p)
-    p.set_defaults(fn=_local_pipeline)
 
-    p = sub.add_parser(
-        "registry",
-        help="list what every registry holds (families, objectives, filters, readers, "
-        "executors, tokenizer conventions), built-ins and outside packages' entry points",
-    )
+def _registry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(fn=cmd_registry)
 
-    p = sub.add_parser(
-        "corpus-shards", help="print the number of final corpus shards (used by the tokenize array)"
-    )
-    add_config_args(p)
-    p.set_defaults(fn=cmd_corpus_shards)
 
-    args = parser.parse_args(argv)
-    return run_cli(lambda _: args.fn(args))
+COMMANDS = (
+    Command("run", "render and execute for launch.launcher (--dry-run: print every node's command)", cmd_run,
+            _run_args),
+    Command("sbatch", "write the training sbatch script; --submit to submit it", cmd_sbatch, _sbatch_args),
+    Command("status", "state of a Slurm job (and its array tasks)", cmd_status, _job_id, config=False),
+    Command("cancel", "cancel a Slurm job, or --signal USR1 to rehearse preemption", cmd_cancel, _cancel_args,
+            config=False),
+    Command("pipeline-slurm", "data-stage job arrays -> training, chained with afterok", cmd_pipeline,
+            _pipeline_slurm_args),
+    Command("pipeline-ray", "the data path (clean, dedup stages, tokenizer, tokenize) as tasks on a Ray cluster "
+            "(data.ray.address)", cmd_pipeline_ray, _pipeline_ray_args),
+    Command("pipeline", "every stage on this machine: data -> pretrain -> export -> fine-tune (what `make demo` "
+            "runs)", _local_pipeline),
+    Command("registry", "list what every registry holds (families, objectives, filters, readers, executors, "
+            "tokenizer conventions), built-ins and outside packages' entry points", cmd_registry, _registry_args,
+            config=False),
+    Command("corpus-shards", "print the number of final corpus shards (used by the tokenize array)",
+            cmd_corpus_shards),
+)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(lambda a: dispatch("python -m launch", __doc__, COMMANDS, a), argv)
 
 
 if __name__ == "__main__":

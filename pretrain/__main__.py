@@ -9,7 +9,8 @@ import sys
 
 from core.exit_codes import CANNOT_CONTINUE, PREEMPTED, USAGE
 from core.layout import CLEAN_STATS, TOKEN_MANIFEST, RunPaths
-from runconfig.cli import add_config_args, config_from_args, preflight, run_cli
+from runconfig.cli import Command, config_from_args, dispatch, preflight, run_cli
+from runconfig.run import RunConfig
 
 RESET_HELP = (
     "resume with a new data order: when run.seed, the tokenizer, the data sources or the packing changed "
@@ -22,30 +23,93 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(_main, argv)
 
 
-def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pretrain", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser(
-        "train", help="pretrain through DeepSpeed (run under torchrun or `python -m launch run`)"
-    )
-    add_config_args(p)
+def _config(args: argparse.Namespace) -> RunConfig:
+    if getattr(args, "reset_data_order", False):
+        args.overrides = [*args.overrides, "checkpoint.reset_data_order=true"]
+    return config_from_args(args)
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reset-data-order", action="store_true", help=RESET_HELP)
-    p = sub.add_parser(
-        "export", help="checkpoint -> Hugging Face folder (safetensors, tokenizer, model card)"
-    )
-    add_config_args(p)
+
+
+def _train(args: argparse.Namespace) -> int:
+    import torch.distributed as dist
+
+    from core.preflight import check_tokens, check_train
+    from pretrain.checkpoint import CannotContinue
+    from pretrain.engine import accelerator_name
+    from pretrain.train import train
+
+    cfg = _config(args)
+    preflight(cfg, lambda c: check_train(c, accelerator_name()), check_tokens)
+    try:
+        result = train(cfg)
+    except CannotContinue as e:  # a restart would fail the same way: a code Slurm does not requeue on
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return CANNOT_CONTINUE
+    except Exception:
+        # A failed rank (a dead peer's "Connection reset", a collective timeout, a bug) reports and ends at
+        # once: CPython's teardown of a process holding torch, DeepSpeed and the model (a GC of the whole heap,
+        # no Python frames left) took 17 s on a loaded 2-core machine, beyond 90 s under heavier load, and
+        # torchrun ends the job only once this process is gone. Checkpoints are atomic and metrics.jsonl is
+        # flushed per line, so nothing is lost by skipping it.
+        sys.excepthook(*sys.exc_info())  # torch's hook: the traceback with its [rankN] prefix
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    if dist.get_rank() == 0:
+        print(json.dumps(result, indent=1, default=str), flush=True)
+    dist.destroy_process_group()
+    return PREEMPTED if result["preempted"] else 0
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checkpoint", default=None, help="a step folder or checkpoints folder (default: the run's)"
     )
     p.add_argument("--out", default=None, help="output folder (default: <run.output_dir>/export)")
-    p = sub.add_parser(
-        "card",
-        help="(re)write the export's Hub model card (e.g. after `python -m adapt transfer` wrote transfer.json)",
-    )
-    add_config_args(p)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pretrain.export_folder import check_export_target
+
+    cfg = _config(args)
+    if not (args.out and "://" in args.out and not args.out.startswith("file://")):  # before torch loads
+        check_export_target(
+            args.out.removeprefix("file://") if args.out else RunPaths.from_config(cfg).export
+        )
+    from pretrain.checkpoint import CannotContinue
+    from pretrain.export import export
+
+    try:
+        print(export(cfg, args.checkpoint, args.out))
+    except (CannotContinue, FileNotFoundError) as e:  # one line naming the checkpoint / tokenizer / folder
+        print(f"error: {e}", file=sys.stderr)
+        return CANNOT_CONTINUE
+    return 0
+
+
+def _card_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="exported folder (default: <run.output_dir>/export)")
-    p = sub.add_parser("plan", help="batch plan, scaled LR, token budget and ZeRO memory estimates")
-    add_config_args(p)
+
+
+def _card(args: argparse.Namespace) -> int:
+    from core.run_layout import RunLayout
+    from pretrain.model_card import write_model_card
+
+    cfg = _config(args)
+    if not args.model:
+        layout = RunLayout(cfg)  # a remote run: its export (and what the card reads), fetched once
+        layout.store.pull(
+            [layout.export, layout.tokens / TOKEN_MANIFEST, layout.clean / CLEAN_STATS, layout.logs]
+        )
+    print(write_model_card(cfg, args.model or RunLayout(cfg).export))
+    return 0
+
+
+def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--world-size", type=int, default=None, help="default: launch.nodes x launch.procs_per_node"
     )
@@ -61,125 +125,79 @@ def _main(argv: list[str] | None = None) -> int:
         "--exact", action="store_true", help="count parameters on a meta-device build (imports torch)"
     )
     p.add_argument("--reset-data-order", action="store_true", help=RESET_HELP)
-    p = sub.add_parser("plot", help="loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)")
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from core.errors import ConfigError
+    from core.preflight import check_tokens, check_train
+    from data_pipeline.readers.sources import check_source_paths
+    from pretrain.plan import DEFAULT_MFU, expected_accelerator, format_report, plan_report
+
+    cfg = _config(args)
+    # The checks `train` runs before any work, so a plan that prints is a run that starts. Token shards not
+    # made yet are fine for a plan (it is how a run is sized before its data stages), their inputs are not.
+    preflight(cfg, lambda c: check_train(c, expected_accelerator()))
+    try:
+        check_tokens(cfg)
+        tokens_note = None
+    except ConfigError as e:
+        preflight(cfg, check_source_paths)
+        tokens_note = str(e)
+
+    r = plan_report(cfg, args.world_size, args.gpu, args.mfu or DEFAULT_MFU, args.exact)
+    print(json.dumps(r, indent=1) if args.json else format_report(r))
+    if tokens_note:
+        print(f"note: {tokens_note}", file=sys.stderr)
+    # what `train` would stop on: the same exit as a config error
+    if (r.get("resume") or {}).get("error"):
+        print(f"error: checkpoint.resume: {r['resume']['error']}", file=sys.stderr)
+        return USAGE
+    return 0
+
+
+def _plot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="the run folder (run.output_dir; a URL: plots are uploaded to RUN/logs/plots)")
     p.add_argument("--out", default=None, help="output folder (default: RUN/logs/plots)")
-    args = parser.parse_args(argv)
-    if args.command == "plot":
-        from pretrain.plots import plot_run
 
-        # a remote run folder: never a local path
-        if "://" in args.run and not args.run.startswith("file://"):
-            import tempfile
-            from pathlib import Path
 
-            from core.storage import RunStore
+def _plot(args: argparse.Namespace) -> int:
+    from pretrain.plots import plot_run
 
-            with tempfile.TemporaryDirectory(prefix="lmstack-plot-") as tmp:
-                store = RunStore(Path(tmp), args.run.rstrip("/"))
-                store.pull([RunPaths(tmp).logs])
-                paths = plot_run(tmp, args.out)
-                if args.out is None:
-                    store.push(paths)
-                    paths = [store.url(p) for p in paths]
-                for path in paths:
-                    print(path)
-            return 0
-        for path in plot_run(args.run.removeprefix("file://"), args.out):
-            print(path)
+    # a remote run folder: never a local path
+    if "://" in args.run and not args.run.startswith("file://"):
+        import tempfile
+        from pathlib import Path
+
+        from core.storage import RunStore
+
+        with tempfile.TemporaryDirectory(prefix="lmstack-plot-") as tmp:
+            store = RunStore(Path(tmp), args.run.rstrip("/"))
+            store.pull([RunPaths(tmp).logs])
+            paths = plot_run(tmp, args.out)
+            if args.out is None:
+                store.push(paths)
+                paths = [store.url(p) for p in paths]
+            for path in paths:
+                print(path)
         return 0
-    if getattr(args, "reset_data_order", False):
-        args.overrides = [*args.overrides, "checkpoint.reset_data_order=true"]
-    cfg = config_from_args(args)
+    for path in plot_run(args.run.removeprefix("file://"), args.out):
+        print(path)
+    return 0
 
-    if args.command == "train":
-        import torch.distributed as dist
 
-        from core.preflight import check_tokens, check_train
-        from pretrain.checkpoint import CannotContinue
-        from pretrain.engine import accelerator_name
-        from pretrain.train import train
+COMMANDS = (
+    Command("train", "pretrain through DeepSpeed (run under torchrun or `python -m launch run`)", _train, _train_args),
+    Command("export", "checkpoint -> Hugging Face folder (safetensors, tokenizer, model card)", _export, _export_args),
+    Command("card", "(re)write the export's Hub model card (e.g. after `python -m adapt transfer` wrote "
+            "transfer.json)", _card, _card_args),
+    Command("plan", "batch plan, scaled LR, token budget and ZeRO memory estimates", _plan, _plan_args),
+    Command("plot", "loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)", _plot, _plot_args,
+            config=False),
+)  # fmt: skip
 
-        preflight(cfg, lambda c: check_train(c, accelerator_name()), check_tokens)
 
-        try:
-            result = train(cfg)
-        except CannotContinue as e:  # a restart would fail the same way: a code Slurm does not requeue on
-            if not dist.is_initialized() or dist.get_rank() == 0:
-                print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            return CANNOT_CONTINUE
-        except Exception:
-            # A failed rank (a dead peer's "Connection reset", a collective timeout, a bug) reports and ends at
-            # once: CPython's teardown of a process holding torch, DeepSpeed and the model (a GC of the whole heap,
-            # no Python frames left) took 17 s on a loaded 2-core machine, beyond 90 s under heavier load, and
-            # torchrun ends the job only once this process is gone. Checkpoints are atomic and metrics.jsonl is
-            # flushed per line, so nothing is lost by skipping it.
-            sys.excepthook(*sys.exc_info())  # torch's hook: the traceback with its [rankN] prefix
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)
-        if dist.get_rank() == 0:
-            print(json.dumps(result, indent=1, default=str), flush=True)
-        dist.destroy_process_group()
-        return PREEMPTED if result["preempted"] else 0
-    if args.command == "export":
-        from pretrain.export_folder import check_export_target
-
-        if not (args.out and "://" in args.out and not args.out.startswith("file://")):  # before torch loads
-            check_export_target(
-                args.out.removeprefix("file://") if args.out else RunPaths.from_config(cfg).export
-            )
-        from pretrain.checkpoint import CannotContinue
-        from pretrain.export import export
-
-        try:
-            print(export(cfg, args.checkpoint, args.out))
-        except (
-            CannotContinue,
-            FileNotFoundError,
-        ) as e:  # one line naming the checkpoint / tokenizer / folder
-            print(f"error: {e}", file=sys.stderr)
-            return CANNOT_CONTINUE
-        return 0
-    if args.command == "card" and not args.model:
-        from core.run_layout import RunLayout
-
-        layout = RunLayout(cfg)  # a remote run: its export (and what the card reads), fetched once
-        layout.store.pull(
-            [layout.export, layout.tokens / TOKEN_MANIFEST, layout.clean / CLEAN_STATS, layout.logs]
-        )
-    if args.command == "card":
-        from core.run_layout import RunLayout
-        from pretrain.model_card import write_model_card
-
-        print(write_model_card(cfg, args.model or RunLayout(cfg).export))
-        return 0
-    if args.command == "plan":
-        from core.errors import ConfigError
-        from core.preflight import check_tokens, check_train
-        from data_pipeline.readers.sources import check_source_paths
-        from pretrain.plan import DEFAULT_MFU, expected_accelerator, format_report, plan_report
-
-        # The checks `train` runs before any work, so a plan that prints is a run that starts. Token shards not
-        # made yet are fine for a plan (it is how a run is sized before its data stages), their inputs are not.
-        preflight(cfg, lambda c: check_train(c, expected_accelerator()))
-        try:
-            check_tokens(cfg)
-            tokens_note = None
-        except ConfigError as e:
-            preflight(cfg, check_source_paths)
-            tokens_note = str(e)
-
-        r = plan_report(cfg, args.world_size, args.gpu, args.mfu or DEFAULT_MFU, args.exact)
-        print(json.dumps(r, indent=1) if args.json else format_report(r))
-        if tokens_note:
-            print(f"note: {tokens_note}", file=sys.stderr)
-        # what `train` would stop on: the same exit as a config error
-        if (r.get("resume") or {}).get("error"):
-            print(f"error: checkpoint.resume: {r['resume']['error']}", file=sys.stderr)
-            return USAGE
-        return 0
-    return USAGE
+def _main(argv: list[str] | None = None) -> int:
+    return dispatch("python -m pretrain", __doc__, COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -55,9 +55,8 @@ def card_task(family: str, objective: str | None = None) -> str:
     (replaced-token detection exports a discriminator whatever the family), else the family's registered task."""
     from pretrain.families import get_family
 
-    if objective is not None and get_objective(objective).card_task is not None:
-        return get_objective(objective).card_task
-    return get_family(family).task
+    own = get_objective(objective).card_task if objective is not None else None
+    return own if own is not None else get_family(family).task
 
 
 def _rtd_text(cfg: RunConfig) -> str:

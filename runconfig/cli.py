@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import LmstackError
@@ -56,3 +57,32 @@ def preflight(cfg: RunConfig, *checks) -> None:
         except LmstackError as e:
             print(f"error: {e}", file=sys.stderr)
             raise SystemExit(USAGE) from None
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand of a CLI (every `python -m <package>` is a table of these): its name, its help, the function
+    that runs it with the parsed arguments and returns the exit code, and the arguments it adds."""
+
+    name: str
+    help: str
+    run: Callable[[argparse.Namespace], int]
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    config: bool = True  # takes --config and key.sub=value overrides
+
+
+def dispatch(prog: str, description: str | None, commands: Sequence[Command], argv: list[str] | None) -> int:
+    """Parses `argv` against the table of subcommands and runs the one named."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for c in commands:
+        p = sub.add_parser(c.name, help=c.help, description=c.help)
+        if c.config:
+            add_config_args(p)
+        if c.arguments is not None:
+            c.arguments(p)
+        p.set_defaults(_run=c.run)
+    args = parser.parse_args(argv)
+    return args._run(args)

@@ -278,7 +278,7 @@ class ProjectedEmbeddings(nn.Module):
         self.shared = shared
         self.project = nn.Linear(width, out_width) if width != out_width else nn.Identity()
         if isinstance(self.project, nn.Linear):
-            nn.init.normal_(self.project.weight, std=getattr(shared, "config", None).initializer_range)
+            nn.init.normal_(self.project.weight, std=shared.config.initializer_range)
             nn.init.zeros_(self.project.bias)
 
     def forward(self, input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None):
