@@ -211,11 +211,14 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
 def summary_paths(cfg: RunConfig, export_dir: str | os.PathLike[str]) -> dict[str, str]:
     """The folders summary.json names: where each stage of this run wrote."""
     from core.run_layout import RunLayout
+    from data_pipeline.shards import final_stage_dir
 
     layout = RunLayout(cfg)
     return {
         "run_dir": str(layout.root),
-        "cleaned_corpus": str(layout.dedup),
+        "cleaned_corpus": str(
+            final_stage_dir(cfg)
+        ),  # dedup/ once dedup ran, else clean/ (what tokenize read)
         "tokenizer": str(layout.tokenizer),
         "token_shards": str(layout.tokens),
         "checkpoints": str(layout.checkpoints),

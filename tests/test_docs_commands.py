@@ -213,3 +213,26 @@ def test_relative_links_resolve(doc: Path):
     targets = [m.group(1) for m in LINK.finditer(doc.read_text(encoding="utf-8"))]
     broken = [t for t in targets if "://" not in t and not (doc.parent / t).exists()]
     assert not broken, f"{doc.relative_to(ROOT)}: links to missing files: {broken}"
+
+
+CODE_SPAN = re.compile(r"`([^`\s]+)`")
+REPO_DIRS = ("core/", "runconfig/", "data_pipeline/", "pretrain/", "adapt/", "launch/", "configs/", "bench/",
+             "tests/", "docs/", ".ci/")  # fmt: skip
+OUTSIDE = re.compile(r"^(/(work|home|root|Users|mnt|srv)/|\.\./)")
+
+
+@pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_name_only_files_in_the_repository(doc: Path):
+    """A file the docs name in `code` is one of the checkout's (placeholders such as <run> aside), and no page points
+    at a path outside the repository, which a reader of a clone does not have."""
+    spans = [m.group(1) for m in CODE_SPAN.finditer(doc.read_text(encoding="utf-8"))]
+    paths = [s.split(":")[0].rstrip(".,;)") for s in spans]
+    missing = [
+        p
+        for p in paths
+        if p.startswith(REPO_DIRS) and not any(c in p for c in "<{*$") and not (ROOT / p).exists()
+    ]
+    outside = [p for p in paths if OUTSIDE.match(p)]
+    assert not missing and not outside, (
+        f"{doc.relative_to(ROOT)}: missing {missing}, outside the repository {outside}"
+    )

@@ -39,3 +39,22 @@ def test_summary_default_folders_are_the_ones_the_stages_write(tmp_path):
     )
     pngs = plot_run(cfg.run.root)
     assert pngs and {str(p.parent) for p in pngs} == {paths["plots"]}
+
+
+def test_cleaned_corpus_is_the_folder_the_tokenizer_reads_with_dedup_off_or_on(tmp_path):
+    """With dedup off the final corpus is clean/ (summary.json named dedup/, a folder no stage wrote)."""
+    from data_pipeline.shards import DEDUP_DONE, final_stage_dir
+
+    run = tmp_path / "run"
+    off = _cfg(tmp_path, "data.dedup.exact=false", "data.dedup.minhash.enabled=false")
+    assert (
+        summary_paths(off, run / "export")["cleaned_corpus"]
+        == str(final_stage_dir(off))
+        == str(run / "clean")
+    )
+    on = _cfg(tmp_path, "data.dedup.exact=true")
+    (run / "dedup").mkdir(parents=True)
+    (run / "dedup" / DEDUP_DONE).write_text("{}")  # the marker the dedup stage writes last
+    assert (
+        summary_paths(on, run / "export")["cleaned_corpus"] == str(final_stage_dir(on)) == str(run / "dedup")
+    )
