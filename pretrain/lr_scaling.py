@@ -44,7 +44,17 @@ def scale(cfg: RunConfig, global_batch: int, total_steps: int | None) -> tuple[f
 def explain(cfg: RunConfig, global_batch: int, lr: float, warmup: int) -> tuple[list[str], list[str]]:
     """(lines describing the reference recipe and the rule, warnings for explicit values that were replaced)."""
     s = cfg.lr_scaling
+    budget = cfg.schedule.budget_s
+    # a time-budget run warms up over a fraction of its clock: its step count (0) is not its warmup
+    clock = (
+        f"warmup {cfg.schedule.warmup_fraction if cfg.schedule.warmup_fraction is not None else 0.05:.0%} of the "
+        f"{budget / 60:g}-minute budget (schedule.warmup_fraction; LR follows the clock)"
+        if budget is not None
+        else None
+    )
     if s.rule == "none":
+        if clock:
+            return [f"lr_scaling: none (peak LR {lr:.3g} = optim.lr, {clock})"], []
         source = (
             "schedule.warmup_steps"
             if cfg.schedule.warmup_steps is not None
@@ -63,15 +73,16 @@ def explain(cfg: RunConfig, global_batch: int, lr: float, warmup: int) -> tuple[
     )
     factor = k if s.rule == "linear" else math.sqrt(k)
     lines = [
-        f"lr_scaling: reference recipe LR {ref_lr:.3g} ({src_lr}), warmup {ref_warmup} steps ({src_wu}) at global "
-        f"batch {ref_batch} (lr_scaling.reference_batch_size)",
+        f"lr_scaling: reference recipe LR {ref_lr:.3g} ({src_lr})"
+        + ("" if clock else f", warmup {ref_warmup} steps ({src_wu})")
+        + f" at global batch {ref_batch} (lr_scaling.reference_batch_size)",
         f"lr_scaling: rule {s.rule}: batch {global_batch} = {k:.3g} x reference -> LR x {factor:.3g} = {lr:.3g}"
         + (
             f" (capped by lr_scaling.max_lr {s.max_lr:.3g})"
             if s.max_lr is not None and lr == s.max_lr
             else ""
         )
-        + f", warmup / {k:.3g} = {warmup} steps",
+        + (f", {clock}" if clock else f", warmup / {k:.3g} = {warmup} steps"),
     ]
     warnings = []
     if "lr" in cfg.optim.model_fields_set and not math.isclose(lr, cfg.optim.lr, rel_tol=1e-9):

@@ -33,6 +33,9 @@ class TrainPlan:
 
     def describe(self) -> str:
         d = asdict(self) | {"tokens_per_step": self.tokens_per_step, "total_tokens": self.total_tokens}
+        if self.budget_s is not None:  # warmup follows the clock: its step count is unused
+            d.pop("warmup_steps")
+            d["warmup_fraction"] = f"{self.warmup_fraction:.0%} of the {self.budget_s / 60:g}-minute budget"
         return "\n".join(f"  {k:<18} {v}" for k, v in d.items())
 
 

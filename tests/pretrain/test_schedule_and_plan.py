@@ -1,6 +1,7 @@
 """Batch plan, LR scaling rules, warmup/decay shape, generated DeepSpeed config, memory plan."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +173,26 @@ def test_step_counted_defaults_unchanged():
     assert cfg.schedule.steps == 1000 and cfg.schedule.warmup == 50  # warmup_fraction 0.05 of the preset
     cfg = load_config("configs/roberta-tiny.yaml")
     assert make_plan(cfg, 2).total_steps == 200 and make_plan(cfg, 2).warmup_steps == 20
+
+
+@pytest.mark.timeout(30)
+def test_train_plan_lines_show_a_time_budget_warmup():
+    """Issue 43 friction 7: a time-budget run warms up over a fraction of its clock; the plan lines said
+    "warmup 0" (the step count, unused by such a schedule)."""
+    from pretrain import lr_scaling
+    from pretrain.schedule import make_plan
+    from runconfig import load_config
+
+    root = Path(__file__).resolve().parents[2]
+    for rule in ("none", "sqrt"):
+        cfg = load_config(
+            root / "configs" / "roberta-tiny.yaml",
+            ["schedule.budget_minutes=16", "schedule.total_steps=null", "schedule.warmup_steps=null",
+             "schedule.warmup_fraction=0.05",
+             f"lr_scaling.rule={rule}", *(["lr_scaling.reference_batch_size=8"] if rule != "none" else [])],
+        )  # fmt: skip
+        plan = make_plan(cfg, 1)
+        lines, _ = lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr, plan.warmup_steps)
+        text = "\n".join([*lines, plan.describe()])
+        assert "warmup 0" not in text and "= 0 steps" not in text, text
+        assert "warmup 5% of the 16-minute budget" in text, text
