@@ -121,28 +121,11 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         resolved,
     )
 
-    from adapt.transfer import format_report, run_transfer
+    from adapt.transfer import run_transfer
     from pretrain.export import export
 
     export_dir = stage("export: Hugging Face folder", export, cfg)
-    _banner("reload the export with plain transformers in a fresh process")
-    from pretrain.families import get_family
-
-    family = get_family(cfg.model.family)
-    from pretrain.model_card import card_task
-
-    task = card_task(cfg.model.family, cfg.objective.type)
-    # an objective that exports another task than the family's (RTD on ModernBERT: the encoder body)
-    auto_class = family.auto_class if task == family.task else "AutoModel"
-    out = subprocess.run(
-        [sys.executable, "-c", RELOAD_CHECK, str(export_dir), auto_class, task],
-        capture_output=True,
-        text=True,
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"reloading the export failed:\n{out.stderr[-3000:]}")
-    reload_info = json.loads(out.stdout.strip().splitlines()[-1])
-    log.info(json.dumps(reload_info))
+    reload_info = _reload_check(cfg, export_dir)
     transfer = (
         stage(
             "transfer: pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)",
@@ -179,6 +162,37 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     }
     atomic_write(layout.summary, json_bytes(summary))
     layout.store.push([layout.finetune, resolved, layout.summary])  # a remote run (run.output_dir URL)
+    _print_summary(summary, transfer, times)
+    return summary
+
+
+def _reload_check(cfg: RunConfig, export_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The export loaded by plain transformers in a fresh process, with the Auto class its task needs."""
+    _banner("reload the export with plain transformers in a fresh process")
+    from pretrain.families import get_family
+
+    family = get_family(cfg.model.family)
+    from pretrain.model_card import card_task
+
+    task = card_task(cfg.model.family, cfg.objective.type)
+    # an objective that exports another task than the family's (RTD on ModernBERT: the encoder body)
+    auto_class = family.auto_class if task == family.task else "AutoModel"
+    out = subprocess.run(
+        [sys.executable, "-c", RELOAD_CHECK, str(export_dir), auto_class, task],
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"reloading the export failed:\n{out.stderr[-3000:]}")
+    reload_info = json.loads(out.stdout.strip().splitlines()[-1])
+    log.info(json.dumps(reload_info))
+    return reload_info
+
+
+def _print_summary(summary: dict[str, Any], transfer: dict[str, Any], times: dict[str, float]) -> None:
+    """The command's own output: where each stage wrote, the headline numbers, the transfer table."""
+    from adapt.transfer import format_report
+
     _banner("summary")  # what follows is the command's own output (printed)
     for k in (
         "run_dir",
@@ -205,7 +219,6 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         print(format_report(transfer))
     print(f"{'stage seconds':<32} {times}")
     print(f"{'total seconds':<32} {summary['total_seconds']}")
-    return summary
 
 
 def summary_paths(cfg: RunConfig, export_dir: str | os.PathLike[str]) -> dict[str, str]:

@@ -223,6 +223,58 @@ def _speed_text(cfg: RunConfig, speed: tuple[float, float]) -> str:
     )
 
 
+def _training_data_text(
+    cfg: RunConfig, manifest: dict[str, Any] | None, clean_stats: dict[str, Any] | None
+) -> list[str]:
+    """The card's per-source lines: documents kept of those read, tokens, the share held out of pretraining."""
+    per_src_tokens = {k: v.get("tokens") for k, v in (manifest or {}).get("sources", {}).items()}
+    stats = (clean_stats or {}).get("per_source", {})
+    body: list[str] = []
+    body += ["## Training data", ""]
+    for s in cfg.data.sources:
+        st = stats.get(s.name, {})
+        kept = (
+            f"{st['kept']:,} of {st['read']:,} documents kept"
+            if "kept" in st and "read" in st
+            else "documents"
+        )
+        tok = per_src_tokens.get(s.name)
+        held = f"; {s.holdout_fraction:.0%} held out of pretraining by id hash" if s.holdout_fraction else ""
+        body.append(f"- **{s.name}** ({s.format}, weight {s.weight:g}): {kept}"
+                    + (f", {tok:,} tokens" if isinstance(tok, int) else "") + held)  # fmt: skip
+    return body
+
+
+def _evaluation_text(
+    cfg: RunConfig, task: str, ppl: tuple[float, int] | None, transfer_rows: list[str], parity: float | None
+) -> list[str]:
+    """The card's evaluation lines: held-out perplexity (or why there is none), the transfer table, export parity."""
+    body: list[str] = []
+    if ppl is not None:
+        body.append(f"Held-out perplexity: **{ppl[0]:.2f}** (step {ppl[1]}; {cfg.loader.eval_fraction:.0%} of the "
+                    "packed token stream never trained on).")  # fmt: skip
+    elif task == "token_detection":
+        body.append(
+            "Held-out perplexity: none (this head's loss is not a language model's likelihood; "
+            "logs/metrics.jsonl has the training and eval losses)."
+        )
+    else:
+        body.append("Held-out perplexity: not measured (no eval rows in logs/metrics.jsonl).")
+    if transfer_rows:
+        body += ["", "Downstream fine-tuning (test accuracy: mean, ± sd where there are 2 or more seeds). The "
+                 "random-init arm (same architecture and fine-tuning, no pretraining) is the baseline, not a result "
+                 "of this model:", "",
+                 "| task | fine-tuned from this model | its linear probe | random init (baseline) | baseline probe "
+                 "| margin (points) |", "|---|---|---|---|---|---|", *transfer_rows]  # fmt: skip
+    else:
+        body.append(
+            "Downstream transfer: not run yet (`python -m adapt transfer`, then `python -m pretrain card`)."
+        )
+    if parity is not None:
+        body.append(f"\nExport parity: max |logit difference| vs the training engine {parity:.3g}.")
+    return body
+
+
 def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], model_config: dict[str, Any],
                       manifest: dict[str, Any] | None, clean_stats: dict[str, Any] | None,
                       ppl: tuple[float, int] | None, transfer: dict[str, Any] | None,
@@ -268,8 +320,6 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     dedup = [x for x, on in (("exact", cfg.data.dedup.exact), ("MinHash near-duplicate", cfg.data.dedup.minhash.enabled))
              if on]  # fmt: skip
     totals = (manifest or {}).get("totals", {})
-    per_src_tokens = {k: v.get("tokens") for k, v in (manifest or {}).get("sources", {}).items()}
-    stats = (clean_stats or {}).get("per_source", {})
 
     body = [f"# {name}", ""]
     body.append(
@@ -296,18 +346,7 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         body += [f"LoRA with peft: peft has no default target modules for `{cfg.model.family}`; pass "
                  f"`LoraConfig(target_modules={list(lora)})`.", ""]  # fmt: skip
 
-    body += ["## Training data", ""]
-    for s in sources:
-        st = stats.get(s.name, {})
-        kept = (
-            f"{st['kept']:,} of {st['read']:,} documents kept"
-            if "kept" in st and "read" in st
-            else "documents"
-        )
-        tok = per_src_tokens.get(s.name)
-        held = f"; {s.holdout_fraction:.0%} held out of pretraining by id hash" if s.holdout_fraction else ""
-        body.append(f"- **{s.name}** ({s.format}, weight {s.weight:g}): {kept}"
-                    + (f", {tok:,} tokens" if isinstance(tok, int) else "") + held)  # fmt: skip
+    body += _training_data_text(cfg, manifest, clean_stats)
     body += [
         "",
         f"Cleaning: {', '.join(filters) or 'no'} filters"
@@ -333,29 +372,7 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         "## Evaluation",
         "",
     ]  # fmt: skip
-    if ppl is not None:
-        body.append(f"Held-out perplexity: **{ppl[0]:.2f}** (step {ppl[1]}; {cfg.loader.eval_fraction:.0%} of the "
-                    "packed token stream never trained on).")  # fmt: skip
-    elif task == "token_detection":
-        body.append(
-            "Held-out perplexity: none (this head's loss is not a language model's likelihood; "
-            "logs/metrics.jsonl has the training and eval losses)."
-        )
-    else:
-        body.append("Held-out perplexity: not measured (no eval rows in logs/metrics.jsonl).")
-    if transfer_rows:
-        body += ["", "Downstream fine-tuning (test accuracy: mean, ± sd where there are 2 or more seeds). The "
-                 "random-init arm (same architecture and fine-tuning, no pretraining) is the baseline, not a result "
-                 "of this model:", "",
-                 "| task | fine-tuned from this model | its linear probe | random init (baseline) | baseline probe "
-                 "| margin (points) |", "|---|---|---|---|---|---|", *transfer_rows]  # fmt: skip
-    else:
-        body.append(
-            "Downstream transfer: not run yet (`python -m adapt transfer`, then `python -m pretrain card`)."
-        )
-    parity = state.get("parity_max_abs_diff")
-    if parity is not None:
-        body.append(f"\nExport parity: max |logit difference| vs the training engine {parity:.3g}.")
+    body += _evaluation_text(cfg, task, ppl, transfer_rows, state.get("parity_max_abs_diff"))
     body += ["", "## Files", "",
              f"- `{MANIFEST_FILE}`: token shards with their sha256 (the exact data the model saw)",
              f"- `{CONFIG_FILE}`: the full resolved run configuration",
