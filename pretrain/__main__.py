@@ -117,8 +117,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gpu",
         default=None,
-        help="GPU for the time estimate: h100 (default), h200, b200, a100, l40s, "
-        "a10g, v100, mi300x (logging.peak_flops, when set, is used unless --gpu is given)",
+        help="GPU for the time estimate: h100 (default for an nccl config), h200, b200, a100, l40s, "
+        "a10g, v100, mi300x (logging.peak_flops, when set, is used unless --gpu is given; a gloo (CPU) config "
+        "gets no estimate without one of them)",
     )
     p.add_argument("--mfu", type=float, default=None, help="assumed model FLOPs utilisation (default 0.40)")
     p.add_argument(

@@ -129,13 +129,24 @@ def activation_gib(cfg: RunConfig, micro_batch: int, vocab: int) -> float:
 
 def step_estimate(cfg: RunConfig, plan: Any, total: int, gpu: str | None, mfu: float) -> dict[str, Any]:
     """FLOPs per optimizer step (the family's FLOPs/token x tokens per step) and the time it takes on `gpu` at
-    the assumed MFU; logging.peak_flops, when set, is the peak instead of the GPU table's."""
+    the assumed MFU; logging.peak_flops, when set, is the peak instead of the GPU table's. A CPU (gloo) config
+    without either gets no time: an H100's would be off by orders of magnitude."""
     spec = get_family(cfg.model.family)
     fpt = spec.flops_per_token(spec, cfg.model, total, cfg.packing.seq_len)
     flops = fpt * plan.tokens_per_step
     name = (gpu or DEFAULT_GPU).lower()
     if cfg.logging.peak_flops and gpu is None:
         peak, source = float(cfg.logging.peak_flops), "logging.peak_flops"
+    elif gpu is None and cfg.launch.backend == "gloo":  # a CPU run: no GPU's peak is its speed
+        return {
+            "flops_per_token": fpt,
+            "flops_per_step": flops,
+            "peak_flops_per_rank": None,
+            "peak_source": "a CPU (gloo) config has no published peak: give --gpu NAME or logging.peak_flops",
+            "mfu_assumed": mfu,
+            "seconds_per_step": None,
+            "total_hours": None,
+        }
     elif name in GPU_PEAKS:
         peak, source = GPU_PEAKS[name], f"{name} dense 16-bit peak"
     else:
@@ -211,7 +222,9 @@ def format_report(r: dict[str, Any]) -> str:
         "2022, + fp32 logits)",
         f"FLOPs per step    {st['flops_per_step']:.3g} ({st['flops_per_token']:.3g} per token)",
         f"time per step     {st['seconds_per_step']:.3g} s{total_h}, assuming {st['peak_flops_per_rank'] / 1e12:g} "
-        f"TFLOP/s per rank ({st['peak_source']}) at MFU {st['mfu_assumed']:.0%} (--gpu, --mfu)",
+        f"TFLOP/s per rank ({st['peak_source']}) at MFU {st['mfu_assumed']:.0%} (--gpu, --mfu)"
+        if st["seconds_per_step"] is not None
+        else f"time per step     not estimated: {st['peak_source']}",
     ]
     lines += resume_diff.format_preview(r.get("resume"))
     return "\n".join(lines)
