@@ -7,6 +7,7 @@ import json
 import shutil
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from core.errors import DiskFullError, is_disk_full
 from core.preflight import check_output_writable
@@ -59,16 +60,38 @@ def _stage_all(cfg, args):
 
 
 def _disk_full_message(stage: str, cfg, e: BaseException) -> str:
-    root = RunLayout(cfg).root
+    """One line: the file whose write failed and the free space of *its* filesystem (tokens/ or a stage folder
+    may be a link to another disk than the run folder's), else of the stage's output folder."""
+    layout = RunLayout(cfg)
+    root = layout.root
+    filename = _failed_file(e)
+    outputs = {"clean": layout.clean, "dedup": layout.dedup, "tokenize": layout.tokens}
+    probe = Path(filename) if filename else outputs.get(stage, root)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_file():
+        probe = probe.parent
     try:
-        free = f"{shutil.disk_usage(root).free / 2**20:.1f} MiB free"
+        free = f"{shutil.disk_usage(probe).free / 2**20:.1f} MiB free on the filesystem of {probe}"
     except OSError:
         free = "free space unknown"
-    where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
+    where = f" writing {filename}" if filename else ""
     return (
         f"{stage}: the disk is full under {root}{where} ({free}); free space or set run.output_dir elsewhere, then "
         f"rerun `python -m data_pipeline {stage}`: finished shards are kept and nothing partial is marked done"
     )
+
+
+def _failed_file(err: BaseException) -> str | None:
+    """The file named by the error or by one in its cause/context chain (a worker's error is re-raised)."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if getattr(e, "filename", None):
+            return str(e.filename)
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,14 +40,17 @@ log = get_logger(__name__)
 
 
 class StopRequested:
-    """SIGTERM/SIGUSR1 (preemption, scancel, Slurm's grace signal) ask for a checkpoint at the next step end."""
+    """SIGTERM/SIGUSR1 (preemption, scancel, Slurm's grace signal) and SIGINT (Ctrl-C; plain torchrun passes it
+    to the ranks) ask for a checkpoint at the next step end. A second SIGINT stops at once."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        for s in (signal.SIGTERM, signal.SIGUSR1):
+        for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             signal.signal(s, self._handler)
 
     def _handler(self, signum: int, _frame: Any) -> None:
+        if signum == signal.SIGINT and self.signum is not None:
+            raise KeyboardInterrupt
         self.signum = signum
 
     @property
@@ -73,6 +76,13 @@ class TrainingClock:
             fresh = lr_multiplier(cfg, plan)
             fresh.elapsed_s = elapsed_s
             self.time_schedule.__dict__.update(fresh.__dict__)
+
+    def lr_now(self, scheduler) -> float:
+        """The LR the next step runs at: on a time budget, the schedule at the restored clock (the scheduler's
+        cached LR is still the fresh schedule's warmup floor until its next step)."""
+        if self.time_schedule is None:
+            return scheduler.get_last_lr()[0]
+        return scheduler.base_lrs[0] * self.time_schedule(scheduler.last_epoch)
 
     def start(self) -> None:
         """(Re)start counting from the checkpoint's elapsed time: called where the loop begins."""
@@ -326,12 +336,12 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
                     "the new order from its beginning"
                 )
         restore_s = time.perf_counter() - t_restore  # iter() and the wait for the first batch add to it below
-        if rank == 0:
-            log.info(
-                f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
-                f"lr now {scheduler.get_last_lr()[0]:.6g})"
-            )
     clock = TrainingClock(cfg, plan, scheduler, elapsed_s)
+    if tag is not None and rank == 0:
+        log.info(
+            f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
+            f"lr now {clock.lr_now(scheduler):.6g})"
+        )
 
     def client_state() -> dict[str, Any]:
         return {

@@ -103,8 +103,11 @@ def parse_overrides(items: list[str]) -> list[tuple[list[str], Any]]:
     return out
 
 
-def apply_override(data: dict[str, Any], keys: list[str], value: Any) -> None:
+def apply_override(data: dict[str, Any], keys: list[str], value: Any) -> list[int]:
+    """Sets `keys` to `value` in the raw config. Returns the positions of digit segments that became new keys of
+    a mapping: meant as list indexes, they are said as such if the schema refuses them (`_as_list_index`)."""
     node: Any = data
+    digit_keys = []
     for i, k in enumerate(keys[:-1]):
         if isinstance(node, list):
             if not k.isdigit() or int(k) >= len(node):
@@ -113,6 +116,8 @@ def apply_override(data: dict[str, Any], keys: list[str], value: Any) -> None:
                 )
             node = node[int(k)]
         else:
+            if k.isdigit() and k not in node:
+                digit_keys.append(i)
             node = node.setdefault(k, {})
             if not isinstance(node, dict | list):
                 raise ConfigError(f"override {'.'.join(keys)}: {'.'.join(keys[: i + 1])} is not a mapping")
@@ -122,7 +127,25 @@ def apply_override(data: dict[str, Any], keys: list[str], value: Any) -> None:
             raise ConfigError(f"override {'.'.join(keys)}: no list index {last}")
         node[int(last)] = value
     else:
+        if last.isdigit() and last not in node:
+            digit_keys.append(len(keys) - 1)
         node[last] = value
+    return digit_keys
+
+
+def _as_list_index(err: ValidationError, digit_keys: list[tuple[list[str], int]]) -> str | None:
+    """An override's digit segment the schema refused where the config files hold no list (a list left at its
+    default, or a mapping): "no list index N", as for an index past a list's end."""
+    for e in err.errors():
+        loc = [str(p) for p in e["loc"]]
+        for keys, i in digit_keys:
+            at = ".".join(keys[:i]) or "<root>"
+            if e["type"] in ("list_type", "tuple_type") and loc == keys[:i]:
+                return (f"override {'.'.join(keys)}: no list index {keys[i]} at {at} (not in the config files: "
+                        f"give the whole list, {at}=[...])")  # fmt: skip
+            if e["type"] == "extra_forbidden" and loc == keys[: i + 1]:
+                return f"override {'.'.join(keys)}: no list index {keys[i]} at {at} (a mapping)"
+    return None
 
 
 def _section_keys(loc: tuple[Any, ...]) -> list[str]:
@@ -170,9 +193,13 @@ def _format_errors(err: ValidationError, source: str) -> str:
 def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None) -> RunConfig:
     """Load a run YAML (with its `inherit:` chain), apply overrides, validate everything."""
     data = _resolve_inherits(Path(path))
+    digit_keys = []
     for keys, value in parse_overrides(overrides or []):
-        apply_override(data, keys, value)
-    return validate_dict(data, source=str(path))
+        digit_keys += [(keys, i) for i in apply_override(data, keys, value)]
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_as_list_index(e, digit_keys) or _format_errors(e, str(path))) from None
 
 
 def validate_dict(data: dict[str, Any], source: str = "<dict>") -> RunConfig:

@@ -143,6 +143,16 @@ def test_bad_files_and_overrides(tmp_path):
         load_config("configs/demo.yaml", ["optim.lr"])
     with pytest.raises(ConfigError, match="no list index 7"):
         load_config("configs/demo.yaml", ["data.sources.7.weight=1"])
+    # Issue 43: a list the config files leave at its default, and an index into a mapping, say so too.
+    top = "data.clean.gopher_repetition.top_n_grams"
+    with pytest.raises(
+        ConfigError, match=rf"override {top}.7.1: no list index 7 at {top} \(not in the config"
+    ):
+        load_config("configs/demo.yaml", [f"{top}.7.1=0.3"])
+    with pytest.raises(ConfigError, match=r"override run.0: no list index 0 at run \(a mapping\)"):
+        load_config("configs/demo.yaml", ["run.0=x"])
+    # a digit key of a dict field is a key, not an index
+    assert load_config("configs/demo.yaml", ["launch.env.0=x"]).launch.env == {"0": "x"}
 
 
 def test_cli_exits_2_with_message(capsys):
