@@ -62,3 +62,14 @@ def require_texts(cfg: RunConfig) -> None:
             f"hold 0 documents; see {stage / 'stats.txt' if stage.name == 'clean' else stage} for why, and check "
             f"data.sources and data.clean"
         )
+
+
+def batched(texts: Iterator[str], n: int = 1000) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for t in texts:
+        batch.append(t)
+        if len(batch) == n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

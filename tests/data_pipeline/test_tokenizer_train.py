@@ -295,7 +295,7 @@ def test_stage_banner_describes_the_configured_tokenizer():
 def test_paragraphs_for_sentencepiece_are_cut_within_the_byte_limit():
     """SentencePiece skips lines over max_sentence_length bytes: long paragraphs are cut at a space inside the
     limit (counted in UTF-8 bytes, so accented text is cut earlier); short ones pass unchanged, blank lines go."""
-    from data_pipeline.tokenizers import _paragraphs
+    from data_pipeline.tokenizers.trainers import _paragraphs
 
     long = " ".join(["café"] * 30)  # 149 characters, 179 bytes
     out = list(_paragraphs(iter(["  short one \n\n" + long, "x" * 40]), max_bytes=40))

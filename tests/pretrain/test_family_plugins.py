@@ -161,7 +161,8 @@ REF_CHECK = textwrap.dedent("""
     import torch
     from transformers import AutoTokenizer
     from data_pipeline.objectives import build_collator
-    from data_pipeline.tokenizers import _train_bpe, save_tokenizer
+    from data_pipeline.tokenizers import save_tokenizer
+    from data_pipeline.tokenizers.trainers import _train_bpe
     from pretrain.models import build_model
     from runconfig import load_config
 
