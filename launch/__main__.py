@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -36,8 +37,9 @@ def _describe(cfg) -> str:
     )
 
 
-def dry_run_text(cfg, entry: Entry) -> str:
-    """Exactly what `run` would execute, node by node (for Slurm: the batch script and each node's srun task)."""
+def dry_run_text(cfg, entry: Entry, node_rank: int | None = None, all_nodes: bool = False) -> str:
+    """Exactly what `run` would execute, node by node (for Slurm: the batch script and each node's srun task):
+    with `node_rank`, that node's command only; with `all_nodes`, the ssh command that starts each node."""
     lines = [_describe(cfg)]
     if cfg.launch.launcher == "slurm":
         lines.append(f"# sbatch script ({slurm.slurm_dir(cfg)}/{cfg.run.name}-train.sbatch):")
@@ -50,9 +52,11 @@ def dry_run_text(cfg, entry: Entry) -> str:
             lines.append(NodeCommand(rank, "", argv, render.base_env(cfg)).shell())
         return "\n".join(lines)
     cmds = render.node_commands(cfg, entry)
+    if node_rank is not None and not all_nodes:
+        cmds = [c for c in cmds if c.node_rank == min(node_rank, len(cmds) - 1)]
     for c in cmds:
-        lines.append(f"# node {c.node_rank} ({c.host}):")
-        lines.append(c.shell())
+        lines.append(f"# node {c.node_rank} ({c.host}){' over ssh' if all_nodes else ''}:")
+        lines.append(shlex.join(render.ssh_command(c, cfg)) if all_nodes else c.shell())
     if cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1:
         lines.append(f"# {render.deepspeed_env_file(cfg)} (DS_ENV_FILE, exported to every remote rank):")
         lines += [f"#   {k}={v}" for k, v in sorted(render.base_env(cfg).items())]
@@ -151,18 +155,18 @@ def cmd_run(args) -> int:
     if args.node_rank is not None:
         cfg.launch.node_rank = args.node_rank
     entry = Entry.train(args.config, args.overrides)
+    if args.all_nodes and not cfg.launch.hostfile and cfg.launch.launcher != "slurm":
+        raise LaunchError(
+            "launch.hostfile: --all-nodes starts every node over ssh and needs their host names"
+        )
     if args.dry_run:
-        print(dry_run_text(cfg, entry))
+        print(dry_run_text(cfg, entry, args.node_rank, args.all_nodes))
         return 0
     if cfg.launch.launcher == "slurm":
         path, job = slurm.submit_train(cfg, entry)
         print(f"submitted {path} as job {job}", file=sys.stderr)
         print(job)
         return 0
-    if args.all_nodes and not cfg.launch.hostfile:
-        raise LaunchError(
-            "launch.hostfile: --all-nodes starts every node over ssh and needs their host names"
-        )
     cmds = render.node_commands(cfg, entry)
     if cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1:
         render.write_deepspeed_env(cfg)
@@ -184,7 +188,10 @@ def cmd_run(args) -> int:
         argvs = [(mine.argv, mine.env)]
     for argv, _ in argvs:
         print("[launch] " + " ".join(argv), file=sys.stderr)
-    procs = [subprocess.Popen(argv, env={**os.environ, **(env or {})}) for argv, env in argvs]
+    # torchrun gives each rank OMP_NUM_THREADS=1 when it is unset, with a five-line banner saying so: the same
+    # value set here, silently; one from the shell or launch.env wins.
+    omp = {"OMP_NUM_THREADS": "1"} if cfg.launch.launcher == "torchrun" else {}
+    procs = [subprocess.Popen(argv, env={**omp, **os.environ, **(env or {})}) for argv, env in argvs]
     # Ranks are torchrun's children; the DeepSpeed launcher has one more process (launcher.launch) in between.
     # Over ssh / pdsh the remote ranks are out of reach: the local client gets the signal.
     remote = args.all_nodes or (cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1)

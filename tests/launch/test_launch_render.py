@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from core.net import free_port
 from launch import render, slurm
 from launch.__main__ import dry_run_text, main
 from launch.render import Entry, LaunchError
@@ -314,3 +316,41 @@ def test_supervisor_forwards_preemption_and_reports_75(extra, expected):
     """`launch run` turns a preemption signal into TERM for torchrun and exits 75 unless the job ended cleanly."""
     res = subprocess.run([sys.executable, "-c", SUPERVISE, *extra], cwd=ROOT, timeout=60)
     assert res.returncode == expected
+
+
+@pytest.mark.timeout(60)
+def test_dry_run_prints_what_this_invocation_runs(tmp_path, capsys):
+    """Issue 43 friction 7: `--node-rank 1 --dry-run` printed both nodes' commands, and `--all-nodes --dry-run`
+    hid the ssh wrapper that --all-nodes runs."""
+    hf = tmp_path / "hosts"
+    hf.write_text("node-a slots=1\nnode-b slots=1\n")
+    base = ["run", "--config", str(TINY), "--dry-run", f"run.output_dir={tmp_path}/r", f"launch.hostfile={hf}",
+            "launch.nodes=2", "launch.procs_per_node=1"]  # fmt: skip
+    assert main([*base, "--node-rank", "1"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "# node 1 (node-b):" in out and "# node 0" not in out and out.count("-m torch.distributed.run") == 1
+    )
+    assert "--node_rank 1" in out and "--node_rank 0" not in out
+    assert main([*base, "--all-nodes"]) == 0
+    out = capsys.readouterr().out
+    ssh = [ln for ln in out.splitlines() if ln.startswith("ssh ")]
+    assert len(ssh) == 2 and "node-a" in ssh[0] and "node-b" in ssh[1], out
+    assert all("BatchMode=yes" in ln and "torch.distributed.run" in ln for ln in ssh), ssh
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_launch_run_does_not_pass_torchruns_omp_banner_through(tmp_path):
+    """Issue 43 friction 7: torchrun prints a five-line OMP_NUM_THREADS banner when the variable is unset; the
+    launcher sets torchrun's own value (1 per rank) itself, so the ranks get the same and the console no banner.
+    The run stops at once (no token shards): the banner comes before any rank starts."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    env |= {"PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu"}
+    res = subprocess.run(
+        [sys.executable, "-m", "launch", "run", "--config", str(TINY), f"run.output_dir={tmp_path}/r",
+         f"launch.master_port={free_port()}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    assert "no token shards" in res.stderr, res.stderr[-3000:]
+    assert "Setting OMP_NUM_THREADS" not in res.stderr + res.stdout, res.stderr[-3000:]
