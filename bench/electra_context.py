@@ -15,6 +15,9 @@ pre-LN body (`ModernBertModel` + a linear head): whether the layer-norm placemen
 trains electra-budget's discriminator with rotary positions instead of its learned position table
 (`RoFormerModel`, BERT's post-LN layers with RoPE, + a linear head): whether the position encoding matters.
 Held-out BCE on fixed corruptions of 10% of the sequences, every 100 steps.
+`--ablate SWITCH ...` (issue 46) also trains the ModernBERT body once per switch with that one difference from the
+BERT-style bodies reverted (ABLATIONS: `post_ln`, `abs_pos`, `geglu`, `bias`, `embedding_norm`, `depth_init`,
+`local_attention`; `post_ln+abs_pos` reverts pre-LN and RoPE together): which of them lets it learn context.
 
 VERDICT electra_context_lower_is_better: ours = held-out BCE at the end, peer = the bound, passes when
 ours <= 0.95 x bound (the discriminator uses context for at least 5% of the bound).
@@ -23,7 +26,7 @@ The tokenizer is a 4K WordPiece trained here with `tokenizers` on the same text 
 the corpus is only the BBC package's, so this is a diagnostic of the objective, not a tuning target.
 
 `python bench/electra_context.py [--steps 1000] [--bodies electra modernbert] [--lr 1e-3] [--set model.num_layers=2]
-[--no-save]` (a run at another LR or with `--set` overrides of both presets is printed, not saved)
+[--ablate geglu post_ln+abs_pos ...] [--no-save]` (a run at another LR or with `--set` overrides of both presets is printed, not saved)
 """
 
 from __future__ import annotations
@@ -90,17 +93,142 @@ def corrupt(batch: Any, candidates: Any, special: Any, gen: Any) -> tuple[Any, A
     return corrupted, (corrupted != batch).float()
 
 
+# ModernBERT's differences from the BERT-style bodies, each revertible on its own (`--ablate`): the ModernBERT body
+# with one of them taken back to what electra-budget's body has. `+` joins switches into one variant
+# (`post_ln+abs_pos`: pre-LN and RoPE taken away together).
+ABLATIONS = {
+    "post_ln": "post-LN layers (norm after each residual sum, no final norm) instead of pre-LN",
+    "abs_pos": "a learned absolute position table added to the token embeddings instead of RoPE",
+    "geglu": "a plain GELU feed-forward (same inner width) instead of GeGLU",
+    "bias": "biases in every linear layer and LayerNorm instead of none",
+    "embedding_norm": "no LayerNorm on the embeddings",
+    "depth_init": "every output projection at the plain initializer_range instead of the depth-scaled one",
+    "local_attention": "global attention in every layer instead of alternating sliding windows",
+}
+
+
+def _parse_ablation(name: str) -> tuple[str, ...]:
+    parts = tuple(name.split("+"))
+    unknown = [p for p in parts if p not in ABLATIONS]
+    if unknown:
+        raise ValueError(f"--ablate: unknown switch(es) {unknown} (known: {sorted(ABLATIONS)})")
+    return parts
+
+
+def ablate_modernbert(model: Any, switches: tuple[str, ...]) -> Any:
+    """ModernBERT body `model` (ModernBertModel) with the given differences reverted, in place. Config-level
+    switches (`bias`, `local_attention`) are applied by `modernbert_config` before it is built."""
+    import torch
+    from torch import nn
+
+    c = model.config
+    std, cutoff = c.initializer_range, c.initializer_cutoff_factor or 3.0
+    if "depth_init" in switches:  # ModernBERT: std / sqrt(2 L) on Wo of attention and MLP
+        for layer in model.layers:
+            for lin in (layer.attn.Wo, layer.mlp.Wo):
+                nn.init.trunc_normal_(lin.weight, std=std, a=-cutoff * std, b=cutoff * std)
+    if "geglu" in switches:
+
+        class GeluMLP(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.Wi = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
+                self.act = nn.GELU()
+                self.Wo = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
+                out_std = std if "depth_init" in switches else std / (2.0 * c.num_hidden_layers) ** 0.5
+                for lin, s in ((self.Wi, std), (self.Wo, out_std)):
+                    nn.init.trunc_normal_(lin.weight, std=s, a=-cutoff * s, b=cutoff * s)
+                    if lin.bias is not None:
+                        nn.init.zeros_(lin.bias)
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return self.Wo(self.act(self.Wi(x)))
+
+        for layer in model.layers:
+            layer.mlp = GeluMLP()
+    if "embedding_norm" in switches:
+        model.embeddings.norm = nn.Identity()
+    if "abs_pos" in switches:
+
+        class NoRotation(nn.Module):
+            """RoPE off: cos 1, sin 0 (the rotation is the identity)."""
+
+            def __init__(self, rotary: nn.Module) -> None:
+                super().__init__()
+                self.rotary = rotary
+
+            def forward(self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str):
+                cos, sin = self.rotary(x, position_ids, layer_type)
+                return torch.ones_like(cos), torch.zeros_like(sin)
+
+        class TokensAndPositions(nn.Module):
+            """BERT's sum of a token and a learned absolute position embedding."""
+
+            def __init__(self, tok: nn.Embedding) -> None:
+                super().__init__()
+                self.tok = tok
+                self.pos = nn.Embedding(c.max_position_embeddings, c.hidden_size)
+                nn.init.trunc_normal_(self.pos.weight, std=std, a=-cutoff * std, b=cutoff * std)
+
+            @property
+            def weight(self) -> torch.Tensor:
+                return self.tok.weight
+
+            def forward(self, ids: torch.Tensor) -> torch.Tensor:
+                return self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
+
+        model.rotary_emb = NoRotation(model.rotary_emb)
+        model.embeddings.tok_embeddings = TokensAndPositions(model.embeddings.tok_embeddings)
+    if "post_ln" in switches:
+
+        class PostLN(nn.Module):
+            """BERT's layer order: x = LN(x + attn(x)); x = LN(x + mlp(x))."""
+
+            def __init__(self, layer: nn.Module) -> None:
+                super().__init__()
+                self.layer, self.attention_type = layer, layer.attention_type
+                self.attn_norm = nn.LayerNorm(c.hidden_size, eps=c.norm_eps, bias=c.norm_bias)
+
+            def forward(self, hidden_states, attention_mask=None, position_embeddings=None, **kwargs):
+                a, _ = self.layer.attn(
+                    hidden_states, position_embeddings=position_embeddings, attention_mask=attention_mask
+                )
+                hidden_states = self.attn_norm(hidden_states + a)
+                return self.layer.mlp_norm(hidden_states + self.layer.mlp(hidden_states))
+
+        model.layers = nn.ModuleList(PostLN(layer) for layer in model.layers)
+        model.final_norm = nn.Identity()
+    return model
+
+
+def modernbert_config(mcfg: Any, switches: tuple[str, ...]) -> Any:
+    """The config-level switches: biases everywhere, global attention in every layer."""
+    if "bias" in switches:
+        mcfg.attention_bias = mcfg.mlp_bias = mcfg.norm_bias = mcfg.classifier_bias = True
+    if "local_attention" in switches:
+        mcfg.global_attn_every_n_layers = 1
+        mcfg.layer_types = ["full_attention"] * mcfg.num_hidden_layers
+    return mcfg
+
+
 def build(body: str, hf: Any, vocab: int, overrides: list[str]) -> Any:
-    """The discriminator: our family's config of the preset, the HF class it exports as."""
+    """The discriminator: our family's config of the preset, the HF class it exports as. `modernbert:<switches>`:
+    the ModernBERT body with those differences reverted (ABLATIONS)."""
     import torch
     from transformers import ElectraForPreTraining, ModernBertModel, RoFormerConfig, RoFormerModel
 
     from pretrain.families.registry import get_family
     from runconfig import load_config
 
+    body, _, ablation = body.partition(":")
+    switches = _parse_ablation(ablation) if ablation else ()
+    if switches and body != "modernbert":
+        raise ValueError(f"ablation switches {switches} apply to the modernbert body only, not {body}")
     family = "electra" if body == "roformer" else body
     cfg = load_config(C.ROOT / "configs" / f"{family}-budget.yaml", overrides)
     mcfg = get_family(family).build_config(cfg.model, hf, SEQ_LEN, vocab)
+    if switches:
+        mcfg = modernbert_config(mcfg, switches)
     if body == "electra":
         model = ElectraForPreTraining(mcfg)
         return model, cfg, lambda ids: model(input_ids=ids).logits
@@ -119,6 +247,8 @@ def build(body: str, hf: Any, vocab: int, overrides: list[str]) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.body, self.head = body_cls(mcfg), torch.nn.Linear(mcfg.hidden_size, 1)
+            if switches:
+                ablate_modernbert(self.body, switches)
 
     m = BodyAndHead()
     return m, cfg, lambda ids: m.head(m.body(input_ids=ids).last_hidden_state).squeeze(-1)
@@ -189,6 +319,14 @@ def main() -> int:
         default=["electra", "modernbert"],
         choices=["electra", "modernbert", "roformer"],
     )
+    ap.add_argument(
+        "--ablate",
+        nargs="*",
+        default=[],
+        metavar="SWITCH[+SWITCH]",
+        help=f"also train the ModernBERT body with one difference reverted per variant: {sorted(ABLATIONS)} "
+        "(a run with ablations is printed, not saved)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=PEAK_LR, help="peak LR (a run at another LR is not saved)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="preset overrides (not saved)")
@@ -198,7 +336,16 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    saved = not args.no_save and args.lr == PEAK_LR and not args.set and "electra" in args.bodies
+    for name in args.ablate:
+        _parse_ablation(name)  # an unknown switch stops before any training
+    bodies = [*args.bodies, *(f"modernbert:{a}" for a in args.ablate)]
+    saved = (
+        not args.no_save
+        and args.lr == PEAK_LR
+        and not args.set
+        and not args.ablate
+        and "electra" in args.bodies
+    )
     rep = C.Report(__file__, save=saved)
     hf, stream = corpus(4096)
     special_ids = set(hf.all_special_ids)
@@ -218,9 +365,7 @@ def main() -> int:
     rep.line(f"held-out BCE: prior (replaced fraction only) about {-(p * math.log(p) + (1 - p) * math.log(1 - p)):.4f}; "
              f"token-identity bound {bound:.4f}")  # fmt: skip
     cand, special = torch.tensor(candidates), torch.tensor(sorted(special_ids))
-    results = {
-        b: train(b, hf, data, held, cand, special, args.steps, args.lr, args.set, rep) for b in args.bodies
-    }
+    results = {b: train(b, hf, data, held, cand, special, args.steps, args.lr, args.set, rep) for b in bodies}
     for b, bce in results.items():
         rep.line(f"{b}: held-out BCE {bce:.4f} = {bce / bound:.3f} x the token-identity bound")
     if "electra" in results:

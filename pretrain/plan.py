@@ -12,6 +12,7 @@ import os
 import shutil
 from typing import Any
 
+from core.registry import OBJECTIVES
 from pretrain import resume_diff
 from pretrain.families import get_family
 from pretrain.schedule import make_plan
@@ -45,9 +46,13 @@ class _VocabOnly:
 
 
 def param_counts(cfg: RunConfig) -> tuple[int, int]:
-    """(total params, largest module's params) from the family's config-only count, else the meta-device build."""
-    count = get_family(cfg.model.family).param_count
-    return count(cfg) if count is not None else model_param_counts(cfg)
+    """(total params, largest module's params) from the family's config-only count, else the meta-device build.
+    The family's count covers its own objectives; one it carries by declaration (RTD on ModernBERT: a generator
+    beside it, no MLM head) is counted on the module built."""
+    family = get_family(cfg.model.family)
+    count = family.param_count
+    own = cfg.objective.type in family.objectives or OBJECTIVES.get(cfg.objective.type).trains is None
+    return count(cfg) if count is not None and own else model_param_counts(cfg)
 
 
 def model_param_counts(cfg: RunConfig) -> tuple[int, int]:

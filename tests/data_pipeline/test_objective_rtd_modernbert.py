@@ -146,3 +146,13 @@ def test_export_is_the_modernbert_body_with_parity(rtd, wordpiece, tmp_path):  #
     torch.testing.assert_close(
         clf.model.embeddings.tok_embeddings.weight, body.embeddings.tok_embeddings.weight
     )
+
+
+def test_plan_counts_the_module_rtd_trains():
+    """`pretrain plan` counts the discriminator + generator, not the family's MLM model."""
+    from pretrain.plan import model_param_counts, param_counts
+
+    cfg = _cfg()
+    total, _ = param_counts(cfg)
+    assert total == model_param_counts(cfg)[0]
+    assert total != get_family("modernbert").param_count(cfg)[0]

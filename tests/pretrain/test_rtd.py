@@ -20,7 +20,7 @@ from pretrain.families import family_names, get_family
 from tests.pretrain.conftest import ROOT, child_env, run_module, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(1200)]
 
 RTD_FAMILIES = [n for n in family_names() if get_family(n).rtd is not None]
 # ELECTRA's masking on any family (ModernBERT's own default is 30%).
