@@ -17,9 +17,11 @@ import pytest
 
 from data_pipeline.clean import run_clean
 from data_pipeline.dedup import run_dedup
+from data_pipeline.dedup.components import star_forest
 from data_pipeline.dedup.exact import content_hash
 from data_pipeline.dedup.minhash import MinHasher, UnionFind, lsh_pairs
-from data_pipeline.dedup.stages import build_stages, component_stages, node_partition, star_forest
+from data_pipeline.dedup.stages import build_stages, component_stages
+from data_pipeline.dedup.work import node_partition
 from data_pipeline.executors import LocalExecutor, StageFailed
 from data_pipeline.shards import DEDUP_DONE, ShardMismatchError, iter_corpus, read_shard
 from runconfig import load_config
