@@ -77,12 +77,15 @@ def _skip_shm_op() -> None:
 
 
 def build_ds_config(cfg: RunConfig, plan: TrainPlan, load_universal: bool = False) -> dict[str, Any]:
+    """The lean step: no throughput-timer syncs, no bf16 overflow scan (StepGuard skips a bad step on the device
+    instead), and `overlap_comm` only where a reduction crosses ranks (a world of one has nothing to overlap and
+    would still pay the epilogue's `synchronize()`)."""
     ds = cfg.deepspeed
     zero: dict[str, Any] = {"stage": ds.zero_stage}
     if ds.zero_stage >= 1:
         zero.update(
             contiguous_gradients=True,
-            overlap_comm=accelerator_name() != "cpu",
+            overlap_comm=accelerator_name() != "cpu" and plan.world_size > 1,
             reduce_scatter=True,
             reduce_bucket_size=int(5e7),
             allgather_bucket_size=int(5e7),
@@ -103,10 +106,14 @@ def build_ds_config(cfg: RunConfig, plan: TrainPlan, load_universal: bool = Fals
         "zero_optimization": zero,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
+        # the throughput timer synchronizes the device before every forward and after every step (its default)
+        "timers": {"throughput": {"enabled": False, "synchronized": False}},
         "checkpoint": {"load_universal": load_universal},
     }
     if ds.precision == "bf16":
-        conf["bf16"] = {"enabled": True}
+        # bf16 needs no loss scaling: the per-tensor overflow scan (hundreds of kernels and an .item() per step)
+        # is replaced by StepGuard (a non-finite loss or gradient norm skips the step on the device)
+        conf["bf16"] = {"enabled": True, "check_grad_overflow": False}
     elif ds.precision == "fp16":
         conf["fp16"] = {
             "enabled": True,
@@ -152,6 +159,7 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
 
     if cfg.deepspeed.activation_checkpointing:
         model.gradient_checkpointing_enable()
+    _no_padding_probe(model)
     if cfg.optim.name == "lamb" and accelerator_name() == "cpu":
         raise ValueError(
             "optim.name: 'lamb' uses DeepSpeed's FusedLamb, which needs a CUDA accelerator; "
@@ -169,14 +177,9 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
 
         optimizer = paper_adafactor(groups, lr=plan.peak_lr)
     elif not _use_ds_optimizer(cfg):
-        fused = accelerator_name() == "cuda"
+        # fused on CPU too: one kernel per step, and `found_inf` lets StepGuard skip a step without a host read
         optimizer = torch.optim.AdamW(
-            groups,
-            lr=plan.peak_lr,
-            betas=tuple(cfg.optim.betas),
-            eps=cfg.optim.eps,
-            foreach=False if not fused else None,
-            fused=fused,
+            groups, lr=plan.peak_lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps, fused=True
         )
     sched = lr_multiplier(cfg, plan)
 
@@ -191,12 +194,24 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
         config=ds_config,
     )
     _keep_fp32_clip_norm(engine)
+    StepGuard(engine)
     if cfg.deepspeed.compile:
         engine.compile(backend=cfg.deepspeed.compile_backend)
         log.info(
             f"[train] torch.compile ({cfg.deepspeed.compile_backend}) through DeepSpeed's engine.compile()"
         )
     return engine, scheduler, ds_config
+
+
+def _no_padding_probe(model: torch.nn.Module) -> None:
+    """Drop transformers' per-forward padding probe (`pad_token_id in input_ids[:, [-1, 0]]`, a device read on
+    every eager micro-batch; skipped under compile). It only warns, and our collators pass an attention mask
+    whenever a batch holds padding: full packed blocks go without one on purpose."""
+    from transformers import PreTrainedModel
+
+    for module in model.modules():
+        if isinstance(module, PreTrainedModel):
+            module.warn_if_padding_and_no_attention_mask = lambda *args, **kwargs: None
 
 
 def _keep_fp32_clip_norm(engine: Any) -> None:
@@ -214,10 +229,122 @@ def _keep_fp32_clip_norm(engine: Any) -> None:
     from deepspeed.runtime.utils import clip_grad_norm_  # as in this whole module: deepspeed where used
 
     def clip_fp32_gradients() -> None:
-        engine._global_grad_norm = float(
-            clip_grad_norm_(
-                parameters=engine.module.parameters(), max_norm=engine.gradient_clipping(), mpu=engine.mpu
-            )
+        # kept on the device: the metrics read it at logging steps only
+        engine._global_grad_norm = clip_grad_norm_(
+            parameters=engine.module.parameters(), max_norm=engine.gradient_clipping(), mpu=engine.mpu
         )
 
     engine.clip_fp32_gradients = clip_fp32_gradients
+
+
+class StepGuard:
+    """Skips an optimizer step on the device when any rank saw a non-finite loss or the gradient norm is not
+    finite, so the loop needs no host read to keep a NaN out of the weights.
+
+    torch's fused AdamW takes `found_inf` (the hook GradScaler uses): when it is nonzero the kernel leaves weights
+    and moments untouched and rolls its step count back. Other optimizers (Adafactor, DeepSpeed's Lamb and CPU
+    Adam) read the flag on the host before stepping: one read per step on those paths. At ZeRO 1/2 the gradient
+    norm is computed in one foreach pass instead of tensor by tensor, and clipping no longer reads it on the host
+    (DeepSpeed 0.19.8 checks its validity with a `bool()` per parameter group); an invalid norm joins the flag.
+    The guard is attached to the engine (`engine.step_guard`)."""
+
+    def __init__(self, engine: Any):
+        opt = engine.optimizer
+        self.base = getattr(opt, "optimizer", opt)
+        self.on_device = bool(getattr(self.base, "defaults", {}).get("fused"))
+        self.flag: torch.Tensor | None = None  # this step's decision
+        self.armed: torch.Tensor | None = None  # what the loop agreed before the step
+        self.skipped: torch.Tensor | None = None
+        if not self.on_device:
+            step = self.base.step
+
+            def guarded_step(*args: Any, **kwargs: Any) -> Any:
+                if self.flag is not None and bool(self.flag):
+                    return None
+                return step(*args, **kwargs)
+
+            self.base.step = guarded_step
+        if _plain_zero12(opt):
+            _lean_zero_norm_and_clip(opt, self)
+        engine.step_guard = self
+
+    def arm(self, found_inf: torch.Tensor) -> None:
+        """The agreed flag for the coming `engine.step()`: a float32 device tensor, nonzero to skip it."""
+        self._count()
+        self.armed = found_inf
+        self._set(found_inf)
+
+    def merge(self, invalid: torch.Tensor) -> None:
+        """An invalid gradient norm found inside the step skips it too (idempotent within a step)."""
+        self._set(invalid.float() if self.armed is None else torch.maximum(self.armed, invalid.float()))
+
+    def skipped_steps(self) -> torch.Tensor | None:
+        """Steps skipped so far, on the device (read at logging steps only); None before the first step."""
+        self._count()
+        return self.skipped
+
+    def _set(self, flag: torch.Tensor) -> None:
+        self.flag = flag
+        if self.on_device:
+            self.base.found_inf = flag
+
+    def _count(self) -> None:
+        if self.flag is not None:
+            self.skipped = self.flag if self.skipped is None else self.skipped + self.flag
+            self.flag = None
+
+
+def _plain_zero12(opt: Any) -> bool:
+    """ZeRO 1/2 without offload or model parallelism: the layout the foreach norm below is written for."""
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    if not isinstance(opt, DeepSpeedZeroOptimizer) or opt.cpu_offload or opt.has_moe_layers:
+        return False
+    from deepspeed.comm import pg_utils
+
+    return not pg_utils.is_parallel(opt.model_parallel_group)
+
+
+def _lean_zero_norm_and_clip(opt: Any, guard: StepGuard) -> None:
+    """Replace two DeepSpeed ZeRO 1/2 methods on this optimizer instance by equivalents without host reads."""
+    import torch.distributed as dist
+    from deepspeed.runtime.utils import mask_nan_or_inf_with_val_inplace
+
+    original_norm = opt.get_grad_norm_direct
+
+    def get_grad_norm_direct(gradients: list, params: list, norm_type: float = 2) -> torch.Tensor:
+        """DeepSpeed's L2 norm (per-tensor norms in fp32, summed over the data-parallel group, -1 when not
+        finite), with the per-tensor norms in one `_foreach_norm` per dtype instead of one kernel chain each."""
+        if float(norm_type) != 2.0:
+            return original_norm(gradients, params, norm_type)
+        grads = [g.detach() for g in gradients if not getattr(g, "_zero_padding", False)]
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for g in grads:
+            by_dtype.setdefault(g.dtype, []).append(g)
+        total = torch.zeros((), dtype=torch.float32, device=opt.device)
+        for group in by_dtype.values():
+            norms = torch._foreach_norm(group, 2, dtype=torch.float32)
+            total = total + torch.stack(norms).pow(2).sum()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM, group=opt.dp_process_group)
+        total = total.pow(0.5)
+        mask_nan_or_inf_with_val_inplace(total, device=opt.device)
+        return total
+
+    def unscale_and_clip_grads(grad_groups_flat: list, total_norm: torch.Tensor) -> None:
+        """DeepSpeed's clip with the validity test on the device: an invalid norm (-1 or not finite) skips the
+        step through the guard instead of a host read."""
+        if total_norm is not None:
+            guard.merge(~torch.isfinite(total_norm) | (total_norm < 0))
+        if opt.clip_grad == 0.0 and opt.loss_scale == 1.0:
+            return
+        combined_scale: Any = opt.loss_scale
+        if opt.clip_grad > 0.0:
+            norm = torch.where(torch.isfinite(total_norm) & (total_norm >= 0), total_norm, float("inf"))
+            clip = ((norm / opt.loss_scale) + 1e-6) / opt.clip_grad
+            combined_scale = torch.clamp(clip, min=1.0) * opt.loss_scale
+        for grad in grad_groups_flat:
+            for g in grad if isinstance(grad, list) else [grad]:
+                g.data.mul_(1.0 / combined_scale)
+
+    opt.get_grad_norm_direct = get_grad_norm_direct
+    opt.unscale_and_clip_grads = unscale_and_clip_grads

@@ -194,23 +194,28 @@ def _count_tokens(batch: dict[str, torch.Tensor]) -> int:
 
 
 class StepSync:
-    """Everything the ranks must agree on after a step, in ONE collective per optimizer step (no host sync per
-    micro-batch): the summed loss, the count of non-finite micro-batches, the stop flag and rank 0's clock."""
+    """Everything the ranks must agree on after a step, in ONE collective per optimizer step and ONE host read (no
+    host read per micro-batch): the summed finite loss, the count of non-finite micro-batches, the stop flag and
+    rank 0's clock. `launch` writes and all-reduces on the device before the optimizer step, so the agreed
+    non-finite flag can skip that step on the device (StepGuard); `read` brings the figures to the host after it."""
 
     def __init__(self, device: torch.device, rank: int):
         self.buf = torch.zeros(4, device=device, dtype=torch.float64)
         self.rank = rank
 
-    def reduce(
-        self, loss_sum: torch.Tensor, bad: int, stop: bool, elapsed_s: float
-    ) -> tuple[float, int, bool, float]:
+    def launch(self, loss_sum: torch.Tensor, bad: torch.Tensor, stop: bool, elapsed_s: float) -> torch.Tensor:
+        """All-reduce without reading it: returns the agreed flag (float32, nonzero when any rank saw a
+        non-finite loss)."""
         b = self.buf
         b[0] = loss_sum
         b[1] = bad
         b[2] = 1.0 if stop else 0.0
         b[3] = elapsed_s if self.rank == 0 else 0.0
         dist.all_reduce(b)
-        loss, n_bad, n_stop, clock = b.tolist()
+        return (b[1] > 0).float()
+
+    def read(self) -> tuple[float, int, bool, float]:
+        loss, n_bad, n_stop, clock = self.buf.tolist()
         return loss, int(n_bad), n_stop > 0, clock
 
 
@@ -218,6 +223,15 @@ def _zero_loss(engine) -> torch.Tensor:
     """A loss whose gradient is exactly zero for every parameter: stands in for a non-finite micro-batch so that
     every rank still runs the same collectives and the bad batch contributes nothing."""
     return sum(p.sum() * 0.0 for p in engine.module.parameters() if p.requires_grad)
+
+
+def _step_figures(engine) -> tuple[float | None, int]:
+    """The last gradient norm and the steps StepGuard skipped, in one host read (logging steps only)."""
+    norm, skipped = engine.get_global_grad_norm(), engine.step_guard.skipped_steps()
+    device_values = [torch.as_tensor(x, dtype=torch.float64) for x in (norm, skipped) if torch.is_tensor(x)]
+    values = torch.stack([v.to(engine.device) for v in device_values]).tolist() if device_values else []
+    out = [values.pop(0) if torch.is_tensor(x) else x for x in (norm, skipped)]
+    return (None if out[0] is None else float(out[0])), int(out[1] or 0)
 
 
 @torch.no_grad()
@@ -398,7 +412,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     clock.start()
     while not finished:
         loss_sum = torch.zeros((), device=device, dtype=torch.float64)
-        n_bad = 0
+        n_bad = torch.zeros((), device=device, dtype=torch.float64)
         output_metrics.new_step()
         for micro in range(plan.grad_accum):
             t_wait = time.perf_counter()
@@ -415,27 +429,27 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             loss = output.loss
             output_metrics.add(output)
             del output  # the logits need not live through backward
-            # The only host read per micro-batch: this rank's own finiteness bit, which picks the loss to
-            # backpropagate (a NaN must never reach the gradients). No collective until the step's end.
+            # No host read per micro-batch: a non-finite loss is counted on the device, and the step it poisons is
+            # skipped on the device (StepGuard) once all ranks agree on the count.
             if broken == "drop_micro" and rank == 0 and micro == 0:
                 engine.backward(_zero_loss(engine))  # sabotage: this micro-batch's gradient is lost
                 loss_sum += loss.detach()
-            elif bool(torch.isfinite(loss.detach())):
-                engine.backward(loss * world if broken == "sum_ranks" else loss)
-                loss_sum += loss.detach()
             else:
-                n_bad += 1
-                engine.backward(_zero_loss(engine))
-            # a time-budget LR follows the agreed clock
-            if micro == plan.grad_accum - 1 and agree_before_step:
-                total, n_bad_all, stop_all, agreed = sync.reduce(loss_sum, n_bad, stop.requested, clock.now())
-                clock.agree(agreed)
+                finite = torch.isfinite(loss.detach())
+                n_bad += ~finite
+                loss_sum += torch.where(finite, loss.detach(), 0.0)
+                engine.backward(loss * world if broken == "sum_ranks" else loss)
+            if micro == plan.grad_accum - 1:
+                engine.step_guard.arm(sync.launch(loss_sum, n_bad, stop.requested, clock.now()))
+                if agree_before_step:  # a time-budget LR follows the agreed clock: read before the step
+                    total, n_bad_all, stop_all, agreed = sync.read()
+                    clock.agree(agreed)
             engine.step()
             tokens_seen += n_tok * world
             meter.add(n_tok * world, batch["input_ids"].shape[0] * world, waited)
         # after the step: the host waits while the device runs the optimizer, not before
         if not agree_before_step:
-            total, n_bad_all, stop_all, agreed = sync.reduce(loss_sum, n_bad, stop.requested, clock.now())
+            total, n_bad_all, stop_all, agreed = sync.read()
             clock.agree(agreed)
         step += 1
         step_ok = n_bad_all == 0
@@ -453,20 +467,20 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         bar.update(clock.bar_position(step) - bar.n)
 
         if step % cfg.logging.every_steps == 0 or finished:
+            grad_norm, skipped_on_device = _step_figures(engine)
             stats = {
                 "loss": step_loss if step_ok else float("nan"),
                 "lr": scheduler.get_last_lr()[0],
                 "loss_scale": float(getattr(engine.optimizer, "cur_scale", 1.0) or 1.0),
                 "tokens_seen": tokens_seen,
-                "skipped_steps": int(engine.skipped_steps),
+                "skipped_steps": int(engine.skipped_steps) + skipped_on_device,
                 "elapsed_s": clock.elapsed_s,
                 **meter.report(),
                 **output_metrics.report(),
             }
             # None only at ZeRO 0 without clipping: DeepSpeed computes no norm, so none is logged (not a false 0)
-            grad_norm = engine.get_global_grad_norm()
             if grad_norm is not None:
-                stats["grad_norm"] = float(grad_norm)
+                stats["grad_norm"] = grad_norm
             if resume_first_batch_s is not None:  # the first row after a resume only
                 stats["resume_first_batch_s"], resume_first_batch_s = resume_first_batch_s, None
             logger.log(step, stats)
