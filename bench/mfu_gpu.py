@@ -120,7 +120,7 @@ def run_model(name: str, cfg_path: Path, pad_multiple: int, zero: int, ckpt: str
     from transformers import AutoTokenizer
 
     from core.run_layout import RunLayout
-    from pretrain.metrics import flops_per_token
+    from pretrain.metrics import flops_per_token, untied_input_embedding
     from pretrain.models import build_model, count_parameters
     from runconfig import load_config
 
@@ -141,8 +141,9 @@ def run_model(name: str, cfg_path: Path, pad_multiple: int, zero: int, ckpt: str
     cfg = load_config(cfg_path, ov)
     tok = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
     with torch.device("meta"):  # shapes only: no 355M-parameter initialisation on the host per run
-        n_params = count_parameters(build_model(cfg.model, tok, seq))
-    fpt = flops_per_token(cfg.model, n_params, seq)
+        model = build_model(cfg.model, tok, seq)
+        n_params, input_embedding = count_parameters(model), untied_input_embedding(model)
+    fpt = flops_per_token(cfg.model, n_params, seq, input_embedding)
     r = C.run_ours(cfg_path, tmp / f"{name}-work", ov, a.warmup, nproc=1, env=env)
     r.update(params=n_params, flops_per_token=fpt, achieved=r["tokens_per_s"] * fpt)
     print(f"[{name} zero{zero} ckpt {ckpt}] {n_params / 1e6:.1f}M params, {precision}, micro-batch {micro} x {seq}: "

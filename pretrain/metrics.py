@@ -17,10 +17,26 @@ from pretrain.families import get_family
 from runconfig.model import ModelConfig
 
 
-def flops_per_token(m: ModelConfig, n_params: int, seq_len: int) -> float:
-    """Training FLOPs per token, as the family's spec counts them (default: 6N + attention, PaLM appendix B)."""
+def flops_per_token(m: ModelConfig, n_params: int, seq_len: int, input_embedding: int = 0) -> float:
+    """Training FLOPs per token, as the family's spec counts them (default: 6N + attention, PaLM appendix B).
+
+    N counts matmul weights: `input_embedding` (from `untied_input_embedding`) is taken off, since the input
+    embedding of an untied model (Llama) is a lookup, not a matmul; a tied one is also the LM head and stays."""
     spec = get_family(m.family)
-    return spec.flops_per_token(spec, m, n_params, seq_len)
+    return spec.flops_per_token(spec, m, n_params - input_embedding, seq_len)
+
+
+def untied_input_embedding(model: torch.nn.Module) -> int:
+    """Parameters of the input embedding when it is not also the output head (untied), else 0."""
+    get_in = getattr(model, "get_input_embeddings", None)
+    get_out = getattr(model, "get_output_embeddings", None)
+    emb = get_in() if get_in is not None else None
+    head = get_out() if get_out is not None else None
+    if emb is None or getattr(emb, "weight", None) is None:
+        return 0
+    if head is not None and getattr(head, "weight", None) is emb.weight:
+        return 0
+    return emb.weight.numel()
 
 
 def measure_peak_flops(

@@ -15,6 +15,7 @@ from typing import Any
 from core.registry import OBJECTIVES
 from pretrain import resume_diff
 from pretrain.families import get_family
+from pretrain.families.shapes import padded_vocab
 from pretrain.schedule import make_plan
 from runconfig import RunConfig
 
@@ -137,7 +138,10 @@ def step_estimate(cfg: RunConfig, plan: Any, total: int, gpu: str | None, mfu: f
     the assumed MFU; logging.peak_flops, when set, is the peak instead of the GPU table's. A CPU (gloo) config
     without either gets no time: an H100's would be off by orders of magnitude."""
     spec = get_family(cfg.model.family)
-    fpt = spec.flops_per_token(spec, cfg.model, total, cfg.packing.seq_len)
+    m = cfg.model
+    # as the trainer counts it (pretrain.metrics.flops_per_token): an untied causal LM's input embedding is a lookup
+    untied = 0 if m.tie_word_embeddings or spec.task != "causal_lm" else padded_vocab(cfg) * m.hidden_size
+    fpt = spec.flops_per_token(spec, m, total - untied, cfg.packing.seq_len)
     flops = fpt * plan.tokens_per_step
     name = (gpu or DEFAULT_GPU).lower()
     if cfg.logging.peak_flops and gpu is None:

@@ -27,7 +27,14 @@ from data_pipeline.token_shards import TokenShardError
 from pretrain import checkpoint as ckpt
 from pretrain import lr_scaling, resume_diff
 from pretrain.engine import build_engine, init_distributed
-from pretrain.metrics import MetricsLogger, OutputMetrics, Throughput, flops_per_token, measure_peak_flops
+from pretrain.metrics import (
+    MetricsLogger,
+    OutputMetrics,
+    Throughput,
+    flops_per_token,
+    measure_peak_flops,
+    untied_input_embedding,
+)
 from pretrain.models import build_model, count_parameters
 from pretrain.objectives import prepare_model, wrap_model
 from pretrain.parity import PROBE_FILE, BatchRecorder, probe_inputs, probe_logits, sabotage, save_probe
@@ -385,9 +392,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         peak = cfg.logging.peak_flops or measure_peak_flops(
             device="cpu" if device.type == "cpu" else str(device)
         )
-    meter = Throughput(
-        flops_per_token(cfg.model, n_params, cfg.packing.seq_len), peak, world, bool(cfg.logging.peak_flops)
-    )
+    fpt = flops_per_token(cfg.model, n_params, cfg.packing.seq_len, untied_input_embedding(model))
+    meter = Throughput(fpt, peak, world, bool(cfg.logging.peak_flops))
     bar = tqdm(
         total=clock.bar_total,
         initial=clock.bar_position(step),
