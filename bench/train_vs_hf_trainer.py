@@ -57,14 +57,15 @@ def model_flops_per_token(cfg_path: Path, ov: list[str]) -> tuple[float, int]:
     from transformers import AutoTokenizer
 
     from core.run_layout import RunLayout
-    from pretrain.metrics import flops_per_token
+    from pretrain.metrics import flops_per_token, untied_input_embedding
     from pretrain.models import build_model, count_parameters
     from runconfig import load_config
 
     cfg = load_config(cfg_path, ov)
     tok = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
-    n = count_parameters(build_model(cfg.model, tok, cfg.packing.seq_len))
-    return flops_per_token(cfg.model, n, cfg.packing.seq_len), n
+    model = build_model(cfg.model, tok, cfg.packing.seq_len)
+    n = count_parameters(model)
+    return flops_per_token(cfg.model, n, cfg.packing.seq_len, untied_input_embedding(model)), n
 
 
 def main() -> int:
