@@ -38,6 +38,7 @@ from pretrain.metrics import (
 from pretrain.models import build_model, count_parameters
 from pretrain.objectives import prepare_model, wrap_model
 from pretrain.parity import PROBE_FILE, BatchRecorder, probe_inputs, probe_logits, sabotage, save_probe
+from pretrain.profiler import StepProfiler
 from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
 from runconfig import RunConfig, save_resolved
@@ -415,8 +416,10 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     # The one blocking read per step (StepSync) comes after engine.step() unless the LR follows a time budget: read
     # before the step, it idles the device while the host launches the optimizer (DeepSpeed's step is host-heavy).
     agree_before_step = clock.time_schedule is not None
+    profiler = StepProfiler(cfg.logging.profile_steps, layout.logs, rank, device)
     clock.start()
     while not finished:
+        profiler.begin(step + 1)
         loss_sum = torch.zeros((), device=device, dtype=torch.float64)
         n_bad = torch.zeros((), device=device, dtype=torch.float64)
         output_metrics.new_step()
@@ -458,6 +461,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             total, n_bad_all, stop_all, agreed = sync.read()
             clock.agree(agreed)
         step += 1
+        profiler.end(step)
         step_ok = n_bad_all == 0
         step_loss = total / (plan.grad_accum * (1 if broken == "sum_ranks" else world))
         recorder.step(step_loss)
@@ -525,6 +529,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
                 bar.write(f"[train] signal {stop.signum}: checkpointed at step {step}, exiting for requeue")
             break
 
+    profiler.end(step, finished=True)  # a window the run ended inside (a time budget) is written all the same
     bar.close()
     logger.close()
     recorder.close(plan)

@@ -179,6 +179,12 @@ class RunConfig(Section):
                 raise ValueError(
                     f"finetune.tasks.{i}.source: '{task.source}' is not one of data.sources {sorted(names)}"
                 )
+        window, total = self.logging.profile_steps, self.schedule.total_steps
+        if window is not None and self.schedule.budget_minutes is None and window[1] - 1 > (total or 1000):
+            raise ValueError(
+                f"logging.profile_steps: [{window[0]}, {window[1]}] reaches past the run's last step "
+                f"(schedule.total_steps: {total or 1000}): the steps after it would never be traced"
+            )
         self.batch_plan()  # raises with the key named when the batch does not divide
         self._warn_vocab()
         return self

@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from runconfig.base import Section
 
@@ -177,6 +177,19 @@ class LoggingConfig(Section):
     # the card show MFU against it. None: no MFU anywhere; the rows log `probe_util`, model FLOP/s over a matmul
     # probe of this host, labelled as such (on a CPU it reads 30-60% and is no MFU).
     peak_flops: float | None = None
+    # [start, end]: optimizer steps start..end-1 traced with torch.profiler into <run>/logs/profile (a trace per
+    # rank and a summary: top ops/kernels, device idle fraction, host reads per step); None = off
+    profile_steps: tuple[int, int] | None = None
+
+    @field_validator("profile_steps")
+    @classmethod
+    def _profile_window(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        if v is not None and not 1 <= v[0] < v[1]:
+            raise ValueError(
+                f"logging.profile_steps: [{v[0]}, {v[1]}] is not a window of steps: it needs 1 <= start < end "
+                "(steps start..end-1 are traced)"
+            )
+        return v
 
 
 class EvalConfig(Section):

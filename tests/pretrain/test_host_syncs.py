@@ -84,7 +84,7 @@ def _steps(config, *overrides: str) -> list[list[str]]:
 
 
 def test_steady_state_steps_read_the_device_at_most_once(tmp_path):
-    config, _ = prepare_smoke_run(tmp_path)
+    config, out = prepare_smoke_run(tmp_path)
     total = 8
     steps = _steps(
         config,
@@ -96,6 +96,7 @@ def test_steady_state_steps_read_the_device_at_most_once(tmp_path):
         "logging.every_steps=3",
         "checkpoint.every_steps=1000",
         "eval.every_steps=1000",
+        "logging.profile_steps=[4,6]",  # the profiler switch over steps 4 and 5 (issue 42 item 7), same run
     )
     # steps[i] holds the reads between the end of optimizer step i and the end of step i+1 (steps[0]: set-up and
     # the first step); the last entry is what came after the last step (logging, evaluation, checkpoint).
@@ -105,3 +106,13 @@ def test_steady_state_steps_read_the_device_at_most_once(tmp_path):
     for n in range(3, total + 1):  # step 1 and 2: compile and first-use caches
         limit = 2 if (n - 1) in logging_steps else 1
         assert len(per_step[n]) <= limit, f"step {n}: {len(per_step[n])} host reads: {per_step[n]}"
+
+    # logging.profile_steps wrote a trace and a summary for steps 4..5 into the run's logs
+    trace = json.loads((out / "logs" / "profile" / "trace-rank0.json").read_text())
+    assert any(e.get("name") == "aten::_local_scalar_dense" for e in trace["traceEvents"])
+    summary = (out / "logs" / "profile" / "summary-rank0.txt").read_text()
+    assert "optimizer steps 4..5 (2 steps, device cpu)" in summary
+    assert "device idle fraction: n/a" in summary
+    reads = float(summary.split("aten::_local_scalar_dense): ")[1].split("= ")[1].split(" per step")[0])
+    assert 0 < reads <= 1.0, summary
+    assert "Self CPU" in summary  # the table of top ops

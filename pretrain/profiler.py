@@ -1,0 +1,101 @@
+"""`logging.profile_steps: [start, end]`: a torch.profiler trace of optimizer steps start..end-1 in the run's logs
+folder, plus a text summary a person reads first: the top ops and kernels by time, the device's idle fraction over
+the window (CUDA only; n/a on CPU) and the host reads of tensors per step (each one is a device sync on a GPU).
+
+Files (per rank): `<run>/logs/profile/trace-rank<r>.json` (open in chrome://tracing or Perfetto) and
+`<run>/logs/profile/summary-rank<r>.txt`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.log import get_logger
+
+log = get_logger(__name__)
+
+# the op behind .item(), .tolist(), bool() and float() of a tensor; the runtime calls that block the host on a GPU
+HOST_READ_OPS = ("aten::_local_scalar_dense",)
+SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
+
+
+class StepProfiler:
+    """Profiles the steps of a window; a no-op without one. `begin(step)` before a step's first micro-batch,
+    `end(step)` once its optimizer step and its host read are done."""
+
+    def __init__(self, window: tuple[int, int] | None, folder: Path, rank: int, device: torch.device):
+        self.window, self.folder, self.rank, self.device = window, Path(folder) / "profile", rank, device
+        self.prof: Any = None
+
+    def begin(self, step: int) -> None:
+        if self.window is None or step != self.window[0]:
+            return
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.prof = torch.profiler.profile(activities=activities, record_shapes=False)
+        self.prof.__enter__()
+
+    def end(self, step: int, finished: bool = False) -> None:
+        if self.prof is None or (step < self.window[1] - 1 and not finished):
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()  # the window's last kernels belong to it
+        self.prof.__exit__(None, None, None)
+        prof, self.prof = self.prof, None
+        n_steps = step - self.window[0] + 1
+        self.folder.mkdir(parents=True, exist_ok=True)
+        trace = self.folder / f"trace-rank{self.rank}.json"
+        prof.export_chrome_trace(str(trace))
+        text = summarize(prof, n_steps, self.device.type, (self.window[0], step))
+        (self.folder / f"summary-rank{self.rank}.txt").write_text(text)
+        if self.rank == 0:
+            log.info(f"[profile] steps {self.window[0]}..{step}: {trace} and its summary\n{text}")
+
+
+def summarize(prof: Any, n_steps: int, device_type: str, steps: tuple[int, int], top: int = 15) -> str:
+    """The summary text: top ops by self time (device time first on a GPU), idle fraction, host reads per step."""
+    events = prof.key_averages()
+    on_gpu = device_type == "cuda"
+    sort = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"
+    lines = [f"profile of optimizer steps {steps[0]}..{steps[1]} ({n_steps} steps, device {device_type})", ""]
+    lines.append(f"top {top} ops/kernels by {'device' if on_gpu else 'host'} self time:")
+    lines.append(events.table(sort_by=sort, row_limit=top))
+    reads = sum(e.count for e in events if e.key in HOST_READ_OPS)
+    syncs = sum(e.count for e in events if e.key in SYNC_CALLS)
+    lines.append(
+        f"host reads of tensors ({', '.join(HOST_READ_OPS)}): {reads} = {reads / n_steps:.2f} per step"
+    )
+    if on_gpu:
+        lines.append(
+            f"device synchronize calls ({', '.join(SYNC_CALLS)}): {syncs} = {syncs / n_steps:.2f} per step"
+        )
+    idle = device_idle_fraction(prof) if on_gpu else None
+    lines.append(
+        "device idle fraction: " + ("n/a (no device timeline on CPU)" if idle is None else f"{idle:.1%}")
+    )
+    return "\n".join(lines) + "\n"
+
+
+def device_idle_fraction(prof: Any) -> float | None:
+    """1 - (union of kernel intervals) / (first kernel start .. last kernel end) over the window."""
+    spans = sorted(
+        (e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+    )
+    if not spans:
+        return None
+    busy, cur_start, cur_end = 0.0, spans[0][0], spans[0][1]
+    for s, e in spans[1:]:
+        if s > cur_end:
+            busy += cur_end - cur_start
+            cur_start, cur_end = s, e
+        else:
+            cur_end = max(cur_end, e)
+    busy += cur_end - cur_start
+    total = spans[-1][1] - spans[0][0]
+    return max(0.0, 1.0 - busy / total) if total > 0 else None
