@@ -308,7 +308,6 @@ def _plain_zero12(opt: Any) -> bool:
 def _lean_zero_norm_and_clip(opt: Any, guard: StepGuard) -> None:
     """Replace two DeepSpeed ZeRO 1/2 methods on this optimizer instance by equivalents without host reads."""
     import torch.distributed as dist
-    from deepspeed.runtime.utils import mask_nan_or_inf_with_val_inplace
 
     original_norm = opt.get_grad_norm_direct
 
@@ -327,8 +326,8 @@ def _lean_zero_norm_and_clip(opt: Any, guard: StepGuard) -> None:
             total = total + torch.stack(norms).pow(2).sum()
         dist.all_reduce(total, op=dist.ReduceOp.SUM, group=opt.dp_process_group)
         total = total.pow(0.5)
-        mask_nan_or_inf_with_val_inplace(total, device=opt.device)
-        return total
+        # DeepSpeed's mark of an invalid norm, -1, without its masked_fill_ by a tensor value (an .item())
+        return torch.where(torch.isfinite(total), total, torch.full_like(total, -1.0))
 
     def unscale_and_clip_grads(grad_groups_flat: list, total_norm: torch.Tensor) -> None:
         """DeepSpeed's clip with the validity test on the device: an invalid norm (-1 or not finite) skips the

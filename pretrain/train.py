@@ -341,6 +341,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         resume_diff.reapply_schedule(scheduler, current)
         step, tokens_seen = state["step"], state["tokens_seen"]
         last_loss = state.get("loss", last_loss)
+        # the steps StepGuard skipped on the device before the checkpoint (DeepSpeed restores its own count)
+        engine.step_guard.skipped = torch.tensor(float(state.get("skipped_on_device", 0)), device=device)
         elapsed_s = float(state.get("elapsed_s", 0.0))  # the time-budget clock continues where it stopped
         t_restore = time.perf_counter()
         try:
@@ -373,6 +375,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             "elapsed_s": clock.elapsed_s,
             "loader": train_loader.state_dict(),
             "plan": plan.__dict__,
+            "skipped_on_device": _step_figures(engine)[1],
         }
 
     probe_batch = probe_inputs(tokenizer, cfg.model.family)

@@ -109,10 +109,15 @@ def test_steady_state_steps_read_the_device_at_most_once(tmp_path):
 
     # logging.profile_steps wrote a trace and a summary for steps 4..5 into the run's logs
     trace = json.loads((out / "logs" / "profile" / "trace-rank0.json").read_text())
-    assert any(e.get("name") == "aten::_local_scalar_dense" for e in trace["traceEvents"])
+    ops = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    reads = [e for e in ops if e["name"] == "aten::_local_scalar_dense"]
+    # The C++ side's host reads (not seen by the Python counters above): the only one allowed is CPU fused AdamW
+    # reading `found_inf` (once per parameter group); its CUDA kernel reads it on the device.
+    for r in reads:
+        around = {e["name"] for e in ops if e["ts"] <= r["ts"] and e["ts"] + e["dur"] >= r["ts"] + r["dur"]}
+        assert "aten::_fused_adamw_" in around, sorted(around)
     summary = (out / "logs" / "profile" / "summary-rank0.txt").read_text()
     assert "optimizer steps 4..5 (2 steps, device cpu)" in summary
     assert "device idle fraction: n/a" in summary
-    reads = float(summary.split("aten::_local_scalar_dense): ")[1].split("= ")[1].split(" per step")[0])
-    assert 0 < reads <= 1.0, summary
+    assert f"aten::_local_scalar_dense): {len(reads)} = {len(reads) / 2:.2f} per step" in summary, summary
     assert "Self CPU" in summary  # the table of top ops
