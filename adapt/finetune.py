@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from adapt.transfer import _log, pick_lr, prepare_task
+from adapt.transfer import _log, method_lr_grid, pick_lr, prepare_task
 from data_pipeline.labelled import load_tasks
 from pretrain.export_folder import verify_export
 from runconfig import RunConfig
@@ -37,45 +37,54 @@ def finetune(
     tasks = load_tasks(cfg)  # every task read and checked before any model or tokenizer is loaded
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     results = []
+    methods = [m for m in ft.methods if m != "frozen"]  # frozen trains no body: `transfer` scores it
     for data in tasks:
         task = prepare_task(ft, data, tok, model_dir)
-        lr = ft.lr_grid[0]
-        if len(ft.lr_grid) > 1:
-            sel = {
-                x: task.fine_tune(
-                    init, x, ft.seeds[0], out / data.name / init / f"lr{x:g}-select", splits=("dev",)
-                )
-                for x in ft.lr_grid
-            }
-            lr = pick_lr(
-                ft.lr_grid,
-                {x: r.accuracy["dev"] for x, r in sel.items()},
-                {x: "dev" in r.collapsed for x, r in sel.items()},
-            )
-        by_seed, collapsed = {}, {}
-        for seed in ft.seeds:
-            folder = out / data.name / init / f"seed{seed}"
-            run = task.fine_tune(init, lr, seed, folder, save_model=True)
-            by_seed[seed] = run.accuracy
-            if "test" in run.collapsed:
-                collapsed[seed] = run.collapsed["test"]
-            log(
-                f"[finetune] {data.name} {init} seed {seed} lr {lr:g} ({ft.optim}): test accuracy {run.accuracy['test']:.3f}"
-                + (" COLLAPSED (one class)" if seed in collapsed else "")
-                + f" -> {folder}"
-            )
-        kept = [a["test"] for s, a in by_seed.items() if s not in collapsed]
-        results.append(
-            {
-                "task": data.name,
-                "init": init,
-                "lr": lr,
-                "optim": ft.optim,
-                "accuracy_by_seed": by_seed,
-                "accuracy": sum(kept) / len(kept) if kept else None,
-                "collapsed": collapsed,
-                "labels": data.labels,
-                **{f"{k}_examples": v for k, v in data.sizes().items()},
-            }
-        )
+        for method in methods:
+            results.append(_finetune_method(task, data, init, method, out, log))
     return results
+
+
+def _finetune_method(task, data, init: str, method: str, out: Path, log) -> dict[str, Any]:
+    """One task with one method: the LR picked on dev (first seed), then every seed saved in its own folder
+    (a LoRA folder holds the adapters and the head, loadable with peft's AutoPeftModel classes)."""
+    ft = task.ft
+    base = out / data.name / init if method == "full" else out / data.name / method / init
+    grid = method_lr_grid(ft, method)
+    lr = grid[0]
+    if len(grid) > 1:
+        sel = {
+            x: task.fine_tune(init, x, ft.seeds[0], base / f"lr{x:g}-select", splits=("dev",), method=method)
+            for x in grid
+        }
+        lr = pick_lr(
+            grid,
+            {x: r.accuracy["dev"] for x, r in sel.items()},
+            {x: "dev" in r.collapsed for x, r in sel.items()},
+        )
+    by_seed, collapsed = {}, {}
+    for seed in ft.seeds:
+        folder = base / f"seed{seed}"
+        run = task.fine_tune(init, lr, seed, folder, save_model=True, method=method)
+        by_seed[seed] = run.accuracy
+        if "test" in run.collapsed:
+            collapsed[seed] = run.collapsed["test"]
+        log(
+            f"[finetune] {data.name} {method} {init} seed {seed} lr {lr:g} ({ft.optim}): test accuracy "
+            f"{run.accuracy['test']:.3f}"
+            + (" COLLAPSED (one class)" if seed in collapsed else "")
+            + f" -> {folder}"
+        )
+    kept = [a["test"] for s, a in by_seed.items() if s not in collapsed]
+    return {
+        "task": data.name,
+        "init": init,
+        "method": method,
+        "lr": lr,
+        "optim": ft.optim,
+        "accuracy_by_seed": by_seed,
+        "accuracy": sum(kept) / len(kept) if kept else None,
+        "collapsed": collapsed,
+        "labels": data.labels,
+        **{f"{k}_examples": v for k, v in data.sizes().items()},
+    }

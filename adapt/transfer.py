@@ -41,6 +41,9 @@ from transformers import (
 from transformers.optimization import Adafactor
 from transformers.trainer_callback import PrinterCallback
 
+from adapt.methods import frozen, lora
+from adapt.methods.ulmfit import GradualUnfreezing, UlmfitTrainer
+from adapt.report import method_lines, write_layer_report
 from core.errors import DiskFullError, is_disk_full
 from core.io import atomic_write, json_bytes
 from core.layout import LOGS
@@ -211,8 +214,9 @@ class Arms:
         self.config = AutoConfig.from_pretrained(str(model_dir), **kwargs)
         self.cls = AutoModelForSeq2SeqLM if self.text_to_text else AutoModelForSequenceClassification
 
-    def build(self, arm: str) -> torch.nn.Module:
-        """Called by the Trainer after it seeds torch: the head (and the random arm's body) depend on the seed."""
+    def build(self, arm: str, method: str = "full", ft: FinetuneConfig | None = None) -> torch.nn.Module:
+        """Called by the Trainer after it seeds torch: the head (and the random arm's body) depend on the seed.
+        `lora`: the model wrapped with peft's adapters (the family's target modules)."""
         if arm == "pretrained":
             model = self.cls.from_pretrained(str(self.model_dir), config=self.config)
         elif arm == "random":
@@ -221,6 +225,8 @@ class Arms:
             raise ValueError(f"finetune.arms: unknown arm {arm!r} (pretrained, random)")
         if model.config.pad_token_id is None and self.pad_id is not None:
             model.config.pad_token_id = self.pad_id
+        if method == "lora":
+            model = lora.wrap(model, (ft or FinetuneConfig()).lora, self.text_to_text)
         return model
 
     def encoder(self, arm: str) -> torch.nn.Module:
@@ -366,9 +372,12 @@ def fine_tune_once(
     out_dir: Path,
     label_ids,
     save_model: bool = False,
+    method: str = "full",
 ) -> RunScore:
     """One Trainer run; returns accuracy on each of `evals` and which of them it collapsed on. With
-    `finetune.dev_evals` > 0 the weights scored best on `evals["dev"]` are the ones evaluated (and saved)."""
+    `finetune.dev_evals` > 0 the weights scored best on `evals["dev"]` are the ones evaluated (and saved).
+    `method`: full (every weight), lora (peft adapters + head; the adapter folder is what is saved) or ulmfit
+    (discriminative LRs, slanted triangular schedule, gradual unfreezing)."""
     steps = planned_steps(len(train.features), ft)  # the same count as epochs give, or min_steps
     args = TrainingArguments(
         output_dir=str(out_dir),
@@ -399,13 +408,20 @@ def fine_tune_once(
             dev_eval_steps(steps, ft.dev_evals),
             ft.early_stopping_patience,
         )
-    trainer = Trainer(
-        model_init=lambda: arms.build(arm),
-        optimizer_cls_and_kwargs=finetune_optimizer(ft.optim, lr),
+    callbacks: list[TrainerCallback] = [select] if select else []
+    extra: dict[str, Any] = {"optimizer_cls_and_kwargs": finetune_optimizer(ft.optim, lr)}
+    trainer_cls: type[Trainer] = Trainer
+    if method == "ulmfit":  # its own optimizer groups and schedule; unfreezing one group per epoch by default
+        trainer_cls, extra = UlmfitTrainer, {"ulmfit": ft.ulmfit}
+        per_epoch = math.ceil(len(train.features) / ft.batch_size)
+        callbacks.append(GradualUnfreezing(ft.ulmfit.unfreeze_every or per_epoch))
+    trainer = trainer_cls(
+        model_init=lambda: arms.build(arm, method, ft),
         args=args,
         train_dataset=_ListDataset(train.features),
         data_collator=Collator(tok.pad_token_id),
-        callbacks=[select] if select else None,
+        callbacks=callbacks or None,
+        **extra,
     )
     # disable_tqdm makes the Trainer print every log dict to stdout (`{'train_runtime': ...}`); the result.json and
     # our one-line summaries carry what a run reports.
@@ -414,9 +430,10 @@ def fine_tune_once(
     model = trainer.model
     if select is not None and select.weights is not None:
         model.load_state_dict(select.weights)
-    out, collapsed = {}, {}
+    out, collapsed, preds = {}, {}, {}
     for name, enc in evals.items():
         pred = _predict(model, tok, enc, ft, arms.text_to_text, label_ids)
+        preds[name] = pred.tolist()
         out[name] = float((pred == enc.gold).mean())
         if (c := collapse(pred, enc.gold)) is not None:
             collapsed[name] = c
@@ -425,6 +442,7 @@ def fine_tune_once(
         tok.save_pretrained(str(out_dir))
     record: dict[str, Any] = {
         "arm": arm,
+        "method": method,
         "lr": lr,
         "optim": ft.optim,
         "seed": seed,
@@ -434,6 +452,8 @@ def fine_tune_once(
     }
     if collapsed:
         record["collapsed"] = collapsed
+    if save_model:  # what the saved model predicts (label index per example): a reload must give the same
+        record["predictions"] = preds
     if select is not None:
         record.update(best_dev_step=select.best_step, dev_accuracy_by_step=select.by_step)
     atomic_write(out_dir / "result.json", json_bytes(record))
@@ -573,6 +593,7 @@ class PreparedTask:
         out_dir: Path,
         splits: tuple[str, ...] = ("dev", "test"),
         save_model: bool = False,
+        method: str = "full",
     ) -> RunScore:
         """One fine-tune of `arm` on the training split, scored on `splits`: the one place that hands the task's
         prepared inputs to `fine_tune_once`, so `pretrain finetune` and the transfer evaluation run alike."""
@@ -588,6 +609,7 @@ class PreparedTask:
             out_dir,
             self.label_ids,
             save_model=save_model,
+            method=method,
         )
 
 
@@ -605,25 +627,38 @@ def prepare_task(
     return PreparedTask(arms, max_len, enc, label_ids, tok, ft)
 
 
-def _evaluate_arm(task: PreparedTask, arm: str, out_dir: Path, name: str, log=_log) -> dict[str, Any]:
+def method_lr_grid(ft: FinetuneConfig, method: str) -> list[float]:
+    """The LR grid a method's dev pick runs over: LoRA's is the full grid times `finetune.lora.lr_scale`."""
+    return [lr * ft.lora.lr_scale for lr in ft.lr_grid] if method == "lora" else list(ft.lr_grid)
+
+
+def _evaluate_arm(
+    task: PreparedTask, arm: str, out_dir: Path, name: str, method: str = "full", log=_log
+) -> dict[str, Any]:
     """One arm of the protocol: the LR picked on dev with the first seed, then the other seeds at that LR, and
-    the probe. Self-contained (picklable arguments), so arms can run in worker processes."""
+    the probe. Self-contained (picklable arguments), so arms can run in worker processes. Methods other than
+    `full` write under out_dir/<method>/<arm>; `frozen` trains no body (frozen_arm)."""
+    if method == "frozen":
+        return frozen_arm(task, arm, name, log)
     ft, tok, arms, enc = task.ft, task.tok, task.arms, task.enc
     seed0 = ft.seeds[0]
+    folder = out_dir / arm if method == "full" else out_dir / method / arm
+    label = arm if method == "full" else f"{method}/{arm}"
+    grid = method_lr_grid(ft, method)
     runs: dict[float, RunScore] = {}  # test scored now, read only for the LR the dev split picks
-    for lr in ft.lr_grid:  # the LR is chosen on dev with the first seed; the test split is not consulted
-        runs[lr] = task.fine_tune(arm, lr, seed0, out_dir / arm / f"lr{lr:g}-seed{seed0}")
+    for lr in grid:  # the LR is chosen on dev with the first seed; the test split is not consulted
+        runs[lr] = task.fine_tune(arm, lr, seed0, folder / f"lr{lr:g}-seed{seed0}", method=method)
         log(
-            f"[transfer] {name} {arm:<10} lr {lr:g} seed {seed0}: dev {runs[lr].accuracy['dev']:.3f}"
+            f"[transfer] {name} {label:<10} lr {lr:g} seed {seed0}: dev {runs[lr].accuracy['dev']:.3f}"
             + (" COLLAPSED (one class)" if "dev" in runs[lr].collapsed else "")
         )
     dev_acc = {lr: r.accuracy["dev"] for lr, r in runs.items()}
-    best = pick_lr(ft.lr_grid, dev_acc, {lr: "dev" in r.collapsed for lr, r in runs.items()})
+    best = pick_lr(grid, dev_acc, {lr: "dev" in r.collapsed for lr, r in runs.items()})
     test_by_seed = {seed0: runs[best].accuracy["test"]}
     steps_by_seed = {seed0: runs[best].steps}
     collapsed_by_seed = {seed0: runs[best].collapsed.get("test")}
     for seed in ft.seeds[1:]:
-        r = task.fine_tune(arm, best, seed, out_dir / arm / f"lr{best:g}-seed{seed}")
+        r = task.fine_tune(arm, best, seed, folder / f"lr{best:g}-seed{seed}", method=method)
         test_by_seed[seed], collapsed_by_seed[seed] = r.accuracy["test"], r.collapsed.get("test")
         steps_by_seed[seed] = r.steps
     entry: dict[str, Any] = {
@@ -636,13 +671,17 @@ def _evaluate_arm(task: PreparedTask, arm: str, out_dir: Path, name: str, log=_l
     dev_collapsed = [f"{lr:g}" for lr, r in runs.items() if "dev" in r.collapsed]
     if dev_collapsed:
         entry["dev_collapsed_lrs"] = dev_collapsed
-    if len(ft.lr_grid) >= 3:  # with two points every pick is an edge: the flag would say nothing
-        entry["lr_at_grid_edge"] = best in (min(ft.lr_grid), max(ft.lr_grid))
+    if len(grid) >= 3:  # with two points every pick is an edge: the flag would say nothing
+        entry["lr_at_grid_edge"] = best in (min(grid), max(grid))
         if entry["lr_at_grid_edge"]:
             log(
-                f"[transfer] {name} {arm} warning: dev picked lr {best:g}, the edge of finetune.lr_grid "
-                f"{ft.lr_grid}; the best LR may lie outside the grid"
+                f"[transfer] {name} {label} warning: dev picked lr {best:g}, the edge of "
+                f"{'finetune.lr_grid' if method != 'lora' else 'finetune.lr_grid x finetune.lora.lr_scale'} "
+                f"{grid}; the best LR may lie outside the grid"
             )
+    if method != "full":  # the probe and the body's token cosine describe the body: reported once, by `full`
+        log(f"[transfer] {name} {label:<10} lr {best:g}: test {_accuracy_text(entry)} over seeds {ft.seeds}")
+        return entry
     if ft.probe:
         entry["probe_accuracy"] = probe(arms, arm, tok, enc["train"], enc["test"], ft, seed0)
     set_seed(seed0)
@@ -656,6 +695,68 @@ def _evaluate_arm(task: PreparedTask, arm: str, out_dir: Path, name: str, log=_l
     log(
         f"[transfer] {name} {arm:<10} lr {best:g}: test {_accuracy_text(entry)} over seeds {ft.seeds} "
         f"({_steps_text(entry)})" + (f", probe {entry['probe_accuracy']:.3f}" if ft.probe else "")
+    )
+    return entry
+
+
+def frozen_arm(task: PreparedTask, arm: str, name: str, log=_log) -> dict[str, Any]:
+    """The frozen-body method for one arm: a probe on every layer's pooled states (seed 0's body) and the ELMo
+    scalar mix, whose LR is picked on dev with the first seed and whose test accuracy is taken over every seed
+    (each seed: the random arm's body and the mix's head differ)."""
+    ft, enc = task.ft, task.enc
+    collate = Collator(task.tok.pad_token_id)
+    seed0 = ft.seeds[0]
+    gold = {s: enc[s].gold for s in ("train", "dev", "test")}
+    n_classes = len(task.arms.labels)
+    cache: dict[str, np.ndarray] = {}
+
+    def features(seed: int) -> dict[str, np.ndarray]:
+        if arm == "pretrained" and cache:  # the same weights for every seed
+            return cache
+        set_seed(seed)
+        body = task.arms.encoder(arm)
+        x = {s: frozen.layer_features(body, collate, enc[s], ft) for s in ("train", "dev", "test")}
+        if arm == "pretrained":
+            cache.update(x)
+        return x
+
+    x = features(seed0)
+    layers = frozen.probe_layers(x, gold)
+    dev_acc, dev_collapsed, mixes = {}, {}, {}
+    for lr in ft.frozen.mix_lr_grid:
+        mixes[lr] = frozen.fit_scalar_mix(
+            x["train"], gold["train"], n_classes, lr, ft.frozen.mix_steps, seed0
+        )
+        pred = frozen.predict_mix(mixes[lr], x["dev"])
+        dev_acc[lr] = float((pred == gold["dev"]).mean()) if len(pred) else 0.0
+        dev_collapsed[lr] = collapse(pred, gold["dev"]) is not None
+    best = pick_lr(ft.frozen.mix_lr_grid, dev_acc, dev_collapsed)
+    test_by_seed, collapsed_by_seed = {}, {}
+    for seed in ft.seeds:
+        xs = x if seed == seed0 else features(seed)
+        mix = (
+            mixes[best]
+            if seed == seed0
+            else frozen.fit_scalar_mix(xs["train"], gold["train"], n_classes, best, ft.frozen.mix_steps, seed)
+        )
+        pred = frozen.predict_mix(mix, xs["test"])
+        test_by_seed[seed] = float((pred == gold["test"]).mean())
+        collapsed_by_seed[seed] = collapse(pred, gold["test"])
+    by_dev = max(layers, key=lambda r: (r["dev"] if r["dev"] is not None else -1.0, r["layer"]))
+    entry: dict[str, Any] = {
+        "lr": best,
+        "dev_accuracy_by_lr": {f"{k:g}": v for k, v in dev_acc.items()},
+        **aggregate_seeds(test_by_seed, collapsed_by_seed),
+        "steps": ft.frozen.mix_steps,
+        "layers": layers,
+        "best_layer": by_dev["layer"],  # picked on dev
+        "best_layer_test_accuracy": by_dev["test"],
+        "last_layer_test_accuracy": layers[-1]["test"],
+        "mix_weights": [round(float(w), 4) for w in mixes[best].scalars.detach().softmax(0)],
+    }
+    log(
+        f"[transfer] {name} frozen/{arm:<10} scalar mix lr {best:g}: test {_accuracy_text(entry)}; layer "
+        f"{by_dev['layer']} (best on dev) {by_dev['test']:.3f}, last layer {layers[-1]['test']:.3f}"
     )
     return entry
 
@@ -702,7 +803,7 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
         "text_to_text": arms.text_to_text,
         "arms": {},
     }
-    jobs = [(task, arm, out_dir, data.name) for arm in ft.arms]
+    jobs = [(task, arm, out_dir, data.name, method) for method in ft.methods for arm in ft.arms]
     if ft.workers > 1 and len(jobs) > 1:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
@@ -717,8 +818,15 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
             entries = list(pool.map(_evaluate_arm, *zip(*jobs, strict=True)))
     else:
         entries = [_evaluate_arm(*job, log=log) for job in jobs]
-    result["arms"] = dict(zip(ft.arms, entries, strict=True))
-    compare_arms(result, ft.probe)
+    by_method = {m: dict(zip(ft.arms, entries[i * len(ft.arms) : (i + 1) * len(ft.arms)], strict=True))
+                 for i, m in enumerate(ft.methods)}  # fmt: skip
+    result["arms"] = by_method.pop("full", {})  # today's fine-tune: the figures the card and benches read
+    compare_arms(result, ft.probe and bool(result["arms"]))
+    if by_method:
+        result["methods"] = {}
+        for m, arms_of in by_method.items():
+            result["methods"][m] = {"arms": arms_of}
+            compare_arms(result["methods"][m], False)
     result["seconds"] = round(time.time() - t0, 1)
     return result
 
@@ -748,6 +856,7 @@ def run_transfer(
         "tasks": {r["task"]: r for r in results},
     }
     write_report(report, [out, model_dir])
+    write_layer_report(report, out)  # the frozen method's probe accuracy by layer: table + PNG
     _to_tensorboard(layout.logs, results)
     return report
 
@@ -816,4 +925,5 @@ def format_report(report: dict[str, Any]) -> str:
                 + (f" (Welch p={p:.3g})" if p is not None else "")
                 + (f", probe {100 * r['probe_margin']:+.1f} points" if "probe_margin" in r else "")
             )
+        lines += method_lines(r, _accuracy_text)
     return "\n".join(lines)

@@ -289,6 +289,9 @@ class FamilySpec:
     lora_target_modules: tuple[str, ...] = ()
     # `finetune` settings this family fine-tunes with where the config does not set them (FinetuneRecipe).
     finetune_defaults: dict[str, Any] = field(default_factory=dict)
+    # LoRA (`finetune.methods: [lora]`, through peft): the head modules trained and saved whole beside the
+    # adapters (peft's modules_to_save; empty: peft's default for the task).
+    lora_modules_to_save: tuple[str, ...] = ()
     # --- implementation: filled in by pretrain/families/<name>.py (or given whole by an outside package)
     # (model section, tokenizer, seq_len, padded vocab size) -> a transformers PretrainedConfig.
     build_config: Callable[[Any, Any, int, int], Any] | None = None

@@ -56,6 +56,41 @@ class FinetuneTask(Section):
         return self
 
 
+# Adaptation methods (the NAACL 2019 transfer-learning tutorial's menu), each run for every arm:
+# full: every weight fine-tuned; frozen: the body frozen, a linear probe per layer and an ELMo scalar mix of all
+# layers; lora: low-rank adapters through peft (targets from the family spec); ulmfit: discriminative LRs, gradual
+# unfreezing from the top, slanted triangular schedule (Howard & Ruder 2018).
+Method = Literal["full", "frozen", "lora", "ulmfit"]
+DEFAULT_METHODS: tuple[Method, ...] = ("full",)
+
+
+class LoraSection(Section):
+    """peft's LoraConfig: rank, scaling and dropout of the adapters (LoRA paper defaults for small models)."""
+
+    r: int = Field(8, gt=0)
+    alpha: int = Field(16, gt=0)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    # The LR grid of LoRA runs is finetune.lr_grid times this: adapters train at ~10x full fine-tuning's LR.
+    lr_scale: float = Field(10.0, gt=0)
+
+
+class UlmfitSection(Section):
+    """ULMFiT's fine-tuning schedule (Howard & Ruder 2018), with the paper's defaults."""
+
+    decay: float = Field(2.6, ge=1)  # each layer group's LR is the one above's / decay
+    cut_frac: float = Field(0.1, gt=0, lt=1)  # slanted triangular: share of steps spent rising
+    ratio: float = Field(32, ge=1)  # slanted triangular: peak LR / lowest LR
+    # Steps between unfreezing the next layer group (from the top); None: one epoch, as in the paper.
+    unfreeze_every: int | None = Field(None, gt=0)
+
+
+class FrozenSection(Section):
+    """The frozen-body method: a logistic-regression probe per layer and an ELMo-style scalar mix."""
+
+    mix_lr_grid: list[float] = Field(default_factory=lambda: [1e-3, 1e-2, 1e-1], min_length=1)
+    mix_steps: int = Field(300, gt=0)  # full-batch Adam steps of the scalar mix and its linear head
+
+
 class FinetuneConfig(Section):
     """The fine-tune recipe shared by every task, arm and seed (HF `Trainer`)."""
 
@@ -92,11 +127,25 @@ class FinetuneConfig(Section):
     early_stopping_patience: int = Field(0, ge=0)
     probe: bool = True  # frozen-feature probe: mean-pooled last hidden state -> logistic regression
     arms: list[Arm] = Field(default_factory=lambda: list(ARMS), min_length=1)
+    # Adaptation methods, each run for every arm: full (every weight), frozen (probe per layer + ELMo scalar mix),
+    # lora (peft adapters on the family's target modules, head trained and saved), ulmfit (discriminative LRs,
+    # gradual unfreezing, slanted triangular schedule). full's results stay under `arms` in transfer.json.
+    methods: list[Method] = Field(default_factory=lambda: list(DEFAULT_METHODS), min_length=1)
+    lora: LoraSection = Field(default_factory=LoraSection)
+    ulmfit: UlmfitSection = Field(default_factory=UlmfitSection)
+    frozen: FrozenSection = Field(default_factory=FrozenSection)
     eval_batch_size: int = Field(64, gt=0)
     threads: int | None = None  # torch intra-op threads (None: torch's default, all cores)
     # Transfer evaluation: arms fine-tuned at once, each in its own process (small models use 2 cores better as two
     # 1-thread runs than as one 2-thread run); each worker gets `threads` or cores // workers intra-op threads.
     workers: int = Field(1, ge=1)
+
+    @field_validator("methods")
+    @classmethod
+    def _methods_once(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"finetune.methods: {v} names a method twice")
+        return v
 
     @model_validator(mode="before")
     @classmethod

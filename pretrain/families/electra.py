@@ -51,4 +51,9 @@ def param_count(cfg: Any) -> tuple[int, int]:
     return emb + disc + gen, v * e + v
 
 
-SPEC = implement_family("electra", build_config=build_config, param_count=param_count)
+SPEC = implement_family(
+    "electra",
+    lora_modules_to_save=("classifier",),
+    build_config=build_config,
+    param_count=param_count,
+)

@@ -32,4 +32,9 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     )
 
 
-SPEC = implement_family("gpt2", build_config=build_config, param_count=shapes.gpt2)
+SPEC = implement_family(
+    "gpt2",
+    lora_modules_to_save=("score",),
+    build_config=build_config,
+    param_count=shapes.gpt2,
+)

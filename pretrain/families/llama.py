@@ -45,4 +45,8 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     return config
 
 
-SPEC = implement_family("llama", build_config=build_config)
+SPEC = implement_family(
+    "llama",
+    lora_modules_to_save=("score",),
+    build_config=build_config,
+)

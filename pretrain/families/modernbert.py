@@ -62,5 +62,9 @@ def flops_per_token(spec: FamilySpec, m: ModelConfig, n_params: int, seq_len: in
 
 
 SPEC = implement_family(
-    "modernbert", build_config=build_config, flops_per_token=flops_per_token, param_count=shapes.modernbert
+    "modernbert",
+    lora_modules_to_save=("head", "classifier"),
+    build_config=build_config,
+    flops_per_token=flops_per_token,
+    param_count=shapes.modernbert,
 )

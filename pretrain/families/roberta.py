@@ -35,4 +35,9 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     )
 
 
-SPEC = implement_family("roberta", build_config=build_config, param_count=shapes.roberta)
+SPEC = implement_family(
+    "roberta",
+    lora_modules_to_save=("classifier",),
+    build_config=build_config,
+    param_count=shapes.roberta,
+)

@@ -50,6 +50,7 @@ def attention_layers(m: ModelConfig) -> int:
 
 SPEC = implement_family(
     "t5",
+    lora_modules_to_save=(),
     build_config=build_config,
     probe_inputs=probe_inputs,
     attention_layers=attention_layers,

@@ -1,0 +1,96 @@
+"""The frozen-body method (feature extraction, the NAACL 2019 tutorial's first option): the body never trains.
+
+- probe per layer: each layer's mean-pooled states (embeddings = layer 0) -> logistic regression, scored on dev
+  and test ("which layer carries the task", pretrained against random init);
+- ELMo's scalar mix (Peters et al. 2018): softmax-normalised weights over all layers and a scale gamma, then a
+  linear classifier, trained on the pooled states (pooling is linear, so mixing pooled states is mixing states);
+  its LR is picked on dev, its test accuracy is the method's figure per seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from runconfig.finetune import FinetuneConfig
+
+
+def layer_features(body: torch.nn.Module, collate: Callable, enc, ft: FinetuneConfig) -> np.ndarray:
+    """[examples, layers + 1, hidden]: each layer's mean-pooled states per example (averaged over its windows)."""
+    body.eval()
+    device = next(body.parameters()).device
+    feats: np.ndarray | None = None
+    counts = np.bincount(enc.owner, minlength=len(enc.gold))[:, None, None]
+    with torch.no_grad():
+        for s in range(0, len(enc.features), ft.eval_batch_size):
+            batch = {k: v.to(device) for k, v in collate(enc.features[s : s + ft.eval_batch_size]).items()}
+            mask = batch["attention_mask"].unsqueeze(-1).float()
+            out = body(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                output_hidden_states=True,
+            )
+            h = torch.stack([x.float() for x in out.hidden_states], 1)  # [b, L+1, t, d]
+            pooled = ((h * mask.unsqueeze(1)).sum(2) / mask.sum(1).clamp(min=1).unsqueeze(1)).cpu().numpy()
+            if feats is None:
+                feats = np.zeros((len(enc.gold), pooled.shape[1], pooled.shape[2]))
+            np.add.at(feats, enc.owner[s : s + ft.eval_batch_size], pooled)
+    assert feats is not None, "no examples to pool"
+    return feats / counts
+
+
+def probe_layers(x: dict[str, np.ndarray], gold: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """A standardised logistic regression per layer, fit on train, scored on dev and test."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    out = []
+    for layer in range(x["train"].shape[1]):
+        clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=1.0))
+        clf.fit(x["train"][:, layer], gold["train"])
+        row: dict[str, Any] = {"layer": layer}
+        for split in ("dev", "test"):
+            row[split] = (
+                float((clf.predict(x[split][:, layer]) == gold[split]).mean()) if len(gold[split]) else None
+            )
+        out.append(row)
+    return out
+
+
+class ScalarMix(torch.nn.Module):
+    """ELMo's task-specific layer combination: gamma * sum_j softmax(s)_j * h_j, then a linear classifier."""
+
+    def __init__(self, layers: int, hidden: int, classes: int):
+        super().__init__()
+        self.scalars = torch.nn.Parameter(torch.zeros(layers))
+        self.gamma = torch.nn.Parameter(torch.ones(()))
+        self.norm = torch.nn.LayerNorm(hidden, elementwise_affine=False)  # layers differ in scale
+        self.head = torch.nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.scalars.softmax(0)
+        return self.head(self.gamma * (w[None, :, None] * self.norm(x)).sum(1))
+
+
+def fit_scalar_mix(
+    x_train: np.ndarray, y_train: np.ndarray, classes: int, lr: float, steps: int, seed: int
+) -> ScalarMix:
+    """Full-batch Adam on the pooled layer states (seeded: the head's init is the only randomness)."""
+    torch.manual_seed(seed)
+    mix = ScalarMix(x_train.shape[1], x_train.shape[2], classes)
+    x, y = torch.tensor(x_train, dtype=torch.float32), torch.tensor(y_train, dtype=torch.long)
+    opt = torch.optim.Adam(mix.parameters(), lr=lr, weight_decay=1e-4)
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(mix(x), y).backward()
+        opt.step()
+    return mix
+
+
+def predict_mix(mix: ScalarMix, x: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return mix(torch.tensor(x, dtype=torch.float32)).argmax(-1).numpy()
