@@ -56,16 +56,17 @@ NGRAM = 13
 
 # Blocklists (written to files for ours, passed as sets to datatrove's URLFilter).
 LISTS = {
-    "blocked_domains": ["blocked-casino.example", "ads.tracker.example"],
+    "blocked_domains": ["blocked-casino.com", "ads.tracker.net"],
     "blocked_urls": ["https://fine.example/the-one-bad-page"],
     "banned_words": ["warez"],
     "soft_banned_words": ["free", "download"],
     "banned_subwords": ["xxxstore"],
 }
 BLOCKED_URLS = [
-    "https://blocked-casino.example/news/{i}",  # domain
-    "https://www.blocked-casino.example/p/{i}",  # a subdomain of a listed domain
-    "https://ads.tracker.example/c/{i}",  # listed subdomain
+    # real suffixes: tldextract finds no registered domain under a made-up one (.example), so datatrove would not
+    "https://blocked-casino.com/news/{i}",  # domain
+    "https://www.blocked-casino.com/p/{i}",  # a subdomain of a listed domain
+    "https://ads.tracker.net/c/{i}",  # listed subdomain
     "https://fine.example/the-one-bad-page",  # exact URL
     "https://files.example/warez/{i}",  # banned word
     "https://files.example/free/download/{i}",  # two soft-banned words
@@ -176,7 +177,7 @@ def synthetic(
         if i % 10 == 3:
             art, p = eval_paras[(i // 10) % len(eval_paras)]
             body.insert(1, p)
-            planted.append({"doc": i, "kind": "eval_ngram", "eval_article": art})
+            planted.append({"doc": i, "kind": "eval_ngram", "eval_article": art, "paragraph": p})
         if i % 7 == 2:
             kind, pat, replaced = PII[(i // 7) % len(PII)]
             item = pat.format(i=i, j=1 + i % 200, k=10 + i % 80, h=f"{i % 256:02x}")
@@ -198,14 +199,15 @@ def planted_caught(
     syn: list[dict], planted: list[dict], steps, eval_ids: set[int]
 ) -> tuple[Counter, Counter]:
     """(caught, planted) per kind, by our url and decontaminate steps and our PII formatter (default kinds): a
-    planted URL dropped, a planted evaluation paragraph dropped naming its article, a public address or phone
-    number replaced, a reserved address kept."""
+    planted URL dropped, a planted evaluation paragraph dropped with an n-gram of it (BBC repeats paragraphs across
+    articles, so the example named may be another article quoting it), a public address or phone number replaced,
+    a reserved address kept."""
     from core.document import Document
+    from data_pipeline.decontaminate import normalise_words
     from data_pipeline.filters import PiiFormatter
 
     pii = PiiFormatter()
     url_f, dec_f = dict(steps)["url"], dict(steps)["decontaminate"]
-    order = sorted(eval_ids)
     caught, total = Counter(), Counter()
     for p in planted:
         d = syn[p["doc"]]
@@ -215,7 +217,7 @@ def planted_caught(
             caught[p["kind"]] += not url_f(doc)[0]
         elif p["kind"] == "eval_ngram":
             res = dec_f(doc)
-            caught[p["kind"]] += (not res[0]) and res[2]["eval_id"] == str(order.index(p["eval_article"]))
+            caught[p["kind"]] += (not res[0]) and res[2]["ngram"] in " ".join(normalise_words(p["paragraph"]))
         else:
             caught[p["kind"]] += (p["item"] not in pii.redact(d["text"])) == p["replaced"]
     return caught, total

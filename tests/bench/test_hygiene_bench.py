@@ -23,7 +23,7 @@ def test_every_planted_item_is_caught_and_a_weaker_filter_misses_some(tmp_path):
     assert set(total) == kinds and all(total[k] >= 2 for k in kinds), total
     assert caught == total
     # the same check with a listed subdomain left out and 500-grams (longer than any planted paragraph): it fails
-    (tmp_path / "blocked_domains.txt").write_text("blocked-casino.example\n")
+    (tmp_path / "blocked_domains.txt").write_text("blocked-casino.com\n")
     weaker = hb.our_steps(tmp_path, [articles[i] for i in sorted(eval_ids)], n=500)
     missed, _ = hb.planted_caught(syn, planted, weaker, eval_ids)
     assert missed["blocked_url"] < total["blocked_url"] and missed["eval_ngram"] == 0
