@@ -199,11 +199,10 @@ def planted_caught(
     syn: list[dict], planted: list[dict], steps, eval_ids: set[int]
 ) -> tuple[Counter, Counter]:
     """(caught, planted) per kind, by our url and decontaminate steps and our PII formatter (default kinds): a
-    planted URL dropped, a planted evaluation paragraph dropped with an n-gram of it (BBC repeats paragraphs across
-    articles, so the example named may be another article quoting it), a public address or phone number replaced,
-    a reserved address kept."""
+    planted URL dropped, a document with a planted evaluation paragraph dropped (the n-gram reported may come from
+    another paragraph of it that quotes evaluation text too: BBC repeats paragraphs across articles) and the
+    paragraph alone dropped, a public address or phone number replaced, a reserved address kept."""
     from core.document import Document
-    from data_pipeline.decontaminate import normalise_words
     from data_pipeline.filters import PiiFormatter
 
     pii = PiiFormatter()
@@ -217,7 +216,9 @@ def planted_caught(
             caught[p["kind"]] += not url_f(doc)[0]
         elif p["kind"] == "eval_ngram":
             res = dec_f(doc)
-            caught[p["kind"]] += (not res[0]) and res[2]["ngram"] in " ".join(normalise_words(p["paragraph"]))
+            # dropped, by this paragraph's n-grams or by another quote of evaluation text the document holds
+            alone = dec_f(Document(id="p", text=p["paragraph"]))
+            caught[p["kind"]] += (not res[0]) and (not alone[0])
         else:
             caught[p["kind"]] += (p["item"] not in pii.redact(d["text"])) == p["replaced"]
     return caught, total
