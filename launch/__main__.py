@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from core.exit_codes import PREEMPTED
+from core.process import dies_with_this_process
 from launch import render, slurm
 from launch.render import Entry, LaunchError, NodeCommand
 from runconfig.cli import Command, config_from_args, dispatch, run_cli
@@ -191,7 +192,12 @@ def cmd_run(args) -> int:
     # torchrun gives each rank OMP_NUM_THREADS=1 when it is unset, with a five-line banner saying so: the same
     # value set here, silently; one from the shell or launch.env wins.
     omp = {"OMP_NUM_THREADS": "1"} if cfg.launch.launcher == "torchrun" else {}
-    procs = [subprocess.Popen(argv, env={**omp, **os.environ, **(env or {})}) for argv, env in argvs]
+    # torchrun (or ssh, the DeepSpeed launcher) gets SIGTERM when this process dies, even by SIGKILL, and shuts its
+    # ranks down (they checkpoint at the step end): nothing goes on training, holding the port and the run folder.
+    procs = [
+        subprocess.Popen(argv, env={**omp, **os.environ, **(env or {})}, preexec_fn=dies_with_this_process())
+        for argv, env in argvs
+    ]
     # Ranks are torchrun's children; the DeepSpeed launcher has one more process (launcher.launch) in between.
     # Over ssh / pdsh the remote ranks are out of reach: the local client gets the signal.
     remote = args.all_nodes or (cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1)

@@ -416,6 +416,14 @@ CELLS: tuple[Cell, ...] = (
     ),
     Cell(
         "launch",
+        "SIGKILL",
+        "resumed exactly",
+        "torchrun gets a parent-death signal (SIGTERM) and shuts its ranks down, which checkpoint at the step "
+        "end; nothing is left training or holding the master port, and the rerun resumes from that checkpoint",
+        "tests/launch/test_run_integration.py::test_sigkill_of_launch_run_takes_torchrun_and_the_ranks_down",
+    ),
+    Cell(
+        "launch",
         "SIGINT / SIGTERM",
         "refused",
         "Ctrl-C before any checkpoint: the ranks' exit code and a line saying no checkpoint was written, not 75",
