@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from core.exit_codes import USAGE
+from tests.faults.test_export_target import read_only
 from tests.pretrain.conftest import ROOT, child_env, run_module
 
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
@@ -40,7 +42,7 @@ def _transfer(export: Path, accuracy: float) -> None:
     (export / "transfer.json").write_text(json.dumps(report))
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(780)
 def test_export_is_staged_bound_to_its_weights_and_names_its_step(roberta_run, tmp_path):
     from pretrain.checkpoint import complete_tags
     from tests.pretrain.test_train_deepspeed import isolated
@@ -57,6 +59,8 @@ def test_export_is_staged_bound_to_its_weights_and_names_its_step(roberta_run, t
         "eval.every_steps=1000",
         "schedule.total_steps=8",
     ]
+    (run / "export.old").mkdir(parents=True)  # an earlier export the user renamed: never touched (issue 43)
+    (run / "export.old" / "notes.txt").write_text("mine")
     umask = os.umask(0o022)  # the children inherit it: outputs must be 0644 (row 10)
     try:
         run_module(["-m", "pretrain", "train", *base])
@@ -128,3 +132,15 @@ def test_export_is_staged_bound_to_its_weights_and_names_its_step(roberta_run, t
     assert (
         json.loads((export / "COMPLETE").read_text())["step"] == 8 and not (run / ".export.staging").exists()
     )
+    assert (run / "export.old" / "notes.txt").read_text() == "mine"
+
+    # A read-only run (archived, a snapshot): exported with --out elsewhere, its unwritable log said once and no
+    # traceback; without --out, one line naming the folder (issue 43 fault 3).
+    elsewhere = tmp_path / "elsewhere"
+    with read_only(run):
+        res = run_module(["-m", "pretrain", "export", *base, "--out", str(elsewhere)])
+        refused = run_module(["-m", "pretrain", "export", *base], check=False)
+    assert json.loads((elsewhere / "COMPLETE").read_text())["step"] == 8
+    assert "Traceback" not in res.stderr and res.stderr.count("cannot write the log file") <= 1, res.stderr
+    assert refused.returncode == USAGE and "Traceback" not in refused.stderr, refused.stderr
+    assert f"{run} is not writable" in refused.stderr and "--out" in refused.stderr
