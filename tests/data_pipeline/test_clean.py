@@ -147,7 +147,10 @@ def test_demo_clean_and_dedup_cli(tmp_path):
     stats = json.loads((tmp_path / "clean/stats.json").read_text())
     bbc = stats["per_source"]["bbc"]
     assert bbc["read"] == 2225 and 600 < bbc["holdout"] < 740
-    assert bbc["kept"] > 0.9 * (bbc["read"] - bbc["holdout"])
+    # Decontamination drops the training articles that share a 13-gram with the fine-tune task's dev/test hold-out
+    # (BBC repeats stories across articles): a leak, not a cleaning loss.
+    decontaminated = stats["dropped_by_source_and_reason"]["bbc"].get("decontaminated", 0)
+    assert decontaminated > 0 and bbc["kept"] + decontaminated > 0.9 * (bbc["read"] - bbc["holdout"])
     assert stats["per_source"]["crawl"]["kept"] >= 3
     dd = json.loads((tmp_path / "dedup/dedup_stats.json").read_text())
     assert dd["exact_duplicates"] > 0 and dd["kept"] < bbc["kept"] + stats["per_source"]["crawl"]["kept"]
