@@ -14,6 +14,7 @@ import torch
 
 from core.log import get_logger
 from core.net import free_port
+from pretrain.models import compile_blocks
 from pretrain.parity import sabotage
 from pretrain.schedule import TrainPlan, lr_multiplier
 from runconfig import RunConfig
@@ -196,9 +197,10 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
     _keep_fp32_clip_norm(engine)
     StepGuard(engine)
     if cfg.deepspeed.compile:
-        engine.compile(backend=cfg.deepspeed.compile_backend)
+        # regional compilation, one graph shared by the repeated blocks (pretrain/models.py)
+        n = compile_blocks(engine.module, backend=cfg.deepspeed.compile_backend)
         log.info(
-            f"[train] torch.compile ({cfg.deepspeed.compile_backend}) through DeepSpeed's engine.compile()"
+            f"[train] torch.compile ({cfg.deepspeed.compile_backend}) of {n} repeated blocks, one graph each"
         )
     return engine, scheduler, ds_config
 

@@ -7,6 +7,7 @@ factor-scaled fan-in init), which is what the papers specify.
 
 from __future__ import annotations
 
+import torch
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from pretrain.families import get_family
@@ -43,3 +44,40 @@ def count_parameters(model: PreTrainedModel, exclude_embeddings: bool = False) -
         seen.add(id(p))
         total += p.numel()
     return total
+
+
+def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated layers (decoder/encoder blocks): the members of every outermost `nn.ModuleList` whose
+    members share one class and hold parameters. Families differ in where they keep them (GPT-2 `transformer.h`,
+    Llama `model.layers`, T5's two stacks, ELECTRA's discriminator and generator); this finds them all."""
+    blocks: list[torch.nn.Module] = []
+    taken: list[str] = []
+    for name, mod in model.named_modules():
+        if any(name.startswith(t + ".") for t in taken):
+            continue
+        if isinstance(mod, torch.nn.ModuleList) and len(mod) and len({type(m) for m in mod}) == 1:
+            if any(True for _ in mod[0].parameters()):
+                blocks.extend(mod)
+                taken.append(name)
+    return blocks
+
+
+def compile_blocks(model: torch.nn.Module, backend: str = "inductor") -> int:
+    """Regional compilation (torchtitan's per-block `compile`): each repeated block is compiled in place, and since
+    every block runs the same code on same-shaped inputs, dynamo traces one graph that all of them reuse. The
+    first compile is one block's, not the whole model's (docs/training.md has the measured times).
+
+    It also keeps attention on SDPA's fast path: the attention mask is built by transformers outside the compiled
+    region, eagerly, where an unpadded batch without document boundaries gets no mask at all, so SDPA inside the
+    block is called with `attn_mask=None, is_causal=True` (and `enable_gqa` for grouped-query attention).
+    Compiled whole, transformers 5.17 builds a [B,1,T,T] mask while tracing (masking_utils `is_tracing`), and any
+    version does once `use_cache=False` passes position_ids to packed-sequence detection, which cannot be decided
+    while tracing. State-dict names are unchanged (no `_orig_mod`). Returns the number of blocks compiled."""
+    blocks = repeated_blocks(model)
+    for block in blocks:
+        block.compile(backend=backend)
+    if hasattr(
+        model, "_lmstack_loss_step"
+    ):  # the chunked loss's step (pretrain/losses.py), one graph per shape
+        model._lmstack_loss_step = torch.compile(model._lmstack_loss_step, backend=backend, dynamic=False)
+    return len(blocks)

@@ -122,7 +122,8 @@ def memory_estimates(cfg: RunConfig, total: int, largest: int, world: int) -> di
 def activation_gib(cfg: RunConfig, micro_batch: int, vocab: int) -> float:
     """Activation memory per rank for one micro-batch, GiB: s*b*h*(34 + 5*a*s/h) bytes per layer with 16-bit
     activations and no recomputation (Korthikanti et al. 2022, eq. 2; twice that in fp32; with activation
-    checkpointing only each layer's input, 2*s*b*h, is kept), plus the fp32 logits (4*s*b*V)."""
+    checkpointing only each layer's input, 2*s*b*h, is kept), plus the fp32 logits (4*s*b*V; one chunk of them
+    with objective.chunked_loss)."""
     m, s, b = cfg.model, cfg.packing.seq_len, micro_batch
     spec = get_family(m.family)
     layers = m.num_layers + ((m.num_decoder_layers or m.num_layers) if spec.encoder_decoder else 0)
@@ -130,7 +131,12 @@ def activation_gib(cfg: RunConfig, micro_batch: int, vocab: int) -> float:
     per_layer = s * b * m.hidden_size * (34 + 5 * m.num_heads * s / m.hidden_size) * width / 2
     if cfg.deepspeed.activation_checkpointing:
         per_layer = 2 * s * b * m.hidden_size * width / 2
-    return (layers * per_layer + 4 * s * b * vocab) / 2**30
+    logits = 4 * s * b * vocab
+    if cfg.objective.chunked_loss:  # one chunk of fp32 logits and its gradient at a time (pretrain/losses.py)
+        from pretrain.losses import MAX_CHUNK_ELEMENTS
+
+        logits = min(logits, 2 * 4 * MAX_CHUNK_ELEMENTS)
+    return (layers * per_layer + logits) / 2**30
 
 
 def step_estimate(cfg: RunConfig, plan: Any, total: int, gpu: str | None, mfu: float) -> dict[str, Any]:

@@ -43,6 +43,7 @@ POLICIES: dict[str, str] = {
     "deepspeed.max_consecutive_bad_steps": "apply",
     "deepspeed.compile": "apply",  # compilation changes no state
     "deepspeed.compile_backend": "apply",
+    "objective.chunked_loss": "apply",  # the same loss and gradients, computed a chunk of tokens at a time
     "loader.num_workers": "apply",
 }
 _NOTES = {

@@ -24,6 +24,9 @@ class ObjectiveConfig(Section):
     sparse_prediction: bool = True
     # GPT: reset attention and positions at document boundaries inside a packed block.
     document_masking: bool = False
+    # GPT: the LM head and cross-entropy a chunk of tokens at a time (pretrain/losses.py), so the [tokens, vocab]
+    # logits are never held whole (nor upcast to fp32). Causal objective only, ZeRO stage 0-2.
+    chunked_loss: bool = False
     # T5 span corruption.
     noise_density: float = Field(0.15, gt=0, lt=1)
     mean_noise_span_length: float = Field(3.0, gt=0)

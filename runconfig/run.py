@@ -158,6 +158,14 @@ class RunConfig(Section):
                 f"optim.name: 'adafactor' needs deepspeed.zero_stage: 0 (got {self.deepspeed.zero_stage}): ZeRO "
                 "shards would hide the whole matrices it factors and scales by"
             )
+        if self.objective.chunked_loss and (
+            self.objective.type != "causal" or self.deepspeed.zero_stage == 3
+        ):
+            raise ValueError(
+                f"objective.chunked_loss: needs a causal LM head trained without parameter sharding (objective.type "
+                f"'causal', deepspeed.zero_stage 0-2); got model.family '{fam.name}', objective.type "
+                f"'{obj.name}', deepspeed.zero_stage {self.deepspeed.zero_stage}"
+            )
         if self.deepspeed.offload_params and self.deepspeed.zero_stage != 3:
             raise ValueError("deepspeed.offload_params needs deepspeed.zero_stage: 3")
         if self.deepspeed.offload_optimizer and self.deepspeed.zero_stage == 0:

@@ -122,7 +122,8 @@ class DeepSpeedConfig(Section):
     comm_timeout_s: int = Field(600, gt=0)
     # Halt after this many consecutive non-finite losses (fp16 overflow skips are counted by DeepSpeed).
     max_consecutive_bad_steps: int = Field(20, gt=0)
-    # torch.compile through DeepSpeed's `engine.compile()` (state-dict names unchanged); the GPU presets turn it on.
+    # torch.compile of each repeated block (pretrain.models.compile_blocks; state-dict names unchanged); GPU presets
+    # turn it on.
     compile: bool = False
     compile_backend: str = "inductor"  # torch.compile backend ("aot_eager" needs no C++ toolchain)
 

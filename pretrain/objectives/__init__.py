@@ -46,11 +46,16 @@ def mlm_prepare(cfg: Any, model: Any) -> None:
 
 
 def causal_prepare(cfg: Any, model: Any) -> None:
-    """Document masking: transformers builds the per-document attention from the restarted position_ids only
-    when no KV cache is created (GPT-2 builds a DynamicCache even in training, and `create_causal_mask` then
-    ignores the restarted position_ids), so training runs with use_cache=False."""
-    if cfg.objective.document_masking:
-        model.config.use_cache = False
+    """Training never uses a KV cache: GPT-2 and Llama default to `use_cache=True` and would build a DynamicCache
+    every forward and return each layer's K and V. Document masking needs it off too: transformers builds the
+    per-document attention from the restarted position_ids only when no cache is created. Off, each block's
+    compiled graph no longer specialises on its layer index either, so all blocks share one graph
+    (`compile_blocks`)."""
+    model.config.use_cache = False
+    if cfg.objective.chunked_loss:
+        from pretrain.losses import enable_chunked_loss
+
+        enable_chunked_loss(model)
 
 
 def electra_wrap(cfg: Any, model: Any, tokenizer: Any) -> Any:
