@@ -51,8 +51,8 @@ class _ChunkedLinearCE(torch.autograd.Function):
         scale = 1.0 / n_valid.to(acc)
         rows = chunk_rows(hidden.shape[0], weight.shape[0])
         total = torch.zeros((), dtype=acc, device=hidden.device)
-        grad_h = torch.empty_like(hidden) if grads else None
-        grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if grads else None
+        grad_h = torch.empty_like(hidden) if grads else hidden.new_empty(0)  # empty: evaluation computes none
+        grad_w = torch.zeros(weight.shape if grads else (0,), dtype=acc, device=weight.device)
         for s in range(0, hidden.shape[0], rows):
             loss, gh, gw = step(hidden[s : s + rows], weight, labels[s : s + rows], scale, grads)
             total = total + loss
