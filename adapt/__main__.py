@@ -58,7 +58,8 @@ def _transfer_args(p: argparse.ArgumentParser) -> None:
 
 
 def _transfer(args: argparse.Namespace) -> int:
-    from adapt.transfer import format_report, run_transfer
+    from adapt.report import format_report
+    from adapt.transfer import run_transfer
 
     cfg = config_from_args(args)
     print(format_report(run_transfer(cfg, _export_dir(cfg, args.model), args.out)))

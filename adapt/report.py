@@ -1,12 +1,17 @@
-"""The per-layer probing report of the frozen method: a table (probe test accuracy by layer, pretrained against
-random init) and a PNG of the same curves, one panel per task, written beside transfer.json."""
+"""The transfer report: transfer.json (atomic), TensorBoard scalars, the printed summary; and the frozen method's
+per-layer probing report, a table (probe test accuracy by layer, pretrained against random init) and a PNG of the
+same curves, one panel per task, written beside transfer.json."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
-from core.io import atomic_write
+from adapt.probes import DEGENERATE_TOKEN_COSINE
+from adapt.scoring import COLLAPSE_PREDICTED_SHARE
+from core.errors import DiskFullError, is_disk_full
+from core.io import atomic_write, json_bytes
 
 LAYERS_TABLE = "probe_layers.md"
 LAYERS_PLOT = "probe_layers.png"
@@ -68,7 +73,7 @@ def write_layer_report(report: dict[str, Any], folder: Path) -> list[Path]:
     return [folder / LAYERS_TABLE, *([png] if png else [])]
 
 
-def method_lines(task: dict[str, Any], accuracy_text) -> list[str]:
+def method_lines(task: dict[str, Any]) -> list[str]:
     """The transfer report's lines for the methods beyond `full`: each arm's test accuracy and the margin."""
     lines = []
     for method, m in task.get("methods", {}).items():
@@ -87,3 +92,90 @@ def method_lines(task: dict[str, Any], accuracy_text) -> list[str]:
                 + (f" (Welch p={p:.3g})" if p is not None else "")
             )
     return lines
+
+
+RESULT_FILE = "transfer.json"
+
+
+def steps_text(entry: dict[str, Any]) -> str:
+    """The optimizer steps each seed's run took ('60 steps', or '60/72/64 steps' where early stopping differed)."""
+    steps = list(entry.get("steps_by_seed", {}).values()) or [entry.get("steps")]
+    return f"{steps[0]} steps" if len(set(steps)) == 1 else f"{'/'.join(map(str, steps))} steps"
+
+
+def accuracy_text(entry: dict[str, Any]) -> str:
+    """'0.812 ± 0.010', with the collapsed seeds named (kept out of the mean), or 'collapsed' for every seed."""
+    t = entry["test_accuracy"]
+    bad = entry.get("collapsed", {})
+    if t["mean"] is None:
+        return f"collapsed (every seed: {', '.join(bad)})"
+    txt = f"{t['mean']:.3f} ± {t['sd']:.3f}"
+    return txt + (f" (collapsed seeds {', '.join(bad)} left out)" if bad else "")
+
+
+def write_report(report: dict[str, Any], folders: list[Path]) -> None:
+    """`transfer.json` into each folder, atomically: on a full disk the previous report stays whole (a truncated
+    one would drop results from the card and break `pretrain card`)."""
+    data = json_bytes(report)
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            atomic_write(folder / RESULT_FILE, data)
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            raise DiskFullError(
+                f"writing {folder / RESULT_FILE} failed: the disk is full "
+                f"({shutil.disk_usage(folder).free / 2**20:.1f} MiB free); the previous report there is left whole"
+            ) from e
+
+
+def to_tensorboard(folder: Path, results: list[dict[str, Any]]) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(folder))
+    for r in results:
+        for arm, e in r["arms"].items():
+            if e["test_accuracy"]["mean"] is not None:
+                w.add_scalar(f"transfer/{r['task']}/{arm}/test_accuracy", e["test_accuracy"]["mean"], 0)
+            w.add_scalar(f"transfer/{r['task']}/{arm}/collapsed_runs", len(e.get("collapsed", {})), 0)
+            if "probe_accuracy" in e:
+                w.add_scalar(f"transfer/{r['task']}/{arm}/probe_accuracy", e["probe_accuracy"], 0)
+        if "margin" in r:
+            w.add_scalar(f"transfer/{r['task']}/margin", r["margin"], 0)
+    w.close()
+
+
+def format_report(report: dict[str, Any]) -> str:
+    lines = []
+    for name, r in report["tasks"].items():
+        lines.append(
+            f"{name}: {r['splits']['train']} train / {r['splits']['dev']} dev / {r['splits']['test']} test "
+            f"({len(r['labels'])} labels; {r['origin']})"
+        )
+        for arm, e in r["arms"].items():
+            n = len(e["test_accuracy"]["values"]) + len(e.get("collapsed", {}))
+            probe_txt = f"   probe {e['probe_accuracy']:.3f}" if "probe_accuracy" in e else ""
+            lines.append(
+                f"  {arm:<10} {accuracy_text(e)}  (lr {e['lr']:g}, {n} seeds, {steps_text(e)}){probe_txt}"
+            )
+        for arm, e in r["arms"].items():
+            if e.get("token_cosine", 0.0) > DEGENERATE_TOKEN_COSINE:
+                lines.append(
+                    f"  DEGENERATE {arm} body: token states' mean cosine {e['token_cosine']:.3f} (it ignores "
+                    "its input)"
+                )
+        if r.get("collapsed"):
+            lines.append(
+                f"  COLLAPSED  {', '.join(r['collapsed'])}: a run predicted one class for >= "
+                f"{COLLAPSE_PREDICTED_SHARE:.0%} of the test set; such runs are not in the means"
+            )
+        if "margin" in r:
+            p = r.get("p_value")
+            lines.append(
+                f"  margin     {100 * r['margin']:+.1f} points"
+                + (f" (Welch p={p:.3g})" if p is not None else "")
+                + (f", probe {100 * r['probe_margin']:+.1f} points" if "probe_margin" in r else "")
+            )
+        lines += method_lines(r)
+    return "\n".join(lines)

@@ -263,7 +263,7 @@ def main() -> None:
                 f"{baseline[name]:.3f}"
             )
             for arm, e in t["arms"].items():
-                if e.get("token_cosine", 0.0) > 0.95:  # adapt.transfer.DEGENERATE_TOKEN_COSINE
+                if e.get("token_cosine", 0.0) > 0.95:  # adapt.probes.DEGENERATE_TOKEN_COSINE
                     rep.line(
                         f"  DEGENERATE: {r['recipe']} {name} {arm} body: mean token cosine "
                         f"{e['token_cosine']:.3f} (every token maps to nearly one vector)"

@@ -191,7 +191,7 @@ def _reload_check(cfg: RunConfig, export_dir: str | os.PathLike[str]) -> dict[st
 
 def _print_summary(summary: dict[str, Any], transfer: dict[str, Any], times: dict[str, float]) -> None:
     """The command's own output: where each stage wrote, the headline numbers, the transfer table."""
-    from adapt.transfer import format_report
+    from adapt.report import format_report
 
     _banner("summary")  # what follows is the command's own output (printed)
     for k in (

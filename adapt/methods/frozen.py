@@ -10,12 +10,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from transformers import set_seed
 
+from adapt.inputs import Collator
+from adapt.report import accuracy_text
+from adapt.scoring import collapse, pick_lr
+from adapt.statistics import aggregate_seeds
+from core.log import get_logger
 from runconfig.finetune import FinetuneConfig
+
+if TYPE_CHECKING:
+    from adapt.transfer import PreparedTask
+
+logger = get_logger(__name__)
 
 
 def layer_features(body: torch.nn.Module, collate: Callable, enc, ft: FinetuneConfig) -> np.ndarray:
@@ -94,3 +105,63 @@ def fit_scalar_mix(
 def predict_mix(mix: ScalarMix, x: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         return mix(torch.tensor(x, dtype=torch.float32)).argmax(-1).numpy()
+
+
+def frozen_arm(task: PreparedTask, arm: str, name: str, log=logger.info) -> dict[str, Any]:
+    """The frozen-body method for one arm: a probe on every layer's pooled states (seed 0's body) and the ELMo
+    scalar mix, whose LR is picked on dev with the first seed and whose test accuracy is taken over every seed
+    (each seed: the random arm's body and the mix's head differ)."""
+    ft, enc = task.ft, task.enc
+    collate = Collator(task.tok.pad_token_id)
+    seed0 = ft.seeds[0]
+    gold = {s: enc[s].gold for s in ("train", "dev", "test")}
+    n_classes = len(task.arms.labels)
+    cache: dict[str, np.ndarray] = {}
+
+    def features(seed: int) -> dict[str, np.ndarray]:
+        if arm == "pretrained" and cache:  # the same weights for every seed
+            return cache
+        set_seed(seed)
+        body = task.arms.encoder(arm)
+        x = {s: layer_features(body, collate, enc[s], ft) for s in ("train", "dev", "test")}
+        if arm == "pretrained":
+            cache.update(x)
+        return x
+
+    x = features(seed0)
+    layers = probe_layers(x, gold)
+    dev_acc, dev_collapsed, mixes = {}, {}, {}
+    for lr in ft.frozen.mix_lr_grid:
+        mixes[lr] = fit_scalar_mix(x["train"], gold["train"], n_classes, lr, ft.frozen.mix_steps, seed0)
+        pred = predict_mix(mixes[lr], x["dev"])
+        dev_acc[lr] = float((pred == gold["dev"]).mean()) if len(pred) else 0.0
+        dev_collapsed[lr] = collapse(pred, gold["dev"]) is not None
+    best = pick_lr(ft.frozen.mix_lr_grid, dev_acc, dev_collapsed)
+    test_by_seed, collapsed_by_seed = {}, {}
+    for seed in ft.seeds:
+        xs = x if seed == seed0 else features(seed)
+        mix = (
+            mixes[best]
+            if seed == seed0
+            else fit_scalar_mix(xs["train"], gold["train"], n_classes, best, ft.frozen.mix_steps, seed)
+        )
+        pred = predict_mix(mix, xs["test"])
+        test_by_seed[seed] = float((pred == gold["test"]).mean())
+        collapsed_by_seed[seed] = collapse(pred, gold["test"])
+    by_dev = max(layers, key=lambda r: (r["dev"] if r["dev"] is not None else -1.0, r["layer"]))
+    entry: dict[str, Any] = {
+        "lr": best,
+        "dev_accuracy_by_lr": {f"{k:g}": v for k, v in dev_acc.items()},
+        **aggregate_seeds(test_by_seed, collapsed_by_seed),
+        "steps": ft.frozen.mix_steps,
+        "layers": layers,
+        "best_layer": by_dev["layer"],  # picked on dev
+        "best_layer_test_accuracy": by_dev["test"],
+        "last_layer_test_accuracy": layers[-1]["test"],
+        "mix_weights": [round(float(w), 4) for w in mixes[best].scalars.detach().softmax(0)],
+    }
+    log(
+        f"[transfer] {name} frozen/{arm:<10} scalar mix lr {best:g}: test {accuracy_text(entry)}; layer "
+        f"{by_dev['layer']} (best on dev) {by_dev['test']:.3f}, last layer {layers[-1]['test']:.3f}"
+    )
+    return entry

@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adapt.transfer import aggregate_seeds, collapse, compare_arms, format_report, pick_lr
+from adapt.report import format_report
+from adapt.scoring import collapse, pick_lr
+from adapt.statistics import aggregate_seeds, compare_arms
 
 
 def _preds(n: int, share_of_zero: float) -> np.ndarray:
@@ -122,7 +124,7 @@ def test_a_body_that_ignores_its_input_is_flagged_by_its_token_cosine():
     import torch
     from transformers import ElectraConfig, ElectraModel
 
-    from adapt.transfer import DEGENERATE_TOKEN_COSINE, token_cosine
+    from adapt.probes import DEGENERATE_TOKEN_COSINE, token_cosine
     from runconfig.finetune import FinetuneConfig
     from tests.adapt.tiny_text import TINY_ELECTRA, word_examples, word_tokenizer
 

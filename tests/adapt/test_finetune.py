@@ -14,7 +14,8 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from adapt.finetune import finetune
-from adapt.transfer import Encoded, run_transfer, windows
+from adapt.inputs import Encoded, windows
+from adapt.transfer import run_transfer
 from core.run_layout import RunLayout
 from data_pipeline.labelled import LabelledDataError, load_task, load_tasks
 from data_pipeline.shards import mark_done, write_shard
@@ -454,7 +455,8 @@ def test_early_stopping_on_dev_stops_each_run_when_dev_stops_improving(tmp_path)
     improvement, as the HF Trainer's EarlyStoppingCallback does, and keeps the best-on-dev weights: each arm is
     trained until its own dev accuracy stops rising, so a random-init arm is not cut short where a pretrained one
     has converged. Every run records the steps it took, and the transfer report prints them per arm."""
-    from adapt.transfer import BestOnDev, format_report
+    from adapt.report import format_report
+    from adapt.transfer import BestOnDev
 
     class _Control:
         should_training_stop = False

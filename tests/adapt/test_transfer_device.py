@@ -21,7 +21,8 @@ def test_scoring_runs_on_the_models_device():
         T5ForConditionalGeneration,
     )
 
-    from adapt.transfer import _pooled, _predict, token_cosine
+    from adapt.probes import pooled, token_cosine
+    from adapt.transfer import _predict
     from runconfig.finetune import FinetuneConfig
     from tests.adapt.tiny_text import TINY_ELECTRA, word_examples, word_tokenizer
 
@@ -45,5 +46,5 @@ def test_scoring_runs_on_the_models_device():
     pred = _predict(t5, tok, enc, ft, True, [[3, 1], [4, 1]])
     assert pred.shape == (12,) and set(pred) <= {0, 1}
     body = ElectraModel(ElectraConfig(**TINY_ELECTRA)).cuda()
-    assert _pooled(body, tok, enc, ft).shape == (12, 32)
+    assert pooled(body, tok, enc, ft).shape == (12, 32)
     assert 0.0 < token_cosine(body, tok, enc, ft) < 1.0

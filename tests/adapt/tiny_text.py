@@ -31,7 +31,7 @@ def word_tokenizer(n: int = 64):
 
 def word_examples(tok, n: int, gold: np.ndarray, min_len: int = 8, max_len: int = 30):
     """`n` random word sequences as transfer.Encoded, one window per example, with the given gold labels."""
-    from adapt.transfer import Encoded
+    from adapt.inputs import Encoded
 
     rng = np.random.default_rng(0)
     texts = [

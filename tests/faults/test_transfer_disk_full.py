@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from adapt.transfer import RESULT_FILE, write_report
+from adapt.report import RESULT_FILE, write_report
 from core.errors import DiskFullError
 from core.exit_codes import CANNOT_CONTINUE
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from adapt.finetune import finetune
-from adapt.transfer import RESULT_FILE, run_transfer
+from adapt.report import RESULT_FILE
+from adapt.transfer import run_transfer
 from pretrain.checkpoint import COMPLETE
 from pretrain.export_folder import ExportMismatchError, verify_export, weights_hash
 from tests.adapt.test_finetune import _export, _labelled_folder, _labelled_rows, _task_cfg

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from adapt.transfer import DEGENERATE_TOKEN_COSINE
+from adapt.probes import DEGENERATE_TOKEN_COSINE
 from core.run_layout import RunLayout
 from data_pipeline.objectives.registry import get_objective
 from data_pipeline.shards import mark_done, write_shard

@@ -1,0 +1,59 @@
+"""The two arms of every comparison, built from one export folder: its weights (pretrained) or its config from
+random initialisation (random); a method (lora) wraps the built model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
+
+from adapt.methods import lora
+from runconfig.finetune import FinetuneConfig
+
+
+class Arms:
+    """Builds each arm's model from one export folder: the export's weights, or its config from random init."""
+
+    def __init__(self, model_dir: Path, labels: list[str], pad_id: int | None):
+        self.model_dir = model_dir
+        self.labels = labels
+        self.pad_id = pad_id  # decoders without a pad token classify from the last non-pad token
+        base = AutoConfig.from_pretrained(str(model_dir))
+        self.text_to_text = bool(getattr(base, "is_encoder_decoder", False))
+        kwargs = (
+            {}
+            if self.text_to_text
+            else {
+                "num_labels": len(labels),
+                "id2label": dict(enumerate(labels)),
+                "label2id": {n: i for i, n in enumerate(labels)},
+            }
+        )
+        self.config = AutoConfig.from_pretrained(str(model_dir), **kwargs)
+        self.cls = AutoModelForSeq2SeqLM if self.text_to_text else AutoModelForSequenceClassification
+
+    def build(self, arm: str, method: str = "full", ft: FinetuneConfig | None = None) -> torch.nn.Module:
+        """Called by the Trainer after it seeds torch: the head (and the random arm's body) depend on the seed.
+        `lora`: the model wrapped with peft's adapters (the family's target modules)."""
+        if arm == "pretrained":
+            model = self.cls.from_pretrained(str(self.model_dir), config=self.config)
+        elif arm == "random":
+            model = self.cls.from_config(self.config)
+        else:
+            raise ValueError(f"finetune.arms: unknown arm {arm!r} (pretrained, random)")
+        if model.config.pad_token_id is None and self.pad_id is not None:
+            model.config.pad_token_id = self.pad_id
+        if method == "lora":
+            model = lora.wrap(model, (ft or FinetuneConfig()).lora, self.text_to_text)
+        return model
+
+    def encoder(self, arm: str) -> torch.nn.Module:
+        """The body without a head, for the frozen-feature probe (the encoder of an encoder-decoder)."""
+        config = AutoConfig.from_pretrained(str(self.model_dir))
+        model = (
+            AutoModel.from_pretrained(str(self.model_dir))
+            if arm == "pretrained"
+            else AutoModel.from_config(config)
+        )
+        return model.get_encoder() if self.text_to_text else model
