@@ -1,0 +1,256 @@
+"""One short GPU slot (<= 8 minutes on one H100, compilation included): MFU of our trainer against a plain PyTorch
+loop written as a performance engineer would, on GPT-2 medium at gradient accumulation 1 and 4 and on a 1.1B Llama
+(TinyLlama's shape, `configs/llama-1b.yaml`).
+
+Ours: `python -m pretrain train` on one rank with the GPU preset (`configs/gpt2-medium.yaml`, `configs/llama-1b.yaml`:
+dropout 0, no KV cache, chunked LM-head loss, torch.compile per block, no activation checkpointing), ZeRO-1, bf16.
+The peer, in this process: the same transformers model (`pretrain.models.build_model`) in fp32 under bf16 autocast,
+each decoder block compiled (torchtitan's regional compile), SDPA (flash on a GPU), fused AdamW, foreach gradient
+clipping, transformers' own loss, the same micro-batch, accumulation and token samples (read from the same shards,
+already on the device: the peer pays no loader time). Data comes from the BBC News corpus through our data stages
+(no network; the embedding is padded to the papers' rows as in bench/mfu_gpu.py).
+
+A round is one measurement window of `--window` optimizer steps after `--warmup` steps (compilation included there):
+the trainer logs one row per window, the peer synchronizes once per window. An 8-minute slot has no room for
+alternating whole runs, so the rounds of a configuration are consecutive windows of one run each side.
+MFU = tokens/s x FLOPs per token (`pretrain.metrics.flops_per_token`, PaLM appendix B) / the published dense bf16
+peak (bench/mfu_gpu.py's table; `--peak-tflops` overrides). VERDICT lines: MFU >= 0.40 (GPT-2 medium, accumulation
+1), >= 0.45 (accumulation 4), >= 0.41 (Llama 1.1B); ours/peer >= 1.0 for each. After the timing, a profile of two
+peer steps (and of our trainer where `logging.profile_steps` exists) prints the top kernels by device time.
+
+`python bench/gpu.py [--configs ...] [--warmup 6] [--window 4] [--rounds 5] [--time-limit 480]`; without CUDA it
+prints SKIP and exits 0. `--smoke` runs the same path on CPU with tiny models (2 layers, 64 wide, seq 64, fp32, the
+`aot_eager` backend): it proves the script, its figures are no result and nothing is written.
+What a machine without network needs is in docs/training.md ("bench/gpu.py on a machine without network").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+import mfu_gpu  # noqa: E402  (the published-peak table and measured matmul peak)
+
+CONFIGS = {
+    # name: (family, preset, seq_len, micro-batch, grad accumulation, requested vocabulary, padded rows, MFU goal)
+    "gpt2_medium_accum1": ("gpt2", "gpt2-medium", 1024, 16, 1, 50257, 50304, 0.40),
+    "gpt2_medium_accum4": ("gpt2", "gpt2-medium", 1024, 16, 4, 50257, 50304, 0.45),
+    "llama_1b": ("llama", "llama-1b", 2048, 8, 4, 32000, 32000, 0.41),
+}
+SMOKE = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.ffn_size=256"]
+SMOKE_LLAMA = ["model.options.num_kv_heads=1"]
+
+
+def overrides(name: str, a, pad_multiple: int) -> list[str]:
+    family, _, seq, micro, accum, *_ = CONFIGS[name]
+    if a.smoke:
+        seq, micro = 64, 2
+    total = a.warmup + a.window * a.rounds
+    ov = [f"batch.micro_batch_size={micro}", f"batch.global_batch_size={micro * accum}", "launch.nodes=1",
+          "launch.procs_per_node=1", f"launch.backend={'gloo' if a.smoke else 'nccl'}", "deepspeed.zero_stage=1",
+          f"deepspeed.precision={'fp32' if a.smoke else 'bf16'}", f"model.vocab_pad_multiple={pad_multiple}",
+          f"schedule.total_steps={total}", f"schedule.warmup_steps={a.warmup}", f"eval.every_steps={total}",
+          "eval.max_batches=1", f"checkpoint.every_steps={total}", "loader.num_workers=2",
+          f"packing.seq_len={seq}", "deepspeed.compile=true"]  # fmt: skip
+    if a.smoke:
+        ov += SMOKE + (SMOKE_LLAMA if family == "llama" else []) + ["deepspeed.compile_backend=aot_eager"]
+    return ov
+
+
+def prepare(name: str, tmp: Path, a, env: dict[str, str]) -> tuple[Path, int]:
+    family, preset, seq, _, _, vocab, rows, _ = CONFIGS[name]
+    if a.smoke:
+        seq, vocab, rows = 64, 1000, 8
+    extra = f"tokenizer: {{vocab_size: {vocab}}}\npacking: {{seq_len: {seq}}}\n"
+    cfg_path = C.prepare_run(tmp / name, family, extra, preset=None if a.smoke else preset, env=env,
+                             files="0[0-4]?.txt" if a.smoke else None)  # fmt: skip
+    return cfg_path, rows if mfu_gpu.tokenizer_len(cfg_path) <= rows else 8
+
+
+def window_rates(metrics_jsonl: Path, after_step: int) -> list[float]:
+    """Tokens/s of each of our trainer's logged windows after `after_step` (one row per window)."""
+    rows = [json.loads(x) for x in metrics_jsonl.read_text().splitlines() if x.strip()]
+    return [r["tokens_per_s"] for r in rows if r.get("split") == "train" and r["step"] > after_step]
+
+
+def run_ours(cfg_path: Path, ov: list[str], tmp: Path, a, env: dict[str, str]) -> list[float]:
+    import shutil
+
+    run_dir = tmp / "ours"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    for stage in ("clean", "dedup", "tokenizer", "tokens"):
+        (run_dir / stage).symlink_to(cfg_path.parent / "run" / stage)
+    ov = [f"run.output_dir={run_dir}", f"logging.every_steps={a.window}", "logging.progress_bar=false",
+          "checkpoint.keep_last=1", *ov]  # fmt: skip
+    C.torchrun(1, ["-m", "pretrain", "train", "--config", str(cfg_path), *ov], env=env, timeout=900)
+    rates = window_rates(run_dir / "logs" / "metrics.jsonl", a.warmup)
+    summary = sorted(
+        (run_dir / "logs").glob("profile*.txt")
+    )  # logging.profile_steps, where the trainer has it
+    for f in summary:
+        print(f.read_text()[-4000:], flush=True)
+    return rates
+
+
+def run_peer(cfg_path: Path, ov: list[str], a, device: str) -> tuple[list[float], str]:
+    """The plain loop; tokens/s per window and a profile of two more steps."""
+    import numpy as np
+    import torch
+    from transformers import AutoTokenizer
+
+    from data_pipeline.layout import RunLayout
+    from data_pipeline.loader import PretrainLoader
+    from pretrain.models import build_model
+    from runconfig import load_config
+
+    cfg = load_config(cfg_path, ov)
+    micro, accum, seq = cfg.batch.micro_batch_size, cfg.batch_plan()["grad_accum"], cfg.packing.seq_len
+    tok = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tok, seq).to(device).train()
+    model.config.use_cache = False
+    layers = model.transformer.h if cfg.model.family == "gpt2" else model.model.layers
+    for layer in layers:
+        layer.compile(backend=cfg.deepspeed.compile_backend)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=device == "cuda")  # fmt: skip
+    ld = PretrainLoader(cfg, 0, 1, collate_fn=lambda x: x)
+    n = micro * accum * (a.warmup + a.window * a.rounds + 2)
+    rows = [np.asarray(ld.sources[s][i]["input_ids"]) for s, i, _ in ld.positions_keys(np.arange(n))]
+    batches = torch.from_numpy(np.stack(rows)).long().to(device).view(-1, micro, seq)
+    use_bf16 = device == "cuda"
+
+    def step(k: int) -> None:
+        for j in range(accum):
+            ids = batches[(k * accum + j) % len(batches)]
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=use_bf16):
+                loss = model(input_ids=ids, labels=ids).loss / accum
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=device == "cuda")
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    for k in range(a.warmup):
+        step(k)
+    sync()
+    rates, k = [], a.warmup
+    for _ in range(a.rounds):
+        t0 = time.perf_counter()
+        for _ in range(a.window):
+            step(k)
+            k += 1
+        sync()
+        rates.append(a.window * accum * micro * seq / (time.perf_counter() - t0))
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(2):
+            step(k)
+            k += 1
+        sync()
+    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=key, row_limit=12, max_name_column_width=70)
+    del model, opt, batches
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return rates, table
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument(
+        "--warmup", type=int, default=6, help="optimizer steps before the first window (compiles)"
+    )
+    ap.add_argument("--window", type=int, default=4, help="optimizer steps per measurement window (a round)")
+    ap.add_argument("--rounds", type=int, default=C.MIN_ROUNDS, help="windows per configuration and side")
+    ap.add_argument(
+        "--peak-tflops", type=float, default=None, help="published bf16 dense peak, if not in the table"
+    )
+    ap.add_argument("--time-limit", type=float, default=480, help="seconds: start no configuration past it")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny models on CPU: checks the script, not a result"
+    )
+    a = ap.parse_args()
+    if a.smoke:
+        a.warmup, a.window, a.rounds = 1, 1, 2
+
+    import torch
+
+    have_gpu = torch.cuda.is_available()
+    if not have_gpu and not a.smoke:
+        print("SKIP gpu: no CUDA device here (run it on a GPU machine; `--smoke` checks the CPU path)")
+        return 0
+    device = "cuda" if have_gpu and not a.smoke else "cpu"
+    rep = C.Report(__file__, save=not a.smoke)
+    env = C.child_env(threads=1 if device == "cpu" else 8, accelerator=device)
+    if device == "cuda":
+        name = torch.cuda.get_device_name(0)
+        peak = a.peak_tflops * 1e12 if a.peak_tflops else mfu_gpu.published_peak(name)
+        if peak is None:
+            raise SystemExit(f"no published bf16 peak known for {name}: pass --peak-tflops")
+        rep.line(
+            f"device: {name}; published bf16 dense peak {peak / 1e12:.0f} TFLOP/s; torch {torch.__version__}"
+        )
+    else:
+        peak = mfu_gpu.measured_peak("cpu")
+        rep.line(f"SMOKE on CPU: tiny models, measured fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (1 thread)")
+
+    from pretrain.metrics import flops_per_token
+    from pretrain.plan import param_counts
+    from runconfig import load_config
+
+    t0, results, failed = time.monotonic(), {}, {}
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-") as d:
+        tmp = Path(d)
+        for name in a.configs:
+            if time.monotonic() - t0 > a.time_limit:
+                failed[name] = f"not run: --time-limit {a.time_limit:.0f}s reached"
+                continue
+            try:
+                t_cfg = time.monotonic()
+                cfg_path, pad = prepare(name, tmp, a, env)
+                ov = overrides(name, a, pad)
+                cfg = load_config(cfg_path, ov)
+                fpt = flops_per_token(cfg.model, param_counts(cfg)[0], cfg.packing.seq_len)
+                ours = run_ours(cfg_path, ov, tmp / name, a, env)
+                peer, table = run_peer(cfg_path, ov, a, device)
+            except Exception as e:  # report and go on to the next configuration
+                print(f"[{name}] FAILED: {str(e)[-3000:]}", flush=True)
+                failed[name] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                continue
+            n = min(len(ours), len(peer))
+            results[name] = (ours[:n], peer[:n], fpt)
+            rep.line(f"[{name}] {fpt / 1e9:.3f} GFLOP/token; ours {statistics.median(ours):.0f} tokens/s "
+                     f"(MFU {statistics.median(ours) * fpt / peak:.1%}), peer {statistics.median(peer):.0f} tokens/s "
+                     f"(MFU {statistics.median(peer) * fpt / peak:.1%}); {time.monotonic() - t_cfg:.0f}s")  # fmt: skip
+            print(f"[{name}] peer profile, 2 steps:\n{table}", flush=True)
+    for name, err in failed.items():
+        rep.line(f"FAILED {name}: {err}")
+    if device == "cpu":  # the smoke run proves the path; its figures are no result
+        for name in a.configs:
+            rep.line(f"SMOKE {name}: {'ran' if name in results and results[name][0] else 'FAILED'}")
+        return 1 if failed or any(not r[0] for r in results.values()) else 0
+    for name in a.configs:
+        goal = CONFIGS[name][-1]
+        ours, peer, fpt = results.get(name, ([0.0], [1.0], 0.0))  # a failed configuration fails its VERDICTs
+        rep.verdict(f"gpu_mfu_{name}", statistics.median(ours) * fpt / 1e12, peak / 1e12, goal)
+        rep.compare(f"gpu_vs_plain_torch_{name}", ours, peer, 1.0, unit="tokens/s")
+    return rep.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
