@@ -106,7 +106,7 @@ def run_peer(cfg_path: Path, ov: list[str], a, device: str) -> tuple[list[float]
     import torch
     from transformers import AutoTokenizer
 
-    from data_pipeline.layout import RunLayout
+    from core.run_layout import RunLayout
     from data_pipeline.loader import PretrainLoader
     from pretrain.models import build_model
     from runconfig import load_config
