@@ -32,7 +32,7 @@ from core.log import get_logger
 log = get_logger(__name__)
 
 REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-OWN_PACKAGES = ("core", "runconfig", "data_pipeline", "pretrain", "launch")
+OWN_PACKAGES = ("core", "runconfig", "data_pipeline", "pretrain", "adapt", "launch")
 MAX_FOLDER_FILES = (
     500  # a plug-in beside a whole source tree: hashing it on every run would cost more than it saves
 )

@@ -52,10 +52,10 @@ def _run(tmp_path, *extra):
         f"run.output_dir={tmp_path}/run",
         *extra,
     ]
-    # DS_ACCELERATOR unset (make exports it): DeepSpeed then detects the CPU and says so, the notice checked below
-    env = {
-        k: v for k, v in __import__("os").environ.items() if k not in ("LMSTACK_VERBOSE", "DS_ACCELERATOR")
-    }
+    # DS_ACCELERATOR unset (make exports it): DeepSpeed then detects the CPU and says so, the notice checked below.
+    # HF_HUB_DISABLE_PROGRESS_BARS too: an in-process test that routed third-party output set it in this worker.
+    dropped = ("LMSTACK_VERBOSE", "DS_ACCELERATOR", "HF_HUB_DISABLE_PROGRESS_BARS")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in dropped}
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
 

@@ -70,7 +70,8 @@ def test_run_dedup_removes_planted_copies(tmp_path):
                         "gopher_quality": {"enabled": False},
                         "gopher_repetition": {"enabled": False},
                         "langid": {"enabled": False},
-                        "pii": {"enabled": False},  # it rewrites a BBC helpline number; kept texts are compared
+                        # kept texts are compared, and PII redaction rewrites a BBC helpline number
+                        "pii": {"enabled": False},
                     },
                 },
             }

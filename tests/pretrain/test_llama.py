@@ -28,7 +28,10 @@ TINY = "configs/llama-tiny.yaml"
         ("model.options.num_kv_heads=3", "model.options.num_kv_heads (3) must divide model.num_heads (4)"),
         ("model.options.num_kv_heads=0", "model.options.num_kv_heads: Input should be greater than 0"),
         ("model.options.rope_theta=0", "model.options.rope_theta: Input should be greater than 0"),
-        ("model.options.local_attention=64", "model.options.local_attention: Extra inputs are not permitted"),
+        (
+            "model.options.local_attention=64",
+            "model.options.local_attention: not a key of family 'llama' (its keys: num_kv_heads, rope_theta)",
+        ),
         (
             "model.dropout=0.1",
             "model.dropout (0.1): model.family 'llama' has no residual or embedding dropout",

@@ -34,7 +34,7 @@ TINY = "configs/modernbert-tiny.yaml"
         ("model.family=modernbertt", "model.family: unknown family 'modernbertt' (registered: ['"),
         ("objective.type=spans", "objective.type: unknown objective 'spans' (registered: ['causal', "),
         ("model.options.local_attention=0", "model.options.local_attention: Input should be greater than 0"),
-        ("model.options.window=64", "model.options.window: Extra inputs are not permitted"),
+        ("model.options.window=64", "model.options.window: not a key of family 'modernbert'"),
         ("model.d_kv=32", "model.d_kv: not used by model.family 'modernbert'"),
         (
             "objective.type=causal",
