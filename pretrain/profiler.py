@@ -40,20 +40,23 @@ class StepProfiler:
         self.prof.__enter__()
 
     def end(self, step: int, finished: bool = False) -> None:
-        if self.prof is None or (step < self.window[1] - 1 and not finished):
+        if self.prof is None or self.window is None:
+            return
+        first, stop = self.window
+        if step < stop - 1 and not finished:
             return
         if self.device.type == "cuda":
             torch.cuda.synchronize()  # the window's last kernels belong to it
         self.prof.__exit__(None, None, None)
         prof, self.prof = self.prof, None
-        n_steps = step - self.window[0] + 1
+        n_steps = step - first + 1
         self.folder.mkdir(parents=True, exist_ok=True)
         trace = self.folder / f"trace-rank{self.rank}.json"
         prof.export_chrome_trace(str(trace))
-        text = summarize(prof, n_steps, self.device.type, (self.window[0], step))
+        text = summarize(prof, n_steps, self.device.type, (first, step))
         (self.folder / f"summary-rank{self.rank}.txt").write_text(text)
         if self.rank == 0:
-            log.info(f"[profile] steps {self.window[0]}..{step}: {trace} and its summary\n{text}")
+            log.info(f"[profile] steps {first}..{step}: {trace} and its summary\n{text}")
 
 
 def summarize(prof: Any, n_steps: int, device_type: str, steps: tuple[int, int], top: int = 15) -> str:
