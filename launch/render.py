@@ -92,7 +92,8 @@ def wait_for_master(cfg: RunConfig, master: str) -> None:
         left = deadline - time.monotonic()
         try:
             with socket.create_connection((master, port), timeout=max(0.1, min(left, 5.0))):
-                return
+                pass
+            return check_master_is_a_store(master, port)
         except OSError as e:
             last = e.strerror or str(e)
         if time.monotonic() >= deadline:
@@ -102,6 +103,37 @@ def wait_for_master(cfg: RunConfig, master: str) -> None:
                 "node 0 first or fix the address"
             )
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+# A real store answers a client in milliseconds once its port accepts; another service never does.
+STORE_CHECK_TIMEOUT_S = 15
+
+
+def check_master_is_a_store(master: str, port: int) -> None:
+    """A port that answers TCP may be another service (a web server, a stale job's port). torchrun would then
+    retry with 40-frame C++ traces until deepspeed.comm_timeout_s; a TCPStore client in a child process (its
+    C++ output captured) gets the first wrong answer and we say it in one line. The client's connection is
+    the same one every rank makes; a real store carries on."""
+    code = (
+        "import sys, datetime, torch.distributed as d; "
+        "d.TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, "
+        "timeout=datetime.timedelta(seconds=float(sys.argv[3])))"
+    )
+    argv = [sys.executable, "-c", code, master, str(port), str(STORE_CHECK_TIMEOUT_S)]
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=STORE_CHECK_TIMEOUT_S + 60)
+    except subprocess.TimeoutExpired:
+        why = f"no store reply within {STORE_CHECK_TIMEOUT_S} s"
+    else:
+        if res.returncode == 0:
+            return
+        lines = [ln.strip() for ln in res.stderr.splitlines() if ln.strip()]
+        hits = [ln for ln in lines if "Ping failed" in ln or "invalid value" in ln or "Error" in ln]
+        why = (hits or lines or [f"exit {res.returncode}"])[-1][:300]
+    raise LaunchError(
+        f"launch.master_addr: the master {master}:{port} answers, but not as a torch rendezvous store ({why}); "
+        "another service holds launch.master_port there: fix the port or the address"
+    )
 
 
 def check_hosts_reachable(cfg: RunConfig, hosts: list[str]) -> None:

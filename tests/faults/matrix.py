@@ -411,7 +411,8 @@ CELLS: tuple[Cell, ...] = (
         "bad path or host in the config",
         "refused",
         "unreachable hosts named within launch.ssh_connect_timeout_s, an unreachable master within "
-        "deepspeed.comm_timeout_s; a loopback multi-node hostfile refused",
+        "deepspeed.comm_timeout_s, a master port held by another service at its first answer; a loopback "
+        "multi-node hostfile refused",
         "tests/faults/test_launch_faults.py::test_unreachable_hosts_are_named_within_the_connect_timeout",
     ),
     Cell(

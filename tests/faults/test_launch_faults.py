@@ -151,6 +151,71 @@ def test_unreachable_master_is_named_within_comm_timeout(tmp_path):
     )
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_a_master_that_is_not_a_torch_store_is_named_at_once(tmp_path):
+    """Node 1 of 2 whose master address answers TCP with another service (a web server, an old job's port): the
+    first wrong answer says so in one line, instead of torchrun retrying with C++ traces until comm_timeout_s."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer_like_a_web_server() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2)
+                try:
+                    conn.recv(64)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+
+    threading.Thread(target=answer_like_a_web_server, daemon=True).start()
+    try:
+        res, took = _run_launch(
+            tmp_path,
+            ["--node-rank", "1"],
+            "launch.nodes=2",
+            "launch.procs_per_node=1",
+            "launch.master_addr=127.0.0.1",
+            f"launch.master_port={port}",
+            "deepspeed.comm_timeout_s=600",
+            timeout=150,
+        )
+    finally:
+        server.close()
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert took < 60, took
+    assert f"the master 127.0.0.1:{port} answers, but not as a torch rendezvous store" in res.stderr, (
+        res.stderr
+    )
+    assert "Traceback" not in res.stderr and "frame #" not in res.stderr, res.stderr[-2000:]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_real_store_passes_the_master_check(tmp_path):
+    """The check connects to a real TCPStore as a client and leaves it working."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore(
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30)
+    )
+    cfg = cfg_with(tmp_path, "launch.nodes=2", "launch.procs_per_node=1", "launch.master_addr=127.0.0.1",
+                   f"launch.master_port={store.port}", "deepspeed.comm_timeout_s=30")  # fmt: skip
+    render.wait_for_master(cfg, "127.0.0.1")
+    store.set("after", "ok")
+    assert store.get("after") == b"ok"
+
+
 def test_rendezvous_timeout_rendered_from_comm_timeout(tmp_path):
     cfg = cfg_with(
         tmp_path,
