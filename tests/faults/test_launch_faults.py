@@ -131,19 +131,24 @@ def test_unreachable_hosts_are_named_within_the_connect_timeout(tmp_path, launch
     assert UNREACHABLE[0] in res.stderr and "unreachable" in res.stderr, res.stderr[-2000:]
 
 
-def test_unreachable_master_is_named_within_comm_timeout(tmp_path):
-    """Node 1 of 2 whose master never answers: torchrun's rendezvous waits deepspeed.comm_timeout_s, not 600 s."""
-    port = free_port()  # nothing listens there
-    res, took = _run_launch(
+def _run_second_node(tmp_path, port: int, comm_timeout_s: int) -> tuple[subprocess.CompletedProcess, float]:
+    """`launch run --node-rank 1` of a 2-node torchrun job whose master is 127.0.0.1:<port>."""
+    return _run_launch(
         tmp_path,
         ["--node-rank", "1"],
         "launch.nodes=2",
         "launch.procs_per_node=1",
         "launch.master_addr=127.0.0.1",
         f"launch.master_port={port}",
-        "deepspeed.comm_timeout_s=5",
+        f"deepspeed.comm_timeout_s={comm_timeout_s}",
         timeout=150,
     )
+
+
+def test_unreachable_master_is_named_within_comm_timeout(tmp_path):
+    """Node 1 of 2 whose master never answers: torchrun's rendezvous waits deepspeed.comm_timeout_s, not 600 s."""
+    port = free_port()  # nothing listens there
+    res, took = _run_second_node(tmp_path, port, comm_timeout_s=5)
     assert res.returncode not in (0, 75), res.stderr[-2000:]
     assert took < 60, took
     assert f"the master 127.0.0.1:{port}" in res.stderr and "deepspeed.comm_timeout_s=5" in res.stderr, (
@@ -178,16 +183,7 @@ def test_a_master_that_is_not_a_torch_store_is_named_at_once(tmp_path):
 
     threading.Thread(target=answer_like_a_web_server, daemon=True).start()
     try:
-        res, took = _run_launch(
-            tmp_path,
-            ["--node-rank", "1"],
-            "launch.nodes=2",
-            "launch.procs_per_node=1",
-            "launch.master_addr=127.0.0.1",
-            f"launch.master_port={port}",
-            "deepspeed.comm_timeout_s=600",
-            timeout=150,
-        )
+        res, took = _run_second_node(tmp_path, port, comm_timeout_s=600)
     finally:
         server.close()
     assert res.returncode == 2, res.stderr[-2000:]
