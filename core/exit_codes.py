@@ -7,6 +7,8 @@ with each one (the generated sbatch scripts requeue on PREEMPTED alone).
 - 65 (CANNOT_CONTINUE, sysexits' EX_DATAERR): the run cannot go on and a restart would fail the same way (a full
   disk, no usable checkpoint, diverged weights, a refused config change, a run folder held by another run);
 - 75 (PREEMPTED, EX_TEMPFAIL): checkpointed on a signal: requeue me;
+- 79 (LOSS_SPIKE, lmstack's own, past sysexits' range): training stopped on a loss spike (`spikes.action: stop`,
+  or `spikes.max_consecutive` spikes in a row); the last complete checkpoint is left as it was;
 - 128 + signal (130 for SIGINT, 143 for SIGTERM): stopped by a signal with nothing to requeue, the shell's
   convention.
 """
@@ -18,6 +20,7 @@ FAILED = 1
 USAGE = 2
 CANNOT_CONTINUE = 65
 PREEMPTED = 75
+LOSS_SPIKE = 79
 
 
 def stopped_by(signum: int) -> int:

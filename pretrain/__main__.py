@@ -48,7 +48,7 @@ def _train(args: argparse.Namespace) -> int:
     except CannotContinue as e:  # a restart would fail the same way: a code Slurm does not requeue on
         if not dist.is_initialized() or dist.get_rank() == 0:
             print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return CANNOT_CONTINUE
+        return getattr(e, "exit_code", CANNOT_CONTINUE)  # a loss spike stop has its own (core/exit_codes.py)
     except Exception:
         # A failed rank (a dead peer's "Connection reset", a collective timeout, a bug) reports and ends at
         # once: CPython's teardown of a process holding torch, DeepSpeed and the model (a GC of the whole heap,

@@ -27,6 +27,7 @@ from runconfig.train import (
     LRScalingConfig,
     OptimConfig,
     ScheduleConfig,
+    SpikesConfig,
 )
 
 
@@ -99,6 +100,7 @@ class RunConfig(Section):
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
     eval: EvalConfig = EvalConfig()
+    spikes: SpikesConfig = SpikesConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     launch: LaunchConfig = LaunchConfig()
     export: ExportConfig = ExportConfig()
@@ -192,6 +194,12 @@ class RunConfig(Section):
             raise ValueError(
                 f"logging.profile_steps: [{window[0]}, {window[1]}] reaches past the run's last step "
                 f"(schedule.total_steps: {total or 1000}): the steps after it would never be traced"
+            )
+        steps = self.schedule.steps
+        if self.spikes.action == "rollback" and steps is not None and self.checkpoint.every_steps >= steps:
+            raise ValueError(
+                f"spikes.action: 'rollback' needs checkpoints during the run, and checkpoint.every_steps "
+                f"({self.checkpoint.every_steps}) >= schedule.total_steps ({steps}) writes none before the end"
             )
         self.batch_plan()  # raises with the key named when the batch does not divide
         self._warn_vocab()

@@ -196,3 +196,42 @@ class LoggingConfig(Section):
 class EvalConfig(Section):
     every_steps: int = Field(100, gt=0)
     max_batches: int = Field(10, gt=0)
+
+
+class SpikesConfig(Section):
+    """Loss spikes: each step's loss, agreed by all ranks, against the mean and standard deviation of the last
+    `window` non-spiking step losses (OLMo-core's skip-step rule: 6 sigma over 128 steps, judged once half the
+    window is filled). Every rank takes the same decision on the device, with no extra collective or host read."""
+
+    # none | skip: the step's update is not applied and the loader moves on | rollback: reload the last complete
+    # checkpoint and skip the data since it (recorded in the checkpoints) | stop: exit LOSS_SPIKE (79), named
+    action: Literal["none", "skip", "rollback", "stop"] = "none"
+    window: int = (
+        128  # step losses the mean and deviation are taken over (>= 8); judged once half of it is filled
+    )
+    sigma: float = 6.0  # a spike: loss > mean + sigma x standard deviation of the window
+    # this many spikes in a row stop the run (exit LOSS_SPIKE): the loss has moved, skipping would never end
+    max_consecutive: int = 10
+
+    @field_validator("sigma")
+    @classmethod
+    def _positive_sigma(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"spikes.sigma: {v} must be > 0 (a spike is loss > mean + sigma x deviation)")
+        return v
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, v: int) -> int:
+        if v < 8:
+            raise ValueError(
+                f"spikes.window: {v} is too small (>= 8): the deviation of fewer than 4 losses flags noise as spikes"
+            )
+        return v
+
+    @field_validator("max_consecutive")
+    @classmethod
+    def _max_consecutive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError(f"spikes.max_consecutive: {v} must be > 0")
+        return v
