@@ -10,6 +10,7 @@ import torch
 from transformers import set_seed
 
 from adapt.inputs import Collator, Encoded, model_device, on_device
+from pretrain.probe_eval import fit_linear_probe
 from runconfig.finetune import FinetuneConfig
 
 if TYPE_CHECKING:  # a type only: the arms build models through the methods, which read these probes
@@ -62,13 +63,9 @@ def token_cosine(
 
 
 def probe(arms: Arms, arm: str, tok, train: Encoded, test: Encoded, ft: FinetuneConfig, seed: int) -> float:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
+    """The same classifier as the in-loop probe of pretraining (eval.probe_task), on this arm's body."""
     set_seed(seed)
     body = arms.encoder(arm)
     x_train, x_test = pooled(body, tok, train, ft), pooled(body, tok, test, ft)
-    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=1.0))
-    clf.fit(x_train, train.gold)
+    clf = fit_linear_probe(x_train, train.gold)
     return float((clf.predict(x_test) == test.gold).mean())

@@ -245,10 +245,40 @@ class PretrainLoader:
     def eval_batches(self) -> int:
         return self.num_samples // (self.micro * self.world_size) if self.split == "eval" else 0
 
+    def source_eval_batches(self, name: str, max_batches: int) -> int:
+        """Eval micro-batches of source `name` on every rank: its held-out samples spread over the ranks, the last
+        batch short or empty where they run out, at most `max_batches` (0 on a train loader)."""
+        if self.split != "eval":
+            return 0
+        n = len(self._pools[self.source_names.index(name)])
+        return min(max_batches, -(-n // (self.micro * self.world_size)))
+
+    def iter_source(self, name: str, max_batches: int) -> Iterator[tuple[int, Any]]:
+        """(samples, micro-batch) of this rank for source `name` alone, as many on every rank (so the forwards'
+        collectives stay matched, ZeRO-3's included). A rank whose share ran out reads the source's first sample
+        again with weight 0, so a small source still gets a figure from every sample it holds."""
+        s = self.source_names.index(name)
+        pool, per = self._pools[s], self.micro * self.world_size
+        keys, weights = [], []
+        for b in range(self.source_eval_batches(name, max_batches)):
+            lo = b * per + self.rank * self.micro
+            idx = pool[lo : lo + self.micro]
+            weights.append(len(idx))
+            keys.append([(s, int(i), 0) for i in (idx if len(idx) else pool[:1])])
+        return zip(weights, self._batches(iter(keys)), strict=True)
+
     # ------------------------------------------------------------------ iteration
     def __iter__(self) -> Iterator[Any]:
         start = self.consumed
         sampler: Any = self._train_batches(start) if self.split == "train" else self._eval_batches()
+        for i, batch in enumerate(self._batches(sampler)):
+            if self.split == "train" and (i + 1) % self.grad_accum == 0:
+                # the step this micro-batch completes counts as consumed once the caller takes it
+                self.consumed = start + (i + 1) // self.grad_accum * self.global_batch
+            yield batch
+
+    def _batches(self, sampler: Iterator[list[tuple[int, int, int]]]) -> Iterator[Any]:
+        """Collated micro-batches of the sampler's keys, read by DataLoader workers (loader.num_workers)."""
         lc = self.cfg.loader
         kwargs: dict[str, Any] = {}
         if lc.num_workers > 0:
@@ -268,11 +298,7 @@ class PretrainLoader:
         batches = iter(dl)  # with workers: they start now, in the background
         if first is not None:
             batches = itertools.chain([self.collate_fn([dataset[k] for k in first])], batches)
-        for i, batch in enumerate(batches):
-            if self.split == "train" and (i + 1) % self.grad_accum == 0:
-                # the step this micro-batch completes counts as consumed once the caller takes it
-                self.consumed = start + (i + 1) // self.grad_accum * self.global_batch
-            yield batch
+        yield from batches
 
     # ------------------------------------------------------------------ state
     @property

@@ -1,5 +1,7 @@
 """Training curves as PNG from logs/metrics.jsonl: loss (train and eval), eval perplexity, learning rate,
-throughput and MFU (or, without a stated peak, utilisation of a matmul probe). Written to <run>/logs/plots/ at the end of training and on demand:
+throughput and MFU (or, without a stated peak, utilisation of a matmul probe); the held-out loss of each data source
+(loss_by_source.png); with `eval.probe_task`, the probe's accuracy against tokens beside the loss (probe.png).
+Written to <run>/logs/plots/ at the end of training and on demand:
 
     python -m pretrain plot RUN_FOLDER
 """
@@ -56,7 +58,7 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     rows = read_metrics(metrics)
     out = Path(out_dir) if out_dir else RunPaths(run_dir).plots
     out.mkdir(parents=True, exist_ok=True)
-    written = []
+    written = [p for p in (_plot_sources(rows, out, run_dir.name), _plot_probe(rows, out, run_dir.name)) if p]
     for name, (ylabel, series) in FIGURES.items():
         fig, ax = plt.subplots(figsize=(7, 4))
         drawn = False
@@ -84,3 +86,94 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
             written.append(path)
         plt.close(fig)
     return written
+
+
+def _series(rows: list[dict[str, Any]], split: str, key: str) -> list[tuple[int, float]]:
+    return [
+        (r["step"], r[key]) for r in rows if r.get("split") == split and isinstance(r.get(key), int | float)
+    ]
+
+
+def _plot_sources(rows: list[dict[str, Any]], out: Path, title: str) -> Path | None:
+    """Held-out loss per data source (eval rows' loss/<source>) and the mixed figure, against steps."""
+    import matplotlib.pyplot as plt
+
+    keys = sorted({k for r in rows if r.get("split") == "eval" for k in r if k.startswith("loss/")})
+    if not keys:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in [("loss", "mixed"), *((k, k.split("/", 1)[1]) for k in keys)]:
+        pts = _series(rows, "eval", key)
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(
+                xs, ys, marker="o" if len(pts) < 20 else None, label=label, lw=2.5 if key == "loss" else 1.5
+            )
+    ax.set_xlabel("step")
+    ax.set_ylabel("held-out loss (nats per token)")
+    ax.set_title(f"{title}: held-out loss per data source")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = out / "loss_by_source.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _tokens_at(rows: list[dict[str, Any]]):
+    """Step -> tokens seen, interpolated between the train rows (eval rows carry no token count; step 0 is 0)."""
+    import numpy as np
+
+    pts = sorted({0: 0.0, **{s: float(v) for s, v in _series(rows, "train", "tokens_seen")}}.items())
+    xs, ys = (np.asarray(v, dtype=float) for v in zip(*pts, strict=True))
+    return lambda step: float(np.interp(step, xs, ys))
+
+
+def _plot_probe(rows: list[dict[str, Any]], out: Path, title: str) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    fig = probe_figure(rows, title)
+    if fig is None:
+        return None
+    path = out / "probe.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def probe_figure(rows: list[dict[str, Any]], title: str):
+    """Two panels against tokens seen: the loss (train, held-out) and the probe's dev accuracy beside it, with the
+    random-init probe and the majority class as reference lines. None without probe rows."""
+    import matplotlib.pyplot as plt
+
+    acc = [(s, v) for s, v in _series(rows, "eval", "probe/accuracy") if v == v]  # nan: the time bound hit
+    if not acc:
+        return None
+    tokens = _tokens_at(rows)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    for split, label in (("train", "train loss"), ("eval", "held-out loss")):
+        pts = _series(rows, split, "loss")
+        if pts:
+            left.plot([tokens(s) for s, _ in pts], [v for _, v in pts], label=label)
+    left.set_xlabel("tokens seen")
+    left.set_ylabel("loss (nats per token)")
+    left.set_title(f"{title}: loss")
+    task = next((r.get("probe/task") for r in rows if r.get("probe/task")), None)
+    right.plot(
+        [tokens(s) for s, _ in acc], [v for _, v in acc], marker="o", label="probe, current weights (dev)"
+    )
+    for key, label, style in (("probe/random_init_accuracy", "probe, random init", "--"),
+                              ("probe/majority_accuracy", "majority class", ":")):  # fmt: skip
+        ref = [v for _, v in _series(rows, "eval", key) if v == v]
+        if ref:
+            right.axhline(ref[-1], ls=style, color="grey" if style == ":" else "tab:red", label=label)
+    right.set_xlabel("tokens seen")
+    right.set_ylabel("dev accuracy")
+    right.set_ylim(0, 1)
+    right.set_title(f"{title}: linear probe" + (f" ({task})" if task else ""))
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    return fig

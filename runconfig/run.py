@@ -205,6 +205,29 @@ class RunConfig(Section):
         self._warn_vocab()
         return self
 
+    @model_validator(mode="after")
+    def _probe_task(self) -> "RunConfig":
+        """eval.probe_task names a defined fine-tune task, runs where rank 0 holds the weights, in bounded time."""
+        ev = self.eval
+        if ev.probe_task is None:
+            return self
+        tasks = [t.name for t in self.finetune.tasks]
+        if ev.probe_task not in tasks:
+            raise ValueError(
+                f"eval.probe_task: '{ev.probe_task}' is not a task of finetune.tasks (defined: {tasks or 'none'})"
+            )
+        if self.deepspeed.zero_stage == 3:
+            raise ValueError(
+                "eval.probe_task: the probe runs on rank 0 alone, and at deepspeed.zero_stage 3 no rank holds the "
+                "whole weights; use zero_stage 0-2 or unset eval.probe_task"
+            )
+        if ev.probe_max_seconds >= self.deepspeed.comm_timeout_s:
+            raise ValueError(
+                f"eval.probe_max_seconds ({ev.probe_max_seconds:g}) must be below deepspeed.comm_timeout_s "
+                f"({self.deepspeed.comm_timeout_s}): the other ranks wait for the probe in a collective"
+            )
+        return self
+
     def _warn_vocab(self) -> None:
         """A vocabulary far beyond any real tokenizer (a typo such as an extra 0) makes the embedding dominate
         the ZeRO memory plan: model states (fp32 weights, grads, Adam moments: 16 bytes/param) of the

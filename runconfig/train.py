@@ -194,8 +194,22 @@ class LoggingConfig(Section):
 
 
 class EvalConfig(Section):
+    """Held-out loss (mixed and per data source) and, optionally, a frozen-body linear probe on a fine-tune task:
+    the transfer signal that held-out loss alone does not give (pretrain/evaluation.py)."""
+
     every_steps: int = Field(100, gt=0)
+    # Micro-batches per rank for EACH data source (its held-out samples spread over the ranks, a short last batch
+    # counting for what it holds): loss/<source>; the mixed loss is the sample-weighted mean over all of them.
     max_batches: int = Field(10, gt=0)
+    # A finetune.tasks name: at every eval, rank 0 fits a logistic-regression probe on the body's mean-pooled last
+    # hidden states of that task's train examples and scores its dev examples (never its test split); once, at the
+    # run's start, the same for the random-init weights (kept in the checkpoints). The other ranks wait.
+    # Needs deepspeed.zero_stage 0-2 (rank 0 holds the whole weights). None: no probe.
+    probe_task: str | None = None
+    probe_max_examples: int = Field(512, gt=0)  # per split (train, dev): a fixed subset chosen by id hash
+    # Time bound of one probe: encoding stops when it is spent and the examples encoded so far are used (counted in
+    # probe/train_examples); must stay below deepspeed.comm_timeout_s, which the waiting ranks run under.
+    probe_max_seconds: float = Field(120.0, gt=0)
 
 
 class SpikesConfig(Section):

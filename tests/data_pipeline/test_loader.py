@@ -191,3 +191,27 @@ def test_first_batch_is_made_here_while_workers_start(cfg):
     assert [g[1] for g in got] == [next(it_ref)[1] for _ in range(len(got))]
     assert got[0][0] == os.getpid() and all(g[0] != os.getpid() for g in got[1:])
     assert ld.consumed == ref.consumed == 5 * ld.global_batch
+
+
+def test_eval_per_source_covers_each_source_alone(tmp_path):
+    """Issue 44 item 1: the eval loader reads one source at a time; every rank gets as many micro-batches (the
+    forwards' collectives stay matched), the real samples are exactly the source's first held-out samples, each
+    once, and a rank whose share ran out gets a weight-0 stand-in."""
+    c = tokenized_run(tmp_path, limit=80, per_shard=40, sources=("a", "b"),
+                      overrides=["loader.num_workers=0", "loader.eval_fraction=0.2"])  # fmt: skip
+    ranks = [PretrainLoader(c, r, 2, split="eval") for r in range(2)]
+    bases = dict(zip(ranks[0].source_names, ranks[0].bases, strict=True))
+    for name in ranks[0].source_names:
+        pool = {int(i) + bases[name] for i in ranks[0]._pools[ranks[0].source_names.index(name)]}
+        assert pool, name
+        for cap in (1, 1000):
+            got = [list(ld.iter_source(name, cap)) for ld in ranks]
+            assert len(got[0]) == len(got[1]) == ranks[0].source_eval_batches(name, cap) > 0
+            real = [i for per_rank in got for w, b in per_rank for i in b["sample_id"].tolist()[:w]]
+            assert len(real) == len(set(real)) and set(real) <= pool
+            assert all(w == len(b["sample_id"]) or w < ranks[0].micro for r in got for w, b in r)
+            if cap == 1000:
+                assert set(real) == pool  # every held-out sample of the source, no other source's
+            else:
+                assert len(real) == min(len(pool), 2 * ranks[0].micro)
+    assert PretrainLoader(c, 0, 2).source_eval_batches("a", 10) == 0  # a train loader has none

@@ -74,3 +74,41 @@ def test_every_plot_has_a_y_axis_label():
     for name, (ylabel, series) in FIGURES.items():
         assert ylabel and series, name
     assert "not MFU" in FIGURES["probe_util"][0] and "peak_flops" in FIGURES["mfu"][0]
+
+
+def test_probe_panel_beside_the_loss_and_loss_per_source(tmp_path, capsys):
+    """Issue 44 item 1: `pretrain plot` draws the probe's accuracy against tokens beside the loss (probe.png) and
+    the held-out loss of each data source (loss_by_source.png)."""
+    from pretrain.plots import probe_figure
+
+    logger = MetricsLogger(tmp_path / "run" / "logs", True, tensorboard=False)
+    logger.log(0, {"probe/accuracy": 0.4, "probe/random_init_accuracy": 0.4, "probe/majority_accuracy": 0.25,
+                   "probe/task": "bbc"}, "eval")  # fmt: skip
+    for step in (10, 20, 30, 40):
+        logger.log(step, {"loss": 6 - step / 20, "tokens_seen": 1000 * step})
+    for step, acc in ((20, 0.6), (40, 0.8)):
+        logger.log(step, {"loss": 6.5 - step / 20, "loss/crawl": 7 - step / 20, "loss/bbc": 6 - step / 20,
+                          "probe/accuracy": acc, "probe/random_init_accuracy": 0.4,
+                          "probe/majority_accuracy": 0.25}, "eval")  # fmt: skip
+    logger.close()
+    run = tmp_path / "run"
+    assert main(["plot", str(run)]) == 0
+    names = {p.rsplit("/", 1)[1] for p in capsys.readouterr().out.split()}
+    assert {"probe.png", "loss_by_source.png", "loss.png"} <= names
+    for name in ("probe.png", "loss_by_source.png"):
+        assert (run / "logs" / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    fig = probe_figure(read_metrics(run / "logs" / "metrics.jsonl"), "run")
+    loss_ax, probe_ax = fig.axes
+    assert loss_ax.get_xlabel() == probe_ax.get_xlabel() == "tokens seen"
+    assert probe_ax.get_ylabel() == "dev accuracy" and "bbc" in probe_ax.get_title()
+    curve = probe_ax.get_lines()[0]
+    assert list(curve.get_xdata()) == [0, 20000, 40000] and list(curve.get_ydata()) == [0.4, 0.6, 0.8]
+    refs = {line.get_label(): line.get_ydata()[0] for line in probe_ax.get_lines()[1:]}
+    assert refs == {"probe, random init": 0.4, "majority class": 0.25}
+    assert (
+        probe_figure(
+            [r for r in read_metrics(run / "logs" / "metrics.jsonl") if "probe/accuracy" not in r], "x"
+        )
+        is None
+    )

@@ -1,0 +1,43 @@
+"""eval.probe_task (issue 44 item 1) is refused at load, naming the key, where it cannot run: a task that is not
+defined in finetune.tasks, ZeRO-3 (no rank holds the whole weights), a time bound the waiting ranks would not
+survive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runconfig import ConfigError, load_config
+
+DEMO = str(Path(__file__).resolve().parents[2] / "configs/demo.yaml")
+
+
+def test_the_demo_task_is_accepted():
+    cfg = load_config(DEMO, ["eval.probe_task=bbc"])
+    assert cfg.eval.probe_task == "bbc" and cfg.eval.probe_max_examples > 0
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["eval.probe_task=sst2"],
+            r"eval.probe_task: 'sst2' is not a task of finetune.tasks \(defined: \['bbc'\]\)",
+        ),
+        (
+            ["eval.probe_task=bbc", "finetune.tasks=[]"],
+            r"eval.probe_task: 'bbc' is not a task of finetune.tasks",
+        ),
+        (["eval.probe_task=bbc", "deepspeed.zero_stage=3"], r"eval.probe_task: .*deepspeed.zero_stage 3"),
+        (
+            ["eval.probe_task=bbc", "eval.probe_max_seconds=600"],
+            r"eval.probe_max_seconds \(600\) must be below deepspeed.comm_timeout_s \(600\)",
+        ),
+        (["eval.probe_max_examples=0"], r"eval.probe_max_examples"),
+        (["eval.probe_max_seconds=0"], r"eval.probe_max_seconds"),
+    ],
+)
+def test_refused_at_load_naming_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(DEMO, overrides)
