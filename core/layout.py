@@ -19,6 +19,7 @@ TOKENS = "tokens"  # tokens/<source>/shard-XXXXX.{bin,idx.npz}, tokens/manifest.
 CHECKPOINTS = "checkpoints"  # checkpoints/stepNNNNNNNN/ (default of checkpoint.dir)
 LOGS = "logs"  # TensorBoard events + metrics.jsonl
 PLOTS = "plots"  # logs/plots/*.png
+HANG = "hang"  # logs/hang/: per-rank stack dumps and report.txt of a hang (pretrain/watchdog.py)
 METRICS = "metrics.jsonl"
 EXPORT = "export"
 FINETUNE = "finetune"
@@ -75,6 +76,10 @@ class RunPaths:
     @property
     def plots(self) -> Path:
         return self.logs / PLOTS
+
+    @property
+    def hang(self) -> Path:
+        return self.logs / HANG
 
     @property
     def export(self) -> Path:

@@ -40,6 +40,7 @@ def _train(args: argparse.Namespace) -> int:
     from pretrain.checkpoint import CannotContinue
     from pretrain.engine import accelerator_name
     from pretrain.train import train
+    from pretrain.watchdog import collective_failed
 
     cfg = _config(args)
     preflight(cfg, lambda c: check_train(c, accelerator_name()), check_tokens)
@@ -49,7 +50,8 @@ def _train(args: argparse.Namespace) -> int:
         if not dist.is_initialized() or dist.get_rank() == 0:
             print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return getattr(e, "exit_code", CANNOT_CONTINUE)  # a loss spike stop has its own (core/exit_codes.py)
-    except Exception:
+    except Exception as e:
+        collective_failed(e)  # a collective timeout: stacks dumped, the ranks behind named, exit HUNG
         # A failed rank (a dead peer's "Connection reset", a collective timeout, a bug) reports and ends at
         # once: CPython's teardown of a process holding torch, DeepSpeed and the model (a GC of the whole heap,
         # no Python frames left) took 17 s on a loaded 2-core machine, beyond 90 s under heavier load, and

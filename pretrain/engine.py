@@ -12,11 +12,13 @@ from typing import Any
 
 import torch
 
+from core.layout import RunPaths
 from core.log import get_logger
 from core.net import free_port
 from pretrain.models import compile_blocks
 from pretrain.parity import sabotage
 from pretrain.schedule import TrainPlan, lr_multiplier
+from pretrain.watchdog import flight_recorder_env
 from runconfig import RunConfig
 
 log = get_logger(__name__)
@@ -59,6 +61,8 @@ def init_distributed(cfg: RunConfig) -> tuple[int, int]:
     backend = cfg.launch.backend if accelerator_name() != "cpu" else "gloo"
     if accelerator_name() == "cpu":
         _skip_shm_op()
+    if backend == "nccl":  # torch's flight recorder: the last collectives of each rank, dumped on a hang
+        flight_recorder_env(RunPaths(cfg.run.root).hang)
     deepspeed.init_distributed(dist_backend=backend, timeout=timeout, verbose=False)
     return torch.distributed.get_rank(), torch.distributed.get_world_size()
 

@@ -28,6 +28,7 @@ from runconfig.train import (
     OptimConfig,
     ScheduleConfig,
     SpikesConfig,
+    WatchdogConfig,
 )
 
 
@@ -104,6 +105,7 @@ class RunConfig(Section):
     finetune: FinetuneConfig = FinetuneConfig()
     launch: LaunchConfig = LaunchConfig()
     export: ExportConfig = ExportConfig()
+    watchdog: WatchdogConfig = WatchdogConfig()
     inherit: list[str] = Field(default_factory=list, exclude=True)  # consumed by the loader
 
     @model_validator(mode="after")
@@ -225,6 +227,16 @@ class RunConfig(Section):
             raise ValueError(
                 f"eval.probe_max_seconds ({ev.probe_max_seconds:g}) must be below deepspeed.comm_timeout_s "
                 f"({self.deepspeed.comm_timeout_s}): the other ranks wait for the probe in a collective"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _hang_before_comm_timeout(self) -> "RunConfig":
+        hang, comm = self.watchdog.hang_timeout_s, self.deepspeed.comm_timeout_s
+        if hang is not None and hang >= comm:
+            raise ValueError(
+                f"watchdog.hang_timeout_s: {hang} must be below deepspeed.comm_timeout_s ({comm}): the stuck rank "
+                "must still be alive to dump its stacks when the others' collectives time out"
             )
         return self
 

@@ -249,3 +249,33 @@ class SpikesConfig(Section):
         if v <= 0:
             raise ValueError(f"spikes.max_consecutive: {v} must be > 0")
         return v
+
+
+class WatchdogConfig(Section):
+    """Hangs and slow ranks named while the run is alive (pretrain/watchdog.py): a per-rank heartbeat in the job's
+    store, stack dumps into <run>/logs/hang when a rank stops making progress, and per-rank step figures gathered at
+    each logging step."""
+
+    # The heartbeat thread and the hang procedure (false: a hang ends at the collective timeout, unnamed); the
+    # straggler figures are gathered either way.
+    enabled: bool = True
+    # Seconds without progress (a new micro-batch, a finished step) after which every rank dumps its stacks into
+    # <run>/logs/hang, the ranks and hosts that did not arrive are named, and the run exits HUNG (69). Below
+    # deepspeed.comm_timeout_s, so that the stuck rank is still alive to dump. None: 90% of comm_timeout_s.
+    # Evaluation, checkpoints and the first step wait up to comm_timeout_s.
+    hang_timeout_s: float | None = Field(None, gt=0)
+    # How often each rank writes its heartbeat (step, phase, host) to the store and looks for a hang report.
+    heartbeat_s: float = Field(5.0, gt=0)
+    # A rank whose own time per step (forward passes plus loader wait, waits for other ranks left out) exceeds the
+    # median rank's by this factor is logged with its host and counted (`stragglers` in the metrics). > 1.
+    straggler_factor: float = 1.5
+
+    @field_validator("straggler_factor")
+    @classmethod
+    def _factor_above_one(cls, v: float) -> float:
+        if not v > 1.0:
+            raise ValueError(
+                f"watchdog.straggler_factor: {v} must be > 1 (a rank is a straggler when its step time exceeds "
+                "the median rank's by this factor)"
+            )
+        return v

@@ -1,0 +1,365 @@
+"""Hangs and stragglers named while the run is alive (issue 44, items 3 and 4).
+
+A collective that one rank never reaches ends, after `deepspeed.comm_timeout_s`, with an error on the rank that
+noticed, not on the one that is stuck. Here every rank keeps a heartbeat (step, micro-batch, phase, host) that a
+thread writes to the job's store (the TCPStore of the process group) every `watchdog.heartbeat_s`. When a rank
+makes no progress for `watchdog.hang_timeout_s` (below the collective timeout, so the stuck rank is still alive),
+or a collective raises its timeout, that rank raises a flag in the store; every rank that sees it dumps its Python
+stacks (faulthandler, all threads) and, on NCCL, torch's flight recorder into <run>/logs/hang/, reads the others'
+heartbeats, names the ranks and hosts that are behind, and exits HUNG (core/exit_codes.py).
+
+The hot path stays free of device reads: the loop's beats and the forward hooks only assign a tuple and read the
+host clock; the store is written by the thread. Per-rank figures (forward time, loader wait) are gathered at
+logging steps only, over a gloo group on host tensors (`gather_step_figures`), so they never read the device.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import logging
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from core.exit_codes import HUNG
+from core.log import get_logger
+
+log = get_logger(__name__)
+
+# Test-only (tests/pretrain/test_watchdog.py), read once at set-up, never a config key: "RANK:STEP:SECONDS" makes
+# that rank sleep inside the forward of its first micro-batch of that step ("*" for STEP: every step).
+DELAY_ENV = "LMSTACK_TEST_DELAY"
+# Phases of a step in the order a rank passes them; a rank "behind" another is at an earlier (step, micro, phase).
+PHASES = {"data": 0, "forward": 1, "backward": 2, "after": 3}
+PHASE_TEXT = {
+    "data": "waiting for its first batch",
+    "forward": "in the forward of micro-batch {micro}",
+    "backward": "in the backward/optimizer step of micro-batch {micro} (gradient reduction included)",
+    "after": "after the step (logging, evaluation, checkpoint)",
+}
+FLIGHT_RECORDER_ENTRIES = 2000  # torch's NCCL flight recorder ring (TORCH_NCCL_TRACE_BUFFER_SIZE) unless set
+
+_active: Watchdog | None = None
+
+
+def hang_limit(cfg: Any) -> float:
+    """Seconds without progress that count as a hang: `watchdog.hang_timeout_s`, else 90% of the collective
+    timeout."""
+    return cfg.watchdog.hang_timeout_s or 0.9 * cfg.deepspeed.comm_timeout_s
+
+
+def flight_recorder_env(hang_dir: Path) -> None:
+    """Switch on torch's NCCL flight recorder before the process group exists (as torchtitan does): a ring of the
+    last collectives per rank, dumped by NCCL's own watchdog on its timeout into `hang_dir` and by ours on a hang.
+    A value the user set is kept."""
+    hang_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", str(FLIGHT_RECORDER_ENTRIES))
+    os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(hang_dir / "nccl-trace-rank-"))
+
+
+def injected_delay(rank: int) -> tuple[int | None, float] | None:
+    """(step or None for every step, seconds) when LMSTACK_TEST_DELAY names this rank; None in every real run."""
+    spec = os.environ.get(DELAY_ENV, "").strip()
+    if not spec:
+        return None
+    try:
+        who, step, seconds = spec.split(":")
+        if int(who) != rank:
+            return None
+        return (None if step == "*" else int(step)), float(seconds)
+    except ValueError:
+        raise ValueError(f"{DELAY_ENV}={spec!r} is not RANK:STEP:SECONDS (STEP may be *)") from None
+
+
+def describe(beat: dict[str, Any], now: float) -> str:
+    text = PHASE_TEXT.get(beat["phase"], beat["phase"]).format(micro=beat.get("micro", 0))
+    return f"step {beat['step']}, {text}, for {now - beat['since']:.1f} s"
+
+
+def behind(beats: dict[int, dict[str, Any] | None], now: float, stale_s: float) -> dict[int, str]:
+    """The ranks that did not arrive where the furthest rank is, each with why: an earlier (step, micro-batch,
+    phase), no heartbeat at all, or a heartbeat older than `stale_s` (a dead process, or one whose interpreter is
+    stuck in native code holding the GIL)."""
+    seen = {r: b for r, b in beats.items() if b is not None}
+    out = {
+        r: "no heartbeat in the store (never reached the loop, or died)"
+        for r, b in beats.items()
+        if b is None
+    }
+    if not seen:
+        return out
+    front = max(_order(b) for b in seen.values())
+    for r, b in seen.items():
+        if now - b["updated"] > stale_s:
+            out[r] = (
+                f"heartbeat silent for {now - b['updated']:.0f} s (dead or frozen); last at {describe(b, now)}"
+            )
+        elif _order(b) < front:
+            out[r] = describe(b, now)
+    return out
+
+
+def _order(beat: dict[str, Any]) -> tuple[int, int, int]:
+    phase = PHASES.get(beat["phase"], 0)
+    return beat["step"], (1 << 30) if phase == PHASES["after"] else beat.get("micro", 0), phase
+
+
+def hang_report(beats: dict[int, dict[str, Any] | None], reason: str, hang_dir: Path, stale_s: float) -> str:
+    """The message every rank logs and the first one writes to logs/hang/report.txt: who did not arrive, where
+    every rank is, where the stacks are."""
+    now = time.time()
+    late = behind(beats, now, stale_s)
+    host = {r: (b or {}).get("host", "?") for r, b in beats.items()}
+    if late:
+        head = "; ".join(f"rank {r} (host {host[r]}): {why}" for r, why in sorted(late.items()))
+        head = f"ranks that did not arrive: {head}"
+    else:
+        head = (
+            "every rank reached the same point: the collective itself is stuck (network, NCCL, a dead link)"
+        )
+    lines = [f"hang: {reason}", head, "where each rank is:"]
+    for r, b in sorted(beats.items()):
+        lines.append(f"  rank {r} (host {host[r]}): " + ("no heartbeat" if b is None else describe(b, now)))
+    lines.append(
+        f"stacks: {hang_dir}/rank-<N>.txt on each rank's host (NCCL flight recorder: nccl-trace-rank-<N>)"
+    )
+    return "\n".join(lines)
+
+
+class Watchdog:
+    """One per rank: the loop's beats, forward timing hooks on the engine, the heartbeat thread, the hang
+    procedure and the per-rank step figures. `start` makes it; `stop` ends the thread before teardown."""
+
+    def __init__(self, cfg: Any, engine: torch.nn.Module, hang_dir: Path, rank: int, world: int):
+        self.rank, self.world, self.hang_dir = rank, world, hang_dir
+        self.limit, self.long_limit = hang_limit(cfg), float(cfg.deepspeed.comm_timeout_s)
+        self.interval = cfg.watchdog.heartbeat_s
+        self.factor = cfg.watchdog.straggler_factor
+        self.host = socket.gethostname()
+        self.enabled = cfg.watchdog.enabled
+        self.beat_state = (0, 0, "data", time.time(), time.monotonic())
+        self.steps_begun = 0
+        self.micro, self.fwd_t0, self.fwd_s, self.window_steps = 0, 0.0, 0.0, 0
+        self.delay = injected_delay(rank)
+        self._done = threading.Event()
+        self._fired = threading.Lock()
+        self.prefix = f"lmstack/watchdog/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        self.store = _default_store()
+        # a gloo group for the per-rank figures: host tensors, no device read (the default group is NCCL on a GPU)
+        self.group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+        hosts: list[Any] = [None] * world
+        dist.all_gather_object(
+            hosts, self.host, group=self.group
+        )  # set-up only: names in the straggler lines
+        self.hosts = [str(h) for h in hosts]
+        engine.register_forward_pre_hook(self._forward_begins)
+        engine.register_forward_hook(self._forward_ends)
+        self.thread = threading.Thread(target=self._watch, name="lmstack-watchdog", daemon=True)
+
+    @classmethod
+    def start(cls, cfg: Any, engine: torch.nn.Module, hang_dir: Path) -> Watchdog:
+        global _active
+        dog = cls(cfg, engine, hang_dir, dist.get_rank(), dist.get_world_size())
+        if dog.enabled and dog.store is not None:
+            dog.thread.start()
+        _active = dog
+        return dog
+
+    # --- the loop's side: no device reads, no store traffic --------------------------------------------------
+    def beat(self, step: int, phase: str) -> None:
+        """Progress: `step` is the step being worked on ("data": it begins) or just finished ("after")."""
+        if phase == "data":
+            self.micro = 0
+            self.steps_begun += 1
+            self.window_steps += 1
+        self.beat_state = (step, self.micro, phase, time.time(), time.monotonic())
+
+    def _forward_begins(self, module: torch.nn.Module, args: Any) -> None:
+        if not module.training:  # evaluation and the parity probe are not training steps
+            return
+        step = self.beat_state[0]
+        self.beat_state = (step, self.micro, "forward", time.time(), time.monotonic())
+        self.fwd_t0 = time.perf_counter()
+        if self.delay is not None and self.micro == 0 and self.delay[0] in (None, step):
+            time.sleep(self.delay[1])  # test-only: a rank that sleeps inside a step (a straggler, or a hang)
+
+    def _forward_ends(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if not module.training:
+            return
+        self.fwd_s += time.perf_counter() - self.fwd_t0
+        self.beat_state = (self.beat_state[0], self.micro, "backward", time.time(), time.monotonic())
+        self.micro += 1
+
+    def stop(self) -> None:
+        self._done.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=2 * self.interval)
+
+    # --- stragglers (logging steps only) ---------------------------------------------------------------------
+    def step_figures(self, step: int, loader_wait_s: float) -> dict[str, float]:
+        """Each rank's own time per step since the last logging step (forward passes and loader wait: the waits
+        for other ranks, which make every rank's wall time equal, are left out), gathered over the gloo group in
+        one small all_gather. Ranks above `watchdog.straggler_factor` x the median are logged by host and rank
+        (rank 0) and counted. Every rank calls it at the same steps."""
+        n = max(self.window_steps, 1)
+        mine = torch.tensor([self.fwd_s / n, loader_wait_s / n], dtype=torch.float64)
+        self.fwd_s, self.window_steps = 0.0, 0
+        rows = gather_step_figures(mine, self.world, self.group)
+        own = [f + w for f, w in rows]
+        median = statistics.median(own)
+        slow = [r for r, t in enumerate(own) if median > 0 and t > self.factor * median]
+        if self.rank == 0:
+            for r in slow:
+                log.warning(
+                    f"[train] straggler at step {step}: rank {r} (host {self.hosts[r]}) {own[r]:.3f} s/step of its "
+                    f"own work (forward {rows[r][0]:.3f} s, loader wait {rows[r][1]:.3f} s), "
+                    f"{own[r] / median:.1f}x the median rank's {median:.3f} s (watchdog.straggler_factor "
+                    f"{self.factor})"
+                )
+        worst = max(range(self.world), key=lambda r: own[r])
+        return {
+            "stragglers": len(slow),
+            "step_time_max_rank": worst,
+            "step_time_max_s": own[worst],
+            "step_time_median_s": median,
+            "loader_wait_max_s": max(w for _, w in rows),
+        }
+
+    # --- the thread ------------------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._done.wait(self.interval):
+            try:
+                self._publish()
+                flagged = self.store.add(self.prefix + "flag", 0) > 0
+            except (
+                Exception
+            ) as e:  # a store that went away (teardown, a dead master): nothing to coordinate with
+                log.debug(f"watchdog: store unreachable: {e}")
+                flagged = False
+            step, micro, phase, since, mono = self.beat_state
+            idle = time.monotonic() - mono
+            limit = self.long_limit if phase == "after" or self.steps_begun <= 1 else self.limit
+            if self._done.is_set():
+                return
+            if flagged:
+                self.fire("another rank reported a hang")
+            elif idle > limit:
+                self.fire(
+                    f"rank {self.rank} (host {self.host}) made no progress for {idle:.0f} s "
+                    f"(limit {limit:.0f} s) at step {step}"
+                )
+
+    def _publish(self) -> None:
+        step, micro, phase, since, _ = self.beat_state
+        beat = {"host": self.host, "pid": os.getpid(), "step": step, "micro": micro, "phase": phase,
+                "since": since, "updated": time.time()}  # fmt: skip
+        self.store.set(f"{self.prefix}hb/{self.rank}", json.dumps(beat))
+
+    def fire(self, reason: str) -> None:
+        """Dump, name the ranks behind, exit HUNG. Runs once per process (the thread, or the main thread after a
+        collective timed out); never returns."""
+        if not self._fired.acquire(blocking=False):
+            threading.Event().wait()  # the other thread is already reporting and will end the process
+        self._done.set()
+        first = False
+        try:
+            self._publish()
+            first = self.store.add(self.prefix + "flag", 1) == 1
+            if first:
+                self.store.set(self.prefix + "reason", reason)
+        except Exception as e:
+            log.debug(f"watchdog: store unreachable: {e}")
+        self.dump_stacks(reason)
+        beats = self._wait_for_peers()
+        reason = self._first_reason(reason)
+        report = hang_report(beats, reason, self.hang_dir, stale_s=3 * self.interval + 5)
+        if first:
+            (self.hang_dir / "report.txt").write_text(report + "\n")
+        log.error(f"[train] rank {self.rank}: {report}")
+        for h in logging.getLogger().handlers + log.handlers:
+            h.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(HUNG)
+
+    def dump_stacks(self, reason: str) -> None:
+        self.hang_dir.mkdir(parents=True, exist_ok=True)
+        step, micro, phase, since, _ = self.beat_state
+        beat = {"step": step, "micro": micro, "phase": phase, "since": since}
+        with open(self.hang_dir / f"rank-{self.rank}.txt", "w") as f:
+            f.write(f"rank {self.rank} of {self.world}, host {self.host}, pid {os.getpid()}\n")
+            f.write(f"at {describe(beat, time.time())}\nreason: {reason}\nthreads:\n")
+            for t in threading.enumerate():  # faulthandler names threads by id only
+                f.write(f"  Thread 0x{t.ident or 0:016x}: {t.name}\n")
+            f.write("\n")
+            f.flush()
+            faulthandler.dump_traceback(f, all_threads=True)
+        dump_nccl = getattr(torch._C._distributed_c10d, "_dump_nccl_trace", None)
+        if dump_nccl is not None and dist.get_backend() == "nccl":
+            try:
+                (self.hang_dir / f"nccl-trace-rank-{self.rank}.pkl").write_bytes(dump_nccl())
+            except (
+                Exception
+            ) as e:  # the recorder is off (TORCH_NCCL_TRACE_BUFFER_SIZE=0) or the build lacks it
+                log.warning(f"[train] rank {self.rank}: no NCCL flight recorder dump: {e}")
+
+    def _wait_for_peers(self) -> dict[int, dict[str, Any] | None]:
+        """Every rank's heartbeat, after waiting (a few heartbeats at most) for the others to dump theirs."""
+        beats: dict[int, dict[str, Any] | None] = dict.fromkeys(range(self.world))
+        try:
+            self.store.add(self.prefix + "dumped", 1)
+            deadline = time.monotonic() + 3 * self.interval + 5
+            while self.store.add(self.prefix + "dumped", 0) < self.world and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for r in range(self.world):
+                key = f"{self.prefix}hb/{r}"
+                if self.store.check([key]):
+                    beats[r] = json.loads(self.store.get(key))
+        except Exception as e:
+            log.debug(f"watchdog: store unreachable: {e}")
+            beats[self.rank] = {"host": self.host, "step": self.beat_state[0], "micro": self.beat_state[1],
+                                "phase": self.beat_state[2], "since": self.beat_state[3], "updated": time.time()}  # fmt: skip
+        return beats
+
+    def _first_reason(self, reason: str) -> str:
+        try:
+            key = self.prefix + "reason"
+            return self.store.get(key).decode() if self.store.check([key]) else reason
+        except Exception:
+            return reason
+
+
+def _default_store() -> Any:
+    """The process group's store (torchrun's TCPStore behind a prefix), or None where there is none."""
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:
+        return None
+
+
+def gather_step_figures(mine: torch.Tensor, world: int, group: Any) -> list[list[float]]:
+    """[forward s/step, loader wait s/step] of every rank: host tensors over a gloo group, so reading them is no
+    device read (tests/pretrain/test_host_syncs.py leaves this function's read out, as the collated batch's)."""
+    if world == 1:
+        return [mine.tolist()]
+    rows = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(rows, mine, group=group)
+    return torch.stack(rows).tolist()
+
+
+def collective_failed(error: BaseException) -> None:
+    """From the entry point's last handler: a collective that timed out goes through the hang procedure (dumps,
+    the ranks named, exit HUNG) instead of a bare traceback; anything else returns."""
+    text = str(error).lower()
+    if _active is not None and _active.enabled and ("timed out" in text or "timeout" in text):
+        _active.fire(f"rank {_active.rank}: a collective timed out: {str(error).splitlines()[0][:300]}")
