@@ -226,7 +226,7 @@ def build(body: str, hf: Any, vocab: int, overrides: list[str]) -> Any:
         raise ValueError(f"ablation switches {switches} apply to the modernbert body only, not {body}")
     family = "electra" if body == "roformer" else body
     cfg = load_config(C.ROOT / "configs" / f"{family}-budget.yaml", overrides)
-    mcfg = get_family(family).build_config(cfg.model, hf, SEQ_LEN, vocab)
+    mcfg = get_family(family).build_config(cfg.model, hf, vocab)
     if switches:
         mcfg = modernbert_config(mcfg, switches)
     if body == "electra":

@@ -1,27 +1,35 @@
 """ONE registry type, and every registry of lmstack declared in one place (llm-foundry's registry.py style).
 
 A registry maps a name to an object: a family or objective spec, a filter factory, a reader, an executor class,
-a tokenizer convention. Built-ins register themselves when the package that implements them is imported
-(`data_pipeline.filters`, `pretrain.families`, ...); outside packages add theirs through the registry's Python
-entry point group (`lmstack.families`, `lmstack.filters`, ...), whose target is the object, a factory returning
-it, or a module that registers on import; and a YAML value `module.path:Name` names an object in any importable
+a tokenizer convention. Built-ins and outside packages alike are entry points of the registry's group
+(`lmstack.families`, `lmstack.filters`, ...): the built-ins' are declared in this project's pyproject.toml, one
+line each, and an entry point's target is the object, a factory returning it, or a module that registers on
+import. Some kinds also register on import (`register_reader`, `@register_executor`); and a YAML value `module.path:Name` names an object in any importable
 module, without packaging (torchtitan and llm-foundry allow the same). An unknown name raises `UnknownNameError`, which names the registry,
 the bad name, every registered name and a close match.
 
-This module imports nothing above the ground floor: the config validates names against the data-only specs of
-core/specs.py and the entry point names, never against an implementation.
+This module imports nothing above the ground floor. A spec registry (families, objectives) loads its entry
+points when a name is first looked up: the target is a spec module, torch-free by rule, which the config reads
+for its data (objectives, options, checks); it is found through package metadata, as an outside plug-in is,
+never by an import written in a lower floor. The other registries' config checks read entry point names only.
+
+From a source tree (a checkout on PYTHONPATH or installed editable) the built-ins' entry points are read from its
+pyproject.toml, so they match the code beside it even where the installed metadata predates a change to them
+(`pip install -e .` refreshes that); from an installed wheel, from the `lmstack` distribution's metadata.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from functools import cache
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from core.errors import PluginError, UnknownNameError
 from core.plugin_code import is_ref, load_ref
-from core.specs import BUILTIN_FAMILIES, BUILTIN_OBJECTIVES, FamilySpec, ObjectiveSpec, resolve
+from core.specs import FamilySpec, ObjectiveSpec, resolve
 
 __all__ = [
     "EXECUTORS",
@@ -38,9 +46,49 @@ __all__ = [
 T = TypeVar("T")
 
 
+PROJECT = "lmstack"
+_PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+
+
 @cache
+def builtin_entry_points() -> dict[str, tuple[EntryPoint, ...]]:
+    """This project's own entry points by group: the source tree's pyproject.toml when there is one (see the
+    module docstring), else the installed distribution's metadata."""
+    table: dict[str, dict[str, str]] | None = None
+    if _PYPROJECT.is_file() and sys.version_info >= (3, 11):  # tomllib; Python 3.10 reads the metadata below
+        import tomllib
+
+        project = tomllib.loads(_PYPROJECT.read_text(encoding="utf-8")).get("project", {})
+        if project.get("name") == PROJECT:
+            table = project.get("entry-points", {})
+    if table is None:
+        try:
+            eps = distribution(PROJECT).entry_points
+        except PackageNotFoundError:
+            return {}
+        out: dict[str, list[EntryPoint]] = {}
+        for ep in eps:
+            out.setdefault(ep.group, []).append(ep)
+        return {g: tuple(v) for g, v in out.items()}
+    return {g: tuple(EntryPoint(n, v, g) for n, v in eps.items()) for g, eps in table.items()}
+
+
+@cache
+def group_entry_points(group: str) -> tuple[EntryPoint, ...]:
+    """The built-ins' entry points of `group`, then those of every other installed package (a name the project
+    declares is the built-in's)."""
+    own = builtin_entry_points().get(group, ())
+    names = {ep.name for ep in own}
+    outside = [
+        ep
+        for ep in entry_points(group=group)
+        if ep.name not in names and getattr(ep.dist, "name", None) != PROJECT
+    ]
+    return (*own, *outside)
+
+
 def _group_names(group: str) -> frozenset[str]:
-    return frozenset(ep.name for ep in entry_points(group=group))
+    return frozenset(ep.name for ep in group_entry_points(group))
 
 
 class Registry(Generic[T]):
@@ -88,7 +136,7 @@ class Registry(Generic[T]):
         if self._entry_points_loaded:
             return
         self._entry_points_loaded = True
-        for ep in entry_points(group=self.group):
+        for ep in group_entry_points(self.group):
             if ep.name in self._entries and self.spec_type is None:
                 continue  # a built-in (or an earlier registration) of that name wins
             try:
@@ -171,13 +219,3 @@ FILTERS = REGISTRIES["filters"]
 READERS = REGISTRIES["readers"]
 EXECUTORS = REGISTRIES["executors"]
 TOKENIZER_CONVENTIONS = REGISTRIES["tokenizer_conventions"]
-
-
-def _register_builtin_specs() -> None:
-    for fam in BUILTIN_FAMILIES:
-        FAMILIES.add(fam)
-    for obj in BUILTIN_OBJECTIVES:
-        OBJECTIVES.add(obj)
-
-
-_register_builtin_specs()

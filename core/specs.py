@@ -1,21 +1,19 @@
-"""Data-only specs: what the config validates names and combinations against, without importing any
-implementation (torchtitan's `protocols/` style: plain dataclasses).
+"""The spec types: what the config validates names and combinations against (torchtitan's `protocols/` style:
+plain dataclasses), and nothing per plug-in.
 
 A `FamilySpec` says, per model family, which objectives it trains, which tokenizer conventions its special
 tokens assume, how many positions its table reserves, whether it has an encoder or a decoder, its typed
-`model.options` and its config checks. An `ObjectiveSpec` says which packing modes fit an objective, its framing,
-its typed `objective.options` and checks. The built-in specs are declared at the bottom of this file; the code
-that implements them (`pretrain/families/<name>.py`, `data_pipeline/objectives/`, `pretrain/objectives/`) fills
-in the implementation fields with `implement()` when its package is imported. An outside package gives a whole
-spec (data and implementation) through an entry point (core/registry.py).
+`model.options`, its config checks and the functions that build it. An `ObjectiveSpec` says which packing modes
+fit an objective, its framing, its typed `objective.options`, checks and hooks. Every spec, built-in or outside,
+is one module that gives the whole spec (data and implementation, heavy imports inside the functions) and one
+entry point naming it: the built-ins' are in pyproject.toml (core/registry.py reads them).
 
-The names of the built-in readers and filters are data here too (`BUILTIN_FORMATS`, `BUILTIN_FILTERS`): the
-config validates `format:` and `filters:` against them plus the entry point names.
+The names of the built-in readers, executors and tokenizer conventions are data here too (`BUILTIN_FORMATS`,
+...): the config validates `format:` and the others against them plus the entry point names.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -292,9 +290,10 @@ class FamilySpec:
     # LoRA (`finetune.methods: [lora]`, through peft): the head modules trained and saved whole beside the
     # adapters (peft's modules_to_save; empty: peft's default for the task).
     lora_modules_to_save: tuple[str, ...] = ()
-    # --- implementation: filled in by pretrain/families/<name>.py (or given whole by an outside package)
-    # (model section, tokenizer, seq_len, padded vocab size) -> a transformers PretrainedConfig.
-    build_config: Callable[[Any, Any, int, int], Any] | None = None
+    # --- implementation (given with the data in the family's own module)
+    # (model section, tokenizer, padded vocab size) -> a transformers PretrainedConfig. The sequence length is
+    # checked against the position table where the model is built (FamilySpec.position_limit), not here.
+    build_config: Callable[[Any, Any, int], Any] | None = None
     probe_inputs: Callable[[Any, list[str]], dict[str, Any]] = default_probe_inputs
     attention_layers: Callable[[Any], int] = attention_layers  # layers whose attention FLOPs count
     flops_per_token: Callable[[FamilySpec, Any, int, int], float] = default_flops_per_token
@@ -370,209 +369,3 @@ class ObjectiveSpec:
     def parse_options(self, options: dict[str, Any]) -> Any:
         """`objective.options` as the spec's typed section, defaults filled in (None if it has none)."""
         return None if self.options is None else self.options.model_validate(options)
-
-
-def implement(registry: Any, name: str, **fields: Any) -> Any:
-    """Fills in the implementation fields of the spec registered as `name` (declared below as data) and
-    registers the completed spec in its place; returns it."""
-    spec = dataclasses.replace(registry.get(name), **fields)
-    return registry.register(name, spec, replace=True)
-
-
-# ------------------------------------------------------------------------------ built-in families' typed options
-
-
-class ModernBertOptions(Options):
-    """`model.options` of modernbert; defaults are ModernBERT-base's published config."""
-
-    local_attention: int = Field(128, gt=0)  # total window of the sliding-window layers
-    global_attn_every_n_layers: int = Field(3, ge=1)  # layer i is global when i % n == 0
-    global_rope_theta: float = Field(160_000.0, gt=0)  # RoPE base of the global-attention layers
-    local_rope_theta: float = Field(10_000.0, gt=0)  # RoPE base of the sliding-window layers
-    sparse_prediction: bool = True  # training scores only the masked positions (the export: every position)
-    hidden_activation: str = "gelu"  # the gated MLP's activation (GeGLU)
-    initializer_cutoff_factor: float = Field(2.0, gt=0)  # init: truncated normal cut at this many std devs
-    classifier_pooling: Literal["cls", "mean"] = "mean"  # a classification head reads [CLS] or the mean
-
-
-def reject_t5_shape_keys(m: Any, family: str, kind: str) -> None:
-    """`d_kv` and `num_decoder_layers` shape only T5: set for another family, they would be silently ignored."""
-    for key in ("d_kv", "num_decoder_layers"):
-        if getattr(m, key) is not None:
-            raise ValueError(
-                f"model.{key}: not used by model.family '{family}' ({kind}; head size is "
-                f"hidden_size / num_heads)"
-            )
-
-
-def validate_modernbert(cfg: Any) -> None:
-    reject_t5_shape_keys(cfg.model, "modernbert", "an encoder")
-
-
-class LlamaOptions(Options):
-    """`model.options` of llama."""
-
-    num_kv_heads: int | None = Field(None, gt=0)  # key/value heads; None: as many as model.num_heads (no GQA)
-    rope_theta: float = Field(10_000.0, gt=0)  # Llama 1/2: 10K; Llama 3: 500K
-
-
-def validate_llama(cfg: Any) -> None:
-    m = cfg.model
-    reject_t5_shape_keys(m, "llama", "a decoder")
-    if m.dropout:
-        raise ValueError(
-            f"model.dropout ({m.dropout}): model.family 'llama' has no residual or embedding dropout "
-            f"(set it to 0; model.attention_dropout applies)"
-        )
-    kv = LlamaOptions.model_validate(m.options).num_kv_heads
-    if kv is not None and m.num_heads % kv:
-        raise ValueError(f"model.options.num_kv_heads ({kv}) must divide model.num_heads ({m.num_heads})")
-
-
-class ElectraModelOptions(Options):
-    """`model.options` of the electra family."""
-
-    # Factorised embeddings (ELECTRA-small: 128 under a 256-wide encoder; base and large: = hidden size): the
-    # embedding table, shared with the generator, is projected to each network's width. None: model.hidden_size.
-    embedding_size: int | None = Field(None, gt=0)
-
-
-class ElectraOptions(Options):
-    """`objective.options` of the electra objective (names follow the reference code's PretrainingConfig)."""
-
-    # Generator width as a fraction of the discriminator's (model.hidden_size): the paper's best is 1/4-1/2
-    # (Figure 3; Table 6: small 1/4, base 1/3, large 1/4).
-    generator_hidden_fraction: float = Field(0.25, gt=0)
-    generator_layers_fraction: float = Field(1.0, gt=0, le=1)  # generator depth / discriminator depth
-    generator_num_heads: int | None = Field(None, gt=0)  # default: max(1, width // 64), as the reference code
-    generator_ffn_size: int | None = Field(None, gt=0)  # default: 4 x generator width, as the reference code
-    discriminator_weight: float = Field(50.0, gt=0)  # lambda in loss = MLM + lambda * BCE
-    temperature: float = Field(1.0, gt=0)  # softmax temperature of the generator's samples
-
-
-def carries_rtd(family: FamilySpec) -> bool:
-    """The family declares replaced-token detection (its spec names an RTD adapter)."""
-    return family.rtd is not None
-
-
-def generator_shape(hidden: int, layers: int, opts: ElectraOptions) -> dict[str, int]:
-    """The ELECTRA generator's width, depth, heads and FFN from the discriminator's (reference:
-    get_generator_config)."""
-    width = int(round(hidden * opts.generator_hidden_fraction))
-    return {
-        "hidden_size": width,
-        "num_hidden_layers": max(1, int(round(layers * opts.generator_layers_fraction))),
-        "num_attention_heads": opts.generator_num_heads or max(1, width // 64),
-        "intermediate_size": opts.generator_ffn_size or 4 * width,
-    }
-
-
-def validate_electra(cfg: Any) -> None:
-    opts = ElectraOptions.model_validate(cfg.objective.options)
-    m = cfg.model
-    g = generator_shape(m.hidden_size, m.num_layers, opts)
-    key = "objective.options.generator_hidden_fraction"
-    if g["hidden_size"] > m.hidden_size:
-        raise ValueError(
-            f"{key} ({opts.generator_hidden_fraction:g}) makes the generator ({g['hidden_size']} "
-            f"wide) wider than the discriminator (model.hidden_size {m.hidden_size}); ELECTRA "
-            f"needs a generator at most as wide (the paper's best: 1/4 to 1/2)"
-        )
-    if g["hidden_size"] < 1:
-        raise ValueError(
-            f"{key} ({opts.generator_hidden_fraction:g}) leaves the generator no width "
-            f"(model.hidden_size {m.hidden_size})"
-        )
-    if opts.generator_ffn_size is not None and opts.generator_ffn_size > m.ffn_size:
-        raise ValueError(
-            f"objective.options.generator_ffn_size ({opts.generator_ffn_size}) makes the generator's feed-forward "
-            f"larger than the discriminator's (model.ffn_size {m.ffn_size}); the generator must be the smaller network"
-        )
-    if g["hidden_size"] % g["num_attention_heads"]:
-        raise ValueError(
-            f"objective.options.generator_num_heads ({g['num_attention_heads']}) does not divide the "
-            f"generator's width ({g['hidden_size']} = {opts.generator_hidden_fraction:g} x "
-            f"model.hidden_size)"
-        )
-
-
-# ------------------------------------------------------------------------------------------- built-in families
-
-BUILTIN_FAMILIES = (
-    # RoBERTa (Liu et al. 2019): post-LN BERT encoder, learned positions offset by padding_idx + 1, MLM head.
-    FamilySpec(name="roberta", task="masked_lm", objectives=("mlm",), tokenizer_types=("bpe", "wordpiece"),
-               reserved_positions=2, mlm_head="lm_head", model_class="RobertaForMaskedLM",
-               auto_class="AutoModelForMaskedLM",
-               # Liu et al. 2019, Table 10 (GLUE): warmup 6% of the steps, weight decay 0.1. Their LRs (1e-5..3e-5)
-               # are for 125M-355M models; the budget presets' 4 x 128 encoders (both arms) fine-tune at 3e-4..1e-3
-               # (measured, bench/transfer.py), as small BERTs do (Turc et al. 2019: 1e-4..3e-4 and above).
-               finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.06, "weight_decay": 0.1}),
-    # GPT-2 (Radford et al. 2019): pre-LN decoder, learned positions, tied LM head, causal LM.
-    FamilySpec(name="gpt2", task="causal_lm", objectives=("causal",), tokenizer_types=("bpe",),
-               reserved_positions=0, wraps_sequences=False, has_encoder=False, generative=True,
-               model_class="GPT2LMHeadModel", auto_class="AutoModelForCausalLM",
-               # The grid, warmup and decay the budget preset's BBC margin was measured with (bench/transfer.py);
-               # transformers' run_glue defaults otherwise (no published GPT-2 classification recipe).
-               finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01}),
-    # T5 (Raffel et al. 2020): encoder-decoder, relative position buckets (no position table), span corruption.
-    FamilySpec(name="t5", task="seq2seq", objectives=("span_corruption",), tokenizer_types=("unigram",),
-               reserved_positions=None, wraps_sequences=False, encoder_decoder=True, generative=True,
-               model_class="T5ForConditionalGeneration", auto_class="AutoModelForSeq2SeqLM",
-               # The paper's fine-tune optimizer (Raffel et al. 2020, 3.1.4: Adafactor, a constant 1e-3, no warmup,
-               # no weight decay) with Mesh TensorFlow's parameter-scaled updates (pretrain.optimizers). AdamW moves
-               # T5's 0.016-RMS query matrices and its std-1 embeddings by the same absolute step: on the BBC hold-out
-               # both arms fine-tuned to about 0.72 with AdamW at 1e-4..3e-4 and to about 0.79 with Adafactor at
-               # 1e-2 (seed 0, docs/results.md). 1e-3 is meant for 2^18 steps; our 300 steps peak near 1e-2 on dev.
-               finetune_defaults={"lr_grid": [1.0e-3, 3.0e-3, 1.0e-2], "warmup_ratio": 0.0, "weight_decay": 0.0,
-                                  "optim": "adafactor"}),
-    # ModernBERT (Warner et al. 2024): rotary positions (every position usable), 30% masking.
-    FamilySpec(name="modernbert", task="masked_lm", objectives=("mlm",), tokenizer_types=("bpe", "wordpiece"),
-               reserved_positions=0, validate=validate_modernbert, options=ModernBertOptions,
-               objective_defaults={"mlm_probability": 0.3}, model_class="ModernBertForMaskedLM",
-               auto_class="AutoModelForMaskedLM", export_config={"sparse_prediction": False},
-               min_transformers="4.48",  # transformers added `modernbert` in 4.48
-               # Replaced-token detection (objective.type: electra) on this body (issue 46): the discriminator is
-               # exported as ModernBertModel, the generator is a narrower ModernBERT sharing its embeddings.
-               rtd="pretrain.objectives.rtd:MODERNBERT",
-               lora_target_modules=("Wqkv", "Wo"),  # fused attention in, attention and MLP out
-               # Warner et al. 2024 sweep the LR per task for base/large; the budget presets' 4 x 128 encoder
-               # fine-tunes at 3e-4..1e-3 (random init 0.78 on BBC, bench/transfer.py), warmup 10%, decay 0.01.
-               finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01}),
-    # ELECTRA (Clark et al. 2020): the discriminator; the `electra` objective builds the generator beside it.
-    FamilySpec(name="electra", task="token_detection", objectives=("electra",), tokenizer_types=("wordpiece", "bpe"),
-               reserved_positions=0, options=ElectraModelOptions,
-               # The reference's masking: 85% [MASK], 15% kept, no random tokens (the generator supplies them).
-               objective_defaults={"mask_token_fraction": 0.85, "random_token_fraction": 0.0},
-               model_class="ElectraForPreTraining", auto_class="AutoModelForPreTraining",
-               rtd="pretrain.objectives.rtd:ELECTRA",
-               export_heads=("AutoModelForSequenceClassification", "AutoModelForTokenClassification"),
-               # Clark et al. 2020, Table 7: ELECTRA-Small fine-tunes at 3e-4 (Base 1e-4), warmup 10% of the steps,
-               # no weight decay; 1e-3 is above anything the paper uses for any size.
-               finetune_defaults={"lr_grid": [1.0e-4, 3.0e-4], "warmup_ratio": 0.1, "weight_decay": 0.0}),
-    # Llama (Touvron et al. 2023): pre-norm decoder, RMSNorm, SwiGLU, rotary positions, grouped-query attention.
-    FamilySpec(name="llama", task="causal_lm", objectives=("causal",), tokenizer_types=("bpe",),
-               reserved_positions=0, wraps_sequences=False, has_encoder=False, generative=True,
-               validate=validate_llama, options=LlamaOptions, model_class="LlamaForCausalLM",
-               auto_class="AutoModelForCausalLM",
-               # As GPT-2's budget recipe (same data, optimizer and schedule; the decoders differ in their blocks).
-               finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01}),
-)  # fmt: skip
-
-# ----------------------------------------------------------------------------------------- built-in objectives
-
-BUILTIN_OBJECTIVES = (
-    ObjectiveSpec("mlm", ("full_sentences", "line_by_line")),  # RoBERTa dynamic masking
-    ObjectiveSpec("causal", ("contiguous", "line_by_line"), wrap_bos=False),  # GPT causal LM
-    ObjectiveSpec("span_corruption", ("t5_spans",), wrap_bos=False),  # T5
-    # ELECTRA replaced-token detection: reads every token with a bidirectional encoder; trains every family that
-    # declares how it carries it (FamilySpec.rtd).
-    ObjectiveSpec(
-        "electra",
-        ("full_sentences", "line_by_line"),
-        validate=validate_electra,
-        options=ElectraOptions,
-        needs_encoder=True,
-        trains=carries_rtd,
-        card_task="token_detection",
-    ),
-)

@@ -61,7 +61,8 @@ def card_task(family: str, objective: str | None = None) -> str:
 
 def _rtd_text(cfg: RunConfig) -> str:
     """What replaced-token detection trained, for the card: the generator beside the discriminator, the loss."""
-    from core.specs import ElectraOptions, generator_shape
+    from pretrain.families.shapes import generator_shape
+    from pretrain.objectives.electra import ElectraOptions
 
     opts = ElectraOptions.model_validate(cfg.objective.options)
     g = generator_shape(cfg.model.hidden_size, cfg.model.num_layers, opts)

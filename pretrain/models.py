@@ -22,8 +22,17 @@ def padded_vocab_size(tokenizer_len: int, multiple: int) -> int:
 
 
 def build_hf_config(m: ModelConfig, tokenizer: PreTrainedTokenizerBase, seq_len: int) -> PretrainedConfig:
+    """The family's HF config; the sequence length is checked here, once, against the family's position table
+    (the builders never read it)."""
+    family = get_family(m.family)
+    limit = family.position_limit(m.max_position_embeddings)
+    if limit is not None and seq_len > limit:
+        raise ValueError(
+            f"packing.seq_len ({seq_len}) does not fit model.family '{m.family}': model.max_position_embeddings "
+            f"({m.max_position_embeddings}) leaves {limit} usable positions"
+        )
     vocab = padded_vocab_size(len(tokenizer), m.vocab_pad_multiple)
-    return get_family(m.family).build_config(m, tokenizer, seq_len, vocab)
+    return family.build_config(m, tokenizer, vocab)
 
 
 def build_model(m: ModelConfig, tokenizer: PreTrainedTokenizerBase, seq_len: int) -> PreTrainedModel:

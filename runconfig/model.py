@@ -9,7 +9,7 @@ from runconfig.base import Section, check_plugin_options
 
 
 class ModelConfig(Section):
-    family: str = "roberta"  # a registered family (core/specs.py, or a `lmstack.families` entry point)
+    family: str = "roberta"  # a registered family (`lmstack.families` entry point; built-ins: pyproject.toml)
     size: str = "tiny"  # a label for the preset (tiny, base, large, small, medium); the numbers below decide
     hidden_size: int = Field(128, gt=0)
     num_layers: int = Field(2, gt=0)
@@ -33,7 +33,7 @@ class ModelConfig(Section):
     @field_validator("family")
     @classmethod
     def _registered(cls, v: str) -> str:
-        FAMILIES.get(v)  # a data spec (core/specs.py) or an outside package's; raises naming the known ones
+        FAMILIES.get(v)  # a built-in or an outside spec; raises naming the known ones
         return v
 
     @model_validator(mode="after")

@@ -9,7 +9,7 @@ from runconfig.base import Section, check_plugin_options
 
 
 class ObjectiveConfig(Section):
-    type: str = "mlm"  # a registered objective (core/specs.py, or a `lmstack.objectives` entry point)
+    type: str = "mlm"  # a registered objective (`lmstack.objectives`; built-ins: pyproject.toml)
     # RoBERTa dynamic masking.
     mlm_probability: float = Field(0.15, gt=0, lt=1)
     mask_token_fraction: float = Field(0.8, ge=0, le=1)
@@ -37,7 +37,7 @@ class ObjectiveConfig(Section):
     @field_validator("type")
     @classmethod
     def _registered(cls, v: str) -> str:
-        OBJECTIVES.get(v)  # a data spec (core/specs.py) or an outside package's; raises naming the known ones
+        OBJECTIVES.get(v)  # a built-in or an outside spec; raises naming the known ones
         return v
 
     @model_validator(mode="after")

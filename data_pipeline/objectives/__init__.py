@@ -14,11 +14,9 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from data_pipeline.objectives import builtin, electra  # noqa: F401  (registration of the collators)
 from data_pipeline.objectives.registry import (
     ObjectiveSpec,
     get_objective,
-    implement_objective,
     objective_names,
     register_objective,
 )
@@ -35,7 +33,7 @@ _LAZY = {
 }
 
 __all__ = ["CausalCollator", "Collator", "MLMCollator", "ObjectiveSpec", "SpanCorruptionCollator", "build_collator",
-           "get_objective", "implement_objective", "objective_names", "register_objective"]  # fmt: skip
+           "get_objective", "objective_names", "register_objective"]  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

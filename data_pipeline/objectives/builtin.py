@@ -1,5 +1,5 @@
-"""The collator side of the three classic objectives: RoBERTa dynamic MLM, GPT causal LM, T5 span corruption (their
-data specs are in core/specs.py, their model side in pretrain/objectives/).
+"""The collator side of the three classic objectives: RoBERTa dynamic MLM, GPT causal LM, T5 span corruption (each
+objective's spec, which names these factories, is its module in pretrain/objectives/).
 
 Factories import their collator lazily so that importing this module (packing) needs no torch.
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from data_pipeline.objectives.registry import implement_objective
 from data_pipeline.objectives.t5_lengths import t5_lengths
 
 
@@ -57,10 +56,3 @@ def span_collator(cfg: Any, tokenizer: Any):
 
 def span_block_length(seq_len: int, obj: Any) -> int:
     return t5_lengths(seq_len, obj.noise_density, obj.mean_noise_span_length)[0]
-
-
-MLM = implement_objective("mlm", build_collator=mlm_collator)
-CAUSAL = implement_objective("causal", build_collator=causal_collator)
-SPAN_CORRUPTION = implement_objective(
-    "span_corruption", build_collator=span_collator, block_length=span_block_length
-)

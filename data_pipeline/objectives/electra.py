@@ -1,8 +1,8 @@
 """ELECTRA replaced-token detection (Clark et al. 2020): the collator side of the `electra` objective.
 
 A small MLM generator fills the masked positions of each block with tokens sampled from its softmax; the
-discriminator (the `electra` family) labels every real token original or replaced. The data spec, typed options
-and config checks are in core/specs.py; the generator + discriminator module and the export of both in
+discriminator (the `electra` family) labels every real token original or replaced. The spec, typed options and
+config checks are pretrain/objectives/electra.py; the generator + discriminator module and the export of both
 pretrain/objectives/rtd.py. This module imports no torch.
 
 Masking follows the reference's defaults through the shared MLM keys: 15% of tokens (`objective.mlm_probability`),
@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from data_pipeline.objectives.builtin import masking_kwargs
-from data_pipeline.objectives.registry import implement_objective
 
 
 def collator(cfg: Any, tokenizer: Any):
@@ -23,6 +22,3 @@ def collator(cfg: Any, tokenizer: Any):
     from data_pipeline.objectives.rtd_collator import ElectraCollator
 
     return ElectraCollator(tokenizer, **masking_kwargs(cfg))
-
-
-SPEC = implement_objective("electra", build_collator=collator)

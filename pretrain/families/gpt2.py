@@ -1,16 +1,19 @@
-"""GPT-2 (Radford et al. 2019): pre-LN decoder, learned positions, tied LM head, causal LM."""
+"""GPT-2 (Radford et al. 2019): pre-LN decoder, learned positions, tied LM head, causal LM. This module is the
+whole family: its spec and its config builder."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pretrain.families import shapes
-from pretrain.families.registry import implement_family
+from pretrain.families.registry import FamilySpec
 from pretrain.families.roberta import special_ids
-from runconfig.model import ModelConfig
+
+if TYPE_CHECKING:
+    from runconfig.model import ModelConfig
 
 
-def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
+def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     from transformers import GPT2Config
 
     return GPT2Config(
@@ -32,8 +35,20 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     )
 
 
-SPEC = implement_family(
-    "gpt2",
+SPEC = FamilySpec(
+    name="gpt2",
+    task="causal_lm",
+    objectives=("causal",),
+    tokenizer_types=("bpe",),
+    reserved_positions=0,
+    wraps_sequences=False,
+    has_encoder=False,
+    generative=True,
+    model_class="GPT2LMHeadModel",
+    auto_class="AutoModelForCausalLM",
+    # The grid, warmup and decay the budget preset's BBC margin was measured with (bench/transfer.py);
+    # transformers' run_glue defaults otherwise (no published GPT-2 classification recipe).
+    finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01},
     lora_modules_to_save=("score",),
     build_config=build_config,
     param_count=shapes.gpt2,

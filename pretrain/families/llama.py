@@ -1,25 +1,51 @@
 """Llama (Touvron et al. 2023; grouped-query attention as in Llama 2 70B and Llama 3, Ainslie et al. 2023): a
 pre-norm decoder with RMSNorm, a SwiGLU feed-forward, rotary positions, no biases and no dropout besides the
 attention's, trained as a causal LM. Built from transformers' LlamaForCausalLM, exported as such. Its data spec
-(objectives, options, config checks) is the `llama` entry in core/specs.py.
+(objectives, options, config checks) is `SPEC` below.
 
 `model.ffn_size` is SwiGLU's inner width (Llama: ~8/3 x hidden, three matrices instead of two).
 `model.options.num_kv_heads` sets grouped-query attention (default: one key/value head per query head).
 Byte-level BPE with GPT-2's special tokens (`<|endoftext|>` as bos/eos/pad, EOS between packed documents), as
 Llama 3's tiktoken BPE; Llama 1/2's SentencePiece `<s>`-prefixed inputs are not reproduced.
+
+This module is the whole family: its typed `model.options`, config check, spec and config builder.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from core.specs import LlamaOptions
-from pretrain.families.registry import implement_family
+from pydantic import Field
+
+from core.specs import FamilySpec, Options
+from pretrain.families.registry import reject_t5_shape_keys
 from pretrain.families.roberta import special_ids
-from runconfig.model import ModelConfig
+
+if TYPE_CHECKING:
+    from runconfig.model import ModelConfig
 
 
-def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
+class LlamaOptions(Options):
+    """`model.options` of llama."""
+
+    num_kv_heads: int | None = Field(None, gt=0)  # key/value heads; None: as many as model.num_heads (no GQA)
+    rope_theta: float = Field(10_000.0, gt=0)  # Llama 1/2: 10K; Llama 3: 500K
+
+
+def validate(cfg: Any) -> None:
+    m = cfg.model
+    reject_t5_shape_keys(m, "llama", "a decoder")
+    if m.dropout:
+        raise ValueError(
+            f"model.dropout ({m.dropout}): model.family 'llama' has no residual or embedding dropout "
+            f"(set it to 0; model.attention_dropout applies)"
+        )
+    kv = LlamaOptions.model_validate(m.options).num_kv_heads
+    if kv is not None and m.num_heads % kv:
+        raise ValueError(f"model.options.num_kv_heads ({kv}) must divide model.num_heads ({m.num_heads})")
+
+
+def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     from transformers import LlamaConfig
 
     o = LlamaOptions.model_validate(m.options)
@@ -45,8 +71,21 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     return config
 
 
-SPEC = implement_family(
-    "llama",
+SPEC = FamilySpec(
+    name="llama",
+    task="causal_lm",
+    objectives=("causal",),
+    tokenizer_types=("bpe",),
+    reserved_positions=0,
+    wraps_sequences=False,
+    has_encoder=False,
+    generative=True,
+    validate=validate,
+    options=LlamaOptions,
+    model_class="LlamaForCausalLM",
+    auto_class="AutoModelForCausalLM",
+    # As GPT-2's budget recipe (same data, optimizer and schedule; the decoders differ in their blocks).
+    finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01},
     lora_modules_to_save=("score",),
     build_config=build_config,
 )

@@ -5,19 +5,42 @@ the masked positions), trained with 30% masking and no dropout. Built from trans
 `model.ffn_size` is the GLU's inner width (ModernBERT-base: 1152; the input projection is twice that).
 Departure: the reference trains unpadded (FlashAttention varlen); transformers' CPU/SDPA path takes padded
 batches, and our FULL-SENTENCES packing leaves <= 1% padding, so nothing is unpadded here.
+
+This module is the whole family: its typed `model.options`, config check, spec and builders.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from core.specs import FamilySpec, ModernBertOptions
+from pydantic import Field
+
+from core.specs import FamilySpec, Options
 from pretrain.families import shapes
-from pretrain.families.registry import implement_family
-from runconfig.model import ModelConfig
+from pretrain.families.registry import reject_t5_shape_keys
+
+if TYPE_CHECKING:
+    from runconfig.model import ModelConfig
 
 
-def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
+class ModernBertOptions(Options):
+    """`model.options` of modernbert; defaults are ModernBERT-base's published config."""
+
+    local_attention: int = Field(128, gt=0)  # total window of the sliding-window layers
+    global_attn_every_n_layers: int = Field(3, ge=1)  # layer i is global when i % n == 0
+    global_rope_theta: float = Field(160_000.0, gt=0)  # RoPE base of the global-attention layers
+    local_rope_theta: float = Field(10_000.0, gt=0)  # RoPE base of the sliding-window layers
+    sparse_prediction: bool = True  # training scores only the masked positions (the export: every position)
+    hidden_activation: str = "gelu"  # the gated MLP's activation (GeGLU)
+    initializer_cutoff_factor: float = Field(2.0, gt=0)  # init: truncated normal cut at this many std devs
+    classifier_pooling: Literal["cls", "mean"] = "mean"  # a classification head reads [CLS] or the mean
+
+
+def validate(cfg: Any) -> None:
+    reject_t5_shape_keys(cfg.model, "modernbert", "an encoder")
+
+
+def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     from transformers import ModernBertConfig
 
     o = ModernBertOptions.model_validate(m.options)
@@ -61,8 +84,26 @@ def flops_per_token(spec: FamilySpec, m: ModelConfig, n_params: int, seq_len: in
     return 6.0 * n_params + 12.0 * m.hidden_size * keys
 
 
-SPEC = implement_family(
-    "modernbert",
+SPEC = FamilySpec(
+    name="modernbert",
+    task="masked_lm",
+    objectives=("mlm",),
+    tokenizer_types=("bpe", "wordpiece"),
+    reserved_positions=0,
+    validate=validate,
+    options=ModernBertOptions,
+    objective_defaults={"mlm_probability": 0.3},
+    model_class="ModernBertForMaskedLM",
+    auto_class="AutoModelForMaskedLM",
+    export_config={"sparse_prediction": False},
+    min_transformers="4.48",  # transformers added `modernbert` in 4.48
+    # Replaced-token detection (objective.type: electra) on this body (issue 46): the discriminator is exported as
+    # ModernBertModel, the generator is a narrower ModernBERT sharing its embeddings.
+    rtd="pretrain.objectives.rtd:MODERNBERT",
+    lora_target_modules=("Wqkv", "Wo"),  # fused attention in, attention and MLP out
+    # Warner et al. 2024 sweep the LR per task for base/large; the budget presets' 4 x 128 encoder fine-tunes at
+    # 3e-4..1e-3 (random init 0.78 on BBC, bench/transfer.py), warmup 10%, decay 0.01.
+    finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01},
     lora_modules_to_save=("head", "classifier"),
     build_config=build_config,
     flops_per_token=flops_per_token,

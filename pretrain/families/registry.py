@@ -1,8 +1,7 @@
 """Model families as specs (torchtitan's `ModelSpec`): everything the pipeline needs to know about a family in one
-object, found by name in `core.registry.FAMILIES`. The data half of a built-in spec (objectives, tokenizer
-conventions, positions, typed options) is declared in core/specs.py, which config validation reads; the family's
-file here fills in the implementation (`implement_family`). An outside package gives a whole `FamilySpec`
-through the `lmstack.families` entry point group.
+object, found by name in `core.registry.FAMILIES`. Each family is one module here that gives its whole spec as
+`SPEC` (data, typed options, checks and builders) and one `lmstack.families` entry point in pyproject.toml naming
+it, as an outside package's family is; config validation reads the spec's data, so the module imports no torch.
 
 HF classes are named as strings ('RobertaForMaskedLM' from transformers, or 'package.module:Class') and imported
 inside the config builder, so reading a spec needs no torch.
@@ -14,7 +13,7 @@ from typing import Any
 
 from core.errors import PluginError
 from core.registry import FAMILIES
-from core.specs import FamilySpec, attention_layers, default_flops_per_token, default_probe_inputs, implement
+from core.specs import FamilySpec, attention_layers, default_flops_per_token, default_probe_inputs
 
 __all__ = [
     "FAMILIES",
@@ -24,8 +23,8 @@ __all__ = [
     "default_probe_inputs",
     "family_names",
     "get_family",
-    "implement_family",
     "register_family",
+    "reject_t5_shape_keys",
 ]
 
 
@@ -34,22 +33,26 @@ def register_family(spec: FamilySpec, *, replace: bool = False) -> FamilySpec:
     return FAMILIES.add(spec, replace=replace)
 
 
-def implement_family(name: str, **fields: Any) -> FamilySpec:
-    """Fills in the implementation of the family declared in core/specs.py."""
-    return implement(FAMILIES, name, **fields)
-
-
 def get_family(name: str) -> FamilySpec:
-    """The complete spec: a family declared in core/specs.py whose module here was never written is an error
-    naming both places, not a `None` call deep in model building."""
+    """The complete spec: one without a config builder is an error naming the family, not a `None` call deep in
+    model building."""
     spec = FAMILIES.get(name)
     if spec.build_config is None:
         raise PluginError(
-            f"model.family '{name}' is declared (core/specs.py) but no module implements it "
-            f"(pretrain/families/<name>.py calling implement_family)"
+            f"model.family '{name}': its FamilySpec gives no build_config, so no model can be built"
         )
     return spec
 
 
 def family_names() -> list[str]:
     return FAMILIES.names()
+
+
+def reject_t5_shape_keys(m: Any, family: str, kind: str) -> None:
+    """`d_kv` and `num_decoder_layers` shape only T5: set for another family, they would be silently ignored."""
+    for key in ("d_kv", "num_decoder_layers"):
+        if getattr(m, key) is not None:
+            raise ValueError(
+                f"model.{key}: not used by model.family '{family}' ({kind}; head size is "
+                f"hidden_size / num_heads)"
+            )

@@ -1,13 +1,15 @@
 """RoBERTa (Liu et al. 2019): post-LN BERT encoder, learned positions offset by padding_idx + 1, MLM head.
-Its data spec (objectives, tokenizers, positions) is in core/specs.py."""
+This module is the whole family: its spec (data, fine-tune recipe, builders) and its config builder."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pretrain.families import shapes
-from pretrain.families.registry import implement_family
-from runconfig.model import ModelConfig
+from pretrain.families.registry import FamilySpec
+
+if TYPE_CHECKING:
+    from runconfig.model import ModelConfig
 
 
 def special_ids(tokenizer: Any) -> dict[str, Any]:
@@ -15,7 +17,7 @@ def special_ids(tokenizer: Any) -> dict[str, Any]:
             "eos_token_id": tokenizer.eos_token_id}  # fmt: skip
 
 
-def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
+def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     from transformers import RobertaConfig
 
     return RobertaConfig(
@@ -35,8 +37,19 @@ def build_config(m: ModelConfig, tokenizer: Any, seq_len: int, vocab_size: int):
     )
 
 
-SPEC = implement_family(
-    "roberta",
+SPEC = FamilySpec(
+    name="roberta",
+    task="masked_lm",
+    objectives=("mlm",),
+    tokenizer_types=("bpe", "wordpiece"),
+    reserved_positions=2,
+    mlm_head="lm_head",
+    model_class="RobertaForMaskedLM",
+    auto_class="AutoModelForMaskedLM",
+    # Liu et al. 2019, Table 10 (GLUE): warmup 6% of the steps, weight decay 0.1. Their LRs (1e-5..3e-5) are for
+    # 125M-355M models; the budget presets' 4 x 128 encoders (both arms) fine-tune at 3e-4..1e-3 (measured,
+    # bench/transfer.py), as small BERTs do (Turc et al. 2019: 1e-4..3e-4 and above).
+    finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.06, "weight_decay": 0.1},
     lora_modules_to_save=("classifier",),
     build_config=build_config,
     param_count=shapes.roberta,

@@ -17,6 +17,18 @@ def padded_vocab(cfg: Any) -> int:
     return -(-cfg.tokenizer.vocab_size // mult) * mult
 
 
+def generator_shape(hidden: int, layers: int, opts: Any) -> dict[str, int]:
+    """The ELECTRA generator's width, depth, heads and FFN from the discriminator's and the `electra` objective's
+    options (reference: get_generator_config)."""
+    width = int(round(hidden * opts.generator_hidden_fraction))
+    return {
+        "hidden_size": width,
+        "num_hidden_layers": max(1, int(round(layers * opts.generator_layers_fraction))),
+        "num_attention_heads": opts.generator_num_heads or max(1, width // 64),
+        "intermediate_size": opts.generator_ffn_size or 4 * width,
+    }
+
+
 def bert_layer(h: int, f: int) -> int:
     """Self-attention (q, k, v, output with biases) + LayerNorm, FFN in/out with biases + LayerNorm."""
     return 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h

@@ -22,7 +22,7 @@ from core.specs import FamilySpec, ObjectiveSpec
 from data_pipeline.objectives.builtin import mlm_collator
 
 
-def build_config(m, tokenizer, seq_len, vocab_size):
+def build_config(m, tokenizer, vocab_size):
     from transformers import BertConfig
 
     return BertConfig(vocab_size=vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,

@@ -50,3 +50,21 @@ def test_gpt2_uses_the_fused_tanh_gelu():
     cfg = load_config("configs/gpt2-tiny.yaml")
     model = build_model(cfg.model, _VocabOnly(1000), cfg.packing.seq_len)
     assert model.config.activation_function == "gelu_pytorch_tanh"
+
+
+@pytest.mark.parametrize("preset", ["roberta-tiny", "gpt2-tiny"])
+def test_seq_len_is_checked_where_the_model_is_built(preset):
+    """The family builders never read seq_len (issue 47 item 6): the model builder checks it against the family's
+    position table, naming both keys; a length that fits builds."""
+    cfg = load_config(f"configs/{preset}.yaml")
+    limit = cfg.model.max_position_embeddings - (2 if preset.startswith("roberta") else 0)
+    with pytest.raises(
+        ValueError, match=rf"packing.seq_len \({limit + 1}\).*max_position_embeddings.*{limit} usable"
+    ):
+        build_model(cfg.model, _VocabOnly(1000), limit + 1)
+    assert build_model(cfg.model, _VocabOnly(1000), limit).config.vocab_size >= 1000
+
+
+def test_t5_has_no_position_table_to_bound_seq_len():
+    cfg = load_config("configs/t5-tiny.yaml")
+    assert build_model(cfg.model, _VocabOnly(1000), 10 * cfg.model.max_position_embeddings) is not None
