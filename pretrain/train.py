@@ -41,6 +41,7 @@ from pretrain.parity import PROBE_FILE, BatchRecorder, probe_inputs, probe_logit
 from pretrain.profiler import StepProfiler
 from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
+from pretrain.watchdog import Watchdog
 from runconfig import RunConfig, save_resolved
 from runconfig.load import to_dict
 
@@ -331,6 +332,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
 
     engine, scheduler, ds_config = build_engine(cfg, model, plan, load_universal=universal)
     device = engine.device
+    watchdog = Watchdog.start(cfg, engine, layout.hang)  # hangs and stragglers named (logs/hang)
     stop = StopRequested()
     step, tokens_seen, bad_steps, last_loss, elapsed_s = 0, 0, 0, float("nan"), 0.0
     # a resumed run logs the loader's latency from its saved state to the first batch in hand
@@ -423,6 +425,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     clock.start()
     while not finished:
         profiler.begin(step + 1)
+        watchdog.beat(step + 1, "data")
         loss_sum = torch.zeros((), device=device, dtype=torch.float64)
         n_bad = torch.zeros((), device=device, dtype=torch.float64)
         output_metrics.new_step()
@@ -464,6 +467,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
             total, n_bad_all, stop_all, agreed = sync.read()
             clock.agree(agreed)
         step += 1
+        watchdog.beat(step, "after")
         profiler.end(step)
         step_ok = n_bad_all == 0
         step_loss = total / (plan.grad_accum * (1 if broken == "sum_ranks" else world))
@@ -488,6 +492,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
                 "tokens_seen": tokens_seen,
                 "skipped_steps": int(engine.skipped_steps) + skipped_on_device,
                 "elapsed_s": clock.elapsed_s,
+                **watchdog.step_figures(step, meter.wait),  # before the meter's report resets its wait
                 **meter.report(),
                 **output_metrics.report(),
             }
@@ -532,6 +537,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
                 bar.write(f"[train] signal {stop.signum}: checkpointed at step {step}, exiting for requeue")
             break
 
+    watchdog.stop()
     profiler.end(step, finished=True)  # a window the run ended inside (a time budget) is written all the same
     bar.close()
     logger.close()

@@ -212,7 +212,7 @@ class Watchdog:
         one small all_gather. Ranks above `watchdog.straggler_factor` x the median are logged by host and rank
         (rank 0) and counted. Every rank calls it at the same steps."""
         n = max(self.window_steps, 1)
-        mine = torch.tensor([self.fwd_s / n, loader_wait_s / n], dtype=torch.float64)
+        mine = [self.fwd_s / n, loader_wait_s / n]
         self.fwd_s, self.window_steps = 0.0, 0
         rows = gather_step_figures(mine, self.world, self.group)
         own = [f + w for f, w in rows]
@@ -347,13 +347,13 @@ def _default_store() -> Any:
         return None
 
 
-def gather_step_figures(mine: torch.Tensor, world: int, group: Any) -> list[list[float]]:
-    """[forward s/step, loader wait s/step] of every rank: host tensors over a gloo group, so reading them is no
-    device read (tests/pretrain/test_host_syncs.py leaves this function's read out, as the collated batch's)."""
+def gather_step_figures(mine: list[float], world: int, group: Any) -> list[list[float]]:
+    """[forward s/step, loader wait s/step] of every rank, in one all_gather of host tensors over a gloo group: no
+    device read on an accelerator (a world of one gathers nothing)."""
     if world == 1:
-        return [mine.tolist()]
-    rows = [torch.zeros_like(mine) for _ in range(world)]
-    dist.all_gather(rows, mine, group=group)
+        return [mine]
+    rows = [torch.zeros(len(mine), dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(rows, torch.tensor(mine, dtype=torch.float64), group=group)
     return torch.stack(rows).tolist()
 
 
