@@ -15,6 +15,7 @@ logging steps only, over a gloo group on host tensors (`gather_step_figures`), s
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import json
 import logging
@@ -172,6 +173,8 @@ class Watchdog:
         dog = cls(cfg, engine, hang_dir, dist.get_rank(), dist.get_world_size())
         if dog.enabled and dog.store is not None:
             dog.thread.start()
+            # a run that ends on an error (CannotContinue) is not a hang while the interpreter tears down
+            atexit.register(dog.stop)
         _active = dog
         return dog
 
