@@ -274,11 +274,112 @@ def train(cfg: RunConfig) -> dict[str, Any]:
             lock.release()
 
 
+@dataclasses.dataclass
+class Progress:
+    """What the loop advances and a checkpoint carries."""
+
+    step: int = 0
+    tokens_seen: int = 0
+    last_loss: float = float("nan")
+    bad_steps: int = 0  # consecutive steps with a non-finite loss
+
+
+@dataclasses.dataclass
+class StepOutcome:
+    """One optimizer step as every rank agreed it (StepSync)."""
+
+    loss: float
+    ok: bool  # no rank saw a non-finite loss
+    stop: bool  # some rank was signalled: checkpoint and exit
+    first_batch_at: float  # when its first micro-batch was in hand (perf_counter)
+
+
+@dataclasses.dataclass
+class Run:
+    """What set-up builds and the loop's functions share: built once, handed along."""
+
+    cfg: RunConfig
+    rank: int
+    world: int
+    layout: RunLayout
+    ckpt_dir: Path
+    plan: Any
+    broken: str | None  # test-only sabotage (bench/loss_parity.py); None in every real run
+    recorder: BatchRecorder
+    tokenizer: Any
+    n_params: int
+    train_loader: PretrainLoader
+    eval_loader: PretrainLoader
+    engine: Any
+    scheduler: Any
+    clock: TrainingClock
+    stop: StopRequested
+    sync: StepSync
+    output_metrics: OutputMetrics
+    ckpt_meta: dict[str, Any]
+    probe_batch: Any
+    watchdog: Watchdog  # hangs and stragglers named (logs/hang)
+
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device
+
+
+# --- the loop ---------------------------------------------------------------------------------------------------
+
+
 def _train(cfg: RunConfig) -> dict[str, Any]:
-    # --- set-up ---------------------------------------------------------------------------------------------
+    run, progress, restore_s = set_up(cfg)
+    logger = MetricsLogger.from_config(cfg, run.layout.logs, run.rank == 0)
+    meter, bar, clock = make_meter(run), progress_bar(run, progress.step), run.clock
+    profiler = StepProfiler(cfg.logging.profile_steps, run.layout.logs, run.rank, run.device)
+    run.engine.train()
+    latency = FirstBatchLatency(
+        restore_s
+    )  # a resume's restore, iter() and first batch, in its first metrics row
+    batches = iter(run.train_loader)
+    preempted, finished = False, clock.finished(progress.step)
+    clock.start()
+    while not finished:
+        profiler.begin(progress.step + 1)
+        run.watchdog.beat(progress.step + 1, "data")
+        outcome = train_step(run, progress, batches, meter)
+        latency.first_batch_in_hand(outcome.first_batch_at)
+        progress.step += 1
+        step = progress.step
+        run.watchdog.beat(step, "after")
+        profiler.end(step)
+        check_bad_steps(run, progress, outcome)
+        finished = clock.finished(step)
+        bar.update(clock.bar_position(step) - bar.n)
+        if step % cfg.logging.every_steps == 0 or finished:
+            log_step(run, progress, outcome, logger, bar, meter, latency.take())
+        if step % cfg.eval.every_steps == 0 or finished:
+            eval_step(run, step, logger, bar)
+        preempted = outcome.stop
+        if (step % cfg.checkpoint.every_steps == 0 or finished) and outcome.ok or preempted:
+            save(run, progress)  # never replace good checkpoints with a step that had a non-finite loss
+        if preempted:
+            if run.rank == 0:
+                bar.write(
+                    f"[train] signal {run.stop.signum}: checkpointed at step {step}, exiting for requeue"
+                )
+            break
+    run.watchdog.stop()
+    profiler.end(progress.step, finished=True)  # a window the run ended inside is written all the same
+    bar.close()
+    logger.close()
+    return finish(run, progress, preempted)
+
+
+# --- set-up -----------------------------------------------------------------------------------------------------
+
+
+def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
+    """Plan, resume point, tokenizer, model, loaders, engine and restored state: everything the loop needs, and
+    the seconds a resume took to restore the loader (None for a fresh run)."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    layout = RunLayout(cfg)
-    ckpt_dir = Path(cfg.checkpoint_dir)
+    layout, ckpt_dir = RunLayout(cfg), Path(cfg.checkpoint_dir)
     plan = make_plan(cfg, world)
     broken = sabotage()  # test-only (bench/loss_parity.py proves it notices each): None in every real run
     if broken == "warmup":
@@ -286,22 +387,54 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     recorder = BatchRecorder(rank)  # test-only replay record for bench/loss_parity.py (LMSTACK_PARITY_RECORD)
     torch.manual_seed(cfg.run.seed + rank)
 
-    # --- resume (decided before the engine exists: another world size loads a universal checkpoint) ---------
+    # resume is decided before the engine exists: another world size loads a universal checkpoint
     load_dir, tag = resume_point(cfg, ckpt_dir, rank)
     if rank == 0:
-        save_resolved(cfg, cfg.run.root)
-        save_resolved(cfg, ckpt_dir)
-        log.info(f"[train] plan for world size {world}:\n{plan.describe()}")
+        announce(cfg, plan, world, ckpt_dir)
+    tokenizer, model = build_run_model(cfg, layout, load_dir, tag)
+    recorder.initial(model)
+    n_params = count_parameters(model)
+    train_loader, eval_loader = build_loaders(cfg, rank, world, tokenizer)
+    universal = tag is not None and ckpt.needs_universal(load_dir, tag, world)
+    if universal:
+        if rank == 0:
+            log.info(f"[train] {tag} was written by another world size: converting to a universal checkpoint")
+            ckpt.convert_to_universal(load_dir, tag)
+        dist.barrier()
+        tag += ckpt.UNIVERSAL_SUFFIX
+    engine, scheduler, _ = build_engine(cfg, model, plan, load_universal=universal)
+    progress, elapsed_s, restore_s = Progress(), 0.0, None
+    if tag is not None:
+        progress, elapsed_s, restore_s = restore(cfg, engine, scheduler, train_loader, load_dir, tag, rank)
+    clock = TrainingClock(cfg, plan, scheduler, elapsed_s)
+    if tag is not None and rank == 0:
         log.info(
-            "\n".join(
-                "[train] " + x
-                for x in sum(
-                    lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr, plan.warmup_steps), []
-                )
-            )
+            f"[train] resumed from {load_dir / tag} at step {progress.step} ({elapsed_s:.1f}s of training, "
+            f"lr now {clock.lr_now(scheduler):.6g})"
         )
+    ckpt_meta = {
+        "config": to_dict(cfg),
+        "tokenizer": ckpt.tokenizer_identity(layout.tokenizer, len(tokenizer)),
+    }
+    run = Run(
+        cfg, rank, world, layout, ckpt_dir, plan, broken, recorder, tokenizer, n_params, train_loader,
+        eval_loader, engine, scheduler, clock, StopRequested(), StepSync(engine.device, rank), OutputMetrics(),
+        ckpt_meta, probe_inputs(tokenizer, cfg.model.family), Watchdog.start(cfg, engine, layout.hang),
+    )  # fmt: skip
+    return run, progress, restore_s
 
-    # a remote run: fetched into the staging folder (token shards: loader)
+
+def announce(cfg: RunConfig, plan, world: int, ckpt_dir: Path) -> None:
+    """Rank 0 records the resolved config beside the outputs and logs the plan and its LR scaling."""
+    save_resolved(cfg, cfg.run.root)
+    save_resolved(cfg, ckpt_dir)
+    log.info(f"[train] plan for world size {world}:\n{plan.describe()}")
+    lines = sum(lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr, plan.warmup_steps), [])
+    log.info("\n".join("[train] " + x for x in lines))
+
+
+def build_run_model(cfg: RunConfig, layout: RunLayout, load_dir: Path, tag: str | None):
+    """The run's tokenizer (fetched first for a remote run) and the model sized from it, wrapped by its objective."""
     layout.store.pull([layout.tokenizer])
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     # before the model is sized from it: a swapped tokenizer is named, not a size mismatch
@@ -311,252 +444,262 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         )
     model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
     prepare_model(cfg, model)
-    # the objective's module around it (ELECTRA), else the model itself
-    model = wrap_model(cfg, model, tokenizer)
-    recorder.initial(model)
-    n_params = count_parameters(model)
+    return tokenizer, wrap_model(
+        cfg, model, tokenizer
+    )  # the objective's module around it (ELECTRA), else the model
+
+
+def build_loaders(cfg: RunConfig, rank: int, world: int, tokenizer) -> tuple[PretrainLoader, PretrainLoader]:
     collate = build_collator(cfg, tokenizer)
     try:
-        train_loader = PretrainLoader(cfg, rank, world, split="train", collate_fn=collate)
-        eval_loader = PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate)
+        return (
+            PretrainLoader(cfg, rank, world, split="train", collate_fn=collate),
+            PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate),
+        )
     except TokenShardError as e:  # a damaged or replaced shard: a restart would fail the same way
         raise ckpt.CannotContinue(str(e)) from None
 
-    universal = tag is not None and ckpt.needs_universal(load_dir, tag, world)
-    if universal:
-        if rank == 0:
-            log.info(f"[train] {tag} was written by another world size: converting to a universal checkpoint")
-            ckpt.convert_to_universal(load_dir, tag)
-        dist.barrier()
-        tag += ckpt.UNIVERSAL_SUFFIX
 
-    engine, scheduler, ds_config = build_engine(cfg, model, plan, load_universal=universal)
-    device = engine.device
-    watchdog = Watchdog.start(cfg, engine, layout.hang)  # hangs and stragglers named (logs/hang)
-    stop = StopRequested()
-    step, tokens_seen, bad_steps, last_loss, elapsed_s = 0, 0, 0, float("nan"), 0.0
-    # a resumed run logs the loader's latency from its saved state to the first batch in hand
-    restore_s = None
-    if tag is not None:
-        current = resume_diff.schedule_snapshot(scheduler)  # loading restores the checkpoint's schedule
-        state = ckpt.load_checkpoint(engine, load_dir, tag)
-        resume_diff.reapply_schedule(scheduler, current)
-        step, tokens_seen = state["step"], state["tokens_seen"]
-        last_loss = state.get("loss", last_loss)
-        # the steps StepGuard skipped on the device before the checkpoint (DeepSpeed restores its own count)
-        engine.step_guard.skipped = torch.tensor(float(state.get("skipped_on_device", 0)), device=device)
-        elapsed_s = float(state.get("elapsed_s", 0.0))  # the time-budget clock continues where it stopped
-        t_restore = time.perf_counter()
-        try:
-            train_loader.load_state_dict(state["loader"])
-        except ValueError as e:  # another sample order (seed, tokens, packing or weights changed)
-            if not cfg.checkpoint.reset_data_order:
-                raise ckpt.CannotContinue(
-                    f"{load_dir / tag}: {e}. Start a new output folder (another run.output_dir), or rerun with "
-                    f"{resume_diff.RESET_FLAG} (checkpoint.reset_data_order=true) to keep the resumed weights and "
-                    "start the new data order from its beginning"
-                ) from None
-            if rank == 0:  # the loader keeps its fresh state: the new order from its first sample
-                log.info(
-                    f"[train] data order reset at step {step} ({resume_diff.RESET_FLAG}): the loader starts "
-                    "the new order from its beginning"
-                )
-        restore_s = time.perf_counter() - t_restore  # iter() and the wait for the first batch add to it below
-    clock = TrainingClock(cfg, plan, scheduler, elapsed_s)
-    if tag is not None and rank == 0:
-        log.info(
-            f"[train] resumed from {load_dir / tag} at step {step} ({elapsed_s:.1f}s of training, "
-            f"lr now {clock.lr_now(scheduler):.6g})"
-        )
+def restore(cfg: RunConfig, engine, scheduler, train_loader, load_dir: Path, tag: str, rank: int):
+    """Weights, optimizer, schedule, counters and the loader's position from a checkpoint. Returns the progress,
+    the training clock's elapsed time and the seconds the loader's restore took (its first batch adds to it)."""
+    current = resume_diff.schedule_snapshot(scheduler)  # loading restores the checkpoint's schedule
+    state = ckpt.load_checkpoint(engine, load_dir, tag)
+    resume_diff.reapply_schedule(scheduler, current)
+    progress = Progress(state["step"], state["tokens_seen"], state.get("loss", float("nan")))
+    # the steps StepGuard skipped on the device before the checkpoint (DeepSpeed restores its own count)
+    engine.step_guard.skipped = torch.tensor(float(state.get("skipped_on_device", 0)), device=engine.device)
+    t_restore = time.perf_counter()
+    try:
+        train_loader.load_state_dict(state["loader"])
+    except ValueError as e:  # another sample order (seed, tokens, packing or weights changed)
+        if not cfg.checkpoint.reset_data_order:
+            raise ckpt.CannotContinue(
+                f"{load_dir / tag}: {e}. Start a new output folder (another run.output_dir), or rerun with "
+                f"{resume_diff.RESET_FLAG} (checkpoint.reset_data_order=true) to keep the resumed weights and "
+                "start the new data order from its beginning"
+            ) from None
+        if rank == 0:  # the loader keeps its fresh state: the new order from its first sample
+            log.info(
+                f"[train] data order reset at step {progress.step} ({resume_diff.RESET_FLAG}): the loader starts "
+                "the new order from its beginning"
+            )
+    # the time-budget clock continues where it stopped
+    return progress, float(state.get("elapsed_s", 0.0)), time.perf_counter() - t_restore
 
-    def client_state() -> dict[str, Any]:
-        return {
-            "step": step,
-            "tokens_seen": tokens_seen,
-            "loss": last_loss,
-            "elapsed_s": clock.elapsed_s,
-            "loader": train_loader.state_dict(),
-            "plan": plan.__dict__,
-            "skipped_on_device": _step_figures(engine)[1],
-        }
 
-    probe_batch = probe_inputs(tokenizer, cfg.model.family)
-    ckpt_meta = {
-        "config": to_dict(cfg),
-        "tokenizer": ckpt.tokenizer_identity(layout.tokenizer, len(tokenizer)),
-    }
+class FirstBatchLatency:
+    """A resumed run logs, in its first metrics row, the loader's latency from its saved state to the first batch
+    in hand: the restore, iter() and the wait for that batch."""
 
-    def store_probe(folder: Path) -> None:
-        """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all)."""
-        logits = probe_logits(engine, probe_batch, device)
-        if rank == 0:
-            save_probe(folder / PROBE_FILE, probe_batch, logits)
+    def __init__(self, restore_s: float | None):
+        self.restore_s, self.t0, self.value = restore_s, time.perf_counter(), None
 
-    # --- metrics --------------------------------------------------------------------------------------------
-    logger = MetricsLogger.from_config(cfg, layout.logs, rank == 0)
+    def first_batch_in_hand(self, at: float) -> None:
+        if self.restore_s is not None:
+            self.value, self.restore_s = self.restore_s + (at - self.t0), None
+
+    def take(self) -> dict[str, float]:
+        if self.value is None:
+            return {}
+        value, self.value = self.value, None
+        return {"resume_first_batch_s": value}
+
+
+def make_meter(run: Run) -> Throughput:
+    """Tokens/s and MFU against the configured peak, or against a measured one (without moving the RNG)."""
     with _rng_isolated():  # nothing outside the loop may move the RNG: exact resume needs it
-        peak = cfg.logging.peak_flops or measure_peak_flops(
-            device="cpu" if device.type == "cpu" else str(device)
+        peak = run.cfg.logging.peak_flops or measure_peak_flops(
+            device="cpu" if run.device.type == "cpu" else str(run.device)
         )
-    fpt = flops_per_token(cfg.model, n_params, cfg.packing.seq_len, untied_input_embedding(model))
-    meter = Throughput(fpt, peak, world, bool(cfg.logging.peak_flops))
-    bar = tqdm(
-        total=clock.bar_total,
-        initial=clock.bar_position(step),
-        disable=rank != 0 or not cfg.logging.progress_bar,
+    model = run.engine.module
+    fpt = flops_per_token(run.cfg.model, run.n_params, run.cfg.packing.seq_len, untied_input_embedding(model))
+    return Throughput(fpt, peak, run.world, bool(run.cfg.logging.peak_flops))
+
+
+def progress_bar(run: Run, step: int) -> tqdm:
+    return tqdm(
+        total=run.clock.bar_total,
+        initial=run.clock.bar_position(step),
+        disable=run.rank != 0 or not run.cfg.logging.progress_bar,
         desc="pretrain",
-        unit=clock.bar_unit,
+        unit=run.clock.bar_unit,
         dynamic_ncols=True,
     )
 
-    # --- the loop -------------------------------------------------------------------------------------------
-    engine.train()
-    t_iter = time.perf_counter()
-    batches = iter(train_loader)
-    resume_first_batch_s = None if restore_s is None else restore_s + (time.perf_counter() - t_iter)
-    first_batch_pending = resume_first_batch_s is not None
-    sync = StepSync(device, rank)
-    output_metrics = OutputMetrics()  # the objective's own figures, if its model output carries any
-    preempted, finished = False, clock.finished(step)
-    # The one blocking read per step (StepSync) comes after engine.step() unless the LR follows a time budget: read
-    # before the step, it idles the device while the host launches the optimizer (DeepSpeed's step is host-heavy).
+
+# --- step -------------------------------------------------------------------------------------------------------
+
+
+def train_step(run: Run, progress: Progress, batches, meter: Throughput) -> StepOutcome:
+    """One optimizer step over `grad_accum` micro-batches, with the one host read per step (StepSync)."""
+    engine, plan, world, clock, sync = run.engine, run.plan, run.world, run.clock, run.sync
+    loss_sum = torch.zeros((), device=run.device, dtype=torch.float64)
+    n_bad = torch.zeros((), device=run.device, dtype=torch.float64)
+    run.output_metrics.new_step()
+    # The one blocking read per step comes after engine.step() unless the LR follows a time budget: read before the
+    # step, it idles the device while the host launches the optimizer (DeepSpeed's step is host-heavy).
     agree_before_step = clock.time_schedule is not None
-    profiler = StepProfiler(cfg.logging.profile_steps, layout.logs, rank, device)
-    clock.start()
-    while not finished:
-        profiler.begin(step + 1)
-        watchdog.beat(step + 1, "data")
-        loss_sum = torch.zeros((), device=device, dtype=torch.float64)
-        n_bad = torch.zeros((), device=device, dtype=torch.float64)
-        output_metrics.new_step()
-        for micro in range(plan.grad_accum):
-            t_wait = time.perf_counter()
-            with _rng_isolated():  # worker start-up and collation must not shift the dropout RNG stream
-                host_batch = next(batches)
-            waited = time.perf_counter() - t_wait
-            if first_batch_pending:
-                resume_first_batch_s += waited
-                first_batch_pending = False
-            n_tok = _count_tokens(host_batch)
-            batch = _to_device(host_batch, device)
-            recorder.batch(step, micro, host_batch)
-            output = engine(**batch)
-            loss = output.loss
-            output_metrics.add(output)
-            del output  # the logits need not live through backward
-            # No host read per micro-batch: a non-finite loss is counted on the device, and the step it poisons is
-            # skipped on the device (StepGuard) once all ranks agree on the count.
-            if broken == "drop_micro" and rank == 0 and micro == 0:
-                engine.backward(_zero_loss(engine))  # sabotage: this micro-batch's gradient is lost
-                loss_sum += loss.detach()
-            else:
-                finite = torch.isfinite(loss.detach())
-                n_bad += ~finite
-                loss_sum += torch.where(finite, loss.detach(), 0.0)
-                engine.backward(loss * world if broken == "sum_ranks" else loss)
-            if micro == plan.grad_accum - 1:
-                engine.step_guard.arm(sync.launch(loss_sum, n_bad, stop.requested, clock.now()))
-                if agree_before_step:  # a time-budget LR follows the agreed clock: read before the step
-                    total, n_bad_all, stop_all, agreed = sync.read()
-                    clock.agree(agreed)
-            engine.step()
-            tokens_seen += n_tok * world
-            meter.add(n_tok * world, batch["input_ids"].shape[0] * world, waited)
-        # after the step: the host waits while the device runs the optimizer, not before
-        if not agree_before_step:
-            total, n_bad_all, stop_all, agreed = sync.read()
-            clock.agree(agreed)
-        step += 1
-        watchdog.beat(step, "after")
-        profiler.end(step)
-        step_ok = n_bad_all == 0
-        step_loss = total / (plan.grad_accum * (1 if broken == "sum_ranks" else world))
-        recorder.step(step_loss)
-        bad_steps = 0 if step_ok else bad_steps + 1
-        if bad_steps >= cfg.deepspeed.max_consecutive_bad_steps:
-            raise TrainingHalted(
-                f"{bad_steps} consecutive steps with non-finite loss at step {step}; last good checkpoint: "
-                f"{(ckpt.complete_tags(ckpt_dir) or [None])[-1]} in {ckpt_dir} (left untouched)"
-            )
-        if step_ok:
-            last_loss = step_loss
-        finished = clock.finished(step)
-        bar.update(clock.bar_position(step) - bar.n)
+    first_batch_at = 0.0
+    for micro in range(plan.grad_accum):
+        t_wait = time.perf_counter()
+        with _rng_isolated():  # worker start-up and collation must not shift the dropout RNG stream
+            host_batch = next(batches)
+        waited = time.perf_counter() - t_wait
+        first_batch_at = first_batch_at or time.perf_counter()
+        n_tok = _count_tokens(host_batch)
+        batch = _to_device(host_batch, run.device)
+        run.recorder.batch(progress.step, micro, host_batch)
+        output = engine(**batch)
+        loss = output.loss
+        run.output_metrics.add(output)
+        del output  # the logits need not live through backward
+        # No host read per micro-batch: a non-finite loss is counted on the device, and the step it poisons is
+        # skipped on the device (StepGuard) once all ranks agree on the count.
+        if run.broken == "drop_micro" and run.rank == 0 and micro == 0:
+            engine.backward(_zero_loss(engine))  # sabotage: this micro-batch's gradient is lost
+            loss_sum += loss.detach()
+        else:
+            finite = torch.isfinite(loss.detach())
+            n_bad += ~finite
+            loss_sum += torch.where(finite, loss.detach(), 0.0)
+            engine.backward(loss * world if run.broken == "sum_ranks" else loss)
+        if micro == plan.grad_accum - 1:
+            engine.step_guard.arm(sync.launch(loss_sum, n_bad, run.stop.requested, clock.now()))
+            if agree_before_step:  # a time-budget LR follows the agreed clock: read before the step
+                agreed = sync.read()
+                clock.agree(agreed[3])
+        engine.step()
+        progress.tokens_seen += n_tok * world
+        meter.add(n_tok * world, batch["input_ids"].shape[0] * world, waited)
+    if (
+        not agree_before_step
+    ):  # after the step: the host waits while the device runs the optimizer, not before
+        agreed = sync.read()
+        clock.agree(agreed[3])
+    total, n_bad_all, stop_all, _ = agreed
+    step_loss = total / (plan.grad_accum * (1 if run.broken == "sum_ranks" else world))
+    run.recorder.step(step_loss)
+    return StepOutcome(step_loss, n_bad_all == 0, stop_all, first_batch_at)
 
-        if step % cfg.logging.every_steps == 0 or finished:
-            grad_norm, skipped_on_device = _step_figures(engine)
-            stats = {
-                "loss": step_loss if step_ok else float("nan"),
-                "lr": scheduler.get_last_lr()[0],
-                "loss_scale": float(getattr(engine.optimizer, "cur_scale", 1.0) or 1.0),
-                "tokens_seen": tokens_seen,
-                "skipped_steps": int(engine.skipped_steps) + skipped_on_device,
-                "elapsed_s": clock.elapsed_s,
-                **watchdog.step_figures(step, meter.wait),  # before the meter's report resets its wait
-                **meter.report(),
-                **output_metrics.report(),
-            }
-            # None only at ZeRO 0 without clipping: DeepSpeed computes no norm, so none is logged (not a false 0)
-            if grad_norm is not None:
-                stats["grad_norm"] = grad_norm
-            if resume_first_batch_s is not None:  # the first row after a resume only
-                stats["resume_first_batch_s"], resume_first_batch_s = resume_first_batch_s, None
-            logger.log(step, stats)
-            bar.set_postfix(
-                loss=f"{stats['loss']:.3f}",
-                lr=f"{stats['lr']:.2e}",
-                tok_s=f"{stats['tokens_per_s']:.0f}",
-                **{meter.key: f"{stats[meter.key]:.1%}"},  # mfu only against a stated peak
-            )
-        if step % cfg.eval.every_steps == 0 or finished:
-            with _rng_isolated():
-                ev = evaluate(engine, eval_loader, cfg.eval.max_batches, device)
-            logger.log(step, ev, prefix="eval")
-            if rank == 0:
-                bar.write(f"[eval] step {step}: loss {ev['loss']:.4f} ppl {ev['perplexity']:.2f}")
 
-        preempted = stop_all
-        due = step % cfg.checkpoint.every_steps == 0 or finished
-        if (
-            due and step_ok
-        ) or preempted:  # never replace good checkpoints with a step that had a non-finite loss
-            ckpt.save_checkpoint(
-                engine,
-                ckpt_dir,
-                step,
-                client_state(),
-                cfg.checkpoint.keep_last,
-                store_probe,
-                ckpt_meta,
-                remote=cfg.checkpoint_remote,
-            )
-            if rank == 0:  # a remote run: the logs so far and the resolved config go up with each checkpoint
-                layout.store.push_or_warn([layout.logs, layout.resolved_config])
-        if preempted:
-            if rank == 0:
-                bar.write(f"[train] signal {stop.signum}: checkpointed at step {step}, exiting for requeue")
-            break
+def check_bad_steps(run: Run, progress: Progress, outcome: StepOutcome) -> None:
+    """Counts consecutive non-finite steps and halts after too many; a good step's loss is the one to keep."""
+    progress.bad_steps = 0 if outcome.ok else progress.bad_steps + 1
+    if progress.bad_steps >= run.cfg.deepspeed.max_consecutive_bad_steps:
+        raise TrainingHalted(
+            f"{progress.bad_steps} consecutive steps with non-finite loss at step {progress.step}; last good "
+            f"checkpoint: {(ckpt.complete_tags(run.ckpt_dir) or [None])[-1]} in {run.ckpt_dir} (left untouched)"
+        )
+    if outcome.ok:
+        progress.last_loss = outcome.loss
 
-    watchdog.stop()
-    profiler.end(step, finished=True)  # a window the run ended inside (a time budget) is written all the same
-    bar.close()
-    logger.close()
-    recorder.close(plan)
-    result = {
-        "step": step,
-        "tokens_seen": tokens_seen,
-        "loss": last_loss,
-        "preempted": preempted,
-        "elapsed_s": round(clock.elapsed_s, 3),
-        "budget_s": plan.budget_s,
-        "checkpoint": str(ckpt_dir / ckpt.tag_for(step)),
-        "params": n_params,
+
+def log_step(
+    run: Run,
+    progress: Progress,
+    outcome: StepOutcome,
+    logger,
+    bar,
+    meter: Throughput,
+    extra: dict[str, float],
+) -> None:
+    """A metrics row (the logging steps' one extra host read: gradient norm and device-skipped steps)."""
+    engine = run.engine
+    grad_norm, skipped_on_device = _step_figures(engine)
+    stats = {
+        "loss": outcome.loss if outcome.ok else float("nan"),
+        "lr": run.scheduler.get_last_lr()[0],
+        "loss_scale": float(getattr(engine.optimizer, "cur_scale", 1.0) or 1.0),
+        "tokens_seen": progress.tokens_seen,
+        "skipped_steps": int(engine.skipped_steps) + skipped_on_device,
+        "elapsed_s": run.clock.elapsed_s,
+        **run.watchdog.step_figures(progress.step, meter.wait),  # before the meter's report resets its wait
+        **meter.report(),
+        **run.output_metrics.report(),
+        **extra,  # the first row after a resume: resume_first_batch_s
     }
-    if rank == 0 and cfg.logging.plots and cfg.logging.jsonl:
+    # None only at ZeRO 0 without clipping: DeepSpeed computes no norm, so none is logged (not a false 0)
+    if grad_norm is not None:
+        stats["grad_norm"] = grad_norm
+    logger.log(progress.step, stats)
+    bar.set_postfix(
+        loss=f"{stats['loss']:.3f}",
+        lr=f"{stats['lr']:.2e}",
+        tok_s=f"{stats['tokens_per_s']:.0f}",
+        **{meter.key: f"{stats[meter.key]:.1%}"},  # mfu only against a stated peak
+    )
+
+
+# --- eval -------------------------------------------------------------------------------------------------------
+
+
+def eval_step(run: Run, step: int, logger, bar) -> None:
+    with _rng_isolated():
+        ev = evaluate(run.engine, run.eval_loader, run.cfg.eval.max_batches, run.device)
+    logger.log(step, ev, prefix="eval")
+    if run.rank == 0:
+        bar.write(f"[eval] step {step}: loss {ev['loss']:.4f} ppl {ev['perplexity']:.2f}")
+
+
+# --- save -------------------------------------------------------------------------------------------------------
+
+
+def client_state(run: Run, progress: Progress) -> dict[str, Any]:
+    """What a checkpoint carries beside DeepSpeed's own state, for an exact resume."""
+    return {
+        "step": progress.step,
+        "tokens_seen": progress.tokens_seen,
+        "loss": progress.last_loss,
+        "elapsed_s": run.clock.elapsed_s,
+        "loader": run.train_loader.state_dict(),
+        "plan": run.plan.__dict__,
+        "skipped_on_device": _step_figures(run.engine)[1],
+    }
+
+
+def save(run: Run, progress: Progress) -> None:
+    """A checkpoint (with the probe logits the export checks against); a remote run pushes its logs with it."""
+
+    def store_probe(folder: Path) -> None:
+        """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all)."""
+        logits = probe_logits(run.engine, run.probe_batch, run.device)
+        if run.rank == 0:
+            save_probe(folder / PROBE_FILE, run.probe_batch, logits)
+
+    cfg = run.cfg
+    ckpt.save_checkpoint(
+        run.engine,
+        run.ckpt_dir,
+        progress.step,
+        client_state(run, progress),
+        cfg.checkpoint.keep_last,
+        store_probe,
+        run.ckpt_meta,
+        remote=cfg.checkpoint_remote,
+    )
+    if run.rank == 0:  # a remote run: the logs so far and the resolved config go up with each checkpoint
+        run.layout.store.push_or_warn([run.layout.logs, run.layout.resolved_config])
+
+
+def finish(run: Run, progress: Progress, preempted: bool) -> dict[str, Any]:
+    """The run's result (and its plots); every rank leaves together."""
+    run.recorder.close(run.plan)
+    result = {
+        "step": progress.step,
+        "tokens_seen": progress.tokens_seen,
+        "loss": progress.last_loss,
+        "preempted": preempted,
+        "elapsed_s": round(run.clock.elapsed_s, 3),
+        "budget_s": run.plan.budget_s,
+        "checkpoint": str(run.ckpt_dir / ckpt.tag_for(progress.step)),
+        "params": run.n_params,
+    }
+    if run.rank == 0 and run.cfg.logging.plots and run.cfg.logging.jsonl:
         from pretrain.plots import plot_run
 
-        result["plots"] = str(plot_run(cfg.run.root)[0].parent) if layout.metrics.is_file() else None
-    if rank == 0:
-        layout.store.push_or_warn([layout.logs])
+        result["plots"] = str(plot_run(run.cfg.run.root)[0].parent) if run.layout.metrics.is_file() else None
+    if run.rank == 0:
+        run.layout.store.push_or_warn([run.layout.logs])
     dist.barrier()
     return result
