@@ -46,7 +46,7 @@ def _finetune(args: argparse.Namespace) -> int:
         acc = "collapsed" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
         bad = f", collapsed seeds {sorted(r['collapsed'])} left out" if r["collapsed"] else ""
         print(
-            f"{r['task']}: {r['method']}/{r['init']}: accuracy {acc} (mean of {len(r['accuracy_by_seed'])} "
+            f"{r['task']}: {r['method']}/{r['init']}: {r['metric']} {acc} (mean of {len(r['accuracy_by_seed'])} "
             f"seeds{bad}) on {r['test_examples']} test examples"
         )
     return 0

@@ -15,15 +15,23 @@ from runconfig.finetune import FinetuneConfig
 class Arms:
     """Builds each arm's model from one export folder: the export's weights, or its config from random init."""
 
-    def __init__(self, model_dir: Path, labels: list[str], pad_id: int | None):
+    def __init__(self, model_dir: Path, labels: list[str], pad_id: int | None, regression: bool = False):
         self.model_dir = model_dir
         self.labels = labels
+        self.regression = regression  # one output, MSE (AutoModelForSequenceClassification's problem_type)
         self.pad_id = pad_id  # decoders without a pad token classify from the last non-pad token
         base = AutoConfig.from_pretrained(str(model_dir))
         self.text_to_text = bool(getattr(base, "is_encoder_decoder", False))
-        kwargs = (
+        if regression and self.text_to_text:
+            raise ValueError(
+                f"finetune.tasks.problem: regression needs a classification head, and {base.model_type} is "
+                "fine-tuned text-to-text (its labels are strings): use classification, or an encoder or decoder"
+            )
+        kwargs: dict = (
             {}
             if self.text_to_text
+            else {"num_labels": 1, "problem_type": "regression"}
+            if regression
             else {
                 "num_labels": len(labels),
                 "id2label": dict(enumerate(labels)),

@@ -13,6 +13,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from adapt.scoring import task_metric
 from adapt.transfer import _log, method_lr_grid, pick_lr, prepare_task
 from data_pipeline.labelled import load_tasks
 from pretrain.export_folder import verify_export
@@ -63,6 +64,7 @@ def _finetune_method(task, data, init: str, method: str, out: Path, log) -> dict
             {x: "dev" in r.collapsed for x, r in sel.items()},
         )
     by_seed, collapsed = {}, {}
+    metric = task_metric(data.regression)
     for seed in ft.seeds:
         folder = base / f"seed{seed}"
         run = task.fine_tune(init, lr, seed, folder, save_model=True, method=method)
@@ -70,7 +72,7 @@ def _finetune_method(task, data, init: str, method: str, out: Path, log) -> dict
         if "test" in run.collapsed:
             collapsed[seed] = run.collapsed["test"]
         log(
-            f"[finetune] {data.name} {method} {init} seed {seed} lr {lr:g} ({ft.optim}): test accuracy "
+            f"[finetune] {data.name} {method} {init} seed {seed} lr {lr:g} ({ft.optim}): test {metric} "
             f"{run.accuracy['test']:.3f}"
             + (" COLLAPSED (one class)" if seed in collapsed else "")
             + f" -> {folder}"
@@ -82,6 +84,7 @@ def _finetune_method(task, data, init: str, method: str, out: Path, log) -> dict
         "method": method,
         "lr": lr,
         "optim": ft.optim,
+        "metric": metric,  # what `accuracy` holds: accuracy, or Pearson's r for regression
         "accuracy_by_seed": by_seed,
         "accuracy": sum(kept) / len(kept) if kept else None,
         "collapsed": collapsed,

@@ -1,5 +1,5 @@
 """Labelled rows -> model inputs: the token budget (the model's positions), long inputs (head+tail, truncate,
-sliding windows), the special-token frame, and the collator that pads a batch."""
+sliding windows), the special-token frame of one text or a sentence pair, and the collator that pads a batch."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def windows(ids: list[int], budget: int, ft: FinetuneConfig) -> list[list[int]]:
 class Encoded:
     features: list[dict[str, Any]]  # one per window
     owner: np.ndarray  # example index of each window
-    gold: np.ndarray  # label index per example
+    gold: np.ndarray  # label index per example (regression: the float label)
 
 
 def special_frame(tok: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:
@@ -76,6 +76,41 @@ def special_frame(tok: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:
     raise ValueError(f"cannot locate the text inside the special-token frame of {type(tok).__name__}")
 
 
+def pair_frame(tok: PreTrainedTokenizerBase) -> tuple[list[int], list[int], list[int]]:
+    """The special tokens the tokenizer puts before, between and after a sentence pair (tokenizer(a, b): BERT's
+    [CLS] a [SEP] b [SEP], RoBERTa's <s> a </s></s> b </s>); a tokenizer that puts nothing between the two texts
+    (GPT-2's) gets its separator or end-of-text token there, so the model can tell where the first text ends."""
+    a = tok("hello world", add_special_tokens=False)["input_ids"]
+    b = tok("good morning", add_special_tokens=False)["input_ids"]
+    full = tok("hello world", "good morning", add_special_tokens=True)["input_ids"]
+    for i in range(len(full) - len(a) + 1):
+        if full[i : i + len(a)] != a:
+            continue
+        for j in range(i + len(a), len(full) - len(b) + 1):
+            if full[j : j + len(b)] == b:
+                prefix, mid, suffix = full[:i], full[i + len(a) : j], full[j + len(b) :]
+                if not mid:
+                    sep = tok.sep_token_id if tok.sep_token_id is not None else tok.eos_token_id
+                    mid = [] if sep is None else [sep]
+                return prefix, mid, suffix
+    raise ValueError(f"cannot locate a sentence pair inside the special-token frame of {type(tok).__name__}")
+
+
+def pair_pieces(a: list[int], b: list[int], budget: int) -> tuple[list[int], list[int]]:
+    """Both texts cut to `budget` tokens together, a token off the longer one at a time (the tokenizer's
+    'longest_first' truncation, run_glue's for pair tasks)."""
+    over = len(a) + len(b) - budget
+    if over <= 0:
+        return a, b
+    keep_a, keep_b = len(a), len(b)
+    for _ in range(over):
+        if keep_a >= keep_b:
+            keep_a -= 1
+        else:
+            keep_b -= 1
+    return a[:keep_a], b[:keep_b]
+
+
 def encode(
     tok: PreTrainedTokenizerBase,
     rows: list[Row],
@@ -83,7 +118,12 @@ def encode(
     max_length: int,
     ft: FinetuneConfig,
     text_to_text: bool,
+    regression: bool = False,
 ) -> Encoded:
+    """Rows -> one feature per window. A pair task (rows with a second text) is framed as the tokenizer frames a
+    pair and cut longest-first to the budget (one window per example); a regression label is its float."""
+    if rows and rows[0][3] is not None:
+        return _encode_pairs(tok, rows, labels, max_length, text_to_text, regression)
     prefix, suffix = special_frame(tok)
     budget = max_length - len(prefix) - len(suffix)
     raw = tok([r[1] for r in rows], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
@@ -94,10 +134,45 @@ def encode(
     for i, (ids, row) in enumerate(zip(raw, rows, strict=True)):
         for piece in windows(ids, budget, ft):
             f: dict[str, Any] = {"input_ids": prefix + piece + suffix}
-            f["labels"] = label_ids[row[2]] if text_to_text else labels[row[2]]
+            f["labels"] = label_ids[row[2]] if text_to_text else _label(row[2], labels, regression)
             feats.append(f)
             owner.append(i)
-    return Encoded(feats, np.asarray(owner), np.asarray([labels[r[2]] for r in rows]))
+    return Encoded(feats, np.asarray(owner), _gold(rows, labels, regression))
+
+
+def _label(y: str, labels: dict[str, int], regression: bool) -> int | float:
+    return float(y) if regression else labels[y]
+
+
+def _gold(rows: list[Row], labels: dict[str, int], regression: bool) -> np.ndarray:
+    return np.asarray([_label(r[2], labels, regression) for r in rows], dtype=float if regression else int)
+
+
+def _encode_pairs(
+    tok: PreTrainedTokenizerBase,
+    rows: list[Row],
+    labels: dict[str, int],
+    max_length: int,
+    text_to_text: bool,
+    regression: bool,
+) -> Encoded:
+    prefix, mid, suffix = pair_frame(tok)
+    budget = max_length - len(prefix) - len(mid) - len(suffix)
+    first = tok([r[1] for r in rows], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+    second = tok([r[3] or "" for r in rows], add_special_tokens=False, truncation=False, verbose=False)[
+        "input_ids"
+    ]
+    label_ids = (
+        {name: tok(name, add_special_tokens=True)["input_ids"] for name in labels} if text_to_text else {}
+    )
+    feats = []
+    for a, b, row in zip(first, second, rows, strict=True):
+        a, b = pair_pieces(a, b, budget)
+        feats.append({
+            "input_ids": prefix + a + mid + b + suffix,
+            "labels": label_ids[row[2]] if text_to_text else _label(row[2], labels, regression),
+        })  # fmt: skip
+    return Encoded(feats, np.arange(len(rows)), _gold(rows, labels, regression))
 
 
 class Collator:
@@ -121,7 +196,7 @@ class Collator:
                 lab[i, : len(f["labels"])] = torch.tensor(f["labels"])
             out["labels"] = lab
         else:
-            out["labels"] = torch.tensor([f["labels"] for f in feats])
+            out["labels"] = torch.tensor([f["labels"] for f in feats])  # float labels: regression
         return out
 
 

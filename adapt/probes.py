@@ -62,10 +62,41 @@ def token_cosine(
     return float(((x @ x.T).sum() - n) / max(1, n * n - n))
 
 
+def linear_probe(regression: bool):
+    """The probe on frozen features: for classification the in-loop probe's classifier of pretraining
+    (eval.probe_task: standardised logistic regression), for a float label a standardised ridge regression.
+    Returns an object with fit(x, y) -> itself and predict(x)."""
+    if not regression:
+        return _Deferred(fit_linear_probe)
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), Ridge(alpha=1.0))
+
+
+class _Deferred:
+    """fit(x, y) through a function that fits and returns the fitted classifier (pretrain.probe_eval's)."""
+
+    def __init__(self, fit):
+        self._fit = fit
+        self._clf = None
+
+    def fit(self, x, y):
+        self._clf = self._fit(x, y)
+        return self
+
+    def predict(self, x):
+        return self._clf.predict(x)
+
+
 def probe(arms: Arms, arm: str, tok, train: Encoded, test: Encoded, ft: FinetuneConfig, seed: int) -> float:
-    """The same classifier as the in-loop probe of pretraining (eval.probe_task), on this arm's body."""
+    """The same classifier as the in-loop probe of pretraining (eval.probe_task), on this arm's body, scored by
+    the task's metric (accuracy, or Pearson's r with a ridge regression for a regression task)."""
+    from adapt.scoring import score
+
     set_seed(seed)
     body = arms.encoder(arm)
     x_train, x_test = pooled(body, tok, train, ft), pooled(body, tok, test, ft)
-    clf = fit_linear_probe(x_train, train.gold)
-    return float((clf.predict(x_test) == test.gold).mean())
+    clf = linear_probe(arms.regression).fit(x_train, train.gold)
+    return score(clf.predict(x_test), test.gold, arms.regression)

@@ -151,7 +151,9 @@ def format_report(report: dict[str, Any]) -> str:
     for name, r in report["tasks"].items():
         lines.append(
             f"{name}: {r['splits']['train']} train / {r['splits']['dev']} dev / {r['splits']['test']} test "
-            f"({len(r['labels'])} labels; {r['origin']})"
+            + ("(regression, Pearson's r" if r.get("metric") == "pearsonr" else f"({len(r['labels'])} labels")
+            + (", sentence pairs" if r.get("pair") else "")
+            + f"; {r['origin']})"
         )
         for arm, e in r["arms"].items():
             n = len(e["test_accuracy"]["values"]) + len(e.get("collapsed", {}))

@@ -17,10 +17,15 @@ COLLAPSE_PREDICTED_SHARE = 0.95
 COLLAPSE_LABEL_SHARE = 0.80
 
 
-def collapse(pred: np.ndarray, gold: np.ndarray) -> dict[str, Any] | None:
+def collapse(pred: np.ndarray, gold: np.ndarray, regression: bool = False) -> dict[str, Any] | None:
     """None, or why the predictions count as collapsed: one class predicted for >= 95% of the examples while
-    that class is < 80% of the gold labels (a majority-class task may legitimately be answered mostly one way)."""
+    that class is < 80% of the gold labels (a majority-class task may legitimately be answered mostly one way);
+    for regression, one value predicted for every example (the label's mean learned, not the task)."""
     if len(pred) == 0:
+        return None
+    if regression:
+        if float(np.ptp(pred)) <= 1e-6 * max(1.0, float(np.abs(pred).max())) and float(np.ptp(gold)) > 0:
+            return {"constant": round(float(pred[0]), 6)}
         return None
     classes, counts = np.unique(pred, return_counts=True)
     top = int(classes[counts.argmax()])
@@ -31,13 +36,43 @@ def collapse(pred: np.ndarray, gold: np.ndarray) -> dict[str, Any] | None:
     return None
 
 
+# The metric a task is scored by: what the results' `accuracy` figures hold (the dev pick and the margin use it)
+# and the model card's model-index metric type.
+ACCURACY, PEARSON, SPEARMAN = "accuracy", "pearsonr", "spearmanr"
+
+
+def task_metric(regression: bool) -> str:
+    return PEARSON if regression else ACCURACY
+
+
+def score(pred: np.ndarray, gold: np.ndarray, regression: bool = False) -> float:
+    """Accuracy, or for regression Pearson's r (0 where it is undefined: constant predictions or labels)."""
+    if not regression:
+        return float((pred == gold).mean()) if len(gold) else 0.0
+    return _corr(pred, gold, PEARSON)
+
+
+def spearman(pred: np.ndarray, gold: np.ndarray) -> float:
+    return _corr(pred, gold, SPEARMAN)
+
+
+def _corr(pred: np.ndarray, gold: np.ndarray, kind: str) -> float:
+    from scipy.stats import pearsonr, spearmanr
+
+    if len(gold) < 2 or np.ptp(pred) == 0 or np.ptp(gold) == 0:
+        return 0.0
+    r = (pearsonr if kind == PEARSON else spearmanr)(pred, gold)[0]
+    return 0.0 if np.isnan(r) else float(r)
+
+
 @dataclass
 class RunScore:
     """One fine-tune's outcome per evaluation split: accuracy, and the collapse finding where it collapsed."""
 
-    accuracy: dict[str, float]
+    accuracy: dict[str, float]  # the task's metric per split: accuracy, or Pearson's r for regression
     collapsed: dict[str, dict[str, Any]]
     steps: int  # optimizer steps taken (fewer than planned where early stopping ended the run)
+    spearman: dict[str, float] | None = None  # regression: Spearman's rho per split
 
 
 def pick_lr(grid: list[float], dev_acc: dict[float, float], dev_collapsed: dict[float, bool]) -> float:

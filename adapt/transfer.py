@@ -41,8 +41,8 @@ from adapt.methods import frozen
 from adapt.methods.ulmfit import GradualUnfreezing, UlmfitTrainer
 from adapt.probes import DEGENERATE_TOKEN_COSINE, probe, token_cosine
 from adapt.report import accuracy_text, steps_text, to_tensorboard, write_layer_report, write_report
-from adapt.scoring import RunScore, collapse, pick_lr
-from adapt.statistics import aggregate_seeds, compare_arms
+from adapt.scoring import RunScore, collapse, pick_lr, score, spearman, task_metric
+from adapt.statistics import aggregate_seeds, compare_arms, mean_sd
 from core.io import atomic_write, json_bytes
 from core.layout import LOGS
 from core.log import get_logger, route_third_party, verbose_requested
@@ -71,11 +71,12 @@ def _predict(
 ) -> np.ndarray:
     """Predicted label index per example. Classifiers average window logits per example; text-to-text scores
     every label string (rank classification: the label with the lowest target loss), which never produces an
-    out-of-label answer."""
+    out-of-label answer; regression (one output) averages the windows' predicted values."""
     collate = Collator(tok.pad_token_id)
     model.eval()
     device = model_device(model)
-    n_labels = int(enc.gold.max(initial=0)) + 1 if label_ids is None else len(label_ids)
+    regression = getattr(model.config, "problem_type", None) == "regression"
+    n_labels = 1 if regression else int(enc.gold.max(initial=0)) + 1 if label_ids is None else len(label_ids)
     scores = np.zeros((len(enc.gold), n_labels))
     with torch.no_grad():
         for s in range(0, len(enc.features), ft.eval_batch_size):
@@ -93,8 +94,10 @@ def _predict(
                     ).sum(1)
                     np.add.at(scores[:, j], owners, -nll.cpu().numpy())
             else:
-                logits = model(**batch).logits.float().log_softmax(-1).cpu().numpy()
-                np.add.at(scores, owners, logits)
+                logits = model(**batch).logits.float()
+                np.add.at(scores, owners, (logits if regression else logits.log_softmax(-1)).cpu().numpy())
+    if regression:
+        return scores[:, 0] / np.bincount(enc.owner, minlength=len(enc.gold)).clip(min=1)
     return scores.argmax(1)
 
 
@@ -192,7 +195,9 @@ def fine_tune_once(
     if ft.dev_evals > 0 and "dev" in evals and len(evals["dev"].gold):
         dev = evals["dev"]
         select = BestOnDev(
-            lambda m: float((_predict(m, tok, dev, ft, arms.text_to_text, label_ids) == dev.gold).mean()),
+            lambda m: score(
+                _predict(m, tok, dev, ft, arms.text_to_text, label_ids), dev.gold, arms.regression
+            ),
             dev_eval_steps(steps, ft.dev_evals),
             ft.early_stopping_patience,
         )
@@ -218,12 +223,14 @@ def fine_tune_once(
     model = trainer.model
     if select is not None and select.weights is not None:
         model.load_state_dict(select.weights)
-    out, collapsed, preds = {}, {}, {}
+    out, collapsed, preds, rho = {}, {}, {}, {}
     for name, enc in evals.items():
         pred = _predict(model, tok, enc, ft, arms.text_to_text, label_ids)
         preds[name] = pred.tolist()
-        out[name] = float((pred == enc.gold).mean())
-        if (c := collapse(pred, enc.gold)) is not None:
+        out[name] = score(pred, enc.gold, arms.regression)
+        if arms.regression:
+            rho[name] = spearman(pred, enc.gold)
+        if (c := collapse(pred, enc.gold, arms.regression)) is not None:
             collapsed[name] = c
     if save_model:
         trainer.save_model(str(out_dir))
@@ -234,7 +241,9 @@ def fine_tune_once(
         "lr": lr,
         "optim": ft.optim,
         "seed": seed,
-        "accuracy": out,
+        "metric": task_metric(arms.regression),
+        "accuracy": out,  # the task's metric per split (accuracy, or Pearson's r for regression)
+        **({"spearman": rho} if arms.regression else {}),
         "steps": trainer.state.global_step,
         "planned_steps": steps,
     }
@@ -245,7 +254,7 @@ def fine_tune_once(
     if select is not None:
         record.update(best_dev_step=select.best_step, dev_accuracy_by_step=select.by_step)
     atomic_write(out_dir / "result.json", json_bytes(record))
-    return RunScore(out, collapsed, trainer.state.global_step)
+    return RunScore(out, collapsed, trainer.state.global_step, rho or None)
 
 
 @dataclass
@@ -292,11 +301,11 @@ class PreparedTask:
 def prepare_task(
     ft: FinetuneConfig, data: TaskData, tok: PreTrainedTokenizerBase, model_dir: Path
 ) -> PreparedTask:
-    arms = Arms(model_dir, data.labels, tok.pad_token_id)
+    arms = Arms(model_dir, data.labels, tok.pad_token_id, data.regression)
     max_len = resolve_max_length(ft, arms.config)
     index = {n: i for i, n in enumerate(data.labels)}
     enc = {
-        s: encode(tok, rows, index, max_len, ft, arms.text_to_text)
+        s: encode(tok, rows, index, max_len, ft, arms.text_to_text, data.regression)
         for s, rows in (("train", data.train), ("dev", data.dev), ("test", data.test))
     }
     label_ids = [tok(n)["input_ids"] for n in data.labels] if arms.text_to_text else None
@@ -331,11 +340,13 @@ def _evaluate_arm(
     dev_acc = {lr: r.accuracy["dev"] for lr, r in runs.items()}
     best = pick_lr(grid, dev_acc, {lr: "dev" in r.collapsed for lr, r in runs.items()})
     test_by_seed = {seed0: runs[best].accuracy["test"]}
+    rho_by_seed = {seed0: (runs[best].spearman or {}).get("test")}
     steps_by_seed = {seed0: runs[best].steps}
     collapsed_by_seed = {seed0: runs[best].collapsed.get("test")}
     for seed in ft.seeds[1:]:
         r = task.fine_tune(arm, best, seed, folder / f"lr{best:g}-seed{seed}", method=method)
         test_by_seed[seed], collapsed_by_seed[seed] = r.accuracy["test"], r.collapsed.get("test")
+        rho_by_seed[seed] = (r.spearman or {}).get("test")
         steps_by_seed[seed] = r.steps
     entry: dict[str, Any] = {
         "lr": best,
@@ -344,6 +355,10 @@ def _evaluate_arm(
         "steps": planned_steps(len(enc["train"].features), ft),
         "steps_by_seed": {str(k): v for k, v in steps_by_seed.items()},
     }
+    if arms.regression:  # test_accuracy holds Pearson's r; Spearman's rho beside it, over the same kept seeds
+        entry["test_spearman"] = mean_sd(
+            [v for s, v in rho_by_seed.items() if v is not None and not collapsed_by_seed.get(s)]
+        )
     dev_collapsed = [f"{lr:g}" for lr, r in runs.items() if "dev" in r.collapsed]
     if dev_collapsed:
         entry["dev_collapsed_lrs"] = dev_collapsed
@@ -399,6 +414,8 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
         "lr_grid": ft.lr_grid,
         "optim": ft.optim,
         "text_to_text": arms.text_to_text,
+        "metric": task_metric(data.regression),  # what every `test_accuracy` of this task holds
+        "pair": data.pair,
         "arms": {},
     }
     jobs = [(task, arm, out_dir, data.name, method) for method in ft.methods for arm in ft.arms]

@@ -20,7 +20,10 @@ recipe its margin beside the MLM encoders' and a VERDICT of its fine-tuned accur
 equal minutes (RTD_VS_MLM: electra-budget against roberta-budget; modernbert-rtd-budget, RTD on ModernBERT's body,
 against modernbert-budget, the same body by MLM; goal RTD >= MLM). modernbert-rtd-budget is not in the default
 recipes: `python bench/transfer.py --recipes modernbert-rtd-budget modernbert-budget --minutes 8`.
-`python bench/transfer.py [--minutes 8] [--recipes gpt2-budget roberta-budget t5-budget] [--quick] [--gpu]`
+`python bench/transfer.py [--minutes 8 | --tokens 8.1e6] [--recipes gpt2-budget roberta-budget t5-budget] [--quick]
+[--gpu]` (--tokens: a pretraining budget in tokens instead of minutes, `schedule.total_steps` = tokens / tokens per
+step, so the figures do not depend on the host's speed; every VERDICT name ends in the budget it holds at:
+`_at_8min` or `_at_8.1Mtok`)
 (--quick: 0.5-minute budgets, 2 seeds, one LR, one epoch, 48-token inputs: a smoke run, not a result;
 --gpu: pretraining on one CUDA rank (NCCL) instead of 2 CPU ranks, fine-tunes on the GPU; the same recipes and
 protocol, more tokens per minute; its results file carries a `gpu` suffix).
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -68,7 +72,42 @@ def drug_reviews(dest: Path) -> Path:
     return dest
 
 
-def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool, gpu: bool = False) -> str:
+def tokens_per_step(recipe: str) -> int:
+    """Tokens one optimizer step of `recipe` consumes (global batch x sequence length), from its preset."""
+    from runconfig import load_config
+
+    cfg = load_config(C.ROOT / "configs" / f"{recipe}.yaml")
+    return cfg.batch_plan()["global_batch_size"] * cfg.packing.seq_len
+
+
+def steps_for_tokens(recipe: str, tokens: float) -> int:
+    """The whole optimizer steps that reach `tokens` pretraining tokens (rounded up): a token budget is a step
+    count, the same on any host however fast it is."""
+    return max(1, math.ceil(tokens / tokens_per_step(recipe)))
+
+
+def budget_label(minutes: float, tokens: float | None) -> str:
+    """The budget a VERDICT holds at, for its name: '8min' or '8.1Mtok'."""
+    return f"{tokens / 1e6:.3g}Mtok" if tokens else f"{minutes:g}min"
+
+
+def schedule_yaml(recipe: str, minutes: float, tokens: float | None) -> str:
+    """The schedule override: a time budget (Cramming's), or a token budget as a fixed step count (the recipe's
+    warmup_fraction then counts in steps)."""
+    if tokens:
+        return f"schedule: {{budget_minutes: null, total_steps: {steps_for_tokens(recipe, tokens)}}}\n"
+    return f"schedule: {{budget_minutes: {minutes}}}\n"
+
+
+def run_yaml(
+    recipe: str,
+    out: Path,
+    minutes: float,
+    drugs: Path,
+    quick: bool,
+    gpu: bool = False,
+    tokens: float | None = None,
+) -> str:
     ft = (
         "  seeds: [0, 1]\n  lr_grid: [1.0e-3]\n  epochs: 1\n  max_length: 48\n"
         if quick
@@ -80,8 +119,8 @@ def run_yaml(recipe: str, out: Path, minutes: float, drugs: Path, quick: bool, g
     return (
         f"inherit: [{C.ROOT}/configs/{recipe}.yaml]\n"
         f"run: {{name: bench-{recipe}, output_dir: {out}}}\n"
-        f"schedule: {{budget_minutes: {minutes}}}\n"
-        "logging: {progress_bar: false}\n"
+        + schedule_yaml(recipe, minutes, tokens)
+        + "logging: {progress_bar: false}\n"
         + ("launch: {nodes: 1, procs_per_node: 1, backend: nccl}\n" if gpu else "")
         + "data: {clean: {progress: false}}\n"
         "finetune:\n"
@@ -126,13 +165,20 @@ def last_eval_loss(run_dir: Path) -> float | None:
 
 
 def run_recipe(
-    recipe: str, tmp: Path, minutes: float, drugs: Path, quick: bool, cleaned: Path | None, gpu: bool = False
+    recipe: str,
+    tmp: Path,
+    minutes: float,
+    drugs: Path,
+    quick: bool,
+    cleaned: Path | None,
+    gpu: bool = False,
+    tokens: float | None = None,
 ) -> dict:
     folder = tmp / recipe
     run_dir = folder / "run"
     folder.mkdir(parents=True)
     cfg = folder / "run.yaml"
-    cfg.write_text(run_yaml(recipe, run_dir, minutes, drugs, quick, gpu))
+    cfg.write_text(run_yaml(recipe, run_dir, minutes, drugs, quick, gpu, tokens))
     py = sys.executable
     t0 = time.perf_counter()
     if cleaned is None:
@@ -149,7 +195,7 @@ def run_recipe(
     C.torchrun(
         1 if gpu else 2,
         ["-m", "pretrain", "train", "--config", str(cfg)],
-        timeout=int(minutes * 60 * 2 + 600),
+        timeout=6 * 3600 if tokens else int(minutes * 60 * 2 + 600),
         env=C.child_env(accelerator="cuda" if gpu else "cpu"),
     )
     t_train = time.perf_counter() - t0
@@ -171,11 +217,15 @@ def run_recipe(
     }
 
 
-def results_variant(recipes: list[str], minutes: float, gpu: bool = False) -> str | None:
+def results_variant(
+    recipes: list[str], minutes: float, gpu: bool = False, tokens: float | None = None
+) -> str | None:
     """None for the full run (every recipe, 8 minutes: bench/results/transfer.txt); otherwise the suffix of its
     own results file, so that re-measuring one recipe never overwrites the table of all of them."""
     parts = [] if list(recipes) == RECIPES else ["_".join(recipes)]
-    if minutes != 8.0:
+    if tokens:
+        parts.append(budget_label(minutes, tokens))
+    elif minutes != 8.0:
         parts.append(f"{minutes:g}min")
     if gpu:
         parts.append("gpu")
@@ -185,6 +235,12 @@ def results_variant(recipes: list[str], minutes: float, gpu: bool = False) -> st
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=8.0, help="pretraining budget per recipe (wall clock)")
+    ap.add_argument(
+        "--tokens",
+        type=float,
+        default=None,
+        help="pretraining budget per recipe in tokens (replaces --minutes; the same on any host)",
+    )
     ap.add_argument("--recipes", nargs="+", default=RECIPES, help="config names in configs/")
     ap.add_argument(
         "--quick", action="store_true", help="smoke run: 0.5-minute budgets, 2 seeds, 1 LR, 1 epoch"
@@ -201,10 +257,13 @@ def main() -> None:
             sys.exit("--gpu: no CUDA device here")
         where = f"1 GPU ({torch.cuda.get_device_name()})"
     minutes = 0.5 if a.quick else a.minutes
+    tokens = a.tokens
+    at = budget_label(minutes, tokens)
+    budget_text = f"{tokens:,.0f} tokens" if tokens else f"{minutes:g} min"
     t_start = time.perf_counter()
-    rep = C.Report(__file__, save=not a.quick, variant=results_variant(a.recipes, minutes, a.gpu))
+    rep = C.Report(__file__, save=not a.quick, variant=results_variant(a.recipes, minutes, a.gpu, tokens))
     rep.line(
-        f"recipes {a.recipes}; pretraining budget {minutes:g} min each on {where}; "
+        f"recipes {a.recipes}; pretraining budget {budget_text} each on {where}; "
         + (
             "quick mode: a smoke run, not a result"
             if a.quick
@@ -220,7 +279,7 @@ def main() -> None:
         failed: dict[str, str] = {}
         for recipe in a.recipes:
             try:
-                r = run_recipe(recipe, tmp, minutes, drugs, a.quick, cleaned, a.gpu)
+                r = run_recipe(recipe, tmp, minutes, drugs, a.quick, cleaned, a.gpu, tokens)
             except (RuntimeError, OSError, KeyError, subprocess.TimeoutExpired) as e:
                 # one recipe that fails is a failing verdict, named; the other recipes are still measured
                 failed[recipe] = str(e).splitlines()[0]
@@ -232,14 +291,14 @@ def main() -> None:
             first = r["tasks"][next(iter(r["tasks"]))]
             rep.line(
                 f"{recipe}: LR grid {first['lr_grid']} ({first['optim']}); {r['tokens']:,} tokens in "
-                f"{r['steps']} steps ({minutes:g} min budget), held-out loss "
+                f"{r['steps']} steps ({budget_text} budget), held-out loss "
                 f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
                 f"{s['transfer']:.0f}s"
             )
         if not results:
             for recipe, why in failed.items():
                 rep.record(
-                    f"VERDICT transfer_{recipe}: ours=failed peer=n/a ratio=n/a goal=+{GOAL_POINTS:g}pt ({why}) fail"
+                    f"VERDICT transfer_{recipe}_at_{at}: ours=failed peer=n/a ratio=n/a goal=+{GOAL_POINTS:g}pt ({why}) fail"
                 )
             sys.exit(rep.finish())
         baseline = tfidf_baseline(results[0]["cfg"])
@@ -279,7 +338,7 @@ def main() -> None:
     )
     for name in tasks:
         for r in results:
-            verdict_margin(rep, f"transfer_{name}_{r['recipe']}_vs_random_init", r["tasks"][name])
+            verdict_margin(rep, f"transfer_{name}_{r['recipe']}_vs_random_init_at_{at}", r["tasks"][name])
         with_margin = [r for r in results if "margin" in r["tasks"][name]]
         if with_margin:
             best = max(with_margin, key=lambda r: r["tasks"][name]["margin"])
@@ -290,10 +349,10 @@ def main() -> None:
     for recipe, why in failed.items():
         for name in tasks:
             rep.record(
-                f"VERDICT transfer_{name}_{recipe}_vs_random_init: ours=failed peer=n/a ratio=n/a "
+                f"VERDICT transfer_{name}_{recipe}_vs_random_init_at_{at}: ours=failed peer=n/a ratio=n/a "
                 f"goal=+{GOAL_POINTS:g}pt ({why}) fail"
             )
-    rtd_vs_mlm(rep, results, tasks)
+    rtd_vs_mlm(rep, results, tasks, at)
     sys.exit(rep.finish())
 
 
@@ -329,10 +388,11 @@ RTD_VS_MLM = {
 }
 
 
-def rtd_vs_mlm(rep: C.Report, results: list[dict], tasks: list[str]) -> None:
+def rtd_vs_mlm(rep: C.Report, results: list[dict], tasks: list[str], at: str = "") -> None:
     """Each RTD recipe's margin beside the MLM encoders' at the same budget, and one VERDICT per task and pair: does
     replaced-token detection fine-tune at least as well as masked LM (ELECTRA's claim at equal compute)?"""
     by = {r["recipe"]: r for r in results}
+    suffix = f"_at_{at}" if at else ""
     for rtd, (mlm, verdict) in RTD_VS_MLM.items():
         if rtd not in by:
             continue
@@ -354,10 +414,10 @@ def rtd_vs_mlm(rep: C.Report, results: list[dict], tasks: list[str]) -> None:
                 # an arm with every seed collapsed: nothing to compare, a failure
                 if ours is None or peer is None:
                     rep.record(
-                        f"VERDICT transfer_{name}_{verdict}: ours={ours} peer={peer} ratio=n/a goal=1 fail"
+                        f"VERDICT transfer_{name}_{verdict}{suffix}: ours={ours} peer={peer} ratio=n/a goal=1 fail"
                     )
                 else:
-                    rep.verdict(f"transfer_{name}_{verdict}", ours, peer, 1.0)
+                    rep.verdict(f"transfer_{name}_{verdict}{suffix}", ours, peer, 1.0)
 
 
 if __name__ == "__main__":

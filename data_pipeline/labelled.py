@@ -1,8 +1,10 @@
-"""Labelled classification data the way teams hold it: train/dev/test files (CSV with or without a BOM, TSV,
-JSONL, a folder per label, an HF `datasets` folder) or a data source's pretraining hold-out.
+"""Labelled data the way teams hold it: train/dev/test files (CSV with or without a BOM, TSV, JSONL, a folder per
+label, an HF `datasets` folder) or a data source's pretraining hold-out. One text or a sentence pair
+(`text_pair_column`) per example; a class name or, for regression (`problem: regression`), a number as its label.
 
 Every problem is an error naming the config key (`finetune.tasks.<i>.<key>`) and raised before any training:
-a file not found, a missing text or label column, a test label the training split never shows.
+a file not found, a missing text, second text or label column, a test label the training split never shows, a
+regression label that is not a number.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +24,8 @@ from core.paths import expand_placeholders
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneTask
 
-Row = tuple[str, str, str]  # (example id, text, label)
-RawRow = tuple[str, str | None, str]  # as read: the text may be null
+Row = tuple[str, str, str, str | None]  # (example id, text, label, second text of a pair task or None)
+RawRow = tuple[str, str | None, str, str | None]  # as read: the texts may be null
 
 log = get_logger(__name__)
 
@@ -33,8 +36,10 @@ class TaskData:
     train: list[Row]
     dev: list[Row]
     test: list[Row]
-    labels: list[str]
+    labels: list[str]  # class names (empty for regression)
     origin: str  # how the splits were made, for the report
+    regression: bool = False  # labels are numbers (their strings in the rows), scored by Pearson / Spearman
+    pair: bool = False  # each row carries a second text
 
     def sizes(self) -> dict[str, int]:
         return {"train": len(self.train), "dev": len(self.dev), "test": len(self.test)}
@@ -93,10 +98,10 @@ def _format(path: Path, fmt: str) -> str:
     )
 
 
-def _check_columns(columns: list[str], task: FinetuneTask, key: str, path: Path) -> None:
-    for what in ("text_column", "label_column"):
+def _check_columns(columns: list[str], task: FinetuneTask, key: str, path: Path | str) -> None:
+    for what in ("text_column", "text_pair_column", "label_column"):
         col = getattr(task, what)
-        if col not in columns:
+        if col is not None and col not in columns:
             k = key.rsplit(".", 1)[0] + f".{what}"
             raise LabelledDataError(f"{k}: column '{col}' not in {path} (columns: {columns})")
 
@@ -118,8 +123,10 @@ def _utf8(path: Path, key: str) -> str:
 def _read_delimited(path: Path, delimiter: str, task: FinetuneTask, key: str) -> list[RawRow]:
     reader = csv.DictReader(io.StringIO(_utf8(path, key), newline=""), delimiter=delimiter)
     _check_columns(list(reader.fieldnames or []), task, key, path)
+    pair = task.text_pair_column
     return [
-        (f"{path.name}:{i}", r[task.text_column], str(r[task.label_column])) for i, r in enumerate(reader)
+        (f"{path.name}:{i}", r[task.text_column], str(r[task.label_column]), r[pair] if pair else None)
+        for i, r in enumerate(reader)
     ]
 
 
@@ -134,11 +141,13 @@ def _read_jsonl(path: Path, task: FinetuneTask, key: str) -> list[RawRow]:
             raise LabelledDataError(f"{key}: {path} line {i + 1} is not JSON: {e}") from None
         _check_columns(list(r), task, key, f"{path} line {i + 1}")
         text = r[task.text_column]
+        second = r[task.text_pair_column] if task.text_pair_column else None
         rows.append(
             (
                 str(r.get("id", f"{path.name}:{i}")),
                 None if text is None else str(text),
                 str(r[task.label_column]),
+                None if second is None else str(second),
             )
         )
     return rows
@@ -153,7 +162,7 @@ def _read_folder(path: Path, task: FinetuneTask, key: str) -> list[RawRow]:
             text, _, how = decode_text(f.read_bytes())  # as pretraining's text_folder reader decodes
             if text is None:
                 raise LabelledDataError(f"{key}: {f} is neither UTF-8 nor a charset that can be detected")
-            rows.append((str(f.relative_to(path)), text, f.parent.name))
+            rows.append((str(f.relative_to(path)), text, f.parent.name, None))
     return rows
 
 
@@ -177,16 +186,20 @@ def _read_table(path: Path, fmt: str, task: FinetuneTask, key: str) -> list[RawR
     return rows
 
 
-def _drop_blank(rows: list[RawRow], key: str, where: str | Path) -> list[Row]:
-    """Rows whose text is empty, whitespace-only or null carry nothing to classify: skipped, counted and named,
-    never trained on or scored."""
-    blank = [r[0] for r in rows if r[1] is None or not r[1].strip()]
+def _blank(text: str | None) -> bool:
+    return text is None or not text.strip()
+
+
+def _drop_blank(rows: list[RawRow], key: str, where: str | Path, pair: bool = False) -> list[Row]:
+    """Rows whose text (or, for a pair task, second text) is empty, whitespace-only or null carry nothing to
+    classify: skipped, counted and named, never trained on or scored."""
+    blank = [r[0] for r in rows if _blank(r[1]) or (pair and _blank(r[3]))]
     if blank:
         log.warning(
             f"{key}: skipped {len(blank)} row(s) of {where} with empty, whitespace-only or null text: "
             f"{', '.join(blank[:5])}{', ...' if len(blank) > 5 else ''}"
         )
-    return [(i, t, y) for i, t, y in rows if t is not None and t.strip()]
+    return [(i, t, y, b) for i, t, y, b in rows if t is not None and not (_blank(t) or (pair and _blank(b)))]
 
 
 def _load_hf(path: Path):
@@ -200,9 +213,15 @@ def _rows_from_hf(ds, task: FinetuneTask, key: str, path: Path) -> list[RawRow]:
     feat = ds.features[task.label_column]
     names = getattr(feat, "names", None)  # ClassLabel: ints -> label names
     ids = ds["id"] if "id" in ds.column_names else range(len(ds))
+    seconds = ds[task.text_pair_column] if task.text_pair_column else [None] * len(ds)
     return [
-        (f"{path.name}:{i}", None if t is None else str(t), names[y] if names else str(y))
-        for i, t, y in zip(ids, ds[task.text_column], ds[task.label_column], strict=True)
+        (
+            f"{path.name}:{i}",
+            None if t is None else str(t),
+            names[y] if names else str(y),
+            None if b is None else str(b),
+        )
+        for i, t, y, b in zip(ids, ds[task.text_column], ds[task.label_column], seconds, strict=True)
     ]
 
 
@@ -218,7 +237,7 @@ def _source_rows(cfg: RunConfig, task: FinetuneTask, key: str) -> list[RawRow]:
             "(data.sources[].holdout_fraction is 0), so every document was pretrained on"
         )
     rows = [
-        (d.id, d.text, str(d.meta["label"]))
+        (d.id, d.text, str(d.meta["label"]), None)
         for d in read_source(src)
         if in_holdout(d.id, src.holdout_fraction, cfg.run.seed) and d.meta.get("label") is not None
     ]
@@ -250,13 +269,30 @@ def text_repair(cfg: RunConfig) -> Callable[[str], str] | None:
     return repair
 
 
+def _check_numbers(rows: list[Row], key: str, where: str | Path) -> None:
+    """Regression labels must be finite numbers: the first that is not is named with its row and file."""
+    for rid, _, y, _ in rows:
+        try:
+            ok = math.isfinite(float(y))
+        except ValueError:
+            ok = False
+        if not ok:
+            raise LabelledDataError(
+                f"{key}.label_column: a regression label must be a number; row {rid} of {where} has {y!r}"
+            )
+
+
 def load_task(cfg: RunConfig, index: int) -> TaskData:
     task = cfg.finetune.tasks[index]
     key = f"finetune.tasks.{index}"
+    pair = task.text_pair_column is not None
+    regression = task.problem == "regression"
     dev: list[Row] = []
     test: list[Row] = []
     if task.source is not None:
         rows = _drop_blank(_source_rows(cfg, task, key), f"{key}.source", f"source '{task.source}'")
+        if regression:
+            _check_numbers(rows, key, f"source '{task.source}'")
         train, test = split_by_id(rows, task.test_fraction, f"{task.name}/test")
         origin = f"hold-out of source '{task.source}', test {task.test_fraction:.0%} by id hash"
     elif task.dataset is not None:
@@ -266,8 +302,11 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
             raise LabelledDataError(f"{key}.dataset: {path} is not a DatasetDict with a 'train' split")
 
         def split_rows(split: str) -> list[Row]:
-            return _drop_blank(_rows_from_hf(dd[split], task, f"{key}.dataset", path), f"{key}.dataset",
-                               f"{path} ({split} split)")  # fmt: skip
+            rows = _drop_blank(_rows_from_hf(dd[split], task, f"{key}.dataset", path), f"{key}.dataset",
+                               f"{path} ({split} split)", pair)  # fmt: skip
+            if regression:
+                _check_numbers(rows, key, f"{path} ({split} split)")
+            return rows
 
         train = split_rows("train")
         dev_split = next((s for s in ("validation", "dev") if s in dd), None)
@@ -284,7 +323,9 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
             if raw is not None:
                 p = _resolve(raw, f"{key}.{split}")
                 raw_rows = _read_table(p, _format(p, task.format), task, f"{key}.{split}")
-                files[split] = _drop_blank(raw_rows, f"{key}.{split}", p)
+                files[split] = _drop_blank(raw_rows, f"{key}.{split}", p, pair)
+                if regression:
+                    _check_numbers(files[split], key, p)
         train = files["train"]
         dev = files.get("dev", [])
         test = files.get("test", [])
@@ -293,7 +334,10 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
         origin = "files: " + ", ".join(files)
     repair = text_repair(cfg)
     if repair is not None:
-        train, dev, test = ([(i, repair(t), y) for i, t, y in rows] for rows in (train, dev, test))
+        train, dev, test = (
+            [(i, repair(t), y, None if b is None else repair(b)) for i, t, y, b in rows]
+            for rows in (train, dev, test)
+        )
     train = cap_by_id(train, task.max_train_examples, f"{task.name}/cap")
     test = cap_by_id(test, task.max_test_examples, f"{task.name}/cap")
     if not dev:
@@ -301,6 +345,8 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
     for split, rows in (("train", train), ("dev", dev), ("test", test)):
         if not rows:
             raise LabelledDataError(f"{key}: the {split} split is empty")
+    if regression:
+        return TaskData(task.name, train, dev, test, [], origin, regression=True, pair=pair)
     labels = sorted({r[2] for r in train})
     for split, rows in (("dev", dev), ("test", test)):
         unseen = sorted({r[2] for r in rows} - set(labels))
@@ -315,7 +361,7 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
             f"{key}.label_column: label sets differ between train and test: {missing[:10]} "
             "never occur in the test file"
         )
-    return TaskData(task.name, train, dev, test, labels, origin)
+    return TaskData(task.name, train, dev, test, labels, origin, pair=pair)
 
 
 def load_tasks(cfg: RunConfig) -> list[TaskData]:

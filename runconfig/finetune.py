@@ -30,7 +30,14 @@ class FinetuneTask(Section):
     dataset: str | None = None  # an HF DatasetDict folder: its train / validation|dev / test splits
     format: LabelledFormat = "auto"
     text_column: str = "text"
+    # Sentence-pair tasks (NLI, paraphrase, STS): the second text's column, encoded as the tokenizer's pair
+    # (tokenizer(text, text_pair)); None: one text per example.
+    text_pair_column: str | None = None
     label_column: str = "label"
+    # classification: the label is a class name, scored by accuracy. regression: the label is a number (one
+    # output, AutoModelForSequenceClassification's problem_type "regression", MSE), scored by Pearson's r (the
+    # figure reported and picked on) and Spearman's rho.
+    problem: Literal["classification", "regression"] = "classification"
     test_fraction: float = Field(0.3, gt=0, lt=1)  # only when no test file is given
     dev_fraction: float = Field(0.15, gt=0, lt=1)  # slice of train for picking the LR, when no dev file
     # Caps for large tasks (HF run_glue's max_train_samples / max_predict_samples): a fixed subset chosen by a hash
@@ -53,6 +60,16 @@ class FinetuneTask(Section):
             )
         if self.source is not None and (self.dev or self.test):
             raise ValueError(f"finetune.tasks ({self.name}): dev/test files need train files, not source")
+        if self.source is not None and self.text_pair_column is not None:
+            raise ValueError(
+                f"finetune.tasks ({self.name}).text_pair_column: a data source's documents hold one text; "
+                "sentence pairs come from train/test files or a dataset"
+            )
+        if self.format == "folder" and self.text_pair_column is not None:
+            raise ValueError(
+                f"finetune.tasks ({self.name}).text_pair_column: the folder format holds one text per file; "
+                "give sentence pairs as csv, tsv, jsonl or an HF dataset"
+            )
         return self
 
 

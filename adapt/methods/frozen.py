@@ -17,8 +17,9 @@ import torch
 from transformers import set_seed
 
 from adapt.inputs import Collator
+from adapt.probes import linear_probe
 from adapt.report import accuracy_text
-from adapt.scoring import collapse, pick_lr
+from adapt.scoring import collapse, pick_lr, score
 from adapt.statistics import aggregate_seeds
 from core.log import get_logger
 from runconfig.finetune import FinetuneConfig
@@ -53,20 +54,19 @@ def layer_features(body: torch.nn.Module, collate: Callable, enc, ft: FinetuneCo
     return feats / counts
 
 
-def probe_layers(x: dict[str, np.ndarray], gold: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """A standardised logistic regression per layer, fit on train, scored on dev and test."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
+def probe_layers(
+    x: dict[str, np.ndarray], gold: dict[str, np.ndarray], regression: bool = False
+) -> list[dict[str, Any]]:
+    """A standardised logistic (regression: ridge) regression per layer, fit on train, scored on dev and test
+    (accuracy, or Pearson's r)."""
     out = []
     for layer in range(x["train"].shape[1]):
-        clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=1.0))
+        clf = linear_probe(regression)
         clf.fit(x["train"][:, layer], gold["train"])
         row: dict[str, Any] = {"layer": layer}
         for split in ("dev", "test"):
             row[split] = (
-                float((clf.predict(x[split][:, layer]) == gold[split]).mean()) if len(gold[split]) else None
+                score(clf.predict(x[split][:, layer]), gold[split], regression) if len(gold[split]) else None
             )
         out.append(row)
     return out
@@ -90,21 +90,30 @@ class ScalarMix(torch.nn.Module):
 def fit_scalar_mix(
     x_train: np.ndarray, y_train: np.ndarray, classes: int, lr: float, steps: int, seed: int
 ) -> ScalarMix:
-    """Full-batch Adam on the pooled layer states (seeded: the head's init is the only randomness)."""
+    """Full-batch Adam on the pooled layer states (seeded: the head's init is the only randomness); classes=1 is
+    regression (one output, MSE)."""
     torch.manual_seed(seed)
     mix = ScalarMix(x_train.shape[1], x_train.shape[2], classes)
-    x, y = torch.tensor(x_train, dtype=torch.float32), torch.tensor(y_train, dtype=torch.long)
+    x = torch.tensor(x_train, dtype=torch.float32)
+    y = torch.tensor(y_train, dtype=torch.float32 if classes == 1 else torch.long)
     opt = torch.optim.Adam(mix.parameters(), lr=lr, weight_decay=1e-4)
     for _ in range(steps):
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(mix(x), y).backward()
+        out = mix(x)
+        loss = (
+            torch.nn.functional.mse_loss(out[:, 0], y)
+            if classes == 1
+            else torch.nn.functional.cross_entropy(out, y)
+        )
+        loss.backward()
         opt.step()
     return mix
 
 
 def predict_mix(mix: ScalarMix, x: np.ndarray) -> np.ndarray:
     with torch.no_grad():
-        return mix(torch.tensor(x, dtype=torch.float32)).argmax(-1).numpy()
+        out = mix(torch.tensor(x, dtype=torch.float32))
+        return out[:, 0].numpy() if out.shape[-1] == 1 else out.argmax(-1).numpy()
 
 
 def frozen_arm(task: PreparedTask, arm: str, name: str, log=logger.info) -> dict[str, Any]:
@@ -115,7 +124,8 @@ def frozen_arm(task: PreparedTask, arm: str, name: str, log=logger.info) -> dict
     collate = Collator(task.tok.pad_token_id)
     seed0 = ft.seeds[0]
     gold = {s: enc[s].gold for s in ("train", "dev", "test")}
-    n_classes = len(task.arms.labels)
+    reg = task.arms.regression
+    n_classes = 1 if reg else len(task.arms.labels)
     cache: dict[str, np.ndarray] = {}
 
     def features(seed: int) -> dict[str, np.ndarray]:
@@ -129,13 +139,13 @@ def frozen_arm(task: PreparedTask, arm: str, name: str, log=logger.info) -> dict
         return x
 
     x = features(seed0)
-    layers = probe_layers(x, gold)
+    layers = probe_layers(x, gold, reg)
     dev_acc, dev_collapsed, mixes = {}, {}, {}
     for lr in ft.frozen.mix_lr_grid:
         mixes[lr] = fit_scalar_mix(x["train"], gold["train"], n_classes, lr, ft.frozen.mix_steps, seed0)
         pred = predict_mix(mixes[lr], x["dev"])
-        dev_acc[lr] = float((pred == gold["dev"]).mean()) if len(pred) else 0.0
-        dev_collapsed[lr] = collapse(pred, gold["dev"]) is not None
+        dev_acc[lr] = score(pred, gold["dev"], reg) if len(pred) else 0.0
+        dev_collapsed[lr] = collapse(pred, gold["dev"], reg) is not None
     best = pick_lr(ft.frozen.mix_lr_grid, dev_acc, dev_collapsed)
     test_by_seed, collapsed_by_seed = {}, {}
     for seed in ft.seeds:
@@ -146,8 +156,8 @@ def frozen_arm(task: PreparedTask, arm: str, name: str, log=logger.info) -> dict
             else fit_scalar_mix(xs["train"], gold["train"], n_classes, best, ft.frozen.mix_steps, seed)
         )
         pred = predict_mix(mix, xs["test"])
-        test_by_seed[seed] = float((pred == gold["test"]).mean())
-        collapsed_by_seed[seed] = collapse(pred, gold["test"])
+        test_by_seed[seed] = score(pred, gold["test"], reg)
+        collapsed_by_seed[seed] = collapse(pred, gold["test"], reg)
     by_dev = max(layers, key=lambda r: (r["dev"] if r["dev"] is not None else -1.0, r["layer"]))
     entry: dict[str, Any] = {
         "lr": best,
