@@ -164,37 +164,66 @@ def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[st
             row.append(f"{e['probe_accuracy']:.3f}" if e and "probe_accuracy" in e else "n/a")
         row.append(f"{100 * r['margin']:+.1f}" if "margin" in r else "n/a")
         lines.append("| " + " | ".join(row) + " |")
-        mine = arms.get("pretrained")
-        # no arm, or every seed collapsed: no result
-        if not mine or mine["test_accuracy"].get("mean") is None:
-            continue
-        t = mine["test_accuracy"]
-        n = len(t.get("values", [])) or 1
         common = {
             "task_type": "text-classification",
-            "task_name": "Text classification",
+            "task_name": "Text regression" if r.get("metric") == "pearsonr" else "Text classification",
             "dataset_type": name,
             "dataset_name": name,
             "dataset_split": "test",
         }
-        results.append(
-            EvalResult(
-                **common,
-                metric_type="accuracy",
-                metric_value=round(float(t["mean"]), 4),
-                metric_name=f"Test accuracy, fine-tuned (mean of {n} seed{'s' if n != 1 else ''})",
-            )
-        )
-        if "probe_accuracy" in mine:
-            results.append(
-                EvalResult(
-                    **common,
-                    metric_type="accuracy",
-                    metric_value=round(float(mine["probe_accuracy"]), 4),
-                    metric_name="Linear probe accuracy (frozen features)",
-                )
+        by_method = {"full": arms, **{m: v.get("arms", {}) for m, v in r.get("methods", {}).items()}}
+        for method, method_arms in by_method.items():
+            results += _method_results(
+                common, r.get("metric", "accuracy"), method, method_arms.get("pretrained")
             )
     return results, lines
+
+
+# What each adaptation method's result is called on the card (adapt's finetune.methods).
+METHOD_TEXT = {
+    "full": "fine-tuned",
+    "frozen": "frozen body, scalar mix of all layers",
+    "lora": "LoRA adapters",
+    "ulmfit": "ULMFiT schedule",
+}
+METRIC_TEXT = {"accuracy": "accuracy", "pearsonr": "Pearson r", "spearmanr": "Spearman rho"}
+
+
+def _method_results(
+    common: dict[str, str], metric: str, method: str, mine: dict[str, Any] | None
+) -> list[EvalResult]:
+    """One task's results for one method, this model's (pretrained) arm: the task's metric (accuracy, or Pearson's r
+    and Spearman's rho for regression) over seeds, and, for `full`, the last-layer linear probe. An arm whose every
+    seed collapsed has no result."""
+    if not mine or mine["test_accuracy"].get("mean") is None:
+        return []
+    figures = [(metric, mine["test_accuracy"])]
+    if metric == "pearsonr" and mine.get("test_spearman", {}).get("mean") is not None:
+        figures.append(("spearmanr", mine["test_spearman"]))
+    how = METHOD_TEXT.get(method, method)
+    out = []
+    for kind, t in figures:
+        n = len(t.get("values", [])) or 1
+        out.append(
+            EvalResult(
+                **common,
+                metric_type=kind,
+                metric_value=round(float(t["mean"]), 4),
+                metric_name=f"Test {METRIC_TEXT[kind]}, {how} (mean of {n} seed{'s' if n != 1 else ''})",
+                metric_config=method,
+            )
+        )
+    if method == "full" and "probe_accuracy" in mine:
+        out.append(
+            EvalResult(
+                **common,
+                metric_type=metric,
+                metric_value=round(float(mine["probe_accuracy"]), 4),
+                metric_name=f"Linear probe {METRIC_TEXT[metric]} (frozen features, last layer)",
+                metric_config="probe",
+            )
+        )
+    return out
 
 
 def _warmup_text(plan: dict[str, Any], cfg: RunConfig) -> str:
