@@ -13,13 +13,21 @@ loop. Weights that are not finite are never marked complete.
 A remote run (`run.output_dir: s3://...`) saves the same way into the local staging folder, then rank 0 uploads
 the folder with COMPLETE after every file it lists and `latest` last; a resume lists the remote checkpoints,
 downloads the newest whose COMPLETE exists and verifies it like a local one (falling back to older ones).
+
+Off the critical path (`checkpoint.async_save`, default on): `save_checkpoint` returns once every rank's files are
+written; hashing, COMPLETE, `latest`, pruning and the upload run in a background thread. Ranks agree that all files
+are written through per-rank done markers in the folder, not a collective off the main thread; the next save and
+the end of the run wait (`wait_for_save`) and stop every rank on a background failure. Since COMPLETE and `latest`
+still come last, a kill at any moment leaves the previous complete checkpoint as `latest`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,6 +58,10 @@ log = get_logger(__name__)
 
 MANIFEST_VERSION = 2
 _CHUNK = 8 << 20
+HASHES_PREFIX = (
+    "hashes.rank"  # a rank's done marker of a save finishing in the background (never in COMPLETE)
+)
+PAUSE_ENV = "LMSTACK_CKPT_PAUSE"
 
 
 def rng_state() -> dict[str, Any]:
@@ -80,7 +92,10 @@ def _checkpoint_files(folder: Path) -> list[str]:
     return sorted(
         str(p.relative_to(folder))
         for p in folder.rglob("*")
-        if p.is_file() and p.name != COMPLETE and ".tmp" not in p.name
+        if p.is_file()
+        and p.name != COMPLETE
+        and ".tmp" not in p.name
+        and not p.name.startswith(HASHES_PREFIX)
     )
 
 
@@ -343,12 +358,17 @@ def save_checkpoint(
     before_complete=None,
     meta: dict[str, Any] | None = None,
     remote: str | None = None,
+    async_save: bool = False,
+    after_complete=None,
 ) -> Path:
     """`before_complete(folder)` runs on every rank after all files are written and before the folder is
     marked complete (the trainer stores its export-parity probe there). `meta` (e.g. the resolved config) is
-    recorded in COMPLETE. A folder is never marked complete when a write failed (a full disk is named, with
+    recorded in COMPLETE. Returns once the files are written (the rest finishes in the background, see
+    `wait_for_save`; `async_save=False`: before returning); `after_complete()` runs on rank 0 after the upload
+    (the trainer pushes a remote run's logs there). A folder is never marked complete when a write failed (a full disk is named, with
     the free space) or the weights are not finite: it is removed and the run stops (CannotContinue) naming the
     last good checkpoint."""
+    wait_for_save()  # the previous save's background part: its COMPLETE before this one's files
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = engine.device  # NCCL reduces device tensors only
     tag = tag_for(step)
@@ -409,42 +429,168 @@ def save_checkpoint(
             "; lower optim.lr or check the data, then resume",
             rank,
         )
-    files = _gather_entries(folder, rank, world)
-    if rank == 0:
-        info = {
-            "step": step,
-            "world_size": world,
-            "time": time.time(),
-            "zero_stage": engine.zero_optimization_stage(),
-        }
-        try:
-            write_complete(folder, {**info, **(meta or {})}, files)
-            atomic_write(ckpt_dir / "latest", tag)
-        except OSError as e:
-            error = e
-    if _any_rank(error is not None, dev):
-        free = _free_bytes(ckpt_dir)
-        full = error is not None and _is_disk_full(error, free)
-        raise _abandon(
-            folder,
-            ckpt_dir,
-            step,
-            f"writing {COMPLETE} of {folder} failed"
-            + (": the disk is full" if full else f" ({error})")
-            + f" ({free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir})",
-            rank,
+    info = {
+        "step": step,
+        "world_size": world,
+        "time": time.time(),
+        "zero_stage": engine.zero_optimization_stage(),
+    }
+    global _pending
+    _pending = _Pending(tag, folder, dev)
+    _pending.start(
+        lambda p: _finish(
+            p, ckpt_dir, step, rank, world, {**info, **(meta or {})}, keep_last, remote, after_complete
         )
-    if rank == 0:
-        for old in complete_tags(ckpt_dir)[:-keep_last]:
-            # COMPLETE first: a kill mid-removal leaves an incomplete folder, which the next save removes
-            (ckpt_dir / old / COMPLETE).unlink(missing_ok=True)
-            shutil.rmtree(ckpt_dir / old, ignore_errors=True)
-            shutil.rmtree(ckpt_dir / (old + UNIVERSAL_SUFFIX), ignore_errors=True)
-        _remove_abandoned(ckpt_dir, step)
-        if remote is not None:  # `remote`: the checkpoints folder of a remote run (run.output_dir is a URL)
-            upload_checkpoint(ckpt_dir, tag, remote, keep_last)
-    dist.barrier()
+    )
+    if (
+        not async_save
+    ):  # the synchronous path (checkpoint.async_save: false): hashing and upload before returning
+        wait_for_save()
     return folder
+
+
+class _Pending:
+    """A save whose files are written and whose finishing (hashes, COMPLETE, `latest`, pruning, upload) runs in a
+    background thread. `local_done` is set once this rank's share is hashed and its done marker written (or that
+    failed: `local_error`); `error` is rank 0's failure to mark the folder complete."""
+
+    def __init__(self, tag: str, folder: Path, dev) -> None:
+        self.tag, self.folder, self.dev = tag, folder, dev
+        self.local_done, self.abort = threading.Event(), threading.Event()
+        self.local_error: BaseException | None = None
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self, work) -> None:
+        def run() -> None:
+            try:
+                work(self)
+            except BaseException as e:  # noqa: BLE001  (recorded and raised at the next wait, never lost)
+                log.error(
+                    f"[checkpoint] finishing {self.tag} in the background failed: {type(e).__name__}: {e}"
+                )
+                if not self.local_done.is_set():
+                    self.local_error = e
+                else:
+                    self.error = e
+            finally:
+                self.local_done.set()
+
+        # a daemon: an exception in the loop ends the process without waiting (as a kill would: the previous
+        # complete checkpoint stays `latest`)
+        self.thread = threading.Thread(target=run, name=f"checkpoint-{self.tag}", daemon=True)
+        self.thread.start()
+
+
+_pending: _Pending | None = None
+
+
+def _pause(phase: str) -> None:
+    """Test-only (LMSTACK_CKPT_PAUSE="hash=2,upload=5"): seconds the background sleeps before a phase, so that a
+    test can kill a run inside it and a bench can stand in for a slow upload. Unset in every real run."""
+    spec = os.environ.get(PAUSE_ENV, "").strip()
+    if not spec:
+        return
+    for part in spec.split(","):
+        name, _, secs = part.partition("=")
+        if name.strip() not in ("hash", "upload"):
+            raise ValueError(f"{PAUSE_ENV}={spec!r}: {name.strip()!r} is not one of hash, upload")
+        if name.strip() == phase:
+            time.sleep(float(secs))
+
+
+def _marker(folder: Path, rank: int) -> Path:
+    return folder / f"{HASHES_PREFIX}{rank:05d}.json"
+
+
+def _finish(
+    p: _Pending,
+    ckpt_dir: Path,
+    step: int,
+    rank: int,
+    world: int,
+    meta: dict[str, Any],
+    keep_last: int,
+    remote: str | None,
+    after_complete,
+) -> None:
+    """The background part of a save. Every rank hashes its share of the files and writes a done marker (its
+    hashes); rank 0 waits for all markers, which is how the ranks agree that every file is written without a
+    collective off the main thread (the checkpoint folder is shared by all ranks, as verification already
+    requires), then writes COMPLETE, `latest`, prunes and uploads. A kill anywhere here leaves a folder without
+    COMPLETE: the previous complete checkpoint stays `latest`."""
+    folder = p.folder
+    try:
+        _pause("hash")
+        mine = file_entries(folder, _my_share(_checkpoint_files(folder), rank, world))
+        atomic_write(_marker(folder, rank), json.dumps(mine))
+    except Exception as e:  # noqa: BLE001  (raised at the next wait, on every rank)
+        p.local_error = e
+        log.error(f"[checkpoint] hashing {folder} failed on rank {rank}: {type(e).__name__}: {e}")
+        return
+    finally:
+        p.local_done.set()
+    if rank != 0:
+        return
+    markers = [_marker(folder, r) for r in range(world)]
+    while not all(m.is_file() for m in markers):
+        if p.abort.wait(0.02):  # another rank failed: the folder is never marked complete
+            return
+    try:
+        files: dict[str, dict[str, Any]] = {}
+        for m in markers:
+            files.update(json.loads(m.read_text()))
+            m.unlink()
+        write_complete(folder, meta, files)
+        atomic_write(ckpt_dir / "latest", p.tag)
+    except (OSError, ValueError) as e:
+        p.error = e
+        log.error(f"[checkpoint] writing {COMPLETE} of {folder} failed: {type(e).__name__}: {e}")
+        return
+    for old in complete_tags(ckpt_dir)[:-keep_last]:
+        # COMPLETE first: a kill mid-removal leaves an incomplete folder, which the next save removes
+        (ckpt_dir / old / COMPLETE).unlink(missing_ok=True)
+        shutil.rmtree(ckpt_dir / old, ignore_errors=True)
+        shutil.rmtree(ckpt_dir / (old + UNIVERSAL_SUFFIX), ignore_errors=True)
+    _remove_abandoned(ckpt_dir, step)
+    if remote is not None:  # `remote`: the checkpoints folder of a remote run (run.output_dir is a URL)
+        _pause("upload")
+        upload_checkpoint(ckpt_dir, p.tag, remote, keep_last)
+    if after_complete is not None:
+        after_complete()
+
+
+def wait_for_save() -> None:
+    """Wait for the previous save's background part (every rank together: the next save, the end of the run and
+    a preemption exit call it). A failure on any rank stops the run on all of them (CannotContinue naming the
+    checkpoint; its folder is removed, the previous complete checkpoint stays `latest`)."""
+    global _pending
+    p, _pending = _pending, None
+    if p is None:
+        return
+    p.local_done.wait()
+    failed = _any_rank(p.local_error is not None, p.dev)
+    if failed:
+        p.abort.set()
+    assert p.thread is not None
+    p.thread.join()
+    failed = failed or _any_rank(p.error is not None, p.dev)
+    if not failed:
+        return
+    rank = dist.get_rank()
+    err = p.local_error or p.error
+    mine = [f"rank {rank}: {type(err).__name__}: {err}".splitlines()[0][:300]] if err else []
+    errors = _gather(mine)
+    ckpt_dir = p.folder.parent
+    if rank == 0 and not (p.folder / COMPLETE).is_file():  # never complete now: no partial folder is left
+        shutil.rmtree(p.folder, ignore_errors=True)
+    dist.barrier()
+    last = complete_tags(ckpt_dir)
+    raise CannotContinue(
+        f"finishing checkpoint {p.tag} in the background failed ({'; '.join(errors)}); "
+        f"{_free_bytes(ckpt_dir) / 2**20:.1f} MiB free on the filesystem of {ckpt_dir}; last good checkpoint: "
+        + (f"{last[-1]} in {ckpt_dir}" if last else f"none in {ckpt_dir}")
+    )
 
 
 def _remove_abandoned(ckpt_dir: Path, step: int) -> None:
@@ -455,14 +601,6 @@ def _remove_abandoned(ckpt_dir: Path, step: int) -> None:
         m = TAG_RE.match(d.name)
         if m and int(m.group(1)) < step and d.is_dir() and not (d / COMPLETE).exists():
             shutil.rmtree(d, ignore_errors=True)
-
-
-def _gather_entries(folder: Path, rank: int, world: int) -> dict[str, dict[str, Any]]:
-    """Sizes and checksums of every file in the folder, each rank hashing a share."""
-    mine = file_entries(folder, _my_share(_checkpoint_files(folder), rank, world))
-    out: list[dict | None] = [None] * world
-    dist.all_gather_object(out, mine)
-    return {k: v for part in out for k, v in (part or {}).items()}
 
 
 UNIVERSAL_SUFFIX = "_universal"
