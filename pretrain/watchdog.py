@@ -36,8 +36,9 @@ from core.log import get_logger
 
 log = get_logger(__name__)
 
-# Test-only (tests/pretrain/test_watchdog.py), read once at set-up, never a config key: "RANK:STEP:SECONDS" makes
-# that rank sleep inside the forward of its first micro-batch of that step ("*" for STEP: every step).
+# Test-only (tests/pretrain/test_hang.py), read once at set-up, never a config key: "RANK:STEP:SECONDS" makes that
+# rank sleep inside the forward of its first micro-batch of that step ("*" for STEP: every step); entries are
+# separated by commas.
 DELAY_ENV = "LMSTACK_TEST_DELAY"
 # Phases of a step in the order a rank passes them; a rank "behind" another is at an earlier (step, micro, phase).
 PHASES = {"data": 0, "forward": 1, "backward": 2, "after": 3}
@@ -68,18 +69,21 @@ def flight_recorder_env(hang_dir: Path) -> None:
     os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(hang_dir / "nccl-trace-rank-"))
 
 
-def injected_delay(rank: int) -> tuple[int | None, float] | None:
-    """(step or None for every step, seconds) when LMSTACK_TEST_DELAY names this rank; None in every real run."""
+def injected_delay(rank: int) -> dict[int | None, float]:
+    """{step (None: every step): seconds} of the LMSTACK_TEST_DELAY entries that name this rank; empty in every
+    real run."""
     spec = os.environ.get(DELAY_ENV, "").strip()
-    if not spec:
-        return None
-    try:
-        who, step, seconds = spec.split(":")
-        if int(who) != rank:
-            return None
-        return (None if step == "*" else int(step)), float(seconds)
-    except ValueError:
-        raise ValueError(f"{DELAY_ENV}={spec!r} is not RANK:STEP:SECONDS (STEP may be *)") from None
+    out: dict[int | None, float] = {}
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        try:
+            who, step, seconds = item.split(":")
+            if int(who) == rank:
+                out[None if step == "*" else int(step)] = float(seconds)
+        except ValueError:
+            raise ValueError(
+                f"{DELAY_ENV}={spec!r}: {item!r} is not RANK:STEP:SECONDS (STEP may be *; entries split by commas)"
+            ) from None
+    return out
 
 
 def describe(beat: dict[str, Any], now: float) -> str:
@@ -193,8 +197,10 @@ class Watchdog:
         step = self.beat_state[0]
         self.beat_state = (step, self.micro, "forward", time.time(), time.monotonic())
         self.fwd_t0 = time.perf_counter()
-        if self.delay is not None and self.micro == 0 and self.delay[0] in (None, step):
-            time.sleep(self.delay[1])  # test-only: a rank that sleeps inside a step (a straggler, or a hang)
+        if (
+            self.delay and self.micro == 0
+        ):  # test-only: a rank that sleeps inside a step (a straggler, or a hang)
+            time.sleep(self.delay.get(None, 0.0) + self.delay.get(step, 0.0))
 
     def _forward_ends(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not module.training:

@@ -56,11 +56,11 @@ def test_the_report_names_ranks_hosts_and_where_the_stacks_are(tmp_path):
 
 def test_the_test_only_delay_is_read_for_its_rank_alone(monkeypatch):
     monkeypatch.delenv(DELAY_ENV, raising=False)
-    assert injected_delay(1) is None
+    assert injected_delay(1) == {}
     monkeypatch.setenv(DELAY_ENV, "1:3:60")
-    assert injected_delay(1) == (3, 60.0) and injected_delay(0) is None
-    monkeypatch.setenv(DELAY_ENV, "1:*:0.5")
-    assert injected_delay(1) == (None, 0.5)
+    assert injected_delay(1) == {3: 60.0} and injected_delay(0) == {}
+    monkeypatch.setenv(DELAY_ENV, "1:*:0.5, 1:3:600, 0:2:1")
+    assert injected_delay(1) == {None: 0.5, 3: 600.0} and injected_delay(0) == {2: 1.0}
     monkeypatch.setenv(DELAY_ENV, "one:3")
     with pytest.raises(ValueError, match=DELAY_ENV):
         injected_delay(1)
