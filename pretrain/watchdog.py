@@ -162,10 +162,8 @@ class Watchdog:
         self.store = _default_store()
         # a gloo group for the per-rank figures: host tensors, no device read (the default group is NCCL on a GPU)
         self.group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
-        hosts: list[Any] = [None] * world
-        dist.all_gather_object(
-            hosts, self.host, group=self.group
-        )  # set-up only: names in the straggler lines
+        hosts: list[Any] = [None] * world  # set-up only: the host names of the straggler lines
+        dist.all_gather_object(hosts, self.host, group=self.group)
         self.hosts = [str(h) for h in hosts]
         engine.register_forward_pre_hook(self._forward_begins)
         engine.register_forward_hook(self._forward_ends)
@@ -197,9 +195,7 @@ class Watchdog:
         step = self.beat_state[0]
         self.beat_state = (step, self.micro, "forward", time.time(), time.monotonic())
         self.fwd_t0 = time.perf_counter()
-        if (
-            self.delay and self.micro == 0
-        ):  # test-only: a rank that sleeps inside a step (a straggler, or a hang)
+        if self.delay and self.micro == 0:  # test-only: a rank asleep inside a step (a straggler, a hang)
             time.sleep(self.delay.get(None, 0.0) + self.delay.get(step, 0.0))
 
     def _forward_ends(self, module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -250,9 +246,7 @@ class Watchdog:
             try:
                 self._publish()
                 flagged = self.store.add(self.prefix + "flag", 0) > 0
-            except (
-                Exception
-            ) as e:  # a store that went away (teardown, a dead master): nothing to coordinate with
+            except Exception as e:  # a store gone (teardown, a dead master): nothing to coordinate with
                 log.debug(f"watchdog: store unreachable: {e}")
                 flagged = False
             step, micro, phase, since, mono = self.beat_state
@@ -268,11 +262,14 @@ class Watchdog:
                     f"(limit {limit:.0f} s) at step {step}"
                 )
 
-    def _publish(self) -> None:
+    def _beat(self) -> dict[str, Any]:
+        """This rank's heartbeat as the store keeps it."""
         step, micro, phase, since, _ = self.beat_state
-        beat = {"host": self.host, "pid": os.getpid(), "step": step, "micro": micro, "phase": phase,
-                "since": since, "updated": time.time()}  # fmt: skip
-        self.store.set(f"{self.prefix}hb/{self.rank}", json.dumps(beat))
+        beat = {"host": self.host, "pid": os.getpid(), "step": step, "micro": micro, "phase": phase}
+        return {**beat, "since": since, "updated": time.time()}
+
+    def _publish(self) -> None:
+        self.store.set(f"{self.prefix}hb/{self.rank}", json.dumps(self._beat()))
 
     def fire(self, reason: str) -> None:
         """Dump, name the ranks behind, exit HUNG. Runs once per process (the thread, or the main thread after a
@@ -303,11 +300,9 @@ class Watchdog:
 
     def dump_stacks(self, reason: str) -> None:
         self.hang_dir.mkdir(parents=True, exist_ok=True)
-        step, micro, phase, since, _ = self.beat_state
-        beat = {"step": step, "micro": micro, "phase": phase, "since": since}
         with open(self.hang_dir / f"rank-{self.rank}.txt", "w") as f:
             f.write(f"rank {self.rank} of {self.world}, host {self.host}, pid {os.getpid()}\n")
-            f.write(f"at {describe(beat, time.time())}\nreason: {reason}\nthreads:\n")
+            f.write(f"at {describe(self._beat(), time.time())}\nreason: {reason}\nthreads:\n")
             for t in threading.enumerate():  # faulthandler names threads by id only
                 f.write(f"  Thread 0x{t.ident or 0:016x}: {t.name}\n")
             f.write("\n")
@@ -317,9 +312,7 @@ class Watchdog:
         if dump_nccl is not None and dist.get_backend() == "nccl":
             try:
                 (self.hang_dir / f"nccl-trace-rank-{self.rank}.pkl").write_bytes(dump_nccl())
-            except (
-                Exception
-            ) as e:  # the recorder is off (TORCH_NCCL_TRACE_BUFFER_SIZE=0) or the build lacks it
+            except Exception as e:  # the recorder is off (TORCH_NCCL_TRACE_BUFFER_SIZE=0), or not built
                 log.warning(f"[train] rank {self.rank}: no NCCL flight recorder dump: {e}")
 
     def _wait_for_peers(self) -> dict[int, dict[str, Any] | None]:
@@ -336,8 +329,7 @@ class Watchdog:
                     beats[r] = json.loads(self.store.get(key))
         except Exception as e:
             log.debug(f"watchdog: store unreachable: {e}")
-            beats[self.rank] = {"host": self.host, "step": self.beat_state[0], "micro": self.beat_state[1],
-                                "phase": self.beat_state[2], "since": self.beat_state[3], "updated": time.time()}  # fmt: skip
+            beats[self.rank] = self._beat()
         return beats
 
     def _first_reason(self, reason: str) -> str:
