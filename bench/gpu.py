@@ -10,13 +10,16 @@ clipping, transformers' own loss, the same micro-batch, accumulation and token s
 already on the device: the peer pays no loader time). Data comes from the BBC News corpus through our data stages
 (no network; the embedding is padded to the papers' rows as in bench/mfu_gpu.py).
 
-A round is one measurement window of `--window` optimizer steps after `--warmup` steps (compilation included there):
-the trainer logs one row per window, the peer synchronizes once per window. An 8-minute slot has no room for
-alternating whole runs, so the rounds of a configuration are consecutive windows of one run each side.
+Each configuration runs in its own process (a clean device and process group), which holds both sides: our
+trainer's own set-up and step (`pretrain.train.set_up` and `train_step`: the same code `python -m pretrain train`
+runs, loader included) and the peer loop. After `--warmup` steps of each (compilation included there), a round is one
+window of `--window` optimizer steps of one side, synchronized at both ends, and the sides alternate, the first
+side swapping every round (ours, peer, peer, ours, ...), so a drift of the machine falls on both alike.
 MFU = tokens/s x FLOPs per token (`pretrain.metrics.flops_per_token`, PaLM appendix B) / the published dense bf16
 peak (bench/mfu_gpu.py's table; `--peak-tflops` overrides). VERDICT lines: MFU >= 0.40 (GPT-2 medium, accumulation
-1), >= 0.45 (accumulation 4), >= 0.41 (Llama 1.1B); ours/peer >= 1.0 for each. After the timing, a profile of two
-peer steps (and of our trainer where `logging.profile_steps` exists) prints the top kernels by device time.
+1), >= 0.45 (accumulation 4), >= 0.41 (Llama 1.1B); ours/peer >= 1.0 for each. After the timing, two more steps of
+each side are profiled: our trainer's through its own `logging.profile_steps` profiler (top kernels, device idle
+fraction, host reads and synchronizations per step), the peer's as a top-kernel table.
 
 `python bench/gpu.py [--configs ...] [--warmup 6] [--window 4] [--rounds 5] [--time-limit 480]`; without CUDA it
 prints SKIP and exits 0. `--smoke` runs the same path on CPU with tiny models (2 layers, 64 wide, seq 64, fp32, the
@@ -52,7 +55,7 @@ def overrides(name: str, a, pad_multiple: int) -> list[str]:
     family, _, seq, micro, accum, *_ = CONFIGS[name]
     if a.smoke:
         seq, micro = 64, 2
-    total = a.warmup + a.window * a.rounds
+    total = a.warmup + a.window * a.rounds + 2  # + the two profiled steps of our trainer
     ov = [f"batch.micro_batch_size={micro}", f"batch.global_batch_size={micro * accum}", "launch.nodes=1",
           "launch.procs_per_node=1", f"launch.backend={'gloo' if a.smoke else 'nccl'}", "deepspeed.zero_stage=1",
           f"deepspeed.precision={'fp32' if a.smoke else 'bf16'}", f"model.vocab_pad_multiple={pad_multiple}",
@@ -74,13 +77,8 @@ def prepare(name: str, tmp: Path, a, env: dict[str, str]) -> tuple[Path, int]:
     return cfg_path, rows if mfu_gpu.tokenizer_len(cfg_path) <= rows else 8
 
 
-def window_rates(metrics_jsonl: Path, after_step: int) -> list[float]:
-    """Tokens/s of each of our trainer's logged windows after `after_step` (one row per window)."""
-    rows = [json.loads(x) for x in metrics_jsonl.read_text().splitlines() if x.strip()]
-    return [r["tokens_per_s"] for r in rows if r.get("split") == "train" and r["step"] > after_step]
-
-
-def run_ours(cfg_path: Path, ov: list[str], tmp: Path, a, env: dict[str, str]) -> list[float]:
+def run_child(name: str, cfg_path: Path, pad: int, tmp: Path, a, env: dict[str, str]) -> dict:
+    """Both sides of one configuration in a fresh process (see `measure`); returns its rates and profiles."""
     import shutil
 
     run_dir = tmp / "ours"
@@ -88,82 +86,133 @@ def run_ours(cfg_path: Path, ov: list[str], tmp: Path, a, env: dict[str, str]) -
     run_dir.mkdir(parents=True)
     for stage in ("clean", "dedup", "tokenizer", "tokens"):
         (run_dir / stage).symlink_to(cfg_path.parent / "run" / stage)
-    ov = [f"run.output_dir={run_dir}", f"logging.every_steps={a.window}", "logging.progress_bar=false",
-          "checkpoint.keep_last=1", *ov]  # fmt: skip
-    C.torchrun(1, ["-m", "pretrain", "train", "--config", str(cfg_path), *ov], env=env, timeout=900)
-    rates = window_rates(run_dir / "logs" / "metrics.jsonl", a.warmup)
-    summary = sorted(
-        (run_dir / "logs").glob("profile*.txt")
-    )  # logging.profile_steps, where the trainer has it
-    for f in summary:
-        print(f.read_text()[-4000:], flush=True)
-    return rates
+    args = [sys.executable, __file__, "--child", name, "--child-config", str(cfg_path), "--child-pad", str(pad),
+            "--child-out", str(run_dir), "--warmup", str(a.warmup), "--window", str(a.window),
+            "--rounds", str(a.rounds), *(["--smoke"] if a.smoke else [])]  # fmt: skip
+    res = C.run_cmd(args, timeout=900, env=env)
+    print(res.stdout[-12000:], flush=True)
+    return json.loads(
+        next(x for x in reversed(res.stdout.splitlines()) if x.startswith(RESULT))[len(RESULT) :]
+    )
 
 
-def run_peer(cfg_path: Path, ov: list[str], a, device: str) -> tuple[list[float], str]:
-    """The plain loop; tokens/s per window and a profile of two more steps."""
-    import numpy as np
+RESULT = "RESULT "
+
+
+class PlainLoop:
+    """The peer: the same transformers model in fp32 under bf16 autocast, each block compiled, fused AdamW, foreach
+    clipping, transformers' own loss, the same token samples already on the device."""
+
+    def __init__(self, cfg, n_steps: int, device: str):
+        import numpy as np
+        import torch
+        from transformers import AutoTokenizer
+
+        from core.run_layout import RunLayout
+        from data_pipeline.loader import PretrainLoader
+        from pretrain.models import build_model
+
+        self.device, self.torch = device, torch
+        self.micro, self.accum, seq = (
+            cfg.batch.micro_batch_size,
+            cfg.batch_plan()["grad_accum"],
+            cfg.packing.seq_len,
+        )
+        tok = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
+        torch.manual_seed(0)
+        self.model = build_model(cfg.model, tok, seq).to(device).train()
+        self.model.config.use_cache = False
+        layers = self.model.transformer.h if cfg.model.family == "gpt2" else self.model.model.layers
+        for layer in layers:
+            layer.compile(backend=cfg.deepspeed.compile_backend)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                                     fused=device == "cuda")  # fmt: skip
+        ld = PretrainLoader(cfg, 0, 1, collate_fn=lambda x: x)
+        n = self.micro * self.accum * n_steps
+        rows = [np.asarray(ld.sources[s][i]["input_ids"]) for s, i, _ in ld.positions_keys(np.arange(n))]
+        self.batches = torch.from_numpy(np.stack(rows)).long().to(device).view(-1, self.micro, seq)
+        self.k = 0
+
+    def step(self) -> None:
+        torch, cuda = self.torch, self.device == "cuda"
+        for _ in range(self.accum):
+            ids = self.batches[self.k % len(self.batches)]
+            self.k += 1
+            with torch.autocast(self.device, dtype=torch.bfloat16, enabled=cuda):
+                loss = self.model(input_ids=ids, labels=ids).loss / self.accum
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0, foreach=cuda)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def measure(a) -> int:
+    """The child: our trainer (its own set-up and step) and the peer, warmed up, then alternating windows."""
     import torch
-    from transformers import AutoTokenizer
+    import torch.distributed as dist
 
-    from core.run_layout import RunLayout
-    from data_pipeline.loader import PretrainLoader
-    from pretrain.models import build_model
+    from pretrain import train as T
+    from pretrain.engine import init_distributed
+    from pretrain.profiler import StepProfiler
     from runconfig import load_config
 
-    cfg = load_config(cfg_path, ov)
-    micro, accum, seq = cfg.batch.micro_batch_size, cfg.batch_plan()["grad_accum"], cfg.packing.seq_len
-    tok = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
-    torch.manual_seed(0)
-    model = build_model(cfg.model, tok, seq).to(device).train()
-    model.config.use_cache = False
-    layers = model.transformer.h if cfg.model.family == "gpt2" else model.model.layers
-    for layer in layers:
-        layer.compile(backend=cfg.deepspeed.compile_backend)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                            fused=device == "cuda")  # fmt: skip
-    ld = PretrainLoader(cfg, 0, 1, collate_fn=lambda x: x)
-    n = micro * accum * (a.warmup + a.window * a.rounds + 2)
-    rows = [np.asarray(ld.sources[s][i]["input_ids"]) for s, i, _ in ld.positions_keys(np.arange(n))]
-    batches = torch.from_numpy(np.stack(rows)).long().to(device).view(-1, micro, seq)
-    use_bf16 = device == "cuda"
+    n_steps = a.warmup + a.window * a.rounds + 2
+    ov = [f"run.output_dir={a.child_out}", "logging.progress_bar=false", "checkpoint.keep_last=1",
+          *overrides(a.child, a, a.child_pad)]  # fmt: skip
+    cfg = load_config(a.child_config, ov)
+    init_distributed(cfg)
+    run, progress, _ = T.set_up(cfg)
+    meter = T.make_meter(run)
+    run.engine.train()
+    batches = iter(run.train_loader)
+    run.clock.start()
+    device = run.device.type
+    peer = PlainLoop(cfg, n_steps, device)
 
-    def step(k: int) -> None:
-        for j in range(accum):
-            ids = batches[(k * accum + j) % len(batches)]
-            with torch.autocast(device, dtype=torch.bfloat16, enabled=use_bf16):
-                loss = model(input_ids=ids, labels=ids).loss / accum
-            loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=device == "cuda")
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    def ours_step() -> None:
+        T.train_step(run, progress, batches, meter)
+        progress.step += 1
 
     def sync() -> None:
         if device == "cuda":
             torch.cuda.synchronize()
 
-    for k in range(a.warmup):
-        step(k)
-    sync()
-    rates, k = [], a.warmup
-    for _ in range(a.rounds):
-        t0 = time.perf_counter()
-        for _ in range(a.window):
-            step(k)
-            k += 1
-        sync()
-        rates.append(a.window * accum * micro * seq / (time.perf_counter() - t0))
+    tokens = a.window * run.plan.grad_accum * cfg.batch.micro_batch_size * cfg.packing.seq_len
+    for _ in range(a.warmup):
+        ours_step()
+        peer.step()
+    rates: dict[str, list[float]] = {"ours": [], "peer": []}
+    sides = {"ours": ours_step, "peer": peer.step}
+    for r in range(a.rounds):
+        for side in ("ours", "peer") if r % 2 == 0 else ("peer", "ours"):
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(a.window):
+                sides[side]()
+            sync()
+            rates[side].append(tokens / (time.perf_counter() - t0))
+    first = progress.step + 1
+    profiler = StepProfiler((first, first + 2), Path(a.child_out) / "logs", 0, run.device)
+    for _ in range(2):
+        profiler.begin(progress.step + 1)
+        ours_step()
+        profiler.end(progress.step)
+    ours_summary = (Path(a.child_out) / "logs" / "profile" / "summary-rank0.txt").read_text()
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=acts) as prof:
         for _ in range(2):
-            step(k)
-            k += 1
+            peer.step()
         sync()
     key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
-    table = prof.key_averages().table(sort_by=key, row_limit=12, max_name_column_width=70)
-    return rates, table  # the model, optimizer and batches are freed with this frame
+    peer_table = prof.key_averages().table(sort_by=key, row_limit=12, max_name_column_width=70)
+    run.watchdog.stop()
+    dist.destroy_process_group()
+    print(f"[{a.child}] our trainer's profile, 2 steps:\n{ours_summary}", flush=True)
+    print(f"[{a.child}] peer profile, 2 steps:\n{peer_table}", flush=True)
+    print(RESULT + json.dumps(rates), flush=True)
+    return 0
 
 
 def main() -> int:
@@ -181,7 +230,13 @@ def main() -> int:
     ap.add_argument(
         "--smoke", action="store_true", help="tiny models on CPU: checks the script, not a result"
     )
+    ap.add_argument("--child", choices=list(CONFIGS), help=argparse.SUPPRESS)  # one configuration's process
+    ap.add_argument("--child-config", help=argparse.SUPPRESS)
+    ap.add_argument("--child-pad", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.child:
+        return measure(a)
     if a.smoke:
         a.warmup, a.window, a.rounds = 1, 1, 2
 
@@ -223,10 +278,8 @@ def main() -> int:
                 ov = overrides(name, a, pad)
                 cfg = load_config(cfg_path, ov)
                 fpt = flops_per_token(cfg.model, param_counts(cfg)[0], cfg.packing.seq_len)
-                ours = run_ours(cfg_path, ov, tmp / name, a, env)
-                peer, table = run_peer(cfg_path, ov, a, device)
-                if device == "cuda":
-                    torch.cuda.empty_cache()  # the peer's memory back before the next configuration
+                rates = run_child(name, cfg_path, pad, tmp / name, a, env)
+                ours, peer = rates["ours"], rates["peer"]
             except Exception as e:  # report and go on to the next configuration
                 print(f"[{name}] FAILED: {str(e)[-3000:]}", flush=True)
                 failed[name] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
@@ -236,7 +289,6 @@ def main() -> int:
             rep.line(f"[{name}] {fpt / 1e9:.3f} GFLOP/token; ours {statistics.median(ours):.0f} tokens/s "
                      f"(MFU {statistics.median(ours) * fpt / peak:.1%}), peer {statistics.median(peer):.0f} tokens/s "
                      f"(MFU {statistics.median(peer) * fpt / peak:.1%}); {time.monotonic() - t_cfg:.0f}s")  # fmt: skip
-            print(f"[{name}] peer profile, 2 steps:\n{table}", flush=True)
     for name, err in failed.items():
         rep.line(f"FAILED {name}: {err}")
     if device == "cpu":  # the smoke run proves the path; its figures are no result

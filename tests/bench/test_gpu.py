@@ -24,6 +24,8 @@ def test_gpu_bench_smoke_runs_on_cpu():
     for name in ("gpt2_medium_accum4", "llama_1b"):
         assert f"SMOKE {name}: ran" in res.stdout
         assert f"[{name}] peer profile, 2 steps:" in res.stdout
+        assert f"[{name}] our trainer's profile, 2 steps:" in res.stdout
+    assert "host reads of tensors" in res.stdout  # our trainer's own profiler summary
     assert "VERDICT" not in res.stdout  # a smoke run is no result
 
 
