@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from functools import cache
 from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Generic, TypeVar
 
 from core.errors import PluginError, UnknownNameError
@@ -128,9 +129,13 @@ class Registry(Generic[T]):
         return deco
 
     def entry_point_names(self) -> frozenset[str]:
-        """Names outside packages declare in this registry's group, read from their metadata without importing
-        them (what config validation may look at)."""
+        """Names the built-ins (pyproject.toml) and outside packages declare in this registry's group, read from
+        the metadata without importing them (what config validation may look at)."""
         return _group_names(self.group)
+
+    def builtin_names(self) -> frozenset[str]:
+        """Names this project declares in the group (its pyproject.toml): the built-ins."""
+        return frozenset(ep.name for ep in builtin_entry_points().get(self.group, ()))
 
     def load_entry_points(self) -> None:
         if self._entry_points_loaded:
@@ -146,6 +151,13 @@ class Registry(Generic[T]):
                     f"entry point {ep.name} = {ep.value} in group {self.group} failed to load: {e}"
                 ) from e
             if self.spec_type is None:
+                if isinstance(obj, ModuleType):  # a module that registers its objects on import
+                    if ep.name not in self._entries:
+                        raise PluginError(
+                            f"entry point {ep.name} = {ep.value} in group {self.group}: importing the module "
+                            f"registered no {self.kind} '{ep.name}'"
+                        )
+                    continue
                 self.register(ep.name, obj)
                 continue
             if callable(obj) and not isinstance(obj, type | self.spec_type):

@@ -8,11 +8,10 @@ from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_
 from core.errors import UnknownNameError
 from core.plugin_code import is_ref
 from core.registry import EXECUTORS, FILTERS, READERS
-from core.specs import (
-    BUILTIN_EXECUTORS,
+from runconfig.base import Section, check_path_component
+from runconfig.filters import (
     BUILTIN_FILTER_KINDS,
     BUILTIN_FILTERS,
-    BUILTIN_FORMATS,
     C4Config,
     FineWebQualityConfig,
     GopherQualityConfig,
@@ -22,7 +21,6 @@ from core.specs import (
     UnicodeConfig,
     UrlFilterConfig,
 )
-from runconfig.base import Section, check_path_component
 
 # Settings of the whole stage, not of one source's documents.
 STAGE_KEYS = ("docs_per_shard", "workers", "output_format", "progress", "dropped_samples_per_reason")
@@ -78,7 +76,7 @@ class SourceConfig(Section):
     @field_validator("format")
     @classmethod
     def _known_format(cls, v: str) -> str:
-        known = set(BUILTIN_FORMATS) | READERS.entry_point_names()
+        known = READERS.entry_point_names()
         if v not in known and not is_ref(v):
             raise ValueError(
                 f"unknown format {v!r}; known: {sorted(known)} (a package adds one through the "
@@ -292,7 +290,7 @@ class DataConfig(Section):
     @field_validator("executor")
     @classmethod
     def _known_executor(cls, v: str) -> str:
-        known = set(BUILTIN_EXECUTORS) | EXECUTORS.entry_point_names()
+        known = EXECUTORS.entry_point_names()
         if v not in known and not is_ref(v):  # `module.path:Name`: an executor class in any importable module
             raise UnknownNameError(EXECUTORS.name, EXECUTORS.kind, v, sorted(known))
         return v

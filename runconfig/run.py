@@ -111,7 +111,7 @@ class RunConfig(Section):
     @model_validator(mode="after")
     def _consistent(self) -> "RunConfig":
         # Which objective and packing a family trains with, and the tokenizer its special tokens assume, come
-        # from the registered specs (data: core/specs.py, or an outside package's).
+        # from the registered specs (a built-in's module or an outside package's).
         fam, obj = FAMILIES.get(self.model.family), OBJECTIVES.get(self.objective.type)
         pack = self.packing.mode
         if obj.needs_encoder and not fam.has_encoder:

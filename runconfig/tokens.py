@@ -7,7 +7,6 @@ from pydantic import Field, field_validator, model_validator
 from core.errors import UnknownNameError
 from core.plugin_code import is_ref
 from core.registry import TOKENIZER_CONVENTIONS
-from core.specs import BUILTIN_CONVENTIONS
 from runconfig.base import Section
 
 
@@ -40,7 +39,7 @@ class TokenizerConfig(Section):
     @field_validator("convention")
     @classmethod
     def _known_convention(cls, v: str | None) -> str | None:
-        known = set(BUILTIN_CONVENTIONS) | TOKENIZER_CONVENTIONS.entry_point_names()
+        known = TOKENIZER_CONVENTIONS.entry_point_names()
         if v is not None and v not in known and not is_ref(v):
             raise UnknownNameError(TOKENIZER_CONVENTIONS.name, TOKENIZER_CONVENTIONS.kind, v, sorted(known))
         return v
@@ -52,7 +51,11 @@ class TokenizerConfig(Section):
                 f"tokenizer.vocab_size: {self.vocab_size} leaves no room for the 256 byte pieces and 100 sentinels "
                 "of a byte-fallback Unigram vocabulary (>= 512), or set tokenizer.byte_fallback=false"
             )
-        if self.convention is not None and self.type != "bpe" and self.convention not in BUILTIN_CONVENTIONS:
+        if (
+            self.convention is not None
+            and self.type != "bpe"
+            and self.convention not in TOKENIZER_CONVENTIONS.builtin_names()
+        ):
             raise ValueError(
                 f"tokenizer.convention: {self.convention!r} applies to byte-level BPE "
                 f"(tokenizer.type bpe), not {self.type!r}"

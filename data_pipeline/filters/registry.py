@@ -3,7 +3,7 @@ so the CLI, the process pool and Slurm array tasks, which all build filters from
 
 A filter is a callable `Document -> (keep, reason)` or `(keep, reason, measured_value)`; it may rewrite
 `doc.text`. A factory builds it from its parameters: `factory(**params)`. A built-in takes its parameters from
-its typed section of `data.clean` (e.g. `clean.c4`, typed by its spec in core/specs.py), overridden by the
+its typed section of `data.clean` (e.g. `clean.c4`, typed in runconfig/filters.py), overridden by the
 `params:` of its `filters:` entry. An outside filter types its own: a pydantic model as the factory's `settings`
 attribute, which `check_filter_settings` applies to its `params:` before the stage does any work.
 """
@@ -19,8 +19,8 @@ from pydantic import BaseModel, ValidationError
 from core.errors import ConfigError
 from core.plugin_code import code_version
 from core.registry import FILTERS
-from core.specs import BUILTIN_FILTER_KINDS, BUILTIN_FILTERS
 from runconfig.data import CleanConfig, FilterSpec
+from runconfig.filters import BUILTIN_FILTER_KINDS, BUILTIN_FILTERS
 
 
 @dataclass(frozen=True)

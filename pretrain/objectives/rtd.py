@@ -1,6 +1,6 @@
 """Replaced-token detection (ELECTRA, Clark et al. 2020) for any encoder family that declares it: the generator +
-discriminator module and the export. The spec and options are in core/specs.py, the collator (which draws
-`sample_u`) in data_pipeline/objectives/electra.py.
+discriminator module and the export. The spec and options are in pretrain/objectives/electra.py, the collator
+(which draws `sample_u`) in data_pipeline/objectives/electra.py.
 
 A family carries RTD by naming an `RTDFamily` in its spec (`FamilySpec.rtd`): how it builds its discriminator (a
 module whose output's `.logits` is one logit per token) and a smaller generator of the same family (an HF masked-LM

@@ -161,7 +161,7 @@ def test_builtin_filter_params_are_typed_by_the_spec_at_load():
     cfg = load_config(base, ["data.clean.filters=[{name: c4, params: {min_num_sentences: 3}}]"])
     assert cfg.data.clean.filters[0].params == {"min_num_sentences": 3}
     # The sections of the built-ins keep their YAML keys and types (they are the specs' settings types).
-    from core.specs import BUILTIN_FILTER_KINDS
+    from runconfig.filters import BUILTIN_FILTER_KINDS
 
     kinds = {k.name: k for k in BUILTIN_FILTER_KINDS}
     assert type(cfg.data.clean.c4) is kinds["c4"].settings and kinds["c4"].section == "c4"
