@@ -23,7 +23,7 @@ from core.storage import RunStore
 from data_pipeline.objectives import get_objective
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
-from pretrain.export_folder import TRAINING_STATE, check_export_target, weights_hash
+from pretrain.export_folder import TRAINING_STATE, check_export_target, started_from, weights_hash
 from pretrain.families import get_family
 from pretrain.model_card import write_model_card
 from pretrain.models import build_model
@@ -124,7 +124,8 @@ def _loaded_through_an_alias(model: torch.nn.Module, missing: list[str]) -> set[
 def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any) -> torch.nn.Module:
     """The module the trainer checkpointed (the family's model, or the objective's wrapper around it), loaded."""
     ckpt.check_tokenizer(ckpt_dir, tag, RunLayout(cfg).tokenizer, len(tokenizer))
-    model = wrap_model(cfg, build_model(cfg.model, tokenizer, cfg.packing.seq_len), tokenizer)
+    # init_from's weights are not read: the checkpoint's replace every tensor
+    model = wrap_model(cfg, build_model(cfg.model, tokenizer, cfg.packing.seq_len, weights=False), tokenizer)
     sd = consolidated_state_dict(ckpt_dir, tag)
     missing, unexpected = model.load_state_dict(sd, strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])  # a list (4.x) or a dict keyed by name (5.x)
@@ -250,6 +251,8 @@ def _write_staged(
         state_parity = None
     heads = _load_heads(family, out)
     state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity, "export_heads": heads}
+    if cfg.model.init_from is not None:  # continued pretraining: where it started from
+        state["init_from"] = started_from(cfg.model.init_from)
     n_params = sum(p.numel() for p in model.parameters())
     (out / TRAINING_STATE).write_text(
         json.dumps({"checkpoint": str(ckpt_dir / tag), **state, "n_params": n_params}, indent=1, default=str)

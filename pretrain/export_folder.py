@@ -100,3 +100,15 @@ def _check_writable(folder: Path) -> None:
             f"{probe} is not writable ({e.strerror or e}): nothing was exported; export a read-only run with "
             "--out <a writable folder>"
         ) from None
+
+
+def started_from(folder: str | Path) -> dict[str, object]:
+    """What a continued run started from (its export records it): the folder, the hash of its weights, and,
+    when it is an export of ours, the step and tokens it had trained."""
+    folder = Path(folder)
+    record: dict[str, object] = {"path": str(folder), "weights_sha256": weights_hash(folder)}
+    state = folder / TRAINING_STATE
+    if state.is_file():
+        prior = json.loads(state.read_text())
+        record |= {k: prior[k] for k in ("step", "tokens_seen") if k in prior}
+    return record

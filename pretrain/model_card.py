@@ -336,7 +336,8 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         license=cfg.export.license, language=languages or None, library_name="transformers",
         pipeline_tag=pipeline_tag, datasets=datasets or None, model_name=name if results else None,
         eval_results=results or None,
-        tags=[cfg.model.family, cfg.objective.type.replace("_", "-"), "pretrained-from-scratch", "lmstack",
+        tags=[cfg.model.family, cfg.objective.type.replace("_", "-"),
+              "continued-pretraining" if state.get("init_from") else "pretrained-from-scratch", "lmstack",
               "deepspeed", *cfg.export.tags],
     )  # fmt: skip
     min_tf = _min_transformers(cfg.model.family)
@@ -357,6 +358,16 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         f"{cfg.objective.type.replace('_', ' ')} on {len(sources)} source(s) by lmstack (DeepSpeed ZeRO-{ds.zero_stage})."
         if isinstance(n_params, int) else f"A {cfg.model.family} ({cfg.model.size}) model pretrained from scratch."
     )  # fmt: skip
+    started = state.get("init_from")
+    if started:  # continued pretraining: the card says from what, as the literature's DAPT models do
+        prior = (
+            f" (step {started['step']}, {started['tokens_seen']:,} tokens)"
+            if "tokens_seen" in started
+            else ""
+        )
+        body[-1] = body[-1].replace("pretrained from scratch", "continued from existing weights")
+        body += ["", f"Continued pretraining from `{started['path']}`{prior}, weights sha256 "
+                     f"`{started['weights_sha256'][:16]}…`; its tokenizer is this model's."]  # fmt: skip
     if get_objective(cfg.objective.type).card_task == "token_detection":  # RTD, whichever family
         body += ["", _rtd_text(cfg)]
     body += [

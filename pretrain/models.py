@@ -1,4 +1,5 @@
-"""Family + size -> a `transformers` model built from scratch (no pretrained weights are ever fetched).
+"""Family + size -> a `transformers` model built from scratch (no pretrained weights are ever fetched), or, with
+`model.init_from`, loaded from a local folder (continued pretraining; runconfig/init_from.py checked it at load).
 
 The family's spec (pretrain/families/) gives the HF config and class. Initialisation is each family's own
 `_init_weights` in transformers (BERT/RoBERTa N(0, 0.02); GPT-2's 1/sqrt(2L)-scaled residual projections; T5's
@@ -31,12 +32,21 @@ def build_hf_config(m: ModelConfig, tokenizer: PreTrainedTokenizerBase, seq_len:
             f"packing.seq_len ({seq_len}) does not fit model.family '{m.family}': model.max_position_embeddings "
             f"({m.max_position_embeddings}) leaves {limit} usable positions"
         )
+    if m.init_from is not None:  # the folder's own config is what its weights fit (positions checked above)
+        return family.model_cls().config_class.from_pretrained(m.init_from)
     vocab = padded_vocab_size(len(tokenizer), m.vocab_pad_multiple)
     return family.build_config(m, tokenizer, vocab)
 
 
-def build_model(m: ModelConfig, tokenizer: PreTrainedTokenizerBase, seq_len: int) -> PreTrainedModel:
-    return get_family(m.family).model_cls()(build_hf_config(m, tokenizer, seq_len))
+def build_model(
+    m: ModelConfig, tokenizer: PreTrainedTokenizerBase, seq_len: int, weights: bool = True
+) -> PreTrainedModel:
+    """The family's pretraining model: `model.init_from`'s weights (unless `weights` is false: export and
+    resume overwrite them from a checkpoint), else freshly initialised."""
+    cls = get_family(m.family).model_cls()
+    if m.init_from is not None and weights:
+        return cls.from_pretrained(m.init_from, config=build_hf_config(m, tokenizer, seq_len))
+    return cls(build_hf_config(m, tokenizer, seq_len))
 
 
 def count_parameters(model: PreTrainedModel, exclude_embeddings: bool = False) -> int:

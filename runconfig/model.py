@@ -29,6 +29,19 @@ class ModelConfig(Section):
     vocab_pad_multiple: int = Field(8, ge=1)
     # Family-specific keys, typed by the family's spec (`FamilySpec.options`), e.g. ModernBERT's local attention.
     options: dict[str, Any] = Field(default_factory=dict)
+    # Continued pretraining: an lmstack export or a Hugging Face folder of this family (local). Its weights,
+    # config and tokenizer are the run's: the architecture keys above are read from its config.json, and
+    # tokenizer.pretrained_path defaults to it. A resumed run loads its checkpoint instead.
+    init_from: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_folder(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("init_from"):
+            from runconfig.init_from import fill_model_section
+
+            return fill_model_section(data)
+        return data
 
     @field_validator("family")
     @classmethod

@@ -14,6 +14,7 @@ from runconfig.base import Section, check_path_component
 from runconfig.data import DataConfig
 from runconfig.export import ExportConfig
 from runconfig.finetune import FinetuneConfig
+from runconfig.init_from import check_run as check_init_from
 from runconfig.launch import LaunchConfig
 from runconfig.model import ModelConfig
 from runconfig.objective import ObjectiveConfig
@@ -135,6 +136,8 @@ class RunConfig(Section):
             raise ValueError(
                 f"packing.mode: '{pack}' does not fit objective.type '{obj.name}' (allowed: {sorted(obj.packing)})"
             )
+        if self.model.init_from is not None:
+            check_init_from(self)  # the folder against the run (objective, tokenizer, positions)
         if self.tokenizer.pretrained_path is None and self.tokenizer.type not in fam.tokenizer_types:
             raise ValueError(
                 f"tokenizer.type: '{self.tokenizer.type}' has no special tokens for model.family '{fam.name}' "
