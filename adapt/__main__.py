@@ -1,4 +1,4 @@
-"""`python -m adapt <command>`: finetune, transfer (the downstream floor, above pretrain)."""
+"""`python -m adapt <command>`: finetune, transfer, continue (the downstream floor, above pretrain)."""
 
 from __future__ import annotations
 
@@ -66,10 +66,31 @@ def _transfer(args: argparse.Namespace) -> int:
     return 0
 
 
+def _continue_args(p: argparse.ArgumentParser) -> None:
+    _transfer_args(p)
+    p.add_argument(
+        "--steps", type=int, default=None, help="continued-pretraining steps (default: schedule's)"
+    )
+
+
+def _continue(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from adapt.continued import run_continue
+    from adapt.report import format_report
+
+    cfg = config_from_args(args)
+    out = Path(args.out) if args.out else RunLayout(cfg).finetune
+    print(format_report(run_continue(cfg, Path(_export_dir(cfg, args.model)), out, args.steps)))
+    return 0
+
+
 COMMANDS = (
     Command("finetune", "sequence-classification fine-tune of an export; prints accuracy", _finetune, _finetune_args),
     Command("transfer", "pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)", _transfer,
             _transfer_args),
+    Command("continue", "ULMFiT: continue the export on the tasks' training text, fine-tune, report beside it",
+            _continue, _continue_args),
 )  # fmt: skip
 
 

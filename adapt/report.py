@@ -180,4 +180,15 @@ def format_report(report: dict[str, Any]) -> str:
                 + (f", probe {100 * r['probe_margin']:+.1f} points" if "probe_margin" in r else "")
             )
         lines += method_lines(r)
+        if "continued" in r:  # ULMFiT's arm: the export continued on the task's training text
+            c = r["continued"]
+            p = c.get("p_value")
+            lines.append(
+                f"  {'continued':<10} {accuracy_text(c['arm'])}  (lr {c['arm']['lr']:g}; {c['export']})"
+            )
+            if "margin" in c:
+                lines.append(
+                    f"  continued  {100 * c['margin']:+.1f} points over the export without it"
+                    + (f" (Welch p={p:.3g})" if p is not None else "")
+                )
     return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""ULMFiT's second stage (Howard & Ruder 2018; "Don't Stop Pretraining", Gururangan et al. 2020): continue the
+export on the task's own unlabelled training text, then fine-tune it with the transfer protocol, and report that
+arm beside the export without it.
+
+The text is the training split of each task as `data_pipeline/labelled.py` makes it: the dev and test examples
+are removed by the same salted id hash the transfer stage uses, so the continued model never reads an example it
+is scored on (`task_text` refuses any overlap). The continued run is an ordinary lmstack run (`model.init_from`:
+the export) in `<run.output_dir>/continued`, through the stages' own commands, one process each.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from adapt.report import RESULT_FILE, write_report
+from adapt.statistics import welch_p
+from core.io import atomic_write, json_bytes
+from core.log import get_logger
+from data_pipeline.labelled import TaskData, load_tasks
+from pretrain.export_folder import verify_export, weights_hash
+from runconfig import RunConfig
+from runconfig.load import save_resolved, to_dict, validate_dict
+
+log = get_logger(__name__)
+
+SOURCE = "task-train-text"
+
+
+def task_text(tasks: list[TaskData], path: Path) -> dict[str, Any]:
+    """Every task's training texts as one JSONL data source (id, text), never a dev or test example's."""
+    held = {i for t in tasks for rows in (t.dev, t.test) for i, _, _ in rows}
+    rows = [(f"{t.name}/{i}", text) for t in tasks for i, text, _ in t.train]
+    leaked = sorted({r[0] for r in rows if r[0].split("/", 1)[1] in held})
+    if leaked:  # the splits are disjoint by construction; a reader returning one id twice would break that
+        raise ValueError(f"task text: {len(leaked)} training ids are also dev/test ids, e.g. {leaked[:3]}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(json.dumps({"id": i, "text": text}) + "\n" for i, text in rows).encode()
+    atomic_write(path, data)
+    return {"file": str(path), "documents": len(rows), "excluded_dev_test": len(held)}
+
+
+def continued_config(cfg: RunConfig, export: Path, text_file: Path, steps: int | None) -> RunConfig:
+    """The run that continues `export` on the task text alone: its own folder, no labelled task of its own."""
+    data = to_dict(cfg)
+    data["run"] = {**data["run"], "name": f"{cfg.run.name}-continued",
+                   "output_dir": str(Path(cfg.run.root) / "continued"), "local_dir": None}  # fmt: skip
+    data["data"]["sources"] = [
+        {"name": SOURCE, "format": "jsonl", "paths": [str(text_file)], "clean_preset": "curated"}
+    ]
+    model = {k: v for k, v in data["model"].items() if k in ("family", "size")}
+    data["model"] = {**model, "init_from": str(export)}
+    data["tokenizer"] = {"pretrained_path": None}
+    data["finetune"] = {**copy.deepcopy(data["finetune"]), "tasks": []}
+    data["checkpoint"] = {**data["checkpoint"], "dir": None}
+    if steps is not None:
+        data["schedule"] = {**data["schedule"], "total_steps": steps, "budget_minutes": None,
+                            "warmup_steps": max(1, steps // 10)}  # fmt: skip
+    return validate_dict(data, "continued pretraining")
+
+
+def _run(args: list[str]) -> None:
+    log.info(f"[continue] python {' '.join(args)}")
+    subprocess.run([sys.executable, *args], check=True)
+
+
+def continue_pretraining(cfg: RunConfig, export: Path, steps: int | None = None) -> Path:
+    """Writes the task text, runs the continued run's stages, training and export; returns its export."""
+    verify_export(export)
+    tasks = load_tasks(cfg)
+    root = Path(cfg.run.root) / "continued"
+    text = task_text(tasks, root / "task_text" / "train.jsonl")
+    log.info(
+        f"[continue] {text['documents']} training texts ({text['excluded_dev_test']} dev/test ids excluded)"
+    )
+    run_cfg = continued_config(cfg, export, Path(text["file"]), steps)
+    path = save_resolved(run_cfg, root, "continue.yaml")
+    _run(["-m", "data_pipeline", "all", "--config", str(path)])
+    _run(["-m", "pretrain", "train", "--config", str(path)])
+    _run(["-m", "pretrain", "export", "--config", str(path)])
+    atomic_write(root / "export" / "task_text.json", json_bytes(text))
+    return root / "export"
+
+
+def continued_arm(cfg: RunConfig, export: Path, continued: Path, out: Path, base: dict[str, Any]) -> dict:
+    """The continued export fine-tuned with the transfer protocol (pretrained arm, full fine-tune, same seeds
+    and LR grid), set beside the export's own arms in `base` (the export's transfer report) per task."""
+    from adapt.transfer import evaluate_task
+
+    ft = cfg.finetune.model_copy(update={"arms": ["pretrained"], "methods": ["full"], "probe": False})
+    arm_cfg = cfg.model_copy(update={"finetune": ft})
+    report = copy.deepcopy(base)
+    for t in load_tasks(cfg):
+        entry = evaluate_task(arm_cfg, t, continued, out / "continued" / t.name)["arms"]["pretrained"]
+        task = report["tasks"][t.name]
+        arm: dict[str, Any] = {
+            "export": str(continued),
+            "weights_sha256": weights_hash(continued),
+            "arm": entry,
+        }
+        got, without = entry["test_accuracy"], task["arms"]["pretrained"]["test_accuracy"]
+        if got["mean"] is not None and without["mean"] is not None:  # over the export without it
+            arm["margin"] = got["mean"] - without["mean"]
+            arm["p_value"] = welch_p(got["values"], without["values"])
+        task["continued"] = arm
+    write_report(report, [out])
+    return report
+
+
+def run_continue(cfg: RunConfig, export: Path, out: Path, steps: int | None = None) -> dict[str, Any]:
+    """Continue, then fine-tune; the export's own transfer report (run first where missing) gains the arm."""
+    from adapt.transfer import run_transfer
+
+    known = export / RESULT_FILE
+    base = json.loads(known.read_text()) if known.is_file() else run_transfer(cfg, export, out)
+    if base.get("weights_sha256") != weights_hash(export):
+        base = run_transfer(cfg, export, out)
+    continued = continue_pretraining(cfg, export, steps)
+    return continued_arm(cfg, export, continued, out, base)

@@ -1,0 +1,59 @@
+"""ULMFiT's recipe end to end (issue 48 item 2): the export continued on the task's own training text, then
+fine-tuned, reported beside the export without it. The text never holds a dev or test example (the transfer
+stage's id-hash split)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adapt.continued import continued_config, run_continue, task_text
+from adapt.report import format_report
+from data_pipeline.labelled import TaskData, load_tasks
+from tests.adapt.test_finetune import _export, _labelled_folder, _labelled_rows, _task_cfg
+from tests.hf_folder import gpt2_folder
+
+
+def test_task_text_is_the_training_split_only(tmp_path):
+    rows = _labelled_rows(per_label=10, chars=300)
+    folder = _labelled_folder(tmp_path, rows)
+    cfg = _task_cfg("gpt2-tiny", [f"run.output_dir={tmp_path / 'run'}"], train=str(folder))
+    (task,) = load_tasks(cfg)
+    assert task.dev and task.test
+    info = task_text([task], tmp_path / "text.jsonl")
+    docs = [json.loads(x) for x in (tmp_path / "text.jsonl").read_text().splitlines()]
+    used = {d["id"].split("/", 1)[1] for d in docs}
+    assert used == {r[0] for r in task.train} and len(docs) == info["documents"] == len(task.train)
+    assert not used & {r[0] for r in task.dev + task.test}  # no dev/test example is read while continuing
+    leaky = TaskData("t", task.train, task.dev + task.train[:1], task.test, task.labels, "")
+    with pytest.raises(ValueError, match="training ids are also dev/test ids"):
+        task_text([leaky], tmp_path / "leak.jsonl")
+    run = continued_config(cfg, gpt2_folder(tmp_path / "export", positions=128), tmp_path / "text.jsonl", 5)
+    assert [s.name for s in run.data.sources] == ["task-train-text"] and run.finetune.tasks == []
+    assert run.schedule.total_steps == 5 and run.run.output_dir == str(tmp_path / "run" / "continued")
+
+
+@pytest.mark.integration
+@pytest.mark.deepspeed
+@pytest.mark.timeout(900)
+def test_continued_arm_runs_and_is_reported_beside_the_export(tmp_path):
+    rows = _labelled_rows(per_label=10, chars=400)
+    folder = _labelled_folder(tmp_path, rows)
+    export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
+    more = ["finetune.epochs=1", "finetune.seeds=[0]", "finetune.lr_grid=[1.0e-3]", "finetune.probe=false",
+            "batch.global_batch_size=8", "batch.micro_batch_size=8", "loader.num_workers=0"]  # fmt: skip
+    cfg = _task_cfg("gpt2-tiny", [*overrides, *more], train=str(folder))
+    report = run_continue(cfg, export, tmp_path / "out", steps=2)
+    c = report["tasks"]["t"]["continued"]
+    cont = tmp_path / "run-gpt2-tiny" / "continued" / "export"
+    assert c["export"] == str(cont) and c["arm"]["test_accuracy"]["values"]
+    assert "margin" in c and set(report["tasks"]["t"]["arms"]) == {"pretrained", "random"}
+    state = json.loads((cont / "training_state.json").read_text())
+    assert state["step"] == 2 and state["init_from"]["path"] == str(export)
+    (task,) = load_tasks(cfg)
+    text = json.loads((cont / "task_text.json").read_text())
+    used = {json.loads(x)["id"].split("/", 1)[1] for x in open(text["file"])}
+    assert used and not used & {r[0] for r in task.dev + task.test}
+    assert "over the export without it" in format_report(report)
+    assert json.loads((tmp_path / "out" / "transfer.json").read_text())["tasks"]["t"]["continued"]["export"]
