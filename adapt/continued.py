@@ -33,8 +33,9 @@ SOURCE = "task-train-text"
 
 def task_text(tasks: list[TaskData], path: Path) -> dict[str, Any]:
     """Every task's training texts as one JSONL data source (id, text), never a dev or test example's."""
-    held = {i for t in tasks for rows in (t.dev, t.test) for i, _, _ in rows}
-    rows = [(f"{t.name}/{i}", text) for t in tasks for i, text, _ in t.train]
+    held = {r[0] for t in tasks for rows in (t.dev, t.test) for r in rows}
+    # a pair task's example is both its texts, one document
+    rows = [(f"{t.name}/{r[0]}", "\n".join(x for x in (r[1], *r[3:]) if x)) for t in tasks for r in t.train]
     leaked = sorted({r[0] for r in rows if r[0].split("/", 1)[1] in held})
     if leaked:  # the splits are disjoint by construction; a reader returning one id twice would break that
         raise ValueError(f"task text: {len(leaked)} training ids are also dev/test ids, e.g. {leaked[:3]}")

@@ -4,13 +4,14 @@ stage's id-hash split)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from adapt.continued import continued_config, run_continue, task_text
 from adapt.report import format_report
-from data_pipeline.labelled import TaskData, load_tasks
+from data_pipeline.labelled import load_tasks
 from tests.adapt.test_finetune import _export, _labelled_folder, _labelled_rows, _task_cfg
 from tests.hf_folder import gpt2_folder
 
@@ -26,7 +27,7 @@ def test_task_text_is_the_training_split_only(tmp_path):
     used = {d["id"].split("/", 1)[1] for d in docs}
     assert used == {r[0] for r in task.train} and len(docs) == info["documents"] == len(task.train)
     assert not used & {r[0] for r in task.dev + task.test}  # no dev/test example is read while continuing
-    leaky = TaskData("t", task.train, task.dev + task.train[:1], task.test, task.labels, "")
+    leaky = dataclasses.replace(task, dev=task.dev + task.train[:1])
     with pytest.raises(ValueError, match="training ids are also dev/test ids"):
         task_text([leaky], tmp_path / "leak.jsonl")
     run = continued_config(cfg, gpt2_folder(tmp_path / "export", positions=128), tmp_path / "text.jsonl", 5)
