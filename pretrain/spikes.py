@@ -74,7 +74,8 @@ class SpikeDetector:
     def local(self, loss_sum: torch.Tensor) -> torch.Tensor:
         """This rank's summed loss for the coming step, as it enters the all-reduce (test-only injection)."""
         if self.injection is not None and self.injection[0] == self.step + 1:
-            return loss_sum * self.injection[1]
+            factor, self.injection = self.injection[1], None  # once: a rollback's rerun of the step is clean
+            return loss_sum * factor
         return loss_sum
 
     def judge(self, loss_sum_all: torch.Tensor, n_bad_all: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,7 @@ from pretrain.parity import PROBE_FILE, BatchRecorder, probe_inputs, probe_logit
 from pretrain.profiler import StepProfiler
 from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
+from pretrain.spikes import SpikeDetector
 from pretrain.watchdog import Watchdog
 from runconfig import RunConfig, save_resolved
 from runconfig.load import to_dict
@@ -206,25 +207,31 @@ class StepSync:
     """Everything the ranks must agree on after a step, in ONE collective per optimizer step and ONE host read (no
     host read per micro-batch): the summed finite loss, the count of non-finite micro-batches, the stop flag and
     rank 0's clock. `launch` writes and all-reduces on the device before the optimizer step, so the agreed
-    non-finite flag can skip that step on the device (StepGuard); `read` brings the figures to the host after it."""
+    non-finite flag can skip that step on the device (StepGuard); `read` brings the figures to the host after it.
+    The loss-spike detector judges the agreed loss in between, on the device, and its flag joins the skip."""
 
-    def __init__(self, device: torch.device, rank: int):
-        self.buf = torch.zeros(4, device=device, dtype=torch.float64)
-        self.rank = rank
+    def __init__(self, device: torch.device, rank: int, spikes: SpikeDetector):
+        # [4]: the loss-spike flag, judged after the reduce
+        self.buf = torch.zeros(5, device=device, dtype=torch.float64)
+        self.rank, self.spikes, self.spiked = rank, spikes, False
 
     def launch(self, loss_sum: torch.Tensor, bad: torch.Tensor, stop: bool, elapsed_s: float) -> torch.Tensor:
         """All-reduce without reading it: returns the agreed flag (float32, nonzero when any rank saw a
         non-finite loss)."""
         b = self.buf
-        b[0] = loss_sum
+        b[0] = self.spikes.local(loss_sum)
+        b[4] = 0.0
         b[1] = bad
         b[2] = 1.0 if stop else 0.0
         b[3] = elapsed_s if self.rank == 0 else 0.0
         dist.all_reduce(b)
-        return (b[1] > 0).float()
+        # the same figures on every rank, so the same decision (pretrain/spikes.py)
+        b[4] = self.spikes.judge(b[0], b[1])
+        return ((b[1] > 0) | (b[4] > 0)).float()
 
     def read(self) -> tuple[float, int, bool, float]:
-        loss, n_bad, n_stop, clock = self.buf.tolist()
+        loss, n_bad, n_stop, clock, spike = self.buf.tolist()
+        self.spiked = spike > 0
         return loss, int(n_bad), n_stop > 0, clock
 
 
@@ -292,6 +299,7 @@ class StepOutcome:
     ok: bool  # no rank saw a non-finite loss
     stop: bool  # some rank was signalled: checkpoint and exit
     first_batch_at: float  # when its first micro-batch was in hand (perf_counter)
+    spiked: bool = False  # its loss spiked (pretrain/spikes.py): the update was not applied
 
 
 @dataclasses.dataclass
@@ -350,6 +358,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         run.watchdog.beat(step, "after")
         profiler.end(step)
         check_bad_steps(run, progress, outcome)
+        if handle_spike(run, progress, outcome):
+            continue  # rolled back: the loop goes on from the last complete checkpoint's step
         finished = clock.finished(step)
         bar.update(clock.bar_position(step) - bar.n)
         if step % cfg.logging.every_steps == 0 or finished:
@@ -403,9 +413,10 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
         dist.barrier()
         tag += ckpt.UNIVERSAL_SUFFIX
     engine, scheduler, _ = build_engine(cfg, model, plan, load_universal=universal)
+    sync = StepSync(engine.device, rank, SpikeDetector(cfg, engine.device, rank, plan.grad_accum * world))
     progress, elapsed_s, restore_s = Progress(), 0.0, None
     if tag is not None:
-        progress, elapsed_s, restore_s = restore(cfg, engine, scheduler, train_loader, load_dir, tag, rank)
+        progress, elapsed_s, restore_s = restore(cfg, engine, scheduler, train_loader, load_dir, tag, sync)
     clock = TrainingClock(cfg, plan, scheduler, elapsed_s)
     if tag is not None and rank == 0:
         log.info(
@@ -418,7 +429,7 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
     }
     run = Run(
         cfg, rank, world, layout, ckpt_dir, plan, broken, recorder, tokenizer, n_params, train_loader,
-        eval_loader, engine, scheduler, clock, StopRequested(), StepSync(engine.device, rank), OutputMetrics(),
+        eval_loader, engine, scheduler, clock, StopRequested(), sync, OutputMetrics(),
         ckpt_meta, probe_inputs(tokenizer, cfg.model.family), Watchdog.start(cfg, engine, layout.hang),
     )  # fmt: skip
     return run, progress, restore_s
@@ -460,7 +471,7 @@ def build_loaders(cfg: RunConfig, rank: int, world: int, tokenizer) -> tuple[Pre
         raise ckpt.CannotContinue(str(e)) from None
 
 
-def restore(cfg: RunConfig, engine, scheduler, train_loader, load_dir: Path, tag: str, rank: int):
+def restore(cfg: RunConfig, engine, scheduler, train_loader, load_dir: Path, tag: str, sync: StepSync):
     """Weights, optimizer, schedule, counters and the loader's position from a checkpoint. Returns the progress,
     the training clock's elapsed time and the seconds the loader's restore took (its first batch adds to it)."""
     current = resume_diff.schedule_snapshot(scheduler)  # loading restores the checkpoint's schedule
@@ -469,6 +480,7 @@ def restore(cfg: RunConfig, engine, scheduler, train_loader, load_dir: Path, tag
     progress = Progress(state["step"], state["tokens_seen"], state.get("loss", float("nan")))
     # the steps StepGuard skipped on the device before the checkpoint (DeepSpeed restores its own count)
     engine.step_guard.skipped = torch.tensor(float(state.get("skipped_on_device", 0)), device=engine.device)
+    sync.spikes.load_state_dict(state.get("spikes"), progress.step)
     t_restore = time.perf_counter()
     try:
         train_loader.load_state_dict(state["loader"])
@@ -479,7 +491,7 @@ def restore(cfg: RunConfig, engine, scheduler, train_loader, load_dir: Path, tag
                 f"{resume_diff.RESET_FLAG} (checkpoint.reset_data_order=true) to keep the resumed weights and "
                 "start the new data order from its beginning"
             ) from None
-        if rank == 0:  # the loader keeps its fresh state: the new order from its first sample
+        if sync.rank == 0:  # the loader keeps its fresh state: the new order from its first sample
             log.info(
                 f"[train] data order reset at step {progress.step} ({resume_diff.RESET_FLAG}): the loader starts "
                 "the new order from its beginning"
@@ -580,7 +592,7 @@ def train_step(run: Run, progress: Progress, batches, meter: Throughput) -> Step
     total, n_bad_all, stop_all, _ = agreed
     step_loss = total / (plan.grad_accum * (1 if run.broken == "sum_ranks" else world))
     run.recorder.step(step_loss)
-    return StepOutcome(step_loss, n_bad_all == 0, stop_all, first_batch_at)
+    return StepOutcome(step_loss, n_bad_all == 0, stop_all, first_batch_at, sync.spiked)
 
 
 def check_bad_steps(run: Run, progress: Progress, outcome: StepOutcome) -> None:
@@ -591,8 +603,22 @@ def check_bad_steps(run: Run, progress: Progress, outcome: StepOutcome) -> None:
             f"{progress.bad_steps} consecutive steps with non-finite loss at step {progress.step}; last good "
             f"checkpoint: {(ckpt.complete_tags(run.ckpt_dir) or [None])[-1]} in {run.ckpt_dir} (left untouched)"
         )
-    if outcome.ok:
+    if outcome.ok and not outcome.spiked:
         progress.last_loss = outcome.loss
+
+
+def handle_spike(run: Run, progress: Progress, outcome: StepOutcome) -> bool:
+    """A loss spike's action (spikes.action, pretrain/spikes.py), alike on every rank; True when the run rolled
+    back to the last complete checkpoint (its step, tokens and loss are the progress now)."""
+    spikes = run.sync.spikes
+    if not spikes.handle(progress.step, outcome.spiked, outcome.loss):
+        return False
+    state = spikes.rollback(run.engine, run.scheduler, run.ckpt_dir, run.train_loader)
+    if state is None:  # no complete checkpoint yet: the spike was skipped
+        return False
+    progress.step, progress.tokens_seen = state["step"], state["tokens_seen"]
+    progress.last_loss = state.get("loss", progress.last_loss)
+    return True
 
 
 def log_step(
@@ -617,6 +643,7 @@ def log_step(
         **run.watchdog.step_figures(progress.step, meter.wait),  # before the meter's report resets its wait
         **meter.report(),
         **run.output_metrics.report(),
+        **run.sync.spikes.metrics(),  # spikes, spikes_skipped, spike_rollbacks (with spikes.action set)
         **extra,  # the first row after a resume: resume_first_batch_s
     }
     # None only at ZeRO 0 without clipping: DeepSpeed computes no norm, so none is logged (not a false 0)
@@ -655,6 +682,7 @@ def client_state(run: Run, progress: Progress) -> dict[str, Any]:
         "loader": run.train_loader.state_dict(),
         "plan": run.plan.__dict__,
         "skipped_on_device": _step_figures(run.engine)[1],
+        "spikes": run.sync.spikes.state_dict(),
     }
 
 

@@ -128,6 +128,7 @@ def test_injection_multiplies_one_rank_s_loss_at_one_step(monkeypatch):
     for det in ranks:
         det.step = 2
     assert [float(d.local(one)) for d in ranks] == [1.0, 10.0]
+    assert [float(d.local(one)) for d in ranks] == [1.0, 1.0]  # once: a rolled-back rerun of step 3 is clean
     for det in ranks:
         det.step = 3
     assert [float(d.local(one)) for d in ranks] == [1.0, 1.0]
