@@ -18,7 +18,7 @@ carries the parent's high-water mark over fork+exec); each worker's VmHWM, polle
 lives (VmHWM only grows, so the last reading misses at most the final 0.2 s). docs/s: documents read / wall seconds
 of the whole stage (wall time: a loaded machine lowers it).
 
-Run: .venv/bin/python bench/clean_memory.py [--sizes-mb 100 1000] [--workers 2] [--smoke]
+Run: .venv/bin/python bench/clean_memory.py [--sizes-mb 100 1000] [--workers 2] [--concurrent] [--smoke]
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,20 +156,25 @@ def run_clean(cfg_path: Path, timeout: float) -> dict:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group: killed with its workers if this script stops
     )
     workers: dict[int, float] = {}
-    while proc.poll() is None:
-        if time.perf_counter() - t0 > timeout:
-            proc.kill()
-            raise TimeoutError(f"clean did not finish in {timeout:.0f} s")
-        stack = _children(proc.pid)
-        while stack:
-            pid = stack.pop()
-            stack += _children(pid)
-            hwm = _hwm_mb(pid)
-            if hwm is not None:
-                workers[pid] = max(workers.get(pid, 0.0), hwm)
-        time.sleep(0.2)
+    try:
+        while proc.poll() is None:
+            if time.perf_counter() - t0 > timeout:
+                raise TimeoutError(f"clean did not finish in {timeout:.0f} s")
+            stack = _children(proc.pid)
+            while stack:
+                pid = stack.pop()
+                stack += _children(pid)
+                hwm = _hwm_mb(pid)
+                if hwm is not None:
+                    workers[pid] = max(workers.get(pid, 0.0), hwm)
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     out, err = proc.communicate()
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -207,10 +214,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--sizes-mb: at least two sizes (flatness is a comparison)")
     rep = C.Report(__file__, save=not args.smoke)
     arts, eval_paras = write_lists(WORK / "lists", articles())
-    rows = []
-    for mb in sizes:
-        r = measure(mb, arts, eval_paras, args.workers, args.timeout)
-        rows.append(r)
+    if (
+        args.concurrent
+    ):  # each size's stage in its own process group at once: peak RSS per process is unchanged
+        with ThreadPoolExecutor(len(sizes)) as ex:
+            rows = list(ex.map(lambda mb: measure(mb, arts, eval_paras, args.workers, args.timeout), sizes))
+    else:
+        rows = [measure(mb, arts, eval_paras, args.workers, args.timeout) for mb in sizes]
+    for mb, r in zip(sizes, rows, strict=True):
         ws = ", ".join(f"{w:.0f}" for w in r["workers_mb"]) or "none (in-process)"
         rep.line(f"{mb:g} MB: {r['docs']} documents in {r['shards']} tasks, read {r['read']}, kept {r['kept']}, "
                  f"dropped {sum(r['dropped'].values())} ({', '.join(f'{k} {v}' for k, v in r['dropped'].items())}); "

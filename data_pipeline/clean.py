@@ -15,11 +15,12 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import as_completed
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from core.document import Document, in_holdout
-from core.io import fingerprint
+from core.io import atomic_path, fingerprint
 from core.layout import CLEAN_STATS
 from core.log import get_logger
 from core.plugin_code import code_version
@@ -304,9 +305,12 @@ def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
 
 
 def _run_one(args: tuple) -> dict[str, Any]:
+    """A pool task: the shard's statistics stay in its marker (the report reads them from there); the driver gets
+    only which shard it was, or its error, so what it holds does not grow with the number of shards."""
     cfg, shard, fp = args
     try:
-        return clean_shard(cfg, shard, fp)
+        clean_shard(cfg, shard, fp)
+        return {"source": shard.source, "shard": shard.index}
     except Exception as e:  # a bug or an unexpected library error: report the shard, keep the others going
         import traceback
 
@@ -406,32 +410,44 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     missing: list[str] = []
     per_n = cfg.data.clean.dropped_samples_per_reason
-    for shard in plan:
-        m = marker_path(_shard_path(cfg, shard))
-        try:
-            info = json.loads(m.read_text())
-        except (OSError, ValueError):
-            info = None
-        if not info or info.get("fingerprint") != fps[shard.source]:
-            missing.append(f"{shard.source}/{shard.index}")
-            continue
-        c = per_source.setdefault(shard.source, Counter())
-        c["shards"] += 1
-        for k in ("read", "kept", "kept_chars", "holdout"):
-            c[k] += info[k]
-        c["dropped"] += sum(info["dropped"].values())
-        c["bad_records"] += sum(info["bad_records_by_kind"].values())
-        dropped.update(info["dropped"])
-        dropped_per_source.setdefault(shard.source, Counter()).update(info["dropped"])
-        line_drops.update(info["line_drops"])
-        filter_stats.update(info.get("filter_stats", {}))
-        bad_kinds.update(info["bad_records_by_kind"])
-        skips.update(info["skipped"])
-        charsets.update(info["charset_decisions"])
-        bad.extend(info["bad_records"])
-        for reason, rows in info["dropped_samples"].items():
-            bucket = samples.setdefault((shard.source, reason), [])  # per source x reason
-            bucket.extend(rows if reason in KEEP_EVERY_DROP else rows[: max(0, per_n - len(bucket))])
+    # Every drop of a KEEP_EVERY_DROP reason streams from its marker to its file (each renamed into place when all
+    # markers are read): held in memory, they would grow with the input (a 1% leak rate in 1 GB of crawl is tens of
+    # MB of quoted text). The first few of any other reason are kept here and written after.
+    with ExitStack() as files:
+        streams: dict[tuple[str, str], IO[str]] = {}
+        for shard in plan:
+            m = marker_path(_shard_path(cfg, shard))
+            try:
+                info = json.loads(m.read_text())
+            except (OSError, ValueError):
+                info = None
+            if not info or info.get("fingerprint") != fps[shard.source]:
+                missing.append(f"{shard.source}/{shard.index}")
+                continue
+            c = per_source.setdefault(shard.source, Counter())
+            c["shards"] += 1
+            for k in ("read", "kept", "kept_chars", "holdout"):
+                c[k] += info[k]
+            c["dropped"] += sum(info["dropped"].values())
+            c["bad_records"] += sum(info["bad_records_by_kind"].values())
+            dropped.update(info["dropped"])
+            dropped_per_source.setdefault(shard.source, Counter()).update(info["dropped"])
+            line_drops.update(info["line_drops"])
+            filter_stats.update(info.get("filter_stats", {}))
+            bad_kinds.update(info["bad_records_by_kind"])
+            skips.update(info["skipped"])
+            charsets.update(info["charset_decisions"])
+            bad.extend(info["bad_records"])
+            for reason, rows in info["dropped_samples"].items():
+                if reason in KEEP_EVERY_DROP:
+                    key = (shard.source, reason)
+                    if key not in streams:
+                        tmp = files.enter_context(atomic_path(_dropped_path(layout, *key)))
+                        streams[key] = files.enter_context(open(tmp, "w", encoding="utf-8"))
+                    streams[key].writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+                    continue
+                bucket = samples.setdefault((shard.source, reason), [])  # per source x reason
+                bucket.extend(rows[: max(0, per_n - len(bucket))])
     totals: Counter = Counter()
     for c in per_source.values():
         totals.update(c)
@@ -456,7 +472,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
     write_json_atomic(layout.clean / CLEAN_STATS, stats)
     for (source, reason), rows in samples.items():
         write_text_atomic(
-            layout.clean / "dropped" / source / f"{reason.replace(':', '__')}.jsonl",
+            _dropped_path(layout, source, reason),
             "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
         )
     table = format_table(stats)
@@ -471,6 +487,10 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
         "bad_records_by_kind": stats["bad_records_by_kind"],
         "table": table,
     }
+
+
+def _dropped_path(layout: RunLayout, source: str, reason: str) -> Path:
+    return layout.clean / "dropped" / source / f"{reason.replace(':', '__')}.jsonl"
 
 
 def decontamination_summary(cfg) -> dict[str, Any]:
