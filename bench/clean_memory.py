@@ -183,14 +183,16 @@ def run_clean(cfg_path: Path, timeout: float) -> dict:
     return {"driver_mb": driver, "workers_mb": sorted(workers.values(), reverse=True), "wall": wall}
 
 
-def measure(size_mb: float, arts: list[str], eval_paras: list[str], workers: int, timeout: float) -> dict:
-    src = WORK / "src" / f"source-{size_mb:g}mb.jsonl"
+def measure(size_mb: float, arts: list[str], eval_paras: list[str], args: argparse.Namespace) -> dict:
+    work: Path = args.work
+    src = work / "src" / f"source-{size_mb:g}mb.jsonl"
     n = build_source(src, int(size_mb * 1e6), arts, eval_paras)
-    out = WORK / f"run-{size_mb:g}mb"
+    out = work / f"run-{size_mb:g}mb"
     shutil.rmtree(out, ignore_errors=True)
-    cfg = WORK / f"clean-{size_mb:g}mb.yaml"
-    cfg.write_text(CONFIG.format(root=ROOT, out=out, src=src, workers=workers, lists=WORK / "lists"))
-    res = run_clean(cfg, timeout)
+    cfg = work / f"clean-{size_mb:g}mb.yaml"
+    cfg.write_text(CONFIG.format(root=ROOT, out=out, src=src, workers=args.workers, lists=work / "lists",
+                                 task_bytes=int(args.max_task_mb * 2**20)))  # fmt: skip
+    res = run_clean(cfg, args.timeout)
     stats = json.loads((out / "clean" / "stats.json").read_text())
     res.update(size_mb=size_mb, docs=n, read=stats["totals"].get("read", 0), kept=stats["totals"].get("kept", 0),
                dropped=stats["dropped_by_reason"], filter_stats=stats.get("filter_stats", {}),
@@ -204,23 +206,31 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes-mb", type=float, nargs="+", default=[100, 1000])
     ap.add_argument("--workers", type=int, default=2, help="data.clean.workers")
-    ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per clean run")
     ap.add_argument(
-        "--smoke", action="store_true", help="tiny sizes (1 and 2 MB); the results file is not written"
+        "--max-task-mb", type=float, default=64, help="data.max_task_bytes in MiB (the default's)"
+    )
+    ap.add_argument("--work", type=Path, default=WORK, help="where sources and runs go")
+    ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per clean run")
+    ap.add_argument("--concurrent", action="store_true",
+                    help="run the sizes at once (peak RSS is per process; docs/s then share the cores)")  # fmt: skip
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes (0.5 and 1 MB, 0.25 MiB tasks); no results file"
     )
     args = ap.parse_args(argv)
-    sizes = [1.0, 2.0] if args.smoke else sorted(args.sizes_mb)
+    sizes = [0.5, 1.0] if args.smoke else sorted(args.sizes_mb)
+    if args.smoke:
+        args.max_task_mb = 0.25
     if len(sizes) < 2:
         ap.error("--sizes-mb: at least two sizes (flatness is a comparison)")
     rep = C.Report(__file__, save=not args.smoke)
-    arts, eval_paras = write_lists(WORK / "lists", articles())
+    arts, eval_paras = write_lists(args.work / "lists", articles())
     if (
         args.concurrent
     ):  # each size's stage in its own process group at once: peak RSS per process is unchanged
         with ThreadPoolExecutor(len(sizes)) as ex:
-            rows = list(ex.map(lambda mb: measure(mb, arts, eval_paras, args.workers, args.timeout), sizes))
+            rows = list(ex.map(lambda mb: measure(mb, arts, eval_paras, args), sizes))
     else:
-        rows = [measure(mb, arts, eval_paras, args.workers, args.timeout) for mb in sizes]
+        rows = [measure(mb, arts, eval_paras, args) for mb in sizes]
     for mb, r in zip(sizes, rows, strict=True):
         ws = ", ".join(f"{w:.0f}" for w in r["workers_mb"]) or "none (in-process)"
         rep.line(f"{mb:g} MB: {r['docs']} documents in {r['shards']} tasks, read {r['read']}, kept {r['kept']}, "
