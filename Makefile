@@ -79,8 +79,8 @@ test-slow: $(TEST_STAMP)
 # Every benchmark script in bench/ (each writes its bench/results/<script>.txt); the log of all of them is
 # runs/bench.log. Fails when any script fails or prints a failing VERDICT. `make bench` (about 40 minutes on 2 cores)
 # leaves out the long studies in BENCH_LONG (transfer: ~8 min of pretraining per recipe; throughput of every family; dedup at up to 1M
-# docs); `make bench-all` runs them too.
-BENCH_LONG := bench/transfer.py bench/dedup_scale.py bench/small_model_throughput.py
+# docs; the clean stage's memory on a 1 GB source); `make bench-all` runs them too.
+BENCH_LONG := bench/transfer.py bench/dedup_scale.py bench/small_model_throughput.py bench/clean_memory.py
 BENCH_SCRIPTS = $(filter-out $(BENCH_LONG),$(wildcard bench/[!_]*.py))
 
 bench: $(TEST_STAMP)

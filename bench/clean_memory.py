@@ -67,6 +67,7 @@ data:
     url: {{blocked_domains: ["{lists}/blocked_domains.txt"]}}
   decontaminate:
     sources: ["{lists}/eval.jsonl"]
+  max_task_bytes: {task_bytes}
 """
 
 
