@@ -261,6 +261,7 @@ def _last_eval_loss(logs: Path) -> float | None:
     if not path.is_file():
         return None
     rows = [json.loads(line) for line in path.read_text().splitlines() if '"eval"' in line]
+    rows = [r for r in rows if "loss" in r]  # eval.probe_task's row at step 0 carries the probe alone
     return rows[-1]["loss"] if rows else None
 
 

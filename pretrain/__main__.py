@@ -194,8 +194,8 @@ COMMANDS = (
     Command("card", "(re)write the export's Hub model card (e.g. after `python -m adapt transfer` wrote "
             "transfer.json)", _card, _card_args),
     Command("plan", "batch plan, scaled LR, token budget and ZeRO memory estimates", _plan, _plan_args),
-    Command("plot", "loss, perplexity, LR, throughput and MFU curves as PNG (RUN/logs/plots)", _plot, _plot_args,
-            config=False),
+    Command("plot", "loss (mixed, per source), perplexity, LR, throughput, MFU and probe curves as PNG "
+            "(RUN/logs/plots)", _plot, _plot_args, config=False),
 )  # fmt: skip
 
 

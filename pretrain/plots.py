@@ -151,11 +151,12 @@ def probe_figure(rows: list[dict[str, Any]], title: str):
     if not acc:
         return None
     tokens = _tokens_at(rows)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4), sharex=True)
     for split, label in (("train", "train loss"), ("eval", "held-out loss")):
         pts = _series(rows, split, "loss")
         if pts:
-            left.plot([tokens(s) for s, _ in pts], [v for _, v in pts], label=label)
+            marker = "o" if len(pts) < 20 else None
+            left.plot([tokens(s) for s, _ in pts], [v for _, v in pts], marker=marker, label=label)
     left.set_xlabel("tokens seen")
     left.set_ylabel("loss (nats per token)")
     left.set_title(f"{title}: loss")

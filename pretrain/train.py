@@ -6,7 +6,6 @@ Run under torchrun (or `python -m launch run`): `python -m pretrain train --conf
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import signal
 import time
@@ -27,6 +26,7 @@ from data_pipeline.token_shards import TokenShardError
 from pretrain import checkpoint as ckpt
 from pretrain import lr_scaling, resume_diff
 from pretrain.engine import build_engine, init_distributed
+from pretrain.evaluation import evaluate
 from pretrain.metrics import (
     MetricsLogger,
     OutputMetrics,
@@ -38,6 +38,7 @@ from pretrain.metrics import (
 from pretrain.models import build_model, count_parameters
 from pretrain.objectives import prepare_model, wrap_model
 from pretrain.parity import PROBE_FILE, BatchRecorder, probe_inputs, probe_logits, sabotage, save_probe
+from pretrain.probe_eval import STATE_KEY, TransferProbe
 from pretrain.profiler import StepProfiler
 from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
@@ -250,22 +251,6 @@ def _step_figures(engine) -> tuple[float | None, int]:
     return (None if out[0] is None else float(out[0])), int(out[1] or 0)
 
 
-@torch.no_grad()
-def evaluate(engine, loader: PretrainLoader, max_batches: int, device: torch.device) -> dict[str, float]:
-    engine.eval()
-    total, n = torch.zeros(2, device=device), 0
-    for batch in loader:
-        if n >= max_batches:
-            break
-        out = engine(**_to_device(batch, device))
-        total += torch.stack([out.loss.detach().float(), torch.ones((), device=device)])
-        n += 1
-    dist.all_reduce(total)
-    engine.train()
-    loss = (total[0] / total[1].clamp(min=1)).item()
-    return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
-
-
 def train(cfg: RunConfig) -> dict[str, Any]:
     rank, _ = init_distributed(cfg)
     if torch.cuda.is_available():  # object collectives before the engine exists need this rank's own GPU
@@ -289,6 +274,7 @@ class Progress:
     tokens_seen: int = 0
     last_loss: float = float("nan")
     bad_steps: int = 0  # consecutive steps with a non-finite loss
+    probe_random_init: dict[str, Any] | None = None  # eval.probe_task's random-init figure, measured once
 
 
 @dataclasses.dataclass
@@ -327,6 +313,7 @@ class Run:
     ckpt_meta: dict[str, Any]
     probe_batch: Any
     watchdog: Watchdog  # hangs and stragglers named (logs/hang)
+    transfer_probe: TransferProbe | None  # eval.probe_task
 
     @property
     def device(self) -> torch.device:
@@ -346,6 +333,7 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         restore_s
     )  # a resume's restore, iter() and first batch, in its first metrics row
     batches = iter(run.train_loader)
+    start_probe(run, progress, logger)
     preempted, finished = False, clock.finished(progress.step)
     clock.start()
     while not finished:
@@ -431,6 +419,7 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
         cfg, rank, world, layout, ckpt_dir, plan, broken, recorder, tokenizer, n_params, train_loader,
         eval_loader, engine, scheduler, clock, StopRequested(), sync, OutputMetrics(),
         ckpt_meta, probe_inputs(tokenizer, cfg.model.family), Watchdog.start(cfg, engine, layout.hang),
+        TransferProbe.from_config(cfg, tokenizer, rank),
     )  # fmt: skip
     return run, progress, restore_s
 
@@ -477,7 +466,8 @@ def restore(cfg: RunConfig, engine, scheduler, train_loader, load_dir: Path, tag
     current = resume_diff.schedule_snapshot(scheduler)  # loading restores the checkpoint's schedule
     state = ckpt.load_checkpoint(engine, load_dir, tag)
     resume_diff.reapply_schedule(scheduler, current)
-    progress = Progress(state["step"], state["tokens_seen"], state.get("loss", float("nan")))
+    progress = Progress(state["step"], state["tokens_seen"], state.get("loss", float("nan")),
+                        probe_random_init=state.get(STATE_KEY))  # fmt: skip
     # the steps StepGuard skipped on the device before the checkpoint (DeepSpeed restores its own count)
     engine.step_guard.skipped = torch.tensor(float(state.get("skipped_on_device", 0)), device=engine.device)
     sync.spikes.load_state_dict(state.get("spikes"), progress.step)
@@ -664,9 +654,21 @@ def log_step(
 def eval_step(run: Run, step: int, logger, bar) -> None:
     with _rng_isolated():
         ev = evaluate(run.engine, run.eval_loader, run.cfg.eval.max_batches, run.device)
+        if run.transfer_probe is not None:
+            ev.update(run.transfer_probe.measure(run.engine.module))
     logger.log(step, ev, prefix="eval")
     if run.rank == 0:
-        bar.write(f"[eval] step {step}: loss {ev['loss']:.4f} ppl {ev['perplexity']:.2f}")
+        probe = f" probe {ev['probe/accuracy']:.3f}" if "probe/accuracy" in ev else ""
+        bar.write(f"[eval] step {step}: loss {ev['loss']:.4f} ppl {ev['perplexity']:.2f}{probe}")
+
+
+def start_probe(run: Run, progress: Progress, logger) -> None:
+    """The transfer probe's random-init figure: the checkpoint's, or measured before the first step (a row at 0)."""
+    if run.transfer_probe is not None:
+        with _rng_isolated():
+            row = run.transfer_probe.start(run.engine.module, progress.probe_random_init, progress.step)
+        if row:
+            logger.log(progress.step, row, prefix="eval")
 
 
 # --- save -------------------------------------------------------------------------------------------------------
@@ -683,6 +685,7 @@ def client_state(run: Run, progress: Progress) -> dict[str, Any]:
         "plan": run.plan.__dict__,
         "skipped_on_device": _step_figures(run.engine)[1],
         "spikes": run.sync.spikes.state_dict(),
+        STATE_KEY: run.transfer_probe.state() if run.transfer_probe else None,
     }
 
 
