@@ -15,7 +15,7 @@ import torch
 
 from tests.pretrain.conftest import ROOT, run_module, torchrun
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(1800)]
 
 # configs/gpt2-tiny.yaml keeps the demo's two sources (crawl, bbc with a labelled hold-out)
 RUN_YAML = """\
