@@ -169,9 +169,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
 def _reload_check(cfg: RunConfig, export_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The export loaded by plain transformers in a fresh process, with the Auto class its task needs."""
     _banner("reload the export with plain transformers in a fresh process")
-    from pretrain.families import get_family
-
-    family = get_family(cfg.model.family)
+    family = cfg.model.spec
     from pretrain.model_card import card_task
 
     task = card_task(cfg.model.family, cfg.objective.type)

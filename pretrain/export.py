@@ -20,11 +20,9 @@ from core.layout import CLEAN_STATS, TOKEN_MANIFEST
 from core.log import get_logger, third_party_prints
 from core.run_layout import RunLayout
 from core.storage import RunStore
-from data_pipeline.objectives import get_objective
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
 from pretrain.export_folder import TRAINING_STATE, check_export_target, started_from, weights_hash
-from pretrain.families import get_family
 from pretrain.model_card import write_model_card
 from pretrain.models import build_model
 from pretrain.objectives import wrap_model
@@ -219,8 +217,8 @@ def _write_staged(
     out.mkdir(parents=True)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
-    objective = get_objective(cfg.objective.type)
-    family = get_family(cfg.model.family)
+    objective = cfg.objective.spec
+    family = cfg.model.spec
     # the objective writes its own folders (ELECTRA: discriminator + generator/)
     if objective.export is not None:
         reloaded = objective.export(cfg, model, out, tokenizer)

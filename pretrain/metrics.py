@@ -13,7 +13,6 @@ import torch
 import yaml
 
 from core.layout import METRICS
-from pretrain.families import get_family
 from runconfig.model import ModelConfig
 
 
@@ -22,7 +21,7 @@ def flops_per_token(m: ModelConfig, n_params: int, seq_len: int, input_embedding
 
     N counts matmul weights: `input_embedding` (from `untied_input_embedding`) is taken off, since the input
     embedding of an untied model (Llama) is a lookup, not a matmul; a tied one is also the LM head and stays."""
-    spec = get_family(m.family)
+    spec = m.spec
     return spec.flops_per_token(spec, m, n_params - input_embedding, seq_len)
 
 

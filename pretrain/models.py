@@ -26,7 +26,7 @@ def build_hf_config(m: ModelConfig, tokenizer: PreTrainedTokenizerBase, seq_len:
     """The family's HF config; the sequence length is checked here, once, against the family's position table
     (the builders never read it)."""
     family = get_family(m.family)
-    limit = family.position_limit(m.max_position_embeddings)
+    limit = m.position_limit
     if limit is not None and seq_len > limit:
         raise ValueError(
             f"packing.seq_len ({seq_len}) does not fit model.family '{m.family}': model.max_position_embeddings "

@@ -12,9 +12,7 @@ import os
 import shutil
 from typing import Any
 
-from core.registry import OBJECTIVES
 from pretrain import resume_diff
-from pretrain.families import get_family
 from pretrain.families.shapes import padded_vocab
 from pretrain.schedule import make_plan
 from runconfig import RunConfig
@@ -50,9 +48,9 @@ def param_counts(cfg: RunConfig) -> tuple[int, int]:
     """(total params, largest module's params) from the family's config-only count, else the meta-device build.
     The family's count covers its own objectives; one it carries by declaration (RTD on ModernBERT: a generator
     beside it, no MLM head) is counted on the module built."""
-    family = get_family(cfg.model.family)
+    family = cfg.model.spec
     count = family.param_count
-    own = cfg.objective.type in family.objectives or OBJECTIVES.get(cfg.objective.type).trains is None
+    own = cfg.objective.type in family.objectives or cfg.objective.spec.trains is None
     return count(cfg) if count is not None and own else model_param_counts(cfg)
 
 
@@ -125,7 +123,7 @@ def activation_gib(cfg: RunConfig, micro_batch: int, vocab: int) -> float:
     checkpointing only each layer's input, 2*s*b*h, is kept), plus the fp32 logits (4*s*b*V; one chunk of them
     with objective.chunked_loss)."""
     m, s, b = cfg.model, cfg.packing.seq_len, micro_batch
-    spec = get_family(m.family)
+    spec = m.spec
     layers = m.num_layers + ((m.num_decoder_layers or m.num_layers) if spec.encoder_decoder else 0)
     width = 2 if cfg.deepspeed.precision in ("bf16", "fp16") else 4
     per_layer = s * b * m.hidden_size * (34 + 5 * m.num_heads * s / m.hidden_size) * width / 2
@@ -143,7 +141,7 @@ def step_estimate(cfg: RunConfig, plan: Any, total: int, gpu: str | None, mfu: f
     """FLOPs per optimizer step (the family's FLOPs/token x tokens per step) and the time it takes on `gpu` at
     the assumed MFU; logging.peak_flops, when set, is the peak instead of the GPU table's. A CPU (gloo) config
     without either gets no time: an H100's would be off by orders of magnitude."""
-    spec = get_family(cfg.model.family)
+    spec = cfg.model.spec
     m = cfg.model
     # as the trainer counts it (pretrain.metrics.flops_per_token): an untied causal LM's input embedding is a lookup
     untied = 0 if m.tie_word_embeddings or spec.task != "causal_lm" else padded_vocab(cfg) * m.hidden_size

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from core.paths import expand_placeholders
-from core.registry import FAMILIES, OBJECTIVES
+from core.registry import FAMILIES
 
 # What transformers' from_pretrained loads weights from (sharded or not, safetensors or pickle).
 WEIGHT_FILES = (
@@ -124,7 +124,7 @@ def check_run(cfg: Any) -> None:
     the head the folder carries."""
     folder = cfg.model.init_from
     config = folder_config(folder)
-    fam, obj = FAMILIES.get(cfg.model.family), OBJECTIVES.get(cfg.objective.type)
+    fam, obj = cfg.model.spec, cfg.objective.spec
     if obj.needs_encoder:  # replaced-token detection: a generator and a discriminator
         raise ValueError(
             f"objective.type: '{obj.name}' trains a second model beside the family's (a generator), which "

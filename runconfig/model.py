@@ -5,6 +5,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from core.registry import FAMILIES
+from core.specs import FamilySpec
 from runconfig.base import Section, check_plugin_options
 
 
@@ -49,12 +50,20 @@ class ModelConfig(Section):
         FAMILIES.get(v)  # a built-in or an outside spec; raises naming the known ones
         return v
 
+    @property
+    def spec(self) -> FamilySpec:
+        """The family's registered spec: the one place its name is looked up; the run reads it from here."""
+        return FAMILIES.get(self.family)
+
+    @property
+    def position_limit(self) -> int | None:
+        """The longest sequence the family's position table allows (None: no table bounds it)."""
+        return self.spec.position_limit(self.max_position_embeddings)
+
     @model_validator(mode="after")
     def _family_options(self) -> "ModelConfig":
         """Checks `options` against the family's typed section; the family's builder fills in its defaults."""
-        check_plugin_options(
-            "model.options", "family", self.family, FAMILIES.get(self.family).options, self.options
-        )
+        check_plugin_options("model.options", "family", self.family, self.spec.options, self.options)
         return self
 
     @model_validator(mode="after")

@@ -5,6 +5,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from core.registry import OBJECTIVES
+from core.specs import ObjectiveSpec
 from runconfig.base import Section, check_plugin_options
 
 
@@ -40,12 +41,15 @@ class ObjectiveConfig(Section):
         OBJECTIVES.get(v)  # a built-in or an outside spec; raises naming the known ones
         return v
 
+    @property
+    def spec(self) -> ObjectiveSpec:
+        """The objective's registered spec: the one place its name is looked up; the run reads it from here."""
+        return OBJECTIVES.get(self.type)
+
     @model_validator(mode="after")
     def _objective_options(self) -> "ObjectiveConfig":
         """Checks `options` against the objective's typed section (its factories read them with defaults)."""
-        check_plugin_options(
-            "objective.options", "objective", self.type, OBJECTIVES.get(self.type).options, self.options
-        )
+        check_plugin_options("objective.options", "objective", self.type, self.spec.options, self.options)
         return self
 
     @model_validator(mode="after")

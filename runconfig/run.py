@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from core.io import sha256_bytes
 from core.layout import RunPaths, remote_checkpoints
-from core.registry import FAMILIES, OBJECTIVES
+from core.registry import FAMILIES
 from runconfig.base import Section, check_path_component
 from runconfig.data import DataConfig
 from runconfig.export import ExportConfig
@@ -113,7 +113,7 @@ class RunConfig(Section):
     def _consistent(self) -> "RunConfig":
         # Which objective and packing a family trains with, and the tokenizer its special tokens assume, come
         # from the registered specs (a built-in's module or an outside package's).
-        fam, obj = FAMILIES.get(self.model.family), OBJECTIVES.get(self.objective.type)
+        fam, obj = self.model.spec, self.objective.spec
         pack = self.packing.mode
         if obj.needs_encoder and not fam.has_encoder:
             trainable = [n for n, f in FAMILIES.items() if f.trains(obj)]
@@ -143,7 +143,7 @@ class RunConfig(Section):
                 f"tokenizer.type: '{self.tokenizer.type}' has no special tokens for model.family '{fam.name}' "
                 f"(allowed: {sorted(fam.tokenizer_types)})"
             )
-        limit = fam.position_limit(self.model.max_position_embeddings)
+        limit = self.model.position_limit
         if limit is not None and self.packing.seq_len > limit:
             raise ValueError(
                 f"packing.seq_len ({self.packing.seq_len}) exceeds the positions model.max_position_embeddings "

@@ -45,7 +45,7 @@ def __getattr__(name: str) -> Any:
 def build_collator(cfg: RunConfig, tokenizer: Any) -> Collator:
     """The collator of `cfg.objective.type`, seeded with `cfg.run.seed`. `line_by_line` packing pads each batch
     to its longest sample."""
-    spec = get_objective(cfg.objective.type)
+    spec = cfg.objective.spec
     if spec.build_collator is None:
         raise ValueError(f"objective.type: '{spec.name}' has no collator registered")
     return spec.build_collator(cfg, tokenizer)

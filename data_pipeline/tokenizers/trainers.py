@@ -22,7 +22,6 @@ from tokenizers import (
 
 from core.io import replace_dir
 from core.log import get_logger
-from core.registry import FAMILIES
 from data_pipeline.tokenizers.checks import unk_rate
 from data_pipeline.tokenizers.conventions import (
     BPE_SPECIALS,
@@ -204,10 +203,7 @@ def train_tokenizer(cfg: RunConfig) -> Path:
 
 def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
     tc = cfg.tokenizer
-    model_max_length = (
-        FAMILIES.get(cfg.model.family).position_limit(cfg.model.max_position_embeddings)
-        or cfg.packing.seq_len
-    )
+    model_max_length = cfg.model.position_limit or cfg.packing.seq_len
     if tc.pretrained_path:
         from transformers import AutoTokenizer
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from core.registry import OBJECTIVES
 from core.specs import FamilySpec, Options
 from pretrain.families import shapes
 
@@ -57,9 +56,7 @@ def param_count(cfg: Any) -> tuple[int, int]:
     e = ElectraModelOptions.model_validate(m.options).embedding_size or h
     emb = v * e + m.max_position_embeddings * e + 2 * e + 2 * e  # word, position, two segments, LayerNorm
     disc = (e * h + h if e != h else 0) + m.num_layers * shapes.bert_layer(h, f) + (h * h + h) + (h + 1)
-    g = shapes.generator_shape(
-        h, m.num_layers, OBJECTIVES.get(cfg.objective.type).parse_options(cfg.objective.options)
-    )
+    g = shapes.generator_shape(h, m.num_layers, cfg.objective.spec.parse_options(cfg.objective.options))
     gh, gf = g["hidden_size"], g["intermediate_size"]
     gen = (e * gh + gh if e != gh else 0) + g["num_hidden_layers"] * shapes.bert_layer(gh, gf)
     gen += gh * e + e + 2 * e + v + (0 if m.tie_word_embeddings else v * e)  # predictions dense + LN, lm bias

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from data_pipeline.objectives import get_objective
-
 if TYPE_CHECKING:
     from runconfig.run import RunConfig
 
@@ -20,7 +18,7 @@ __all__ = ["prepare_model", "wrap_model"]
 
 def prepare_model(cfg: RunConfig, model: Any) -> None:
     """Model settings the objective relies on; the trainer calls it once on the model it trains."""
-    spec = get_objective(cfg.objective.type)
+    spec = cfg.objective.spec
     if spec.prepare_model is not None:
         spec.prepare_model(cfg, model)
 
@@ -28,5 +26,5 @@ def prepare_model(cfg: RunConfig, model: Any) -> None:
 def wrap_model(cfg: RunConfig, model: Any, tokenizer: Any) -> Any:
     """The module the trainer trains and checkpoints: the family's model, or the objective's wrapper around it
     (ELECTRA's generator + discriminator). Export rebuilds the same module to load the checkpoint."""
-    spec = get_objective(cfg.objective.type)
+    spec = cfg.objective.spec
     return model if spec.wrap_model is None else spec.wrap_model(cfg, model, tokenizer)

@@ -11,7 +11,6 @@ from pydantic import Field
 
 from core.specs import FamilySpec, ObjectiveSpec, Options
 from data_pipeline.objectives.electra import collator
-from pretrain.families import get_family
 from pretrain.families.shapes import generator_shape
 
 
@@ -68,7 +67,7 @@ def wrap(cfg: Any, model: Any, tokenizer: Any) -> Any:
     from pretrain.objectives.rtd import ReplacedTokenDetection, rtd_family
 
     opts = ElectraOptions.model_validate(cfg.objective.options)
-    adapter = rtd_family(get_family(cfg.model.family))
+    adapter = rtd_family(cfg.model.spec)
     shape = generator_shape(cfg.model.hidden_size, cfg.model.num_layers, opts)
     if adapter.adjust_shape is not None:
         shape = adapter.adjust_shape(shape, cfg.model, opts)
@@ -86,7 +85,7 @@ def wrap(cfg: Any, model: Any, tokenizer: Any) -> Any:
 def export(cfg: Any, module: Any, out: Any, tokenizer: Any) -> Any:
     from pretrain.objectives.rtd import rtd_family
 
-    return rtd_family(get_family(cfg.model.family)).export(cfg, module, out, tokenizer)
+    return rtd_family(cfg.model.spec).export(cfg, module, out, tokenizer)
 
 
 SPEC = ObjectiveSpec(

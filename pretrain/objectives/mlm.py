@@ -7,14 +7,13 @@ from typing import Any
 
 from core.specs import ObjectiveSpec
 from data_pipeline.objectives.builtin import mlm_collator
-from pretrain.families import get_family
 
 
 def prepare(cfg: Any, model: Any) -> None:
     """Sparse prediction (objective.sparse_prediction) where the family names its MLM head."""
     if not cfg.objective.sparse_prediction:
         return
-    head = get_family(cfg.model.family).mlm_head
+    head = cfg.model.spec.mlm_head
     if head is not None:
         from pretrain.objectives.sparse_mlm import enable_sparse_prediction
 

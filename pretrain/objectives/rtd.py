@@ -342,12 +342,11 @@ def _modernbert_export(cfg: Any, module: ReplacedTokenDetection, out: Path, toke
     from transformers import ModernBertModel
 
     from data_pipeline.tokenizers import make_portable
-    from pretrain.families import get_family
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     body = module.discriminator.body
-    for key, value in get_family(cfg.model.family).export_config.items():
+    for key, value in cfg.model.spec.export_config.items():
         setattr(body.config, key, value)
     body.config.architectures = ["ModernBertModel"]
     body.save_pretrained(out, safe_serialization=True)
