@@ -76,7 +76,8 @@ def _predict(
     model.eval()
     device = model_device(model)
     regression = getattr(model.config, "problem_type", None) == "regression"
-    n_labels = 1 if regression else int(enc.gold.max(initial=0)) + 1 if label_ids is None else len(label_ids)
+    # a column per output of the head (a split need not show every label), or per label string (text-to-text)
+    n_labels = len(label_ids) if label_ids is not None else 1 if regression else int(model.config.num_labels)
     scores = np.zeros((len(enc.gold), n_labels))
     with torch.no_grad():
         for s in range(0, len(enc.features), ft.eval_batch_size):

@@ -196,3 +196,29 @@ def test_pair_classification_and_regression_fine_tune_end_to_end(tmp_path, prese
     with torch.no_grad():
         value = float(model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, 0])
     assert value == pytest.approx(record["predictions"]["test"][0], abs=1e-4)
+
+
+def test_predict_scores_every_label_of_the_head_even_where_a_split_lacks_the_last_one():
+    """A small dev or test split that never shows the highest label index: the logits still have a column per
+    label (a smoke-size BBC split found `_predict` sizing its scores from the split's labels)."""
+    from transformers import ElectraConfig, ElectraForSequenceClassification
+
+    from adapt.transfer import _predict
+    from runconfig.finetune import FinetuneConfig
+    from tests.adapt.tiny_text import TINY_ELECTRA, word_examples, word_tokenizer
+
+    tok = word_tokenizer()
+    torch.manual_seed(0)
+    model = ElectraForSequenceClassification(ElectraConfig(**TINY_ELECTRA, num_labels=5))
+    enc = word_examples(tok, 12, np.array([0, 1, 2] * 4))  # labels 3 and 4 absent from this split
+    pred = _predict(model, tok, enc, FinetuneConfig(eval_batch_size=4), False, None)
+    with torch.no_grad():
+        ids = [torch.tensor([f["input_ids"]]) for f in enc.features]
+        expected = [int(model(input_ids=i).logits.argmax(-1)) for i in ids]
+    assert pred.tolist() == expected
+    # regression: one output, the value itself
+    model = ElectraForSequenceClassification(
+        ElectraConfig(**TINY_ELECTRA, num_labels=1, problem_type="regression")
+    )
+    values = _predict(model, tok, word_examples(tok, 6, np.linspace(0, 1, 6)), FinetuneConfig(), False, None)
+    assert values.dtype == float and values.shape == (6,)
