@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -173,12 +174,15 @@ def run_recipe(
     cleaned: Path | None,
     gpu: bool = False,
     tokens: float | None = None,
+    yaml: Callable[[Path], str] | None = None,
 ) -> dict:
+    """Data stages -> pretraining -> export -> `adapt transfer` of one recipe; `yaml` (run folder -> run YAML)
+    replaces this bench's run YAML (bench/adaptation.py's tasks and methods on the same path)."""
     folder = tmp / recipe
     run_dir = folder / "run"
     folder.mkdir(parents=True)
     cfg = folder / "run.yaml"
-    cfg.write_text(run_yaml(recipe, run_dir, minutes, drugs, quick, gpu, tokens))
+    cfg.write_text(yaml(run_dir) if yaml else run_yaml(recipe, run_dir, minutes, drugs, quick, gpu, tokens))
     py = sys.executable
     t0 = time.perf_counter()
     if cleaned is None:
