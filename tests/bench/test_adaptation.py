@@ -129,13 +129,13 @@ def test_transfer_verdicts_say_their_budget(tmp_path):
     assert rep.verdicts[0].startswith("VERDICT transfer_bbc_gpt2-budget_vs_random_init_at_8.1Mtok: ")
 
 
-@pytest.mark.integration  # data stages, two 2-rank pretraining runs, export, 4 methods x 2 arms: ~2-4 min loaded
+@pytest.mark.integration  # data stages, two 2-rank pretraining runs, export, 4 methods x 2 arms: ~16 min at load 19
 @pytest.mark.deepspeed
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)  # on 2 cores shared with 7 other jobs; a quiet machine takes a few minutes
 def test_adaptation_bench_smoke_runs_the_whole_path():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
     res = subprocess.run([sys.executable, "bench/adaptation.py", "--smoke"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=880)  # fmt: skip
+                         capture_output=True, text=True, timeout=1480)  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = res.stdout
     assert "SMOKE adaptation: ran 2 of 2 recipes" in out
