@@ -71,7 +71,7 @@ def test_planted_bbc_test_paragraph_is_dropped_and_reported(tmp_path):
     """No decontamination key at all: the fine-tune task's dev and test text is what the crawl is checked against."""
     path = bbc_cfg(tmp_path, [])
     task = load_task(load_config(str(path)), 0)
-    ex_id, text, _ = task.test[0]
+    ex_id, text, _, _ = task.test[0]
     para = max(text.split("\n"), key=len)  # the article's longest paragraph, quoted in a crawl page
     article = (BBC / "business/001.txt").read_text("utf-8")
     crawl = [
