@@ -228,7 +228,7 @@ class SpikesConfig(Section):
         128  # step losses the mean and deviation are taken over (>= 8); judged once half of it is filled
     )
     sigma: float = 6.0  # a spike: loss > mean + sigma x standard deviation of the window
-    # this many spikes in a row stop the run (exit LOSS_SPIKE): the loss has moved, skipping would never end
+    # this many spikes in a row stop a `skip` run (exit LOSS_SPIKE): the loss has moved, skipping would never end
     max_consecutive: int = 10
 
     @field_validator("sigma")
