@@ -442,7 +442,8 @@ def build_run_model(cfg: RunConfig, layout: RunLayout, load_dir: Path, tag: str 
         ckpt.check_tokenizer(
             load_dir, tag.removesuffix(ckpt.UNIVERSAL_SUFFIX), layout.tokenizer, len(tokenizer)
         )
-    model = build_model(cfg.model, tokenizer, cfg.packing.seq_len)
+    # a resumed run loads its checkpoint: model.init_from's weights are read only by a fresh start
+    model = build_model(cfg.model, tokenizer, cfg.packing.seq_len, weights=tag is None)
     prepare_model(cfg, model)
     return tokenizer, wrap_model(
         cfg, model, tokenizer
