@@ -164,7 +164,7 @@ def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[st
             row.append(f"{e['probe_accuracy']:.3f}" if e and "probe_accuracy" in e else "n/a")
         row.append(f"{100 * r['margin']:+.1f}" if "margin" in r else "n/a")
         lines.append("| " + " | ".join(row) + " |")
-        common = {
+        common: dict[str, Any] = {
             "task_type": "text-classification",
             "task_name": "Text regression" if r.get("metric") == "pearsonr" else "Text classification",
             "dataset_type": name,
@@ -190,7 +190,7 @@ METRIC_TEXT = {"accuracy": "accuracy", "pearsonr": "Pearson r", "spearmanr": "Sp
 
 
 def _method_results(
-    common: dict[str, str], metric: str, method: str, mine: dict[str, Any] | None
+    common: dict[str, Any], metric: str, method: str, mine: dict[str, Any] | None
 ) -> list[EvalResult]:
     """One task's results for one method, this model's (pretrained) arm: the task's metric (accuracy, or Pearson's r
     and Spearman's rho for regression) over seeds, and, for `full`, the last-layer linear probe. An arm whose every

@@ -8,6 +8,8 @@ factor-scaled fan-in init), which is what the papers specify.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -33,7 +35,8 @@ def build_hf_config(m: ModelConfig, tokenizer: PreTrainedTokenizerBase, seq_len:
             f"({m.max_position_embeddings}) leaves {limit} usable positions"
         )
     if m.init_from is not None:  # the folder's own config is what its weights fit (positions checked above)
-        return family.model_cls().config_class.from_pretrained(m.init_from)
+        model_cls: Any = family.model_cls()  # a transformers PreTrainedModel subclass, resolved by name
+        return model_cls.config_class.from_pretrained(m.init_from)
     vocab = padded_vocab_size(len(tokenizer), m.vocab_pad_multiple)
     return family.build_config(m, tokenizer, vocab)
 
@@ -43,7 +46,7 @@ def build_model(
 ) -> PreTrainedModel:
     """The family's pretraining model: `model.init_from`'s weights (unless `weights` is false: export and
     resume overwrite them from a checkpoint), else freshly initialised."""
-    cls = get_family(m.family).model_cls()
+    cls: Any = get_family(m.family).model_cls()  # a transformers PreTrainedModel subclass, resolved by name
     if m.init_from is not None and weights:
         return cls.from_pretrained(m.init_from, config=build_hf_config(m, tokenizer, seq_len))
     return cls(build_hf_config(m, tokenizer, seq_len))
