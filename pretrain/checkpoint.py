@@ -358,7 +358,7 @@ def save_checkpoint(
     before_complete=None,
     meta: dict[str, Any] | None = None,
     remote: str | None = None,
-    async_save: bool = False,
+    async_save: bool = True,
     after_complete=None,
 ) -> Path:
     """`before_complete(folder)` runs on every rank after all files are written and before the folder is

@@ -709,13 +709,15 @@ def save(run: Run, progress: Progress) -> None:
         store_probe,
         run.ckpt_meta,
         remote=cfg.checkpoint_remote,
+        async_save=cfg.checkpoint.async_save,  # hashing, COMPLETE and the upload finish in the background
+        # a remote run: the logs so far and the resolved config go up with each checkpoint (rank 0)
+        after_complete=lambda: run.layout.store.push_or_warn([run.layout.logs, run.layout.resolved_config]),
     )
-    if run.rank == 0:  # a remote run: the logs so far and the resolved config go up with each checkpoint
-        run.layout.store.push_or_warn([run.layout.logs, run.layout.resolved_config])
 
 
 def finish(run: Run, progress: Progress, preempted: bool) -> dict[str, Any]:
     """The run's result (and its plots); every rank leaves together."""
+    ckpt.wait_for_save()  # the last save's COMPLETE and upload (also at a preemption exit)
     run.recorder.close(run.plan)
     result = {
         "step": progress.step,

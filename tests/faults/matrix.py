@@ -1,6 +1,6 @@
 """The fault matrix (issue 25, item 1): every stage against every fault, with the outcome a test proves.
 
-One table, two uses: `tests/faults/test_matrix.py` checks that every cell names a test that exists, and
+One table, two uses (a cell may be proven by several tests, each listed, with one outcome): `tests/faults/test_matrix.py` checks that every cell names a test that exists, and
 `python -m tests.faults.matrix` renders `docs/recovery.md` from it (a test fails when the file is stale), so the
 documentation cannot drift from what is tested. A cell no test proves yet is rendered as such, not guessed.
 """
@@ -51,6 +51,22 @@ CELLS: tuple[Cell, ...] = (
         "ModernBERT, ELECTRA, T5, GPT-2 and Llama after 3 kills (one mid-checkpoint); RoBERTa after 20 kills in "
         "tests/pretrain/test_chaos.py",
         "tests/pretrain/test_exact_resume.py::test_sigkill_anywhere_then_resume_is_bit_exact",
+    ),
+    Cell(
+        "train",
+        "SIGKILL",
+        "resumed exactly",
+        "killed while a checkpoint is hashed and marked complete in the background (training already past it): "
+        "the previous complete checkpoint is still `latest`, the resume is bit-exact",
+        "tests/pretrain/test_async_checkpoint.py::test_kill_during_background_hashing_keeps_latest_and_resumes_exactly",
+    ),
+    Cell(
+        "train",
+        "SIGKILL",
+        "resumed exactly",
+        "a remote run killed while a checkpoint is uploaded in the background: the bucket's `latest` is still the "
+        "previous complete checkpoint, from which a fresh node resumes",
+        "tests/pretrain/test_async_checkpoint.py::test_kill_during_upload_keeps_the_previous_checkpoint_in_the_bucket",
     ),
     Cell(
         "train",

@@ -1,0 +1,209 @@
+"""Checkpoints off the critical path (issue 44, item 5), with the real engine on 2 gloo ranks: the step goes on
+while a save is hashed and marked complete in the background, a kill in that window leaves the previous complete
+checkpoint as `latest` and the resume is bit-exact, a background failure on one rank stops every rank naming the
+checkpoint, and the next save waits for the previous one. The test-only LMSTACK_CKPT_PAUSE stretches the
+background phases (a big checkpoint's hashing, a slow upload) so that a kill lands inside them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.net import free_port
+from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, COMPLETE, PAUSE_ENV, complete_tags
+from tests.moto_s3 import s3_server, s3fs_client  # noqa: F401  (fixture)
+from tests.pretrain.conftest import ROOT, child_env, torchrun
+from tests.pretrain.test_exact_resume import _final_weights, _kill_tree, _trace_differences
+from tests.pretrain.test_train_deepspeed import isolated
+
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
+
+STEPS = 24  # _final_weights reads the checkpoint of this step
+OVERRIDES = [
+    f"schedule.total_steps={STEPS}",
+    "checkpoint.every_steps=3",
+    "checkpoint.keep_last=2",
+    "eval.every_steps=8",
+    "logging.every_steps=1",
+    "loader.num_workers=1",
+]
+
+
+def _start(config: Path, overrides: list[str], log, pause: str = "") -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           "-m", "pretrain", "train", "--config", str(config), *overrides]  # fmt: skip
+    env = {**child_env(), PAUSE_ENV: pause} if pause else child_env()
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _finishing(ckpt_dir: Path) -> list[str]:
+    """Checkpoint folders whose files are written but that are not complete yet (the background part runs)."""
+    if not ckpt_dir.is_dir():
+        return []
+    return sorted(
+        d.name
+        for d in ckpt_dir.iterdir()
+        if d.name.startswith("step") and (d / "rng_rank00001.pt").is_file() and not (d / COMPLETE).exists()
+    )
+
+
+def _logged_steps(run: Path) -> list[int]:
+    path = run / "logs" / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip().endswith("}")]
+    return [r["step"] for r in rows if r["split"] == "train"]
+
+
+def _wait_for(what, p: subprocess.Popen, timeout: float = 300):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        got = what()
+        if got:
+            return got
+        assert p.poll() is None, "the run ended before the awaited moment"
+        time.sleep(0.01)
+    raise AssertionError("timed out waiting")
+
+
+@pytest.mark.timeout(900)
+def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_run, tmp_path):
+    ref_dir, kill_dir = tmp_path / "ref", tmp_path / "killed"
+    ref_dir.mkdir()
+    kill_dir.mkdir()
+    torchrun(gpt2_run, [isolated(gpt2_run, ref_dir), *OVERRIDES, "checkpoint.async_save=false"], timeout=600)
+
+    out = isolated(gpt2_run, kill_dir)
+    run = Path(out.split("=", 1)[1])
+    ckpts = run / "checkpoints"
+    log = open(tmp_path / "killed.log", "w")
+    # Every save's hashing takes 4 s longer in the background: the step after a save goes on meanwhile.
+    p = _start(gpt2_run, [out, *OVERRIDES], log, pause="hash=4")
+    try:
+        _wait_for(lambda: complete_tags(ckpts), p)
+        # the next save's files are written and its background part is hashing: training has gone past it
+        pending = _wait_for(lambda: _finishing(ckpts), p)[-1]
+        step = int(pending[4:])
+        _wait_for(lambda: max(_logged_steps(run), default=0) > step, p)
+        latest_before = (ckpts / "latest").read_text()
+        assert not (ckpts / pending / COMPLETE).exists()
+    finally:
+        _kill_tree(p)
+    assert latest_before < pending
+    assert (ckpts / "latest").read_text() == latest_before  # the kill left the previous complete checkpoint
+    assert pending not in complete_tags(ckpts)
+
+    p = _start(gpt2_run, [out, *OVERRIDES], log, pause="hash=0.5")
+    assert p.wait(timeout=600) == 0, (tmp_path / "killed.log").read_text()[-4000:]
+    log.close()
+    text = (tmp_path / "killed.log").read_text()
+    assert f"/{latest_before} at step {int(latest_before[4:])}" in text, text[-3000:]
+
+    ref, got = _final_weights(ref_dir / "run"), _final_weights(run)
+    different = [k for k in ref if not torch.equal(ref[k], got[k])]
+    assert ref.keys() == got.keys() and not different, (
+        f"{len(different)} tensors differ, e.g. {different[:3]}"
+    )
+    assert not _trace_differences(ref_dir / "run", run)
+    # The next save waited for the previous one: each kept checkpoint was complete before the next one's files.
+    tags = complete_tags(ckpts)
+    assert tags == ["step00000021", "step00000024"] and (ckpts / "latest").read_text() == "step00000024"
+    first_file = min(f.stat().st_mtime for f in (ckpts / tags[1]).iterdir() if f.name != COMPLETE)
+    assert (ckpts / tags[0] / COMPLETE).stat().st_mtime <= first_file
+    assert not list(ckpts.glob("*/hashes.rank*"))  # the done markers are gone once COMPLETE is written
+
+
+@pytest.mark.timeout(600)
+def test_a_background_failure_on_one_rank_stops_every_rank_naming_the_checkpoint(gpt2_run, tmp_path):
+    out = isolated(gpt2_run, tmp_path)
+    run = Path(out.split("=", 1)[1])
+    ckpts = run / "checkpoints"
+    log = open(tmp_path / "run.log", "w")
+    p = _start(
+        gpt2_run, [out, *OVERRIDES, "schedule.total_steps=8", "checkpoint.every_steps=4"], log, "hash=3"
+    )
+    try:
+        _wait_for(lambda: complete_tags(ckpts) == ["step00000004"], p)
+        _wait_for(lambda: "step00000008" in _finishing(ckpts), p)
+        # rank 1's done marker cannot be written: a folder stands where it goes (root ignores permissions)
+        (ckpts / "step00000008" / "hashes.rank00001.json").mkdir()
+        code = p.wait(timeout=300)
+    finally:
+        if p.poll() is None:
+            _kill_tree(p)
+    log.close()
+    text = (tmp_path / "run.log").read_text()
+    assert code != 0, text[-3000:]
+    assert "finishing checkpoint step00000008 in the background failed (rank 1: " in text, text[-3000:]
+    assert "last good checkpoint: step00000004" in text
+    assert f"exitcode  : {CANNOT_CONTINUE_EXIT_CODE}" in text, text[-3000:]  # torchrun's summary of the ranks
+    assert (ckpts / "latest").read_text() == "step00000004"
+    assert not (ckpts / "step00000008").exists()  # never complete: removed
+
+
+@pytest.mark.timeout(900)
+def test_kill_during_upload_keeps_the_previous_checkpoint_in_the_bucket(s3_server, gpt2_run, tmp_path):  # noqa: F811
+    from core.storage import RunStore
+
+    fs = s3fs_client(s3_server)
+    fs.mkdir("runs")
+    url = "s3://runs/slow"
+    local = gpt2_run.parent / "run"
+    RunStore(local.resolve(), url).push([(local / "tokenizer").resolve(), (local / "tokens").resolve()])
+    stage = tmp_path / "stage"
+    over = [f"run.output_dir={url}", f"run.local_dir={stage}", *OVERRIDES, "schedule.total_steps=8",
+            "checkpoint.every_steps=4"]  # fmt: skip
+    log = open(tmp_path / "run.log", "w")
+    p = _start(gpt2_run, over, log, pause="upload=6")
+
+    def uploading_second() -> bool:
+        fs.invalidate_cache()
+        ckpts = next(stage.rglob("checkpoints"), None)
+        return (
+            ckpts is not None
+            and (ckpts / "latest").is_file()
+            and (ckpts / "latest").read_text() == "step00000008"
+            and fs.exists(f"{url}/checkpoints/latest")
+            and fs.cat(f"{url}/checkpoints/latest").decode() == "step00000004"
+        )
+
+    try:
+        _wait_for(uploading_second, p, timeout=400)
+    finally:
+        _kill_tree(p)
+    fs.invalidate_cache()
+    assert fs.cat(f"{url}/checkpoints/latest").decode() == "step00000004"
+    assert not fs.exists(f"{url}/checkpoints/step00000008/{COMPLETE}")
+
+    shutil.rmtree(stage)  # another node: only the bucket is left
+    p = _start(gpt2_run, over, log)
+    assert p.wait(timeout=400) == 0, (tmp_path / "run.log").read_text()[-4000:]
+    log.close()
+    text = (tmp_path / "run.log").read_text()
+    assert "step00000004 at step 4" in text, text[-3000:]
+    fs.invalidate_cache()
+    assert fs.cat(f"{url}/checkpoints/latest").decode() == "step00000008"
+    assert fs.exists(f"{url}/checkpoints/step00000008/{COMPLETE}")
+
+
+@pytest.mark.timeout(10)
+def test_bad_pause_spec_is_refused():
+    """The test-only pause names what it refuses (a typo would otherwise pause nothing)."""
+    from pretrain.checkpoint import _pause
+
+    os.environ[PAUSE_ENV] = "hashing=1"
+    try:
+        with pytest.raises(ValueError, match="'hashing' is not one of hash, upload"):
+            _pause("hash")
+    finally:
+        del os.environ[PAUSE_ENV]
