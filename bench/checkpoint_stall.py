@@ -1,0 +1,145 @@
+"""Checkpoint stall: how much longer the step that saves a checkpoint takes than a normal step, with the save's
+finishing part (hashing, COMPLETE, `latest`, pruning, a remote run's upload) in the background
+(`checkpoint.async_save: true`, the default) and before it (`false`: all of it before the step goes on).
+
+Data and model: the demo recipe's model (configs/gpt2-budget.yaml: GPT-2-style 4 x 128, DeepSpeed ZeRO-2, 2 CPU
+ranks, gloo) on a small BBC run prepared by our data stages; `--steps` steps, a checkpoint every `--every` steps,
+evaluation off (once at the end), a metrics row every step. Step time: each row's global batch / samples_per_s
+(the trainer's meter spans the time between two rows, so a save at step k lands in row k+1). Stall of a save at step
+k: row k+1's time minus the median of the rows that follow no save (the first rows, warm-up, are dropped; the final
+save is waited for at the end of the run and is not counted).
+
+Runs: local async, local sync; a remote run (`run.output_dir: s3://...` on a moto S3 server on 127.0.0.1) async
+without and with an upload delay, and sync with the delay. The delay is a sleep of `--upload-delay` seconds before
+each upload (test-only LMSTACK_CKPT_PAUSE=upload=D), standing in for a slow network; it must be shorter than the
+time between two saves, or the next save waits for the upload by design.
+
+Rounds: the saves of one run per setting (paired by step across settings), not alternating runs: a run's start-up
+(imports, DeepSpeed) costs far more than its steps. VERDICTs (lower is better; the sync runs, "before", are printed beside them):
+- local async stall / normal step <= 0.10;
+- remote async stall with the upload delay / normal step <= 0.10 (independent of the upload's duration);
+- growth of the remote async stall when the delay is added, over the delay itself, <= 0.10 (sync grows by ~1).
+
+`python bench/checkpoint_stall.py [--steps 36] [--every 6] [--upload-delay 3]`  (5 trainer runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+
+GLOBAL_BATCH = 8
+EXTRA_YAML = ""
+WARMUP_ROWS = 3
+
+
+def _link_stages(cfg_path: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("clean", "dedup", "tokenizer", "tokens"):
+        (out / name).symlink_to((cfg_path.parent / "run" / name).resolve())
+
+
+def step_times(metrics: str) -> dict[int, float]:
+    rows = [json.loads(x) for x in metrics.splitlines() if x.strip()]
+    return {r["step"]: GLOBAL_BATCH / r["samples_per_s"] for r in rows if r["split"] == "train"}
+
+
+def stalls(times: dict[int, float], steps: int, every: int) -> tuple[list[float], float]:
+    """(stall of each save but the last, in seconds; median normal step)."""
+    saves = [s for s in range(every, steps, every)]
+    after_save = {s + 1 for s in saves}
+    normal = statistics.median(t for s, t in times.items() if s > WARMUP_ROWS and s not in after_save)
+    return [times[s + 1] - normal for s in saves], normal
+
+
+def run(cfg_path: Path, overrides: list[str], env: dict[str, str]) -> None:
+    res, wall = C.torchrun(2, ["-m", "pretrain", "train", "--config", str(cfg_path), *overrides], env=env)
+    if res.returncode != 0:
+        raise SystemExit(f"trainer failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    print(f"  run of {wall:.0f}s: {' '.join(o for o in overrides if 'async' in o or 'output_dir' in o)}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=36)
+    ap.add_argument("--every", type=int, default=6, help="checkpoint every N steps")
+    ap.add_argument("--upload-delay", type=float, default=3.0, help="seconds of sleep before each upload")
+    a = ap.parse_args()
+    rep = C.Report(__file__)
+    t_start = time.perf_counter()
+    base = [f"schedule.total_steps={a.steps}", f"checkpoint.every_steps={a.every}", "checkpoint.keep_last=2",
+            f"eval.every_steps={10 * a.steps}", "logging.every_steps=1", "logging.plots=false",
+            f"batch.global_batch_size={GLOBAL_BATCH}", "batch.micro_batch_size=4", "launch.procs_per_node=2",
+            "schedule.budget_minutes=null"]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="bench-ckpt-stall-") as d:
+        tmp = Path(d)
+        cfg_path = C.prepare_run(tmp / "data", "gpt2", EXTRA_YAML, preset="gpt2-budget", files="0[0-4]?.txt")
+        print(f"data stages on BBC: {time.perf_counter() - t_start:.0f}s")
+        env = C.child_env()
+        figures: dict[str, tuple[list[float], float]] = {}
+        for mode in ("async", "sync"):
+            out = tmp / f"local-{mode}"
+            _link_stages(cfg_path, out)
+            run(cfg_path, [*base, f"run.output_dir={out}", f"checkpoint.async_save={mode == 'async'}"], env)
+            figures[f"local_{mode}"] = stalls(step_times((out / "logs" / "metrics.jsonl").read_text()), a.steps,
+                                              a.every)  # fmt: skip
+
+        from core.storage import RunStore
+        from tests.moto_s3 import moto_server, s3fs_client
+
+        with moto_server() as s3env:
+            fs = s3fs_client(s3env)
+            fs.mkdir("runs")
+            local = (cfg_path.parent / "run" / "tokens").resolve().parent  # the prepared stages (linked)
+            for name, mode, delay in (("remote_async_nodelay", "async", 0.0), ("remote_async_delay", "async",
+                                      a.upload_delay), ("remote_sync_delay", "sync", a.upload_delay)):  # fmt: skip
+                url = f"s3://runs/{name}"
+                RunStore(local.resolve(), url).push(
+                    [(local / "tokenizer").resolve(), (local / "tokens").resolve()]
+                )
+                renv = {**env, **s3env, **({"LMSTACK_CKPT_PAUSE": f"upload={delay}"} if delay else {})}
+                run(cfg_path, [*base, f"run.output_dir={url}", f"run.local_dir={tmp / name}",
+                               f"checkpoint.async_save={mode == 'async'}"], renv)  # fmt: skip
+                fs.invalidate_cache()
+                figures[name] = stalls(step_times(fs.cat(f"runs/{name}/logs/metrics.jsonl").decode()), a.steps,
+                                       a.every)  # fmt: skip
+                assert fs.cat(f"runs/{name}/checkpoints/latest").decode() == f"step{a.steps:08d}"
+
+        for name, (st, normal) in figures.items():
+            rep.line(f"{name}: normal step median {normal * 1e3:.0f} ms; stall per save [ms]: "
+                     + ", ".join(f"{s * 1e3:.0f}" for s in st))  # fmt: skip
+        rep.line(
+            f"upload delay: {a.upload_delay:g} s of sleep before each upload; saves every {a.every} steps"
+        )
+        for name in (
+            "local_sync",
+            "remote_sync_delay",
+        ):  # before: the figures the async path is measured against
+            st, normal = figures[name]
+            rep.line(f"before ({name}): stall median {statistics.median(st) * 1e3:.0f} ms = "
+                     f"{statistics.median(st) / normal:.2f} of a normal step")  # fmt: skip
+        for name in ("local_async", "remote_async_delay"):
+            st, normal = figures[name]
+            rep.compare(f"checkpoint_stall_{name}_vs_normal_step", st, [normal] * len(st), 0.10,
+                        lower_is_better=True, unit="s, stall of the checkpoint step vs the median normal step")  # fmt: skip
+        base0 = statistics.median(figures["remote_async_nodelay"][0])
+        growth = {n: [s - base0 for s in figures[n][0]] for n in ("remote_async_delay", "remote_sync_delay")}
+        rep.line(f"before (remote_sync_delay): the stall grew by {statistics.median(growth['remote_sync_delay']):.2f} s "
+                 f"for an upload delay of {a.upload_delay:g} s")  # fmt: skip
+        rep.compare("checkpoint_stall_remote_async_growth_vs_upload_delay", growth["remote_async_delay"],
+                    [a.upload_delay] * len(growth["remote_async_delay"]), 0.10, lower_is_better=True,
+                    unit="s, stall minus the no-delay median vs the delay")  # fmt: skip
+    print(f"total bench time {time.perf_counter() - t_start:.0f}s")
+    return rep.finish()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
