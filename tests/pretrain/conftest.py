@@ -81,35 +81,49 @@ def run_module(args: list[str], timeout: int = 300, check: bool = True) -> subpr
     return res
 
 
-def torchrun(
-    config: Path,
-    overrides: list[str],
-    nproc: int = 2,
-    port: int = 29700,
-    timeout: int = 300,
-    check: bool = True,
-) -> subprocess.CompletedProcess:
-
+def train_command(config: Path, overrides: list[str], nproc: int = 2) -> list[str]:
+    """`python -m torch.distributed.run ... -m pretrain train --config CONFIG OVERRIDES` on a free port."""
     require_outside_fast_tier(f"torchrun with {nproc} rank(s)")
-    port = free_port()
-    return run_module(
-        [
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            str(nproc),
-            "--master_port",
-            str(port),
-            "-m",
-            "pretrain",
-            "train",
-            "--config",
-            str(config),
-            *overrides,
-        ],
-        timeout,
-        check,
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+            str(free_port()), "-m", "pretrain", "train", "--config", str(config), *overrides]  # fmt: skip
+
+
+def start_training(config: Path, overrides: list[str], log, nproc: int = 2) -> subprocess.Popen:
+    """The training run in the background, its output to `log` (an open file): for tests that kill or signal it."""
+    return subprocess.Popen(
+        train_command(config, overrides, nproc),
+        cwd=ROOT,
+        env=child_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
+
+
+def sigkill(procs) -> None:
+    """SIGKILL these processes (psutil.Process) at once, as a node crash would; one already gone is skipped."""
+    import psutil
+
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def saving_now(ckpt_dir: Path) -> bool:
+    """A checkpoint folder with files in it but no COMPLETE yet: a kill now lands mid-save."""
+    from pretrain.checkpoint import COMPLETE, TAG_RE
+
+    return ckpt_dir.is_dir() and any(
+        TAG_RE.match(d.name) and d.is_dir() and any(d.iterdir()) and not (d / COMPLETE).exists()
+        for d in ckpt_dir.iterdir()
+    )
+
+
+def torchrun(
+    config: Path, overrides: list[str], nproc: int = 2, timeout: int = 300, check: bool = True
+) -> subprocess.CompletedProcess:
+    return run_module(train_command(config, overrides, nproc)[1:], timeout, check)
 
 
 @pytest.fixture(scope="session")

@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 import torch
 
-from core.net import free_port
-from pretrain.checkpoint import COMPLETE, TAG_RE, complete_tags
+from pretrain.checkpoint import complete_tags
 from pretrain.export import consolidated_state_dict
-from tests.pretrain.conftest import ROOT, child_env, torchrun
+from tests.pretrain.conftest import saving_now, sigkill, start_training, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
 # The longest test (~17 min in CI): the highest timeout, so it is handed out first.
@@ -40,47 +36,11 @@ OVERRIDES = [
 ]
 
 
-def _start(config: Path, out: str, log) -> subprocess.Popen:
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(port),
-        "-m",
-        "pretrain",
-        "train",
-        "--config",
-        str(config),
-        out,
-        *OVERRIDES,
-    ]
-    return subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
-
-
 def _ranks(p: subprocess.Popen) -> list[psutil.Process]:
     try:
         return [c for c in psutil.Process(p.pid).children() if "pretrain" in " ".join(c.cmdline())]
     except psutil.NoSuchProcess:
         return []
-
-
-def _kill(procs: list[psutil.Process]) -> None:
-    for proc in procs:
-        try:
-            proc.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
-
-
-def _saving_now(ckpt_dir: Path) -> bool:
-    return ckpt_dir.is_dir() and any(
-        TAG_RE.match(d.name) and d.is_dir() and any(d.iterdir()) and not (d / COMPLETE).exists()
-        for d in ckpt_dir.iterdir()
-    )
 
 
 def test_twenty_sigkills_then_bit_exact(roberta_run, tmp_path):
@@ -103,7 +63,7 @@ def test_twenty_sigkills_then_bit_exact(roberta_run, tmp_path):
     while len(kills) < KILLS and time.time() < deadline:
         kind = plan[len(kills)]
         before = set(complete_tags(ckpt_dir))
-        p = _start(roberta_run, out, log)
+        p = start_training(roberta_run, [out, *OVERRIDES], log)
         kill_at, last_new, last_t = None, 0, None
         while p.poll() is None:
             new = len(set(complete_tags(ckpt_dir)) - before)
@@ -113,8 +73,8 @@ def test_twenty_sigkills_then_bit_exact(roberta_run, tmp_path):
                     step_s.append((now - last_t) / (new - last_new))
                 last_new, last_t = new, now
             progressed = new > 0  # each restart must make progress
-            if progressed and kind == "save" and _saving_now(ckpt_dir):
-                _kill([psutil.Process(p.pid), *_ranks(p)])
+            if progressed and kind == "save" and saving_now(ckpt_dir):
+                sigkill([psutil.Process(p.pid), *_ranks(p)])
                 kills.append(f"save ({complete_tags(ckpt_dir)})")
                 break
             if progressed and kind != "save" and kill_at is None:
@@ -122,24 +82,24 @@ def test_twenty_sigkills_then_bit_exact(roberta_run, tmp_path):
             if kill_at is not None and time.time() >= kill_at:
                 ranks = _ranks(p)
                 if kind == "one_rank" and len(ranks) == 2:
-                    _kill([rng.choice(ranks)])  # torchrun sees a dead worker and stops the other one
+                    sigkill([rng.choice(ranks)])  # torchrun sees a dead worker and stops the other one
                 else:
-                    _kill([psutil.Process(p.pid), *ranks])
+                    sigkill([psutil.Process(p.pid), *ranks])
                 kills.append(f"{kind} ({complete_tags(ckpt_dir)})")
                 break
             time.sleep(0.003)
         try:
             p.wait(timeout=120)
         except subprocess.TimeoutExpired:
-            _kill([psutil.Process(p.pid), *_ranks(p)])
+            sigkill([psutil.Process(p.pid), *_ranks(p)])
             p.wait(timeout=30)
         for orphan in psutil.process_iter(["cmdline"]):  # a rank torchrun could not reap must not linger
             if out in " ".join(orphan.info["cmdline"] or []):
-                _kill([orphan])
+                sigkill([orphan])
         if p.returncode == 0:
             break  # finished before the planned kill
     log.close()
-    p = _start(roberta_run, out, open(log_path, "a"))
+    p = start_training(roberta_run, [out, *OVERRIDES], open(log_path, "a"))
     assert p.wait(timeout=600) == 0, log_path.read_text()[-4000:]
     text = log_path.read_text()
     assert len(kills) == KILLS, kills

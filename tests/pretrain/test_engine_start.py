@@ -7,13 +7,11 @@ machine waited forever in FileBaton.wait with no output (seen while the netns an
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 
 import pytest
 
-from core.net import free_port
-from tests.pretrain.conftest import ROOT, child_env
+from tests.pretrain.conftest import ROOT, child_env, train_command
 from tests.pretrain.test_train_deepspeed import isolated
 
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
@@ -23,25 +21,8 @@ def test_training_starts_despite_a_stale_extension_lock(roberta_run, tmp_path):
     ext = tmp_path / "torch_extensions"
     (ext / "deepspeed_shm_comm").mkdir(parents=True)
     (ext / "deepspeed_shm_comm" / "lock").touch()  # what a rank killed inside the JIT build leaves behind
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(port),
-        "-m",
-        "pretrain",
-        "train",
-        "--config",
-        str(roberta_run),
-        isolated(roberta_run, tmp_path),
-        "schedule.total_steps=2",
-        "checkpoint.every_steps=2",
-        "eval.every_steps=1000",
-    ]
+    overrides = ["schedule.total_steps=2", "checkpoint.every_steps=2", "eval.every_steps=1000"]
+    cmd = train_command(roberta_run, [isolated(roberta_run, tmp_path), *overrides])
     t0 = time.monotonic()
     try:
         res = subprocess.run(

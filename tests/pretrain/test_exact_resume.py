@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,10 +14,9 @@ import psutil
 import pytest
 import torch
 
-from core.net import free_port
-from pretrain.checkpoint import COMPLETE, TAG_RE, complete_tags
+from pretrain.checkpoint import complete_tags
 from pretrain.export import consolidated_state_dict
-from tests.pretrain.conftest import ROOT, child_env, torchrun
+from tests.pretrain.conftest import saving_now, sigkill, start_training, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(720)]
@@ -35,44 +32,10 @@ OVERRIDES = [
 ]
 
 
-def _start(config: Path, out: str, log) -> subprocess.Popen:
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(port),
-        "-m",
-        "pretrain",
-        "train",
-        "--config",
-        str(config),
-        out,
-        *OVERRIDES,
-    ]
-    return subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
-
-
 def _kill_tree(p: subprocess.Popen) -> None:
     """SIGKILL torchrun and every rank at once, as a node crash would."""
-    procs = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
-    for proc in procs:
-        try:
-            proc.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
+    sigkill([psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)])
     p.wait(timeout=30)
-
-
-def _saving_now(ckpt_dir: Path) -> bool:
-    if not ckpt_dir.is_dir():
-        return False
-    return any(
-        TAG_RE.match(d.name) and any(d.iterdir()) and not (d / COMPLETE).exists() for d in ckpt_dir.iterdir()
-    )
 
 
 def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -126,11 +89,11 @@ def test_sigkill_anywhere_then_resume_is_bit_exact(family, request, tmp_path):
     # window let a fast family, ModernBERT's tiny run, finish all 24 steps before the second kill).
     while len(kills) < 3:
         before = set(complete_tags(ckpt_dir))
-        p = _start(run_config, out, log)
+        p = start_training(run_config, [out, *OVERRIDES], log)
         t0, kill_at = time.time(), None
         while p.poll() is None:
             done_now = set(complete_tags(ckpt_dir)) - before
-            if not kills and done_now and _saving_now(ckpt_dir):
+            if not kills and done_now and saving_now(ckpt_dir):
                 _kill_tree(p)
                 kills.append(f"mid-checkpoint after {sorted(done_now)}")
             elif kills and done_now and kill_at is None:
@@ -141,7 +104,7 @@ def test_sigkill_anywhere_then_resume_is_bit_exact(family, request, tmp_path):
             time.sleep(0.005)
         if p.returncode == 0:
             break  # finished before the planned kill: fine, the comparison still holds
-    p = _start(run_config, out, log)
+    p = start_training(run_config, [out, *OVERRIDES], log)
     assert p.wait(timeout=600) == 0, (tmp_path / "killed.log").read_text()[-4000:]
     log.close()
     assert len(kills) >= 2 and kills[0].startswith("mid-checkpoint"), kills

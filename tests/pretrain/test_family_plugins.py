@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.net import free_port
-from tests.pretrain.conftest import ROOT, child_env
+from tests.pretrain.conftest import ROOT, child_env, train_command
 
 TOY_PACKAGE = '''
 """An outside package adding a family and an objective to lmstack."""
@@ -118,11 +117,10 @@ def test_plugin_family_trains_through_the_real_loop_and_exports(roberta_run, tmp
         "schedule.total_steps=4",
         "model.max_position_embeddings=64",
     ]
-    port = free_port()
 
-    def run(args: list[str]) -> subprocess.CompletedProcess:
+    def run(cmd: list[str]) -> subprocess.CompletedProcess:
         res = subprocess.run(
-            [sys.executable, *args, "--config", str(roberta_run), *overrides],
+            cmd,
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -132,23 +130,11 @@ def test_plugin_family_trains_through_the_real_loop_and_exports(roberta_run, tmp
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
         return res
 
-    run(
-        [
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_port",
-            str(port),
-            "-m",
-            "pretrain",
-            "train",
-        ]
-    )
+    run(train_command(roberta_run, overrides))
     rows = [json.loads(x) for x in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if r["split"] == "train"]
     assert losses and all(0 < v < 20 for v in losses)
-    run(["-m", "pretrain", "export"])
+    run([sys.executable, "-m", "pretrain", "export", "--config", str(roberta_run), *overrides])
     config = json.loads((out / "export" / "config.json").read_text())
     state = json.loads((out / "export" / "training_state.json").read_text())
     assert config["architectures"] == ["BertForMaskedLM"] and state["step"] == 4

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from core.net import free_port
 from pretrain.checkpoint import PREEMPTED_EXIT_CODE, complete_tags
-from tests.pretrain.conftest import ROOT, child_env, torchrun
+from tests.pretrain.conftest import start_training, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
@@ -66,25 +63,8 @@ def test_budget_run_ends_on_time_with_lr_at_floor(roberta_run, tmp_path):
 def test_budget_clock_survives_preemption_and_resume(roberta_run, tmp_path):
     out = isolated(roberta_run, tmp_path)
     run_dir = Path(out.split("=", 1)[1])
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(port),
-        "-m",
-        "pretrain",
-        "train",
-        "--config",
-        str(roberta_run),
-        out,
-        *COMMON,
-    ]
     log = open(tmp_path / "first.log", "w")
-    p = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
+    p = start_training(roberta_run, [out, *COMMON], log)
     deadline = time.time() + 300
     while time.time() < deadline and not complete_tags(run_dir / "checkpoints"):
         time.sleep(0.2)
