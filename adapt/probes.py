@@ -87,6 +87,8 @@ class _Deferred:
         return self
 
     def predict(self, x):
+        if self._clf is None:
+            raise RuntimeError("predict before fit")
         return self._clf.predict(x)
 
 

@@ -112,9 +112,13 @@ def probe_figures(
 
 
 def _encode(
-    tokenizer: Any, rows: list[tuple[str, str, str]], labels: dict[str, int], length: int
+    tokenizer: Any, rows: list[tuple[str, str, str, str | None]], labels: dict[str, int], length: int
 ) -> ProbeSplit:
-    ids = tokenizer([r[1] for r in rows], truncation=True, max_length=length, verbose=False)["input_ids"]
+    """Rows are (id, text, label, second text or None); a pair task's two texts are framed as its tokenizer frames
+    a pair."""
+    texts, pairs = [r[1] for r in rows], [r[3] for r in rows]
+    second = pairs if any(p is not None for p in pairs) else None
+    ids = tokenizer(texts, second, truncation=True, max_length=length, verbose=False)["input_ids"]
     return ProbeSplit(ids, np.asarray([labels[r[2]] for r in rows]))
 
 
