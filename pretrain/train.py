@@ -604,6 +604,7 @@ def handle_spike(run: Run, progress: Progress, outcome: StepOutcome) -> bool:
     spikes = run.sync.spikes
     if not spikes.handle(progress.step, outcome.spiked, outcome.loss):
         return False
+    ckpt.wait_for_save()  # the last save's COMPLETE and pruning finish before a checkpoint is picked
     state = spikes.rollback(run.engine, run.scheduler, run.ckpt_dir, run.train_loader)
     if state is None:  # no complete checkpoint yet: the spike was skipped
         return False
