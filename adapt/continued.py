@@ -48,8 +48,12 @@ def task_text(tasks: list[TaskData], path: Path) -> dict[str, Any]:
 def continued_config(cfg: RunConfig, export: Path, text_file: Path, steps: int | None) -> RunConfig:
     """The run that continues `export` on the task text alone: its own folder, no labelled task of its own."""
     data = to_dict(cfg)
-    data["run"] = {**data["run"], "name": f"{cfg.run.name}-continued",
-                   "output_dir": str(Path(cfg.run.root) / "continued"), "local_dir": None}  # fmt: skip
+    data["run"] = {
+        **data["run"],
+        "name": f"{cfg.run.name}-continued",
+        "output_dir": str(Path(cfg.run.root) / "continued"),
+        "local_dir": None,
+    }
     data["data"]["sources"] = [
         {"name": SOURCE, "format": "jsonl", "paths": [str(text_file)], "clean_preset": "curated"}
     ]
@@ -59,8 +63,12 @@ def continued_config(cfg: RunConfig, export: Path, text_file: Path, steps: int |
     data["finetune"] = {**copy.deepcopy(data["finetune"]), "tasks": []}
     data["checkpoint"] = {**data["checkpoint"], "dir": None}
     if steps is not None:
-        data["schedule"] = {**data["schedule"], "total_steps": steps, "budget_minutes": None,
-                            "warmup_steps": max(1, steps // 10)}  # fmt: skip
+        data["schedule"] = {
+            **data["schedule"],
+            "total_steps": steps,
+            "budget_minutes": None,
+            "warmup_steps": max(1, steps // 10),
+        }
     return validate_dict(data, "continued pretraining")
 
 

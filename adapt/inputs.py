@@ -168,10 +168,12 @@ def _encode_pairs(
     feats = []
     for a, b, row in zip(first, second, rows, strict=True):
         a, b = pair_pieces(a, b, budget)
-        feats.append({
-            "input_ids": prefix + a + mid + b + suffix,
-            "labels": label_ids[row[2]] if text_to_text else _label(row[2], labels, regression),
-        })  # fmt: skip
+        feats.append(
+            {
+                "input_ids": prefix + a + mid + b + suffix,
+                "labels": label_ids[row[2]] if text_to_text else _label(row[2], labels, regression),
+            }
+        )
     return Encoded(feats, np.arange(len(rows)), _gold(rows, labels, regression))
 
 

@@ -366,8 +366,11 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
             else ""
         )
         body[-1] = body[-1].replace("pretrained from scratch", "continued from existing weights")
-        body += ["", f"Continued pretraining from `{started['path']}`{prior}, weights sha256 "
-                     f"`{started['weights_sha256'][:16]}…`; its tokenizer is this model's."]  # fmt: skip
+        body += [
+            "",
+            f"Continued pretraining from `{started['path']}`{prior}, weights sha256 "
+            f"`{started['weights_sha256'][:16]}…`; its tokenizer is this model's.",
+        ]
     if cfg.objective.spec.card_task == "token_detection":  # RTD, whichever family
         body += ["", _rtd_text(cfg)]
     body += [

@@ -164,8 +164,10 @@ def probe_figure(rows: list[dict[str, Any]], title: str):
     right.plot(
         [tokens(s) for s, _ in acc], [v for _, v in acc], marker="o", label="probe, current weights (dev)"
     )
-    for key, label, style in (("probe/random_init_accuracy", "probe, random init", "--"),
-                              ("probe/majority_accuracy", "majority class", ":")):  # fmt: skip
+    for key, label, style in (
+        ("probe/random_init_accuracy", "probe, random init", "--"),
+        ("probe/majority_accuracy", "majority class", ":"),
+    ):
         ref = [v for _, v in _series(rows, "eval", key) if v == v]
         if ref:
             right.axhline(ref[-1], ls=style, color="grey" if style == ":" else "tab:red", label=label)

@@ -80,9 +80,14 @@ def pooled_features(
 
 
 def probe_figures(
-    module: torch.nn.Module, train: ProbeSplit, dev: ProbeSplit, pad_id: int, length: int, batch_size: int,
+    module: torch.nn.Module,
+    train: ProbeSplit,
+    dev: ProbeSplit,
+    pad_id: int,
+    length: int,
+    batch_size: int,
     max_seconds: float,
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, float]:
     """Dev and train accuracy of the probe on `module`'s body, with what it used; nan where the time bound left
     fewer than two labels to fit."""
     t0 = time.perf_counter()

@@ -416,11 +416,29 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
         "tokenizer": ckpt.tokenizer_identity(layout.tokenizer, len(tokenizer)),
     }
     run = Run(
-        cfg, rank, world, layout, ckpt_dir, plan, broken, recorder, tokenizer, n_params, train_loader,
-        eval_loader, engine, scheduler, clock, StopRequested(), sync, OutputMetrics(),
-        ckpt_meta, probe_inputs(tokenizer, cfg.model.family), Watchdog.start(cfg, engine, layout.hang),
+        cfg,
+        rank,
+        world,
+        layout,
+        ckpt_dir,
+        plan,
+        broken,
+        recorder,
+        tokenizer,
+        n_params,
+        train_loader,
+        eval_loader,
+        engine,
+        scheduler,
+        clock,
+        StopRequested(),
+        sync,
+        OutputMetrics(),
+        ckpt_meta,
+        probe_inputs(tokenizer, cfg.model.family),
+        Watchdog.start(cfg, engine, layout.hang),
         TransferProbe.from_config(cfg, tokenizer, rank),
-    )  # fmt: skip
+    )
     return run, progress, restore_s
 
 
@@ -467,8 +485,12 @@ def restore(cfg: RunConfig, engine, scheduler, train_loader, load_dir: Path, tag
     current = resume_diff.schedule_snapshot(scheduler)  # loading restores the checkpoint's schedule
     state = ckpt.load_checkpoint(engine, load_dir, tag)
     resume_diff.reapply_schedule(scheduler, current)
-    progress = Progress(state["step"], state["tokens_seen"], state.get("loss", float("nan")),
-                        probe_random_init=state.get(STATE_KEY))  # fmt: skip
+    progress = Progress(
+        state["step"],
+        state["tokens_seen"],
+        state.get("loss", float("nan")),
+        probe_random_init=state.get(STATE_KEY),
+    )
     # the steps StepGuard skipped on the device before the checkpoint (DeepSpeed restores its own count)
     engine.step_guard.skipped = torch.tensor(float(state.get("skipped_on_device", 0)), device=engine.device)
     sync.spikes.load_state_dict(state.get("spikes"), progress.step)

@@ -112,8 +112,13 @@ class UrlFilterConfig(Options):
 
     def active(self) -> bool:
         """Whether the filter runs (the report's `enabled`): switched on and given at least one list."""
-        lists = (self.blocked_domains, self.blocked_urls, self.banned_words, self.soft_banned_words,
-                 self.banned_subwords)  # fmt: skip
+        lists = (
+            self.blocked_domains,
+            self.blocked_urls,
+            self.banned_words,
+            self.soft_banned_words,
+            self.banned_subwords,
+        )
         return self.enabled and any(lists)
 
 
