@@ -329,9 +329,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     meter, bar, clock = make_meter(run), progress_bar(run, progress.step), run.clock
     profiler = StepProfiler(cfg.logging.profile_steps, run.layout.logs, run.rank, run.device)
     run.engine.train()
-    latency = FirstBatchLatency(
-        restore_s
-    )  # a resume's restore, iter() and first batch, in its first metrics row
+    # a resume's restore, iter() and first batch, in its first metrics row
+    latency = FirstBatchLatency(restore_s)
     batches = iter(run.train_loader)
     start_probe(run, progress, logger)
     preempted, finished = False, clock.finished(progress.step)
