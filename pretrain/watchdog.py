@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from core.exit_codes import HUNG
+from core.io import atomic_write
 from core.log import get_logger
 
 log = get_logger(__name__)
@@ -289,8 +290,8 @@ class Watchdog:
         beats = self._wait_for_peers()
         reason = self._first_reason(reason)
         report = hang_report(beats, reason, self.hang_dir, stale_s=3 * self.interval + 5)
-        if first:
-            (self.hang_dir / "report.txt").write_text(report + "\n")
+        # every rank writes it (atomically): the first to finish exits, and torchrun then ends the others at once
+        atomic_write(self.hang_dir / "report.txt", report + "\n")
         log.error(f"[train] rank {self.rank}: {report}")
         for h in logging.getLogger().handlers + log.handlers:
             h.flush()
