@@ -10,36 +10,23 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from core.net import free_port
 from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, COMPLETE, PAUSE_ENV, complete_tags
 from tests.moto_s3 import s3_server, s3fs_client  # noqa: F401  (fixture)
-from tests.pretrain.conftest import ROOT, child_env, torchrun
-from tests.pretrain.test_exact_resume import _final_weights, _kill_tree, _trace_differences
+from tests.pretrain.conftest import ROOT, child_env, torchrun, train_command
+from tests.pretrain.test_exact_resume import OVERRIDES, _final_weights, _kill_tree, _trace_differences
 from tests.pretrain.test_train_deepspeed import isolated
 
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
 
-STEPS = 24  # _final_weights reads the checkpoint of this step
-OVERRIDES = [
-    f"schedule.total_steps={STEPS}",
-    "checkpoint.every_steps=3",
-    "checkpoint.keep_last=2",
-    "eval.every_steps=8",
-    "logging.every_steps=1",
-    "loader.num_workers=1",
-]
-
 
 def _start(config: Path, overrides: list[str], log, pause: str = "") -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           "-m", "pretrain", "train", "--config", str(config), *overrides]  # fmt: skip
+    cmd = train_command(config, overrides)
     env = {**child_env(), PAUSE_ENV: pause} if pause else child_env()
     return subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
