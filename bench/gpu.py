@@ -15,8 +15,9 @@ trainer's own set-up and step (`pretrain.train.set_up` and `train_step`: the sam
 runs, loader included) and the peer loop. After `--warmup` steps of each (compilation included there), a round is one
 window of `--window` optimizer steps of one side, synchronized at both ends, and the sides alternate, the first
 side swapping every round (ours, peer, peer, ours, ...), so a drift of the machine falls on both alike.
-MFU = tokens/s x FLOPs per token (`pretrain.metrics.flops_per_token`, PaLM appendix B) / the published dense bf16
-peak (bench/mfu_gpu.py's table; `--peak-tflops` overrides). VERDICT lines: MFU >= 0.40 (GPT-2 medium, accumulation
+MFU = tokens/s x FLOPs per token (`pretrain.plan.config_flops_per_token`: PaLM appendix B as the trainer counts it,
+without an untied input embedding) / the published dense bf16 peak (bench/mfu_gpu.py's table; `--peak-tflops`
+overrides). VERDICT lines: MFU >= 0.40 (GPT-2 medium, accumulation
 1), >= 0.45 (accumulation 4), >= 0.41 (Llama 1.1B); ours/peer >= 1.0 for each. After the timing, two more steps of
 each side are profiled: our trainer's through its own `logging.profile_steps` profiler (top kernels, device idle
 fraction, host reads and synchronizations per step), the peer's as a top-kernel table.
@@ -261,8 +262,7 @@ def main() -> int:
         peak = mfu_gpu.measured_peak("cpu")
         rep.line(f"SMOKE on CPU: tiny models, measured fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (1 thread)")
 
-    from pretrain.metrics import flops_per_token
-    from pretrain.plan import param_counts
+    from pretrain.plan import config_flops_per_token
     from runconfig import load_config
 
     t0, results, failed = time.monotonic(), {}, {}
@@ -277,7 +277,7 @@ def main() -> int:
                 cfg_path, pad = prepare(name, tmp, a, env)
                 ov = overrides(name, a, pad)
                 cfg = load_config(cfg_path, ov)
-                fpt = flops_per_token(cfg.model, param_counts(cfg)[0], cfg.packing.seq_len)
+                fpt = config_flops_per_token(cfg)
                 rates = run_child(name, cfg_path, pad, tmp / name, a, env)
                 ours, peer = rates["ours"], rates["peer"]
             except Exception as e:  # report and go on to the next configuration

@@ -137,15 +137,20 @@ def activation_gib(cfg: RunConfig, micro_batch: int, vocab: int) -> float:
     return (layers * per_layer + logits) / 2**30
 
 
+def config_flops_per_token(cfg: RunConfig, total: int | None = None) -> float:
+    """Training FLOPs per token from the config alone (`total`: its parameter count, if already known), as the
+    trainer counts them (pretrain.metrics.flops_per_token): an untied causal LM's input embedding is a lookup."""
+    spec, m = cfg.model.spec, cfg.model
+    total = param_counts(cfg)[0] if total is None else total
+    untied = 0 if m.tie_word_embeddings or spec.task != "causal_lm" else padded_vocab(cfg) * m.hidden_size
+    return spec.flops_per_token(spec, m, total - untied, cfg.packing.seq_len)
+
+
 def step_estimate(cfg: RunConfig, plan: Any, total: int, gpu: str | None, mfu: float) -> dict[str, Any]:
     """FLOPs per optimizer step (the family's FLOPs/token x tokens per step) and the time it takes on `gpu` at
     the assumed MFU; logging.peak_flops, when set, is the peak instead of the GPU table's. A CPU (gloo) config
     without either gets no time: an H100's would be off by orders of magnitude."""
-    spec = cfg.model.spec
-    m = cfg.model
-    # as the trainer counts it (pretrain.metrics.flops_per_token): an untied causal LM's input embedding is a lookup
-    untied = 0 if m.tie_word_embeddings or spec.task != "causal_lm" else padded_vocab(cfg) * m.hidden_size
-    fpt = spec.flops_per_token(spec, m, total - untied, cfg.packing.seq_len)
+    fpt = config_flops_per_token(cfg, total)
     flops = fpt * plan.tokens_per_step
     name = (gpu or DEFAULT_GPU).lower()
     if cfg.logging.peak_flops and gpu is None:

@@ -50,3 +50,22 @@ def test_tinyllama_leaves_out_its_untied_input_embedding():
     # 6 x (1,100,048,384 - 65,536,000) = 6 x 1,034,512,384 = 6,207,074,304; 12 x 22 x 2,048 x 2,048 = 1,107,296,256
     expected = 6_207_074_304 + 1_107_296_256
     assert flops_per_token(m, count_parameters(model), seq, untied_input_embedding(model)) == expected
+
+
+@pytest.mark.parametrize(
+    "preset,vocab,pad,expected",
+    [("gpt2-medium", 50257, 50304, 2_129_227_776 + 301_989_888),  # the tied GPT-2 medium above
+     ("llama-1b", 32000, 32000, 6_207_074_304 + 1_107_296_256)],  # TinyLlama above: its input embedding left out
+)  # fmt: skip
+def test_a_configs_flops_per_token_leaves_out_the_untied_input_embedding(preset, vocab, pad, expected):
+    """What `pretrain plan` and bench/gpu.py count from a config alone, without building the model: the same
+    figures as the trainer (an H200 run of bench/gpu.py once counted the 1.1B Llama's input embedding: +5.4% MFU)."""
+    from pathlib import Path
+
+    from pretrain.plan import config_flops_per_token
+    from runconfig import load_config
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root / "configs" / f"{preset}.yaml", [f"tokenizer.vocab_size={vocab}",
+                      f"model.vocab_pad_multiple={pad}"])  # fmt: skip
+    assert config_flops_per_token(cfg) == expected
