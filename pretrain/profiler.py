@@ -1,6 +1,8 @@
 """`logging.profile_steps: [start, end]`: a torch.profiler trace of optimizer steps start..end-1 in the run's logs
 folder, plus a text summary a person reads first: the top ops and kernels by time, the device's idle fraction over
-the window (CUDA only; n/a on CPU) and the host reads of tensors per step (each one is a device sync on a GPU).
+the window (CUDA only; n/a on CPU), the host reads of tensors and device synchronizations per step (each one stalls
+the device on a GPU), and where each came from: the loop's phase (`lmstack.<phase>` labels, see `phase`) and the ops
+around it.
 
 Files (per rank): `<run>/logs/profile/trace-rank<r>.json` (open in chrome://tracing or Perfetto) and
 `<run>/logs/profile/summary-rank<r>.txt`.
@@ -8,6 +10,7 @@ Files (per rank): `<run>/logs/profile/trace-rank<r>.json` (open in chrome://trac
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,13 @@ log = get_logger(__name__)
 # the op behind .item(), .tolist(), bool() and float() of a tensor; the runtime calls that block the host on a GPU
 HOST_READ_OPS = ("aten::_local_scalar_dense",)
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
+PHASE_PREFIX = "lmstack."
+
+
+def phase(name: str) -> Any:
+    """A label for one phase of the training step in a profile (`lmstack.forward`, ...): a sync found inside it is
+    reported with the phase's name. Costs a few microseconds when no profiler runs."""
+    return torch.profiler.record_function(PHASE_PREFIX + name)
 
 
 class StepProfiler:
@@ -76,11 +86,34 @@ def summarize(prof: Any, n_steps: int, device_type: str, steps: tuple[int, int],
         lines.append(
             f"device synchronize calls ({', '.join(SYNC_CALLS)}): {syncs} = {syncs / n_steps:.2f} per step"
         )
+    sites = call_sites(prof, HOST_READ_OPS + (SYNC_CALLS if on_gpu else ()))
+    if sites:
+        lines.append("where they were called (count: phase: ops around it, outermost first):")
+        lines += [f"  {n}: {site}" for site, n in sites.most_common()]
     idle = device_idle_fraction(prof) if on_gpu else None
     lines.append(
         "device idle fraction: " + ("n/a (no device timeline on CPU)" if idle is None else f"{idle:.1%}")
     )
     return "\n".join(lines) + "\n"
+
+
+def call_sites(prof: Any, names: tuple[str, ...]) -> Counter:
+    """Each event named in `names` (host reads, sync calls) by the loop phase and the ops that enclose it in time:
+    "optimizer_step: aten::_fused_adamw_ > aten::item". Containment in time on any host thread, since the CUDA
+    runtime's calls and the ops above them are not always reported on the same thread id."""
+    host = [e for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CPU]
+    sites: Counter = Counter()
+    for e in host:
+        if e.name not in names:
+            continue
+        start, end = e.time_range.start, e.time_range.end
+        around = [o for o in host if o is not e and o.time_range.start <= start and o.time_range.end >= end
+                  and (o.name.startswith(("aten::", PHASE_PREFIX)) or o.name in names)]  # fmt: skip
+        around.sort(key=lambda o: o.time_range.start)  # outermost first
+        phases = [o.name[len(PHASE_PREFIX) :] for o in around if o.name.startswith(PHASE_PREFIX)]
+        ops = [o.name for o in around if not o.name.startswith(PHASE_PREFIX)][-3:]
+        sites[f"{phases[-1] if phases else 'outside the step phases'}: {' > '.join([*ops, e.name])}"] += 1
+    return sites
 
 
 def device_idle_fraction(prof: Any) -> float | None:

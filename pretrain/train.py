@@ -39,7 +39,7 @@ from pretrain.models import build_model, count_parameters
 from pretrain.objectives import prepare_model, wrap_model
 from pretrain.parity import PROBE_FILE, BatchRecorder, probe_inputs, probe_logits, sabotage, save_probe
 from pretrain.probe_eval import STATE_KEY, TransferProbe
-from pretrain.profiler import StepProfiler
+from pretrain.profiler import StepProfiler, phase
 from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
 from pretrain.spikes import SpikeDetector
@@ -231,7 +231,8 @@ class StepSync:
         return ((b[1] > 0) | (b[4] > 0)).float()
 
     def read(self) -> tuple[float, int, bool, float]:
-        loss, n_bad, n_stop, clock, spike = self.buf.tolist()
+        with phase("step_read"):  # the step's one host read
+            loss, n_bad, n_stop, clock, spike = self.buf.tolist()
         self.spiked = spike > 0
         return loss, int(n_bad), n_stop > 0, clock
 
@@ -567,14 +568,16 @@ def train_step(run: Run, progress: Progress, batches, meter: Throughput) -> Step
     first_batch_at = 0.0
     for micro in range(plan.grad_accum):
         t_wait = time.perf_counter()
-        with _rng_isolated():  # worker start-up and collation must not shift the dropout RNG stream
+        # worker start-up and collation must not shift the dropout RNG stream
+        with phase("batch"), _rng_isolated():
             host_batch = next(batches)
-        waited = time.perf_counter() - t_wait
-        first_batch_at = first_batch_at or time.perf_counter()
-        n_tok = _count_tokens(host_batch)
-        batch = _to_device(host_batch, run.device)
+            waited = time.perf_counter() - t_wait
+            first_batch_at = first_batch_at or time.perf_counter()
+            n_tok = _count_tokens(host_batch)
+            batch = _to_device(host_batch, run.device)
         run.recorder.batch(progress.step, micro, host_batch)
-        output = engine(**batch)
+        with phase("forward"):
+            output = engine(**batch)
         loss = output.loss
         run.output_metrics.add(output)
         del output  # the logits need not live through backward
@@ -587,13 +590,16 @@ def train_step(run: Run, progress: Progress, batches, meter: Throughput) -> Step
             finite = torch.isfinite(loss.detach())
             n_bad += ~finite
             loss_sum += torch.where(finite, loss.detach(), 0.0)
-            engine.backward(loss * world if run.broken == "sum_ranks" else loss)
+            with phase("backward"):
+                engine.backward(loss * world if run.broken == "sum_ranks" else loss)
         if micro == plan.grad_accum - 1:
-            engine.step_guard.arm(sync.launch(loss_sum, n_bad, run.stop.requested, clock.now()))
+            with phase("step_sync"):
+                engine.step_guard.arm(sync.launch(loss_sum, n_bad, run.stop.requested, clock.now()))
             if agree_before_step:  # a time-budget LR follows the agreed clock: read before the step
                 agreed = sync.read()
                 clock.agree(agreed[3])
-        engine.step()
+        with phase("optimizer_step" if micro == plan.grad_accum - 1 else "engine_step"):
+            engine.step()
         progress.tokens_seen += n_tok * world
         meter.add(n_tok * world, batch["input_ids"].shape[0] * world, waited)
     if (

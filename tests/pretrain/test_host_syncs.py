@@ -123,3 +123,5 @@ def test_steady_state_steps_read_the_device_at_most_once(tmp_path):
     assert "device idle fraction: n/a" in summary
     assert f"aten::_local_scalar_dense): {len(reads)} = {len(reads) / 2:.2f} per step" in summary, summary
     assert "Self CPU" in summary  # the table of top ops
+    # each read is placed: the loop's phase and the ops around it (on a GPU the sync calls are placed the same way)
+    assert f"  {len(reads)}: optimizer_step: " in summary and "aten::_fused_adamw_ >" in summary, summary
