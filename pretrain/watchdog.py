@@ -54,6 +54,14 @@ FLIGHT_RECORDER_ENTRIES = 2000  # torch's NCCL flight recorder ring (TORCH_NCCL_
 _active: Watchdog | None = None
 
 
+def find_stragglers(own: list[float], factor: float, min_excess_s: float) -> list[int]:
+    """Ranks whose own time per step exceeds the median rank's by `factor` and by `min_excess_s` seconds: the
+    absolute floor keeps millisecond steps' jitter (a tiny model on CPU, where 2 ranks' median is their mean) from
+    being reported as a slow rank."""
+    median = statistics.median(own)
+    return [r for r, t in enumerate(own) if median > 0 and t > factor * median and t - median > min_excess_s]
+
+
 def hang_limit(cfg: Any) -> float:
     """Seconds without progress that count as a hang: `watchdog.hang_timeout_s`, else 90% of the collective
     timeout."""
@@ -151,6 +159,7 @@ class Watchdog:
         self.limit, self.long_limit = hang_limit(cfg), float(cfg.deepspeed.comm_timeout_s)
         self.interval = cfg.watchdog.heartbeat_s
         self.factor = cfg.watchdog.straggler_factor
+        self.min_excess_s = cfg.watchdog.straggler_min_excess_s
         self.host = socket.gethostname()
         self.enabled = cfg.watchdog.enabled
         self.beat_state = (0, 0, "data", time.time(), time.monotonic())
@@ -223,7 +232,7 @@ class Watchdog:
         rows = gather_step_figures(mine, self.world, self.group)
         own = [f + w for f, w in rows]
         median = statistics.median(own)
-        slow = [r for r, t in enumerate(own) if median > 0 and t > self.factor * median]
+        slow = find_stragglers(own, self.factor, self.min_excess_s)
         if self.rank == 0:
             for r in slow:
                 log.warning(

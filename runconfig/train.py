@@ -273,6 +273,9 @@ class WatchdogConfig(Section):
     # A rank whose own time per step (forward passes plus loader wait, waits for other ranks left out) exceeds the
     # median rank's by this factor is logged with its host and counted (`stragglers` in the metrics). > 1.
     straggler_factor: float = 1.5
+    # ... and by at least this many seconds per step: steps of milliseconds (a tiny model on CPU) jitter by more
+    # than the factor without any rank being slow.
+    straggler_min_excess_s: float = Field(0.05, ge=0)
 
     @field_validator("straggler_factor")
     @classmethod

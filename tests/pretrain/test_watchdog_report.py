@@ -64,3 +64,14 @@ def test_the_test_only_delay_is_read_for_its_rank_alone(monkeypatch):
     monkeypatch.setenv(DELAY_ENV, "one:3")
     with pytest.raises(ValueError, match=DELAY_ENV):
         injected_delay(1)
+
+
+def test_a_straggler_must_exceed_the_median_by_the_factor_and_by_an_absolute_floor():
+    """Two CPU ranks of a tiny model step in milliseconds; one 25 ms loader hiccup is 3.5x the other rank but no
+    straggler (the floor, watchdog.straggler_min_excess_s); a rank a second behind is one."""
+    from pretrain.watchdog import find_stragglers
+
+    assert find_stragglers([0.010, 0.035], factor=1.5, min_excess_s=0.05) == []
+    assert find_stragglers([0.10, 1.10], factor=1.5, min_excess_s=0.05) == [1]
+    assert find_stragglers([0.10, 0.12, 0.11, 0.40], factor=1.5, min_excess_s=0.05) == [3]
+    assert find_stragglers([0.0, 0.0], factor=1.5, min_excess_s=0.0) == []
