@@ -23,6 +23,7 @@ still come last, a kill at any moment leaves the previous complete checkpoint as
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -303,12 +304,21 @@ def find_resume_tag(ckpt_dir: Path) -> str | None:
 
 def nonfinite_parameters(engine) -> list[str]:
     """Names of parameters with a non-finite value, over all ranks (ZeRO-3: each rank checks its partition)."""
-    bad = []
+    named = []
     for name, p in engine.module.named_parameters():
         t = getattr(p, "ds_tensor", None)
         t = p if t is None else t
-        if t.numel() and not bool(torch.isfinite(t.detach()).all()):
-            bad.append(name)
+        if t.numel():
+            named.append((name, t.detach()))
+    # one host read and one small all-reduce when every value is finite (the common case); names only then
+    flags = (
+        torch.stack([~torch.isfinite(t).all() for _, t in named])
+        if named
+        else torch.zeros(0, dtype=torch.bool)
+    )
+    if not _any_rank(bool(flags.any()), engine.device):
+        return []
+    bad = [name for (name, _), f in zip(named, flags.tolist(), strict=True) if f]
     return sorted(set(_gather(bad)))
 
 
@@ -349,6 +359,50 @@ def _abandon(folder: Path, ckpt_dir: Path, step: int, why: str, rank: int) -> Ca
     )
 
 
+def host_snapshot(obj: Any) -> Any:
+    """A copy of a state dict whose tensors live in host memory, detached from the training state: what the
+    background part of a save serializes while training goes on (torchtitan's async checkpoint stages to CPU the
+    same way). Containers are rebuilt, tensors copied (compact: a view no longer drags its whole flat buffer),
+    other values deep-copied."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return type(obj)((k, host_snapshot(v)) for k, v in obj.items())
+    if isinstance(obj, list):
+        return [host_snapshot(v) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(host_snapshot(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+class SnapshotWrites:
+    """DeepSpeed's checkpoint engine with its file writes deferred: `save` keeps a host snapshot of the state dict
+    and `flush` (the save's background part, before hashing) serializes them through the wrapped engine. The
+    step pays a memory copy instead of serialization and the disk. Everything else is the wrapped engine's."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.pending: list[tuple[Any, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def save(self, state_dict: Any, path: str) -> None:
+        self.pending.append((host_snapshot(state_dict), path))
+
+    def take(self) -> list[tuple[Any, str]]:
+        pending, self.pending = self.pending, []
+        return pending
+
+
+def _write_snapshots(inner: Any, snapshots: list[tuple[Any, str]]):
+    def write() -> None:
+        for state, path in snapshots:
+            inner.save(state, path)
+
+    return write
+
+
 def save_checkpoint(
     engine,
     ckpt_dir: Path,
@@ -361,8 +415,10 @@ def save_checkpoint(
     async_save: bool = True,
     after_complete=None,
 ) -> Path:
-    """`before_complete(folder)` runs on every rank after all files are written and before the folder is
-    marked complete (the trainer stores its export-parity probe there). `meta` (e.g. the resolved config) is
+    """`before_complete(folder)` runs on every rank after DeepSpeed's state is taken and before the folder is
+    marked complete (the trainer computes its export-parity probe there); it may return a function that writes
+    its file, which runs with the deferred writes. With `async_save`, DeepSpeed's files are host snapshots
+    (`SnapshotWrites`) written in the background with the RNG state and the probe, before the hashing. `meta` (e.g. the resolved config) is
     recorded in COMPLETE. Returns once the files are written (the rest finishes in the background, see
     `wait_for_save`; `async_save=False`: before returning); `after_complete()` runs on rank 0 after the upload
     (the trainer pushes a remote run's logs there). A folder is never marked complete when a write failed (a full disk is named, with
@@ -379,8 +435,13 @@ def save_checkpoint(
             shutil.rmtree(folder)
     dist.barrier()
     error: BaseException | None = None
+    writes: list[Any] = []  # run in the background part, before hashing
+    if async_save and not isinstance(engine.checkpoint_engine, SnapshotWrites):
+        engine.checkpoint_engine = SnapshotWrites(engine.checkpoint_engine)
     try:
         engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
+        if isinstance(engine.checkpoint_engine, SnapshotWrites):
+            writes.append(_write_snapshots(engine.checkpoint_engine.inner, engine.checkpoint_engine.take()))
     except (
         OSError,
         RuntimeError,
@@ -393,14 +454,16 @@ def save_checkpoint(
         try:
             rng_path = folder / f"rng_rank{rank:05d}.pt"
             state = rng_state()
-            atomic_write(rng_path, lambda f: torch.save(state, f))
+            writes.append(lambda: atomic_write(rng_path, lambda f: torch.save(state, f)))
         except (OSError, RuntimeError) as e:
             if _is_comm_error(e):
                 raise
             error = e
     if not _any_rank(error is not None, dev) and before_complete is not None:
         try:
-            before_complete(folder)
+            later = before_complete(folder)
+            if later is not None:
+                writes.append(later)
         except (OSError, RuntimeError) as e:
             if _is_comm_error(e):
                 raise
@@ -436,7 +499,7 @@ def save_checkpoint(
         "zero_stage": engine.zero_optimization_stage(),
     }
     global _pending
-    _pending = _Pending(tag, folder, dev)
+    _pending = _Pending(tag, folder, dev, writes)
     _pending.start(
         lambda p: _finish(
             p, ckpt_dir, step, rank, world, {**info, **(meta or {})}, keep_last, remote, after_complete
@@ -454,8 +517,8 @@ class _Pending:
     background thread. `local_done` is set once this rank's share is hashed and its done marker written (or that
     failed: `local_error`); `error` is rank 0's failure to mark the folder complete."""
 
-    def __init__(self, tag: str, folder: Path, dev) -> None:
-        self.tag, self.folder, self.dev = tag, folder, dev
+    def __init__(self, tag: str, folder: Path, dev, writes: list[Any]) -> None:
+        self.tag, self.folder, self.dev, self.writes = tag, folder, dev, writes
         self.local_done, self.abort = threading.Event(), threading.Event()
         self.local_error: BaseException | None = None
         self.error: BaseException | None = None
@@ -493,8 +556,8 @@ def _pause(phase: str) -> None:
         return
     for part in spec.split(","):
         name, _, secs = part.partition("=")
-        if name.strip() not in ("hash", "upload"):
-            raise ValueError(f"{PAUSE_ENV}={spec!r}: {name.strip()!r} is not one of hash, upload")
+        if name.strip() not in ("write", "hash", "upload"):
+            raise ValueError(f"{PAUSE_ENV}={spec!r}: {name.strip()!r} is not one of write, hash, upload")
         if name.strip() == phase:
             time.sleep(float(secs))
 
@@ -521,12 +584,16 @@ def _finish(
     COMPLETE: the previous complete checkpoint stays `latest`."""
     folder = p.folder
     try:
+        _pause("write")
+        for write in p.writes:  # this rank's deferred files: DeepSpeed's snapshots, its RNG state, the probe
+            write()
+        p.writes = []
         _pause("hash")
         mine = file_entries(folder, _my_share(_checkpoint_files(folder), rank, world))
         atomic_write(_marker(folder, rank), json.dumps(mine))
     except Exception as e:  # noqa: BLE001  (raised at the next wait, on every rank)
         p.local_error = e
-        log.error(f"[checkpoint] hashing {folder} failed on rank {rank}: {type(e).__name__}: {e}")
+        log.error(f"[checkpoint] writing or hashing {folder} failed on rank {rank}: {type(e).__name__}: {e}")
         return
     finally:
         p.local_done.set()
@@ -582,14 +649,21 @@ def wait_for_save() -> None:
     mine = [f"rank {rank}: {type(err).__name__}: {err}".splitlines()[0][:300]] if err else []
     errors = _gather(mine)
     ckpt_dir = p.folder.parent
+    free = _free_bytes(ckpt_dir)
+    full = _any_rank(err is not None and _is_disk_full(err, free), p.dev)
     if rank == 0 and not (p.folder / COMPLETE).is_file():  # never complete now: no partial folder is left
         shutil.rmtree(p.folder, ignore_errors=True)
     dist.barrier()
     last = complete_tags(ckpt_dir)
+    why = (
+        f"saving checkpoint {p.folder} failed: the disk is full ({free / 2**20:.1f} MiB free on the filesystem "
+        f"of {ckpt_dir}); free space or lower checkpoint.keep_last, then resume"
+        if full
+        else f"finishing checkpoint {p.tag} in the background failed ({'; '.join(errors)}); "
+        f"{free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir}"
+    )
     raise CannotContinue(
-        f"finishing checkpoint {p.tag} in the background failed ({'; '.join(errors)}); "
-        f"{_free_bytes(ckpt_dir) / 2**20:.1f} MiB free on the filesystem of {ckpt_dir}; last good checkpoint: "
-        + (f"{last[-1]} in {ckpt_dir}" if last else f"none in {ckpt_dir}")
+        f"{why}; last good checkpoint: " + (f"{last[-1]} in {ckpt_dir}" if last else f"none in {ckpt_dir}")
     )
 
 

@@ -721,11 +721,13 @@ def client_state(run: Run, progress: Progress) -> dict[str, Any]:
 def save(run: Run, progress: Progress) -> None:
     """A checkpoint (with the probe logits the export checks against); a remote run pushes its logs with it."""
 
-    def store_probe(folder: Path) -> None:
-        """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all)."""
+    def store_probe(folder: Path):
+        """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all); rank 0 returns
+        the write of the probe file, which the checkpoint runs with its other deferred files."""
         logits = probe_logits(run.engine, run.probe_batch, run.device)
         if run.rank == 0:
-            save_probe(folder / PROBE_FILE, run.probe_batch, logits)
+            return lambda: save_probe(folder / PROBE_FILE, run.probe_batch, logits)
+        return None
 
     cfg = run.cfg
     ckpt.save_checkpoint(

@@ -140,9 +140,10 @@ class CheckpointConfig(Section):
     # the new order from its beginning. Without it such a change is refused. A rerun (requeue) with the flag
     # whose data order already matches resumes it normally: nothing is reset twice.
     reset_data_order: bool = False
-    # Saving returns once every rank's files are written; hashing, COMPLETE, `latest`, pruning and a remote run's
-    # upload finish in a background thread (the next save and the end of the run wait for it). false: all of it
-    # before the step goes on, as before.
+    # Saving returns once every rank's state is copied to host memory (DeepSpeed's model and optimizer state, the
+    # RNG state, the parity probe's logits); writing those files, hashing, COMPLETE, `latest`, pruning and a remote
+    # run's upload finish in a background thread (the next save and the end of the run wait for it), so a save
+    # needs host memory for one copy of the rank's checkpoint. false: all of it before the step goes on.
     async_save: bool = True
 
 

@@ -97,6 +97,15 @@ def test_verdicts_name_their_budget_and_judge_what_the_issue_asks():
         assert v[f"adaptation_{method}_gpt2-budget_pretrained_vs_random_init_at_8.1Mtok"].endswith(outcome)
     continued = v["adaptation_ulmfit_continued_gpt2-budget_at_8.1Mtok"]
     assert "not run" in continued and continued.endswith(" fail") and "ours=n/a" in continued
+    task = _task()  # the export continued on BBC's training text, 2 points over the export without it
+    task["continued"] = {"arm": _arm(0.82), "margin": 0.02, "p_value": 0.03, "steps": 50}
+    continued = _verdicts(task)["adaptation_ulmfit_continued_gpt2-budget_at_8.1Mtok"]
+    assert "ours=0.820 peer=0.800" in continued and "goal=+1pt" in continued and continued.endswith(" pass")
+    task["continued"] = {"arm": _arm(0.805), "margin": 0.005, "p_value": 0.6, "steps": 50}
+    assert _verdicts(task)["adaptation_ulmfit_continued_gpt2-budget_at_8.1Mtok"].endswith(" fail")
+    task["continued"] = {"arm": _arm(None, collapsed=True), "steps": 50}
+    continued = _verdicts(task)["adaptation_ulmfit_continued_gpt2-budget_at_8.1Mtok"]
+    assert "collapsed" in continued and continued.endswith(" fail")
     v = _verdicts(_task(lora=(0.76, 0.74), frozen=(0.50, 0.48)))
     assert v["adaptation_lora_vs_full_gpt2-budget_at_8.1Mtok"].endswith(" fail")  # 4 points below full
     assert v["adaptation_lora_gpt2-budget_pretrained_vs_random_init_at_8.1Mtok"].endswith(" fail")
@@ -117,6 +126,11 @@ def test_a_collapsed_or_missing_method_fails_its_verdicts():
 def test_table_has_a_row_per_method_and_the_best_layer_beside_the_last():
     lines = A.table_lines("gpt2-budget", _task())
     assert [ln.split()[0] for ln in lines[2:]] == A.METHODS
+    task = _task()
+    task["continued"] = {"arm": _arm(0.82), "margin": 0.02, "p_value": 0.03, "steps": 50}
+    row = A.table_lines("gpt2-budget", task)[-1]
+    assert row.split()[0] == "continued" and "0.820±0.010" in row and "+2.0" in row and "0.030" in row
+    assert "50 steps" in row
     assert "0.800±0.010" in lines[2] and "+10.0" in lines[2]
     (layer,) = A.layer_lines("gpt2-budget", _task())
     assert "best probed layer 2" in layer and "0.660" in layer and "last layer (4) 0.610" in layer
@@ -129,7 +143,7 @@ def test_transfer_verdicts_say_their_budget(tmp_path):
     assert rep.verdicts[0].startswith("VERDICT transfer_bbc_gpt2-budget_vs_random_init_at_8.1Mtok: ")
 
 
-@pytest.mark.integration  # data stages, two 2-rank pretraining runs, export, 4 methods x 2 arms: ~16 min at load 19
+@pytest.mark.integration  # data stages, two 2-rank pretraining runs, export, 4 methods x 2 arms, continued: ~18 min at load 19
 @pytest.mark.deepspeed
 @pytest.mark.timeout(1500)  # on 2 cores shared with 7 other jobs; a quiet machine takes a few minutes
 def test_adaptation_bench_smoke_runs_the_whole_path():
@@ -144,4 +158,8 @@ def test_adaptation_bench_smoke_runs_the_whole_path():
         for method in A.METHODS:
             assert f"VERDICT adaptation_{method}_{recipe}_pretrained_vs_random_init_at_0.0819Mtok: " in out
         assert f"{recipe} pretrained: best probed layer" in out
+        # ULMFiT's second stage ran: the export continued on BBC's training text, fine-tuned, judged
+        assert f"VERDICT adaptation_ulmfit_continued_{recipe}_at_0.0819Mtok: " in out
+    assert "continued pretraining FAILED" not in out and "(not run)" not in out
+    assert out.count("  continued ") == 2  # its row in each recipe's table
     assert "wrote " not in out  # a smoke run writes no results file

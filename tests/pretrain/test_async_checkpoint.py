@@ -63,8 +63,20 @@ def _wait_for(what, p: subprocess.Popen, timeout: float = 300):
     raise AssertionError("timed out waiting")
 
 
+def _unfinished(ckpt_dir: Path) -> list[str]:
+    """Checkpoint folders that exist but are not complete (with async saves, the files are written later)."""
+    if not ckpt_dir.is_dir():
+        return []
+    return sorted(
+        d.name for d in ckpt_dir.iterdir() if d.name.startswith("step") and not (d / COMPLETE).exists()
+    )
+
+
 @pytest.mark.timeout(900)
-def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_run, tmp_path):
+@pytest.mark.parametrize("phase", ["hash", "write"])
+def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_run, tmp_path, phase):
+    """`hash`: killed while the written files are hashed; `write`: while the host snapshots of DeepSpeed's state,
+    the RNG files and the probe are still being written (the step went on with the snapshot in memory)."""
     ref_dir, kill_dir = tmp_path / "ref", tmp_path / "killed"
     ref_dir.mkdir()
     kill_dir.mkdir()
@@ -74,16 +86,18 @@ def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_ru
     run = Path(out.split("=", 1)[1])
     ckpts = run / "checkpoints"
     log = open(tmp_path / "killed.log", "w")
-    # Every save's hashing takes 4 s longer in the background: the step after a save goes on meanwhile.
-    p = _start(gpt2_run, [out, *OVERRIDES], log, pause="hash=4")
+    # Every save's background phase takes 4 s longer: the step after a save goes on meanwhile.
+    p = _start(gpt2_run, [out, *OVERRIDES], log, pause=f"{phase}=4")
     try:
         _wait_for(lambda: complete_tags(ckpts), p)
-        # the next save's files are written and its background part is hashing: training has gone past it
-        pending = _wait_for(lambda: _finishing(ckpts), p)[-1]
+        # the next save's background part is writing or hashing: training has gone past it
+        pending = _wait_for(lambda: (_finishing if phase == "hash" else _unfinished)(ckpts), p)[-1]
         step = int(pending[4:])
         _wait_for(lambda: max(_logged_steps(run), default=0) > step, p)
         latest_before = (ckpts / "latest").read_text()
         assert not (ckpts / pending / COMPLETE).exists()
+        if phase == "write":  # nothing of it on disk yet: the step went on with the snapshot in memory
+            assert not (ckpts / pending / "rng_rank00000.pt").exists()
     finally:
         _kill_tree(p)
     assert latest_before < pending
@@ -190,7 +204,7 @@ def test_bad_pause_spec_is_refused():
 
     os.environ[PAUSE_ENV] = "hashing=1"
     try:
-        with pytest.raises(ValueError, match="'hashing' is not one of hash, upload"):
+        with pytest.raises(ValueError, match="'hashing' is not one of write, hash, upload"):
             _pause("hash")
     finally:
         del os.environ[PAUSE_ENV]
