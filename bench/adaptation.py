@@ -165,11 +165,15 @@ def continued_verdict(rep: C.Report, recipe: str, task: dict, at: str) -> None:
     if c is None or got is None or without is None or "margin" not in c:
         why = "not run" if c is None else "collapsed or missing arm"
         fmt = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
-        rep.record(f"VERDICT {name}: ours={fmt(got)} peer={fmt(without)} ratio=n/a "
-                   f"goal=+{CONTINUED_GOAL_POINTS:g}pt ({why}) fail")  # fmt: skip
+        rep.record(
+            f"VERDICT {name}: ours={fmt(got)} peer={fmt(without)} ratio=n/a "
+            f"goal=+{CONTINUED_GOAL_POINTS:g}pt ({why}) fail"
+        )
         return
-    rep.line(f"{recipe}: continued pretraining, {c.get('steps')} steps on BBC's training text: "
-             f"{100 * c['margin']:+.1f} points over the export, p={c.get('p_value')}")  # fmt: skip
+    rep.line(
+        f"{recipe}: continued pretraining, {c.get('steps')} steps on BBC's training text: "
+        f"{100 * c['margin']:+.1f} points over the export, p={c.get('p_value')}"
+    )
     rep.margin(name, got, without, CONTINUED_GOAL_POINTS)
 
 
@@ -182,8 +186,22 @@ def continue_recipe(r: dict, smoke: bool) -> None:
     steps = SMOKE_CONTINUED_STEPS if smoke else max(2, math.ceil(CONTINUED_FRACTION * (r["steps"] or 0)))
     out = Path(r["run_dir"]) / "continued-finetune"
     t0 = time.perf_counter()
-    C.run_cmd([sys.executable, "-m", "adapt", "continue", "--config", str(r["cfg"]), "--steps", str(steps),
-               "--out", str(out)], timeout=7200, env=C.child_env(threads=2))  # fmt: skip
+    C.run_cmd(
+        [
+            sys.executable,
+            "-m",
+            "adapt",
+            "continue",
+            "--config",
+            str(r["cfg"]),
+            "--steps",
+            str(steps),
+            "--out",
+            str(out),
+        ],
+        timeout=7200,
+        env=C.child_env(threads=2),
+    )
     report = json.loads((out / "transfer.json").read_text())
     for name, task in report["tasks"].items():
         if name in r["tasks"] and "continued" in task:

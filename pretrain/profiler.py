@@ -107,8 +107,14 @@ def call_sites(prof: Any, names: tuple[str, ...]) -> Counter:
         if e.name not in names:
             continue
         start, end = e.time_range.start, e.time_range.end
-        around = [o for o in host if o is not e and o.time_range.start <= start and o.time_range.end >= end
-                  and (o.name.startswith(("aten::", PHASE_PREFIX)) or o.name in names)]  # fmt: skip
+        around = [
+            o
+            for o in host
+            if o is not e
+            and o.time_range.start <= start
+            and o.time_range.end >= end
+            and (o.name.startswith(("aten::", PHASE_PREFIX)) or o.name in names)
+        ]
         around.sort(key=lambda o: o.time_range.start)  # outermost first
         phases = [o.name[len(PHASE_PREFIX) :] for o in around if o.name.startswith(PHASE_PREFIX)]
         ops = [o.name for o in around if not o.name.startswith(PHASE_PREFIX)][-3:]

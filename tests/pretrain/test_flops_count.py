@@ -66,6 +66,6 @@ def test_a_configs_flops_per_token_leaves_out_the_untied_input_embedding(preset,
     from runconfig import load_config
 
     root = Path(__file__).resolve().parents[2]
-    cfg = load_config(root / "configs" / f"{preset}.yaml", [f"tokenizer.vocab_size={vocab}",
-                      f"model.vocab_pad_multiple={pad}"])  # fmt: skip
+    overrides = [f"tokenizer.vocab_size={vocab}", f"model.vocab_pad_multiple={pad}"]
+    cfg = load_config(root / "configs" / f"{preset}.yaml", overrides)
     assert config_flops_per_token(cfg) == expected
