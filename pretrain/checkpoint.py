@@ -23,7 +23,6 @@ still come last, a kill at any moment leaves the previous complete checkpoint as
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import random
@@ -362,8 +361,9 @@ def _abandon(folder: Path, ckpt_dir: Path, step: int, why: str, rank: int) -> Ca
 def host_snapshot(obj: Any) -> Any:
     """A copy of a state dict whose tensors live in host memory, detached from the training state: what the
     background part of a save serializes while training goes on (torchtitan's async checkpoint stages to CPU the
-    same way). Containers are rebuilt, tensors copied (compact: a view no longer drags its whole flat buffer),
-    other values deep-copied."""
+    same way). Containers are rebuilt and tensors copied (compact: a view no longer drags its whole flat buffer);
+    other values are kept as they are (numbers, strings, DeepSpeed's config object: nothing the step changes, and
+    some, like a process group, cannot be copied)."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
@@ -372,7 +372,7 @@ def host_snapshot(obj: Any) -> Any:
         return [host_snapshot(v) for v in obj]
     if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
         return tuple(host_snapshot(v) for v in obj)
-    return copy.deepcopy(obj)
+    return obj
 
 
 class SnapshotWrites:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from pretrain import checkpoint as ckpt
 from pretrain import resume_diff
@@ -221,3 +222,27 @@ def test_plan_shows_the_resume_point_and_config_changes(tmp_path):
         "refused (the run stops unless checkpoint.accept_config_changes=true): batch.global_batch_size: 32 -> 64"
         in text
     )
+
+
+def test_a_host_snapshot_is_detached_compact_and_keeps_what_cannot_be_copied():
+    """What an async save writes in the background: the state at the save, whatever the step does next."""
+    import threading
+    from collections import OrderedDict
+
+    from pretrain.checkpoint import host_snapshot
+
+    flat = torch.arange(1000, dtype=torch.float32)
+    lock = threading.Lock()  # stands in for what deepcopy cannot copy (a process group, DeepSpeed's config)
+    state = {
+        "module": OrderedDict(w=flat[:10]),
+        "groups": [{"lr": 0.1, "params": [0, 1]}],
+        "cfg": lock,
+        "shapes": (torch.Size([10]),),
+    }
+    snap = host_snapshot(state)
+    flat.add_(1.0)  # the next optimizer step
+    state["groups"][0]["lr"] = 0.2
+    assert torch.equal(snap["module"]["w"], torch.arange(10, dtype=torch.float32))
+    assert snap["module"]["w"].untyped_storage().nbytes() == 10 * 4  # a view's copy holds only its own values
+    assert type(snap["module"]) is OrderedDict and snap["groups"][0]["lr"] == 0.1
+    assert snap["cfg"] is lock and snap["shapes"] == (torch.Size([10]),)
