@@ -23,6 +23,7 @@ still come last, a kill at any moment leaves the previous complete checkpoint as
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -361,38 +362,52 @@ def _abandon(folder: Path, ckpt_dir: Path, step: int, why: str, rank: int) -> Ca
 def host_snapshot(obj: Any) -> Any:
     """A copy of a state dict whose tensors live in host memory, detached from the training state: what the
     background part of a save serializes while training goes on (torchtitan's async checkpoint stages to CPU the
-    same way). Containers are rebuilt and tensors copied (compact: a view no longer drags its whole flat buffer);
-    other values are kept as they are (numbers, strings, DeepSpeed's config object: nothing the step changes, and
-    some, like a process group, cannot be copied)."""
+    same way). Containers are copied (their own type kept: OrderedDict, torch.Size, a namedtuple) and tensors
+    copied (compact: a view no longer drags its whole flat buffer); other values are kept as they are (numbers,
+    strings, DeepSpeed's config object: nothing the step changes, and some, like a process group, cannot be
+    copied)."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
-        return type(obj)((k, host_snapshot(v)) for k, v in obj.items())
+        out = copy.copy(obj)  # keeps a subclass and its attributes (a defaultdict's factory)
+        for k, v in obj.items():
+            out[k] = host_snapshot(v)
+        return out
     if isinstance(obj, list):
-        return [host_snapshot(v) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return type(obj)(host_snapshot(v) for v in obj) if type(obj) is list else obj
+    if type(obj) is tuple:
         return tuple(host_snapshot(v) for v in obj)
-    return obj
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
+        return type(obj)(*(host_snapshot(v) for v in obj))
+    return obj  # torch.Size and other immutable values
 
 
 class SnapshotWrites:
-    """DeepSpeed's checkpoint engine with its file writes deferred: `save` keeps a host snapshot of the state dict
-    and `flush` (the save's background part, before hashing) serializes them through the wrapped engine. The
-    step pays a memory copy instead of serialization and the disk. Everything else is the wrapped engine's."""
+    """DeepSpeed's checkpoint engine, recording the files it saves (each rank hashes the files it wrote itself) and,
+    with `defer`, deferring them: `save` keeps a host snapshot of the state dict and the save's background part
+    writes it through the wrapped engine before hashing, so the step pays a memory copy instead of serialization
+    and the disk. Everything else is the wrapped engine's."""
 
     def __init__(self, inner: Any):
-        self.inner = inner
+        self.inner, self.defer = inner, False
         self.pending: list[tuple[Any, str]] = []
+        self.paths: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def save(self, state_dict: Any, path: str) -> None:
-        self.pending.append((host_snapshot(state_dict), path))
+        self.paths.append(path)
+        if self.defer:
+            self.pending.append((host_snapshot(state_dict), path))
+        else:
+            self.inner.save(state_dict, path)
 
-    def take(self) -> list[tuple[Any, str]]:
-        pending, self.pending = self.pending, []
-        return pending
+    def take(self) -> tuple[list[tuple[Any, str]], list[str]]:
+        """(the deferred writes, every path saved) since the last call."""
+        taken = self.pending, self.paths
+        self.pending, self.paths = [], []
+        return taken
 
 
 def _write_snapshots(inner: Any, snapshots: list[tuple[Any, str]]):
@@ -436,12 +451,17 @@ def save_checkpoint(
     dist.barrier()
     error: BaseException | None = None
     writes: list[Any] = []  # run in the background part, before hashing
-    if async_save and not isinstance(engine.checkpoint_engine, SnapshotWrites):
+    own: list[Path] = []  # the files this rank writes: it hashes them once they are written
+    if not isinstance(engine.checkpoint_engine, SnapshotWrites):
         engine.checkpoint_engine = SnapshotWrites(engine.checkpoint_engine)
+    ds_writes = engine.checkpoint_engine
+    ds_writes.defer = async_save
+    ds_writes.take()  # nothing left from a failed save
     try:
         engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
-        if isinstance(engine.checkpoint_engine, SnapshotWrites):
-            writes.append(_write_snapshots(engine.checkpoint_engine.inner, engine.checkpoint_engine.take()))
+        pending, paths = ds_writes.take()
+        writes.append(_write_snapshots(ds_writes.inner, pending))
+        own += [Path(x) for x in paths]
     except (
         OSError,
         RuntimeError,
@@ -455,6 +475,7 @@ def save_checkpoint(
             rng_path = folder / f"rng_rank{rank:05d}.pt"
             state = rng_state()
             writes.append(lambda: atomic_write(rng_path, lambda f: torch.save(state, f)))
+            own.append(rng_path)
         except (OSError, RuntimeError) as e:
             if _is_comm_error(e):
                 raise
@@ -499,7 +520,7 @@ def save_checkpoint(
         "zero_stage": engine.zero_optimization_stage(),
     }
     global _pending
-    _pending = _Pending(tag, folder, dev, writes)
+    _pending = _Pending(tag, folder, dev, writes, own)
     _pending.start(
         lambda p: _finish(
             p, ckpt_dir, step, rank, world, {**info, **(meta or {})}, keep_last, remote, after_complete
@@ -517,8 +538,8 @@ class _Pending:
     background thread. `local_done` is set once this rank's share is hashed and its done marker written (or that
     failed: `local_error`); `error` is rank 0's failure to mark the folder complete."""
 
-    def __init__(self, tag: str, folder: Path, dev, writes: list[Any]) -> None:
-        self.tag, self.folder, self.dev, self.writes = tag, folder, dev, writes
+    def __init__(self, tag: str, folder: Path, dev, writes: list[Any], own: list[Path]) -> None:
+        self.tag, self.folder, self.dev, self.writes, self.own = tag, folder, dev, writes, own
         self.local_done, self.abort = threading.Event(), threading.Event()
         self.local_error: BaseException | None = None
         self.error: BaseException | None = None
@@ -589,7 +610,11 @@ def _finish(
             write()
         p.writes = []
         _pause("hash")
-        mine = file_entries(folder, _my_share(_checkpoint_files(folder), rank, world))
+        # the files this rank wrote (another rank's may not be written yet); rank 0 hashes what is left below
+        names = sorted(
+            {str(f.relative_to(folder)) for f in p.own if f.parent == folder or folder in f.parents}
+        )
+        mine = file_entries(folder, names)
         atomic_write(_marker(folder, rank), json.dumps(mine))
     except Exception as e:  # noqa: BLE001  (raised at the next wait, on every rank)
         p.local_error = e
@@ -608,6 +633,8 @@ def _finish(
         for m in markers:
             files.update(json.loads(m.read_text()))
             m.unlink()
+        # every rank has written its files: whatever no rank hashed as its own (the probe) is hashed here
+        files.update(file_entries(folder, [n for n in _checkpoint_files(folder) if n not in files]))
         write_complete(folder, meta, files)
         atomic_write(ckpt_dir / "latest", p.tag)
     except (OSError, ValueError) as e:
