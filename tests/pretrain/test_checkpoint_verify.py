@@ -246,4 +246,5 @@ def test_a_host_snapshot_is_detached_compact_and_keeps_what_cannot_be_copied():
     assert snap["module"]["w"].untyped_storage().nbytes() == 10 * 4  # a view's copy holds only its own values
     assert type(snap["module"]) is OrderedDict and snap["groups"][0]["lr"] == 0.1
     assert snap["cfg"] is lock and snap["shapes"] == (torch.Size([10]),)
-    assert type(snap["shapes"][0]) is torch.Size  # DeepSpeed's param_shapes: zero_to_fp32 calls .numel() on them
+    # DeepSpeed's param_shapes: zero_to_fp32 calls .numel() on them
+    assert type(snap["shapes"][0]) is torch.Size
