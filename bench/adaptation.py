@@ -183,6 +183,8 @@ def continue_recipe(r: dict, smoke: bool) -> None:
     import json
     import math
 
+    from adapt.report import RESULT_FILE
+
     steps = SMOKE_CONTINUED_STEPS if smoke else max(2, math.ceil(CONTINUED_FRACTION * (r["steps"] or 0)))
     out = Path(r["run_dir"]) / "continued-finetune"
     t0 = time.perf_counter()
@@ -202,7 +204,7 @@ def continue_recipe(r: dict, smoke: bool) -> None:
         timeout=7200,
         env=C.child_env(threads=2),
     )
-    report = json.loads((out / "transfer.json").read_text())
+    report = json.loads((out / RESULT_FILE).read_text())
     for name, task in report["tasks"].items():
         if name in r["tasks"] and "continued" in task:
             r["tasks"][name]["continued"] = {**task["continued"], "steps": steps}

@@ -347,6 +347,14 @@ def _is_disk_full(err: BaseException, free: int) -> bool:
     return is_disk_full(err) or free < (4 << 20)
 
 
+def _disk_full_message(folder: Path, ckpt_dir: Path, free: int) -> str:
+    """A save that failed on a full disk, whether its files were written on the step or in the background."""
+    return (
+        f"saving checkpoint {folder} failed: the disk is full ({free / 2**20:.1f} MiB free on the filesystem of "
+        f"{ckpt_dir}); free space or lower checkpoint.keep_last, then resume"
+    )
+
+
 def _abandon(folder: Path, ckpt_dir: Path, step: int, why: str, rank: int) -> CannotContinue:
     """Remove a checkpoint folder that will never be complete (all ranks call this together)."""
     if rank == 0:
@@ -373,8 +381,8 @@ def host_snapshot(obj: Any) -> Any:
         for k, v in obj.items():
             out[k] = host_snapshot(v)
         return out
-    if isinstance(obj, list):
-        return type(obj)(host_snapshot(v) for v in obj) if type(obj) is list else obj
+    if type(obj) is list:
+        return [host_snapshot(v) for v in obj]
     if type(obj) is tuple:
         return tuple(host_snapshot(v) for v in obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
@@ -433,8 +441,8 @@ def save_checkpoint(
     """`before_complete(folder)` runs on every rank after DeepSpeed's state is taken and before the folder is
     marked complete (the trainer computes its export-parity probe there); it may return a function that writes
     its file, which runs with the deferred writes. With `async_save`, DeepSpeed's files are host snapshots
-    (`SnapshotWrites`) written in the background with the RNG state and the probe, before the hashing. `meta` (e.g. the resolved config) is
-    recorded in COMPLETE. Returns once the files are written (the rest finishes in the background, see
+    (`SnapshotWrites`) written in the background with the RNG state and the probe, before the hashing. `meta`
+    (e.g. the resolved config) is recorded in COMPLETE. Returns once the files are written (the rest finishes in the background, see
     `wait_for_save`; `async_save=False`: before returning); `after_complete()` runs on rank 0 after the upload
     (the trainer pushes a remote run's logs there). A folder is never marked complete when a write failed (a full disk is named, with
     the free space) or the weights are not finite: it is removed and the run stops (CannotContinue) naming the
@@ -495,8 +503,7 @@ def save_checkpoint(
         full = _any_rank(error is not None and _is_disk_full(error, free), dev)
         errors = _gather(mine)
         why = (
-            f"saving checkpoint {folder} failed: the disk is full ({free / 2**20:.1f} MiB free on the "
-            f"filesystem of {ckpt_dir}); free space or lower checkpoint.keep_last, then resume"
+            _disk_full_message(folder, ckpt_dir, free)
             if full
             else f"saving checkpoint {folder} failed ({'; '.join(errors)}); "
             f"{free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir}"
@@ -611,9 +618,7 @@ def _finish(
         p.writes = []
         _pause("hash")
         # the files this rank wrote (another rank's may not be written yet); rank 0 hashes what is left below
-        names = sorted(
-            {str(f.relative_to(folder)) for f in p.own if f.parent == folder or folder in f.parents}
-        )
+        names = sorted({str(f.relative_to(folder)) for f in p.own if folder in f.parents})
         mine = file_entries(folder, names)
         atomic_write(_marker(folder, rank), json.dumps(mine))
     except Exception as e:  # noqa: BLE001  (raised at the next wait, on every rank)
@@ -683,8 +688,7 @@ def wait_for_save() -> None:
     dist.barrier()
     last = complete_tags(ckpt_dir)
     why = (
-        f"saving checkpoint {p.folder} failed: the disk is full ({free / 2**20:.1f} MiB free on the filesystem "
-        f"of {ckpt_dir}); free space or lower checkpoint.keep_last, then resume"
+        _disk_full_message(p.folder, ckpt_dir, free)
         if full
         else f"finishing checkpoint {p.tag} in the background failed ({'; '.join(errors)}); "
         f"{free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir}"
