@@ -22,16 +22,7 @@ from data_pipeline.readers.base import (
     reader_traits,
     special_file_kind,
 )
-from data_pipeline.readers.formats import (
-    hf_is_saved,
-    read_csv,
-    read_hf_dataset,
-    read_jsonl,
-    read_parquet,
-    read_text_file,
-)
-from data_pipeline.readers.ranges import split_file, split_lines, split_parquet, split_warc
-from data_pipeline.readers.warc import read_warc
+from data_pipeline.readers.ranges import split_file
 from runconfig.data import SourceConfig
 
 __all__ = [
@@ -65,11 +56,6 @@ class WorkShard:
     rows: tuple[int, int] | None = None
 
 
-def _label(rel: str) -> str | None:
-    parts = rel.split("/")
-    return parts[-2] if len(parts) >= 2 else None
-
-
 def plan_source_shards(
     source: SourceConfig, docs_per_shard: int, max_task_bytes: int | None = None
 ) -> list[WorkShard]:
@@ -92,37 +78,6 @@ def plan_source_shards(
     return [WorkShard(source.name, i, (f,)) for i, f in enumerate(pieces)]
 
 
-def _plan_hf_dataset(
-    source: SourceConfig, docs_per_shard: int
-) -> list[tuple[tuple[SourceFile, ...], tuple[int, int] | None]]:
-    """A `save_to_disk` folder: row ranges of `docs_per_shard`; data files: one task per file."""
-    from core.paths import expand_placeholders
-
-    tasks: list[tuple[tuple[SourceFile, ...], tuple[int, int] | None]] = []
-    for raw in source.paths:
-        path = expand_placeholders(raw)
-        if hf_is_saved(path):
-            import datasets
-
-            n = len(_first_split(datasets.load_from_disk(path)))
-            rel = path.rstrip("/").rsplit("/", 1)[-1]
-            tasks += [
-                ((SourceFile(path, rel),), (lo, lo + docs_per_shard))
-                for lo in range(0, max(n, 1), docs_per_shard)
-            ]
-        else:
-            tasks += [((f,), None) for f in list_source_files([raw])]
-    return tasks
-
-
-def _first_split(ds):
-    import datasets
-
-    if isinstance(ds, datasets.DatasetDict):
-        return ds["train"] if "train" in ds else ds[next(iter(ds))]
-    return ds
-
-
 # -- readers by name ---------------------------------------------------------------------------------------
 # A reader turns one file of a work shard into Documents: (source, shard, file, errors, max_doc_bytes) ->
 # Iterator[Document]; bad records go to `errors`, never raise. Outside packages add formats through the
@@ -142,40 +97,9 @@ def register_reader(name: str, reader: Reader, traits: ReaderTraits | None = Non
     READERS.register(name, reader)
 
 
-def _text(source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int):
-    return read_text_file(src, source.name, errors, max_doc_bytes, None)
-
-
-def _text_folder(
-    source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int
-):
-    label = _label(src.rel) if source.label_from_folder else None
-    return read_text_file(src, source.name, errors, max_doc_bytes, label)
-
-
-_LINES = ReaderTraits(split=split_lines)
-_WARC = ReaderTraits(split=split_warc, splits_compressed=True)
-register_reader(
-    "warc", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb), _WARC
-)
-register_reader("wet", lambda source, shard, src, errors, mdb: read_warc(src, source.name, errors, mdb, wet=True),
-                _WARC)  # fmt: skip
-register_reader("jsonl", lambda source, shard, src, errors, mdb: read_jsonl(src, source.name, source.text_field,
-                                                                             errors, mdb), _LINES)  # fmt: skip
-register_reader("csv", lambda source, shard, src, errors, mdb: read_csv(src, source.name, source.text_field,
-                                                                         errors, mdb))  # fmt: skip
-register_reader("tsv", lambda source, shard, src, errors, mdb: read_csv(src, source.name, source.text_field,
-                                                                         errors, mdb, delimiter="\t"))  # fmt: skip
-register_reader("parquet", lambda source, shard, src, errors, mdb: read_parquet(src, source.name, source.text_field,
-                                                                                 errors),
-                ReaderTraits(split=split_parquet, splits_compressed=True))  # fmt: skip
-register_reader("text", _text, ReaderTraits(one_doc_per_file=True))
-register_reader("text_folder", _text_folder, ReaderTraits(one_doc_per_file=True))
-register_reader("hf_dataset", lambda source, shard, src, errors, mdb: read_hf_dataset(
-    src.path, src.rel, source.name, source.text_field, errors, shard.rows),
-    ReaderTraits(plan=_plan_hf_dataset, paths_are_files=False))  # fmt: skip
-# Versioned with lmstack itself; a plug-in reader's code goes into the clean stage's fingerprint.
-BUILTIN_READERS = frozenset(READERS)
+# Versioned with lmstack itself (its pyproject.toml's entry points); a plug-in reader's code goes into the clean
+# stage's fingerprint.
+BUILTIN_READERS = READERS.builtin_names()
 
 
 def read_shard_docs(

@@ -1,4 +1,5 @@
-"""Shared reader plumbing: where a source's files are, how a bad record is reported, bounded reads."""
+"""Shared reader plumbing: where a source's files are, how a bad record is reported, bounded reads, a table row as
+a Document."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import signal
 import stat
 import threading
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,6 +17,7 @@ from typing import IO, Any
 
 import fsspec
 
+from core.document import Document, stable_id
 from core.paths import expand_placeholders
 
 # A report that names every bad record can itself become huge on a rotten crawl; past this many per shard
@@ -350,3 +353,39 @@ def decode_text(data: bytes) -> tuple[str | None, str, str]:
         return data.decode(best.encoding), best.encoding, "detected"
     except (UnicodeDecodeError, LookupError):
         return None, best.encoding, "undecodable"
+
+
+# What a damaged compressed stream raises (zstandard has its own error type on a damaged frame).
+DECOMP_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, OSError)
+try:
+    import zstandard
+
+    DECOMP_ERRORS = (*DECOMP_ERRORS, zstandard.ZstdError)
+except ImportError:  # pragma: no cover
+    pass
+
+
+def _as_str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def doc_from_row(
+    row: dict, text_field: str, src: SourceFile, source: str, offset: int, errors: ErrorLog
+) -> Document | None:
+    """A record of a table-like format (JSONL, CSV, Parquet, HF datasets) as a Document; a row without the text
+    field is a named skip."""
+    text = row.get(text_field)
+    if not isinstance(text, str):
+        errors.add(src.path, offset, "missing_text_field", f"no string field '{text_field}'")
+        return None
+    meta: dict[str, Any] = {"file": src.path, "offset": offset}
+    if row.get("label") is not None:
+        meta["label"] = row["label"]
+    return Document(
+        id=stable_id(source, src.rel, offset),
+        text=text,
+        url=_as_str(row.get("url")),
+        timestamp=_as_str(row.get("timestamp") or row.get("date")),
+        source=source,
+        meta=meta,
+    )

@@ -6,13 +6,19 @@ import gzip
 import logging
 import zlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from warcio.archiveiterator import ArchiveIterator as _WarcioIterator
 from warcio.exceptions import ArchiveLoadFailed
 
 from core.document import Document, stable_id
-from data_pipeline.readers.base import ErrorLog, SourceFile, looks_binary, open_binary
+from data_pipeline.readers.base import ErrorLog, ReaderTraits, SourceFile, looks_binary, open_binary
+from data_pipeline.readers.ranges import split_warc
 from data_pipeline.readers.record_starts import is_gzip_member, next_record_start
+
+if TYPE_CHECKING:
+    from data_pipeline.readers import WorkShard
+    from runconfig.data import SourceConfig
 
 # warcio writes "Record not followed by newline" straight to sys.stderr, into the progress bar; routed to its
 # logger instead, which the CLI sends to the run's log file (core/log.py).
@@ -230,3 +236,20 @@ def _read_sequential(
                     yield doc
         except (ArchiveLoadFailed, EOFError, zlib.error, OSError, ValueError) as e:
             errors.add(src.path, offset, "corrupt_warc_record", f"{type(e).__name__}: {e}"[:200])
+
+
+def warc_reader(
+    source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int
+) -> Iterator[Document]:
+    return read_warc(src, source.name, errors, max_doc_bytes)
+
+
+def wet_reader(
+    source: SourceConfig, shard: WorkShard, src: SourceFile, errors: ErrorLog, max_doc_bytes: int
+) -> Iterator[Document]:
+    return read_warc(src, source.name, errors, max_doc_bytes, wet=True)
+
+
+# A file is cut at record starts (gzip members or WARC/ lines), compressed or not.
+warc_reader.traits = ReaderTraits(split=split_warc, splits_compressed=True)  # type: ignore[attr-defined]
+wet_reader.traits = ReaderTraits(split=split_warc, splits_compressed=True)  # type: ignore[attr-defined]

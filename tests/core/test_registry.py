@@ -117,3 +117,15 @@ def test_a_declared_family_without_implementation_is_named():
             get_family("declared_only")
     finally:
         del FAMILIES._entries["declared_only"]
+
+
+def test_every_builtin_entry_point_names_the_finished_object_in_its_own_module():
+    """A built-in is one file plus one entry, as an outside plug-in is: its entry point names an object
+    (`module:attr`), never a package that registers its members on import."""
+    from core.registry import builtin_entry_points
+
+    for group, eps in builtin_entry_points().items():
+        for ep in eps:
+            assert ":" in ep.value, f"{group} {ep.name} = {ep.value}: names a module, not the object"
+            obj = ep.load()
+            assert not isinstance(obj, type(pickle)), f"{group} {ep.name} = {ep.value} is a module"

@@ -20,7 +20,9 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from data_pipeline.readers import ErrorLog, SourceFile, read_shard_docs
-from data_pipeline.readers.formats import read_csv, read_jsonl, read_text_file
+from data_pipeline.readers.delimited import read_csv
+from data_pipeline.readers.jsonl import read_jsonl
+from data_pipeline.readers.text import read_text_file
 from data_pipeline.readers.warc import read_warc
 from runconfig.data import SourceConfig
 from tests.data_pipeline.test_bad_input import bbc_texts
