@@ -14,6 +14,7 @@ from pydantic import Field
 
 from core.specs import FamilySpec, Options
 from pretrain.families import shapes
+from pretrain.families.registry import token_ids_for
 
 if TYPE_CHECKING:
     from runconfig.model import ModelConfig
@@ -45,7 +46,7 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
         initializer_range=m.initializer_range,
         type_vocab_size=2,  # BERT's segment table, as the released checkpoints have it
         tie_word_embeddings=m.tie_word_embeddings,
-        pad_token_id=tokenizer.pad_token_id,
+        **token_ids_for(tokenizer, "pad_token_id"),
     )
 
 

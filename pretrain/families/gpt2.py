@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pretrain.families import shapes
-from pretrain.families.registry import FamilySpec
-from pretrain.families.roberta import special_ids
+from pretrain.families.registry import FamilySpec, token_ids_for
 
 if TYPE_CHECKING:
     from runconfig.model import ModelConfig
@@ -31,7 +30,7 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
         tie_word_embeddings=m.tie_word_embeddings,
         # GPT-2's tanh GELU as one fused kernel; the default `gelu_new` composes it from ~8 elementwise kernels.
         activation_function="gelu_pytorch_tanh",
-        **special_ids(tokenizer),
+        **token_ids_for(tokenizer, "pad_token_id", "bos_token_id", "eos_token_id"),
     )
 
 

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from core.specs import FamilySpec, Options
-from pretrain.families.registry import reject_t5_shape_keys
-from pretrain.families.roberta import special_ids
+from pretrain.families.registry import reject_t5_shape_keys, token_ids_for
 
 if TYPE_CHECKING:
     from runconfig.model import ModelConfig
@@ -63,7 +62,7 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
         rope_parameters={"rope_type": "default", "rope_theta": o.rope_theta},
         attention_dropout=m.attention_dropout,
         tie_word_embeddings=m.tie_word_embeddings,
-        **special_ids(tokenizer),
+        **token_ids_for(tokenizer, "pad_token_id", "bos_token_id", "eos_token_id"),
     )
     # transformers 5 saves the base only inside `rope_parameters`; 4.x reads the top-level `rope_theta` (and
     # would fall back to 10K without it), 5.x folds the key back into `rope_parameters` on load.

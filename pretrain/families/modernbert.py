@@ -17,7 +17,7 @@ from pydantic import Field
 
 from core.specs import FamilySpec, Options
 from pretrain.families import shapes
-from pretrain.families.registry import reject_t5_shape_keys
+from pretrain.families.registry import reject_t5_shape_keys, token_ids_for
 
 if TYPE_CHECKING:
     from runconfig.model import ModelConfig
@@ -44,8 +44,7 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     from transformers import ModernBertConfig
 
     o = ModernBertOptions.model_validate(m.options)
-    cls = getattr(tokenizer, "cls_token_id", None)
-    sep = getattr(tokenizer, "sep_token_id", None)
+    ids = token_ids_for(tokenizer, "pad_token_id", "cls_token_id", "sep_token_id")
     return ModernBertConfig(
         vocab_size=vocab_size,
         hidden_size=m.hidden_size,
@@ -67,11 +66,9 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
         sparse_prediction=o.sparse_prediction,
         classifier_pooling=o.classifier_pooling,
         tie_word_embeddings=m.tie_word_embeddings,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id if cls is None else cls,
-        eos_token_id=tokenizer.eos_token_id if sep is None else sep,
-        cls_token_id=tokenizer.bos_token_id if cls is None else cls,
-        sep_token_id=tokenizer.eos_token_id if sep is None else sep,
+        bos_token_id=ids["cls_token_id"],  # an encoder's inputs open with [CLS] and close with [SEP]
+        eos_token_id=ids["sep_token_id"],
+        **ids,
     )
 
 

@@ -25,6 +25,8 @@ __all__ = [
     "get_family",
     "register_family",
     "reject_t5_shape_keys",
+    "special_token_ids",
+    "token_ids_for",
 ]
 
 
@@ -56,3 +58,25 @@ def reject_t5_shape_keys(m: Any, family: str, kind: str) -> None:
                 f"model.{key}: not used by model.family '{family}' ({kind}; head size is "
                 f"hidden_size / num_heads)"
             )
+
+
+def special_token_ids(tokenizer: Any) -> dict[str, int | None]:
+    """The special-token ids a family's HF config takes, read from the run's tokenizer by one rule for every
+    family: pad, bos and eos as the tokenizer names them; cls and sep as [CLS] and [SEP] where it has them
+    (WordPiece), else its bos and eos (`<s>`, `</s>`; GPT-2's `<|endoftext|>`). Each builder takes the keys its
+    config has from this dict instead of deriving its own."""
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    cls, sep = getattr(tokenizer, "cls_token_id", None), getattr(tokenizer, "sep_token_id", None)
+    return {
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "cls_token_id": bos if cls is None else cls,
+        "sep_token_id": eos if sep is None else sep,
+    }
+
+
+def token_ids_for(tokenizer: Any, *keys: str) -> dict[str, int | None]:
+    """`special_token_ids` restricted to the keys one family's config takes."""
+    ids = special_token_ids(tokenizer)
+    return {k: ids[k] for k in keys}

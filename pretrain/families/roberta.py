@@ -6,15 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pretrain.families import shapes
-from pretrain.families.registry import FamilySpec
+from pretrain.families.registry import FamilySpec, token_ids_for
 
 if TYPE_CHECKING:
     from runconfig.model import ModelConfig
-
-
-def special_ids(tokenizer: Any) -> dict[str, Any]:
-    return {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
-            "eos_token_id": tokenizer.eos_token_id}  # fmt: skip
 
 
 def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
@@ -33,7 +28,7 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
         initializer_range=m.initializer_range,
         type_vocab_size=1,
         tie_word_embeddings=m.tie_word_embeddings,
-        **special_ids(tokenizer),
+        **token_ids_for(tokenizer, "pad_token_id", "bos_token_id", "eos_token_id"),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pretrain.families import shapes
-from pretrain.families.registry import FamilySpec, default_probe_inputs
+from pretrain.families.registry import FamilySpec, default_probe_inputs, token_ids_for
 
 if TYPE_CHECKING:
     from runconfig.model import ModelConfig
@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     from transformers import T5Config
+
+    ids = token_ids_for(tokenizer, "pad_token_id", "eos_token_id")
 
     return T5Config(
         vocab_size=vocab_size,
@@ -28,9 +30,8 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
         initializer_factor=m.initializer_range,
         feed_forward_proj=m.feed_forward_proj,
         tie_word_embeddings=m.tie_word_embeddings,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.pad_token_id,
+        **ids,
+        decoder_start_token_id=ids["pad_token_id"],  # T5 starts decoding from pad, as the released models do
     )
 
 
