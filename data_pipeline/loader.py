@@ -111,11 +111,19 @@ def _ignore_stop_signals(_worker_id: int) -> None:
         signal.signal(s, signal.SIG_IGN)
 
 
+def _pinned(batch: Any) -> Any:
+    """The first micro-batch, collated outside the DataLoader, pinned as the DataLoader pins the others."""
+    if isinstance(batch, dict):
+        return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    return batch.pin_memory() if isinstance(batch, torch.Tensor) else batch
+
+
 class PretrainLoader:
     """This rank's micro-batches. Train: endless (epoch after epoch); eval: one pass over the held-out samples."""
 
     def __init__(self, cfg: RunConfig, rank: int, world_size: int, split: str = "train",
-                 collate_fn: Callable[[list[dict]], Any] | None = None, tokens_dir: str | None = None):  # fmt: skip
+                 collate_fn: Callable[[list[dict]], Any] | None = None, tokens_dir: str | None = None,
+                 pin_memory: bool = False):  # fmt: skip
         if split not in ("train", "eval"):
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
         if not 0 <= rank < world_size:
@@ -123,6 +131,9 @@ class PretrainLoader:
         from core.run_layout import RunLayout
 
         self.cfg, self.rank, self.world_size, self.split = cfg, rank, world_size, split
+        # Page-locked batches for a CUDA rank: the step's `to(device, non_blocking=True)` is then a real async copy;
+        # from pageable memory the driver stages it and may wait on the stream (as llm-foundry and Megatron pin).
+        self.pin_memory = pin_memory
         lc = cfg.loader
         layout = RunLayout(cfg)
         url = tokens_dir or lc.tokens_url or str(layout.tokens)
@@ -294,10 +305,13 @@ class PretrainLoader:
             # worker's fork and first round trip cost ~50-100 ms, more than the batch itself); the workers take
             # over from the second. Same batches: every random decision is a function of (seed, epoch, sample id).
             first = next(sampler, None)
-        dl = DataLoader(dataset, batch_sampler=sampler, collate_fn=self.collate_fn, **kwargs)
+        dl = DataLoader(
+            dataset, batch_sampler=sampler, collate_fn=self.collate_fn, pin_memory=self.pin_memory, **kwargs
+        )
         batches = iter(dl)  # with workers: they start now, in the background
         if first is not None:
-            batches = itertools.chain([self.collate_fn([dataset[k] for k in first])], batches)
+            batch = self.collate_fn([dataset[k] for k in first])
+            batches = itertools.chain([_pinned(batch) if self.pin_memory else batch], batches)
         yield from batches
 
     # ------------------------------------------------------------------ state

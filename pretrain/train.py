@@ -25,7 +25,7 @@ from data_pipeline.objectives import build_collator
 from data_pipeline.token_shards import TokenShardError
 from pretrain import checkpoint as ckpt
 from pretrain import lr_scaling, resume_diff
-from pretrain.engine import build_engine, init_distributed
+from pretrain.engine import accelerator_name, build_engine, init_distributed
 from pretrain.evaluation import evaluate
 from pretrain.metrics import (
     MetricsLogger,
@@ -470,10 +470,11 @@ def build_run_model(cfg: RunConfig, layout: RunLayout, load_dir: Path, tag: str 
 
 def build_loaders(cfg: RunConfig, rank: int, world: int, tokenizer) -> tuple[PretrainLoader, PretrainLoader]:
     collate = build_collator(cfg, tokenizer)
+    pin = accelerator_name() == "cuda"  # page-locked batches: the copy to the device overlaps the step
     try:
         return (
-            PretrainLoader(cfg, rank, world, split="train", collate_fn=collate),
-            PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate),
+            PretrainLoader(cfg, rank, world, split="train", collate_fn=collate, pin_memory=pin),
+            PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate, pin_memory=pin),
         )
     except TokenShardError as e:  # a damaged or replaced shard: a restart would fail the same way
         raise ckpt.CannotContinue(str(e)) from None

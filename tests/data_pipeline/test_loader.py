@@ -100,6 +100,21 @@ def test_workers_give_identical_batches(cfg):
         assert all(torch.equal(x[k], y[k]) for k in x)
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_batches_for_a_cuda_rank_are_page_locked(cfg, workers):
+    """A CUDA rank's batches, the first (collated here) and those of the workers, come pinned, so the step's
+    non-blocking copy to the device does not wait on the stream; the same batches as unpinned ones."""
+    if not torch.cuda.is_available():
+        pytest.skip("pinning needs a CUDA device")
+    c = cfg.model_copy(deep=True)
+    c.loader.num_workers = workers
+    pinned, plain = iter(PretrainLoader(c, 0, 2, pin_memory=True)), iter(PretrainLoader(c, 0, 2))
+    for _ in range(3):
+        x, y = next(pinned), next(plain)
+        assert all(x[k].is_pinned() and not y[k].is_pinned() for k in x)
+        assert all(torch.equal(x[k], y[k]) for k in x)
+
+
 def test_collate_fn_receives_samples(cfg):
     seen = []
 
