@@ -62,7 +62,7 @@ test: $(TEST_STAMP)
 # ip netns, shellcheck); otherwise those tests skip with a reason.
 test-all: $(TEST_STAMP)
 	if [ "$$(id -u)" -eq 0 ]; then bash launch/ci_setup.sh; fi
-	$(call run_pytest,--durations=25)
+	$(call run_pytest,--durations=60)
 
 # The unit tests alone: no DeepSpeed, no service, no side venv.
 test-unit: $(TEST_STAMP)
