@@ -28,9 +28,7 @@ def read_hf_dataset(
     import datasets
 
     if hf_is_saved(path):
-        ds = datasets.load_from_disk(path)
-        if isinstance(ds, datasets.DatasetDict):
-            ds = ds["train"] if "train" in ds else ds[next(iter(ds))]
+        ds = _first_split(datasets.load_from_disk(path))
         lo, hi = rows if rows is not None else (0, len(ds))
         part = ds.select(range(lo, min(hi, len(ds))))
         it: Iterator[dict] = iter(part)

@@ -250,6 +250,5 @@ def wet_reader(
     return read_warc(src, source.name, errors, max_doc_bytes, wet=True)
 
 
-# A file is cut at record starts (gzip members or WARC/ lines), compressed or not.
-warc_reader.traits = ReaderTraits(split=split_warc, splits_compressed=True)  # type: ignore[attr-defined]
-wet_reader.traits = ReaderTraits(split=split_warc, splits_compressed=True)  # type: ignore[attr-defined]
+# A file is cut at record starts (gzip members or WARC/ lines), compressed or not: both formats alike.
+warc_reader.traits = wet_reader.traits = ReaderTraits(split=split_warc, splits_compressed=True)  # type: ignore[attr-defined]
