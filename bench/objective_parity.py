@@ -34,7 +34,8 @@ objective is printed for information (ELECTRA's is ~1% below the reference objec
 model: the objectives' loss values differ slightly while the models they train score alike under either).
 `--sabotage mask_rate` (our side masks 10% / noise density 0.10 instead of 15%) and `--sabotage shift_labels`
 (our labels one position right of the inputs; T5's decoder inputs still come from the true targets) must make
-the verdicts fail (tests/bench/test_objective_parity.py proves each).
+the verdicts fail (tests/bench/test_objective_parity.py proves each). `--sabotage none mask_rate shift_labels`
+trains each of those sides against one reference run, with a VERDICT each.
 
 `python bench/objective_parity.py [--objectives mlm span_corruption electra] [--seeds 3] [--steps 150] [--quick]`
 """
@@ -429,8 +430,11 @@ def train_and_eval(
     return Side(losses[0], losses[1], predicted, real, aligned, rows)
 
 
-def run_objective(s: Setup, seeds: list[int], sabotage: str | None) -> tuple[list[Side], list[Side]]:
-    """Per seed: (ours, reference)."""
+def run_objective(
+    s: Setup, seeds: list[int], sabotages: list[str | None]
+) -> tuple[dict[str | None, list[Side]], list[Side]]:
+    """Per seed: our side once per entry of `sabotages` (None: as shipped) and the reference once, which every one
+    of our sides is judged against (the reference does not depend on how our side is broken)."""
     import torch
 
     weight = (
@@ -440,7 +444,8 @@ def run_objective(s: Setup, seeds: list[int], sabotage: str | None) -> tuple[lis
     def plain(model: Any, batch: dict) -> Any:
         return model(**batch).loss
 
-    ours, ref = [], []
+    ours: dict[str | None, list[Side]] = {x: [] for x in sabotages}
+    ref = []
     for seed in seeds:
         # Each side builds its own model from the same seed (identical weights). Not a deepcopy: sparse prediction
         # replaces `forward` on the instance with a closure over that instance, so a copy would train the original.
@@ -460,10 +465,14 @@ def run_objective(s: Setup, seeds: list[int], sabotage: str | None) -> tuple[lis
             def referee(es: int = eval_seed) -> tuple[Callable, Callable]:
                 return reference_collator(s, es), plain
 
-        def own(es: int = eval_seed) -> tuple[Callable, Callable]:
-            return our_collator(s, es, sabotage), plain
+        for sabotage in sabotages:
 
-        ours.append(train_and_eval(s, build(s, seed), our_collator(s, seed, sabotage), plain, own, referee))
+            def own(es: int = eval_seed, sab: str | None = sabotage) -> tuple[Callable, Callable]:
+                return our_collator(s, es, sab), plain
+
+            ours[sabotage].append(
+                train_and_eval(s, build(s, seed), our_collator(s, seed, sabotage), plain, own, referee)
+            )
         ref.append(train_and_eval(s, build(s, seed), reference_collator(s, seed), ref_loss, referee, referee))
     return ours, ref
 
@@ -485,13 +494,67 @@ def rate_tolerance(ours: list[Side], ref: list[Side]) -> tuple[float, float, flo
     return ro, rr, abs(ro - rr), 4 * math.sqrt(rr * (1 - rr) / max(dr, 1)) + 0.002
 
 
+def report_side(
+    rep: C.Report, s: Setup, name: str, sides_o: list[Side], sides_r: list[Side], secs: float
+) -> None:
+    """The lines and the VERDICT of one of our sides against the reference."""
+    ours, ref = [x.loss for x in sides_o], [x.loss for x in sides_r]
+    diff, tol = tolerance(ours, ref)
+    own, own_diff = (
+        [x.own_loss for x in sides_o],
+        abs(statistics.mean(x.own_loss for x in sides_o) - statistics.mean(ref)),
+    )
+    ro, rr, rdiff, rtol = rate_tolerance(sides_o, sides_r)
+
+    def ms(xs: list[float]) -> str:
+        return (
+            f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs) if len(xs) > 1 else 0:.4f} "
+            f"[{', '.join(f'{x:.4f}' for x in xs)}]"
+        )
+
+    rep.line(
+        f"{name} ({s.family}, {len(s.train)} steps, {len(s.held_out)} held-out batches, {secs:.0f}s): held-out "
+        f"loss under the reference objective: ours {ms(ours)}; reference {ms(ref)}; |diff| {diff:.4f}, tolerance "
+        f"{tol:.4f} ({'within' if diff <= tol else 'OUTSIDE'})"
+    )
+    rep.line(
+        f"  for information, our model under our own objective: {ms(own)} (|diff| to the reference "
+        f"{own_diff:.4f})"
+    )
+    rep.line(
+        f"  {RATE_NAME[s.objective]} over the training batches: ours {ro:.4f}, reference {rr:.4f}; |diff| "
+        f"{rdiff:.4f}, tolerance {rtol:.4f} ({'within' if rdiff <= rtol else 'OUTSIDE'})"
+    )
+    ao = sum(x.aligned for x in sides_o) / max(1, sum(x.rows for x in sides_o))
+    ar = sum(x.aligned for x in sides_r) / max(1, sum(x.rows for x in sides_r))
+    rep.line(
+        f"  rows whose labels are what the inputs hide: ours {ao:.2%}, reference {ar:.2%} "
+        f"({'same' if ao >= ar - 1e-3 else 'FEWER'})"
+    )
+    # One verdict per side: the held-out loss AND the recipe's rate must agree (at these sizes a 10% masking rate
+    # trains to the same held-out loss as 15% within seed noise; its rate does not).
+    rep.within(
+        f"objective_parity_{name}",
+        statistics.mean(ours),
+        statistics.mean(ref),
+        diff,
+        tol,
+        also=rdiff <= rtol and ao >= ar - 1e-3,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--objectives", nargs="*", default=list(OBJECTIVES), choices=OBJECTIVES)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=150, help="optimizer steps (micro-batch 16 x 64 tokens)")
     ap.add_argument(
-        "--sabotage", choices=SABOTAGES, default=None, help="break our side; the verdicts must fail"
+        "--sabotage",
+        nargs="+",
+        choices=("none", *SABOTAGES),
+        default=["none"],
+        help="break our side; the verdicts must fail. Several: one side each (none: as shipped), all judged "
+        "against one reference run, a VERDICT each (objective_parity_<objective>_sabotaged_<name>)",
     )
     ap.add_argument("--quick", action="store_true", help="fewer steps (60); not saved")
     a = ap.parse_args()
@@ -500,11 +563,13 @@ def main() -> None:
     torch.set_num_threads(1)
     if a.quick:
         a.steps = min(a.steps, 60)
-    rep = C.Report(__file__, save=not (a.quick or a.sabotage))
+    sabotages = [None if x == "none" else x for x in dict.fromkeys(a.sabotage)]
+    broken = [x for x in sabotages if x]
+    rep = C.Report(__file__, save=not (a.quick or broken))
     rep.line(
         f"objectives {', '.join(a.objectives)}; {a.seeds} seeds; {a.steps} steps of 16 x 64 tokens; "
         f"tolerance |diff of means| <= 2 x pooled seed sd + {EPS_FRACTION:.0%} of the reference mean"
-        + (f"; SABOTAGE {a.sabotage} on our side" if a.sabotage else "")
+        + (f"; SABOTAGE {', '.join(broken)} on our side" if broken else "")
     )
     seeds = list(range(1, a.seeds + 1))
     t0 = time.perf_counter()
@@ -514,51 +579,16 @@ def main() -> None:
             s, data = prepare(objective, Path(d), a.steps, cleaned)
             cleaned = cleaned or data
             t1 = time.perf_counter()
-            sides_o, sides_r = run_objective(s, seeds, a.sabotage)
-            ours, ref = [x.loss for x in sides_o], [x.loss for x in sides_r]
-            diff, tol = tolerance(ours, ref)
-            own, own_diff = (
-                [x.own_loss for x in sides_o],
-                abs(statistics.mean(x.own_loss for x in sides_o) - statistics.mean(ref)),
-            )
-            ro, rr, rdiff, rtol = rate_tolerance(sides_o, sides_r)
-
-            def ms(xs: list[float]) -> str:
-                return (
-                    f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs) if len(xs) > 1 else 0:.4f} "
-                    f"[{', '.join(f'{x:.4f}' for x in xs)}]"
+            sides_o, sides_r = run_objective(s, seeds, sabotages)
+            secs = time.perf_counter() - t1
+            for sabotage, sides in sides_o.items():
+                # one side: the verdict keeps the objective's name, sabotaged or not (as a single --sabotage ran)
+                name = (
+                    objective
+                    if len(sabotages) == 1 or sabotage is None
+                    else f"{objective}_sabotaged_{sabotage}"
                 )
-
-            rep.line(
-                f"{objective} ({s.family}, {len(s.train)} steps, {len(s.held_out)} held-out batches, "
-                f"{time.perf_counter() - t1:.0f}s): held-out loss under the reference objective: ours {ms(ours)}"
-                f"; reference {ms(ref)}; |diff| {diff:.4f}, tolerance {tol:.4f} "
-                f"({'within' if diff <= tol else 'OUTSIDE'})"
-            )
-            rep.line(
-                f"  for information, our model under our own objective: {ms(own)} (|diff| to the reference "
-                f"{own_diff:.4f})"
-            )
-            rep.line(
-                f"  {RATE_NAME[objective]} over the training batches: ours {ro:.4f}, reference {rr:.4f}; |diff| "
-                f"{rdiff:.4f}, tolerance {rtol:.4f} ({'within' if rdiff <= rtol else 'OUTSIDE'})"
-            )
-            ao = sum(x.aligned for x in sides_o) / max(1, sum(x.rows for x in sides_o))
-            ar = sum(x.aligned for x in sides_r) / max(1, sum(x.rows for x in sides_r))
-            rep.line(
-                f"  rows whose labels are what the inputs hide: ours {ao:.2%}, reference {ar:.2%} "
-                f"({'same' if ao >= ar - 1e-3 else 'FEWER'})"
-            )
-            # One verdict per objective: the held-out loss AND the recipe's rate must agree (at these sizes a
-            # 10% masking rate trains to the same held-out loss as 15% within seed noise; its rate does not).
-            rep.within(
-                f"objective_parity_{objective}",
-                statistics.mean(ours),
-                statistics.mean(ref),
-                diff,
-                tol,
-                also=rdiff <= rtol and ao >= ar - 1e-3,
-            )
+                report_side(rep, s, name, sides, sides_r, secs)
     rep.line(f"total {time.perf_counter() - t0:.0f}s")
     sys.exit(rep.finish())
 

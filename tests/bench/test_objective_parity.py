@@ -86,24 +86,22 @@ def _run(objective: str, *extra: str) -> dict[str, str]:
     res = subprocess.run([sys.executable, str(ROOT / "bench" / "objective_parity.py"), "--quick", "--objectives",
                           objective, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1100)  # fmt: skip
     verdicts = dict(VERDICT.findall(res.stdout))
-    assert list(verdicts) == [objective], res.stdout[-2000:] + res.stderr[-3000:]
-    assert res.returncode == (0 if verdicts[objective] == "pass" else 1)
+    assert verdicts, res.stdout[-2000:] + res.stderr[-3000:]
+    assert res.returncode == (0 if set(verdicts.values()) == {"pass"} else 1), res.stdout[-2000:]
     return verdicts
 
 
+# Our side as shipped and each sabotage of it, in one run against one reference per seed (the reference does not
+# depend on our side): as shipped must pass, every sabotage must fail its own verdict.
 @pytest.mark.integration
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("objective", op.OBJECTIVES)
-def test_our_objective_matches_its_reference(objective):
-    assert _run(objective) == {objective: "pass"}
-
-
-@pytest.mark.integration
-@pytest.mark.timeout(1200)
-@pytest.mark.parametrize("sabotage", op.SABOTAGES)
-@pytest.mark.parametrize("objective", op.OBJECTIVES)
-def test_a_sabotaged_objective_fails(objective, sabotage):
-    assert _run(objective, "--sabotage", sabotage) == {objective: "fail"}
+def test_our_objective_matches_its_reference_and_each_sabotage_fails(objective):
+    verdicts = _run(objective, "--sabotage", "none", *op.SABOTAGES)
+    assert verdicts == {
+        objective: "pass",
+        **{f"{objective}_sabotaged_{name}": "fail" for name in op.SABOTAGES},
+    }, verdicts
 
 
 @pytest.mark.timeout(60)
