@@ -104,7 +104,7 @@ def test_sigkill_anywhere_then_resume_is_bit_exact(family, request, tmp_path):
                 kills.append(f"random at {time.time() - t0:.1f}s, complete: {complete_tags(ckpt_dir)}")
             time.sleep(0.005)
         if p.returncode == 0:
-            break  # finished before the planned kill: fine, the comparison still holds
+            break  # finished before the second kill: the assertion on the kills below names it
     p = start_training(run_config, [out, *OVERRIDES], log)
     assert p.wait(timeout=600) == 0, (tmp_path / "killed.log").read_text()[-4000:]
     log.close()
