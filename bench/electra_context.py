@@ -29,6 +29,9 @@ the corpus is only the BBC package's, so this is a diagnostic of the objective, 
 
 `python bench/electra_context.py [--steps 1000] [--bodies electra modernbert] [--lr 1e-3] [--set model.num_layers=2]
 [--ablate geglu post_ln+abs_pos ...] [--no-save]` (a run at another LR or with `--set` overrides of both presets is printed, not saved)
+On a GPU (issue 46: the preset's discriminator for as many steps as some minutes allow):
+`python3 bench/electra_context.py --device cuda --batch 128 --minutes 4 --bodies electra modernbert` (each body
+trained for 4 minutes' worth of steps, timed first; writes electra_context-gpu.txt)
 """
 
 from __future__ import annotations
@@ -89,8 +92,10 @@ def identity_bound(counts: Counter, candidates: list[int], special: set[int]) ->
 def corrupt(batch: Any, candidates: Any, special: Any, gen: Any) -> tuple[Any, Any]:
     import torch
 
-    sel = (torch.rand(batch.shape, generator=gen) < MASK_RATE) & ~torch.isin(batch, special)
-    draw = candidates[torch.randint(0, len(candidates), batch.shape, generator=gen)]
+    # the generator lives on the batch's device: a GPU run draws there, with no host round trip
+    dev = batch.device
+    sel = (torch.rand(batch.shape, generator=gen, device=dev) < MASK_RATE) & ~torch.isin(batch, special)
+    draw = candidates[torch.randint(0, len(candidates), batch.shape, generator=gen, device=dev)]
     corrupted = torch.where(sel, draw, batch)
     return corrupted, (corrupted != batch).float()
 
@@ -256,6 +261,32 @@ def build(body: str, hf: Any, vocab: int, overrides: list[str]) -> Any:
     return m, cfg, lambda ids: m.head(m.body(input_ids=ids).last_hidden_state).squeeze(-1)
 
 
+def time_steps(body: str, hf: Any, data: Any, candidates: Any, special: Any, overrides: list[str],
+               batch: int, n: int = 30) -> float:  # fmt: skip
+    """Seconds per training step of `body` (a throwaway copy, after 10 warm-up steps): what `--minutes` buys."""
+    import torch
+    import torch.nn.functional as F
+
+    model, _, logits_of = build(body, hf, len(hf), overrides)
+    model.to(data.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator(device=data.device).manual_seed(3)
+    sync = torch.cuda.synchronize if data.device.type == "cuda" else (lambda: None)
+    for i in range(10 + n):
+        if i == 10:
+            sync()
+            t0 = time.perf_counter()
+        x, y = corrupt(data[torch.randint(0, len(data), (batch,), generator=gen, device=data.device)], candidates,
+                       special, gen)  # fmt: skip
+        loss = F.binary_cross_entropy_with_logits(logits_of(x), y)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    sync()
+    return (time.perf_counter() - t0) / n
+
+
 def train(
     body: str,
     hf: Any,
@@ -267,12 +298,22 @@ def train(
     lr: float,
     overrides: list[str],
     rep: C.Report,
-):
+    batch: int = BATCH,
+    minutes: float | None = None,
+) -> float:
     import torch
     import torch.nn.functional as F
 
+    dev = data.device
+    # as many steps as the minutes allow, fixed before training so that the schedule is whole
+    if minutes is not None:
+        per_step = time_steps(body, hf, data, candidates, special, overrides, batch)
+        steps = max(100, int(minutes * 60 / per_step / 1.05))  # 5% for the held-out evaluations
+        rep.line(f"  {body}: {per_step * 1e3:.2f} ms per step of {batch} sequences on {dev}: {steps} steps "
+                 f"in {minutes:g} min")  # fmt: skip
     torch.manual_seed(0)
     model, cfg, logits_of = build(body, hf, len(hf), overrides)
+    model.to(dev)
     o = cfg.optim
     decay = [p for p in model.parameters() if p.ndim >= 2]
     rest = [p for p in model.parameters() if p.ndim < 2]
@@ -284,8 +325,8 @@ def train(
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / warm, (steps - s) / (steps - warm))
     )
-    gen = torch.Generator().manual_seed(1)
-    held_gen = torch.Generator().manual_seed(2)
+    gen = torch.Generator(device=dev).manual_seed(1)
+    held_gen = torch.Generator(device=dev).manual_seed(2)
     held_in, held_y = corrupt(held, candidates, special, held_gen)
 
     def evaluate() -> float:
@@ -296,9 +337,11 @@ def train(
         model.train()
         return float(sum(out)) / held_y.numel()
 
+    # every 100 steps on the CPU budgets; about 50 evaluations in all on a long GPU run
+    every = max(100, steps // 50 // 100 * 100)
     t0, bce = time.perf_counter(), float("nan")
     for step in range(steps):
-        idx = torch.randint(0, len(data), (BATCH,), generator=gen)
+        idx = torch.randint(0, len(data), (batch,), generator=gen, device=dev)
         x, y = corrupt(data[idx], candidates, special, gen)
         loss = F.binary_cross_entropy_with_logits(logits_of(x), y)
         opt.zero_grad()
@@ -306,7 +349,7 @@ def train(
         torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip or 1.0)
         opt.step()
         sched.step()
-        if (step + 1) % 100 == 0 or step + 1 == steps:
+        if (step + 1) % every == 0 or step + 1 == steps:
             bce = evaluate()
             rep.line(f"  {body}: step {step + 1}: held-out BCE {bce:.4f} ({time.perf_counter() - t0:.0f}s)")
     return bce
@@ -333,6 +376,10 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=PEAK_LR, help="peak LR (a run at another LR is not saved)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="preset overrides (not saved)")
     ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (a GPU run writes electra_context-gpu.txt)")
+    ap.add_argument("--batch", type=int, default=BATCH, help="sequences per step")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="train each body for as many steps as this allows (timed first), instead of --steps")  # fmt: skip
     args = ap.parse_args()
 
     import torch
@@ -341,9 +388,11 @@ def main() -> int:
     for name in args.ablate:
         _parse_ablation(name)  # an unknown switch stops before any training
     bodies = [*args.bodies, *(f"modernbert:{a}" for a in args.ablate)]
-    default_run = not args.no_save and args.lr == PEAK_LR and not args.set
+    gpu = args.device != "cpu"
+    default_run = not args.no_save and args.lr == PEAK_LR and not args.set and (gpu or args.batch == BATCH)
     saved = default_run and (bool(args.ablate) or "electra" in args.bodies)
-    rep = C.Report(__file__, save=saved, variant="ablation" if args.ablate else None)
+    variant = "-".join(v for v, on in (("ablation", args.ablate), ("gpu", gpu)) if on) or None
+    rep = C.Report(__file__, save=saved, variant=variant)
     hf, stream = corpus(4096)
     special_ids = set(hf.all_special_ids)
     candidates = [i for i in range(len(hf)) if i not in special_ids]
@@ -356,13 +405,21 @@ def main() -> int:
     p = MASK_RATE * (1 - 1 / len(candidates))
     rep.line(
         f"{n} sequences of {SEQ_LEN} tokens ({len(data)} train, {len(held)} held out), vocabulary {len(hf)}; "
-        f"{MASK_RATE:.0%} of non-special tokens replaced by a uniform draw; {args.steps} steps of {BATCH} sequences, "
-        f"peak LR {args.lr:g}"
+        f"{MASK_RATE:.0%} of non-special tokens replaced by a uniform draw; "
+        f"{f'{args.minutes:g} min' if args.minutes else f'{args.steps} steps'} per body of {args.batch} sequences, "
+        f"peak LR {args.lr:g}, on {args.device}"
     )
     rep.line(f"held-out BCE: prior (replaced fraction only) about {-(p * math.log(p) + (1 - p) * math.log(1 - p)):.4f}; "
              f"token-identity bound {bound:.4f}")  # fmt: skip
-    cand, special = torch.tensor(candidates), torch.tensor(sorted(special_ids))
-    results = {b: train(b, hf, data, held, cand, special, args.steps, args.lr, args.set, rep) for b in bodies}
+    dev = torch.device(args.device)
+    cand, special = torch.tensor(candidates, device=dev), torch.tensor(sorted(special_ids), device=dev)
+    data, held = data.to(dev), held.to(dev)
+    results = {
+        b: train(
+            b, hf, data, held, cand, special, args.steps, args.lr, args.set, rep, args.batch, args.minutes
+        )
+        for b in bodies
+    }
     for b, bce in results.items():
         rep.line(f"{b}: held-out BCE {bce:.4f} = {bce / bound:.3f} x the token-identity bound")
     if "electra" in results:

@@ -119,3 +119,21 @@ def test_unknown_ablation_and_ablating_another_body_are_refused():
         ec._parse_ablation("geglu+rope")
     with pytest.raises(ValueError, match="modernbert body only"):
         ec.build("electra:geglu", _tiny_wordpiece(), 200, TINY)
+
+
+@pytest.mark.timeout(120)
+def test_minutes_picks_the_steps_from_a_timed_copy_and_trains_that_many(monkeypatch, capsys):
+    """`--minutes` (the GPU run of issue 46): the step count is fixed by timing a throwaway copy first, so the
+    schedule is whole; the floor is 100 steps."""
+    import torch
+
+    monkeypatch.setattr(ec, "SEQ_LEN", 16)
+    hf = _tiny_wordpiece()
+    data = torch.randint(5, len(hf), (64, 16), generator=torch.Generator().manual_seed(0))
+    cand = torch.arange(5, len(hf))
+    special = torch.tensor(sorted(set(hf.all_special_ids)))
+    rep = ec.C.Report("electra_context_test", save=False)
+    bce = ec.train("electra", hf, data, data[:8], cand, special, 0, 1e-3, TINY, rep, batch=4, minutes=1e-4)
+    out = capsys.readouterr().out
+    assert "ms per step of 4 sequences on cpu: 100 steps" in out, out
+    assert "step 100: held-out BCE" in out and math.isfinite(bce)
