@@ -302,30 +302,35 @@ def find_resume_tag(ckpt_dir: Path) -> str | None:
     return select_resume_tag(ckpt_dir)
 
 
-def nonfinite_parameters(engine) -> list[str]:
-    """Names of parameters with a non-finite value, over all ranks (ZeRO-3: each rank checks its partition)."""
-    named = []
+def nonfinite_flags(engine) -> tuple[list[str], torch.Tensor]:
+    """This rank's parameter names and, on the device, whether each holds a non-finite value (ZeRO-3: each rank
+    checks its partition). No host read: the caller reduces the flags with its own agreement."""
+    names, tensors = [], []
     for name, p in engine.module.named_parameters():
         t = getattr(p, "ds_tensor", None)
         t = p if t is None else t
         if t.numel():
-            named.append((name, t.detach()))
-    # one host read and one small all-reduce when every value is finite (the common case); names only then
-    flags = (
-        torch.stack([~torch.isfinite(t).all() for _, t in named])
-        if named
-        else torch.zeros(0, dtype=torch.bool)
-    )
-    if not _any_rank(bool(flags.any()), engine.device):
-        return []
-    bad = [name for (name, _), f in zip(named, flags.tolist(), strict=True) if f]
-    return sorted(set(_gather(bad)))
+            names.append(name)
+            tensors.append(t.detach())
+    if not tensors:
+        return names, torch.zeros(0, dtype=torch.bool, device=engine.device)
+    # the max-norm of each tensor, in torch's multi-tensor kernels (what clip_grad_norm_ uses): NaN or inf exactly
+    # where a value is, a few launches instead of two per parameter
+    return names, ~torch.isfinite(torch.stack(torch._foreach_norm(tensors, float("inf"))))
 
 
 def _any_rank(flag: bool, device: torch.device | str = "cpu") -> bool:
     t = torch.tensor([1.0 if flag else 0.0], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item() > 0)
+
+
+def _on_any_rank(flags: list[torch.Tensor], device: torch.device | str) -> list[bool]:
+    """Several agreements in one all-reduce and one host read: whether each flag (a 0-d device tensor) is set on
+    any rank."""
+    t = torch.stack([f.to(device=device, dtype=torch.float32) for f in flags])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [v > 0 for v in t.tolist()]
 
 
 def _free_bytes(path: Path) -> int:
@@ -456,7 +461,7 @@ def save_checkpoint(
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         if folder.exists():  # a partial save from a killed run at this same step: never mix files
             shutil.rmtree(folder)
-    dist.barrier()
+    # no barrier here: DeepSpeed's save opens with one, and no rank writes into the folder before it
     error: BaseException | None = None
     writes: list[Any] = []  # run in the background part, before hashing
     own: list[Path] = []  # the files this rank writes: it hashes them once they are written
@@ -497,7 +502,11 @@ def save_checkpoint(
             if _is_comm_error(e):
                 raise
             error = e
-    if _any_rank(error is not None, dev):
+    # the last write-error check and the finiteness check agree in one all-reduce; once it returns every rank has
+    # passed here, so no barrier follows
+    names, nonfinite = nonfinite_flags(engine)
+    failed, any_nonfinite = _on_any_rank([torch.tensor(error is not None, device=dev), nonfinite.any()], dev)
+    if failed:
         free = _free_bytes(ckpt_dir)
         mine = [f"rank {rank}: {type(error).__name__}: {error}".splitlines()[0][:300]] if error else []
         full = _any_rank(error is not None and _is_disk_full(error, free), dev)
@@ -509,9 +518,9 @@ def save_checkpoint(
             f"{free / 2**20:.1f} MiB free on the filesystem of {ckpt_dir}"
         )
         raise _abandon(folder, ckpt_dir, step, why, rank)
-    bad = nonfinite_parameters(engine)
-    dist.barrier()  # every rank's files are on disk
-    if bad:
+    if any_nonfinite:
+        mine = [n for n, f in zip(names, nonfinite.tolist(), strict=True) if f]
+        bad = sorted(set(_gather(mine)))
         raise _abandon(
             folder,
             ckpt_dir,
@@ -668,15 +677,28 @@ def wait_for_save() -> None:
     if p is None:
         return
     p.local_done.wait()
-    failed = _any_rank(p.local_error is not None, p.dev)
+    assert p.thread is not None
+    rank = dist.get_rank()
+    # One all-reduce when rank 0 has finished marking the folder (the common case: a save interval is longer than
+    # the background part); while it still waits for the others' markers, it learns first whether to stop waiting.
+    rank0_done = rank != 0 or not p.thread.is_alive()
+    failed, failed_rank0, rank0_busy = _on_any_rank(
+        [
+            torch.tensor(p.local_error is not None, device=p.dev),
+            torch.tensor(rank == 0 and rank0_done and p.error is not None, device=p.dev),
+            torch.tensor(not rank0_done, device=p.dev),
+        ],
+        p.dev,
+    )
     if failed:
         p.abort.set()
-    assert p.thread is not None
     p.thread.join()
-    failed = failed or _any_rank(p.error is not None, p.dev)
+    if rank0_busy:
+        failed = _any_rank(p.error is not None, p.dev) or failed
+    else:
+        failed = failed or failed_rank0
     if not failed:
         return
-    rank = dist.get_rank()
     err = p.local_error or p.error
     mine = [f"rank {rank}: {type(err).__name__}: {err}".splitlines()[0][:300]] if err else []
     errors = _gather(mine)
