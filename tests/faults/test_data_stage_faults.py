@@ -30,6 +30,9 @@ from runconfig import load_config
 from tests.data_pipeline.test_bad_input import bbc_texts
 
 ROOT = Path(__file__).resolve().parents[2]
+# one worker runs the module: its tests have different timeouts, and handed out one by one they met the reference
+# runs (a module fixture) three times
+pytestmark = pytest.mark.xdist_group("data-stage-faults")
 STAGE_ORDER = ("clean", "dedup", "train-tokenizer", "tokenize")
 OUTPUT = {"clean": "clean", "dedup": "dedup", "train-tokenizer": "tokenizer", "tokenize": "tokens"}
 # What appears once a stage writes (temporary files included: pathlib's glob matches hidden names).

@@ -8,12 +8,15 @@ each run its own checkpoint folder and read the shared tokens.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from core.net import free_port
 from tests.conftest import require_outside_fast_tier
@@ -126,27 +129,51 @@ def torchrun(
     return run_module(train_command(config, overrides, nproc)[1:], timeout, check)
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder filled by `build(folder)` once per test session. Under xdist the first worker to ask builds it in
+    the session's shared temporary folder while holding a file lock, and the other worker waits and reuses it:
+    each worker built its own before, about 20 s per family. Tests only read these folders (a training test runs
+    in an `isolated` folder that links to the data stages). A build that failed leaves no `.built` mark and is
+    redone by the next worker to ask."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        root = tmp_path_factory.mktemp(name)
+        build(root)
+        return root
+    shared = tmp_path_factory.getbasetemp().parent / "shared-fixtures"
+    shared.mkdir(exist_ok=True)
+    root = shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        if not (root / ".built").is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            build(root)
+            (root / ".built").touch()
+    return root
+
+
 @pytest.fixture(scope="session")
 def cleaned_corpus(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("corpus")
-    cfg = root / "clean.yaml"
-    cfg.write_text(RUN_YAML.format(root=ROOT, family="roberta", out=root / "run"))
-    run_module(["-m", "data_pipeline", "clean", "--config", str(cfg)])
-    run_module(["-m", "data_pipeline", "dedup", "--config", str(cfg)])
-    return root / "run"
+    def build(root: Path) -> None:
+        cfg = root / "clean.yaml"
+        cfg.write_text(RUN_YAML.format(root=ROOT, family="roberta", out=root / "run"))
+        run_module(["-m", "data_pipeline", "clean", "--config", str(cfg)])
+        run_module(["-m", "data_pipeline", "dedup", "--config", str(cfg)])
+
+    return built_once(tmp_path_factory, "corpus", build) / "run"
 
 
 def _prepare_family(tmp_path_factory, cleaned: Path, family: str) -> Path:
-    root = tmp_path_factory.mktemp(family)
-    out = root / "run"
-    out.mkdir()
-    for stage in ("clean", "dedup"):
-        (out / stage).symlink_to(cleaned / stage)
-    cfg = root / f"{family}.yaml"
-    cfg.write_text(RUN_YAML.format(root=ROOT, family=family, out=out))
-    run_module(["-m", "data_pipeline", "train-tokenizer", "--config", str(cfg)])
-    run_module(["-m", "data_pipeline", "tokenize", "--config", str(cfg)])
-    return cfg
+    def build(root: Path) -> None:
+        out = root / "run"
+        out.mkdir()
+        for stage in ("clean", "dedup"):
+            (out / stage).symlink_to(cleaned / stage)
+        cfg = root / f"{family}.yaml"
+        cfg.write_text(RUN_YAML.format(root=ROOT, family=family, out=out))
+        run_module(["-m", "data_pipeline", "train-tokenizer", "--config", str(cfg)])
+        run_module(["-m", "data_pipeline", "tokenize", "--config", str(cfg)])
+
+    return built_once(tmp_path_factory, family, build) / f"{family}.yaml"
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,9 @@ from core.storage import RunStore
 from tests.moto_s3 import s3_server_module, s3fs_client  # noqa: F401  (fixture)
 from tests.pretrain.conftest import ROOT, child_env, run_module, torchrun
 
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
+# one worker runs the module: the remote run (a module fixture) is trained once, not per worker
+pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420),
+              pytest.mark.xdist_group("remote-run")]  # fmt: skip
 
 URL = "s3://runs/gpt"
 
