@@ -389,6 +389,7 @@ def verdict_margin(rep: C.Report, name: str, t: dict) -> bool:
 RTD_VS_MLM = {
     "electra-budget": ("roberta-budget", "electra_vs_roberta_mlm"),
     "modernbert-rtd-budget": ("modernbert-budget", "modernbert_rtd_vs_mlm"),
+    "modernbert-rtd-uniform-budget": ("modernbert-budget", "modernbert_rtd_uniform_vs_mlm"),
 }
 
 
