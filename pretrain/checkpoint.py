@@ -319,18 +319,16 @@ def nonfinite_flags(engine) -> tuple[list[str], torch.Tensor]:
     return names, ~torch.isfinite(torch.stack(torch._foreach_norm(tensors, float("inf"))))
 
 
-def _any_rank(flag: bool, device: torch.device | str = "cpu") -> bool:
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item() > 0)
-
-
-def _on_any_rank(flags: list[torch.Tensor], device: torch.device | str) -> list[bool]:
-    """Several agreements in one all-reduce and one host read: whether each flag (a 0-d device tensor) is set on
-    any rank."""
-    t = torch.stack([f.to(device=device, dtype=torch.float32) for f in flags])
+def _on_any_rank(flags: list[bool | torch.Tensor], device: torch.device | str) -> list[bool]:
+    """Several agreements in one all-reduce and one host read: whether each flag (a bool, or a 0-d tensor left on
+    the device) is set on any rank."""
+    t = torch.stack([torch.as_tensor(f, device=device).to(torch.float32) for f in flags])
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return [v > 0 for v in t.tolist()]
+
+
+def _any_rank(flag: bool, device: torch.device | str = "cpu") -> bool:
+    return _on_any_rank([flag], device)[0]
 
 
 def _free_bytes(path: Path) -> int:
@@ -505,7 +503,7 @@ def save_checkpoint(
     # the last write-error check and the finiteness check agree in one all-reduce; once it returns every rank has
     # passed here, so no barrier follows
     names, nonfinite = nonfinite_flags(engine)
-    failed, any_nonfinite = _on_any_rank([torch.tensor(error is not None, device=dev), nonfinite.any()], dev)
+    failed, any_nonfinite = _on_any_rank([error is not None, nonfinite.any()], dev)
     if failed:
         free = _free_bytes(ckpt_dir)
         mine = [f"rank {rank}: {type(error).__name__}: {error}".splitlines()[0][:300]] if error else []
@@ -683,11 +681,7 @@ def wait_for_save() -> None:
     # the background part); while it still waits for the others' markers, it learns first whether to stop waiting.
     rank0_done = rank != 0 or not p.thread.is_alive()
     failed, failed_rank0, rank0_busy = _on_any_rank(
-        [
-            torch.tensor(p.local_error is not None, device=p.dev),
-            torch.tensor(rank == 0 and rank0_done and p.error is not None, device=p.dev),
-            torch.tensor(not rank0_done, device=p.dev),
-        ],
+        [p.local_error is not None, rank == 0 and rank0_done and p.error is not None, not rank0_done],
         p.dev,
     )
     if failed:
