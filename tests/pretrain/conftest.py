@@ -7,6 +7,7 @@ each run its own checkpoint folder and read the shared tokens.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -127,6 +128,41 @@ def torchrun(
     config: Path, overrides: list[str], nproc: int = 2, timeout: int = 300, check: bool = True
 ) -> subprocess.CompletedProcess:
     return run_module(train_command(config, overrides, nproc)[1:], timeout, check)
+
+
+# A world of one with the real engine (AdamW, ZeRO-2, compile off, a 2-layer GPT-2), after one optimizer step: the
+# start of every driver `world_of_one` runs; the driver goes on with `engine`, `ids` and `before` (the weights before
+# the step).
+WORLD_OF_ONE_ENGINE = r"""
+import json, os, sys, torch
+os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+from transformers import GPT2Config, GPT2LMHeadModel
+from runconfig import load_config
+from pretrain.engine import build_engine, init_distributed
+from pretrain.schedule import make_plan
+
+cfg = load_config("configs/gpt2-tiny.yaml", ["deepspeed.zero_stage=2", "deepspeed.compile=false",
+    "batch.global_batch_size=4", "batch.micro_batch_size=2", "launch.procs_per_node=1"])
+init_distributed(cfg)
+model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2))
+engine, _, _ = build_engine(cfg, model, make_plan(cfg, 1))
+ids = torch.randint(0, 128, (2, 32))
+before = [p.detach().clone() for p in engine.module.parameters()]
+for _ in range(engine.gradient_accumulation_steps()):
+    engine.backward(engine(input_ids=ids, labels=ids).loss)
+    engine.step()
+"""
+
+
+def world_of_one(driver: str, timeout: int = 280) -> dict:
+    """Runs WORLD_OF_ONE_ENGINE and then `driver` in a fresh process (what a rank imports is what it measures);
+    returns the JSON the driver prints after `RESULT `."""
+    env = {k: v for k, v in child_env().items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["MASTER_PORT"] = str(free_port())
+    res = subprocess.run([sys.executable, "-c", WORLD_OF_ONE_ENGINE + driver], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
+    return json.loads(next(x for x in res.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT ") :])
 
 
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:

@@ -18,7 +18,7 @@ import torch
 
 from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, COMPLETE, PAUSE_ENV, complete_tags
 from tests.moto_s3 import s3_server, s3fs_client  # noqa: F401  (fixture)
-from tests.pretrain.conftest import ROOT, child_env, torchrun, train_command
+from tests.pretrain.conftest import ROOT, child_env, torchrun, train_command, world_of_one
 from tests.pretrain.test_exact_resume import OVERRIDES, _final_weights, _kill_tree, _trace_differences
 from tests.pretrain.test_train_deepspeed import isolated
 
@@ -210,31 +210,17 @@ def test_bad_pause_spec_is_refused():
         del os.environ[PAUSE_ENV]
 
 
-# A world of one with the real ZeRO-2 engine: how many collectives a save puts on the step (issue 44: the saving step
+# A world of one (WORLD_OF_ONE_ENGINE): how many collectives a save puts on the step (issue 44: the saving step
 # waited on nine of them: our opening barrier, DeepSpeed's two barriers and its two tag-validation all-reduces, three
 # agreement all-reduces and a closing barrier). Every rank derives the tag from the step StepSync agrees on, so
 # DeepSpeed's tag check (two all-reduces and a device read each) proves nothing; DeepSpeed's opening barrier already
 # keeps the other ranks from writing before rank 0 has removed a partial folder; the last write-error check and the
 # finiteness check are one all-reduce, and nothing after it needs a barrier.
 SAVE_DRIVER = r"""
-import collections, json, os, sys, tempfile, time, torch
+import collections, tempfile, time
 from pathlib import Path
-os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
-from transformers import GPT2Config, GPT2LMHeadModel
-from runconfig import load_config
 from pretrain import checkpoint as ck
-from pretrain.engine import build_engine, init_distributed
-from pretrain.schedule import make_plan
 
-cfg = load_config("configs/gpt2-tiny.yaml", ["deepspeed.zero_stage=2", "deepspeed.compile=false",
-    "batch.global_batch_size=4", "batch.micro_batch_size=2", "launch.procs_per_node=1"])
-init_distributed(cfg)
-model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2))
-engine, _, _ = build_engine(cfg, model, make_plan(cfg, 1))
-ids = torch.randint(0, 128, (2, 32))
-for _ in range(engine.gradient_accumulation_steps()):
-    engine.backward(engine(input_ids=ids, labels=ids).loss)
-    engine.step()
 counts = collections.Counter()
 for name in ("all_reduce", "barrier", "broadcast", "all_gather", "all_gather_object", "broadcast_object_list",
              "reduce", "gather", "all_gather_into_tensor", "reduce_scatter_tensor"):
@@ -256,22 +242,13 @@ for step in (1, 2):
 ck.wait_for_save()
 out["complete"] = ck.complete_tags(ckpt_dir)
 out["verified"] = ck.verify_checkpoint(ckpt_dir / out["complete"][-1])
-print("SAVE " + json.dumps(out))
+print("RESULT " + json.dumps(out))
 """
 
 
 @pytest.mark.timeout(300)
 def test_a_save_puts_at_most_four_collectives_on_the_step():
-    import sys
-
-    from core.net import free_port
-
-    env = {k: v for k, v in child_env().items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["MASTER_PORT"] = str(free_port())
-    res = subprocess.run([sys.executable, "-c", SAVE_DRIVER], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=280)  # fmt: skip
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
-    got = json.loads(next(x for x in res.stdout.splitlines() if x.startswith("SAVE "))[5:])
+    got = world_of_one(SAVE_DRIVER)
     assert got["complete"] == ["step00000001", "step00000002"] and got["verified"] == [], got
     # the first save: DeepSpeed's opening and closing barriers, the write-error check before the probe, and the
     # last write-error check with the finiteness check; the second also waits for the first (one all-reduce: its background part is done)

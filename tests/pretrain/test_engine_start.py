@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.pretrain.conftest import ROOT, child_env, train_command
+from tests.pretrain.conftest import ROOT, child_env, train_command, world_of_one
 from tests.pretrain.test_train_deepspeed import isolated
 
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420)]
@@ -46,43 +46,17 @@ def test_training_starts_despite_a_stale_extension_lock(roberta_run, tmp_path):
 # imports its Muon module at every ZeRO start and reduction, and Muon's @torch.compile decorators loaded torch's
 # inductor at import: 1.6 s of CPU per rank at every start, for an optimizer no run uses.
 START_DRIVER = r"""
-import json, os, sys, torch
-os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
-from transformers import GPT2Config, GPT2LMHeadModel
-from runconfig import load_config
-from pretrain.engine import build_engine, init_distributed
-from pretrain.schedule import make_plan
 from deepspeed.runtime.zero.utils import ZERO_SUPPORTED_OPTIMIZERS
 
-cfg = load_config("configs/gpt2-tiny.yaml", ["deepspeed.zero_stage=2", "deepspeed.compile=false",
-    "batch.global_batch_size=4", "batch.micro_batch_size=2", "launch.procs_per_node=1"])
-init_distributed(cfg)
-model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2))
-engine, _, _ = build_engine(cfg, model, make_plan(cfg, 1))
-ids = torch.randint(0, 128, (2, 32))
-before = [p.detach().clone() for p in engine.module.parameters()]
-for _ in range(engine.gradient_accumulation_steps()):
-    engine.backward(engine(input_ids=ids, labels=ids).loss)
-    engine.step()
 moved = any(not torch.equal(a, b) for a, b in zip(before, engine.module.parameters()))
 inner = type(engine.optimizer.optimizer)
-print("START " + json.dumps({"inductor": "torch._inductor.compile_fx" in sys.modules, "moved": moved,
+print("RESULT " + json.dumps({"inductor": "torch._inductor.compile_fx" in sys.modules, "moved": moved,
     "muon": "deepspeed.runtime.zero.muon.muon_optimizer" in sys.modules,
     "optimizer": inner.__name__, "listed": inner in ZERO_SUPPORTED_OPTIMIZERS}))
 """
 
 
 def test_a_zero_start_with_adamw_does_not_load_the_compiler():
-    import json
-    import sys
-
-    from core.net import free_port
-
-    env = {k: v for k, v in child_env().items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["MASTER_PORT"] = str(free_port())
-    res = subprocess.run([sys.executable, "-c", START_DRIVER], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=280)  # fmt: skip
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
-    got = json.loads(next(x for x in res.stdout.splitlines() if x.startswith("START "))[6:])
+    got = world_of_one(START_DRIVER)
     # Muon's module is imported (DeepSpeed's isinstance tests need it), its kernels eager
     assert got == {"inductor": False, "moved": True, "muon": True, "optimizer": "AdamW", "listed": True}, got
