@@ -261,11 +261,25 @@ def build(body: str, hf: Any, vocab: int, overrides: list[str]) -> Any:
     return m, cfg, lambda ids: m.head(m.body(input_ids=ids).last_hidden_state).squeeze(-1)
 
 
+def train_step(model: Any, logits_of: Any, opt: Any, data: Any, batch: int, candidates: Any, special: Any, gen: Any,
+               clip: float) -> None:  # fmt: skip
+    """One step on `batch` sequences drawn from `data` and corrupted afresh."""
+    import torch
+    import torch.nn.functional as F
+
+    idx = torch.randint(0, len(data), (batch,), generator=gen, device=data.device)
+    x, y = corrupt(data[idx], candidates, special, gen)
+    loss = F.binary_cross_entropy_with_logits(logits_of(x), y)
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+
+
 def time_steps(body: str, hf: Any, data: Any, candidates: Any, special: Any, overrides: list[str],
                batch: int, n: int = 30) -> float:  # fmt: skip
     """Seconds per training step of `body` (a throwaway copy, after 10 warm-up steps): what `--minutes` buys."""
     import torch
-    import torch.nn.functional as F
 
     model, _, logits_of = build(body, hf, len(hf), overrides)
     model.to(data.device)
@@ -276,13 +290,7 @@ def time_steps(body: str, hf: Any, data: Any, candidates: Any, special: Any, ove
         if i == 10:
             sync()
             t0 = time.perf_counter()
-        x, y = corrupt(data[torch.randint(0, len(data), (batch,), generator=gen, device=data.device)], candidates,
-                       special, gen)  # fmt: skip
-        loss = F.binary_cross_entropy_with_logits(logits_of(x), y)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        train_step(model, logits_of, opt, data, batch, candidates, special, gen, 1.0)
     sync()
     return (time.perf_counter() - t0) / n
 
@@ -341,13 +349,7 @@ def train(
     every = max(100, steps // 50 // 100 * 100)
     t0, bce = time.perf_counter(), float("nan")
     for step in range(steps):
-        idx = torch.randint(0, len(data), (batch,), generator=gen, device=dev)
-        x, y = corrupt(data[idx], candidates, special, gen)
-        loss = F.binary_cross_entropy_with_logits(logits_of(x), y)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip or 1.0)
-        opt.step()
+        train_step(model, logits_of, opt, data, batch, candidates, special, gen, o.grad_clip or 1.0)
         sched.step()
         if (step + 1) % every == 0 or step + 1 == steps:
             bce = evaluate()
