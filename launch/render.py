@@ -85,7 +85,7 @@ def wait_for_master(cfg: RunConfig, master: str) -> None:
     import socket
     import time
 
-    port, wait = cfg.launch.master_port, cfg.deepspeed.comm_timeout_s
+    port, wait = cfg.launch.rendezvous_port, cfg.deepspeed.comm_timeout_s
     deadline = time.monotonic() + wait
     last = ""
     while True:
@@ -264,7 +264,7 @@ def torchrun_args(
     """torchrun options for one node. node_rank, master_addr and master_port may be shell references like
     "$SLURM_NODEID" (a Slurm job derives its port from the job id on the node)."""
     lc = cfg.launch
-    port = str(lc.master_port if master_port is None else master_port)
+    port = str(lc.rendezvous_port if master_port is None else master_port)
     args = [
         "--nnodes",
         str(lc.nodes),
@@ -322,7 +322,7 @@ def node_commands(cfg: RunConfig, entry: Entry) -> list[NodeCommand]:
             "--num_gpus",
             str(lc.procs_per_node),
         ]
-        argv += ["--master_addr", master, "--master_port", str(lc.master_port)]
+        argv += ["--master_addr", master, "--master_port", str(lc.rendezvous_port)]
         if lc.hostfile:
             argv += ["--hostfile", str(Path(lc.hostfile).resolve()), "--launcher", lc.multinode_runner]
             if lc.nodes > 1:

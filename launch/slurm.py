@@ -73,9 +73,7 @@ def port_expr(cfg: RunConfig) -> str:
     """Shell expression for the rendezvous port: $LMSTACK_MASTER_PORT, else an explicit launch.master_port, else
     one derived from the job id (two jobs sharing a node differ)."""
     lc = cfg.launch
-    default = (
-        str(lc.master_port) if "master_port" in lc.model_fields_set else "$((20000 + SLURM_JOB_ID % 20000))"
-    )
+    default = "$((20000 + SLURM_JOB_ID % 20000))" if lc.master_port is None else str(lc.master_port)
     return f"${{LMSTACK_MASTER_PORT:-{default}}}"
 
 

@@ -54,10 +54,8 @@ def init_distributed(cfg: RunConfig) -> tuple[int, int]:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
         # No peer has to find this store, so a fixed port only makes two single-process runs on one machine
         # collide (EADDRINUSE): take a free one unless the user named one.
-        if "master_port" in cfg.launch.model_fields_set:
-            os.environ.setdefault("MASTER_PORT", str(cfg.launch.master_port))
-        else:
-            os.environ.setdefault("MASTER_PORT", str(free_port()))
+        port = cfg.launch.master_port
+        os.environ.setdefault("MASTER_PORT", str(free_port() if port is None else port))
     backend = cfg.launch.backend if accelerator_name() != "cpu" else "gloo"
     if accelerator_name() == "cpu":
         _skip_shm_op()

@@ -92,9 +92,11 @@ class LaunchConfig(Section):
     procs_per_node: int = Field(2, gt=0)  # ranks per node (= GPUs per node on GPU machines)
     backend: Literal["gloo", "nccl"] = "gloo"
     master_addr: str = "127.0.0.1"
-    # torchrun/DeepSpeed rendezvous port. Slurm jobs derive theirs from the job id (20000 + id % 20000) so two
-    # jobs sharing a node never collide, unless this is set explicitly.
-    master_port: int = Field(29500, gt=0, lt=65536)
+    # torchrun/DeepSpeed rendezvous port. Unset (null), each launch picks one: a world of one (plain `python -m
+    # pretrain train`) and the local pipeline take a free port, Slurm jobs 20000 + job id % 20000 (two jobs sharing
+    # a node never collide), and the rest torchrun's 29500. Null rather than a default of 29500, so a run's
+    # resolved config, which names every field, still means "pick one" when a run is started from it.
+    master_port: int | None = Field(None, gt=0, lt=65536)
     # Several nodes: a DeepSpeed-style hostfile (`host slots=N` per line); its first host is the master.
     hostfile: str | None = None
     node_rank: int = Field(0, ge=0)
@@ -139,3 +141,8 @@ class LaunchConfig(Section):
     @property
     def world_size(self) -> int:
         return self.nodes * self.procs_per_node
+
+    @property
+    def rendezvous_port(self) -> int:
+        """The port a launch across processes meets on: the named one, else torchrun's default."""
+        return 29500 if self.master_port is None else self.master_port
