@@ -314,9 +314,10 @@ def nonfinite_flags(engine) -> tuple[list[str], torch.Tensor]:
             tensors.append(t.detach())
     if not tensors:
         return names, torch.zeros(0, dtype=torch.bool, device=engine.device)
-    # the max-norm of each tensor, in torch's multi-tensor kernels (what clip_grad_norm_ uses): NaN or inf exactly
-    # where a value is, a few launches instead of two per parameter
-    return names, ~torch.isfinite(torch.stack(torch._foreach_norm(tensors, float("inf"))))
+    # the 1-norm of each tensor, in torch's multi-tensor kernels (what clip_grad_norm_ uses): NaN or inf exactly
+    # where a value is (a finite tensor's sum of |w| overflows only past 3.4e38), a few launches instead of two per
+    # parameter; the max-norm took 3x as long on CPU (10 ms of a 190 ms step at the demo's size)
+    return names, ~torch.isfinite(torch.stack(torch._foreach_norm(tensors, 1)))
 
 
 def _on_any_rank(flags: list[bool | torch.Tensor], device: torch.device | str) -> list[bool]:
@@ -468,6 +469,11 @@ def save_checkpoint(
     ds_writes = engine.checkpoint_engine
     ds_writes.defer = async_save
     ds_writes.take()  # nothing left from a failed save
+    copy_scripts = getattr(engine, "_copy_recovery_script", None)
+    if async_save and copy_scripts is not None:
+        # DeepSpeed's rank 0 copies its recovery scripts (zero_to_fp32.py) into the checkpoints folder at every
+        # save: two file copies on the step, deferred with the other writes
+        engine._copy_recovery_script = lambda path: writes.append(lambda: copy_scripts(path))
     try:
         engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
         pending, paths = ds_writes.take()
@@ -481,6 +487,8 @@ def save_checkpoint(
             raise
         error = e
         dist.barrier()
+    finally:
+        engine.__dict__.pop("_copy_recovery_script", None)  # DeepSpeed's own method again
     if error is None:
         try:
             rng_path = folder / f"rng_rank{rank:05d}.pt"

@@ -248,3 +248,22 @@ def test_a_host_snapshot_is_detached_compact_and_keeps_what_cannot_be_copied():
     assert snap["cfg"] is lock and snap["shapes"] == (torch.Size([10]),)
     # DeepSpeed's param_shapes: zero_to_fp32 calls .numel() on them
     assert type(snap["shapes"][0]) is torch.Size
+
+
+def test_nonfinite_flags_name_exactly_the_tensors_holding_nan_or_inf():
+    """The finiteness gate of a save: NaN, +inf and -inf flag their tensor; large finite weights (1e30, whose squares
+    overflow a 2-norm) and a tensor of zeros do not."""
+    import types
+
+    module = torch.nn.ParameterDict(
+        {k: torch.nn.Parameter(torch.zeros(1000)) for k in ("ok", "nan", "pinf", "ninf", "big", "empty")}
+    )
+    module["empty"] = torch.nn.Parameter(torch.zeros(0))  # a ZeRO-3 rank's empty partition: not checked
+    with torch.no_grad():
+        module["nan"][3] = float("nan")
+        module["pinf"][999] = float("inf")
+        module["ninf"][0] = -float("inf")
+        module["big"].fill_(1e30)
+    names, flags = ckpt.nonfinite_flags(types.SimpleNamespace(module=module, device=torch.device("cpu")))
+    assert dict(zip(names, flags.tolist(), strict=True)) == {
+        "ok": False, "nan": True, "pinf": True, "ninf": True, "big": False}  # fmt: skip
