@@ -21,12 +21,15 @@ equal minutes (RTD_VS_MLM: electra-budget against roberta-budget; modernbert-rtd
 against modernbert-budget, the same body by MLM; goal RTD >= MLM). modernbert-rtd-budget is not in the default
 recipes: `python bench/transfer.py --recipes modernbert-rtd-budget modernbert-budget --minutes 8`.
 `python bench/transfer.py [--minutes 8 | --tokens 8.1e6] [--recipes gpt2-budget roberta-budget t5-budget] [--quick]
-[--gpu]` (--tokens: a pretraining budget in tokens instead of minutes, `schedule.total_steps` = tokens / tokens per
+[--gpu] [--pretrain-seeds 1 2 3]` (--tokens: a pretraining budget in tokens instead of minutes, `schedule.total_steps` = tokens / tokens per
 step, so the figures do not depend on the host's speed; every VERDICT name ends in the budget it holds at:
 `_at_8min` or `_at_8.1Mtok`)
 (--quick: 0.5-minute budgets, 2 seeds, one LR, one epoch, 48-token inputs: a smoke run, not a result;
 --gpu: pretraining on one CUDA rank (NCCL) instead of 2 CPU ranks, fine-tunes on the GPU; the same recipes and
-protocol, more tokens per minute; its results file carries a `gpu` suffix).
+protocol, more tokens per minute; its results file carries a `gpu` suffix;
+--pretrain-seeds: each recipe pretrained once per seed (`run.seed`: init and data order), each run's margin
+printed, and the VERDICTs judged on the fine-tunes pooled over the runs: two pretraining runs of one RTD recipe
+differed by 14 points on BBC, more than three fine-tune seeds of one run show).
 """
 
 from __future__ import annotations
@@ -108,7 +111,11 @@ def run_yaml(
     quick: bool,
     gpu: bool = False,
     tokens: float | None = None,
+    pretrain_seed: int | None = None,
 ) -> str:
+    """The run YAML of one recipe; `pretrain_seed`: its `run.seed` (weights' init and data order), else the
+    recipe's own."""
+    seed = "" if pretrain_seed is None else f", seed: {pretrain_seed}"
     ft = (
         "  seeds: [0, 1]\n  lr_grid: [1.0e-3]\n  epochs: 1\n  max_length: 48\n"
         if quick
@@ -119,7 +126,7 @@ def run_yaml(
     )
     return (
         f"inherit: [{C.ROOT}/configs/{recipe}.yaml]\n"
-        f"run: {{name: bench-{recipe}, output_dir: {out}}}\n"
+        f"run: {{name: bench-{recipe}, output_dir: {out}{seed}}}\n"
         + schedule_yaml(recipe, minutes, tokens)
         + "logging: {progress_bar: false}\n"
         + ("launch: {nodes: 1, procs_per_node: 1, backend: nccl}\n" if gpu else "")
@@ -175,14 +182,19 @@ def run_recipe(
     gpu: bool = False,
     tokens: float | None = None,
     yaml: Callable[[Path], str] | None = None,
+    pretrain_seed: int | None = None,
 ) -> dict:
     """Data stages -> pretraining -> export -> `adapt transfer` of one recipe; `yaml` (run folder -> run YAML)
     replaces this bench's run YAML (bench/adaptation.py's tasks and methods on the same path)."""
-    folder = tmp / recipe
+    folder = tmp / (recipe if pretrain_seed is None else f"{recipe}-seed{pretrain_seed}")
     run_dir = folder / "run"
     folder.mkdir(parents=True)
     cfg = folder / "run.yaml"
-    cfg.write_text(yaml(run_dir) if yaml else run_yaml(recipe, run_dir, minutes, drugs, quick, gpu, tokens))
+    cfg.write_text(
+        yaml(run_dir)
+        if yaml
+        else run_yaml(recipe, run_dir, minutes, drugs, quick, gpu, tokens, pretrain_seed)
+    )
     py = sys.executable
     t0 = time.perf_counter()
     if cleaned is None:
@@ -211,6 +223,7 @@ def run_recipe(
     report = json.loads((run_dir / "export" / "transfer.json").read_text())
     return {
         "recipe": recipe,
+        "pretrain_seed": pretrain_seed,
         "cfg": cfg,
         "run_dir": run_dir,
         "tokens": state.get("tokens_seen"),
@@ -222,11 +235,17 @@ def run_recipe(
 
 
 def results_variant(
-    recipes: list[str], minutes: float, gpu: bool = False, tokens: float | None = None
+    recipes: list[str],
+    minutes: float,
+    gpu: bool = False,
+    tokens: float | None = None,
+    pretrain_seeds: int = 1,
 ) -> str | None:
     """None for the full run (every recipe, 8 minutes: bench/results/transfer.txt); otherwise the suffix of its
     own results file, so that re-measuring one recipe never overwrites the table of all of them."""
     parts = [] if list(recipes) == RECIPES else ["_".join(recipes)]
+    if pretrain_seeds > 1:
+        parts.append(f"{pretrain_seeds}pretrain-seeds")
     if tokens:
         parts.append(budget_label(minutes, tokens))
     elif minutes != 8.0:
@@ -234,6 +253,42 @@ def results_variant(
     if gpu:
         parts.append("gpu")
     return "-".join(parts) or None
+
+
+def pool_pretraining_runs(runs: list[dict]) -> dict:
+    """One recipe's pretraining runs (one per seed) as one result: each arm's kept fine-tune runs pooled over the
+    pretraining runs, collapsed ones named '<pretraining seed>/<fine-tune seed>', and the margin and Welch p
+    computed on the pooled runs as for one export (adapt.statistics). A single run is returned as it is."""
+    from adapt.statistics import compare_arms, mean_sd
+
+    if len(runs) == 1:
+        return runs[0]
+    seeds = [r["pretrain_seed"] for r in runs]
+    tasks = {}
+    for name, first in runs[0]["tasks"].items():
+        arms = {}
+        for arm in first["arms"]:
+            each = [(seed, r["tasks"][name]["arms"][arm]) for seed, r in zip(seeds, runs, strict=True)]
+            entry: dict = {
+                "test_accuracy": mean_sd([v for _, e in each for v in e["test_accuracy"]["values"]])
+            }
+            for key in ("probe_accuracy", "token_cosine"):  # the body's figures: their mean over the runs
+                if all(key in e for _, e in each):
+                    entry[key] = statistics.fmean(e[key] for _, e in each)
+            bad = {f"{seed}/{s}": c for seed, e in each for s, c in e.get("collapsed", {}).items()}
+            if bad:
+                entry["collapsed"] = bad
+            arms[arm] = entry
+        task = {
+            **{k: v for k, v in first.items() if k not in ("margin", "p_value", "probe_margin")},
+            "arms": arms,
+        }
+        compare_arms(task, all("probe_accuracy" in e for e in arms.values()))
+        tasks[name] = task
+    mean = lambda key: None if any(r[key] is None for r in runs) else statistics.fmean(r[key] for r in runs)  # noqa: E731
+    whole = lambda key: None if mean(key) is None else round(mean(key))  # noqa: E731
+    return {**runs[0], "pretrain_seeds": seeds, "tokens": whole("tokens"), "steps": whole("steps"),
+            "eval_loss": mean("eval_loss"), "tasks": tasks}  # fmt: skip
 
 
 def main() -> None:
@@ -252,7 +307,16 @@ def main() -> None:
     ap.add_argument(
         "--gpu", action="store_true", help="pretrain on one CUDA rank (NCCL), fine-tune on the GPU"
     )
+    ap.add_argument(
+        "--pretrain-seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="pretrain each recipe once per seed (run.seed) and judge the pooled fine-tunes (default: one run, "
+        "the recipe's own seed)",
+    )
     a = ap.parse_args()
+    pretrain_seeds: list[int | None] = a.pretrain_seeds or [None]
     where = "2 CPU ranks"
     if a.gpu:
         import torch
@@ -265,7 +329,11 @@ def main() -> None:
     at = budget_label(minutes, tokens)
     budget_text = f"{tokens:,.0f} tokens" if tokens else f"{minutes:g} min"
     t_start = time.perf_counter()
-    rep = C.Report(__file__, save=not a.quick, variant=results_variant(a.recipes, minutes, a.gpu, tokens))
+    rep = C.Report(
+        __file__,
+        save=not a.quick,
+        variant=results_variant(a.recipes, minutes, a.gpu, tokens, len(pretrain_seeds)),
+    )
     rep.line(
         f"recipes {a.recipes}; pretraining budget {budget_text} each on {where}; "
         + (
@@ -273,6 +341,7 @@ def main() -> None:
             if a.quick
             else "3 seeds, each family's LR grid (its spec's finetune_defaults) per arm"
         )
+        + (f"; pretrained once per seed {a.pretrain_seeds}, fine-tunes pooled" if a.pretrain_seeds else "")
     )
     C.ensure_bbc()
     results = []
@@ -282,23 +351,34 @@ def main() -> None:
         cleaned = None
         failed: dict[str, str] = {}
         for recipe in a.recipes:
-            try:
-                r = run_recipe(recipe, tmp, minutes, drugs, a.quick, cleaned, a.gpu, tokens)
-            except (RuntimeError, OSError, KeyError, subprocess.TimeoutExpired) as e:
-                # one recipe that fails is a failing verdict, named; the other recipes are still measured
-                failed[recipe] = str(e).splitlines()[0]
-                rep.line(f"{recipe}: FAILED: {e}")
-                continue
-            cleaned = cleaned or r["run_dir"]
-            results.append(r)
-            s = r["seconds"]
-            first = r["tasks"][next(iter(r["tasks"]))]
-            rep.line(
-                f"{recipe}: LR grid {first['lr_grid']} ({first['optim']}); {r['tokens']:,} tokens in "
-                f"{r['steps']} steps ({budget_text} budget), held-out loss "
-                f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
-                f"{s['transfer']:.0f}s"
-            )
+            runs = []
+            for seed in pretrain_seeds:
+                label = recipe if seed is None else f"{recipe} (seed {seed})"
+                try:
+                    r = run_recipe(
+                        recipe, tmp, minutes, drugs, a.quick, cleaned, a.gpu, tokens, pretrain_seed=seed
+                    )
+                except (RuntimeError, OSError, KeyError, subprocess.TimeoutExpired) as e:
+                    # one recipe that fails is a failing verdict, named; the other recipes are still measured
+                    failed[recipe] = str(e).splitlines()[0]
+                    rep.line(f"{label}: FAILED: {e}")
+                    break
+                cleaned = cleaned or r["run_dir"]
+                runs.append(r)
+                s = r["seconds"]
+                first = r["tasks"][next(iter(r["tasks"]))]
+                rep.line(
+                    f"{label}: LR grid {first['lr_grid']} ({first['optim']}); {r['tokens']:,} tokens in "
+                    f"{r['steps']} steps ({budget_text} budget), held-out loss "
+                    f"{r['eval_loss']}; data {s['data']:.0f}s, pretrain {s['pretrain']:.0f}s, transfer "
+                    f"{s['transfer']:.0f}s"
+                )
+                if seed is not None:
+                    for name, t in r["tasks"].items():  # each pretraining run's own margin, before pooling
+                        rep.line(f"  {label} {name}: margin " + (
+                            f"{100 * t['margin']:+.1f} points" if "margin" in t else "n/a (collapsed)"))  # fmt: skip
+            if recipe not in failed:
+                results.append(pool_pretraining_runs(runs))
         if not results:
             for recipe, why in failed.items():
                 rep.record(
