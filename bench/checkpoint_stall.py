@@ -21,6 +21,12 @@ Rounds: the saves of one run per setting (paired by step across settings), not a
 - growth of the remote async stall when the delay is added, over the delay itself, <= 0.10 (sync grows by ~1).
 
 `python bench/checkpoint_stall.py [--steps 36] [--every 6] [--upload-delay 0.5]`  (5 trainer runs)
+
+`--gpu [--preset gpt2-small]`: one CUDA rank (NCCL) instead of 2 CPU ranks, so the background part runs on host
+cores the step leaves idle, as on a GPU node; its results file carries a `gpu` suffix. On 2 CPU ranks over 2 cores
+no core is idle: the background's writing and hashing take their time from the next step. A larger preset saves
+more bytes: keep the time between saves (`--every` steps) longer than the background part, or the next save
+waits for it by design.
 """
 
 from __future__ import annotations
@@ -60,8 +66,19 @@ def stalls(times: dict[int, float], steps: int, every: int) -> tuple[list[float]
     return [times[s + 1] - normal for s in saves], normal
 
 
+def base_overrides(steps: int, every: int, gpu: bool) -> list[str]:
+    """The settings every run of the bench shares: a save every `every` steps, evaluation only at the end, a
+    metrics row per step; 2 CPU ranks (gloo), or with `gpu` one CUDA rank (NCCL)."""
+    ranks = ["launch.procs_per_node=1", "launch.backend=nccl"] if gpu else ["launch.procs_per_node=2"]
+    return [f"schedule.total_steps={steps}", f"checkpoint.every_steps={every}", "checkpoint.keep_last=2",
+            f"eval.every_steps={10 * steps}", "logging.every_steps=1", "logging.plots=false",
+            f"batch.global_batch_size={GLOBAL_BATCH}", "batch.micro_batch_size=4", *ranks,
+            "schedule.budget_minutes=null"]  # fmt: skip
+
+
 def run(cfg_path: Path, overrides: list[str], env: dict[str, str]) -> None:
-    res, wall = C.torchrun(2, ["-m", "pretrain", "train", "--config", str(cfg_path), *overrides], env=env)
+    nproc = 1 if "launch.procs_per_node=1" in overrides else 2
+    res, wall = C.torchrun(nproc, ["-m", "pretrain", "train", "--config", str(cfg_path), *overrides], env=env)
     if res.returncode != 0:
         raise SystemExit(f"trainer failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     print(f"  run of {wall:.0f}s: {' '.join(o for o in overrides if 'async' in o or 'output_dir' in o)}")
@@ -74,18 +91,25 @@ def main() -> int:
     # shorter than the time between two saves (6 steps: about 1 s on a quiet 2-core machine), or the next save
     # waits for the upload by design and the remote figures measure that wait
     ap.add_argument("--upload-delay", type=float, default=0.5, help="seconds of sleep before each upload")
+    ap.add_argument("--gpu", action="store_true", help="one CUDA rank (NCCL) instead of 2 CPU ranks")
+    ap.add_argument("--preset", default="gpt2-budget", help="the model: a gpt2-* config in configs/")
     a = ap.parse_args()
-    rep = C.Report(__file__)
+    if a.gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("--gpu: no CUDA device here")
+    variant = "-".join(([] if a.preset == "gpt2-budget" else [a.preset]) + (["gpu"] if a.gpu else [])) or None
+    rep = C.Report(__file__, variant=variant)
+    rep.line(f"model {a.preset}; " + ("1 CUDA rank (NCCL)" if a.gpu else "2 CPU ranks (gloo)"))
     t_start = time.perf_counter()
-    base = [f"schedule.total_steps={a.steps}", f"checkpoint.every_steps={a.every}", "checkpoint.keep_last=2",
-            f"eval.every_steps={10 * a.steps}", "logging.every_steps=1", "logging.plots=false",
-            f"batch.global_batch_size={GLOBAL_BATCH}", "batch.micro_batch_size=4", "launch.procs_per_node=2",
-            "schedule.budget_minutes=null"]  # fmt: skip
+    base = base_overrides(a.steps, a.every, a.gpu)
+    where = "_gpu" if a.gpu else ""  # the VERDICT names say where they hold
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-stall-") as d:
         tmp = Path(d)
-        cfg_path = C.prepare_run(tmp / "data", "gpt2", EXTRA_YAML, preset="gpt2-budget", files="0[0-4]?.txt")
+        cfg_path = C.prepare_run(tmp / "data", "gpt2", EXTRA_YAML, preset=a.preset, files="0[0-4]?.txt")
         print(f"data stages on BBC: {time.perf_counter() - t_start:.0f}s")
-        env = C.child_env()
+        env = C.child_env(accelerator="cuda" if a.gpu else "cpu")
         figures: dict[str, tuple[list[float], float]] = {}
         for mode in ("async", "sync"):
             out = tmp / f"local-{mode}"
@@ -130,13 +154,13 @@ def main() -> int:
                      f"{statistics.median(st) / normal:.2f} of a normal step")  # fmt: skip
         for name in ("local_async", "remote_async_delay"):
             st, normal = figures[name]
-            rep.compare(f"checkpoint_stall_{name}_vs_normal_step", st, [normal] * len(st), 0.10,
+            rep.compare(f"checkpoint_stall_{name}_vs_normal_step{where}", st, [normal] * len(st), 0.10,
                         lower_is_better=True, unit="s, stall of the checkpoint step vs the median normal step")  # fmt: skip
         base0 = statistics.median(figures["remote_async_nodelay"][0])
         growth = {n: [s - base0 for s in figures[n][0]] for n in ("remote_async_delay", "remote_sync_delay")}
         rep.line(f"before (remote_sync_delay): the stall grew by {statistics.median(growth['remote_sync_delay']):.2f} s "
                  f"for an upload delay of {a.upload_delay:g} s")  # fmt: skip
-        rep.compare("checkpoint_stall_remote_async_growth_vs_upload_delay", growth["remote_async_delay"],
+        rep.compare(f"checkpoint_stall_remote_async_growth_vs_upload_delay{where}", growth["remote_async_delay"],
                     [a.upload_delay] * len(growth["remote_async_delay"]), 0.10, lower_is_better=True,
                     unit="s, stall minus the no-delay median vs the delay")  # fmt: skip
     print(f"total bench time {time.perf_counter() - t_start:.0f}s")

@@ -1,0 +1,28 @@
+"""bench/checkpoint_stall.py (issue 44): the runs it compares share their settings, and `--gpu` runs one CUDA rank
+over NCCL (the background part then has the host's idle cores, as on a GPU node) with settings that validate as
+written; the stall of a save is the step after it against the median of the steps after no save."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import checkpoint_stall as S  # noqa: E402
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_overrides_validate_and_pick_the_ranks(gpu):
+    from runconfig import load_config
+
+    cfg = load_config(S.C.ROOT / "configs" / "gpt2-budget.yaml", S.base_overrides(36, 6, gpu))
+    assert cfg.schedule.total_steps == 36 and cfg.checkpoint.every_steps == 6
+    assert (cfg.launch.procs_per_node, cfg.launch.backend) == ((1, "nccl") if gpu else (2, "gloo"))
+
+
+def test_stall_is_the_step_after_each_save_against_the_steps_after_none():
+    times = {s: 0.2 for s in range(1, 19)} | {7: 0.25, 13: 0.3}  # saves at 6 and 12; 18 is the last step
+    st, normal = S.stalls(times, 18, 6)
+    assert normal == pytest.approx(0.2) and st == pytest.approx([0.05, 0.1])
