@@ -48,10 +48,14 @@ def test_continued_arm_runs_and_is_reported_beside_the_export(tmp_path):
     report = run_continue(cfg, export, tmp_path / "out", steps=2)
     c = report["tasks"]["t"]["continued"]
     cont = tmp_path / "run-gpt2-tiny" / "continued" / "export"
-    # a fine-tune this short may still predict one class: the arm is then reported as collapsed, with no margin
+    # a fine-tune this short may still predict one class: the arm is then reported as collapsed, and a margin over
+    # the export without it exists only when both that arm and the export's own pretrained arm kept a run (CI saw
+    # the export's arm collapse while the continued one did not: no margin, rightly)
     kept = bool(c["arm"]["test_accuracy"]["values"])
     assert c["export"] == str(cont) and (kept or c["arm"]["collapsed"]), c["arm"]
-    assert ("margin" in c) == kept and set(report["tasks"]["t"]["arms"]) == {"pretrained", "random"}
+    without = report["tasks"]["t"]["arms"]["pretrained"]["test_accuracy"]["values"]
+    compared = kept and bool(without)
+    assert ("margin" in c) == compared and set(report["tasks"]["t"]["arms"]) == {"pretrained", "random"}
     state = json.loads((cont / "training_state.json").read_text())
     assert state["step"] == 2 and state["init_from"]["path"] == str(export)
     (task,) = load_tasks(cfg)
@@ -59,5 +63,5 @@ def test_continued_arm_runs_and_is_reported_beside_the_export(tmp_path):
     used = {json.loads(x)["id"].split("/", 1)[1] for x in open(text["file"])}
     assert used and not used & {r[0] for r in task.dev + task.test}
     text = format_report(report)
-    assert "  continued " in text and ("over the export without it" in text) == kept
+    assert "  continued " in text and ("over the export without it" in text) == compared
     assert json.loads((tmp_path / "out" / "transfer.json").read_text())["tasks"]["t"]["continued"]["export"]
