@@ -23,6 +23,7 @@ still come last, a kill at any moment leaves the previous complete checkpoint as
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -30,6 +31,7 @@ import random
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -430,6 +432,20 @@ def _write_snapshots(inner: Any, snapshots: list[tuple[Any, str]]):
     return write
 
 
+@contextlib.contextmanager
+def _recovery_scripts_deferred(engine, writes: list[Any] | None) -> Iterator[None]:
+    """DeepSpeed's rank 0 copies its recovery scripts (zero_to_fp32.py, zero_to_torch.py) into the checkpoints
+    folder at every save: two file copies on the step. With `writes` (an async save) they join the deferred
+    writes; DeepSpeed's own method is back afterwards."""
+    copy_scripts = getattr(engine, "_copy_recovery_script", None)
+    if writes is not None and copy_scripts is not None:
+        engine._copy_recovery_script = lambda path: writes.append(lambda: copy_scripts(path))
+    try:
+        yield
+    finally:
+        engine.__dict__.pop("_copy_recovery_script", None)
+
+
 def save_checkpoint(
     engine,
     ckpt_dir: Path,
@@ -469,13 +485,9 @@ def save_checkpoint(
     ds_writes = engine.checkpoint_engine
     ds_writes.defer = async_save
     ds_writes.take()  # nothing left from a failed save
-    copy_scripts = getattr(engine, "_copy_recovery_script", None)
-    if async_save and copy_scripts is not None:
-        # DeepSpeed's rank 0 copies its recovery scripts (zero_to_fp32.py) into the checkpoints folder at every
-        # save: two file copies on the step, deferred with the other writes
-        engine._copy_recovery_script = lambda path: writes.append(lambda: copy_scripts(path))
     try:
-        engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
+        with _recovery_scripts_deferred(engine, writes if async_save else None):
+            engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
         pending, paths = ds_writes.take()
         writes.append(_write_snapshots(ds_writes.inner, pending))
         own += [Path(x) for x in paths]
@@ -487,8 +499,6 @@ def save_checkpoint(
             raise
         error = e
         dist.barrier()
-    finally:
-        engine.__dict__.pop("_copy_recovery_script", None)  # DeepSpeed's own method again
     if error is None:
         try:
             rng_path = folder / f"rng_rank{rank:05d}.pt"

@@ -13,7 +13,8 @@ import pytest
 
 from tests.pretrain.conftest import ROOT, child_env
 
-pytestmark = [pytest.mark.deepspeed, pytest.mark.timeout(300)]
+# one worker runs this module: its two cases each hold port 29500 while they run (CI: the second bind failed)
+pytestmark = [pytest.mark.deepspeed, pytest.mark.timeout(300), pytest.mark.xdist_group("port-29500")]
 
 SCRIPT = r"""
 import sys
