@@ -76,8 +76,7 @@ def base_overrides(steps: int, every: int, gpu: bool) -> list[str]:
             "schedule.budget_minutes=null"]  # fmt: skip
 
 
-def run(cfg_path: Path, overrides: list[str], env: dict[str, str]) -> None:
-    nproc = 1 if "launch.procs_per_node=1" in overrides else 2
+def run(cfg_path: Path, overrides: list[str], env: dict[str, str], nproc: int) -> None:
     res, wall = C.torchrun(nproc, ["-m", "pretrain", "train", "--config", str(cfg_path), *overrides], env=env)
     if res.returncode != 0:
         raise SystemExit(f"trainer failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
@@ -105,6 +104,7 @@ def main() -> int:
     t_start = time.perf_counter()
     base = base_overrides(a.steps, a.every, a.gpu)
     where = "_gpu" if a.gpu else ""  # the VERDICT names say where they hold
+    nproc = 1 if a.gpu else 2  # the ranks base_overrides sets
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-stall-") as d:
         tmp = Path(d)
         cfg_path = C.prepare_run(tmp / "data", "gpt2", EXTRA_YAML, preset=a.preset, files="0[0-4]?.txt")
@@ -114,7 +114,12 @@ def main() -> int:
         for mode in ("async", "sync"):
             out = tmp / f"local-{mode}"
             _link_stages(cfg_path, out)
-            run(cfg_path, [*base, f"run.output_dir={out}", f"checkpoint.async_save={mode == 'async'}"], env)
+            run(
+                cfg_path,
+                [*base, f"run.output_dir={out}", f"checkpoint.async_save={mode == 'async'}"],
+                env,
+                nproc,
+            )
             figures[f"local_{mode}"] = stalls(step_times((out / "logs" / "metrics.jsonl").read_text()), a.steps,
                                               a.every)  # fmt: skip
 
@@ -133,7 +138,7 @@ def main() -> int:
                 )
                 renv = {**env, **s3env, **({"LMSTACK_CKPT_PAUSE": f"upload={delay}"} if delay else {})}
                 run(cfg_path, [*base, f"run.output_dir={url}", f"run.local_dir={tmp / name}",
-                               f"checkpoint.async_save={mode == 'async'}"], renv)  # fmt: skip
+                               f"checkpoint.async_save={mode == 'async'}"], renv, nproc)  # fmt: skip
                 fs.invalidate_cache()
                 figures[name] = stalls(step_times(fs.cat(f"runs/{name}/logs/metrics.jsonl").decode()), a.steps,
                                        a.every)  # fmt: skip
