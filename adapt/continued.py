@@ -68,6 +68,7 @@ def continued_config(cfg: RunConfig, export: Path, text_file: Path, steps: int |
             "total_steps": steps,
             "budget_minutes": None,
             "warmup_steps": max(1, steps // 10),
+            "warmup_fraction": None,  # a *-budget recipe's warmup is a share of its clock, which this run has not
         }
     return validate_dict(data, "continued pretraining")
 

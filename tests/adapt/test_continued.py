@@ -35,6 +35,17 @@ def test_task_text_is_the_training_split_only(tmp_path):
     assert run.schedule.total_steps == 5 and run.run.output_dir == str(tmp_path / "run" / "continued")
 
 
+def test_a_time_budget_recipe_continues_for_a_number_of_steps(tmp_path):
+    """bench/adaptation.py found it: a *-budget recipe sets schedule.warmup_fraction, and the continued run's
+    warmup_steps beside it was refused at load ('both set'), so ULMFiT's arm never ran for the budget recipes."""
+    cfg = _task_cfg("gpt2-budget", [f"run.output_dir={tmp_path / 'run'}"], train=str(tmp_path))
+    assert cfg.schedule.warmup_fraction is not None and cfg.schedule.budget_minutes is not None
+    export = gpt2_folder(tmp_path / "export", positions=128)
+    run = continued_config(cfg, export, tmp_path / "text.jsonl", 40)
+    assert run.schedule.total_steps == 40 and run.schedule.budget_minutes is None
+    assert run.schedule.warmup_fraction is None and run.schedule.warmup_steps == 4
+
+
 @pytest.mark.integration
 @pytest.mark.deepspeed
 @pytest.mark.timeout(900)
