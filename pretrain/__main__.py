@@ -49,6 +49,11 @@ def _train(args: argparse.Namespace) -> int:
     except CannotContinue as e:  # a restart would fail the same way: a code Slurm does not requeue on
         if not dist.is_initialized() or dist.get_rank() == 0:
             print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        # Every rank takes this decision alike (e.g. the run lock's broadcast), so the group is torn down as on
+        # success: left to the interpreter's exit, its store threads were destroyed joinable and the process
+        # sometimes died of SIGABRT ("terminate called without an active exception") instead of this code.
+        if dist.is_initialized():
+            dist.destroy_process_group()
         return getattr(e, "exit_code", CANNOT_CONTINUE)  # a loss spike stop has its own (core/exit_codes.py)
     except Exception as e:
         collective_failed(e)  # a collective timeout: stacks dumped, the ranks behind named, exit HUNG
