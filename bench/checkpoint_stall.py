@@ -66,10 +66,15 @@ def stalls(times: dict[int, float], steps: int, every: int) -> tuple[list[float]
     return [times[s + 1] - normal for s in saves], normal
 
 
+def rank_count(gpu: bool) -> int:
+    """2 CPU ranks (gloo), or with `gpu` one CUDA rank (NCCL): the host's cores free for the background save."""
+    return 1 if gpu else 2
+
+
 def base_overrides(steps: int, every: int, gpu: bool) -> list[str]:
     """The settings every run of the bench shares: a save every `every` steps, evaluation only at the end, a
-    metrics row per step; 2 CPU ranks (gloo), or with `gpu` one CUDA rank (NCCL)."""
-    ranks = ["launch.procs_per_node=1", "launch.backend=nccl"] if gpu else ["launch.procs_per_node=2"]
+    metrics row per step, `rank_count(gpu)` ranks."""
+    ranks = [f"launch.procs_per_node={rank_count(gpu)}", *(["launch.backend=nccl"] if gpu else [])]
     return [f"schedule.total_steps={steps}", f"checkpoint.every_steps={every}", "checkpoint.keep_last=2",
             f"eval.every_steps={10 * steps}", "logging.every_steps=1", "logging.plots=false",
             f"batch.global_batch_size={GLOBAL_BATCH}", "batch.micro_batch_size=4", *ranks,
@@ -104,7 +109,7 @@ def main() -> int:
     t_start = time.perf_counter()
     base = base_overrides(a.steps, a.every, a.gpu)
     where = "_gpu" if a.gpu else ""  # the VERDICT names say where they hold
-    nproc = 1 if a.gpu else 2  # the ranks base_overrides sets
+    nproc = rank_count(a.gpu)
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-stall-") as d:
         tmp = Path(d)
         cfg_path = C.prepare_run(tmp / "data", "gpt2", EXTRA_YAML, preset=a.preset, files="0[0-4]?.txt")

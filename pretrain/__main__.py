@@ -49,12 +49,7 @@ def _train(args: argparse.Namespace) -> int:
     except CannotContinue as e:  # a restart would fail the same way: a code Slurm does not requeue on
         if not dist.is_initialized() or dist.get_rank() == 0:
             print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        # Every rank takes this decision alike (e.g. the run lock's broadcast), so the group is torn down as on
-        # success: left to the interpreter's exit, its store threads were destroyed joinable and the process
-        # sometimes died of SIGABRT ("terminate called without an active exception") instead of this code.
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        return getattr(e, "exit_code", CANNOT_CONTINUE)  # a loss spike stop has its own (core/exit_codes.py)
+        code = getattr(e, "exit_code", CANNOT_CONTINUE)  # a loss spike stop has its own (core/exit_codes.py)
     except Exception as e:
         collective_failed(e)  # a collective timeout: stacks dumped, the ranks behind named, exit HUNG
         # A failed rank (a dead peer's "Connection reset", a collective timeout, a bug) reports and ends at
@@ -66,10 +61,16 @@ def _train(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-    if dist.get_rank() == 0:
-        print(json.dumps(result, indent=1, default=str), flush=True)
-    dist.destroy_process_group()
-    return PREEMPTED if result["preempted"] else 0
+    else:
+        if dist.get_rank() == 0:
+            print(json.dumps(result, indent=1, default=str), flush=True)
+        code = PREEMPTED if result["preempted"] else 0
+    # A finished run and one that cannot continue (every rank decides alike, e.g. the run lock's broadcast) both
+    # tear the group down: left to the interpreter's exit, its store threads were destroyed joinable and the
+    # process sometimes died of SIGABRT ("terminate called without an active exception") instead of its code.
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return code
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
