@@ -22,6 +22,10 @@ Rounds: the saves of one run per setting (paired by step across settings), not a
 
 `python bench/checkpoint_stall.py [--steps 36] [--every 6] [--upload-delay 0.5]`  (5 trainer runs)
 
+`--cpu-ranks 1`: one CPU rank of one thread, so one of this machine's 2 cores is idle during the step, as a GPU
+node's host cores are; the same global batch (2 micro-batches per step instead of one per rank). Its results file
+and VERDICT names carry `1cpu-rank`.
+
 `--gpu [--preset gpt2-small]`: one CUDA rank (NCCL) instead of 2 CPU ranks, so the background part runs on host
 cores the step leaves idle, as on a GPU node; its results file carries a `gpu` suffix. On 2 CPU ranks over 2 cores
 no core is idle: the background's writing and hashing take their time from the next step. A larger preset saves
@@ -66,15 +70,16 @@ def stalls(times: dict[int, float], steps: int, every: int) -> tuple[list[float]
     return [times[s + 1] - normal for s in saves], normal
 
 
-def rank_count(gpu: bool) -> int:
-    """2 CPU ranks (gloo), or with `gpu` one CUDA rank (NCCL): the host's cores free for the background save."""
-    return 1 if gpu else 2
+def rank_count(gpu: bool, cpu_ranks: int = 2) -> int:
+    """`cpu_ranks` CPU ranks (gloo, one thread each), or with `gpu` one CUDA rank (NCCL): the host's cores free for
+    the background save."""
+    return 1 if gpu else cpu_ranks
 
 
-def base_overrides(steps: int, every: int, gpu: bool) -> list[str]:
+def base_overrides(steps: int, every: int, gpu: bool, cpu_ranks: int = 2) -> list[str]:
     """The settings every run of the bench shares: a save every `every` steps, evaluation only at the end, a
-    metrics row per step, `rank_count(gpu)` ranks."""
-    ranks = [f"launch.procs_per_node={rank_count(gpu)}", *(["launch.backend=nccl"] if gpu else [])]
+    metrics row per step, `rank_count(gpu, cpu_ranks)` ranks."""
+    ranks = [f"launch.procs_per_node={rank_count(gpu, cpu_ranks)}", *(["launch.backend=nccl"] if gpu else [])]
     return [f"schedule.total_steps={steps}", f"checkpoint.every_steps={every}", "checkpoint.keep_last=2",
             f"eval.every_steps={10 * steps}", "logging.every_steps=1", "logging.plots=false",
             f"batch.global_batch_size={GLOBAL_BATCH}", "batch.micro_batch_size=4", *ranks,
@@ -97,19 +102,34 @@ def main() -> int:
     ap.add_argument("--upload-delay", type=float, default=0.5, help="seconds of sleep before each upload")
     ap.add_argument("--gpu", action="store_true", help="one CUDA rank (NCCL) instead of 2 CPU ranks")
     ap.add_argument("--preset", default="gpt2-budget", help="the model: a gpt2-* config in configs/")
+    ap.add_argument(
+        "--cpu-ranks",
+        type=int,
+        default=2,
+        choices=(1, 2),
+        help="CPU ranks of one thread each: 2 keep both cores busy; 1 leaves a core idle for the background "
+        "part, as a GPU node's host does",
+    )
     a = ap.parse_args()
+    if a.gpu and a.cpu_ranks != 2:
+        raise SystemExit("--cpu-ranks: CPU ranks only; --gpu runs one CUDA rank")
     if a.gpu:
         import torch
 
         if not torch.cuda.is_available():
             raise SystemExit("--gpu: no CUDA device here")
-    variant = "-".join(([] if a.preset == "gpt2-budget" else [a.preset]) + (["gpu"] if a.gpu else [])) or None
+    one_cpu = not a.gpu and a.cpu_ranks == 1
+    variant = "-".join(([] if a.preset == "gpt2-budget" else [a.preset]) + (["gpu"] if a.gpu else [])
+                       + (["1cpu-rank"] if one_cpu else [])) or None  # fmt: skip
     rep = C.Report(__file__, variant=variant)
-    rep.line(f"model {a.preset}; " + ("1 CUDA rank (NCCL)" if a.gpu else "2 CPU ranks (gloo)"))
+    nproc = rank_count(a.gpu, a.cpu_ranks)
+    rep.line(
+        f"model {a.preset}; "
+        + ("1 CUDA rank (NCCL)" if a.gpu else f"{nproc} CPU rank(s) (gloo, 1 thread each)")
+    )
     t_start = time.perf_counter()
-    base = base_overrides(a.steps, a.every, a.gpu)
-    where = "_gpu" if a.gpu else ""  # the VERDICT names say where they hold
-    nproc = rank_count(a.gpu)
+    base = base_overrides(a.steps, a.every, a.gpu, a.cpu_ranks)
+    where = "_gpu" if a.gpu else "_1cpu_rank" if one_cpu else ""  # the VERDICT names say where they hold
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-stall-") as d:
         tmp = Path(d)
         cfg_path = C.prepare_run(tmp / "data", "gpt2", EXTRA_YAML, preset=a.preset, files="0[0-4]?.txt")

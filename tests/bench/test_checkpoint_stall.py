@@ -13,13 +13,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import checkpoint_stall as S  # noqa: E402
 
 
-@pytest.mark.parametrize("gpu", [False, True])
-def test_overrides_validate_and_pick_the_ranks(gpu):
+@pytest.mark.parametrize(
+    "gpu, cpu_ranks, expected", [(False, 2, (2, "gloo")), (False, 1, (1, "gloo")), (True, 2, (1, "nccl"))]
+)
+def test_overrides_validate_and_pick_the_ranks(gpu, cpu_ranks, expected):
     from runconfig import load_config
 
-    cfg = load_config(S.C.ROOT / "configs" / "gpt2-budget.yaml", S.base_overrides(36, 6, gpu))
+    cfg = load_config(S.C.ROOT / "configs" / "gpt2-budget.yaml", S.base_overrides(36, 6, gpu, cpu_ranks))
     assert cfg.schedule.total_steps == 36 and cfg.checkpoint.every_steps == 6
-    assert (cfg.launch.procs_per_node, cfg.launch.backend) == ((1, "nccl") if gpu else (2, "gloo"))
+    assert (cfg.launch.procs_per_node, cfg.launch.backend) == expected
+    assert cfg.batch_plan()["global_batch_size"] == S.GLOBAL_BATCH  # the same work per step whatever the ranks
 
 
 def test_stall_is_the_step_after_each_save_against_the_steps_after_none():
