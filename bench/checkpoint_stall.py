@@ -118,9 +118,9 @@ def main() -> int:
 
         if not torch.cuda.is_available():
             raise SystemExit("--gpu: no CUDA device here")
-    one_cpu = not a.gpu and a.cpu_ranks == 1
-    variant = "-".join(([] if a.preset == "gpt2-budget" else [a.preset]) + (["gpu"] if a.gpu else [])
-                       + (["1cpu-rank"] if one_cpu else [])) or None  # fmt: skip
+    # where the run holds, said once: the results file's suffix and the VERDICT names' both come from it
+    place = "gpu" if a.gpu else "1cpu-rank" if a.cpu_ranks == 1 else None
+    variant = "-".join(([] if a.preset == "gpt2-budget" else [a.preset]) + ([place] if place else [])) or None
     rep = C.Report(__file__, variant=variant)
     nproc = rank_count(a.gpu, a.cpu_ranks)
     rep.line(
@@ -129,7 +129,7 @@ def main() -> int:
     )
     t_start = time.perf_counter()
     base = base_overrides(a.steps, a.every, a.gpu, a.cpu_ranks)
-    where = "_gpu" if a.gpu else "_1cpu_rank" if one_cpu else ""  # the VERDICT names say where they hold
+    where = "_" + place.replace("-", "_") if place else ""
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-stall-") as d:
         tmp = Path(d)
         cfg_path = C.prepare_run(tmp / "data", "gpt2", EXTRA_YAML, preset=a.preset, files="0[0-4]?.txt")

@@ -22,9 +22,8 @@ def test_overrides_validate_and_pick_the_ranks(gpu, cpu_ranks, expected):
     cfg = load_config(S.C.ROOT / "configs" / "gpt2-budget.yaml", S.base_overrides(36, 6, gpu, cpu_ranks))
     assert cfg.schedule.total_steps == 36 and cfg.checkpoint.every_steps == 6
     assert (cfg.launch.procs_per_node, cfg.launch.backend) == expected
-    assert (
-        cfg.batch_plan()["global_batch_size"] == S.GLOBAL_BATCH
-    )  # the same work per step whatever the ranks
+    # the same work per step whatever the ranks
+    assert cfg.batch_plan()["global_batch_size"] == S.GLOBAL_BATCH
 
 
 def test_stall_is_the_step_after_each_save_against_the_steps_after_none():
