@@ -9,18 +9,19 @@ evaluation off (once at the end), a metrics row every step. Step time: each row'
 k: row k+1's time minus the median of the rows that follow no save (the first rows, warm-up, are dropped; the final
 save is waited for at the end of the run and is not counted).
 
-Runs: local async, local sync; a remote run (`run.output_dir: s3://...` on a moto S3 server on 127.0.0.1) async
+Runs: local async (`checkpoint.async_writer: thread`, the default: the background thread writes and hashes),
+local async with `async_writer: process` (each rank's writer process does), local sync; a remote run (`run.output_dir: s3://...` on a moto S3 server on 127.0.0.1) async
 without and with an upload delay, and sync with the delay. The delay is a sleep of `--upload-delay` seconds before
 each upload (test-only LMSTACK_CKPT_PAUSE=upload=D), standing in for a slow network; it must be shorter than the
 time between two saves, or the next save waits for the upload by design.
 
 Rounds: the saves of one run per setting (paired by step across settings), not alternating runs: a run's start-up
 (imports, DeepSpeed) costs far more than its steps. VERDICTs (lower is better; the sync runs, "before", are printed beside them):
-- local async stall / normal step <= 0.10;
+- local async stall / normal step <= 0.10, with each writer (`local_async`: thread, `local_async_process`);
 - remote async stall with the upload delay / normal step <= 0.10 (independent of the upload's duration);
 - growth of the remote async stall when the delay is added, over the delay itself, <= 0.10 (sync grows by ~1).
 
-`python bench/checkpoint_stall.py [--steps 36] [--every 6] [--upload-delay 0.5]`  (5 trainer runs)
+`python bench/checkpoint_stall.py [--steps 36] [--every 6] [--upload-delay 0.5]`  (6 trainer runs)
 
 `--cpu-ranks 1`: one CPU rank of one thread, so one of this machine's 2 cores is idle during the step, as a GPU
 node's host cores are; the same global batch (2 micro-batches per step instead of one per rank). Its results file
@@ -136,15 +137,16 @@ def main() -> int:
         print(f"data stages on BBC: {time.perf_counter() - t_start:.0f}s")
         env = C.child_env(accelerator="cuda" if a.gpu else "cpu")
         figures: dict[str, tuple[list[float], float]] = {}
-        for mode in ("async", "sync"):
+        for mode, writer in (("async", "thread"), ("async_process", "process"), ("sync", "thread")):
             out = tmp / f"local-{mode}"
             _link_stages(cfg_path, out)
             run(
                 cfg_path,
-                [*base, f"run.output_dir={out}", f"checkpoint.async_save={mode == 'async'}"],
+                [*base, f"run.output_dir={out}", f"checkpoint.async_save={mode != 'sync'}",
+                 f"checkpoint.async_writer={writer}"],
                 env,
                 nproc,
-            )
+            )  # fmt: skip
             figures[f"local_{mode}"] = stalls(step_times((out / "logs" / "metrics.jsonl").read_text()), a.steps,
                                               a.every)  # fmt: skip
 
@@ -182,7 +184,7 @@ def main() -> int:
             st, normal = figures[name]
             rep.line(f"before ({name}): stall median {statistics.median(st) * 1e3:.0f} ms = "
                      f"{statistics.median(st) / normal:.2f} of a normal step")  # fmt: skip
-        for name in ("local_async", "remote_async_delay"):
+        for name in ("local_async", "local_async_process", "remote_async_delay"):
             st, normal = figures[name]
             rep.compare(f"checkpoint_stall_{name}_vs_normal_step{where}", st, [normal] * len(st), 0.10,
                         lower_is_better=True, unit="s, stall of the checkpoint step vs the median normal step")  # fmt: skip

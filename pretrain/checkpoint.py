@@ -18,7 +18,8 @@ Off the critical path (`checkpoint.async_save`, default on): `save_checkpoint` r
 written; hashing, COMPLETE, `latest`, pruning and the upload run in a background thread. Ranks agree that all files
 are written through per-rank done markers in the folder, not a collective off the main thread; the next save and
 the end of the run wait (`wait_for_save`) and stop every rank on a background failure. Since COMPLETE and `latest`
-still come last, a kill at any moment leaves the previous complete checkpoint as `latest`.
+still come last, a kill at any moment leaves the previous complete checkpoint as `latest`. With
+`checkpoint.async_writer: process` the writing and hashing run in each rank's writer process (`checkpoint_writer`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import os
 import random
 import shutil
 import threading
@@ -38,7 +38,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import xxhash
 
 from core.errors import is_disk_full
 from core.io import atomic_write, sha256_bytes
@@ -56,15 +55,22 @@ from pretrain.checkpoint_meta import (  # noqa: F401  (re-exported)
     read_complete,
     tag_for,
 )
+from pretrain.checkpoint_writer import (  # noqa: F401  (file_entries and PAUSE_ENV re-exported)
+    PAUSE_ENV,
+    TorchFile,
+    WriterProcess,
+    checksum,
+    file_entries,
+    pause,
+    write_and_hash,
+)
 
 log = get_logger(__name__)
 
 MANIFEST_VERSION = 2
-_CHUNK = 8 << 20
 HASHES_PREFIX = (
     "hashes.rank"  # a rank's done marker of a save finishing in the background (never in COMPLETE)
 )
-PAUSE_ENV = "LMSTACK_CKPT_PAUSE"
 
 
 def rng_state() -> dict[str, Any]:
@@ -82,14 +88,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _checksum(path: Path) -> str:
-    h = xxhash.xxh3_64()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _checkpoint_files(folder: Path) -> list[str]:
     """Every file a checkpoint consists of (relative paths), COMPLETE and temporary files excepted."""
     return sorted(
@@ -100,10 +98,6 @@ def _checkpoint_files(folder: Path) -> list[str]:
         and ".tmp" not in p.name
         and not p.name.startswith(HASHES_PREFIX)
     )
-
-
-def file_entries(folder: Path, names: list[str]) -> dict[str, dict[str, Any]]:
-    return {n: {"size": (folder / n).stat().st_size, "xxh3": _checksum(folder / n)} for n in names}
 
 
 def _my_share(names: list[str], rank: int, world: int) -> list[str]:
@@ -132,7 +126,7 @@ def verify_files(folder: Path, rank: int = 0, world: int = 1) -> list[str]:
         size = path.stat().st_size
         if size != want["size"]:
             problems.append(f"{name}: {size} bytes, {COMPLETE} records {want['size']}")
-        elif _checksum(path) != want["xxh3"]:
+        elif checksum(path) != want["xxh3"]:
             problems.append(f"{name}: checksum differs from {COMPLETE} (content damaged)")
     return problems
 
@@ -424,12 +418,18 @@ class SnapshotWrites:
         return taken
 
 
-def _write_snapshots(inner: Any, snapshots: list[tuple[Any, str]]):
+def _write_snapshots(inner: Any, snapshots: list[tuple[Any, str]]) -> list[Any]:
+    """The deferred writes of DeepSpeed's snapshots: for its TorchCheckpointEngine (`torch.save` in place) files the
+    writer process can take; for any other engine one call of its own `save` in the background thread."""
+    if type(inner).__name__ == "TorchCheckpointEngine":
+        zipfile = bool(getattr(inner, "zipfile_serialization", True))
+        return [TorchFile(Path(path), state, atomic=False, zipfile=zipfile) for state, path in snapshots]
+
     def write() -> None:
         for state, path in snapshots:
             inner.save(state, path)
 
-    return write
+    return [write] if snapshots else []
 
 
 @contextlib.contextmanager
@@ -457,11 +457,13 @@ def save_checkpoint(
     remote: str | None = None,
     async_save: bool = True,
     after_complete=None,
+    writer: str = "thread",
 ) -> Path:
     """`before_complete(folder)` runs on every rank after DeepSpeed's state is taken and before the folder is
-    marked complete (the trainer computes its export-parity probe there); it may return a function that writes
-    its file, which runs with the deferred writes. With `async_save`, DeepSpeed's files are host snapshots
-    (`SnapshotWrites`) written in the background with the RNG state and the probe, before the hashing. `meta`
+    marked complete (the trainer computes its export-parity probe there); it may return its file (a `TorchFile`)
+    or a function that writes it, which run with the deferred writes. With `async_save`, DeepSpeed's files are host
+    snapshots (`SnapshotWrites`) written in the background with the RNG state and the probe, before the hashing,
+    by the background thread or, with `writer="process"`, by this rank's writer process (`checkpoint_writer`). `meta`
     (e.g. the resolved config) is recorded in COMPLETE. Returns once the files are written (the rest finishes in the background, see
     `wait_for_save`; `async_save=False`: before returning); `after_complete()` runs on rank 0 after the upload
     (the trainer pushes a remote run's logs there). A folder is never marked complete when a write failed (a full disk is named, with
@@ -489,7 +491,7 @@ def save_checkpoint(
         with _recovery_scripts_deferred(engine, writes if async_save else None):
             engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
         pending, paths = ds_writes.take()
-        writes.append(_write_snapshots(ds_writes.inner, pending))
+        writes += _write_snapshots(ds_writes.inner, pending)
         own += [Path(x) for x in paths]
     except (
         OSError,
@@ -502,8 +504,7 @@ def save_checkpoint(
     if error is None:
         try:
             rng_path = folder / f"rng_rank{rank:05d}.pt"
-            state = rng_state()
-            writes.append(lambda: atomic_write(rng_path, lambda f: torch.save(state, f)))
+            writes.append(TorchFile(rng_path, rng_state()))
             own.append(rng_path)
         except (OSError, RuntimeError) as e:
             if _is_comm_error(e):
@@ -552,7 +553,7 @@ def save_checkpoint(
         "zero_stage": engine.zero_optimization_stage(),
     }
     global _pending
-    _pending = _Pending(tag, folder, dev, writes, own)
+    _pending = _Pending(tag, folder, dev, writes, own, writer == "process" and async_save)
     _pending.start(
         lambda p: _finish(
             p, ckpt_dir, step, rank, world, {**info, **(meta or {})}, keep_last, remote, after_complete
@@ -570,8 +571,11 @@ class _Pending:
     background thread. `local_done` is set once this rank's share is hashed and its done marker written (or that
     failed: `local_error`); `error` is rank 0's failure to mark the folder complete."""
 
-    def __init__(self, tag: str, folder: Path, dev, writes: list[Any], own: list[Path]) -> None:
+    def __init__(
+        self, tag: str, folder: Path, dev, writes: list[Any], own: list[Path], in_process: bool = False
+    ) -> None:
         self.tag, self.folder, self.dev, self.writes, self.own = tag, folder, dev, writes, own
+        self.in_process = in_process  # the files written and hashed by this rank's writer process
         self.local_done, self.abort = threading.Event(), threading.Event()
         self.local_error: BaseException | None = None
         self.error: BaseException | None = None
@@ -599,20 +603,22 @@ class _Pending:
 
 
 _pending: _Pending | None = None
+_writer: WriterProcess | None = None
 
 
-def _pause(phase: str) -> None:
-    """Test-only (LMSTACK_CKPT_PAUSE="hash=2,upload=5"): seconds the background sleeps before a phase, so that a
-    test can kill a run inside it and a bench can stand in for a slow upload. Unset in every real run."""
-    spec = os.environ.get(PAUSE_ENV, "").strip()
-    if not spec:
-        return
-    for part in spec.split(","):
-        name, _, secs = part.partition("=")
-        if name.strip() not in ("write", "hash", "upload"):
-            raise ValueError(f"{PAUSE_ENV}={spec!r}: {name.strip()!r} is not one of write, hash, upload")
-        if name.strip() == phase:
-            time.sleep(float(secs))
+def _writer_process() -> WriterProcess:
+    global _writer
+    if _writer is None:
+        _writer = WriterProcess()
+    return _writer
+
+
+def close_writer() -> None:
+    """Ends this rank's writer process, if a save started one (the end of the run, after `wait_for_save`)."""
+    global _writer
+    if _writer is not None:
+        _writer.close()
+        _writer = None
 
 
 def _marker(folder: Path, rank: int) -> Path:
@@ -637,14 +643,21 @@ def _finish(
     COMPLETE: the previous complete checkpoint stays `latest`."""
     folder = p.folder
     try:
-        _pause("write")
-        for write in p.writes:  # this rank's deferred files: DeepSpeed's snapshots, its RNG state, the probe
-            write()
+        pause("write")
+        # this rank's deferred files: DeepSpeed's snapshots, its RNG state, the probe (TorchFile), and what only
+        # this process can write (another checkpoint engine's save, DeepSpeed's recovery scripts)
+        files = [w for w in p.writes if isinstance(w, TorchFile)]
+        for write in p.writes:
+            if not isinstance(write, TorchFile):
+                write()
         p.writes = []
-        _pause("hash")
         # the files this rank wrote (another rank's may not be written yet); rank 0 hashes what is left below
         names = sorted({str(f.relative_to(folder)) for f in p.own if folder in f.parents})
-        mine = file_entries(folder, names)
+        if p.in_process:
+            mine = _writer_process().write_and_hash(files, folder, names)
+        else:
+            mine = write_and_hash(files, folder, names)
+        del files
         atomic_write(_marker(folder, rank), json.dumps(mine))
     except Exception as e:  # noqa: BLE001  (raised at the next wait, on every rank)
         p.local_error = e
@@ -678,7 +691,7 @@ def _finish(
         shutil.rmtree(ckpt_dir / (old + UNIVERSAL_SUFFIX), ignore_errors=True)
     _remove_abandoned(ckpt_dir, step)
     if remote is not None:  # `remote`: the checkpoints folder of a remote run (run.output_dir is a URL)
-        _pause("upload")
+        pause("upload")
         upload_checkpoint(ckpt_dir, p.tag, remote, keep_last)
     if after_complete is not None:
         after_complete()

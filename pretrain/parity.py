@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from core.io import atomic_write
+from pretrain.checkpoint_writer import TorchFile
 from pretrain.families import get_family
 
 PROBE_TEXTS = [
@@ -35,8 +36,9 @@ def probe_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], device:
     return out
 
 
-def save_probe(path: Path, batch: dict[str, torch.Tensor], logits: torch.Tensor) -> None:
-    atomic_write(path, lambda f: torch.save({"inputs": batch, "logits": logits}, f))
+def probe_file(path: Path, batch: dict[str, torch.Tensor], logits: torch.Tensor) -> TorchFile:
+    """The probe file a checkpoint writes with its other deferred files (`check_parity` reads it)."""
+    return TorchFile(path, {"inputs": batch, "logits": logits})
 
 
 def check_parity(model: torch.nn.Module, probe_path: Path) -> float:

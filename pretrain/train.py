@@ -37,7 +37,7 @@ from pretrain.metrics import (
 )
 from pretrain.models import build_model, count_parameters
 from pretrain.objectives import prepare_model, wrap_model
-from pretrain.parity import PROBE_FILE, BatchRecorder, probe_inputs, probe_logits, sabotage, save_probe
+from pretrain.parity import PROBE_FILE, BatchRecorder, probe_file, probe_inputs, probe_logits, sabotage
 from pretrain.probe_eval import STATE_KEY, TransferProbe
 from pretrain.profiler import StepProfiler, phase
 from pretrain.run_lock import RunFolderLocked, RunLock
@@ -724,11 +724,9 @@ def save(run: Run, progress: Progress) -> None:
 
     def store_probe(folder: Path):
         """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all); rank 0 returns
-        the write of the probe file, which the checkpoint runs with its other deferred files."""
+        the probe file, which the checkpoint writes with its other deferred files."""
         logits = probe_logits(run.engine, run.probe_batch, run.device)
-        if run.rank == 0:
-            return lambda: save_probe(folder / PROBE_FILE, run.probe_batch, logits)
-        return None
+        return probe_file(folder / PROBE_FILE, run.probe_batch, logits) if run.rank == 0 else None
 
     cfg = run.cfg
     ckpt.save_checkpoint(
@@ -741,6 +739,7 @@ def save(run: Run, progress: Progress) -> None:
         run.ckpt_meta,
         remote=cfg.checkpoint_remote,
         async_save=cfg.checkpoint.async_save,  # hashing, COMPLETE and the upload finish in the background
+        writer=cfg.checkpoint.async_writer,
         # a remote run: the logs so far and the resolved config go up with each checkpoint (rank 0)
         after_complete=lambda: run.layout.store.push_or_warn([run.layout.logs, run.layout.resolved_config]),
     )
@@ -749,6 +748,7 @@ def save(run: Run, progress: Progress) -> None:
 def finish(run: Run, progress: Progress, preempted: bool) -> dict[str, Any]:
     """The run's result (and its plots); every rank leaves together."""
     ckpt.wait_for_save()  # the last save's COMPLETE and upload (also at a preemption exit)
+    ckpt.close_writer()
     run.recorder.close(run.plan)
     result = {
         "step": progress.step,

@@ -145,6 +145,11 @@ class CheckpointConfig(Section):
     # run's upload finish in a background thread (the next save and the end of the run wait for it), so a save
     # needs host memory for one copy of the rank's checkpoint. false: all of it before the step goes on.
     async_save: bool = True
+    # Who writes and hashes an async save's files: `thread`, the save's background thread (no extra process; its
+    # serializing and hashing take the interpreter lock from the loop in slices); `process`, one writer process
+    # per rank, started at the first save, the snapshots passed through shared memory, as
+    # torch.distributed.checkpoint's process-based async_save (docs/results.md measures both).
+    async_writer: Literal["thread", "process"] = "thread"
 
 
 class WandbConfig(Section):

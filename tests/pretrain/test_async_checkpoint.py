@@ -7,7 +7,6 @@ background phases (a big checkpoint's hashing, a slow upload) so that a kill lan
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -73,10 +72,11 @@ def _unfinished(ckpt_dir: Path) -> list[str]:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("phase", ["hash", "write"])
-def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_run, tmp_path, phase):
+@pytest.mark.parametrize(("phase", "writer"), [("hash", "thread"), ("write", "thread"), ("hash", "process")])
+def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_run, tmp_path, phase, writer):
     """`hash`: killed while the written files are hashed; `write`: while the host snapshots of DeepSpeed's state,
-    the RNG files and the probe are still being written (the step went on with the snapshot in memory)."""
+    the RNG files and the probe are still being written (the step went on with the snapshot in memory). `process`:
+    the files written and hashed by each rank's writer process (checkpoint.async_writer)."""
     ref_dir, kill_dir = tmp_path / "ref", tmp_path / "killed"
     ref_dir.mkdir()
     kill_dir.mkdir()
@@ -86,8 +86,9 @@ def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_ru
     run = Path(out.split("=", 1)[1])
     ckpts = run / "checkpoints"
     log = open(tmp_path / "killed.log", "w")
+    over = [out, *OVERRIDES, f"checkpoint.async_writer={writer}"]
     # Every save's background phase takes 4 s longer: the step after a save goes on meanwhile.
-    p = _start(gpt2_run, [out, *OVERRIDES], log, pause=f"{phase}=4")
+    p = _start(gpt2_run, over, log, pause=f"{phase}=4")
     try:
         _wait_for(lambda: complete_tags(ckpts), p)
         # the next save's background part is writing or hashing: training has gone past it
@@ -104,7 +105,7 @@ def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_ru
     assert (ckpts / "latest").read_text() == latest_before  # the kill left the previous complete checkpoint
     assert pending not in complete_tags(ckpts)
 
-    p = _start(gpt2_run, [out, *OVERRIDES], log, pause="hash=0.5")
+    p = _start(gpt2_run, over, log, pause="hash=0.5")
     assert p.wait(timeout=600) == 0, (tmp_path / "killed.log").read_text()[-4000:]
     log.close()
     text = (tmp_path / "killed.log").read_text()
@@ -195,19 +196,6 @@ def test_kill_during_upload_keeps_the_previous_checkpoint_in_the_bucket(s3_serve
     fs.invalidate_cache()
     assert fs.cat(f"{url}/checkpoints/latest").decode() == "step00000008"
     assert fs.exists(f"{url}/checkpoints/step00000008/{COMPLETE}")
-
-
-@pytest.mark.timeout(10)
-def test_bad_pause_spec_is_refused():
-    """The test-only pause names what it refuses (a typo would otherwise pause nothing)."""
-    from pretrain.checkpoint import _pause
-
-    os.environ[PAUSE_ENV] = "hashing=1"
-    try:
-        with pytest.raises(ValueError, match="'hashing' is not one of write, hash, upload"):
-            _pause("hash")
-    finally:
-        del os.environ[PAUSE_ENV]
 
 
 # A world of one (WORLD_OF_ONE_ENGINE): how many collectives a save puts on the step (issue 44: the saving step

@@ -41,6 +41,7 @@ def test_duplicate_yaml_keys_are_rejected_naming_key_and_lines(tmp_path):
         ("model.layer_norm_eps=0", "model.layer_norm_eps: Input should be greater than 0"),
         ("model.layer_norm_eps=-1e-5", "model.layer_norm_eps: Input should be greater than 0"),
         ("checkpoint.async_save=maybe", "checkpoint.async_save: Input should be a valid boolean"),
+        ("checkpoint.async_writer=fork", "checkpoint.async_writer: Input should be 'thread' or 'process'"),
     ],
 )
 def test_bad_numbers_fail_at_load(override, message):
