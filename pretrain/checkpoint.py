@@ -613,6 +613,11 @@ def _writer_process() -> WriterProcess:
     return _writer
 
 
+def start_writer() -> None:
+    """Starts this rank's writer process ahead of the first save (`checkpoint.async_writer: process`)."""
+    _writer_process().start()
+
+
 def close_writer() -> None:
     """Ends this rank's writer process, if a save started one (the end of the run, after `wait_for_save`)."""
     global _writer

@@ -5,26 +5,31 @@ A save's background part serializes host snapshots (`torch.save`) and hashes the
 one CPU rank with a core free, the step after a save took about 20 ms longer than the save's own work
 (docs/results.md). `process` hands the same work to one writer process per rank, started at the first save
 (torch.distributed.checkpoint's process-based `async_save` and Megatron's async save do the same); the
-snapshots reach it through shared memory (torch.multiprocessing's reductions), and the background thread only
-waits for its answer. The writer ignores SIGINT and SIGTERM (a preempted run still finishes its last save) and
+snapshots reach it in one shared-memory block (`_ToShared`), and the background thread only waits for its
+answer. The writer ignores SIGINT and SIGTERM (a preempted run still finishes its last save) and
 ends when its trainer is gone, so a killed run leaves no writer behind to touch a folder the next run owns.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import io
+import math
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.multiprocessing  # noqa: F401  (registers the reductions that send CPU tensors through shared memory)
 import xxhash
 
 from core.io import atomic_write
@@ -83,6 +88,69 @@ def write_and_hash(files: list[TorchFile], folder: Path, names: list[str]) -> di
     return file_entries(folder, names)
 
 
+_ALIGN = 64
+
+
+def _tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """The tensors a job pickles, in the order the pickler meets them (containers of the state dicts)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)
+    elif isinstance(obj, TorchFile):
+        yield from _tensors(obj.obj)
+
+
+class _ToShared(pickle.Pickler):
+    """Pickles a job with its tensors copied into one shared-memory block and sent as (offset, dtype, shape): one
+    block by name instead of torch.multiprocessing's one file descriptor per tensor, each of which the trainer's
+    resource-sharer thread hands over under the interpreter lock (that made the step after a save slower, not
+    faster, than the thread writer: docs/results.md). The copies are torch's, which release the lock."""
+
+    def __init__(self, file: io.BytesIO, shm: shared_memory.SharedMemory | None) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.offset = 0
+        self.block = torch.frombuffer(shm.buf, dtype=torch.uint8) if shm is not None else None
+
+    def persistent_id(self, obj: Any) -> Any:
+        if not isinstance(obj, torch.Tensor):
+            return None
+        t = obj.detach()
+        if t.numel() == 0 or self.block is None:
+            return ("tensor", -1, t.dtype, tuple(t.shape))
+        n = t.numel() * t.element_size()
+        if self.offset + n > self.block.numel():  # a tensor `_tensors` did not see: pickled the plain way
+            return None
+        dest = self.block[self.offset : self.offset + n].view(t.dtype).view(t.shape)
+        dest.copy_(t)
+        pid = ("tensor", self.offset, t.dtype, tuple(t.shape))
+        self.offset += -(-n // _ALIGN) * _ALIGN
+        return pid
+
+
+class _FromShared(pickle.Unpickler):
+    """Each tensor its own storage over its slice of the block (torch.save writes a tensor's whole storage)."""
+
+    def __init__(self, file: io.BytesIO, buf: memoryview | None) -> None:
+        super().__init__(file)
+        self.buf = buf
+
+    def persistent_load(self, pid: Any) -> torch.Tensor:
+        _, offset, dtype, shape = pid
+        if offset < 0:
+            return torch.empty(shape, dtype=dtype)
+        assert self.buf is not None
+        return torch.frombuffer(self.buf, dtype=dtype, count=math.prod(shape), offset=offset).view(shape)
+
+
+def _shared_bytes(job: Any) -> int:
+    return sum(-(-t.numel() * t.element_size() // _ALIGN) * _ALIGN for t in _tensors(job))
+
+
 def _die_with_parent(parent: int) -> None:
     """Ends this process within a fifth of a second once its trainer is gone (a kill of the trainer must not leave a
     writer finishing files in a folder the next run will own). Polled, not Linux's parent-death signal: that one
@@ -104,17 +172,22 @@ def _serve(conn: Connection, parent: int) -> None:
     torch.set_num_threads(1)
     while True:
         try:
-            job = conn.recv()
+            msg = conn.recv()
         except EOFError:
             return
-        if job is None:
+        if msg is None:
             return
-        files, folder, names = job
+        name, payload = msg
+        shm = shared_memory.SharedMemory(name=name) if name else None
         try:
+            files, folder, names = _FromShared(io.BytesIO(payload), shm.buf if shm else None).load()
             answer: tuple[bool, Any] = (True, write_and_hash(files, Path(folder), names))
         except Exception as e:  # noqa: BLE001  (sent back: the trainer stops every rank naming it)
-            answer = (False, e)
-        del files, job  # the snapshots' shared memory goes now, not at the next job
+            answer = (False, e.with_traceback(None))  # its frames held views of the block
+        files = None  # every view of the block goes before it is closed
+        if shm is not None:
+            with contextlib.suppress(BufferError):  # a view still held: the mapping goes with it
+                shm.close()
         conn.send(answer)
 
 
@@ -130,24 +203,39 @@ class WriterProcess:
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
 
+    def start(self) -> None:
+        """Starts the writer unless it runs: the trainer calls it before its first step, so the writer's imports
+        overlap the engine's start, not the steps around the first save."""
+        if self._proc is not None and self._proc.is_alive():
+            return
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=_serve, args=(child, os.getpid()), name="checkpoint-writer", daemon=True
+        )
+        self._proc.start()
+        child.close()
+        # at an exit that did not close it (an error ended the run): killed before multiprocessing's own exit hook,
+        # whose SIGTERM it ignores and whose join would then wait for ever (atexit runs last-in first)
+        atexit.register(self._kill)
+
     def write_and_hash(
         self, files: list[TorchFile], folder: Path, names: list[str]
     ) -> dict[str, dict[str, Any]]:
         """`write_and_hash` in the writer process; blocks the calling thread (the save's background thread) only."""
-        if self._proc is None or not self._proc.is_alive():
-            ctx = mp.get_context("spawn")
-            self._conn, child = ctx.Pipe()
-            self._proc = ctx.Process(
-                target=_serve, args=(child, os.getpid()), name="checkpoint-writer", daemon=True
-            )
-            self._proc.start()
-            child.close()
-            # at an exit that did not close it (an error ended the run): killed before multiprocessing's own exit
-            # hook, whose SIGTERM it ignores and whose join would then wait for ever (atexit runs last-in first)
-            atexit.register(self._kill)
+        self.start()
         assert self._conn is not None
+        job = (files, str(folder), names)
+        size = _shared_bytes(job)
+        shm = shared_memory.SharedMemory(create=True, size=size) if size else None
+        pickler = None
         try:
-            self._conn.send((files, str(folder), names))
+            buf = io.BytesIO()
+            pickler = _ToShared(buf, shm)
+            pickler.dump(job)
+            pickler = None  # its view of the block goes before the block is closed
+            del job, files
+            self._conn.send((shm.name if shm else None, buf.getvalue()))
             ok, value = self._conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError) as e:
             self._proc.join(timeout=5)
@@ -155,6 +243,11 @@ class WriterProcess:
                 f"the checkpoint writer process (pid {self._proc.pid}) exited with code {self._proc.exitcode} "
                 f"while writing {folder}"
             ) from e
+        finally:
+            pickler = None
+            if shm is not None:
+                shm.close()
+                shm.unlink()
         if not ok:
             raise value
         return value

@@ -400,6 +400,8 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
             ckpt.convert_to_universal(load_dir, tag)
         dist.barrier()
         tag += ckpt.UNIVERSAL_SUFFIX
+    if cfg.checkpoint.async_save and cfg.checkpoint.async_writer == "process":
+        ckpt.start_writer()  # its imports overlap the engine's start
     engine, scheduler, _ = build_engine(cfg, model, plan, load_universal=universal)
     sync = StepSync(engine.device, rank, SpikeDetector(cfg, engine.device, rank, plan.grad_accum * world))
     progress, elapsed_s, restore_s = Progress(), 0.0, None
