@@ -1,13 +1,14 @@
 """Writing and hashing an async save's files, in the save's background thread or in a writer process.
 
 A save's background part serializes host snapshots (`torch.save`) and hashes the files. In a thread
-(`checkpoint.async_writer: thread`) that work takes the interpreter lock from the training loop in slices: on
-one CPU rank with a core free, the step after a save took about 20 ms longer than the save's own work
-(docs/results.md). `process` hands the same work to one writer process per rank, started at the first save
-(torch.distributed.checkpoint's process-based `async_save` and Megatron's async save do the same); the
-snapshots reach it in one shared-memory block (`_ToShared`), and the background thread only waits for its
-answer. The writer ignores SIGINT and SIGTERM (a preempted run still finishes its last save) and
-ends when its trainer is gone, so a killed run leaves no writer behind to touch a folder the next run owns.
+(`checkpoint.async_writer: thread`, the default) that work shares the interpreter lock with the training loop.
+`process` hands the same work to one writer process per rank, started before the first step, as
+torch.distributed.checkpoint's process-based `async_save` and Megatron's async save do; the snapshots reach it
+in one shared-memory block (`_ToShared`), and the background thread only waits for its answer. On one CPU rank,
+whose step runs mostly in kernels that release the lock, it is no better than the thread (docs/results.md); it is
+meant for a GPU node's loop, which holds the lock while it launches kernels. The writer ignores SIGINT and
+SIGTERM (a preempted run still finishes its last save) and ends when its trainer is gone, so a killed run leaves
+no writer behind to touch a folder the next run owns.
 """
 
 from __future__ import annotations

@@ -147,8 +147,9 @@ class CheckpointConfig(Section):
     async_save: bool = True
     # Who writes and hashes an async save's files: `thread`, the save's background thread (no extra process; its
     # serializing and hashing take the interpreter lock from the loop in slices); `process`, one writer process
-    # per rank, started at the first save, the snapshots passed through shared memory, as
-    # torch.distributed.checkpoint's process-based async_save (docs/results.md measures both).
+    # per rank, started before the first step, the snapshots passed through shared memory, as
+    # torch.distributed.checkpoint's process-based async_save, meant for a GPU node's loop (on one CPU rank it is no
+    # better than the thread: docs/results.md).
     async_writer: Literal["thread", "process"] = "thread"
 
 

@@ -1,6 +1,7 @@
 """The writer process of async saves (`checkpoint.async_writer: process`, issue 44): the same files and hashes as
 the background thread writes, from another process; its failures come back as errors naming it; it outlives
-neither its trainer nor a SIGTERM-free shutdown, and a preemption's SIGTERM does not stop a save it is writing."""
+neither its trainer nor an exit that skips closing it, and a preemption's SIGTERM does not stop a save it is
+writing."""
 
 from __future__ import annotations
 
