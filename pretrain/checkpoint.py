@@ -651,7 +651,7 @@ def _finish(
         pause("write")
         # this rank's deferred files: DeepSpeed's snapshots, its RNG state, the probe (TorchFile), and what only
         # this process can write (another checkpoint engine's save, DeepSpeed's recovery scripts)
-        files = [w for w in p.writes if isinstance(w, TorchFile)]
+        deferred = [w for w in p.writes if isinstance(w, TorchFile)]
         for write in p.writes:
             if not isinstance(write, TorchFile):
                 write()
@@ -659,10 +659,10 @@ def _finish(
         # the files this rank wrote (another rank's may not be written yet); rank 0 hashes what is left below
         names = sorted({str(f.relative_to(folder)) for f in p.own if folder in f.parents})
         if p.in_process:
-            mine = _writer_process().write_and_hash(files, folder, names)
+            mine = _writer_process().write_and_hash(deferred, folder, names)
         else:
-            mine = write_and_hash(files, folder, names)
-        del files
+            mine = write_and_hash(deferred, folder, names)
+        del deferred
         atomic_write(_marker(folder, rank), json.dumps(mine))
     except Exception as e:  # noqa: BLE001  (raised at the next wait, on every rank)
         p.local_error = e

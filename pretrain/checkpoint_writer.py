@@ -49,6 +49,9 @@ class TorchFile:
     atomic: bool = True
     zipfile: bool = True  # DeepSpeed's engine passes its zipfile_serialization setting on
 
+    def save(self, out: Any) -> None:
+        torch.save(self.obj, out, _use_new_zipfile_serialization=self.zipfile)
+
 
 def pause(phase: str) -> None:
     """Test-only (LMSTACK_CKPT_PAUSE="hash=2,upload=5"): seconds the background sleeps before a phase, so that a
@@ -80,11 +83,9 @@ def write_and_hash(files: list[TorchFile], folder: Path, names: list[str]) -> di
     """Writes `files`, then hashes `names` (relative to `folder`): a rank's share of a save's background part."""
     for f in files:
         if f.atomic:
-            atomic_write(
-                f.path, lambda out, f=f: torch.save(f.obj, out, _use_new_zipfile_serialization=f.zipfile)
-            )
+            atomic_write(f.path, f.save)
         else:
-            torch.save(f.obj, f.path, _use_new_zipfile_serialization=f.zipfile)
+            f.save(f.path)
     pause("hash")
     return file_entries(folder, names)
 
