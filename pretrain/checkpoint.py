@@ -418,6 +418,21 @@ class SnapshotWrites:
         return taken
 
 
+def _module_snapshot(engine, pending: list[tuple[Any, str]]) -> dict[str, Any] | None:
+    """The host snapshot of the module's weights among this rank's deferred DeepSpeed files: its model-states file,
+    which data-parallel rank 0 writes under ZeRO 0-2 (ZeRO-3's holds partitions only). None where there is none."""
+    if engine.zero_optimization_stage() >= 3:
+        return None
+    for state, path in pending:
+        if (
+            path.endswith("model_states.pt")
+            and isinstance(state, dict)
+            and isinstance(state.get("module"), dict)
+        ):
+            return state["module"]
+    return None
+
+
 def _write_snapshots(inner: Any, snapshots: list[tuple[Any, str]]) -> list[Any]:
     """The deferred writes of DeepSpeed's snapshots: for its TorchCheckpointEngine (`torch.save` in place) files the
     writer process can take; for any other engine one call of its own `save` in the background thread."""
@@ -459,8 +474,9 @@ def save_checkpoint(
     after_complete=None,
     writer: str = "thread",
 ) -> Path:
-    """`before_complete(folder)` runs on every rank after DeepSpeed's state is taken and before the folder is
-    marked complete (the trainer computes its export-parity probe there); it may return its file (a `TorchFile`)
+    """`before_complete(folder, weights)` runs on every rank after DeepSpeed's state is taken and before the folder
+    is marked complete (the trainer's export-parity probe); `weights` is this rank's host snapshot of the module's
+    state dict when an async save took one (`_module_snapshot`), else None. It may return its file (a `TorchFile`)
     or a function that writes it, which run with the deferred writes. With `async_save`, DeepSpeed's files are host
     snapshots (`SnapshotWrites`) written in the background with the RNG state and the probe, before the hashing,
     by the background thread or, with `writer="process"`, by this rank's writer process (`checkpoint_writer`). `meta`
@@ -481,6 +497,7 @@ def save_checkpoint(
     # no barrier here: DeepSpeed's save opens with one, and no rank writes into the folder before it
     error: BaseException | None = None
     writes: list[Any] = []  # run in the background part, before hashing
+    pending: list[tuple[Any, str]] = []
     own: list[Path] = []  # the files this rank writes: it hashes them once they are written
     if not isinstance(engine.checkpoint_engine, SnapshotWrites):
         engine.checkpoint_engine = SnapshotWrites(engine.checkpoint_engine)
@@ -512,7 +529,7 @@ def save_checkpoint(
             error = e
     if not _any_rank(error is not None, dev) and before_complete is not None:
         try:
-            later = before_complete(folder)
+            later = before_complete(folder, _module_snapshot(engine, pending) if async_save else None)
             if later is not None:
                 writes.append(later)
         except (OSError, RuntimeError) as e:

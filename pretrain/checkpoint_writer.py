@@ -52,6 +52,12 @@ class TorchFile:
     def save(self, out: Any) -> None:
         torch.save(self.obj, out, _use_new_zipfile_serialization=self.zipfile)
 
+    def write(self) -> None:
+        if self.atomic:
+            atomic_write(self.path, self.save)
+        else:
+            self.save(self.path)
+
 
 def pause(phase: str) -> None:
     """Test-only (LMSTACK_CKPT_PAUSE="hash=2,upload=5"): seconds the background sleeps before a phase, so that a
@@ -82,10 +88,7 @@ def file_entries(folder: Path, names: list[str]) -> dict[str, dict[str, Any]]:
 def write_and_hash(files: list[TorchFile], folder: Path, names: list[str]) -> dict[str, dict[str, Any]]:
     """Writes `files`, then hashes `names` (relative to `folder`): a rank's share of a save's background part."""
     for f in files:
-        if f.atomic:
-            atomic_write(f.path, f.save)
-        else:
-            f.save(f.path)
+        f.write()
     pause("hash")
     return file_entries(folder, names)
 

@@ -4,7 +4,10 @@ cast) shows up as a difference, not as a silently worse downstream model."""
 
 from __future__ import annotations
 
+import collections
+import copy
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,45 @@ def probe_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], device:
 def probe_file(path: Path, batch: dict[str, torch.Tensor], logits: torch.Tensor) -> TorchFile:
     """The probe file a checkpoint writes with its other deferred files (`check_parity` reads it)."""
     return TorchFile(path, {"inputs": batch, "logits": logits})
+
+
+class SnapshotProbe:
+    """The probe's logits off the training step: the run's module is built once on the meta device (no memory), and
+    each save's host snapshot of the module's weights is assigned to it, not copied, and run on the host in the
+    save's background part. Same classes and same weights as the engine, so in fp32 its logits are the engine's;
+    the step no longer pays a forward and its device-to-host read. The snapshot is let go after each probe.
+    Buffers a state dict leaves out (rotary frequencies, position ids) are copied once from the live module."""
+
+    def __init__(self, build: Callable[[], torch.nn.Module], live: torch.nn.Module) -> None:
+        with torch.device("meta"):
+            self.module = build()
+        saved = set(self.module.state_dict())
+        live_buffers = dict(live.named_buffers())
+        missing = [n for n, _ in self.module.named_buffers() if n not in saved and n not in live_buffers]
+        if missing:
+            raise ValueError(
+                f"the rebuilt module has buffers the trained one lacks: {', '.join(missing[:3])}"
+            )
+        self.buffers = {
+            n: live_buffers[n].detach().to("cpu", copy=True)
+            for n, _ in self.module.named_buffers()
+            if n not in saved
+        }
+
+    def logits(self, weights: dict[str, torch.Tensor], batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The probe batch's logits under `weights` (a host snapshot of the module's state dict)."""
+        # a copy of the snapshot's metadata: `assign=True` marks each entry of the metadata it is given, and the
+        # snapshot is the checkpoint's (a resumed run's load would assign instead of copy)
+        view = collections.OrderedDict(weights)
+        view._metadata = copy.deepcopy(getattr(weights, "_metadata", {}))  # type: ignore[attr-defined]
+        self.module.load_state_dict(view, strict=True, assign=True)
+        for name, buf in self.buffers.items():
+            owner, _, attr = name.rpartition(".")
+            self.module.get_submodule(owner)._buffers[attr] = buf  # stays non-persistent
+        try:
+            return probe_logits(self.module, batch)
+        finally:
+            self.module.to("meta")  # the snapshot's tensors are the checkpoint's: not held past the save
 
 
 def check_parity(model: torch.nn.Module, probe_path: Path) -> float:

@@ -37,7 +37,15 @@ from pretrain.metrics import (
 )
 from pretrain.models import build_model, count_parameters
 from pretrain.objectives import prepare_model, wrap_model
-from pretrain.parity import PROBE_FILE, BatchRecorder, probe_file, probe_inputs, probe_logits, sabotage
+from pretrain.parity import (
+    PROBE_FILE,
+    BatchRecorder,
+    SnapshotProbe,
+    probe_file,
+    probe_inputs,
+    probe_logits,
+    sabotage,
+)
 from pretrain.probe_eval import STATE_KEY, TransferProbe
 from pretrain.profiler import StepProfiler, phase
 from pretrain.run_lock import RunFolderLocked, RunLock
@@ -315,6 +323,7 @@ class Run:
     probe_batch: Any
     watchdog: Watchdog  # hangs and stragglers named (logs/hang)
     transfer_probe: TransferProbe | None  # eval.probe_task
+    snapshot_probe: SnapshotProbe | None  # the parity probe off the step (rank 0, async saves, ZeRO 0-2)
 
     @property
     def device(self) -> torch.device:
@@ -440,8 +449,17 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
         probe_inputs(tokenizer, cfg.model.family),
         Watchdog.start(cfg, engine, layout.hang),
         TransferProbe.from_config(cfg, tokenizer, rank),
+        snapshot_probe(cfg, rank, engine, tokenizer),
     )
     return run, progress, restore_s
+
+
+def snapshot_probe(cfg: RunConfig, rank: int, engine, tokenizer) -> SnapshotProbe | None:
+    """Where a save's host snapshot holds the whole module (rank 0 of an async save under ZeRO 0-2), the parity
+    probe runs on it in the save's background part instead of on the step."""
+    if rank != 0 or not cfg.checkpoint.async_save or engine.zero_optimization_stage() >= 3:
+        return None
+    return SnapshotProbe(lambda: build_module(cfg, tokenizer, weights=False), engine.module)
 
 
 def announce(cfg: RunConfig, plan, world: int, ckpt_dir: Path) -> None:
@@ -463,11 +481,14 @@ def build_run_model(cfg: RunConfig, layout: RunLayout, load_dir: Path, tag: str 
             load_dir, tag.removesuffix(ckpt.UNIVERSAL_SUFFIX), layout.tokenizer, len(tokenizer)
         )
     # a resumed run loads its checkpoint: model.init_from's weights are read only by a fresh start
-    model = build_model(cfg.model, tokenizer, cfg.packing.seq_len, weights=tag is None)
+    return tokenizer, build_module(cfg, tokenizer, weights=tag is None)
+
+
+def build_module(cfg: RunConfig, tokenizer, weights: bool):
+    """The module trained: the family's model, wrapped by its objective (ELECTRA's generator), else the model."""
+    model = build_model(cfg.model, tokenizer, cfg.packing.seq_len, weights=weights)
     prepare_model(cfg, model)
-    return tokenizer, wrap_model(
-        cfg, model, tokenizer
-    )  # the objective's module around it (ELECTRA), else the model
+    return wrap_model(cfg, model, tokenizer)
 
 
 def build_loaders(cfg: RunConfig, rank: int, world: int, tokenizer) -> tuple[PretrainLoader, PretrainLoader]:
@@ -724,11 +745,17 @@ def client_state(run: Run, progress: Progress) -> dict[str, Any]:
 def save(run: Run, progress: Progress) -> None:
     """A checkpoint (with the probe logits the export checks against); a remote run pushes its logs with it."""
 
-    def store_probe(folder: Path):
-        """Logits of the engine's own model (every rank runs it: ZeRO-3 forward needs them all); rank 0 returns
-        the probe file, which the checkpoint writes with its other deferred files."""
+    def store_probe(folder: Path, weights: dict[str, torch.Tensor] | None):
+        """The probe file, written with the save's other deferred files: off the step from the save's host snapshot
+        of the weights (`SnapshotProbe`) where rank 0 took one, else the engine's own forward on the step (every
+        rank under ZeRO-3, whose forward needs them all; rank 0 alone otherwise)."""
+        path, probe = folder / PROBE_FILE, run.snapshot_probe
+        if weights is not None and probe is not None:
+            return lambda: probe_file(path, run.probe_batch, probe.logits(weights, run.probe_batch)).write()
+        if run.rank != 0 and run.engine.zero_optimization_stage() < 3:
+            return None
         logits = probe_logits(run.engine, run.probe_batch, run.device)
-        return probe_file(folder / PROBE_FILE, run.probe_batch, logits) if run.rank == 0 else None
+        return probe_file(path, run.probe_batch, logits) if run.rank == 0 else None
 
     cfg = run.cfg
     ckpt.save_checkpoint(

@@ -141,9 +141,10 @@ class CheckpointConfig(Section):
     # whose data order already matches resumes it normally: nothing is reset twice.
     reset_data_order: bool = False
     # Saving returns once every rank's state is copied to host memory (DeepSpeed's model and optimizer state, the
-    # RNG state, the parity probe's logits); writing those files, hashing, COMPLETE, `latest`, pruning and a remote
-    # run's upload finish in a background thread (the next save and the end of the run wait for it), so a save
-    # needs host memory for one copy of the rank's checkpoint. false: all of it before the step goes on.
+    # RNG state); the parity probe's logits (computed from that copy of the weights on the host, under ZeRO 0-2),
+    # writing those files, hashing, COMPLETE, `latest`, pruning and a remote run's upload finish in a background
+    # thread (the next save and the end of the run wait for it), so a save needs host memory for one copy of the
+    # rank's checkpoint. false: all of it before the step goes on.
     async_save: bool = True
     # Who writes and hashes an async save's files: `thread`, the save's background thread (no extra process; its
     # serializing and hashing take the interpreter lock from the loop in slices); `process`, one writer process
