@@ -2,9 +2,11 @@
 finishing part (hashing, COMPLETE, `latest`, pruning, a remote run's upload) in the background
 (`checkpoint.async_save: true`, the default) and before it (`false`: all of it before the step goes on).
 
-Data and model: the demo recipe's model (configs/gpt2-budget.yaml: GPT-2-style 4 x 128, DeepSpeed ZeRO-2, 2 CPU
-ranks, gloo) on a small BBC run prepared by our data stages; `--steps` steps, a checkpoint every `--every` steps,
-evaluation off (once at the end), a metrics row every step. Step time: each row's global batch / samples_per_s
+Data and model: the demo recipe (configs/gpt2-budget.yaml: GPT-2-style 4 x 128, DeepSpeed ZeRO-2, 2 CPU ranks,
+gloo, its own batch: 32 sequences of 128 tokens, micro-batches of 16) on a small BBC run prepared by our data stages;
+`--steps` steps, a checkpoint every `--every` steps, evaluation off (once at the end), a metrics row every step.
+`--global-batch N` runs a smaller step than the recipe's (the checkpoint is the same size, so the ratio is higher:
+until 2026-11-29 the bench ran 8). Step time: each row's global batch / samples_per_s
 (the trainer's meter spans the time between two rows, so a save at step k lands in row k+1). Stall of a save at step
 k: row k+1's time minus the median of the rows that follow no save (the first rows, warm-up, are dropped; the final
 save is waited for at the end of the run and is not counted).
@@ -21,7 +23,7 @@ Rounds: the saves of one run per setting (paired by step across settings), not a
 - remote async stall with the upload delay / normal step <= 0.10 (independent of the upload's duration);
 - growth of the remote async stall when the delay is added, over the delay itself, <= 0.10 (sync grows by ~1).
 
-`python bench/checkpoint_stall.py [--steps 36] [--every 6] [--upload-delay 0.5]`  (6 trainer runs)
+`python bench/checkpoint_stall.py [--steps 36] [--every 6] [--upload-delay 0.5] [--global-batch N]`  (6 trainer runs)
 
 `--cpu-ranks 1`: one CPU rank of one thread, so one of this machine's 2 cores is idle during the step, as a GPU
 node's host cores are; the same global batch (2 micro-batches per step instead of one per rank). Its results file
@@ -47,7 +49,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
-GLOBAL_BATCH = 8
 EXTRA_YAML = ""
 WARMUP_ROWS = 3
 
@@ -58,9 +59,17 @@ def _link_stages(cfg_path: Path, out: Path) -> None:
         (out / name).symlink_to((cfg_path.parent / "run" / name).resolve())
 
 
-def step_times(metrics: str) -> dict[int, float]:
+def recipe_batch(preset: str) -> tuple[int, int]:
+    """(global batch, micro-batch) of `configs/<preset>.yaml`: the step the recipe's runs take."""
+    from runconfig import load_config
+
+    b = load_config(C.ROOT / "configs" / f"{preset}.yaml").batch
+    return b.global_batch_size, b.micro_batch_size
+
+
+def step_times(metrics: str, global_batch: int) -> dict[int, float]:
     rows = [json.loads(x) for x in metrics.splitlines() if x.strip()]
-    return {r["step"]: GLOBAL_BATCH / r["samples_per_s"] for r in rows if r["split"] == "train"}
+    return {r["step"]: global_batch / r["samples_per_s"] for r in rows if r["split"] == "train"}
 
 
 def stalls(times: dict[int, float], steps: int, every: int) -> tuple[list[float], float]:
@@ -77,13 +86,18 @@ def rank_count(gpu: bool, cpu_ranks: int = 2) -> int:
     return 1 if gpu else cpu_ranks
 
 
-def base_overrides(steps: int, every: int, gpu: bool, cpu_ranks: int = 2) -> list[str]:
+def base_overrides(
+    steps: int, every: int, gpu: bool, cpu_ranks: int, global_batch: int, micro_batch: int
+) -> list[str]:
     """The settings every run of the bench shares: a save every `every` steps, evaluation only at the end, a
-    metrics row per step, `rank_count(gpu, cpu_ranks)` ranks."""
-    ranks = [f"launch.procs_per_node={rank_count(gpu, cpu_ranks)}", *(["launch.backend=nccl"] if gpu else [])]
+    metrics row per step, `rank_count(gpu, cpu_ranks)` ranks, the same global batch whatever the ranks (micro-batches
+    no larger than the recipe's, accumulated)."""
+    nproc = rank_count(gpu, cpu_ranks)
+    ranks = [f"launch.procs_per_node={nproc}", *(["launch.backend=nccl"] if gpu else [])]
+    micro = min(micro_batch, global_batch // nproc)
     return [f"schedule.total_steps={steps}", f"checkpoint.every_steps={every}", "checkpoint.keep_last=2",
             f"eval.every_steps={10 * steps}", "logging.every_steps=1", "logging.plots=false",
-            f"batch.global_batch_size={GLOBAL_BATCH}", "batch.micro_batch_size=4", *ranks,
+            f"batch.global_batch_size={global_batch}", f"batch.micro_batch_size={micro}", *ranks,
             "schedule.budget_minutes=null"]  # fmt: skip
 
 
@@ -98,11 +112,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=36)
     ap.add_argument("--every", type=int, default=6, help="checkpoint every N steps")
-    # shorter than the time between two saves (6 steps: about 1 s on a quiet 2-core machine), or the next save
+    # shorter than the time between two saves (6 steps of the recipe: about 4 s on a quiet 2-core machine), or the next save
     # waits for the upload by design and the remote figures measure that wait
     ap.add_argument("--upload-delay", type=float, default=0.5, help="seconds of sleep before each upload")
     ap.add_argument("--gpu", action="store_true", help="one CUDA rank (NCCL) instead of 2 CPU ranks")
-    ap.add_argument("--preset", default="gpt2-budget", help="the model: a gpt2-* config in configs/")
+    ap.add_argument("--preset", default="gpt2-budget", help="the recipe: a gpt2-* config in configs/")
+    ap.add_argument(
+        "--global-batch", type=int, default=None, help="sequences per step (default: the recipe's)"
+    )
     ap.add_argument(
         "--cpu-ranks",
         type=int,
@@ -121,16 +138,23 @@ def main() -> int:
             raise SystemExit("--gpu: no CUDA device here")
     # where the run holds, said once: the results file's suffix and the VERDICT names' both come from it
     place = "gpu" if a.gpu else "1cpu-rank" if a.cpu_ranks == 1 else None
-    variant = "-".join(([] if a.preset == "gpt2-budget" else [a.preset]) + ([place] if place else [])) or None
+    recipe_global, micro = recipe_batch(a.preset)
+    global_batch = a.global_batch or recipe_global
+    batch = None if global_batch == recipe_global else f"batch{global_batch}"
+    variant = (
+        "-".join(([] if a.preset == "gpt2-budget" else [a.preset]) + [x for x in (place, batch) if x]) or None
+    )
     rep = C.Report(__file__, variant=variant)
     nproc = rank_count(a.gpu, a.cpu_ranks)
     rep.line(
-        f"model {a.preset}; "
+        f"recipe {a.preset}, {global_batch} sequences per step"
+        + (" (the recipe's)" if batch is None else f" (the recipe's: {recipe_global})")
+        + "; "
         + ("1 CUDA rank (NCCL)" if a.gpu else f"{nproc} CPU rank(s) (gloo, 1 thread each)")
     )
     t_start = time.perf_counter()
-    base = base_overrides(a.steps, a.every, a.gpu, a.cpu_ranks)
-    where = "_" + place.replace("-", "_") if place else ""
+    base = base_overrides(a.steps, a.every, a.gpu, a.cpu_ranks, global_batch, micro)
+    where = "".join("_" + x.replace("-", "_") for x in (place, batch) if x)
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-stall-") as d:
         tmp = Path(d)
         cfg_path = C.prepare_run(tmp / "data", "gpt2", EXTRA_YAML, preset=a.preset, files="0[0-4]?.txt")
@@ -147,8 +171,8 @@ def main() -> int:
                 env,
                 nproc,
             )  # fmt: skip
-            figures[f"local_{mode}"] = stalls(step_times((out / "logs" / "metrics.jsonl").read_text()), a.steps,
-                                              a.every)  # fmt: skip
+            figures[f"local_{mode}"] = stalls(step_times((out / "logs" / "metrics.jsonl").read_text(), global_batch),
+                                              a.steps, a.every)  # fmt: skip
 
         from core.storage import RunStore
         from tests.moto_s3 import moto_server, s3fs_client
@@ -167,8 +191,8 @@ def main() -> int:
                 run(cfg_path, [*base, f"run.output_dir={url}", f"run.local_dir={tmp / name}",
                                f"checkpoint.async_save={mode == 'async'}"], renv, nproc)  # fmt: skip
                 fs.invalidate_cache()
-                figures[name] = stalls(step_times(fs.cat(f"runs/{name}/logs/metrics.jsonl").decode()), a.steps,
-                                       a.every)  # fmt: skip
+                figures[name] = stalls(step_times(fs.cat(f"runs/{name}/logs/metrics.jsonl").decode(), global_batch),
+                                       a.steps, a.every)  # fmt: skip
                 assert fs.cat(f"runs/{name}/checkpoints/latest").decode() == f"step{a.steps:08d}"
 
         for name, (st, normal) in figures.items():

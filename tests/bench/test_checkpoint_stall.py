@@ -19,11 +19,15 @@ import checkpoint_stall as S  # noqa: E402
 def test_overrides_validate_and_pick_the_ranks(gpu, cpu_ranks, expected):
     from runconfig import load_config
 
-    cfg = load_config(S.C.ROOT / "configs" / "gpt2-budget.yaml", S.base_overrides(36, 6, gpu, cpu_ranks))
-    assert cfg.schedule.total_steps == 36 and cfg.checkpoint.every_steps == 6
-    assert (cfg.launch.procs_per_node, cfg.launch.backend) == expected
-    # the same work per step whatever the ranks
-    assert cfg.batch_plan()["global_batch_size"] == S.GLOBAL_BATCH
+    global_batch, micro = S.recipe_batch("gpt2-budget")
+    assert (global_batch, micro) == (32, 16)  # the demo recipe's own step
+    for batch in (global_batch, 8):  # the recipe's, and a smaller step (--global-batch 8)
+        overrides = S.base_overrides(36, 6, gpu, cpu_ranks, batch, micro)
+        cfg = load_config(S.C.ROOT / "configs" / "gpt2-budget.yaml", overrides)
+        assert cfg.schedule.total_steps == 36 and cfg.checkpoint.every_steps == 6
+        assert (cfg.launch.procs_per_node, cfg.launch.backend) == expected
+        # the same work per step whatever the ranks
+        assert cfg.batch_plan()["global_batch_size"] == batch
 
 
 def test_stall_is_the_step_after_each_save_against_the_steps_after_none():
