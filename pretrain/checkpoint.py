@@ -529,7 +529,7 @@ def save_checkpoint(
             error = e
     if not _any_rank(error is not None, dev) and before_complete is not None:
         try:
-            later = before_complete(folder, _module_snapshot(engine, pending) if async_save else None)
+            later = before_complete(folder, _module_snapshot(engine, pending))  # none deferred: None
             if later is not None:
                 writes.append(later)
         except (OSError, RuntimeError) as e:

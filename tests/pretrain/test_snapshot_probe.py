@@ -8,10 +8,9 @@ import pytest
 import torch
 
 from pretrain.checkpoint import host_snapshot
-from pretrain.models import build_model
-from pretrain.objectives import prepare_model, wrap_model
 from pretrain.parity import SnapshotProbe, probe_logits
 from pretrain.plan import _VocabOnly
+from pretrain.train import build_module
 from runconfig import load_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -27,18 +26,12 @@ CASES = [
 ]
 
 
-def _module(cfg, tok):
-    model = build_model(cfg.model, tok, cfg.packing.seq_len)
-    prepare_model(cfg, model)
-    return wrap_model(cfg, model, tok)
-
-
 @pytest.mark.parametrize("preset,overrides", CASES, ids=[c[0] + ("-rtd" if c[1] else "") for c in CASES])
 def test_snapshot_probe_equals_the_trained_modules_logits(preset, overrides):
     cfg = load_config(f"configs/{preset}.yaml", overrides)
     tok = _VocabOnly(1000)
     torch.manual_seed(0)
-    live = _module(cfg, tok)
+    live = build_module(cfg, tok, weights=True)
     with torch.no_grad():  # weights a training run would have moved away from their init
         for p in live.parameters():
             p.add_(torch.randn_like(p) * 0.02)
@@ -46,7 +39,7 @@ def test_snapshot_probe_equals_the_trained_modules_logits(preset, overrides):
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     if cfg.model.family == "t5":
         batch["decoder_input_ids"] = torch.cat([torch.ones(2, 1, dtype=torch.long), ids[:, :7]], dim=1)
-    probe = SnapshotProbe(lambda: _module(cfg, tok), live)
+    probe = SnapshotProbe(lambda: build_module(cfg, tok, weights=False), live)
     weights = host_snapshot(live.state_dict())
     metadata = copy.deepcopy(weights._metadata)
     ours = probe.logits(weights, batch)
