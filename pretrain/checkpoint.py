@@ -61,6 +61,7 @@ from pretrain.checkpoint_writer import (  # noqa: F401  (file_entries and PAUSE_
     WriterProcess,
     checksum,
     file_entries,
+    lowest_priority,
     pause,
     write_and_hash,
 )
@@ -600,6 +601,7 @@ class _Pending:
 
     def start(self, work) -> None:
         def run() -> None:
+            lowest_priority()
             try:
                 work(self)
             except BaseException as e:  # noqa: BLE001  (recorded and raised at the next wait, never lost)

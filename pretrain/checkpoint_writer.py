@@ -1,7 +1,10 @@
 """Writing and hashing an async save's files, in the save's background thread or in a writer process.
 
 A save's background part serializes host snapshots (`torch.save`) and hashes the files. In a thread
-(`checkpoint.async_writer: thread`, the default) that work shares the interpreter lock with the training loop.
+(`checkpoint.async_writer: thread`, the default) that work shares the interpreter lock with the training loop, so it
+writes through an unbuffered Python file (torch's own file writer holds the lock for every byte it copies) and
+hashes in chunks that release it; the thread, and the writer process below, run at the lowest CPU priority, so where
+no core is idle they take the scheduler's leftovers rather than the step's time (`lowest_priority`).
 `process` hands the same work to one writer process per rank, started before the first step, as
 torch.distributed.checkpoint's process-based `async_save` and Megatron's async save do; the snapshots reach it
 in one shared-memory block (`_ToShared`), and the background thread only waits for its answer. On one CPU rank,
@@ -56,7 +59,19 @@ class TorchFile:
         if self.atomic:
             atomic_write(self.path, self.save)
         else:
-            self.save(self.path)
+            # an unbuffered Python file, not the path: torch's own file writer holds the interpreter lock while it
+            # copies every byte, so the training loop waits for it; a Python file's writes release the lock
+            # (measured: docs/results.md, "The save's writes off the interpreter lock")
+            with open(self.path, "wb", buffering=0) as f:
+                self.save(f)
+
+
+def lowest_priority() -> None:
+    """Puts the calling thread at the lowest CPU priority (nice 19): where no core is idle, the save's background
+    part then takes its time from the scheduler's leftovers, not from the step. Linux keeps a nice value per
+    thread; elsewhere this changes nothing."""
+    with contextlib.suppress(AttributeError, OSError):  # no per-thread priority (not Linux), or not allowed
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
 def pause(phase: str) -> None:
@@ -174,6 +189,7 @@ def _serve(conn: Connection, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent(parent)
+    lowest_priority()
     torch.set_num_threads(1)
     while True:
         try:

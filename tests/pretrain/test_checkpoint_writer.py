@@ -12,13 +12,21 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import psutil
 import pytest
 import torch
 
-from pretrain.checkpoint_writer import PAUSE_ENV, TorchFile, WriterProcess, pause, write_and_hash
+from pretrain.checkpoint_writer import (
+    PAUSE_ENV,
+    TorchFile,
+    WriterProcess,
+    lowest_priority,
+    pause,
+    write_and_hash,
+)
 from tests.pretrain.conftest import ROOT, world_of_one
 
 
@@ -146,6 +154,48 @@ def test_the_writer_dies_with_its_trainer(tmp_path):
         p.kill()
         p.wait(timeout=30)
     assert _gone(writer), "the writer outlived its killed trainer"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("zipfile_format", [True, False])
+def test_a_deepspeed_file_written_through_a_python_file_loads_as_torch_save_of_the_path(
+    tmp_path, zipfile_format
+):
+    """DeepSpeed's state dicts go to an unbuffered Python file, not the path (torch's own file writer holds the
+    interpreter lock for every byte): the file must load as the path's would, and a zip archive's CRCs must check
+    (DeepSpeed, zero_to_fp32 and `unzip -t` read them)."""
+    state = _state()
+    TorchFile(tmp_path / "ours.pt", state, atomic=False, zipfile=zipfile_format).write()
+    torch.save(state, tmp_path / "path.pt", _use_new_zipfile_serialization=zipfile_format)
+    ours, path = (torch.load(tmp_path / n, weights_only=False) for n in ("ours.pt", "path.pt"))
+    assert torch.equal(ours["module"]["w"], path["module"]["w"]) and torch.equal(
+        ours["module"]["b"], path["module"]["b"]
+    )
+    assert (ours["step"], ours["name"]) == (path["step"], path["name"])
+    if zipfile_format:
+        with zipfile.ZipFile(tmp_path / "ours.pt") as z:
+            assert z.testzip() is None
+    else:  # the legacy format is written the same way whatever the target
+        assert (tmp_path / "ours.pt").read_bytes() == (tmp_path / "path.pt").read_bytes()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a per-thread nice value is Linux's")
+def test_the_background_part_runs_at_the_lowest_priority_and_the_loop_keeps_its_own():
+    """The save's background thread (and the writer process) lower their own CPU priority only: on a host with no
+    idle core the background takes the scheduler's leftovers, and the training thread's priority is untouched."""
+    main_before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen: list[int] = []
+
+    def background() -> None:
+        lowest_priority()
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    t = threading.Thread(target=background)
+    t.start()
+    t.join()
+    assert seen == [19]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
 
 
 @pytest.mark.timeout(10)
