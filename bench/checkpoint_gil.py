@@ -4,7 +4,7 @@
 Why: a thread shares the interpreter lock with the loop. A GPU node's loop is host-bound Python (it launches kernels
 and waits on nothing), so whatever the background holds the lock for is taken from the step. torch's own file writer
 (`torch.save(obj, path)`, what DeepSpeed's TorchCheckpointEngine calls) holds the lock while it copies every byte;
-our writer (`pretrain.checkpoint_writer.write_and_hash`) hands torch.save an unbuffered Python file, whose writes
+our writer (`pretrain.checkpoint_writer.write_and_hash`) hands torch.save a Python file, whose writes
 release it, and hashes in chunks that release it too.
 
 Work: a loop of forward and backward passes of a small MLP on one thread (dispatch-bound, like a GPU loop's host),

@@ -2,7 +2,7 @@
 
 A save's background part serializes host snapshots (`torch.save`) and hashes the files. In a thread
 (`checkpoint.async_writer: thread`, the default) that work shares the interpreter lock with the training loop, so it
-writes through an unbuffered Python file (torch's own file writer holds the lock for every byte it copies) and
+writes through a Python file (torch's own file writer holds the lock for every byte it copies) and
 hashes in chunks that release it; the thread, and the writer process below, run at the lowest CPU priority, so where
 no core is idle they take the scheduler's leftovers rather than the step's time (`lowest_priority`).
 `process` hands the same work to one writer process per rank, started before the first step, as
@@ -59,10 +59,10 @@ class TorchFile:
         if self.atomic:
             atomic_write(self.path, self.save)
         else:
-            # an unbuffered Python file, not the path: torch's own file writer holds the interpreter lock while it
-            # copies every byte, so the training loop waits for it; a Python file's writes release the lock
-            # (measured: docs/results.md, "The save's writes off the interpreter lock")
-            with open(self.path, "wb", buffering=0) as f:
+            # a Python file, not the path: torch's own file writer holds the interpreter lock while it copies every
+            # byte, so the training loop waits for it; a Python file's writes release the lock (bench/checkpoint_gil.py).
+            # Buffered: its write() writes all it is given (torch ignores the count a raw write returns)
+            with open(self.path, "wb") as f:
                 self.save(f)
 
 

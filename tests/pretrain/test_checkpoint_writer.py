@@ -161,7 +161,7 @@ def test_the_writer_dies_with_its_trainer(tmp_path):
 def test_a_deepspeed_file_written_through_a_python_file_loads_as_torch_save_of_the_path(
     tmp_path, zipfile_format
 ):
-    """DeepSpeed's state dicts go to an unbuffered Python file, not the path (torch's own file writer holds the
+    """DeepSpeed's state dicts go to a Python file, not the path (torch's own file writer holds the
     interpreter lock for every byte): the file must load as the path's would, and a zip archive's CRCs must check
     (DeepSpeed, zero_to_fp32 and `unzip -t` read them)."""
     state = _state()
