@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 import xxhash
@@ -55,15 +55,44 @@ class TorchFile:
     def save(self, out: Any) -> None:
         torch.save(self.obj, out, _use_new_zipfile_serialization=self.zipfile)
 
-    def write(self) -> None:
+    def write(self) -> dict[str, Any]:
+        """Writes the file; returns its entry (size, xxh3), hashed from the bytes on their way to it."""
+        writers: list[_HashingWriter] = []
+
+        def save(f: IO[bytes]) -> None:
+            writers.append(_HashingWriter(f))
+            self.save(writers[0])
+
         if self.atomic:
-            atomic_write(self.path, self.save)
+            atomic_write(self.path, save)
         else:
             # a Python file, not the path: torch's own file writer holds the interpreter lock while it copies every
             # byte, so the training loop waits for it; a Python file's writes release the lock (bench/checkpoint_gil.py).
             # Buffered: its write() writes all it is given (torch ignores the count a raw write returns)
             with open(self.path, "wb") as f:
-                self.save(f)
+                save(f)
+        w = writers[0]
+        if self.path.stat().st_size != w.size:  # not written front to back: read it back instead
+            return file_entries(self.path.parent, [self.path.name])[self.path.name]
+        return {"size": w.size, "xxh3": w.hash.hexdigest()}
+
+
+class _HashingWriter:
+    """Hashes what torch.save writes as it goes, so that the save's background part does not read its files back
+    (a second pass over every byte, from disk where the page cache has let them go). No fileno(): torch's legacy
+    format then writes its storages through write() too."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f, self.hash, self.size = f, xxhash.xxh3_64(), 0
+
+    def write(self, data: Any) -> int:
+        n = self.f.write(data)
+        self.hash.update(data)
+        self.size += n
+        return n
+
+    def flush(self) -> None:
+        self.f.flush()
 
 
 def lowest_priority() -> None:
@@ -101,11 +130,15 @@ def file_entries(folder: Path, names: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def write_and_hash(files: list[TorchFile], folder: Path, names: list[str]) -> dict[str, dict[str, Any]]:
-    """Writes `files`, then hashes `names` (relative to `folder`): a rank's share of a save's background part."""
+    """Writes `files`, then hashes `names` (relative to `folder`) that they did not hash as they were written: a
+    rank's share of a save's background part."""
+    written = {}
     for f in files:
-        f.write()
+        entry = f.write()
+        if f.path.is_relative_to(folder):
+            written[str(f.path.relative_to(folder))] = entry
     pause("hash")
-    return file_entries(folder, names)
+    return {n: written[n] if n in written else file_entries(folder, [n])[n] for n in names}
 
 
 _ALIGN = 64

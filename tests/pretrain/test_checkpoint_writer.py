@@ -180,6 +180,31 @@ def test_a_deepspeed_file_written_through_a_python_file_loads_as_torch_save_of_t
 
 
 @pytest.mark.timeout(30)
+def test_files_are_hashed_as_they_are_written_and_match_a_read_back(tmp_path, monkeypatch):
+    """The background part hashes what it writes on the way (no second pass over the files); the entries are those
+    of reading the files back, for every format and atomicity DeepSpeed's files, the RNG and the probe use. A file
+    it did not write (another engine's, a recovery script) is still read back."""
+    import pretrain.checkpoint_writer as W
+
+    state = _state()
+    files = [
+        TorchFile(tmp_path / "zip.pt", state, atomic=False),
+        TorchFile(tmp_path / "legacy.pt", state, atomic=False, zipfile=False),
+        TorchFile(tmp_path / "atomic_zip.pt", state),
+        TorchFile(tmp_path / "atomic_legacy.pt", state, zipfile=False),
+    ]
+    (tmp_path / "other.txt").write_text("written on the step")
+    names = [f.path.name for f in files] + ["other.txt"]
+    read_back: list[str] = []
+    checksum = W.checksum
+    monkeypatch.setattr(W, "checksum", lambda path: read_back.append(path.name) or checksum(path))
+    got = write_and_hash(files, tmp_path, names)
+    assert read_back == ["other.txt"]
+    monkeypatch.setattr(W, "checksum", checksum)
+    assert got == W.file_entries(tmp_path, names)
+
+
+@pytest.mark.timeout(30)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a per-thread nice value is Linux's")
 def test_the_background_part_runs_at_the_lowest_priority_and_the_loop_keeps_its_own():
     """The save's background thread (and the writer process) lower their own CPU priority only: on a host with no
