@@ -147,10 +147,10 @@ class CheckpointConfig(Section):
     # rank's checkpoint. false: all of it before the step goes on.
     async_save: bool = True
     # Who writes and hashes an async save's files: `thread`, the save's background thread (no extra process; its
-    # serializing and hashing take the interpreter lock from the loop in slices); `process`, one writer process
-    # per rank, started before the first step, the snapshots passed through shared memory, as
-    # torch.distributed.checkpoint's process-based async_save, meant for a GPU node's loop (on one CPU rank it is no
-    # better than the thread: docs/results.md).
+    # writes and hashing release the interpreter lock, torch.save's pickling takes it in slices); `process`, one
+    # writer process per rank, started before the first step, the snapshots passed through shared memory, as
+    # torch.distributed.checkpoint's process-based async_save, so that nothing but the copy into shared memory runs
+    # in the trainer. Either runs at the lowest CPU priority (docs/results.md compares them).
     async_writer: Literal["thread", "process"] = "thread"
 
 
