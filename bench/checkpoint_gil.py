@@ -77,34 +77,35 @@ def main() -> int:
     report = C.Report(__file__)
     n = int(a.mb * 2**20 / 4 / a.tensors)
     state = {f"layer{i}.weight": torch.randn(n) for i in range(a.tensors)}
-    folder = Path(tempfile.mkdtemp(prefix="bench-ckpt-gil-"))
+    with tempfile.TemporaryDirectory(prefix="bench-ckpt-gil-") as tmp:
+        folder = Path(tmp)
 
-    def ours(stop: threading.Event) -> None:
-        write_and_hash([TorchFile(folder / "ours.pt", state, atomic=False)], folder, ["ours.pt"])
+        def ours(stop: threading.Event) -> None:
+            write_and_hash([TorchFile(folder / "ours.pt", state, atomic=False)], folder, ["ours.pt"])
 
-    def before(stop: threading.Event) -> None:
-        torch.save(state, folder / "before.pt")  # torch's file writer, as DeepSpeed's engine calls it
-        write_and_hash([], folder, ["before.pt"])
+        def before(stop: threading.Event) -> None:
+            torch.save(state, folder / "before.pt")  # torch's file writer, as DeepSpeed's engine calls it
+            write_and_hash([], folder, ["before.pt"])
 
-    report.line(
-        f"loop: 8 x Linear(64, 64) forward and backward, batch 8, 1 thread; background: {a.tensors} tensors, "
-        f"{a.mb:g} MB, written and hashed over and over; {a.seconds:g} s per measurement"
-    )
-    ours(threading.Event())
-    loaded = torch.load(folder / "ours.pt")
-    if not all(torch.equal(loaded[k], v) for k, v in state.items()):
-        raise SystemExit("our write does not load back as the state it was given")
-    rates: dict[str, list[float]] = {"ours": [], "idle": [], "before": []}
-    writes: dict[str, list[int]] = {"ours": [], "before": []}
+        report.line(
+            f"loop: 8 x Linear(64, 64) forward and backward, batch 8, 1 thread; background: {a.tensors} tensors, "
+            f"{a.mb:g} MB, written and hashed over and over; {a.seconds:g} s per measurement"
+        )
+        ours(threading.Event())
+        loaded = torch.load(folder / "ours.pt")
+        if not all(torch.equal(loaded[k], v) for k, v in state.items()):
+            raise SystemExit("our write does not load back as the state it was given")
+        rates: dict[str, list[float]] = {"ours": [], "idle": [], "before": []}
+        writes: dict[str, list[int]] = {"ours": [], "before": []}
 
-    def measure(kind: str) -> float:
-        rate, done = loop_rate(a.seconds, {"ours": ours, "before": before, "idle": None}[kind])
-        rates[kind].append(rate)
-        if kind in writes:
-            writes[kind].append(done)
-        return rate
+        def measure(kind: str) -> float:
+            rate, done = loop_rate(a.seconds, {"ours": ours, "before": before, "idle": None}[kind])
+            rates[kind].append(rate)
+            if kind in writes:
+                writes[kind].append(done)
+            return rate
 
-    o, p = C.alternate(lambda: measure("ours"), lambda: (measure("before"), measure("idle"))[1], a.rounds)
+        o, p = C.alternate(lambda: measure("ours"), lambda: (measure("before"), measure("idle"))[1], a.rounds)
     med = statistics.median
     for kind in ("ours", "before"):
         per_s = med(writes[kind]) / a.seconds
