@@ -24,6 +24,7 @@ still come last, a kill at any moment leaves the previous complete checkpoint as
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import json
@@ -623,6 +624,18 @@ class _Pending:
 
 _pending: _Pending | None = None
 _writer: WriterProcess | None = None
+
+
+@atexit.register
+def _join_at_exit() -> None:
+    """At an exit that did not wait for the save (an error ended the run): the background thread finishes the file
+    it is writing before the interpreter stops it. torch.save calls back into Python for each write, and a daemon
+    thread stopped inside that call crashes the process (a SIGSEGV instead of the run's own exit code). The save is
+    abandoned (rank 0 stops waiting for the others: no COMPLETE, the previous checkpoint stays `latest`)."""
+    p = _pending
+    if p is not None and p.thread is not None and p.thread.is_alive():
+        p.abort.set()
+        p.thread.join(timeout=120)
 
 
 def _writer_process() -> WriterProcess:

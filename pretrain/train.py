@@ -641,6 +641,7 @@ def check_bad_steps(run: Run, progress: Progress, outcome: StepOutcome) -> None:
     """Counts consecutive non-finite steps and halts after too many; a good step's loss is the one to keep."""
     progress.bad_steps = 0 if outcome.ok else progress.bad_steps + 1
     if progress.bad_steps >= run.cfg.deepspeed.max_consecutive_bad_steps:
+        ckpt.wait_for_save()  # the last good step's save completes before the run stops (every rank halts here)
         raise TrainingHalted(
             f"{progress.bad_steps} consecutive steps with non-finite loss at step {progress.step}; last good "
             f"checkpoint: {(ckpt.complete_tags(run.ckpt_dir) or [None])[-1]} in {run.ckpt_dir} (left untouched)"
@@ -653,9 +654,10 @@ def handle_spike(run: Run, progress: Progress, outcome: StepOutcome) -> bool:
     """A loss spike's action (spikes.action, pretrain/spikes.py), alike on every rank; True when the run rolled
     back to the last complete checkpoint (its step, tokens and loss are the progress now)."""
     spikes = run.sync.spikes
+    if outcome.spiked:  # agreed on every rank: a stop or a rollback finds the last save complete
+        ckpt.wait_for_save()
     if not spikes.handle(progress.step, outcome.spiked, outcome.loss):
         return False
-    ckpt.wait_for_save()  # the last save's COMPLETE and pruning finish before a checkpoint is picked
     state = spikes.rollback(run.engine, run.scheduler, run.ckpt_dir, run.train_loader)
     if state is None:  # no complete checkpoint yet: the spike was skipped
         return False

@@ -296,3 +296,33 @@ def test_an_exit_that_skips_close_does_not_wait_on_the_writer(tmp_path):
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert p.returncode == 3, p.stderr[-3000:]
     assert _gone(int(p.stdout.split()[0]))
+
+
+# An error ends the run while the save's background thread writes: torch.save calls back into Python for each write,
+# and the interpreter stopping a daemon thread inside that call aborted the process (exit 134, or a SIGSEGV, instead of
+# the run's own code). The exit hook lets the thread finish first.
+EXIT_DRIVER = r"""
+import sys, time
+from pathlib import Path
+import torch
+from pretrain import checkpoint as ck
+from pretrain.checkpoint_writer import TorchFile
+state = {f"w{i}": torch.randn(250_000) for i in range(40)}
+folder = Path(sys.argv[1])
+folder.mkdir(parents=True)
+def work(p):
+    for i in range(40):  # seconds of writing: the exit comes in the middle
+        TorchFile(folder / f"f{i % 2}.pt", state, atomic=False).write()
+ck._pending = ck._Pending("step00000001", folder, "cpu", [], [])
+ck._pending.start(work)
+time.sleep(0.3)
+raise SystemExit(3)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_an_error_exit_during_a_background_write_keeps_its_own_exit_code(tmp_path):
+    p = subprocess.run([sys.executable, "-c", EXIT_DRIVER, str(tmp_path / "step1")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=100)  # fmt: skip
+    assert p.returncode == 3, (p.returncode, p.stderr[-2000:])
+    assert torch.load(tmp_path / "step1" / "f0.pt")["w0"].shape == (250_000,)  # the file in hand was finished
