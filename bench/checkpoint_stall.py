@@ -17,13 +17,19 @@ without and with an upload delay, and sync with the delay. The delay is a sleep 
 each upload (test-only LMSTACK_CKPT_PAUSE=upload=D), standing in for a slow network; it must be shorter than the
 time between two saves, or the next save waits for the upload by design.
 
-Rounds: the saves of one run per setting (paired by step across settings), not alternating runs: a run's start-up
-(imports, DeepSpeed) costs far more than its steps. VERDICTs (lower is better; the sync runs, "before", are printed beside them):
+Rounds: each save is measured against its own run's normal steps (a run's start-up, imports and DeepSpeed, costs
+far more than its steps, so a save is the unit, not a run). The local settings run `--rounds` times, alternating
+(thread, process, sync, thread, ...), and each figure pools the saves of all its runs: a drift of the host's speed
+lands on every setting alike, and 72 steps x 3 rounds give 33 saves per setting (one run's 11 gave medians from
+0.07 to 0.10 of a step over four runs of the same code on 2026-11-29, and the 5 of one run of 36 steps, the default
+before, moved more). The remote runs, one each, measure whether the
+stall grows with the upload's duration. VERDICTs (lower is better; the sync runs, "before", are printed beside them):
 - local async stall / normal step <= 0.10, with each writer (`local_async`: thread, `local_async_process`);
 - remote async stall with the upload delay / normal step <= 0.10 (independent of the upload's duration);
 - growth of the remote async stall when the delay is added, over the delay itself, <= 0.10 (sync grows by ~1).
 
-`python bench/checkpoint_stall.py [--steps 36] [--every 6] [--upload-delay 0.5] [--global-batch N]`  (6 trainer runs)
+`python bench/checkpoint_stall.py [--steps 72] [--every 6] [--rounds 3] [--upload-delay 0.5] [--global-batch N]`
+(3 x rounds + 3 trainer runs)
 
 `--cpu-ranks 1`: one CPU rank of one thread, so one of this machine's 2 cores is idle during the step, as a GPU
 node's host cores are; the same global batch (2 micro-batches per step instead of one per rank). Its results file
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -80,6 +87,16 @@ def stalls(times: dict[int, float], steps: int, every: int) -> tuple[list[float]
     return [times[s + 1] - normal for s in saves], normal
 
 
+def interval_excess(times: dict[int, float], steps: int, every: int) -> list[float]:
+    """For each save but the last, what its whole interval cost: rows k+1 .. k+every (the save's step and the steps
+    its background part may spill into) minus `every` rows of the run's median last-step-before-a-save (row k+every
+    of each interval, the furthest from the previous save). Reported beside the VERDICTs, not one: a background part
+    that only moved its cost to the steps after the checkpoint step shows here, not in the stall."""
+    saves = [s for s in range(every, steps, every)]
+    base = statistics.median(times[s + every] for s in saves)
+    return [sum(times[s + o] for o in range(1, every + 1)) - every * base for s in saves]
+
+
 def rank_count(gpu: bool, cpu_ranks: int = 2) -> int:
     """`cpu_ranks` CPU ranks (gloo, one thread each), or with `gpu` one CUDA rank (NCCL): the host's cores free for
     the background save."""
@@ -110,7 +127,8 @@ def run(cfg_path: Path, overrides: list[str], env: dict[str, str], nproc: int) -
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=36)
+    ap.add_argument("--steps", type=int, default=72)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating runs of each local setting")
     ap.add_argument("--every", type=int, default=6, help="checkpoint every N steps")
     # shorter than the time between two saves (6 steps of the recipe: about 4 s on a quiet 2-core machine), or the next save
     # waits for the upload by design and the remote figures measure that wait
@@ -129,6 +147,8 @@ def main() -> int:
         "part, as a GPU node's host does",
     )
     a = ap.parse_args()
+    if a.rounds < 1:
+        raise SystemExit("--rounds: at least 1")
     if a.gpu and a.cpu_ranks != 2:
         raise SystemExit("--cpu-ranks: CPU ranks only; --gpu runs one CUDA rank")
     if a.gpu:
@@ -160,19 +180,27 @@ def main() -> int:
         cfg_path = C.prepare_run(tmp / "data", "gpt2", EXTRA_YAML, preset=a.preset, files="0[0-4]?.txt")
         print(f"data stages on BBC: {time.perf_counter() - t_start:.0f}s")
         env = C.child_env(accelerator="cuda" if a.gpu else "cpu")
-        figures: dict[str, tuple[list[float], float]] = {}
-        for mode, writer in (("async", "thread"), ("async_process", "process"), ("sync", "thread")):
-            out = tmp / f"local-{mode}"
-            _link_stages(cfg_path, out)
-            run(
-                cfg_path,
-                [*base, f"run.output_dir={out}", f"checkpoint.async_save={mode != 'sync'}",
-                 f"checkpoint.async_writer={writer}"],
-                env,
-                nproc,
-            )  # fmt: skip
-            figures[f"local_{mode}"] = stalls(step_times((out / "logs" / "metrics.jsonl").read_text(), global_batch),
-                                              a.steps, a.every)  # fmt: skip
+        # per setting, pooled over the rounds: (stall of each save, the normal step of that save's run, the excess
+        # over that save's whole interval)
+        figures: dict[str, tuple[list[float], list[float], list[float]]] = {}
+        for r in range(a.rounds):
+            for mode, writer in (("async", "thread"), ("async_process", "process"), ("sync", "thread")):
+                out = tmp / f"local-{mode}-{r}"
+                _link_stages(cfg_path, out)
+                run(
+                    cfg_path,
+                    [*base, f"run.output_dir={out}", f"checkpoint.async_save={mode != 'sync'}",
+                     f"checkpoint.async_writer={writer}"],
+                    env,
+                    nproc,
+                )  # fmt: skip
+                times = step_times((out / "logs" / "metrics.jsonl").read_text(), global_batch)
+                st, normal = stalls(times, a.steps, a.every)
+                pooled = figures.setdefault(f"local_{mode}", ([], [], []))
+                pooled[0].extend(st)
+                pooled[1].extend([normal] * len(st))
+                pooled[2].extend(interval_excess(times, a.steps, a.every))
+                shutil.rmtree(out)  # its checkpoints: the next rounds' disk
 
         from core.storage import RunStore
         from tests.moto_s3 import moto_server, s3fs_client
@@ -191,13 +219,19 @@ def main() -> int:
                 run(cfg_path, [*base, f"run.output_dir={url}", f"run.local_dir={tmp / name}",
                                f"checkpoint.async_save={mode == 'async'}"], renv, nproc)  # fmt: skip
                 fs.invalidate_cache()
-                figures[name] = stalls(step_times(fs.cat(f"runs/{name}/logs/metrics.jsonl").decode(), global_batch),
-                                       a.steps, a.every)  # fmt: skip
+                times = step_times(fs.cat(f"runs/{name}/logs/metrics.jsonl").decode(), global_batch)
+                st, normal = stalls(times, a.steps, a.every)
+                figures[name] = (st, [normal] * len(st), interval_excess(times, a.steps, a.every))
                 assert fs.cat(f"runs/{name}/checkpoints/latest").decode() == f"step{a.steps:08d}"
 
-        for name, (st, normal) in figures.items():
-            rep.line(f"{name}: normal step median {normal * 1e3:.0f} ms; stall per save [ms]: "
+        for name, (st, normal, _) in figures.items():
+            rep.line(f"{name}: normal step median {statistics.median(normal) * 1e3:.0f} ms; stall per save [ms]: "
                      + ", ".join(f"{s * 1e3:.0f}" for s in st))  # fmt: skip
+        for name, (st, normal, interval) in figures.items():
+            rep.line(f"{name}: the whole interval after a save (rows k+1..k+{a.every} against the last row before the "
+                     f"next save): excess median {statistics.median(interval) * 1e3:.0f} ms = "
+                     f"{statistics.median(interval) / statistics.median(normal):.3f} of a normal step; stall of the "
+                     f"checkpoint step alone {statistics.median(st) / statistics.median(normal):.3f}")  # fmt: skip
         rep.line(
             f"upload delay: {a.upload_delay:g} s of sleep before each upload; saves every {a.every} steps"
         )
@@ -205,12 +239,12 @@ def main() -> int:
             "local_sync",
             "remote_sync_delay",
         ):  # before: the figures the async path is measured against
-            st, normal = figures[name]
+            st, normal, _ = figures[name]
             rep.line(f"before ({name}): stall median {statistics.median(st) * 1e3:.0f} ms = "
-                     f"{statistics.median(st) / normal:.2f} of a normal step")  # fmt: skip
+                     f"{statistics.median(st) / statistics.median(normal):.2f} of a normal step")  # fmt: skip
         for name in ("local_async", "local_async_process", "remote_async_delay"):
-            st, normal = figures[name]
-            rep.compare(f"checkpoint_stall_{name}_vs_normal_step{where}", st, [normal] * len(st), 0.10,
+            st, normal, _ = figures[name]
+            rep.compare(f"checkpoint_stall_{name}_vs_normal_step{where}", st, normal, 0.10,
                         lower_is_better=True, unit="s, stall of the checkpoint step vs the median normal step")  # fmt: skip
         base0 = statistics.median(figures["remote_async_nodelay"][0])
         growth = {n: [s - base0 for s in figures[n][0]] for n in ("remote_async_delay", "remote_sync_delay")}
