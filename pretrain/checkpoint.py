@@ -64,6 +64,7 @@ from pretrain.checkpoint_writer import (  # noqa: F401  (file_entries and PAUSE_
     file_entries,
     lowest_priority,
     pause,
+    short_switch_interval,
     write_and_hash,
 )
 
@@ -604,7 +605,8 @@ class _Pending:
         def run() -> None:
             lowest_priority()
             try:
-                work(self)
+                with short_switch_interval():
+                    work(self)
             except BaseException as e:  # noqa: BLE001  (recorded and raised at the next wait, never lost)
                 log.error(
                     f"[checkpoint] finishing {self.tag} in the background failed: {type(e).__name__}: {e}"

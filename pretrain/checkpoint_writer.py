@@ -4,7 +4,8 @@ A save's background part serializes host snapshots (`torch.save`) and hashes the
 (`checkpoint.async_writer: thread`, the default) that work shares the interpreter lock with the training loop, so it
 writes through a Python file (torch's own file writer holds the lock for every byte it copies) and
 hashes in chunks that release it; the thread, and the writer process below, run at the lowest CPU priority, so where
-no core is idle they take the scheduler's leftovers rather than the step's time (`lowest_priority`).
+no core is idle they take the scheduler's leftovers rather than the step's time (`lowest_priority`), and while the
+thread runs the training thread gets the lock back within 0.2 ms of asking (`short_switch_interval`).
 `process` hands the same work to one writer process per rank, started before the first step, as
 torch.distributed.checkpoint's process-based `async_save` and Megatron's async save do; the snapshots reach it
 in one shared-memory block (`_ToShared`), and the background thread only waits for its answer. On one CPU rank,
@@ -24,6 +25,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -101,6 +103,25 @@ def lowest_priority() -> None:
     thread; elsewhere this changes nothing."""
     with contextlib.suppress(AttributeError, OSError):  # no per-thread priority (not Linux), or not allowed
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
+# CPython's default is 5 ms. A training loop gives the interpreter lock up in every torch op and asks for it back
+# when the op returns; while another thread runs Python, each ask waits for that thread's interval to run out.
+SAVE_SWITCH_INTERVAL_S = 2e-4
+
+
+@contextlib.contextmanager
+def short_switch_interval(seconds: float = SAVE_SWITCH_INTERVAL_S) -> Iterator[None]:
+    """While a save's background part runs Python (torch.save's pickling, the probe's forward, an upload's client),
+    the training thread gets the interpreter lock back within `seconds` of asking. With CPython's 5 ms, the steps
+    after an async save on 2 busy CPU ranks lost more time in all than a synchronous save took (docs/results.md).
+    Process-wide, so held for the background part only and put back after."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, seconds))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def pause(phase: str) -> None:

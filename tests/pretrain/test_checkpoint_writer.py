@@ -326,3 +326,21 @@ def test_an_error_exit_during_a_background_write_keeps_its_own_exit_code(tmp_pat
                        capture_output=True, text=True, timeout=100)  # fmt: skip
     assert p.returncode == 3, (p.returncode, p.stderr[-2000:])
     assert torch.load(tmp_path / "step1" / "f0.pt")["w0"].shape == (250_000,)  # the file in hand was finished
+
+
+@pytest.mark.timeout(30)
+def test_the_loop_gets_the_interpreter_lock_back_quickly_while_a_save_finishes(tmp_path):
+    """While a save's background part runs Python (torch.save's pickling, the probe's forward, an upload's client),
+    the training thread, which gives the lock up in every torch op, gets it back within a short switch interval, not
+    CPython's 5 ms; the interval is put back once the background part ends."""
+    from pretrain import checkpoint as ckpt
+    from pretrain import checkpoint_writer as W
+
+    before = sys.getswitchinterval()
+    seen: list[float] = []
+    p = ckpt._Pending("step00000001", tmp_path, "cpu", [], [])
+    p.start(lambda _: seen.append(sys.getswitchinterval()))
+    assert p.thread is not None
+    p.thread.join()
+    assert seen == [pytest.approx(W.SAVE_SWITCH_INTERVAL_S)] and W.SAVE_SWITCH_INTERVAL_S < before
+    assert sys.getswitchinterval() == before
