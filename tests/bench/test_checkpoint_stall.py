@@ -39,6 +39,6 @@ def test_stall_is_the_step_after_each_save_against_the_steps_after_none():
 def test_interval_excess_counts_what_spills_past_the_checkpoint_step():
     # saves at 6 and 12 of 18; the first save's background part spills into the step after its checkpoint step
     times = {s: 0.2 for s in range(1, 19)} | {7: 0.25, 8: 0.3, 13: 0.22}
-    st, _ = S.stalls(times, 18, 6)
+    st, normal = S.stalls(times, 18, 6)
     assert st == pytest.approx([0.05, 0.02])  # the stall sees the checkpoint step only
-    assert S.interval_excess(times, 18, 6) == pytest.approx([0.15, 0.02])
+    assert S.interval_excess(times, 18, 6, normal) == pytest.approx([0.15, 0.02])
