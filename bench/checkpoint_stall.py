@@ -20,10 +20,10 @@ time between two saves, or the next save waits for the upload by design.
 Rounds: each save is measured against its own run's normal steps (a run's start-up, imports and DeepSpeed, costs
 far more than its steps, so a save is the unit, not a run). The local settings run `--rounds` times, alternating
 (thread, process, sync, thread, ...), and each figure pools the saves of all its runs: a drift of the host's speed
-lands on every setting alike, and 72 steps x 3 rounds give 33 saves per setting (one run's 11 gave medians from
-0.07 to 0.10 of a step over four runs of the same code on 2026-11-29, and the 5 of one run of 36 steps, the default
-before, moved more). The remote runs, one each, measure whether the
-stall grows with the upload's duration. VERDICTs (lower is better; the sync runs, "before", are printed beside them):
+lands on every setting alike, and 72 steps x 3 rounds give 33 saves per setting, where one run of 36 steps, the
+default before, gave 5 (even at 33, on 2 busy CPU ranks the thread writer's median moved between 0.07 and 0.11 of a
+step over three runs of the same code, docs/results.md). The remote runs, one each, measure whether the stall grows
+with the upload's duration. VERDICTs (lower is better; the sync runs, "before", are printed beside them):
 - local async stall / normal step <= 0.10, with each writer (`local_async`: thread, `local_async_process`);
 - remote async stall with the upload delay / normal step <= 0.10 (independent of the upload's duration);
 - growth of the remote async stall when the delay is added, over the delay itself, <= 0.10 (sync grows by ~1).
