@@ -75,7 +75,7 @@ class TorchFile:
                 save(f)
         w = writers[0]
         if self.path.stat().st_size != w.size:  # not written front to back: read it back instead
-            return {"size": self.path.stat().st_size, "xxh3": checksum(self.path)}
+            return file_entry(self.path)
         return {"size": w.size, "xxh3": w.hash.hexdigest()}
 
 
@@ -146,8 +146,13 @@ def checksum(path: Path) -> str:
     return h.hexdigest()
 
 
+def file_entry(path: Path) -> dict[str, Any]:
+    """A file's entry in COMPLETE (size, xxh3), read back from the file."""
+    return {"size": path.stat().st_size, "xxh3": checksum(path)}
+
+
 def file_entries(folder: Path, names: list[str]) -> dict[str, dict[str, Any]]:
-    return {n: {"size": (folder / n).stat().st_size, "xxh3": checksum(folder / n)} for n in names}
+    return {n: file_entry(folder / n) for n in names}
 
 
 def write_and_hash(files: list[TorchFile], folder: Path, names: list[str]) -> dict[str, dict[str, Any]]:
