@@ -79,9 +79,14 @@ def step_times(metrics: str, global_batch: int) -> dict[int, float]:
     return {r["step"]: global_batch / r["samples_per_s"] for r in rows if r["split"] == "train"}
 
 
+def save_steps(steps: int, every: int) -> list[int]:
+    """The steps whose save is measured: every save but the last (waited for at the end of the run)."""
+    return list(range(every, steps, every))
+
+
 def stalls(times: dict[int, float], steps: int, every: int) -> tuple[list[float], float]:
     """(stall of each save but the last, in seconds; median normal step)."""
-    saves = [s for s in range(every, steps, every)]
+    saves = save_steps(steps, every)
     after_save = {s + 1 for s in saves}
     normal = statistics.median(t for s, t in times.items() if s > WARMUP_ROWS and s not in after_save)
     return [times[s + 1] - normal for s in saves], normal
@@ -93,8 +98,7 @@ def interval_excess(times: dict[int, float], steps: int, every: int, normal: flo
     before each next save alone, 11 rows at one offset, ran slow in the sync runs). Reported beside the VERDICTs,
     not one: a background part that only moved its cost to the steps after the checkpoint step shows here, not in
     the stall."""
-    saves = [s for s in range(every, steps, every)]
-    return [sum(times[s + o] for o in range(1, every + 1)) - every * normal for s in saves]
+    return [sum(times[s + o] for o in range(1, every + 1)) - every * normal for s in save_steps(steps, every)]
 
 
 def rank_count(gpu: bool, cpu_ranks: int = 2) -> int:
