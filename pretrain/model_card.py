@@ -71,7 +71,15 @@ def _rtd_text(cfg: RunConfig) -> str:
         f"{g['hidden_size']} wide ({opts.generator_hidden_fraction:g} of the discriminator's width) sharing its "
         f"embeddings filled {cfg.objective.mlm_probability:.0%} of the tokens with samples at temperature "
         f"{opts.temperature:g}, and the discriminator labelled every token original or replaced; loss = generator "
-        f"MLM + {opts.discriminator_weight:g} x discriminator BCE. This folder is the discriminator."
+        f"MLM + {opts.discriminator_weight:g} x discriminator BCE"
+        + (
+            f" + {opts.contrastive_weight:g} x COCO-LM's sequence-contrastive loss (Meng et al. 2021) between "
+            f"the discriminator's mean-pooled states of each corrupted sequence and of a {opts.contrastive_crop:.0%} "
+            f"crop of its original, temperature {opts.contrastive_temperature:g}"
+            if opts.contrastive_weight > 0
+            else ""
+        )
+        + ". This folder is the discriminator."
     )
 
 

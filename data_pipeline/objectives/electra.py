@@ -18,7 +18,10 @@ from data_pipeline.objectives.builtin import masking_kwargs
 
 
 def collator(cfg: Any, tokenizer: Any):
-    """MLM inputs and labels plus `sample_u`, the uniform per position the generator's sample is drawn with."""
+    """MLM inputs and labels plus `sample_u`, the uniform per position the generator's sample is drawn with, and
+    `crop_u` where the sequence-contrastive loss is on (`objective.options.contrastive_weight`, typed in
+    pretrain/objectives/electra.py)."""
     from data_pipeline.objectives.rtd_collator import ElectraCollator
 
-    return ElectraCollator(tokenizer, **masking_kwargs(cfg))
+    crop = float(cfg.objective.options.get("contrastive_weight", 0.0)) > 0
+    return ElectraCollator(tokenizer, crop=crop, **masking_kwargs(cfg))

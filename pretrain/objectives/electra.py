@@ -25,6 +25,15 @@ class ElectraOptions(Options):
     generator_ffn_size: int | None = Field(None, gt=0)  # default: 4 x generator width, as the reference code
     discriminator_weight: float = Field(50.0, gt=0)  # lambda in loss = MLM + lambda * BCE
     temperature: float = Field(1.0, gt=0)  # softmax temperature of the generator's samples
+    # COCO-LM's sequence-contrastive loss (Meng et al. 2021, "SCL"): the discriminator's mean-pooled last states of
+    # the corrupted sequence and of a cropped view of the original are pulled together against the other sequences
+    # of the micro-batch (InfoNCE, both directions). It keeps the body's representation from collapsing into a
+    # narrow cone, which RTD alone does on a small budget (docs/results.md). Weight 0: off, no extra forward.
+    contrastive_weight: float = Field(0.0, ge=0)
+    contrastive_temperature: float = Field(0.1, gt=0)  # of the cosine similarities
+    contrastive_crop: float = Field(
+        0.9, gt=0, le=1
+    )  # the cropped view's length / the sequence's (COCO-LM's 0.9)
 
 
 def carries_rtd(family: FamilySpec) -> bool:
@@ -64,7 +73,7 @@ def validate(cfg: Any) -> None:
 def wrap(cfg: Any, model: Any, tokenizer: Any) -> Any:
     """The family's discriminator + a smaller generator of the same family sharing its embeddings (the family's
     RTD adapter, `FamilySpec.rtd`, builds both): the module trained."""
-    from pretrain.objectives.rtd import ReplacedTokenDetection, rtd_family
+    from pretrain.objectives.rtd import Contrastive, ReplacedTokenDetection, rtd_family
 
     opts = ElectraOptions.model_validate(cfg.objective.options)
     adapter = rtd_family(cfg.model.spec)
@@ -79,6 +88,7 @@ def wrap(cfg: Any, model: Any, tokenizer: Any) -> Any:
         opts.discriminator_weight,
         opts.temperature,
         adapter.mlm_transform,
+        Contrastive(opts.contrastive_weight, opts.contrastive_temperature, opts.contrastive_crop),
     )
 
 

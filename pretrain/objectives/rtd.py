@@ -59,6 +59,43 @@ def sample_tokens(logits: torch.Tensor, allowed: torch.Tensor, u: torch.Tensor) 
     return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
 
 
+@dataclass(frozen=True)
+class Contrastive:
+    """COCO-LM's sequence-contrastive loss (Meng et al. 2021) beside RTD: `weight` x InfoNCE between the
+    discriminator's mean-pooled last states of each corrupted sequence and of a cropped view of its original (a
+    contiguous `crop` of its length, starting where the collator's `crop_u` says), the micro-batch's other sequences
+    the negatives, cosine similarity / `temperature`, both directions averaged. Weight 0: off."""
+
+    weight: float = 0.0
+    temperature: float = 0.1
+    crop: float = 0.9
+
+
+def mean_pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each row's mean over its real tokens, unit length (the fine-tuning head's `classifier_pooling: mean`)."""
+    weights = mask.float().unsqueeze(-1)
+    pooled = (hidden.float() * weights).sum(1) / weights.sum(1).clamp(min=1)
+    return F.normalize(pooled, dim=-1)
+
+
+def cropped_view(
+    input_ids: torch.Tensor, mask: torch.Tensor, crop_u: torch.Tensor, fraction: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A contiguous `fraction` of each row (at least one token), starting at floor(crop_u x the starts possible)."""
+    length = input_ids.shape[1]
+    keep = max(1, round(fraction * length))
+    start = (crop_u.float() * (length - keep + 1)).long().clamp_(max=length - keep)
+    index = start.unsqueeze(1) + torch.arange(keep, device=input_ids.device).unsqueeze(0)
+    return input_ids.gather(1, index), mask.gather(1, index)
+
+
+def info_nce(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Symmetric InfoNCE of unit rows: row i of `a` and of `b` are the positive pair, every other row a negative."""
+    sim = a @ b.T / temperature
+    target = torch.arange(len(a), device=a.device)
+    return 0.5 * (F.cross_entropy(sim, target) + F.cross_entropy(sim.T, target))
+
+
 @dataclass
 class RTDOutput(ModelOutput):
     loss: torch.Tensor | None = None
@@ -73,8 +110,8 @@ class RTDOutput(ModelOutput):
 class ReplacedTokenDetection(nn.Module):
     """Generator + discriminator trained together; the generator uses the discriminator's embedding module.
 
-    forward(input_ids, attention_mask, labels, sample_u) -> loss = MLM(generator) + weight * BCE(discriminator).
-    Without labels (the parity probe): logits [batch, length, 1 + V] = the discriminator's logit, then the
+    forward(input_ids, attention_mask, labels, sample_u) -> loss = MLM(generator) + weight * BCE(discriminator)
+    (+ the sequence-contrastive loss where `contrastive.weight` > 0, with the collator's `crop_u`). Without labels (the parity probe): logits [batch, length, 1 + V] = the discriminator's logit, then the
     generator's vocabulary logits, at each position of the unmasked input.
     """
 
@@ -86,8 +123,10 @@ class ReplacedTokenDetection(nn.Module):
         weight: float = 50.0,
         temperature: float = 1.0,
         mlm_transform: str = "generator_predictions",
+        contrastive: Contrastive = Contrastive(),
     ):
         super().__init__()
+        self.contrastive = contrastive
         self.discriminator, self.generator = discriminator, generator
         self.mlm_transform = mlm_transform  # the generator's head before its vocabulary projection
         self.weight, self.temperature = float(weight), float(temperature)
@@ -107,11 +146,15 @@ class ReplacedTokenDetection(nn.Module):
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         sample_u: torch.Tensor | None = None,
+        crop_u: torch.Tensor | None = None,
     ) -> RTDOutput:
         if labels is None:
             return RTDOutput(logits=self.probe(input_ids, attention_mask))
         if sample_u is None:
             raise ValueError("replaced-token detection needs `sample_u` from the electra collator")
+        contrast = self.contrastive.weight > 0
+        if contrast and crop_u is None:
+            raise ValueError("the sequence-contrastive loss needs `crop_u` from the electra collator")
         masked = labels != -100
         original = torch.where(masked, labels, input_ids)
 
@@ -132,12 +175,28 @@ class ReplacedTokenDetection(nn.Module):
         corrupted = original.masked_scatter(masked, sampled.to(original.dtype))
         replaced = (corrupted != original).long()
 
-        disc_logits = self.discriminator(input_ids=corrupted, attention_mask=attention_mask).logits
+        hidden = {"output_hidden_states": True} if contrast else {}
+        disc = self.discriminator(input_ids=corrupted, attention_mask=attention_mask, **hidden)
+        disc_logits = disc.logits
         # BCE over every real (non-pad) token, in fp32 whatever the training precision (HF's own loss would mix a
         # bf16 logit with an fp32 target).
         real = torch.ones_like(masked) if attention_mask is None else attention_mask.bool()
         disc_loss = F.binary_cross_entropy_with_logits(disc_logits.float()[real], replaced[real].float())
         loss = gen_loss + self.weight * disc_loss
+        extra = {}
+        if contrast:
+            assert crop_u is not None
+            view, view_mask = cropped_view(original, real, crop_u, self.contrastive.crop)
+            view_states = self.discriminator(
+                input_ids=view, attention_mask=view_mask.long(), output_hidden_states=True
+            ).hidden_states[-1]
+            scl = info_nce(
+                mean_pooled(disc.hidden_states[-1], real),
+                mean_pooled(view_states, view_mask),
+                self.contrastive.temperature,
+            )
+            loss = loss + self.contrastive.weight * scl
+            extra["contrastive_loss"] = scl.detach()
         with torch.no_grad():
             flagged, truth = disc_logits[real] > 0, replaced[real].bool()
             metrics = {
@@ -147,6 +206,7 @@ class ReplacedTokenDetection(nn.Module):
                 "discriminator_accuracy": (flagged == truth).float().mean(),
                 # Of the replaced tokens, how many the discriminator flags (0 while it predicts 'original' only).
                 "replaced_recall": (flagged & truth).float().sum() / truth.float().sum().clamp(min=1),
+                **extra,
             }
         return RTDOutput(
             loss=loss,
@@ -241,6 +301,7 @@ ELECTRA = RTDFamily(
 @dataclass
 class DetectorOutput(ModelOutput):
     logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # (the body's last states,) when asked for
 
 
 class TokenDetector(nn.Module):
@@ -264,9 +325,16 @@ class TokenDetector(nn.Module):
     def gradient_checkpointing_enable(self, **kwargs: Any) -> None:
         self.body.gradient_checkpointing_enable(**kwargs)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> DetectorOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> DetectorOutput:
         hidden = self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return DetectorOutput(logits=self.head(hidden).squeeze(-1))
+        logits = self.head(hidden).squeeze(-1)
+        # only the last states (what the export's users read), not every layer's as HF models give
+        return DetectorOutput(logits=logits, hidden_states=(hidden,) if output_hidden_states else None)
 
 
 class ProjectedEmbeddings(nn.Module):

@@ -240,3 +240,18 @@ def test_export_writes_discriminator_and_generator_with_parity(rtd, wordpiece, t
         clf.electra.embeddings.word_embeddings.weight.detach().numpy(),
         model.discriminator.electra.embeddings.word_embeddings.weight.detach().numpy(),
     )
+
+
+def test_the_sequence_contrastive_loss_trains_an_electra_discriminator_too(wordpiece):  # noqa: F811
+    """COCO-LM's loss reads the discriminator's last states through HF's `output_hidden_states`, so ELECTRA's
+    own classes carry it as the ModernBERT detector does."""
+    torch.manual_seed(0)
+    cfg = _cfg("objective.options.contrastive_weight=1.0")
+    model = wrap_model(cfg, build_model(cfg.model, wordpiece, SEQ), wordpiece).train()
+    out = model(**build_collator(cfg, wordpiece)(_blocks(wordpiece, 4)))
+    scl = out.metrics["contrastive_loss"]
+    assert 0 < float(scl) < 10
+    torch.testing.assert_close(out.loss, out.generator_loss + 50.0 * out.discriminator_loss + scl)
+    out.loss.backward()
+    grad = model.discriminator.electra.encoder.layer[0].output.dense.weight.grad
+    assert grad is not None and float(grad.abs().sum()) > 0

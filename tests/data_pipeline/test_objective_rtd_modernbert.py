@@ -13,7 +13,7 @@ from data_pipeline.objectives import build_collator
 from pretrain.families import get_family
 from pretrain.models import build_model
 from pretrain.objectives import wrap_model
-from pretrain.objectives.rtd import BODY_HEAD_FILE, rtd_family
+from pretrain.objectives.rtd import BODY_HEAD_FILE, Contrastive, rtd_family
 from runconfig import load_config
 from runconfig.load import ConfigError
 from tests.data_pipeline.test_objective_mlm import ROOT, _full_sentences, wordpiece  # noqa: F401 (fixture)
@@ -156,3 +156,61 @@ def test_plan_counts_the_module_rtd_trains():
     total, _ = param_counts(cfg)
     assert total == model_param_counts(cfg)[0]
     assert total != get_family("modernbert").param_count(cfg)[0]
+
+
+# ------------------------------------------------------------------------------------------- sequence contrastive
+SCL = ["objective.options.contrastive_weight=0.5"]
+
+
+def test_the_contrastive_loss_adds_to_the_loss_and_trains_the_body(wordpiece):  # noqa: F811
+    torch.manual_seed(0)
+    cfg = _cfg(*SCL)
+    model = wrap_model(cfg, build_model(cfg.model, wordpiece, SEQ), wordpiece)
+    batch = build_collator(cfg, wordpiece)(_blocks(wordpiece, 4))
+    assert batch["crop_u"].shape == (4,) and bool(((batch["crop_u"] >= 0) & (batch["crop_u"] < 1)).all())
+    out = model(**batch)
+    scl = out.metrics["contrastive_loss"]
+    assert 0 < float(scl) < 10
+    torch.testing.assert_close(out.loss, out.generator_loss + 50.0 * out.discriminator_loss + 0.5 * scl)
+    # the body's gradient with the term differs from the one without (same weights, batch and samples)
+    out.loss.backward()
+    body = model.discriminator.body.layers[0].mlp.Wo.weight
+    with_term, body.grad = body.grad.clone(), None
+    model.contrastive = Contrastive()
+    model(**batch).loss.backward()
+    assert not torch.allclose(with_term, body.grad)
+
+
+def test_crop_uniforms_are_a_pure_function_of_the_sample_and_only_drawn_when_on(wordpiece):  # noqa: F811
+    on, off = _cfg(*SCL), _cfg()
+    blocks = _blocks(wordpiece, 4)
+    first = build_collator(on, wordpiece)(blocks)["crop_u"]
+    again = build_collator(on, wordpiece)(list(reversed(blocks)))["crop_u"]
+    torch.testing.assert_close(first, again.flip(0))  # each sequence's own draw, whatever the batch order
+    assert len(set(first.tolist())) == 4
+    assert "crop_u" not in build_collator(off, wordpiece)(blocks)
+
+
+def test_the_cropped_view_is_a_contiguous_slice_that_starts_where_crop_u_says():
+    from pretrain.objectives.rtd import cropped_view
+
+    ids = torch.arange(20).reshape(2, 10)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    view, view_mask = cropped_view(ids, mask, torch.tensor([0.0, 0.9999]), 0.5)
+    assert view.tolist() == [[0, 1, 2, 3, 4], [15, 16, 17, 18, 19]] and bool(view_mask.all())
+    view, _ = cropped_view(ids, mask, torch.tensor([0.5, 0.5]), 0.9)
+    assert view.tolist() == [list(range(1, 10)), list(range(11, 20))]
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("objective.options.contrastive_weight=-1", "greater than or equal to 0"),
+        ("objective.options.contrastive_temperature=0", "greater than 0"),
+        ("objective.options.contrastive_crop=0", "greater than 0"),
+        ("objective.options.contrastive_crop=1.5", "less than or equal to 1"),
+    ],
+)
+def test_bad_contrastive_options_name_the_key(override, says):
+    msg = _error(TINY, *RTD, override)
+    assert override.split("=")[0] in msg and says in msg, msg

@@ -34,6 +34,9 @@ RTD = [
     "checkpoint.keep_last=2",
     "logging.every_steps=1",
 ]
+# ModernBERT's run adds COCO-LM's sequence-contrastive loss (its budget recipe trains with it): the cropped view's
+# draw (`crop_u`) must resume exactly as the generator's samples do. ELECTRA's run keeps plain RTD.
+EXTRA = {"modernbert": ["objective.options.contrastive_weight=1.0"]}
 
 FINETUNE = """
 import json, sys, torch
@@ -67,20 +70,25 @@ def _rows(run_dir: Path) -> dict[tuple[str, int], dict]:
 @pytest.mark.parametrize("family", RTD_FAMILIES)
 def test_rtd_trains_resumes_exactly_exports_with_parity_and_fine_tunes(family, request, tmp_path):
     run_config = request.getfixturevalue(f"{family}_run")
+    overrides = [*RTD, *EXTRA.get(family, [])]
+    keys = ["loss", "lr", "grad_norm", "generator_loss", "discriminator_loss"]
+    keys += ["contrastive_loss"] if family in EXTRA else []
     ref_dir, resumed_dir = tmp_path / "ref", tmp_path / "resumed"
     ref_dir.mkdir()
     resumed_dir.mkdir()
 
     # The uninterrupted run: 8 steps, checkpoints at 4 and 8.
     ref_out = isolated(run_config, ref_dir)
-    torchrun(run_config, [ref_out, *RTD], timeout=600)
+    torchrun(run_config, [ref_out, *overrides], timeout=600)
     ref_run = ref_dir / "run"
     assert complete_tags(ref_run / "checkpoints") == ["step00000004", "step00000008"]
     ref_rows = _rows(ref_run)
     train = [r for (split, _), r in sorted(ref_rows.items()) if split == "train"]
     assert len(train) == 8 and all(0 < r["loss"] < 100 for r in train), train
     last = train[-1]  # the objective's own figures: MLM + 50 x BCE, replaced fraction <= 15% masking
-    assert abs(last["generator_loss"] + 50 * last["discriminator_loss"] - last["loss"]) < 1e-3 * last["loss"]
+    objective = last["generator_loss"] + 50 * last["discriminator_loss"] + last.get("contrastive_loss", 0.0)
+    assert abs(objective - last["loss"]) < 1e-3 * last["loss"], last
+    assert ("contrastive_loss" in last) == (family in EXTRA), last
     assert 0 < last["replaced_fraction"] < 0.17, last
 
     # A second run that starts from the first one's step-4 checkpoint only (as after a crash there).
@@ -89,7 +97,7 @@ def test_rtd_trains_resumes_exactly_exports_with_parity_and_fine_tunes(family, r
     shutil.copytree(ref_run / "checkpoints", run_dir / "checkpoints", symlinks=True)
     shutil.rmtree(run_dir / "checkpoints" / "step00000008")
     (run_dir / "checkpoints" / "latest").write_text("step00000004")
-    res = torchrun(run_config, [out, *RTD], timeout=600)
+    res = torchrun(run_config, [out, *overrides], timeout=600)
     assert "resumed from" in res.stdout + res.stderr
     ref_w = consolidated_state_dict(ref_run / "checkpoints", "step00000008")
     got_w = consolidated_state_dict(run_dir / "checkpoints", "step00000008")
@@ -98,16 +106,17 @@ def test_rtd_trains_resumes_exactly_exports_with_parity_and_fine_tunes(family, r
     assert not different, f"{family}: {len(different)} tensors differ after the resume, e.g. {different[:3]}"
     got_rows = _rows(run_dir)
     for step in range(5, 9):
-        for key in ("loss", "lr", "grad_norm", "generator_loss", "discriminator_loss"):
+        for key in keys:
             assert got_rows[("train", step)][key] == ref_rows[("train", step)][key], (family, step, key)
 
     # Export: the family's HF folder, parity against the engine's logits, the card says RTD.
-    run_module(["-m", "pretrain", "export", "--config", str(run_config), out, *RTD])
+    run_module(["-m", "pretrain", "export", "--config", str(run_config), out, *overrides])
     export = run_dir / "export"
     state = json.loads((export / "training_state.json").read_text())
     assert state["parity_max_abs_diff"] is not None and state["parity_max_abs_diff"] <= 1e-5, state
     assert state["export_heads"]["AutoModelForSequenceClassification"].endswith("ForSequenceClassification")
     card = (export / "README.md").read_text()
+    assert ("COCO-LM's sequence-contrastive loss" in card) == (family in EXTRA), card[:1500]
     assert "Trained by replaced-token detection" in card and "pipeline_tag: feature-extraction" in card, card[
         :800
     ]
