@@ -111,8 +111,9 @@ class ReplacedTokenDetection(nn.Module):
     """Generator + discriminator trained together; the generator uses the discriminator's embedding module.
 
     forward(input_ids, attention_mask, labels, sample_u) -> loss = MLM(generator) + weight * BCE(discriminator)
-    (+ the sequence-contrastive loss where `contrastive.weight` > 0, with the collator's `crop_u`). Without labels (the parity probe): logits [batch, length, 1 + V] = the discriminator's logit, then the
-    generator's vocabulary logits, at each position of the unmasked input.
+    (+ the sequence-contrastive loss where `contrastive.weight` > 0, with the collator's `crop_u`). Without labels
+    (the parity probe): logits [batch, length, 1 + V] = the discriminator's logit, then the generator's vocabulary
+    logits, at each position of the unmasked input.
     """
 
     def __init__(
@@ -153,8 +154,6 @@ class ReplacedTokenDetection(nn.Module):
         if sample_u is None:
             raise ValueError("replaced-token detection needs `sample_u` from the electra collator")
         contrast = self.contrastive.weight > 0
-        if contrast and crop_u is None:
-            raise ValueError("the sequence-contrastive loss needs `crop_u` from the electra collator")
         masked = labels != -100
         original = torch.where(masked, labels, input_ids)
 
@@ -183,9 +182,10 @@ class ReplacedTokenDetection(nn.Module):
         real = torch.ones_like(masked) if attention_mask is None else attention_mask.bool()
         disc_loss = F.binary_cross_entropy_with_logits(disc_logits.float()[real], replaced[real].float())
         loss = gen_loss + self.weight * disc_loss
-        extra = {}
+        extra: dict[str, torch.Tensor] = {}
         if contrast:
-            assert crop_u is not None
+            if crop_u is None:
+                raise ValueError("the sequence-contrastive loss needs `crop_u` from the electra collator")
             view, view_mask = cropped_view(original, real, crop_u, self.contrastive.crop)
             view_states = self.discriminator(
                 input_ids=view, attention_mask=view_mask.long(), output_hidden_states=True
