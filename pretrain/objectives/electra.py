@@ -27,13 +27,12 @@ class ElectraOptions(Options):
     temperature: float = Field(1.0, gt=0)  # softmax temperature of the generator's samples
     # COCO-LM's sequence-contrastive loss (Meng et al. 2021, "SCL"): the discriminator's mean-pooled last states of
     # the corrupted sequence and of a cropped view of the original are pulled together against the other sequences
-    # of the micro-batch (InfoNCE, both directions). It keeps the body's representation from collapsing into a
-    # narrow cone, which RTD alone does on a small budget (docs/results.md). Weight 0: off, no extra forward.
+    # of the micro-batch (InfoNCE, both directions). On a small budget it is what brings RTD's body level with the
+    # masked LM's (docs/results.md); spreading the pooled states alone did not. Weight 0: off, no second pass.
     contrastive_weight: float = Field(0.0, ge=0)
     contrastive_temperature: float = Field(0.1, gt=0)  # of the cosine similarities
-    contrastive_crop: float = Field(
-        0.9, gt=0, le=1
-    )  # the cropped view's length / the sequence's (COCO-LM's 0.9)
+    # the cropped view's length / the sequence's (COCO-LM's 0.9)
+    contrastive_crop: float = Field(0.9, gt=0, le=1)
 
 
 def carries_rtd(family: FamilySpec) -> bool:
