@@ -223,8 +223,10 @@ for step in (1, 2):
     counts.clear()
     folder = ck.save_checkpoint(engine, ckpt_dir, step, {"step": step}, keep_last=2)
     out[f"save{step}"] = dict(counts)
-    for _ in range(300):  # the background part marks it complete (a save interval is longer than that)
-        if (folder / ck.COMPLETE).is_file():
+    # the background part finishes (a save interval is longer than that): COMPLETE alone is not enough, rank 0 then
+    # writes `latest` and prunes, and a save meeting a rank 0 still busy asks once more (CI at 4898a06: 6 collectives)
+    for _ in range(300):
+        if (folder / ck.COMPLETE).is_file() and not ck._pending.thread.is_alive():
             break
         time.sleep(0.1)
 ck.wait_for_save()
