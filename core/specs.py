@@ -87,6 +87,19 @@ def default_flops_per_token(spec: FamilySpec, m: Any, n_params: int, seq_len: in
     return 6.0 * n_params + 12.0 * spec.attention_layers(m) * attn_width * seq_len
 
 
+def training_flops_per_token(
+    spec: FamilySpec, m: Any, n_params: int, seq_len: int, rerun: tuple[int, float] = (0, 0.0)
+) -> float:
+    """The family's FLOPs per token for `n_params` matmul weights, plus `rerun` (`ObjectiveSpec.rerun`: weights run
+    forward and backward once more on a fraction of each sequence), counted the same way: an upper bound for the
+    rerun's attention, which a shorter view shrinks. The trainer's MFU and `plan` both count this way."""
+    fpt = spec.flops_per_token(spec, m, n_params, seq_len)
+    weights, fraction = rerun
+    if fraction > 0:
+        fpt += fraction * spec.flops_per_token(spec, m, weights, seq_len)
+    return fpt
+
+
 @dataclass(frozen=True)
 class FamilySpec:
     # --- data: what config validation reads
@@ -206,6 +219,10 @@ class ObjectiveSpec:
     # The model card's task for this objective's export whatever the family's (RTD on ModernBERT exports an
     # encoder body, not a masked-LM head): a key of pretrain.model_card.TASKS; None: the family's task.
     card_task: str | None = None
+    # Work beyond one forward and backward of the trained module per token, for the FLOPs count (MFU, `plan`):
+    # (cfg, the trained module, possibly on the meta device) -> (matmul weights run again, the fraction of each
+    # sequence they run on). SCL runs the discriminator again on a cropped view; None: nothing run twice.
+    rerun: Callable[[Any, Any], tuple[int, float]] | None = None
 
     def parse_options(self, options: dict[str, Any]) -> Any:
         """`objective.options` as the spec's typed section, defaults filled in (None if it has none)."""

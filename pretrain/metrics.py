@@ -13,16 +13,25 @@ import torch
 import yaml
 
 from core.layout import METRICS
+from core.specs import training_flops_per_token
 from runconfig.model import ModelConfig
 
 
-def flops_per_token(m: ModelConfig, n_params: int, seq_len: int, input_embedding: int = 0) -> float:
+def flops_per_token(
+    m: ModelConfig, n_params: int, seq_len: int, input_embedding: int = 0, rerun: tuple[int, float] = (0, 0.0)
+) -> float:
     """Training FLOPs per token, as the family's spec counts them (default: 6N + attention, PaLM appendix B).
 
     N counts matmul weights: `input_embedding` (from `untied_input_embedding`) is taken off, since the input
-    embedding of an untied model (Llama) is a lookup, not a matmul; a tied one is also the LM head and stays."""
-    spec = m.spec
-    return spec.flops_per_token(spec, m, n_params - input_embedding, seq_len)
+    embedding of an untied model (Llama) is a lookup, not a matmul; a tied one is also the LM head and stays.
+    `rerun`: what the objective runs twice (`objective_rerun`)."""
+    return training_flops_per_token(m.spec, m, n_params - input_embedding, seq_len, rerun)
+
+
+def objective_rerun(cfg: Any, module: torch.nn.Module) -> tuple[int, float]:
+    """What the run's objective runs twice (`ObjectiveSpec.rerun`), or nothing."""
+    rerun = cfg.objective.spec.rerun
+    return (0, 0.0) if rerun is None else rerun(cfg, module)
 
 
 def untied_input_embedding(model: torch.nn.Module) -> int:

@@ -12,6 +12,7 @@ import os
 import shutil
 from typing import Any
 
+from core.specs import training_flops_per_token
 from pretrain import resume_diff
 from pretrain.families.shapes import padded_vocab
 from pretrain.schedule import make_plan
@@ -56,20 +57,25 @@ def param_counts(cfg: RunConfig) -> tuple[int, int]:
 
 def model_param_counts(cfg: RunConfig) -> tuple[int, int]:
     """(total params, largest layer params), counted on the meta device (no memory allocated)."""
-    # torch and transformers load lazily here on purpose: only `plan --exact` and families without a
-    # config-only count need them, and importing them costs most of a plan's time.
+    model = meta_module(cfg)
+    total = sum(dict((id(p), p.numel()) for p in model.parameters()).values())
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    return total, largest
+
+
+def meta_module(cfg: RunConfig) -> Any:
+    """The module trained, with the objective's wrapper (ELECTRA's generator) if any, on the meta device (shapes
+    only, no memory)."""
+    # torch and transformers load lazily here on purpose: only `plan --exact`, families without a config-only count
+    # and objectives that run a part twice need them, and importing them costs most of a plan's time.
     import torch
 
     from pretrain.models import build_model
     from pretrain.objectives import wrap_model
 
     tok = _VocabOnly(cfg.tokenizer.vocab_size)
-    # the module trained: with the objective's wrapper (ELECTRA's generator) if any
     with torch.device("meta"):
-        model = wrap_model(cfg, build_model(cfg.model, tok, cfg.packing.seq_len), tok)
-    total = sum(dict((id(p), p.numel()) for p in model.parameters()).values())
-    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
-    return total, largest
+        return wrap_model(cfg, build_model(cfg.model, tok, cfg.packing.seq_len), tok)
 
 
 def _zero2(total: int, per_node: int, nodes: int, offload: bool, buffer: float = 1.5) -> tuple[float, float]:
@@ -143,7 +149,9 @@ def config_flops_per_token(cfg: RunConfig, total: int | None = None) -> float:
     spec, m = cfg.model.spec, cfg.model
     total = param_counts(cfg)[0] if total is None else total
     untied = 0 if m.tie_word_embeddings or spec.task != "causal_lm" else padded_vocab(cfg) * m.hidden_size
-    return spec.flops_per_token(spec, m, total - untied, cfg.packing.seq_len)
+    rerun = cfg.objective.spec.rerun  # built on the meta device only for an objective that runs a part twice
+    again = (0, 0.0) if rerun is None else rerun(cfg, meta_module(cfg))
+    return training_flops_per_token(spec, m, total - untied, cfg.packing.seq_len, again)
 
 
 def step_estimate(cfg: RunConfig, plan: Any, total: int, gpu: str | None, mfu: float) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from pretrain.metrics import (
     Throughput,
     flops_per_token,
     measure_peak_flops,
+    objective_rerun,
     untied_input_embedding,
 )
 from pretrain.models import build_model, count_parameters
@@ -562,7 +563,10 @@ def make_meter(run: Run) -> Throughput:
             device="cpu" if run.device.type == "cpu" else str(run.device)
         )
     model = run.engine.module
-    fpt = flops_per_token(run.cfg.model, run.n_params, run.cfg.packing.seq_len, untied_input_embedding(model))
+    rerun = objective_rerun(run.cfg, model)
+    fpt = flops_per_token(
+        run.cfg.model, run.n_params, run.cfg.packing.seq_len, untied_input_embedding(model), rerun
+    )
     return Throughput(fpt, peak, run.world, bool(run.cfg.logging.peak_flops))
 
 

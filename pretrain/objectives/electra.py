@@ -91,6 +91,17 @@ def wrap(cfg: Any, model: Any, tokenizer: Any) -> Any:
     )
 
 
+def rerun(cfg: Any, module: Any) -> tuple[int, float]:
+    """The sequence-contrastive loss runs the discriminator again, forward and backward, on `contrastive_crop` of
+    each sequence: its matmul weights (its input embedding is a lookup) for the FLOPs count."""
+    opts = ElectraOptions.model_validate(cfg.objective.options)
+    if opts.contrastive_weight == 0:
+        return 0, 0.0
+    disc = module.discriminator
+    weights = sum(p.numel() for p in disc.parameters()) - disc.get_input_embeddings().weight.numel()
+    return weights, opts.contrastive_crop
+
+
 def export(cfg: Any, module: Any, out: Any, tokenizer: Any) -> Any:
     from pretrain.objectives.rtd import rtd_family
 
@@ -108,4 +119,5 @@ SPEC = ObjectiveSpec(
     needs_encoder=True,
     trains=carries_rtd,
     card_task="token_detection",
+    rerun=rerun,
 )

@@ -325,6 +325,9 @@ class TokenDetector(nn.Module):
     def gradient_checkpointing_enable(self, **kwargs: Any) -> None:
         self.body.gradient_checkpointing_enable(**kwargs)
 
+    def get_input_embeddings(self) -> nn.Module:
+        return self.body.get_input_embeddings()
+
     def forward(
         self,
         input_ids: torch.Tensor,

@@ -69,3 +69,38 @@ def test_a_configs_flops_per_token_leaves_out_the_untied_input_embedding(preset,
     overrides = [f"tokenizer.vocab_size={vocab}", f"model.vocab_pad_multiple={pad}"]
     cfg = load_config(root / "configs" / f"{preset}.yaml", overrides)
     assert config_flops_per_token(cfg) == expected
+
+
+@pytest.mark.parametrize("weight", [0.0, 1.0])
+def test_the_sequence_contrastive_loss_counts_its_second_discriminator_pass(weight):
+    """modernbert-rtd-budget's SCL runs the discriminator again, forward and backward, on 0.9 of each sequence
+    (issue 46): the trainer's MFU and `plan` count it, as 0.9 x the discriminator's own FLOPs per token."""
+    from pathlib import Path
+
+    from pretrain.metrics import flops_per_token, objective_rerun
+    from pretrain.plan import config_flops_per_token, meta_module
+    from runconfig import load_config
+
+    root = Path(__file__).resolve().parents[2]
+    on = load_config(
+        root / "configs" / "modernbert-rtd-budget.yaml", [f"objective.options.contrastive_weight={weight}"]
+    )
+    off = load_config(
+        root / "configs" / "modernbert-rtd-budget.yaml", ["objective.options.contrastive_weight=0"]
+    )
+    # The discriminator (body + detection head), h 128, 4 layers, feed-forward 192, bias-free body: embedding norm
+    # 128; per layer Wqkv 128 x 384 = 49,152 + Wo 16,384 + GeGLU Wi 128 x 384 = 49,152 + Wo 192 x 128 = 24,576 + the
+    # MLP norm 128 + the attention norm 128 (not in layer 0: ModernBERT's first layer has none) = 139,520; x 4 - 128
+    # = 557,952; final norm 128; head 128 x 128 + 128 = 16,512 and 128 + 1 = 129. Its input embedding is a lookup.
+    weights = 128 + 557_952 + 128 + 16_512 + 129
+    assert weights == 574_849
+    assert objective_rerun(on, meta_module(on)) == ((weights, 0.9) if weight else (0, 0.0))
+    # seq 128 within every layer's window: 4 x 128 keys, 12 x 128 x 512 attention FLOPs per token
+    extra = 0.9 * (6 * weights + 12 * 128 * 512) if weight else 0.0
+    assert config_flops_per_token(on) == pytest.approx(config_flops_per_token(off) + extra)
+    # the trainer's count, on the module it trains (here its meta-device twin)
+    module = meta_module(on)
+    n = count_parameters(module)
+    assert flops_per_token(on.model, n, 128, untied_input_embedding(module), objective_rerun(on, module)) == (
+        pytest.approx(flops_per_token(off.model, n, 128, untied_input_embedding(module)) + extra)
+    )
