@@ -191,18 +191,16 @@ class LocalSlurm:
             time.sleep(0.5)
         raise TimeoutError(f"job {job_id} not in {states} after {timeout}s: {f}")
 
-    def release_requeued(self, job_id: str, fields: dict[str, str]) -> bool:
-        """Start a requeued job now instead of after Slurm's hold (its BeginTime); True once asked.
+    def release_requeued(self, job_id: str, fields: dict[str, str]) -> None:
+        """Start a requeued job now instead of after Slurm's hold (its BeginTime), once that is safe.
 
         Slurm holds a requeued job back because slurmd revoked the old instance's credential and refuses any
         credential of that job id created in the same second or before (`cred->ctime <= revoked`): a job released
         in the second of its requeue fails at launch (FAILED, ExitCode 1:0, RunTime 0, nothing in its log; CI at
         4898a06). So it is released only once its requeue (SubmitTime) is a few seconds old."""
         requeued = datetime.fromisoformat(fields["SubmitTime"]).timestamp()  # local time, as Slurm prints it
-        if time.time() < requeued + 3:
-            return False
-        self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False)
-        return True
+        if time.time() >= requeued + 3:
+            self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False)
 
     def log_tail(self, lines: int = 40) -> str:
         """The controller's and the nodes' logs, last lines of each (what a failed job's own log cannot say)."""

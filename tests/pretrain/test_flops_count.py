@@ -94,12 +94,12 @@ def test_the_sequence_contrastive_loss_counts_its_second_discriminator_pass(weig
     # = 557,952; final norm 128; head 128 x 128 + 128 = 16,512 and 128 + 1 = 129. Its input embedding is a lookup.
     weights = 128 + 557_952 + 128 + 16_512 + 129
     assert weights == 574_849
-    assert objective_rerun(on, meta_module(on)) == ((weights, 0.9) if weight else (0, 0.0))
+    module = meta_module(on)  # the module the trainer trains, as its meta-device twin
+    assert objective_rerun(on, module) == ((weights, 0.9) if weight else (0, 0.0))
     # seq 128 within every layer's window: 4 x 128 keys, 12 x 128 x 512 attention FLOPs per token
     extra = 0.9 * (6 * weights + 12 * 128 * 512) if weight else 0.0
     assert config_flops_per_token(on) == pytest.approx(config_flops_per_token(off) + extra)
-    # the trainer's count, on the module it trains (here its meta-device twin)
-    module = meta_module(on)
+    # the trainer's count
     n = count_parameters(module)
     assert flops_per_token(on.model, n, 128, untied_input_embedding(module), objective_rerun(on, module)) == (
         pytest.approx(flops_per_token(off.model, n, 128, untied_input_embedding(module)) + extra)
