@@ -250,6 +250,42 @@ def test_a_host_snapshot_is_detached_compact_and_keeps_what_cannot_be_copied():
     assert type(snap["shapes"][0]) is torch.Size
 
 
+def test_host_staging_refills_the_same_buffers_from_one_save_to_the_next():
+    """A save's snapshot is copied into the buffers the previous save used (the next save waits for the previous
+    one's background part): no allocation and no fresh pages per save. A tensor whose shape or dtype changed gets a
+    new buffer; a file with fewer tensors keeps no stale ones. The snapshot is the state at the save."""
+    from collections import OrderedDict
+
+    from pretrain.checkpoint import HostStaging
+
+    flat = torch.arange(1000, dtype=torch.float32)
+    state = {"module": OrderedDict(w=flat[:10], b=torch.ones(3)), "step": 4, "shapes": (torch.Size([10]),)}
+    staging = HostStaging()
+    first = staging.snapshot(state, "mp_rank_00_model_states.pt")
+    flat.add_(1.0)  # the next optimizer step: the snapshot keeps the state at the save
+    assert torch.equal(first["module"]["w"], torch.arange(10, dtype=torch.float32))
+    assert first["module"]["w"].untyped_storage().nbytes() == 40  # a view's copy holds only its own values
+    assert type(first["module"]) is OrderedDict and first["step"] == 4
+    assert type(first["shapes"][0]) is torch.Size
+    w_ptr, b_ptr = first["module"]["w"].data_ptr(), first["module"]["b"].data_ptr()
+
+    second = staging.snapshot(state, "mp_rank_00_model_states.pt")  # the next save of the same file
+    assert second["module"]["w"].data_ptr() == w_ptr and second["module"]["b"].data_ptr() == b_ptr
+    assert torch.equal(second["module"]["w"], torch.arange(1, 11, dtype=torch.float32))
+    other = staging.snapshot({"m": torch.ones(3)}, "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    assert other["m"].data_ptr() not in (w_ptr, b_ptr)  # each file its own buffers
+
+    # a changed tensor: a new buffer, the others kept
+    state["module"]["b"] = torch.zeros(4, dtype=torch.float64)
+    third = staging.snapshot(state, "mp_rank_00_model_states.pt")
+    assert third["module"]["w"].data_ptr() == w_ptr and third["module"]["b"].data_ptr() != b_ptr
+    assert third["module"]["b"].dtype == torch.float64
+    assert torch.equal(third["module"]["b"], torch.zeros(4, dtype=torch.float64))
+    fourth = staging.snapshot({"module": OrderedDict(w=flat[:10])}, "mp_rank_00_model_states.pt")
+    assert fourth["module"]["w"].data_ptr() == w_ptr
+    assert staging.held_bytes() == 10 * 4 + 3 * 4  # the dropped tensor's buffer is let go
+
+
 def test_nonfinite_flags_name_exactly_the_tensors_holding_nan_or_inf():
     """The finiteness gate of a save: NaN, +inf and -inf flag their tensor; large finite weights (1e30, whose squares
     overflow a 2-norm) and a tensor of zeros do not."""
