@@ -144,7 +144,8 @@ class CheckpointConfig(Section):
     # RNG state); the parity probe's logits (computed from that copy of the weights on the host, under ZeRO 0-2),
     # writing those files, hashing, COMPLETE, `latest`, pruning and a remote run's upload finish in a background
     # thread (the next save and the end of the run wait for it), so a save needs host memory for one copy of the
-    # rank's checkpoint. false: all of it before the step goes on. The background part needs a core the step leaves
+    # rank's checkpoint, kept from the first save on and refilled by each (page-locked from a GPU). false: all of it
+    # before the step goes on. The background part needs a core the step leaves
     # idle, as a GPU node's host has: where every core trains (CPU ranks, one per core), its CPU time comes out of
     # the next steps, and on 2 busy CPU ranks they lost more in all than false took (docs/results.md).
     async_save: bool = True
