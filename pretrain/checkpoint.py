@@ -413,7 +413,8 @@ class HostStaging:
 
     def snapshot(self, obj: Any, key: str) -> Any:
         """`obj` (the state dict of the file named `key`) copied into that file's buffers."""
-        old, new = self._files.get(key, []), []
+        old = self._files.get(key, [])
+        new: list[torch.Tensor] = []
 
         def copy_tensor(t: torch.Tensor) -> torch.Tensor:
             buf = old[len(new)] if len(new) < len(old) else None
