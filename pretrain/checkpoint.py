@@ -409,10 +409,15 @@ class HostStaging:
 
     def __init__(self) -> None:
         self._files: dict[str, list[torch.Tensor]] = {}
+        self._this_save: set[str] = set()  # the keys filled since the last `synchronize`
         self._queued = False  # device-to-host copies queued and not yet waited for
 
     def snapshot(self, obj: Any, key: str) -> Any:
-        """`obj` (the state dict of the file named `key`) copied into that file's buffers."""
+        """`obj` (the state dict of the file named `key`) copied into that file's buffers. A key seen twice in one
+        save gets fresh buffers the second time, never the first one's."""
+        while key in self._this_save:
+            key += "+"
+        self._this_save.add(key)
         old = self._files.get(key, [])
         new: list[torch.Tensor] = []
 
@@ -431,7 +436,9 @@ class HostStaging:
         return out
 
     def synchronize(self) -> None:
-        """Waits for the queued device-to-host copies: before anything reads the buffers on the host."""
+        """The end of a save's snapshots: waits for the queued device-to-host copies (before anything reads the
+        buffers on the host); the next snapshot of a file refills its buffers."""
+        self._this_save.clear()
         if self._queued:
             torch.cuda.synchronize()
             self._queued = False

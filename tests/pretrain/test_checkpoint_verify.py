@@ -269,21 +269,31 @@ def test_host_staging_refills_the_same_buffers_from_one_save_to_the_next():
     assert type(first["shapes"][0]) is torch.Size
     w_ptr, b_ptr = first["module"]["w"].data_ptr(), first["module"]["b"].data_ptr()
 
+    twice = staging.snapshot(state, "mp_rank_00_model_states.pt")  # the same name again in one save
+    assert twice["module"]["w"].data_ptr() != w_ptr
+    # the first left as it was
+    assert torch.equal(first["module"]["w"], torch.arange(10, dtype=torch.float32))
+    staging.synchronize()  # the save's snapshots are taken (SnapshotWrites.take)
+
     second = staging.snapshot(state, "mp_rank_00_model_states.pt")  # the next save of the same file
     assert second["module"]["w"].data_ptr() == w_ptr and second["module"]["b"].data_ptr() == b_ptr
     assert torch.equal(second["module"]["w"], torch.arange(1, 11, dtype=torch.float32))
     other = staging.snapshot({"m": torch.ones(3)}, "zero_pp_rank_0_mp_rank_00_optim_states.pt")
     assert other["m"].data_ptr() not in (w_ptr, b_ptr)  # each file its own buffers
+    staging.synchronize()
 
     # a changed tensor: a new buffer, the others kept
     state["module"]["b"] = torch.zeros(4, dtype=torch.float64)
     third = staging.snapshot(state, "mp_rank_00_model_states.pt")
+    staging.synchronize()
     assert third["module"]["w"].data_ptr() == w_ptr and third["module"]["b"].data_ptr() != b_ptr
     assert third["module"]["b"].dtype == torch.float64
     assert torch.equal(third["module"]["b"], torch.zeros(4, dtype=torch.float64))
     fourth = staging.snapshot({"module": OrderedDict(w=flat[:10])}, "mp_rank_00_model_states.pt")
     assert fourth["module"]["w"].data_ptr() == w_ptr
-    assert staging.held_bytes() == 10 * 4 + 3 * 4  # the dropped tensor's buffer is let go
+    staging.synchronize()
+    # held: the model states' [w] (b's float64 buffer let go), the same-save copy's [w, b], the optimizer file's [m]
+    assert staging.held_bytes() == 40 + (40 + 12) + 12
 
 
 def test_nonfinite_flags_name_exactly_the_tensors_holding_nan_or_inf():
