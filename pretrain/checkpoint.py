@@ -391,20 +391,14 @@ def _copied(obj: Any, copy_tensor: Callable[[torch.Tensor], torch.Tensor]) -> An
     return obj  # torch.Size and other immutable values
 
 
-def host_snapshot(obj: Any) -> Any:
-    """A copy of a state dict whose tensors live in host memory, detached from the training state, in fresh memory
-    (compact: a view no longer drags its whole flat buffer)."""
-    return _copied(obj, lambda t: t.to("cpu", copy=True))
-
-
 class HostStaging:
     """The host buffers an async save's snapshots are copied into: what the background part serializes while
     training goes on. They are kept from one save to the next and refilled (the next save waits for the previous
     one's background part first, so nothing still reads them), as torch.distributed.checkpoint's cached staging and
     torchtitan's `async_with_pinned_mem` do: a fresh copy per save paid the allocator and the kernel's page faults
-    on the step every time. From a GPU the buffers are page-locked, so the copies run at the link's speed and are
-    queued without a wait for each (`synchronize` before the host reads them). A tensor whose shape or dtype
-    changed gets a new buffer. Host memory: the peak is the same as with fresh copies (a snapshot lived through
+    on the step every time. Each buffer is compact (a view's copy no longer drags its whole flat buffer). From a
+    GPU the buffers are page-locked, so the copies run at the link's speed and are queued without a wait for each
+    (`synchronize` before the host reads them). A tensor whose shape or dtype changed gets a new buffer. Host memory: the peak is the same as with fresh copies (a snapshot lived through
     the background part), now held between saves."""
 
     def __init__(self) -> None:

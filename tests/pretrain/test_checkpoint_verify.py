@@ -229,7 +229,7 @@ def test_a_host_snapshot_is_detached_compact_and_keeps_what_cannot_be_copied():
     import threading
     from collections import OrderedDict
 
-    from pretrain.checkpoint import host_snapshot
+    from pretrain.checkpoint import HostStaging
 
     flat = torch.arange(1000, dtype=torch.float32)
     lock = threading.Lock()  # stands in for what deepcopy cannot copy (a process group, DeepSpeed's config)
@@ -239,7 +239,7 @@ def test_a_host_snapshot_is_detached_compact_and_keeps_what_cannot_be_copied():
         "cfg": lock,
         "shapes": (torch.Size([10]),),
     }
-    snap = host_snapshot(state)
+    snap = HostStaging().snapshot(state, "mp_rank_00_model_states.pt")
     flat.add_(1.0)  # the next optimizer step
     state["groups"][0]["lr"] = 0.2
     assert torch.equal(snap["module"]["w"], torch.arange(10, dtype=torch.float32))

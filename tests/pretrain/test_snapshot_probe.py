@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from pretrain.checkpoint import host_snapshot
+from pretrain.checkpoint import HostStaging
 from pretrain.parity import SnapshotProbe, probe_logits
 from pretrain.plan import _VocabOnly
 from pretrain.train import build_module
@@ -40,7 +40,9 @@ def test_snapshot_probe_equals_the_trained_modules_logits(preset, overrides):
     if cfg.model.family == "t5":
         batch["decoder_input_ids"] = torch.cat([torch.ones(2, 1, dtype=torch.long), ids[:, :7]], dim=1)
     probe = SnapshotProbe(lambda: build_module(cfg, tok, weights=False), live)
-    weights = host_snapshot(live.state_dict())
+    staging = HostStaging()  # what an async save hands the probe: its host copy of the module's weights
+    weights = staging.snapshot(live.state_dict(), "mp_rank_00_model_states.pt")
+    staging.synchronize()
     metadata = copy.deepcopy(weights._metadata)
     ours = probe.logits(weights, batch)
     assert torch.equal(ours, probe_logits(live, batch))
@@ -54,4 +56,5 @@ def test_snapshot_probe_equals_the_trained_modules_logits(preset, overrides):
     with torch.no_grad():
         for p in live.parameters():
             p.mul_(0.5)
-    assert torch.equal(probe.logits(host_snapshot(live.state_dict()), batch), probe_logits(live, batch))
+    refilled = staging.snapshot(live.state_dict(), "mp_rank_00_model_states.pt")
+    assert torch.equal(probe.logits(refilled, batch), probe_logits(live, batch))
