@@ -28,6 +28,7 @@ import atexit
 import contextlib
 import copy
 import json
+import os
 import random
 import shutil
 import threading
@@ -545,7 +546,8 @@ def save_checkpoint(
     folder = ckpt_dir / tag
     if rank == 0:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-        if folder.exists():  # a partial save from a killed run at this same step: never mix files
+        # a partial save from a killed run at this same step: never mix files (nor write through a user's link)
+        if not _unlink_if_link(folder) and folder.exists():
             shutil.rmtree(folder)
     # no barrier here: DeepSpeed's save opens with one, and no rank writes into the folder before it
     error: BaseException | None = None
@@ -773,11 +775,7 @@ def _finish(
         p.error = e
         log.error(f"[checkpoint] writing {COMPLETE} of {folder} failed: {type(e).__name__}: {e}")
         return
-    for old in complete_tags(ckpt_dir)[:-keep_last]:
-        # COMPLETE first: a kill mid-removal leaves an incomplete folder, which the next save removes
-        (ckpt_dir / old / COMPLETE).unlink(missing_ok=True)
-        shutil.rmtree(ckpt_dir / old, ignore_errors=True)
-        shutil.rmtree(ckpt_dir / (old + UNIVERSAL_SUFFIX), ignore_errors=True)
+    prune_checkpoints(ckpt_dir, keep_last)
     _remove_abandoned(ckpt_dir, step)
     if remote is not None:  # `remote`: the checkpoints folder of a remote run (run.output_dir is a URL)
         pause("upload")
@@ -834,14 +832,42 @@ def wait_for_save() -> None:
     )
 
 
+def prune_checkpoints(ckpt_dir: Path, keep_last: int) -> None:
+    """Removes the complete checkpoints older than the newest `keep_last` (rank 0, after a save's COMPLETE)."""
+    for old in complete_tags(ckpt_dir)[:-keep_last]:
+        # COMPLETE first: a kill mid-removal leaves an incomplete folder, which the next save removes
+        if not _unlink_if_link(ckpt_dir / old):
+            (ckpt_dir / old / COMPLETE).unlink(missing_ok=True)
+            shutil.rmtree(ckpt_dir / old, ignore_errors=True)
+        universal = ckpt_dir / (old + UNIVERSAL_SUFFIX)
+        if not _unlink_if_link(universal):
+            shutil.rmtree(universal, ignore_errors=True)
+
+
+def _unlink_if_link(path: Path) -> bool:
+    """A step folder that is a symbolic link was made by the user, not written by this run: the link alone goes
+    (keep_last counts it like any checkpoint), never a file it points to, which may be another run's checkpoint.
+    True when `path` was a link."""
+    if not path.is_symlink():
+        return False
+    log.warning(
+        f"[checkpoint] {path} is a link to {os.readlink(path)}: the link was removed, nothing it points to was "
+        "touched"
+    )
+    path.unlink(missing_ok=True)
+    return True
+
+
 def _remove_abandoned(ckpt_dir: Path, step: int) -> None:
     """Step folders before `step` without COMPLETE can never complete (training is past them, and one run holds
     the folder): what a kill mid-save at a step off the `every_steps` grid (a SIGTERM save) or mid-removal of an
-    old checkpoint left. The 20-kill soak found one (step 13 of a run saving every 2 steps) in a finished run."""
+    old checkpoint left. The 20-kill soak found one (step 13 of a run saving every 2 steps) in a finished run. A
+    link is removed alone, never followed (`_unlink_if_link`)."""
     for d in ckpt_dir.iterdir():
         m = TAG_RE.match(d.name)
         if m and int(m.group(1)) < step and d.is_dir() and not (d / COMPLETE).exists():
-            shutil.rmtree(d, ignore_errors=True)
+            if not _unlink_if_link(d):
+                shutil.rmtree(d, ignore_errors=True)
 
 
 UNIVERSAL_SUFFIX = "_universal"

@@ -22,7 +22,13 @@ from core.run_layout import RunLayout
 from core.storage import RunStore
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
-from pretrain.export_folder import TRAINING_STATE, check_export_target, started_from, weights_hash
+from pretrain.export_folder import (
+    TRAINING_STATE,
+    check_export_target,
+    make_staging,
+    started_from,
+    weights_hash,
+)
 from pretrain.model_card import write_model_card
 from pretrain.models import build_model
 from pretrain.objectives import wrap_model
@@ -182,9 +188,8 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     final = out
     # Written in a staging folder (same parent, so the rename is atomic; same folder name, which the card uses)
     # with COMPLETE last, then renamed into place.
-    staging = final.parent / f".{final.name}.staging"
-    if staging.exists():  # left by a killed export
-        shutil.rmtree(staging)
+    # one a killed export left goes first; check_export_target has refused anything else of that name
+    staging = make_staging(final)
     out = staging / final.name
     try:
         _write_staged(cfg, layout, ckpt_dir, tag, out, final)

@@ -81,7 +81,50 @@ def check_export_target(folder: str | Path) -> None:
                 "`pretrain export` writes): nothing was written or removed; give --out a new folder, or move it "
                 "away"
             )
+    _check_staging(folder)
     _check_writable(folder.parent)
+
+
+# written first into a staging folder: what marks it as an export's own
+STAGING_MARK = ".lmstack-export-staging"
+
+
+def staging_folder(final: Path) -> Path:
+    """Where an export to `final` is written before the rename (same parent: the rename is atomic)."""
+    return final.parent / f".{final.name}.staging"
+
+
+def make_staging(final: Path) -> Path:
+    """A fresh staging folder for an export to `final`, marked as ours before anything is written into it. One a
+    killed export left (marked) is removed first; `check_export_target` has refused any other."""
+    import shutil
+
+    staging = _check_staging(final)
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    (staging / STAGING_MARK).write_text("written by `pretrain export`; removed by the next export\n")
+    return staging
+
+
+def _check_staging(final: Path) -> Path:
+    """`final`'s staging folder, refused (named, untouched) when something not ours has its name."""
+    staging = staging_folder(final)
+    if (staging.exists() or staging.is_symlink()) and not is_staging(staging, final.name):
+        raise ExportTargetError(
+            f"{staging} exists and is not a staging folder of lmstack's (no {STAGING_MARK}; an export stages "
+            f"{final.name} there before renaming it into place): nothing was written or removed; move it away"
+        )
+    return staging
+
+
+def is_staging(staging: Path, name: str) -> bool:
+    """A real folder (not a link) that an export marked, or that holds nothing but what an older export (before
+    the mark) put there: the export folder and the earlier export set aside."""
+    if staging.is_symlink() or not staging.is_dir():
+        return False
+    names = {p.name for p in staging.iterdir()}
+    return STAGING_MARK in names or names <= {name, f"{name}.previous"}
 
 
 def _check_writable(folder: Path) -> None:

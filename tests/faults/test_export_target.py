@@ -86,3 +86,33 @@ def test_export_of_a_read_only_run_without_out_is_one_line_naming_the_folder(tmp
     err = capsys.readouterr().err
     assert code == USAGE, err
     assert len(err.strip().splitlines()) == 1 and f"{run} is not writable" in err and "--out" in err, err
+
+
+@pytest.mark.timeout(60)
+def test_a_staging_name_beside_the_target_that_is_not_ours_is_refused_untouched(tmp_path, capsys):
+    """Issue 64 item 4: the export is staged in `.<out>.staging` beside the target, and a folder of that name was
+    removed as "left by a killed export" without a word, whoever made it; a link of that name gave a raw OSError.
+    Only a staging folder that an export marked as its own is removed; anything else is refused, named."""
+    from pretrain.__main__ import main
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step00000004").mkdir(parents=True)
+    (run / "checkpoints" / "step00000004" / "COMPLETE").write_text(json.dumps({"step": 4}))
+    (run / "checkpoints" / "latest").write_text("step00000004")
+    users = tmp_path / ".out.staging"
+    users.mkdir()
+    (users / "thesis.tex").write_text("mine")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "data.txt").write_text("mine too")
+    (run / ".export.staging").symlink_to(elsewhere, target_is_directory=True)
+    before = _snapshot(tmp_path)
+    base = ["export", "--config", str(ROOT / "configs" / "demo.yaml"), f"run.output_dir={run}"]
+    for args, staging in ((["--out", str(tmp_path / "out")], users), ([], run / ".export.staging")):
+        code = main([*base, *args])
+        err = capsys.readouterr().err
+        assert code == USAGE, err
+        assert f"{staging} exists and is not a staging folder of lmstack's" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert _snapshot(tmp_path) == before
+    assert (run / ".export.staging").is_symlink()
