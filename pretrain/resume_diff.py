@@ -45,12 +45,15 @@ POLICIES: dict[str, str] = {
     "deepspeed.compile_backend": "apply",
     "objective.chunked_loss": "apply",  # the same loss and gradients, computed a chunk of tokens at a time
     "loader.num_workers": "apply",
+    "spikes": "apply",  # the detector's window is restored when its size is unchanged, else started afresh
+    "watchdog": "apply",  # limits and periods only: no state
 }
 _NOTES = {
     "schedule": "the LR schedule is re-derived from the current step",
     "lr_scaling": "the scaled peak LR and warmup are re-derived",
     "optim.lr": "the new peak LR takes effect now",
     "optim": "set on every optimizer parameter group",
+    "spikes.window": "the detector's window starts afresh",
 }
 _ABSENT = "<absent>"
 

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from core.exit_codes import LOSS_SPIKE
 from core.log import get_logger
-from pretrain.checkpoint_meta import CannotContinue, complete_tags
+from pretrain.checkpoint_meta import TAG_RE, CannotContinue, complete_tags
 
 log = get_logger(__name__)
 
@@ -69,6 +69,7 @@ class SpikeDetector:
         self.step = 0  # the last step handled (host)
         self.spikes = self.skipped = self.consecutive = 0
         self.rollbacks: list[dict[str, int]] = []
+        self.cause = "loss spike"  # what the last rollback was for (a spike, or a non-finite loss)
 
     # --- device side: no host read ---------------------------------------------------------------------------
     def local(self, loss_sum: torch.Tensor) -> torch.Tensor:
@@ -97,14 +98,23 @@ class SpikeDetector:
         return spike.to(torch.float64)
 
     # --- host side: after the step's one host read -----------------------------------------------------------
-    def handle(self, step: int, spiked: bool, loss: float) -> bool:
-        """Count and name a spike at `step` (identical on every rank); True when the loop must roll back."""
+    def handle(self, step: int, spiked: bool, loss: float, finite: bool = True) -> bool:
+        """Count and name a spike at `step` (identical on every rank); True when the loop must roll back. Under
+        `rollback`, a step whose loss was non-finite on some rank rolls back too: its update was withheld, but the
+        weights that gave it are the ones to leave (they give the next step's non-finite loss as well)."""
         self.step = step
+        if not finite and self.cfg.action == "rollback":
+            self.cause = "non-finite loss"
+            log.warning(
+                f"[spikes] rank {self.rank}: non-finite loss at step {step}: update not applied, action rollback"
+            )
+            return True
         if not spiked:
             self.consecutive = 0
             return False
         self.spikes += 1
         self.consecutive += 1
+        self.cause = "loss spike"
         action = self.cfg.action
         log.warning(
             f"[spikes] rank {self.rank}: loss spike at step {step} (loss {loss:.4f} > window mean + "
@@ -137,6 +147,7 @@ class SpikeDetector:
             )
             self.skipped += 1
             return None
+        self._within_rollback_budget(tag[0])
         current = resume_diff.schedule_snapshot(scheduler)  # the schedule as configured (and its clock)
         state = ckpt.load_checkpoint(engine, ckpt_dir, tag[0])
         resume_diff.reapply_schedule(scheduler, current)
@@ -157,6 +168,20 @@ class SpikeDetector:
             f"{record['from_sample']}..{record['to_sample']} are skipped"
         )
         return state
+
+    def _within_rollback_budget(self, tag: str) -> None:
+        """Stop (LOSS_SPIKE) instead of a rollback to a checkpoint already rolled back to spikes.max_rollbacks
+        times: without a newer checkpoint in between, the same trigger came back after each reload, and a
+        step-counted run would reload it for ever. The records are the same on every rank, so is the decision."""
+        match = TAG_RE.match(tag)
+        to_step = int(match.group(1)) if match else -1
+        done = sum(1 for r in self.rollbacks if r["to_step"] == to_step)
+        if done >= self.cfg.max_rollbacks:
+            raise LossSpikeStop(
+                f"{self.cause} at step {self.step} after {done} rollbacks to {tag} (spikes.max_rollbacks): the "
+                f"run does not get past it from that checkpoint; lower optim.lr or change the data, then resume "
+                f"(the checkpoint is kept)"
+            )
 
     def metrics(self) -> dict[str, int]:
         if not self.enabled:

@@ -656,17 +656,20 @@ def check_bad_steps(run: Run, progress: Progress, outcome: StepOutcome) -> None:
 
 def handle_spike(run: Run, progress: Progress, outcome: StepOutcome) -> bool:
     """A loss spike's action (spikes.action, pretrain/spikes.py), alike on every rank; True when the run rolled
-    back to the last complete checkpoint (its step, tokens and loss are the progress now)."""
+    back to the last complete checkpoint (its step, tokens and loss are the progress now). Under `rollback`, a
+    non-finite step rolls back as well."""
     spikes = run.sync.spikes
-    if outcome.spiked:  # agreed on every rank: a stop or a rollback finds the last save complete
+    # agreed on every rank: a stop or a rollback finds the last save complete
+    if outcome.spiked or not outcome.ok:
         ckpt.wait_for_save()
-    if not spikes.handle(progress.step, outcome.spiked, outcome.loss):
+    if not spikes.handle(progress.step, outcome.spiked, outcome.loss, finite=outcome.ok):
         return False
     state = spikes.rollback(run.engine, run.scheduler, run.ckpt_dir, run.train_loader)
     if state is None:  # no complete checkpoint yet: the spike was skipped
         return False
     progress.step, progress.tokens_seen = state["step"], state["tokens_seen"]
     progress.last_loss = state.get("loss", progress.last_loss)
+    progress.bad_steps = 0  # the checkpoint's weights gave finite losses
     return True
 
 

@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from runconfig.base import Section
 
@@ -241,6 +241,9 @@ class SpikesConfig(Section):
     sigma: float = 6.0  # a spike: loss > mean + sigma x standard deviation of the window
     # this many spikes in a row stop a `skip` run (exit LOSS_SPIKE): the loss has moved, skipping would never end
     max_consecutive: int = 10
+    # rollbacks to one checkpoint before a `rollback` run stops (exit LOSS_SPIKE): a spike or non-finite loss that
+    # comes back after each reload is the recipe's (learning rate, data), not one bad batch's
+    max_rollbacks: int = 3
 
     @field_validator("sigma")
     @classmethod
@@ -258,11 +261,11 @@ class SpikesConfig(Section):
             )
         return v
 
-    @field_validator("max_consecutive")
+    @field_validator("max_consecutive", "max_rollbacks")
     @classmethod
-    def _max_consecutive(cls, v: int) -> int:
+    def _positive_count(cls, v: int, info: ValidationInfo) -> int:
         if v <= 0:
-            raise ValueError(f"spikes.max_consecutive: {v} must be > 0")
+            raise ValueError(f"spikes.{info.field_name}: {v} must be > 0")
         return v
 
 

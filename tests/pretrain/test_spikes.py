@@ -103,6 +103,27 @@ def test_actions_and_counts_on_the_host():
     assert e.value.exit_code == LOSS_SPIKE and LOSS_SPIKE not in (CANNOT_CONTINUE, PREEMPTED, 0, 1, 2)
 
 
+def test_a_non_finite_step_rolls_back_only_under_rollback():
+    """Issue 64 item 1: under `rollback`, a non-finite loss was left to the 20-bad-steps halt on the weights that
+    gave it; it rolls back like a spike. The other actions keep StepGuard's skip and the halt."""
+    assert _detector(action="rollback").handle(7, False, float("nan"), finite=False) is True
+    for action in ("skip", "stop", "none"):
+        assert _detector(action=action).handle(7, False, float("nan"), finite=False) is False
+
+
+def test_rollbacks_to_one_checkpoint_are_bounded_by_max_rollbacks():
+    """The same checkpoint reloaded spikes.max_rollbacks times stops the run (LOSS_SPIKE) before the next reload;
+    a newer checkpoint starts the count again."""
+    det = _detector(action="rollback", max_rollbacks=2)
+    det.rollbacks = [{"at_step": 11, "to_step": 9, "from_sample": 72, "to_sample": 88}] * 2
+    det._within_rollback_budget("step00000012")  # a newer checkpoint: its own count, 0
+    det.step = 11
+    with pytest.raises(
+        LossSpikeStop, match=r"at step 11 after 2 rollbacks to step00000009 \(spikes.max_rollbacks\)"
+    ):
+        det._within_rollback_budget("step00000009")
+
+
 def test_state_round_trip_resumes_the_same_decisions():
     a = _detector(window=8, sigma=3.0)
     losses = _noisy(13)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -16,7 +18,7 @@ from core.exit_codes import LOSS_SPIKE
 from pretrain.checkpoint import complete_tags
 from pretrain.export import consolidated_state_dict
 from pretrain.spikes import INJECT_ENV
-from tests.pretrain.conftest import torchrun
+from tests.pretrain.conftest import sigkill, start_training, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(900)]
@@ -143,3 +145,59 @@ def test_stop_exits_with_the_named_code_on_every_rank(roberta_run, tmp_path, mon
     assert (
         complete_tags(run_dir / "checkpoints")[-1] == f"step{SPIKE_STEP - 1:08d}"
     )  # the spiking step unsaved
+
+
+def test_a_spike_that_recurs_after_each_rollback_stops_the_run(roberta_run, tmp_path):
+    """Issue 64 item 1: a step-counted run whose spike comes back after every rollback (the learning rate is too
+    high, not one bad batch) rolled back from the same step to the same checkpoint for ever. It stops instead,
+    after spikes.max_rollbacks rollbacks to one checkpoint, with exit LOSS_SPIKE, naming the checkpoint."""
+    out = isolated(roberta_run, tmp_path)
+    run_dir = Path(out.split("=", 1)[1])
+    steps = ["spikes.action=rollback", "checkpoint.every_steps=3", "checkpoint.keep_last=3"]
+    torchrun(roberta_run, [out, *COMMON, *steps, "schedule.total_steps=9"], timeout=600)
+    # resumed at a learning rate the model cannot take: every step after the checkpoint spikes or overflows
+    res = torchrun(
+        roberta_run,
+        [out, *COMMON, *steps, "schedule.total_steps=30", "optim.lr=30", "spikes.max_rollbacks=2"],
+        timeout=400,
+        check=False,
+    )
+    assert res.returncode != 0
+    root = res.stderr.split("Root Cause", 1)[-1]
+    assert f"exitcode  : {LOSS_SPIKE} " in root, res.stderr[-4000:]
+    lines = _spike_lines(res)
+    rolled = [x for x in lines if "rolled back from step" in x]
+    assert len(rolled) == 2 * 2, lines  # 2 rollbacks, on each of the 2 ranks, then the stop
+    assert all("to step00000009" in x for x in rolled), rolled
+    assert "2 rollbacks to step00000009 (spikes.max_rollbacks)" in res.stderr, res.stderr[-4000:]
+    assert complete_tags(run_dir / "checkpoints")[-1] == "step00000009"  # nothing written over the good one
+
+
+def test_a_kill_during_a_rollback_resumes_exactly(roberta_run, tmp_path, monkeypatch):
+    """Fault matrix (issue 64): both ranks SIGKILLed the moment they start a rollback (the spike named, the
+    checkpoint being reloaded). The restart resumes from that checkpoint, meets the same spike at the same step,
+    rolls back the same way, and ends with the same weights and rollback record as the run that was not killed."""
+    steps = ["spikes.action=rollback", "schedule.total_steps=10", "checkpoint.every_steps=2"]
+    for d in ("ref", "killed"):
+        (tmp_path / d).mkdir()
+    ref_dir, _ = _run(roberta_run, tmp_path / "ref", monkeypatch, *steps)
+    ref = consolidated_state_dict(ref_dir / "checkpoints", "step00000010")
+
+    out = isolated(roberta_run, tmp_path / "killed")
+    run_dir = Path(out.split("=", 1)[1])
+    log_path = tmp_path / "killed.log"
+    with open(log_path, "w") as log:
+        p = start_training(roberta_run, [out, *COMMON, *steps], log)
+        while p.poll() is None and f"loss spike at step {SPIKE_STEP} " not in log_path.read_text():
+            time.sleep(0.005)
+        sigkill([psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)])
+        p.wait(timeout=30)
+    text = log_path.read_text()
+    assert f"loss spike at step {SPIKE_STEP} " in text and "rolled back from step" not in text, text[-3000:]
+    assert complete_tags(run_dir / "checkpoints")[-1] == "step00000004"
+    torchrun(roberta_run, [out, *COMMON, *steps], timeout=600)
+    assert _same(consolidated_state_dict(run_dir / "checkpoints", "step00000010"), ref)
+    state = torch.load(
+        run_dir / "checkpoints" / "step00000010" / "mp_rank_00_model_states.pt", weights_only=False
+    )
+    assert state["spikes"]["rollbacks"] == [{"at_step": 6, "to_step": 4, "from_sample": 32, "to_sample": 48}]
