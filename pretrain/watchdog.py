@@ -19,7 +19,9 @@ import atexit
 import faulthandler
 import json
 import logging
+import math
 import os
+import signal
 import socket
 import statistics
 import sys
@@ -38,9 +40,10 @@ from core.log import get_logger
 log = get_logger(__name__)
 
 # Test-only (tests/pretrain/test_hang.py), read once at set-up, never a config key: "RANK:STEP:SECONDS" makes that
-# rank sleep inside the forward of its first micro-batch of that step ("*" for STEP: every step); entries are
-# separated by commas.
+# rank sleep inside the forward of its first micro-batch of that step ("*" for STEP: every step); SECONDS "stop"
+# makes it stop itself there with SIGSTOP (a frozen process, never continued); entries are separated by commas.
 DELAY_ENV = "LMSTACK_TEST_DELAY"
+STOP_DELAY_S = 0.3  # how far into that forward the "stop" lands: a SIGSTOP comes in the middle of work
 # Phases of a step in the order a rank passes them; a rank "behind" another is at an earlier (step, micro, phase).
 PHASES = {"data": 0, "forward": 1, "backward": 2, "after": 3}
 PHASE_TEXT = {
@@ -68,6 +71,13 @@ def hang_limit(cfg: Any) -> float:
     return cfg.watchdog.hang_timeout_s or 0.9 * cfg.deepspeed.comm_timeout_s
 
 
+def hang_grace_s(interval: float) -> float:
+    """Seconds after `watchdog.hang_timeout_s` within which a hung run has ended: a heartbeat period for the
+    thread to notice, two for the other ranks to dump (or be found silent) plus 2 s, and 3 s to dump, write the
+    report and end a stopped rank on this host."""
+    return 3 * interval + 5.0
+
+
 def flight_recorder_env(hang_dir: Path) -> None:
     """Switch on torch's NCCL flight recorder before the process group exists (as torchtitan does): a ring of the
     last collectives per rank, dumped by NCCL's own watchdog on its timeout into `hang_dir` and by ours on a hang.
@@ -87,10 +97,11 @@ def injected_delay(rank: int) -> dict[int | None, float]:
         try:
             who, step, seconds = item.split(":")
             if int(who) == rank:
-                out[None if step == "*" else int(step)] = float(seconds)
+                out[None if step == "*" else int(step)] = math.inf if seconds == "stop" else float(seconds)
         except ValueError:
             raise ValueError(
-                f"{DELAY_ENV}={spec!r}: {item!r} is not RANK:STEP:SECONDS (STEP may be *; entries split by commas)"
+                f"{DELAY_ENV}={spec!r}: {item!r} is not RANK:STEP:SECONDS (STEP may be *, SECONDS stop; entries "
+                "split by commas)"
             ) from None
     return out
 
@@ -206,7 +217,14 @@ class Watchdog:
         self.beat_state = (step, self.micro, "forward", time.time(), time.monotonic())
         self.fwd_t0 = time.perf_counter()
         if self.delay and self.micro == 0:  # test-only: a rank asleep inside a step (a straggler, a hang)
-            time.sleep(self.delay.get(None, 0.0) + self.delay.get(step, 0.0))
+            seconds = self.delay.get(None, 0.0) + self.delay.get(step, 0.0)
+            if math.isinf(seconds):
+                time.sleep(STOP_DELAY_S)
+                log.warning(f"[test] rank {self.rank} stops itself (SIGSTOP) in the forward of step {step}")
+                for h in logging.getLogger().handlers + log.handlers:
+                    h.flush()
+                os.kill(os.getpid(), signal.SIGSTOP)
+            time.sleep(seconds if math.isfinite(seconds) else 0.0)
 
     def _forward_ends(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not module.training:
