@@ -12,7 +12,6 @@ Two gloo ranks with the real DeepSpeed engine:
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
@@ -20,6 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from core.exit_codes import HUNG
@@ -36,7 +36,7 @@ COMMON = ["deepspeed.comm_timeout_s=120", f"watchdog.hang_timeout_s={LIMIT_S}", 
 
 
 def _start(config: Path, overrides: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
-    """torchrun and its ranks in their own process group (signalled, and killed on failure, as one job)."""
+    """torchrun and its ranks in a session of their own, the output to `log_path`."""
     return subprocess.Popen(train_command(config, overrides), cwd=ROOT, env=env, stdout=log_path.open("w"),
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 
@@ -57,28 +57,46 @@ def _train_steps(out: Path) -> list[int]:
     return [r["step"] for r in rows if r["split"] == "train"]
 
 
+def _job(proc: subprocess.Popen) -> list[psutil.Process]:
+    """torchrun and every process under it: its ranks run in process groups of their own."""
+    top = psutil.Process(proc.pid)
+    return [top, *top.children(recursive=True)]
+
+
+def _signal(procs: list[psutil.Process], sig: int) -> None:
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
 def _kill(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)  # SIGKILL ends stopped processes too
+        _signal(_job(proc), signal.SIGKILL)  # SIGKILL ends stopped processes too
         proc.wait()
 
 
 def test_a_whole_job_suspended_past_the_hang_limit_goes_on_and_finishes(tmp_path):
     config, out = prepare_smoke_run(tmp_path)
     log_path = tmp_path / "train.log"
-    proc = _start(config, [*COMMON, "schedule.total_steps=40"], log_path, child_env())
+    # every step at least 0.2 s (a test-only delay in each rank's forward): the stop lands well inside the run
+    env = {**child_env(), DELAY_ENV: "0:*:0.2,1:*:0.2"}
+    proc = _start(config, [*COMMON, "schedule.total_steps=40"], log_path, env)
     try:
         _wait_for(lambda: len(_train_steps(out)) >= 3, 240, proc, log_path)
-        os.killpg(proc.pid, signal.SIGSTOP)  # torchrun and both ranks, as scontrol suspend does
+        job = _job(proc)
+        _signal(job, signal.SIGSTOP)  # torchrun and both ranks, as scontrol suspend does
         stopped_at = max(_train_steps(out))
         time.sleep(LIMIT_S + 6)
-        os.killpg(proc.pid, signal.SIGCONT)
+        assert max(_train_steps(out)) == stopped_at  # nothing ran meanwhile
+        _signal(job, signal.SIGCONT)
         rc = proc.wait(timeout=240)
     finally:
         _kill(proc)
     log = log_path.read_text()
+    assert stopped_at < 40 and len(job) >= 3, (stopped_at, job)  # suspended mid-run: torchrun and 2 ranks
     assert rc == 0, log[-6000:]
-    assert stopped_at < 40  # suspended mid-run
     assert _train_steps(out) == list(range(1, 41))
     hang = out / "logs" / "hang"
     assert not (hang / "report.txt").exists(), (hang / "report.txt").read_text()

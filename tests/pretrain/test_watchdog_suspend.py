@@ -101,8 +101,9 @@ def test_a_stopped_process_that_stays_without_progress_is_still_hung(tmp_path):
         time.sleep(4)
         proc.send_signal(signal.SIGCONT)
         resumed = time.monotonic()
-        out, err = proc.communicate(timeout=60)  # never answered
+        proc.wait(timeout=60)  # never answered (stdin stays open)
         after = time.monotonic() - resumed
+        out, err = proc.communicate()
     finally:
         proc.kill()
     assert proc.returncode == HUNG, out[-2000:] + err[-3000:]
@@ -133,7 +134,7 @@ def test_time_stopped_is_left_out_of_the_idle_time():
     assert s.observe(start=100.5, end=131.0, asked_s=0.5, cpu_s=0.01) == pytest.approx(30.0)
     assert s.idle(since=99.0, now=131.5) == pytest.approx(32.5 - 30.0)
     assert s.idle(since=130.9, now=131.5) == pytest.approx(0.6 - 0.1)  # only the part after `since` counts
-    assert s.idle(since=131.2, now=131.5) == pytest.approx(0.3)  # progress after the wake-up: nothing to take off
+    assert s.idle(since=131.2, now=131.5) == pytest.approx(0.3)  # progress after the wake-up: none off
     assert s.observe(start=131.0, end=141.5, asked_s=0.5, cpu_s=9.0) == 0.0  # busy, not stopped
     assert s.observe(start=141.5, end=142.6, asked_s=0.5, cpu_s=0.0) == 0.0  # below the floor
     assert s.idle(since=99.0, now=142.6) == pytest.approx(43.6 - 30.0)
