@@ -8,8 +8,14 @@ or a collective raises its timeout, that rank raises a flag in the store; every 
 stacks (faulthandler, all threads) and, on NCCL, torch's flight recorder into <run>/logs/hang/, reads the others'
 heartbeats, names the ranks and hosts that are behind, and exits HUNG (core/exit_codes.py).
 
-The hot path stays free of device reads: the loop's beats and the forward hooks only assign a tuple and read the
-host clock; the store is written by the thread. Per-rank figures (forward time, loader wait) are gathered at
+Issue 64: time the process itself was not running (the whole job suspended: SIGSTOP, `scontrol suspend`, Ctrl-Z, a
+paused VM) is not time without progress (`Suspensions`), so a suspended job goes on after SIGCONT. The store's
+heartbeat follows each beat within `publish_gap`, so a frozen rank is named at the step it froze in; silence is
+judged on the reporting rank's own clock after it fired; a rank found stopped on the reporting host is ended. A hung
+run ends within `watchdog.hang_timeout_s` + `hang_grace_s` (3 heartbeats + 5 s).
+
+The hot path stays free of device reads: the loop's beats and the forward hooks only assign a tuple, read the host
+clock and set an Event that wakes the thread; the store is written by the thread. Per-rank figures (forward time, loader wait) are gathered at
 logging steps only, over a gloo group on host tensors (`gather_step_figures`), so they never read the device.
 """
 
@@ -498,7 +504,10 @@ class Watchdog:
     def _read_beats(self) -> dict[int, dict[str, Any] | None]:
         keys = [f"{self.prefix}hb/{r}" for r in range(self.world)]
         if self.store.check(keys):  # every rank has published: one round trip
-            return {r: json.loads(v) for r, v in enumerate(self.store.multi_get(keys))}
+            try:
+                return {r: json.loads(v) for r, v in enumerate(self.store.multi_get(keys))}
+            except (AttributeError, NotImplementedError, RuntimeError):  # a store without multi_get
+                pass
         return {
             r: json.loads(self.store.get(k)) if self.store.check([k]) else None for r, k in enumerate(keys)
         }
