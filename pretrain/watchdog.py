@@ -8,8 +8,14 @@ or a collective raises its timeout, that rank raises a flag in the store; every 
 stacks (faulthandler, all threads) and, on NCCL, torch's flight recorder into <run>/logs/hang/, reads the others'
 heartbeats, names the ranks and hosts that are behind, and exits HUNG (core/exit_codes.py).
 
-The hot path stays free of device reads: the loop's beats and the forward hooks only assign a tuple and read the
-host clock; the store is written by the thread. Per-rank figures (forward time, loader wait) are gathered at
+Issue 64: time the process itself was not running (the whole job suspended: SIGSTOP, `scontrol suspend`, Ctrl-Z, a
+paused VM) is not time without progress (`Suspensions`), so a suspended job goes on after SIGCONT. The store's
+heartbeat follows each beat within `publish_gap`, so a frozen rank is named at the step it froze in; silence is
+judged on the reporting rank's own clock after it fired; a rank found stopped on the reporting host is ended. A hung
+run ends within `watchdog.hang_timeout_s` + `hang_grace_s` (3 heartbeats + 5 s).
+
+The hot path stays free of device reads: the loop's beats and the forward hooks only assign a tuple, read the host
+clock and set an Event that wakes the thread; the store is written by the thread. Per-rank figures (forward time, loader wait) are gathered at
 logging steps only, over a gloo group on host tensors (`gather_step_figures`), so they never read the device.
 """
 
@@ -17,9 +23,12 @@ from __future__ import annotations
 
 import atexit
 import faulthandler
+import itertools
 import json
 import logging
+import math
 import os
+import signal
 import socket
 import statistics
 import sys
@@ -38,9 +47,10 @@ from core.log import get_logger
 log = get_logger(__name__)
 
 # Test-only (tests/pretrain/test_hang.py), read once at set-up, never a config key: "RANK:STEP:SECONDS" makes that
-# rank sleep inside the forward of its first micro-batch of that step ("*" for STEP: every step); entries are
-# separated by commas.
+# rank sleep inside the forward of its first micro-batch of that step ("*" for STEP: every step); SECONDS "stop"
+# makes it stop itself there with SIGSTOP (a frozen process, never continued); entries are separated by commas.
 DELAY_ENV = "LMSTACK_TEST_DELAY"
+STOP_DELAY_S = 0.3  # how far into that forward the "stop" lands: a SIGSTOP comes in the middle of work
 # Phases of a step in the order a rank passes them; a rank "behind" another is at an earlier (step, micro, phase).
 PHASES = {"data": 0, "forward": 1, "backward": 2, "after": 3}
 PHASE_TEXT = {
@@ -68,6 +78,45 @@ def hang_limit(cfg: Any) -> float:
     return cfg.watchdog.hang_timeout_s or 0.9 * cfg.deepspeed.comm_timeout_s
 
 
+def hang_grace_s(interval: float) -> float:
+    """Seconds after `watchdog.hang_timeout_s` within which a hung run has ended: a heartbeat period for the
+    thread to notice, two for the other ranks to dump (or be found silent) plus 2 s, and 3 s to dump, write the
+    report and end a stopped rank on this host."""
+    return 3 * interval + 5.0
+
+
+class Suspensions:
+    """Time this process spent not running (SIGSTOP: `scontrol suspend`, gang scheduling, Ctrl-Z; a paused VM),
+    seen by the heartbeat thread as a wait that ended far later than it asked for while the process used almost
+    no CPU. CLOCK_MONOTONIC keeps counting while a process is stopped, so without this every rank of a suspended
+    job finds itself past the hang limit at SIGCONT. A late wake-up while the process burned CPU (the main thread
+    holding the interpreter) is not a suspension, nor one under `floor_s` late (scheduling jitter)."""
+
+    def __init__(self, floor_s: float):
+        self.floor_s = floor_s
+        self.spans: list[tuple[float, float]] = []  # (monotonic time the thread woke, seconds not running)
+        self.last_end = -math.inf  # the wake-up that ended the latest suspension
+
+    def observe(self, start: float, end: float, asked_s: float, cpu_s: float) -> float:
+        """One wait of the thread, from `start` to `end` (monotonic), for `asked_s` at most, during which the
+        process used `cpu_s` of CPU: the seconds it was suspended (0.0: it was not)."""
+        late = (end - start) - asked_s
+        if late <= self.floor_s or cpu_s >= late / 2:
+            return 0.0
+        self.spans.append((end, late))
+        self.last_end = end
+        return late
+
+    def idle(self, since: float, now: float) -> float:
+        """Seconds from `since` to `now` (monotonic) that the process was running: only the part of a
+        suspension after `since` is taken off."""
+        return (now - since) - sum(min(late, end - since) for end, late in self.spans if end > since)
+
+    def forget_before(self, since: float) -> None:
+        """Suspensions that ended before the latest progress no longer matter."""
+        self.spans = [(end, late) for end, late in self.spans if end > since]
+
+
 def flight_recorder_env(hang_dir: Path) -> None:
     """Switch on torch's NCCL flight recorder before the process group exists (as torchtitan does): a ring of the
     last collectives per rank, dumped by NCCL's own watchdog on its timeout into `hang_dir` and by ours on a hang.
@@ -87,10 +136,11 @@ def injected_delay(rank: int) -> dict[int | None, float]:
         try:
             who, step, seconds = item.split(":")
             if int(who) == rank:
-                out[None if step == "*" else int(step)] = float(seconds)
+                out[None if step == "*" else int(step)] = math.inf if seconds == "stop" else float(seconds)
         except ValueError:
             raise ValueError(
-                f"{DELAY_ENV}={spec!r}: {item!r} is not RANK:STEP:SECONDS (STEP may be *; entries split by commas)"
+                f"{DELAY_ENV}={spec!r}: {item!r} is not RANK:STEP:SECONDS (STEP may be *, SECONDS stop; entries "
+                "split by commas)"
             ) from None
     return out
 
@@ -100,10 +150,14 @@ def describe(beat: dict[str, Any], now: float) -> str:
     return f"step {beat['step']}, {text}, for {now - beat['since']:.1f} s"
 
 
-def behind(beats: dict[int, dict[str, Any] | None], now: float, stale_s: float) -> dict[int, str]:
+def behind(
+    beats: dict[int, dict[str, Any] | None], now: float, stale_s: float, silent: dict[int, str] | None = None
+) -> dict[int, str]:
     """The ranks that did not arrive where the furthest rank is, each with why: an earlier (step, micro-batch,
-    phase), no heartbeat at all, or a heartbeat older than `stale_s` (a dead process, or one whose interpreter is
-    stuck in native code holding the GIL)."""
+    phase), no heartbeat at all, or a silent heartbeat (a dead or stopped process, or one whose interpreter is
+    stuck in native code holding the GIL). `silent` ({rank: what is known of its process}) is what the hang
+    procedure saw: heartbeats that did not move while it watched, on its own clock. Without it, a heartbeat
+    older than `stale_s` by the wall clock is silent."""
     seen = {r: b for r, b in beats.items() if b is not None}
     out = {
         r: "no heartbeat in the store (never reached the loop, or died)"
@@ -114,9 +168,12 @@ def behind(beats: dict[int, dict[str, Any] | None], now: float, stale_s: float) 
         return out
     front = max(_order(b) for b in seen.values())
     for r, b in seen.items():
-        if now - b["updated"] > stale_s:
+        is_silent = r in silent if silent is not None else now - b["updated"] > stale_s
+        if is_silent:
+            note = f": {silent[r]}" if silent and silent[r] else ""
             out[r] = (
-                f"heartbeat silent for {now - b['updated']:.0f} s (dead or frozen); last at {describe(b, now)}"
+                f"heartbeat silent for {now - b['updated']:.0f} s (dead or frozen{note}); last at "
+                f"{describe(b, now)}"
             )
         elif _order(b) < front:
             out[r] = describe(b, now)
@@ -128,11 +185,17 @@ def _order(beat: dict[str, Any]) -> tuple[int, int, int]:
     return beat["step"], (1 << 30) if phase == PHASES["after"] else beat.get("micro", 0), phase
 
 
-def hang_report(beats: dict[int, dict[str, Any] | None], reason: str, hang_dir: Path, stale_s: float) -> str:
-    """The message every rank logs and the first one writes to logs/hang/report.txt: who did not arrive, where
-    every rank is, where the stacks are."""
+def hang_report(
+    beats: dict[int, dict[str, Any] | None],
+    reason: str,
+    hang_dir: Path,
+    stale_s: float,
+    silent: dict[int, str] | None = None,
+) -> str:
+    """The message every rank logs and writes to logs/hang/report.txt: who did not arrive, where every rank is,
+    where the stacks are (`stale_s`, `silent`: see `behind`)."""
     now = time.time()
-    late = behind(beats, now, stale_s)
+    late = behind(beats, now, stale_s, silent)
     host = {r: (b or {}).get("host", "?") for r, b in beats.items()}
     if late:
         head = "; ".join(f"rank {r} (host {host[r]}): {why}" for r, why in sorted(late.items()))
@@ -166,7 +229,15 @@ class Watchdog:
         self.steps_begun = 0
         self.micro, self.fwd_t0, self.fwd_s, self.window_steps = 0, 0.0, 0.0, 0
         self.delay = injected_delay(rank)
+        # suspensions under a second (or a heartbeat) are left in: scheduling jitter on a loaded host
+        self.suspensions = Suspensions(floor_s=max(1.0, self.interval))
+        # the store follows the loop within this (the thread is woken by each beat), not only every heartbeat
+        self.publish_gap = min(self.interval, max(0.05, self.interval / 20))
+        self._seq = itertools.count()
+        self._dumped = False
+        self._changed = threading.Event()
         self._done = threading.Event()
+        self._main_clock = _thread_clock(threading.main_thread())
         self._fired = threading.Lock()
         self.prefix = f"lmstack/watchdog/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
         self.store = _default_store()
@@ -198,25 +269,36 @@ class Watchdog:
             self.steps_begun += 1
             self.window_steps += 1
         self.beat_state = (step, self.micro, phase, time.time(), time.monotonic())
+        self._changed.set()
 
     def _forward_begins(self, module: torch.nn.Module, args: Any) -> None:
         if not module.training:  # evaluation and the parity probe are not training steps
             return
         step = self.beat_state[0]
         self.beat_state = (step, self.micro, "forward", time.time(), time.monotonic())
+        self._changed.set()
         self.fwd_t0 = time.perf_counter()
         if self.delay and self.micro == 0:  # test-only: a rank asleep inside a step (a straggler, a hang)
-            time.sleep(self.delay.get(None, 0.0) + self.delay.get(step, 0.0))
+            seconds = self.delay.get(None, 0.0) + self.delay.get(step, 0.0)
+            if math.isinf(seconds):
+                time.sleep(STOP_DELAY_S)
+                log.warning(f"[test] rank {self.rank} stops itself (SIGSTOP) in the forward of step {step}")
+                for h in logging.getLogger().handlers + log.handlers:
+                    h.flush()
+                os.kill(os.getpid(), signal.SIGSTOP)
+            time.sleep(seconds if math.isfinite(seconds) else 0.0)
 
     def _forward_ends(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not module.training:
             return
         self.fwd_s += time.perf_counter() - self.fwd_t0
         self.beat_state = (self.beat_state[0], self.micro, "backward", time.time(), time.monotonic())
+        self._changed.set()
         self.micro += 1
 
     def stop(self) -> None:
         self._done.set()
+        self._changed.set()
         if self.thread.is_alive():
             self.thread.join(timeout=2 * self.interval)
 
@@ -252,56 +334,118 @@ class Watchdog:
 
     # --- the thread ------------------------------------------------------------------------------------------
     def _watch(self) -> None:
-        while not self._done.wait(self.interval):
-            try:
-                self._publish()
-                flagged = self.store.add(self.prefix + "flag", 0) > 0
-            except Exception as e:  # a store gone (teardown, a dead master): nothing to coordinate with
-                log.debug(f"watchdog: store unreachable: {e}")
-                flagged = False
-            step, micro, phase, since, mono = self.beat_state
-            idle = time.monotonic() - mono
-            limit = self.long_limit if phase == "after" or self.steps_begun <= 1 else self.limit
-            if self._done.is_set():
-                return
-            if flagged:
-                self.fire("another rank reported a hang")
-            elif idle > limit:
-                self.fire(
-                    f"rank {self.rank} (host {self.host}) made no progress for {idle:.0f} s "
-                    f"(limit {limit:.0f} s) at step {step}"
+        """Publish each new beat within `publish_gap` (so a rank frozen between two heartbeats is found where it
+        was), and every `interval` look for a hang: this rank's time without progress, less the time the process
+        itself was not running (Suspensions), against the limit, and the store's flag."""
+        published: tuple[Any, ...] | None = None
+        last_publish, next_check = -math.inf, time.monotonic() + self.interval
+        while not self._done.is_set():
+            now = time.monotonic()
+            if self.beat_state is not published and now - last_publish >= self.publish_gap:
+                published, last_publish = self.beat_state, now
+                self._try(self._publish)
+            if now >= next_check:
+                self._check(now)
+                next_check = time.monotonic() + self.interval
+                continue
+            self._changed.clear()  # before reading the state: a beat from here on wakes the wait below
+            pending = self.beat_state is not published
+            until = min(next_check, last_publish + self.publish_gap) if pending else next_check
+            asked = max(0.0, until - time.monotonic())
+            t0, cpu0 = time.monotonic(), self._main_cpu()
+            # a change within the gap waits out the gap (not woken by every beat of a fast loop)
+            (self._done if pending else self._changed).wait(asked)
+            gone = self.suspensions.observe(t0, time.monotonic(), asked, self._main_cpu() - cpu0)
+            if gone:
+                log.warning(
+                    f"[train] rank {self.rank} (host {self.host}) was not running for {gone:.0f} s (suspended: "
+                    "SIGSTOP, scontrol suspend, Ctrl-Z or a paused VM); that time is not counted as time without "
+                    "progress (watchdog.hang_timeout_s)"
                 )
+
+    def _check(self, now: float) -> None:
+        try:
+            self._publish()
+            flagged = self.store.add(self.prefix + "flag", 0) > 0
+        except Exception as e:  # a store gone (teardown, a dead master): nothing to coordinate with
+            log.debug(f"watchdog: store unreachable: {e}")
+            flagged = False
+        step, micro, phase, since, mono = self.beat_state
+        self.suspensions.forget_before(mono)
+        idle = self.suspensions.idle(mono, now)
+        limit = self.long_limit if phase == "after" or self.steps_begun <= 1 else self.limit
+        if self._done.is_set():
+            return
+        if flagged:
+            self.fire("another rank reported a hang")
+        elif idle > limit:
+            self.fire(
+                f"rank {self.rank} (host {self.host}) made no progress for {idle:.0f} s "
+                f"(limit {limit:.0f} s) at step {step}"
+            )
+
+    def _main_cpu(self) -> float:
+        """CPU seconds of the loop's thread (it does not advance while the process is stopped, and does while the
+        loop holds the interpreter in a long call); the process's where a thread's clock cannot be read."""
+        try:
+            return (
+                time.clock_gettime(self._main_clock) if self._main_clock is not None else time.process_time()
+            )
+        except OSError:
+            return time.process_time()
+
+    @staticmethod
+    def _try(call: Any) -> Any:
+        try:
+            return call()
+        except Exception as e:  # a store gone (teardown, a dead master): nothing to coordinate with
+            log.debug(f"watchdog: store unreachable: {e}")
+            return None
 
     def _beat(self) -> dict[str, Any]:
         """This rank's heartbeat as the store keeps it."""
         step, micro, phase, since, _ = self.beat_state
         beat = {"host": self.host, "pid": os.getpid(), "step": step, "micro": micro, "phase": phase}
-        return {**beat, "since": since, "updated": time.time()}
+        return {
+            **beat,
+            "since": since,
+            "updated": time.time(),
+            "seq": next(self._seq),
+            "dumped": self._dumped,
+        }
 
     def _publish(self) -> None:
         self.store.set(f"{self.prefix}hb/{self.rank}", json.dumps(self._beat()))
 
     def fire(self, reason: str) -> None:
         """Dump, name the ranks behind, exit HUNG. Runs once per process (the thread, or the main thread after a
-        collective timed out); never returns."""
+        collective timed out); never returns. Ends within `hang_grace_s` of the limit: the other ranks get two
+        heartbeat periods and 2 s to dump (or to be found silent), and a rank found stopped on this host is ended
+        here, as torchrun's SIGTERM cannot end it (it would wait 30 s before its SIGKILL)."""
         if not self._fired.acquire(blocking=False):
             threading.Event().wait()  # the other thread is already reporting and will end the process
         self._done.set()
-        first = False
         try:
             self._publish()
-            first = self.store.add(self.prefix + "flag", 1) == 1
-            if first:
+            if self.store.add(self.prefix + "flag", 1) == 1:
                 self.store.set(self.prefix + "reason", reason)
         except Exception as e:
             log.debug(f"watchdog: store unreachable: {e}")
         self.dump_stacks(reason)
-        beats = self._wait_for_peers()
+        self._dumped = True
+        beats, silent = self._wait_for_peers()
         reason = self._first_reason(reason)
-        report = hang_report(beats, reason, self.hang_dir, stale_s=3 * self.interval + 5)
+        notes, stopped = self._silent_processes(beats, silent)
+        report = hang_report(beats, reason, self.hang_dir, stale_s=3 * self.interval + 5, silent=notes)
         # every rank writes it (atomically): the first to finish exits, and torchrun then ends the others at once
         atomic_write(self.hang_dir / "report.txt", report + "\n")
         log.error(f"[train] rank {self.rank}: {report}")
+        for r, pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                log.error(f"[train] rank {self.rank}: ended rank {r} (pid {pid}, stopped) with SIGKILL")
+            except OSError as e:
+                log.warning(f"[train] rank {self.rank}: could not end rank {r} (pid {pid}): {e}")
         for h in logging.getLogger().handlers + log.handlers:
             h.flush()
         sys.stdout.flush()
@@ -325,22 +469,75 @@ class Watchdog:
             except Exception as e:  # the recorder is off (TORCH_NCCL_TRACE_BUFFER_SIZE=0), or not built
                 log.warning(f"[train] rank {self.rank}: no NCCL flight recorder dump: {e}")
 
-    def _wait_for_peers(self) -> dict[int, dict[str, Any] | None]:
-        """Every rank's heartbeat, after waiting (a few heartbeats at most) for the others to dump theirs."""
+    def _wait_for_peers(self) -> tuple[dict[int, dict[str, Any] | None], set[int]]:
+        """Every rank's heartbeat, and the silent ranks. Waits until every other rank has dumped its stacks, or
+        for two heartbeat periods and 2 s (one period more when this process was itself suspended just before,
+        so that the others, resumed with it, have written a fresh heartbeat); a rank that did not dump and whose
+        heartbeat did not move while this one watched is silent. Judged on this process's own clock and on
+        heartbeats written after it fired, never on a heartbeat's age by another host's clock or on one written
+        before a suspension. This rank's own heartbeat is its current one: never silent."""
         beats: dict[int, dict[str, Any] | None] = dict.fromkeys(range(self.world))
+        silent: set[int] = set()
         try:
-            self.store.add(self.prefix + "dumped", 1)
-            deadline = time.monotonic() + 3 * self.interval + 5
-            while self.store.add(self.prefix + "dumped", 0) < self.world and time.monotonic() < deadline:
-                time.sleep(0.2)
-            for r in range(self.world):
-                key = f"{self.prefix}hb/{r}"
-                if self.store.check([key]):
-                    beats[r] = json.loads(self.store.get(key))
+            first = self._read_beats()
+            deadline = (
+                max(time.monotonic(), self.suspensions.last_end + self.interval) + 2 * self.interval + 2.0
+            )
+            while True:
+                self._publish()  # alive while it waits: the others must not find this rank silent
+                beats = self._read_beats()
+                waiting = [
+                    r for r in range(self.world) if r != self.rank and not (beats[r] or {}).get("dumped")
+                ]
+                if not waiting or time.monotonic() >= deadline:
+                    break
+                time.sleep(min(0.5, self.interval))
+            for r in waiting:
+                was, now = first[r], beats[r]
+                if was is not None and now is not None and was.get("seq") == now.get("seq"):
+                    silent.add(r)
         except Exception as e:
             log.debug(f"watchdog: store unreachable: {e}")
-            beats[self.rank] = self._beat()
-        return beats
+        beats[self.rank] = self._beat()
+        return beats, silent
+
+    def _read_beats(self) -> dict[int, dict[str, Any] | None]:
+        keys = [f"{self.prefix}hb/{r}" for r in range(self.world)]
+        if self.store.check(keys):  # every rank has published: one round trip
+            try:
+                return {r: json.loads(v) for r, v in enumerate(self.store.multi_get(keys))}
+            except (AttributeError, NotImplementedError, RuntimeError):  # a store without multi_get
+                pass
+        return {
+            r: json.loads(self.store.get(k)) if self.store.check([k]) else None for r, k in enumerate(keys)
+        }
+
+    def _silent_processes(
+        self, beats: dict[int, dict[str, Any] | None], silent: set[int]
+    ) -> tuple[dict[int, str], list[tuple[int, int]]]:
+        """What this host can tell of each silent rank's process ({rank: note}; "" on another host), and the
+        (rank, pid) of those stopped here (state T) by a process of the same job (the same parent)."""
+        notes: dict[int, str] = {}
+        stopped: list[tuple[int, int]] = []
+        for r in sorted(silent):
+            beat = beats[r] or {}
+            pid = beat.get("pid")
+            notes[r] = ""
+            if beat.get("host") != self.host or not isinstance(pid, int):
+                continue
+            state = process_state(pid)
+            if state is None:
+                notes[r] = f"process {pid} is gone"
+            elif state[0] == "T" and state[1] == os.getppid():
+                notes[r] = f"process {pid} is stopped (state T: SIGSTOP, Ctrl-Z), ended by rank {self.rank}"
+                stopped.append((r, pid))
+            elif state[0] == "D":
+                notes[r] = (
+                    f"process {pid} is in uninterruptible sleep (state D: a driver or file system call)"
+                )
+            else:
+                notes[r] = f"process {pid} is in state {state[0]}: its heartbeat thread does not run"
+        return notes, stopped
 
     def _first_reason(self, reason: str) -> str:
         try:
@@ -348,6 +545,24 @@ class Watchdog:
             return self.store.get(key).decode() if self.store.check([key]) else reason
         except Exception:
             return reason
+
+
+def process_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, parent pid) of a process on this host from /proc (Linux), or None when there is none."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": the name may hold spaces
+    return fields[0], int(fields[1])
+
+
+def _thread_clock(thread: threading.Thread) -> int | None:
+    """The CPU-time clock of `thread` (Linux, macOS), or None."""
+    try:
+        return time.pthread_getcpuclockid(thread.ident or 0)
+    except (AttributeError, OSError):
+        return None
 
 
 def _default_store() -> Any:

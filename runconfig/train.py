@@ -280,7 +280,8 @@ class WatchdogConfig(Section):
     # Seconds without progress (a new micro-batch, a finished step) after which every rank dumps its stacks into
     # <run>/logs/hang, the ranks and hosts that did not arrive are named, and the run exits HUNG (69). Below
     # deepspeed.comm_timeout_s, so that the stuck rank is still alive to dump. None: 90% of comm_timeout_s.
-    # Evaluation, checkpoints and the first step wait up to comm_timeout_s.
+    # Evaluation, checkpoints and the first step wait up to comm_timeout_s. Time the job was suspended (SIGSTOP,
+    # scontrol suspend, Ctrl-Z, a paused VM) does not count. A hung run ends within this plus 3 heartbeat_s + 5 s.
     hang_timeout_s: float | None = Field(None, gt=0)
     # How often each rank writes its heartbeat (step, phase, host) to the store and looks for a hang report.
     heartbeat_s: float = Field(5.0, gt=0)

@@ -61,6 +61,8 @@ def test_the_test_only_delay_is_read_for_its_rank_alone(monkeypatch):
     assert injected_delay(1) == {3: 60.0} and injected_delay(0) == {}
     monkeypatch.setenv(DELAY_ENV, "1:*:0.5, 1:3:600, 0:2:1")
     assert injected_delay(1) == {None: 0.5, 3: 600.0} and injected_delay(0) == {2: 1.0}
+    monkeypatch.setenv(DELAY_ENV, "1:3:stop")  # SIGSTOP itself there (tests/pretrain/test_hang_suspend.py)
+    assert injected_delay(1) == {3: float("inf")} and injected_delay(0) == {}
     monkeypatch.setenv(DELAY_ENV, "one:3")
     with pytest.raises(ValueError, match=DELAY_ENV):
         injected_delay(1)
