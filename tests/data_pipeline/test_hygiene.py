@@ -149,3 +149,95 @@ def test_bad_hygiene_settings_refused_at_load(tmp_path):
         load_config(str(write_cfg(tmp_path, {"pii": {"kinds": ["email", "passport"]}})))
     with pytest.raises(ConfigError, match=r"data\.clean\.fineweb\.short_line_thr"):
         load_config(str(write_cfg(tmp_path, {"fineweb": {"short_line_thr": 2}})))
+
+
+# The common ways blocklists (UT1, Shallalist, hosts files, adblock lists, hand-written ones) write an entry, each
+# with a URL it must block and one it must not.
+DOMAIN_FORMS = {
+    "bad.example": ("https://bad.example/x", "https://notbad.example/"),
+    "BAD2.Example": ("https://www.bad2.example/", "https://bad2.example.org/"),
+    "https://bad3.example/path": None,  # refused below: a URL with a path names pages
+    "https://bad3.example/": ("http://shop.bad3.example/a", "https://bad30.example/"),
+    "*.bad4.example": ("https://a.b.bad4.example/", "https://bad4.example.net/"),
+    ".bad5.example": ("https://x.bad5.example/", "https://xbad5.example/"),
+    "bad6.example.": ("https://bad6.example/p", "https://bad6.examples/"),
+    "bad7.example:8080": ("https://bad7.example:443/", "https://bad77.example/"),
+    "0.0.0.0 bad8.example": ("https://bad8.example/", "https://ok.example/bad8.example"),
+    "||bad9.example^": ("https://cdn.bad9.example/js", "https://bad9.example.ok/"),
+    "bücher.example": ("https://xn--bcher-kva.example/b", "https://bucher.example/"),
+    "xn--mnchen-3ya.example": ("https://www.münchen.example/", "https://munchen.example/"),
+    "bad10.example  # reported 2024": ("https://bad10.example/", "https://bad1.example/"),
+}
+
+
+def test_blocklist_domain_forms_are_read_as_their_domain(tmp_path):
+    lst = tmp_path / "domains.txt"
+    lst.write_text("\n".join(k for k, v in DOMAIN_FORMS.items() if v) + "\n", encoding="utf-8")
+    f = URLFilter(blocked_domains=[str(lst)])
+    for entry, (blocked, kept) in ((k, v) for k, v in DOMAIN_FORMS.items() if v):
+        assert not f(doc("t", blocked))[0], (entry, blocked)
+        assert f(doc("t", kept)) == (True, None), (entry, kept)
+    # the unicode host of a crawl URL against the punycode entry, and the reported value is the compared domain
+    assert f(doc("t", "https://BÜCHER.example/"))[2] == "xn--bcher-kva.example"
+
+
+@pytest.mark.parametrize(
+    ("kind", "entry", "why"),
+    [
+        ("blocked_domains", "https://bad.example/path", "a URL with a path"),
+        ("blocked_domains", "bad.example/ads", "has a path"),
+        ("blocked_domains", "bad.*.example", "wildcard"),
+        ("blocked_domains", "bad example", "holds a space"),
+        ("blocked_domains", "bad!.example", "not a host name"),
+        ("blocked_domains", "||bad.example^$third-party", "adblock rule with options"),
+        ("blocked_urls", "https://*.bad.example/x", "holds a wildcard"),
+        ("banned_words", "free-money", "more than one URL word"),
+        ("soft_banned_words", "казино", "no ASCII letter or digit"),
+    ],
+)
+def test_blocklist_entry_that_could_never_match_is_refused_naming_file_line_entry(tmp_path, kind, entry, why):
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"# header\nfine.example\n{entry}\n", encoding="utf-8")
+    if kind in ("banned_words", "soft_banned_words"):
+        lst.write_text(f"# header\nfine\n{entry}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(write_cfg(tmp_path, {"url": {kind: [str(lst)]}})))
+    msg = next(line for line in str(e.value).splitlines() if f"data.clean.url.{kind}" in line)  # one line
+    assert "list.txt' line 3" in msg and repr(entry) in msg and why in msg, msg
+    assert "expected" in msg or "no ASCII" in msg, msg
+
+
+def test_blocklist_url_forms_and_word_entries(tmp_path):
+    urls = tmp_path / "urls.txt"
+    urls.write_text("https://fine.example/one-page\nbad.example/ads/\nHTTP://Shop.Example./Cart?id=1\n")
+    sub = tmp_path / "sub.txt"
+    sub.write_text("free-money\n")
+    f = URLFilter(blocked_urls=[str(urls)], banned_subwords=[str(sub)])
+    assert f(doc("t", "http://fine.example/one-page/")) == (False, "url:url", "https://fine.example/one-page")
+    assert f(doc("t", "https://bad.example/ads")) == (False, "url:url", "bad.example/ads/")
+    assert f(doc("t", "https://shop.example/cart?id=1"))[:2] == (False, "url:url")
+    assert f(doc("t", "https://shop.example/cart?id=2")) == (True, None)
+    assert f(doc("t", "https://bad.example/ads/more")) == (True, None)  # exact URLs, not prefixes
+    assert f(doc("t", "https://x.example/FREE_money")) == (False, "url:banned_subword", "freemoney")
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"\x1f\x8b\x08\x00\x00\x00\x00\x00bad.example\n", "binary"),
+        (b"bad.example\n\xff\xfeb\xe4d\n", "not UTF-8"),
+    ],
+)
+def test_binary_blocklist_is_refused_naming_the_file(tmp_path, content, why):
+    lst = tmp_path / "domains.tar.gz"
+    lst.write_bytes(content)
+    with pytest.raises(ConfigError, match=rf"data\.clean\.url\.blocked_domains.*domains\.tar\.gz.*{why}"):
+        load_config(str(write_cfg(tmp_path, {"url": {"blocked_domains": [str(lst)]}})))
+
+
+def test_blocklist_directory_is_reported_as_a_directory(tmp_path):
+    folder = tmp_path / "adult"
+    folder.mkdir()
+    (folder / "domains").write_text("bad.example\n")
+    with pytest.raises(ConfigError, match=r"data\.clean\.url\.blocked_domains.*'.*adult' is a directory"):
+        load_config(str(write_cfg(tmp_path, {"url": {"blocked_domains": [str(folder)]}})))
