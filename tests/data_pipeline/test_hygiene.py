@@ -241,3 +241,52 @@ def test_blocklist_directory_is_reported_as_a_directory(tmp_path):
     (folder / "domains").write_text("bad.example\n")
     with pytest.raises(ConfigError, match=r"data\.clean\.url\.blocked_domains.*'.*adult' is a directory"):
         load_config(str(write_cfg(tmp_path, {"url": {"blocked_domains": [str(folder)]}})))
+
+
+def test_pii_issue_reproduction_line():
+    """Issue 64 item 9, as the issue writes it: the version and the git remote were redacted, the capitalised
+    e-mail kept."""
+    out = PiiFormatter().redact(
+        "version 1.2.3.4, git@github.com:o/r.git, John.Smith@Gmail.COM, Scores 100 200 300 400 500"
+    )
+    assert out == "version 1.2.3.4, git@github.com:o/r.git, email@example.com, Scores 100 200 300 400 500"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "See section 1.2.3.4 and clause 12.3.4.5; OID 1.3.6.1.4.1.311; outline 1.2.3.4.5.",
+        "Clone git@github.com:o/r.git or ssh://git@bitbucket.org/team/repo.git today.",
+        "The proxy was user:pass@host.example.com and https://bob:hunter2@intranet.example.org/wiki leaked.",
+        "The ratio was 3::1, a::b in C++, Psalm 23::4, and 10:30:00 on the clock.",
+        "Order #123456789012, order number 4002 1234 5678, Order 123-456-7890, ISBN 978-0-306-40615-7.",
+        "Scores 100 200 300 400 500; lottery 04 15 23 42 08 16; readings 120 130 125 140 135 150.",
+        "The budget is 12 345 678 901 euros, 1 000 000 000 more than in 1998 2003 2005.",
+        "npm install react@18.2.0, the image logo@2x.png, and dates 2023-10-12, 12/10/2023.",
+    ],
+)
+def test_pii_look_alikes_are_kept(text):
+    p = PiiFormatter()
+    assert p.redact(text) == text and not p.stats, p.find(text)
+
+
+def test_pii_items_the_old_rules_missed_or_mangled():
+    p = PiiFormatter()
+    # an e-mail in a URL's query is taken alone, not with the host before it
+    assert p.redact("https://news.example.com/unsubscribe?email=jane@mail.com&list=7") == (
+        "https://news.example.com/unsubscribe?email=email@example.com&list=7"
+    )
+    assert p.redact("Write to SUPPORT@Company.co.uk or mailto:Info@BBC.co.uk.") == (
+        "Write to email@example.com or mailto:email@example.com."
+    )
+    # issue 66 item 7: both UK numbers of one sentence, and the amount left as it is
+    assert p.redact("Call 0845 8 505 505 or 0800 555 111; the budget is 12 345 678 901 euros.") == (
+        "Call 555-0100 or 555-0100; the budget is 12 345 678 901 euros."
+    )
+    assert p.redact("Paris 01 23 45 67 89, Tel:+44 20 7946 0958, Sydney (02) 9876 5432.") == (
+        "Paris 555-0100, Tel:555-0100, Sydney 555-0100."
+    )
+    assert p.redact("Google 2001:4860:4860::8888, not 3::1; 8.8.8.8 but build 10.0.19041.1.") == (
+        "Google 2001:db8::1, not 3::1; 192.0.2.1 but build 10.0.19041.1."
+    )
+    assert p.stats == {"email": 3, "phone": 5, "ipv6": 1, "ipv4": 1}
