@@ -22,7 +22,7 @@ Verdicts (each can fail):
 - `pii_f1_vs_datatrove_<kind>` for email and IPv4, the kinds datatrove redacts: our F1 against datatrove's on the
   same lines (goal: ratio >= 1, at least as good).
 
-Self-contained: creates `.venv-bench-pii` with datatrove (no extras; nothing of it enters the product's
+Self-contained: creates `.venv-bench-pii` with datatrove and `regex`, which its formatters import (no extras; nothing of it enters the product's
 dependencies). Run: .venv/bin/python bench/pii_quality.py [--no-peer]
 """
 
@@ -90,7 +90,9 @@ def ours_outputs(rows: list[dict]) -> list[str]:
 
 
 def peer_outputs(rows: list[dict]) -> list[str]:
-    py = str(ensure_venv(BENCH_VENV, ["datatrove==0.10.1"], probe="import datatrove.pipeline.formatters"))
+    py = str(
+        ensure_venv(BENCH_VENV, ["datatrove==0.10.1", "regex"], probe="import datatrove.pipeline.formatters")
+    )
     tmp = Path(tempfile.mkdtemp(prefix="bench-pii-"))
     (tmp / "peer.py").write_text(PEER)
     (tmp / "in.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
@@ -147,6 +149,8 @@ def main() -> int:
             rep.line(f"  {k:<6} precision {_ratio(right[k], pred[k]):.3f} ({right[k]}/{pred[k]})  recall "
                      f"{_ratio(right[k], gold[k]):.3f} ({right[k]}/{gold[k]})  F1 "
                      f"{f1(right[k], pred[k], gold[k]):.3f}")  # fmt: skip
+        if name != "ours":  # datatrove redacts e-mails and IPv4 only: its IPv6 and phone misses are by design
+            mistakes = [m for m in mistakes if " email " in m or " ipv4 " in m]
         for m in mistakes[:40]:
             rep.line(f"    {m}")
         if len(mistakes) > 40:
