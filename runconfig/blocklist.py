@@ -166,8 +166,17 @@ def _entry(kind: str, entry: str) -> tuple[list[str], str | None]:
     return [word], None
 
 
-@lru_cache(maxsize=64)
-def _read(path: str, kind: str, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
+_LOWER_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+_PLAIN = {
+    "blocked_domains": re.compile(rf"(?:{_LOWER_LABEL}\.)*{_LOWER_LABEL}"),
+    "banned_words": re.compile(r"[a-z0-9]+"),
+    "soft_banned_words": re.compile(r"[a-z0-9]+"),
+    "banned_subwords": re.compile(r"[a-z0-9]+"),
+}
+
+
+@lru_cache(maxsize=16)
+def _read(path: str, kind: str, mtime_ns: int, size: int) -> dict[str, str]:
     with open(path, "rb") as fh:
         data = fh.read()
     if b"\0" in data:
@@ -181,16 +190,23 @@ def _read(path: str, kind: str, mtime_ns: int, size: int) -> tuple[tuple[str, st
         raise BlocklistError(
             f"blocklist file '{path}' is not UTF-8 text (line {line}): one entry a line, UTF-8"
         ) from None
-    out: list[tuple[str, str]] = []
+    out: dict[str, str] = {}
+    plain = _PLAIN.get(kind)  # the form nearly every line of a real list has: itself, no parsing needed
     for no, raw in enumerate(text.splitlines(), 1):
-        entry = _INLINE_COMMENT.sub("", raw).strip()
-        if not entry or entry.startswith("#"):
+        entry = raw.strip()
+        if not entry or entry[0] == "#":
+            continue
+        if plain is not None and len(entry) <= 253 and plain.fullmatch(entry):
+            out[entry] = entry
+            continue
+        entry = _INLINE_COMMENT.sub("", entry).strip()
+        if not entry:
             continue
         keys, why = _entry(kind, entry)
         if why is not None:
             raise BlocklistError(f"blocklist '{path}' line {no}: {entry!r} {why}")
-        out += [(k, entry) for k in keys]
-    return tuple(out)
+        out.update((k, entry) for k in keys)
+    return out
 
 
 def check_list_file(path: str) -> str:
@@ -210,7 +226,8 @@ def check_list_file(path: str) -> str:
 
 def read_blocklist(path: str, kind: str) -> dict[str, str]:
     """{key the filter compares: the entry as written} for one list file of `kind` (one of LIST_KINDS); read once
-    per process per file version. BlocklistError names the file, and the line and entry, on what is refused."""
+    per process per file version (the dict is shared: do not change it). BlocklistError names the file, and the
+    line and entry, on what is refused."""
     full = check_list_file(path)
     st = os.stat(full)
-    return dict(_read(full, kind, st.st_mtime_ns, st.st_size))
+    return _read(full, kind, st.st_mtime_ns, st.st_size)
