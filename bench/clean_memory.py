@@ -105,7 +105,7 @@ def _doc(i: int, arts: list[str], eval_paras: list[str], rng: random.Random) -> 
         url = f"https://www.{BLOCKED}/p/{i}"  # the URL filter drops it
     if i % 20 == 3:  # PII rewrites it
         text += (f"\n\nContact jane.doe{i}@mail.example.org or call (212) 555-{1000 + i % 9000:04d}. "
-                 f"Server at 8.8.{i % 250}.{(i // 250) % 250}.")  # fmt: skip
+                 f"Server at 8.8.{i % 250}.{1 + (i // 250) % 250}.")  # a host: x.y.z.0 names a network  # fmt: skip
     return {"id": f"d{i}", "text": text, "url": url}
 
 

@@ -545,6 +545,9 @@ def format_table(stats: dict[str, Any]) -> str:
                if r.get("decontaminated")}  # fmt: skip
         lines += ["", f"decontamination: {dec['n']}-grams of evaluation text ({sets}); dropped per source: "
                   f"{json.dumps(per) if per else 'none'}"]  # fmt: skip
+        if dec.get("short_examples"):  # examples fewer than n words long: they can never match
+            lines.append(f"  shorter than {dec['n']} words, never matched: "
+                         + ", ".join(f"{k} {v}" for k, v in dec["short_examples"].items()))  # fmt: skip
     for title, key in (
         ("dropped documents by reason", "dropped_by_reason"),
         ("bad input records by kind", "bad_records_by_kind"),

@@ -6,9 +6,12 @@ fine-tune stage reads it) plus the files in `data.decontaminate.sources`. Words 
 `simplify_text` does (lowercase, numbers -> 0, punctuation -> space, diacritics stripped) and split on whitespace
 (datatrove then runs its word tokenizer, which finds little more to split once punctuation is gone).
 
-The index holds one 64-bit hash per evaluation n-gram (a polynomial over per-word hashes, computed for a whole
-document in a few numpy operations), sorted for binary search; a hash hit is confirmed word by word against the
-example, so a reported n-gram is always a real one. It is built once per process from the config (the local pool's
+The index holds one 64-bit entry per evaluation n-gram (a polynomial over per-word hashes, computed for a whole
+document in a few numpy operations, its low bits replaced by the example's index), sorted for binary search: 8
+bytes an n-gram, about 1.5x the evaluation text (a table of words and tuples took 17x). A hash hit is confirmed
+word by word against the example, so a reported n-gram is always a real one. Evaluation examples shorter than n
+words can never match: they are counted per set, warned about and reported (`short_examples`). An evaluation file
+that is empty or is not UTF-8 text is refused, naming it. It is built once per process from the config (the local pool's
 workers inherit the driver's), so every executor (local, Ray, Slurm array tasks) builds the same one; the clean
 stage's fingerprint carries a hash of the evaluation text, so a changed evaluation set redoes the shards.
 """
@@ -28,11 +31,14 @@ from typing import Any
 import numpy as np
 
 from core.document import Document
+from core.errors import ConfigError
 from core.io import fingerprint
+from core.log import get_logger
 from core.paths import expand_placeholders
 from core.plugin_code import code_version
 from data_pipeline.filters.text_utils import PUNCTUATION
 
+log = get_logger(__name__)
 _TO_SPACE = str.maketrans(PUNCTUATION, " " * len(PUNCTUATION))
 _NUMBER = re.compile(
     r"\d+(?:[.,\u060c\u066b\u2396\u2397\u2398]\d+)?"
@@ -98,11 +104,27 @@ _EVAL_READERS = {
 }
 
 
-def _read_file(spec: Any) -> list[EvalExample]:
+def _read_file(spec: Any, key: str = "data.decontaminate.sources") -> list[EvalExample]:
+    """One evaluation file's examples. Refused (ConfigError naming the key and the file): a file that is not UTF-8
+    text (a binary, a latin-1 export: decoding it with replacements would index text the evaluation never had)
+    and one that holds no example (empty: it would check nothing and leave no trace in the report)."""
     path = Path(expand_placeholders(spec.path))
     opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as fh:
-        return _EVAL_READERS[spec.format](fh, path.name, spec.text_field)
+    try:
+        with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
+            out = _EVAL_READERS[spec.format](fh, path.name, spec.text_field)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{key}: evaluation file '{spec.path}' is not UTF-8 text") from None
+    except (OSError, EOFError) as e:  # a truncated or not-gzip .gz
+        raise ConfigError(f"{key}: evaluation file '{spec.path}' cannot be read: {e}") from None
+    if any("\0" in e.text for e in out):
+        raise ConfigError(f"{key}: evaluation file '{spec.path}' is binary (NUL characters), not text")
+    if not out:
+        raise ConfigError(
+            f"{key}: evaluation file '{spec.path}' holds no evaluation example (it is empty or blank): "
+            "it would keep nothing out of pretraining"
+        )
+    return out
 
 
 def eval_examples(cfg) -> list[EvalExample]:
@@ -116,43 +138,105 @@ def eval_examples(cfg) -> list[EvalExample]:
             data = load_task(cfg, i)
             for split in ("dev", "test"):
                 out += [EvalExample(f"{task.name}/{split}", r[0], r[1]) for r in getattr(data, split)]
-    for spec in dec.sources:
-        out += _read_file(spec)
+    for i, spec in enumerate(dec.sources):
+        out += _read_file(spec, f"data.decontaminate.sources.{i}")
     return out
 
 
+# Words normalised and hashed at a time: a book-length example needs no book-length word list.
+_WINDOW = 1 << 16
+
+
+def _word_windows(text: str, n: int):
+    """normalise_words(text) in windows of about _WINDOW words, each after the first starting with the previous
+    one's last n-1 words, so the windows' n-grams are exactly the text's. Cut at whitespace, which normalisation
+    never joins across."""
+    step = _WINDOW * 8  # characters per cut: about _WINDOW words of English
+    if len(text) <= step:
+        yield normalise_words(text)
+        return
+    carry: list[str] = []
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + step)
+        while end < len(text) and not text[end].isspace():
+            end += 1
+        words = carry + normalise_words(text[start:end])
+        yield words
+        carry = words[max(0, len(words) - (n - 1)) :] if n > 1 else []
+        start = end
+
+
 class NGramIndex:
+    """The n-grams of the evaluation examples, as one sorted uint64 array: 8 bytes an n-gram (about 1.5x the
+    evaluation text, which has about 6 bytes a word), at most twice that while it is built. The top bits of each
+    entry are the n-gram's hash, the low `owner_bits` the example's index, so a hit names its example without a
+    second array; the example's words are normalised again only on a hit, to confirm it word by word (an equal
+    hash is not proof) and to find the position. Decisions are those of a full (hash, example, position) table:
+    the first n-gram of a document that some example holds, reported with the first such example."""
+
     def __init__(self, examples: list[EvalExample], n: int):
         self.n = n
         self.examples = examples
-        self.words = [normalise_words(e.text) for e in examples]
-        parts = [ngram_hashes(w, n) for w in self.words]
-        empty = np.zeros(0, dtype=np.int32)
-        hashes = np.concatenate([np.zeros(0, dtype=np.uint64), *parts])
-        owner = np.concatenate([empty, *(np.full(len(p), i, dtype=np.int32) for i, p in enumerate(parts))])
-        pos = np.concatenate([empty, *(np.arange(len(p), dtype=np.int32) for p in parts)])
-        order = np.argsort(hashes, kind="stable")
-        self.hashes, self.owner, self.pos = hashes[order], owner[order], pos[order]
+        self.owner_bits = max(1, (len(examples) - 1).bit_length())
+        self._low = np.uint64((1 << self.owner_bits) - 1)
+        self._high = ~self._low
+        self.short: dict[str, int] = {}  # eval set -> examples shorter than n words: they can never match
+        # Two passes over the text: count the n-grams, then hash them into an array of exactly that size, sorted in
+        # place. Normalising twice costs a little time; growing or joining arrays would cost twice the memory.
+        counts = [sum(max(0, len(w) - n + 1) for w in _word_windows(e.text, n)) for e in examples]
+        keys = np.empty(sum(counts), dtype=np.uint64)
+        at = 0
+        for i, (e, count) in enumerate(zip(examples, counts, strict=True)):
+            if not count:
+                self.short[e.eval_set] = self.short.get(e.eval_set, 0) + 1
+                continue
+            for words in _word_windows(e.text, n):
+                h = ngram_hashes(words, n)
+                h &= self._high
+                h |= np.uint64(i)
+                keys[at : at + len(h)] = h
+                at += len(h)
+        assert at == len(keys), "the two passes over the evaluation text disagree"
+        keys.sort()  # in place: (hash, example) order
+        self.keys = keys
+        self._cache: dict[int, tuple[list[str], np.ndarray]] = {}
 
     def __len__(self) -> int:
-        return len(self.hashes)
+        return len(self.keys)
+
+    def _example(self, ex: int) -> tuple[list[str], np.ndarray]:
+        """An example's words and n-gram hashes, normalised again on a hit (the last few kept)."""
+        got = self._cache.get(ex)
+        if got is None:
+            words = normalise_words(self.examples[ex].text)
+            got = (words, ngram_hashes(words, self.n))
+            if len(self._cache) >= 16:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[ex] = got
+        return got
 
     def match(self, words: list[str]) -> tuple[int, int] | None:
         """(position in `words`, example index) of the first n-gram shared with an evaluation text."""
-        if not len(self.hashes):
+        keys = self.keys
+        if not len(keys):
             return None
         q = ngram_hashes(words, self.n)
         if not len(q):
             return None
-        at = np.searchsorted(self.hashes, q)
-        at[at == len(self.hashes)] = 0
-        for i in np.flatnonzero(self.hashes[at] == q):
+        qm = q & self._high
+        at = np.searchsorted(keys, qm)
+        at[at == len(keys)] = 0
+        for i in np.flatnonzero((keys[at] & self._high) == qm):
             j = int(at[i])
             gram = words[i : i + self.n]
-            while j < len(self.hashes) and self.hashes[j] == q[i]:  # confirm word by word (hash collisions)
-                ex, p = int(self.owner[j]), int(self.pos[j])
-                if self.words[ex][p : p + self.n] == gram:
-                    return int(i), ex
+            # each example holding this hash, in the examples' order
+            while j < len(keys) and (keys[j] & self._high) == qm[i]:
+                ex = int(keys[j] & self._low)
+                ex_words, ex_hashes = self._example(ex)
+                for p in np.flatnonzero(ex_hashes == q[i]):  # confirm word by word (hash collisions)
+                    if ex_words[p : p + self.n] == gram:
+                        return int(i), ex
                 j += 1
         return None
 
@@ -192,7 +276,14 @@ def eval_index(cfg) -> tuple[str, NGramIndex]:
         for e in examples:
             sha.update(f"{e.eval_set}\0{e.id}\0{e.text}\0".encode())
         _CACHE.clear()
-        _CACHE[key] = (sha.hexdigest(), NGramIndex(examples, cfg.data.decontaminate.n))
+        index = NGramIndex(examples, cfg.data.decontaminate.n)
+        _CACHE[key] = (sha.hexdigest(), index)
+        for name, k in index.short.items():  # once per process per evaluation set, named and counted
+            total = sum(e.eval_set == name for e in examples)
+            log.warning(
+                f"decontaminate: {k} of {total} evaluation examples of {name} are shorter than "
+                f"{index.n} words and can never match (data.decontaminate.n: {index.n})"
+            )
     return _CACHE[key]
 
 
@@ -239,7 +330,14 @@ def summary(cfg) -> dict[str, Any]:
     sets: dict[str, int] = {}
     for e in index.examples:
         sets[e.eval_set] = sets.get(e.eval_set, 0) + 1
-    return {"enabled": True, "n": index.n, "eval_sets": sets, "ngrams": len(index), "eval_sha256": sha}
+    return {
+        "enabled": True,
+        "n": index.n,
+        "eval_sets": sets,
+        "short_examples": dict(index.short),  # per set: fewer than n words, so they can never match
+        "ngrams": len(index),
+        "eval_sha256": sha,
+    }
 
 
 def decontamination_filter(cfg) -> DecontaminationFilter | None:

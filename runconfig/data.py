@@ -200,6 +200,10 @@ class EvalSetSpec(Section):
         from core.paths import expand_placeholders  # here: loading a config imports no fsspec otherwise
 
         p = expand_placeholders(self.path)
+        if os.path.isdir(p):
+            raise ValueError(
+                f"evaluation file '{self.path}' is a directory (expanded to '{p}'): name a file in it"
+            )
         if not os.path.isfile(p):
             raise ValueError(f"evaluation file '{self.path}' does not exist (expanded to '{p}')")
         if self.format == "auto":

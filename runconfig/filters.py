@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from core.specs import Options
+from runconfig.blocklist import LIST_KINDS, read_blocklist
 
 # A filter's settings are a typed section (unknown keys rejected): the built-ins' live here, as data the config
 # validates against (`data.clean.<section>` and a `filters:` step's `params`); an outside filter brings its own
@@ -79,36 +80,27 @@ class FineWebQualityConfig(Options):
     new_line_ratio: float = Field(0.3, ge=0)
 
 
-def _existing_files(paths: list[str]) -> list[str]:
-    import os
-
-    from core.paths import expand_placeholders  # here: loading a config imports no fsspec otherwise
-
-    for raw in paths:
-        full = expand_placeholders(raw)
-        if not os.path.isfile(full):
-            raise ValueError(f"blocklist file '{raw}' does not exist (expanded to '{full}')")
-    return paths
-
-
 class UrlFilterConfig(Options):
     """Blocklists (files, one entry a line, `#` comments) checked against each document's URL, with datatrove's
-    URLFilter rules. With no list given there is nothing to check and the filter does not run."""
+    URLFilter rules. With no list given there is nothing to check and the filter does not run. Which forms of an
+    entry are read (URLs, wildcards, hosts-file lines, IDN either way) and which refused: runconfig/blocklist.py."""
 
     enabled: bool = True
     blocked_domains: list[str] = []  # a listed domain blocks itself and every subdomain of it
-    blocked_urls: list[str] = []  # exact URLs
+    blocked_urls: list[str] = []  # exact URLs, with or without the scheme (a trailing / ignored)
     banned_words: list[str] = []  # a word of the URL (split on non-alphanumerics) on the list
     soft_banned_words: list[str] = []  # at least soft_word_threshold of these words in the URL
     soft_word_threshold: int = Field(2, ge=1)
     banned_subwords: list[str] = []  # a substring of the URL with non-alphanumerics removed, lowercased
 
-    @field_validator(
-        "blocked_domains", "blocked_urls", "banned_words", "soft_banned_words", "banned_subwords"
-    )
+    @field_validator(*LIST_KINDS)
     @classmethod
-    def _files_exist(cls, v: list[str]) -> list[str]:
-        return _existing_files(v)
+    def _lists_readable(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        """Every file is read at load with the filter's own rules (runconfig/blocklist.py): a missing file, a
+        directory, a binary file or an entry that could never match is refused here, naming file, line and entry."""
+        for path in v:
+            read_blocklist(path, str(info.field_name))
+        return v
 
     def active(self) -> bool:
         """Whether the filter runs (the report's `enabled`): switched on and given at least one list."""

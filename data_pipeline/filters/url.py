@@ -7,6 +7,13 @@ Differs from datatrove on purpose: the host is read with the standard library in
 suffix list to fetch), and a listed domain blocks every subdomain of it at any depth (datatrove: the registered
 domain or the exact host); URL words are compared lowercased (datatrove: as written, so "Casino" passes); blank
 lines in a list are skipped (datatrove would ban the empty word, i.e. every URL).
+
+How a list file is read (runconfig/blocklist.py, the same rules the config's loader checks the files with): a
+domain entry may be written as a URL without a path, `*.bad.example` / `.bad.example` (read as the domain, which
+blocks itself and its subdomains), with a trailing dot or a port, as a hosts-file or adblock `||domain^` line, and
+in unicode or punycode (both sides are compared in punycode, case folded); a URL entry with or without its scheme.
+An entry that could never match (a path in a domain list, a wildcard elsewhere, two words in a word list) and a
+binary file are refused, naming the file, the line and the entry.
 """
 
 from __future__ import annotations
@@ -16,24 +23,18 @@ from collections import Counter
 from urllib.parse import urlsplit
 
 from core.document import Document
-from core.paths import expand_placeholders
+from runconfig.blocklist import host_key, normalize_words, read_blocklist, url_key
 
 _NON_ALNUM = re.compile(r"[^a-zA-Z0-9]+")
+normalize = normalize_words  # datatrove's URL normaliser, under the name this module has exported
 
 
-def normalize(text: str) -> str:
-    return _NON_ALNUM.sub("", text).lower()
-
-
-def read_list(paths: list[str], normalise: bool) -> frozenset[str]:
-    out: set[str] = set()
+def read_list(paths: list[str], kind: str) -> dict[str, str]:
+    """{compared key: entry as written} over the files of one list kind, read by runconfig/blocklist.py's rules."""
+    out: dict[str, str] = {}
     for raw in paths:
-        with open(expand_placeholders(raw), encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("#") or not line.strip():
-                    continue
-                out.add(normalize(line) if normalise else line.strip().lower())
-    return frozenset(out - {""})
+        out.update(read_blocklist(raw, kind))
+    return out
 
 
 class URLFilter:
@@ -48,12 +49,12 @@ class URLFilter:
         soft_word_threshold: int = 2,
         banned_subwords: list[str] = (),
     ):
-        self.domains = read_list(list(blocked_domains), normalise=False)
-        self.urls = frozenset(u for u in read_list(list(blocked_urls), normalise=False))
-        self.words = read_list(list(banned_words), normalise=True)
-        self.soft_words = read_list(list(soft_banned_words), normalise=True)
+        self.domains = frozenset(read_list(list(blocked_domains), "blocked_domains"))
+        self.urls = read_list(list(blocked_urls), "blocked_urls")  # key -> the entry as written, for the drop
+        self.words = frozenset(read_list(list(banned_words), "banned_words"))
+        self.soft_words = frozenset(read_list(list(soft_banned_words), "soft_banned_words"))
         self.soft_word_threshold = soft_word_threshold
-        self.subwords = read_list(list(banned_subwords), normalise=True)
+        self.subwords = frozenset(read_list(list(banned_subwords), "banned_subwords"))
         # one alternation for all substrings: the regex engine scans the URL once (datatrove: Aho-Corasick)
         self._subword_re = (
             re.compile("|".join(map(re.escape, sorted(self.subwords, key=len, reverse=True))))
@@ -71,14 +72,20 @@ class URLFilter:
             self.stats["no_url"] += 1  # nothing to check: kept, and counted so a URL-less source is visible
             return True, None
         if self.domains:
-            host = (urlsplit(url if "//" in url else "//" + url).hostname or "").rstrip(".")
+            try:
+                raw_host = urlsplit(url if "//" in url else "//" + url).hostname or ""
+            except ValueError:  # an unparseable URL (a bad IPv6 literal): no host to check
+                raw_host = ""
+            host = host_key(raw_host) or raw_host.rstrip(".")
             parts = host.split(".")
-            for i in range(len(parts) - 1):
+            for i in range(len(parts)):
                 dom = ".".join(parts[i:])
                 if dom in self.domains:
                     return False, ("url:domain" if dom.count(".") <= 1 else "url:subdomain"), dom
-        if self.urls and url.strip().lower() in self.urls:
-            return False, "url:url", url.strip().lower()
+        if self.urls:
+            key = url_key(url)
+            if key is not None and key in self.urls:
+                return False, "url:url", self.urls[key]
         if self.words or self.soft_words:
             words = set(_NON_ALNUM.split(url.lower()))
             hit = self.words.intersection(words)

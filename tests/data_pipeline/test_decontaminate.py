@@ -4,6 +4,8 @@ overlap, reported document by document, redone when the evaluation set changes, 
 from __future__ import annotations
 
 import json
+import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -150,3 +152,148 @@ def test_bad_decontamination_settings_refused_at_load(tmp_path):
         load_config(
             str(bbc_cfg(tmp_path, [], decontaminate={"sources": [{"path": str(odd), "format": "xml"}]}))
         )
+
+
+def eval_cfg(tmp_path: Path, name: str, content: bytes) -> Path:
+    evalf = tmp_path / name
+    evalf.write_bytes(content)
+    return bbc_cfg(tmp_path, [], decontaminate={"tasks": False, "sources": [str(evalf)]})
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "why"),
+    [
+        ("empty.jsonl", b"", "holds no evaluation example"),
+        ("blank.txt", b"\n  \n\n", "holds no evaluation example"),
+        (
+            "latin1.txt",
+            "caf\u00e9 cr\u00e8me br\u00fbl\u00e9e and other desserts\n".encode("latin-1"),
+            "not UTF-8",
+        ),
+        ("nul.txt", b"\x00\x00\x00 binary \x00\n", "binary"),
+    ],
+)
+def test_empty_or_non_utf8_eval_file_is_refused_naming_it(tmp_path, name, content, why):
+    """Accepted without a word before: an empty file was not even listed in eval_sets; latin-1 was indexed as
+    replacement characters."""
+    cfg = load_config(str(eval_cfg(tmp_path, name, content)))
+    with pytest.raises(ConfigError) as e:
+        run_clean(cfg)
+    msg = str(e.value)
+    assert "data.decontaminate.sources.0" in msg and name in msg and why in msg and "\n" not in msg, msg
+
+
+def test_eval_path_that_is_a_directory_is_reported_as_one(tmp_path):
+    (tmp_path / "evals").mkdir()
+    with pytest.raises(ConfigError, match=r"data\.decontaminate\.sources\.0.*'.*evals' is a directory"):
+        load_config(str(bbc_cfg(tmp_path, [], decontaminate={"sources": [str(tmp_path / "evals")]})))
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_eval_examples_shorter_than_n_are_counted_and_warned(tmp_path):
+    rows = [{"id": f"s{i}", "text": "Is this question too short to match?"} for i in range(3)]
+    rows.append({"id": "long", "text": " ".join(f"word{i}" for i in range(20))})
+    path = eval_cfg(tmp_path, "qs.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+    seen = _Records()
+    logger = logging.getLogger("data_pipeline.decontaminate")  # ours do not propagate to the root logger
+    logger.addHandler(seen)
+    try:
+        run_clean(load_config(str(path)))
+    finally:
+        logger.removeHandler(seen)
+    warned = [m for m in seen.messages if "shorter than" in m]
+    assert warned == [
+        "decontaminate: 3 of 4 evaluation examples of qs.jsonl are shorter than 13 words and can never match "
+        "(data.decontaminate.n: 13)"
+    ], warned
+    stats = json.loads((tmp_path / "out/clean/stats.json").read_text())
+    assert stats["decontamination"]["short_examples"] == {"qs.jsonl": 3}
+    assert stats["decontamination"]["eval_sets"] == {"qs.jsonl": 4}
+    assert (
+        "shorter than 13 words, never matched: qs.jsonl 3" in (tmp_path / "out/clean/stats.txt").read_text()
+    )
+
+
+MEMORY_PROBE = r"""
+import json, sys, tracemalloc, types
+from data_pipeline.decontaminate import NGramIndex, _read_file
+spec = types.SimpleNamespace(path=sys.argv[1], format="jsonl", text_field="text")
+tracemalloc.start()
+examples = _read_file(spec)
+index = NGramIndex(examples, 13)
+peak = tracemalloc.get_traced_memory()[1]
+print(json.dumps({"peak": peak, "text": sum(len(e.text.encode()) for e in examples), "ngrams": len(index)}))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_index_peak_memory_stays_within_4x_the_eval_text(tmp_path):
+    """Reading the evaluation file and building its index, in a fresh interpreter under tracemalloc (numpy's
+    buffers are traced too): the peak, the text itself included, against the text's UTF-8 size. A table of words
+    and (hash, example, position) rows peaked at 19x here; the sorted uint64 keys at about 2.7x."""
+    files = sorted(BBC.rglob("*.txt"))[:800]  # 1.6 MB of news text, 257k 13-grams
+    evalf = tmp_path / "eval.jsonl"
+    evalf.write_text("".join(json.dumps({"id": f.name, "text": f.read_text("utf-8", errors="replace")}) + "\n"
+                             for f in files))  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(evalf)], capture_output=True, text=True,
+                         cwd=ROOT, check=True, timeout=100)  # fmt: skip
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["text"] > 1_000_000 and got["ngrams"] > 200_000, got
+    assert got["peak"] <= 4 * got["text"], f"peak {got['peak'] / got['text']:.2f}x the evaluation text"
+
+
+def _reference_match(examples: list[EvalExample], n: int, words: list[str]) -> tuple[int, int] | None:
+    """The decision by brute force: the first n-gram of the document that any example holds, with the first
+    example holding it (what the previous (hash, example, position) table returned)."""
+    first: dict[tuple[str, ...], int] = {}
+    for ex, e in enumerate(examples):
+        w = normalise_words(e.text)
+        for p in range(len(w) - n + 1):
+            first.setdefault(tuple(w[p : p + n]), ex)
+    for i in range(len(words) - n + 1):
+        if tuple(words[i : i + n]) in first:
+            return i, first[tuple(words[i : i + n])]
+    return None
+
+
+def test_index_decisions_equal_the_brute_force_ones():
+    import random
+
+    rng = random.Random(1)
+    arts = [f.read_text("utf-8", errors="replace") for f in sorted((BBC / "tech").glob("*.txt"))[:60]]
+    examples = [EvalExample("e", str(i), a) for i, a in enumerate(arts[:30])]
+    examples.append(EvalExample("e", "dup", arts[3]))  # the same text twice: the first example is named
+    for n in (5, 13):
+        index = NGramIndex(examples, n)
+        assert len(index) == sum(max(0, len(normalise_words(e.text)) - n + 1) for e in examples)
+        for k in range(60):
+            body = arts[30 + k % 30].split("\n")
+            if k % 2:  # a quoted sentence of an example, somewhere in another article
+                src = normalise_words(arts[rng.randrange(30)])
+                at = rng.randrange(len(src) - 20)
+                body.insert(rng.randrange(len(body)), " ".join(src[at : at + rng.randint(n - 1, n + 5)]))
+            words = normalise_words("\n".join(body))
+            assert index.match(words) == _reference_match(examples, n, words), (n, k)
+
+
+def test_book_length_example_is_indexed_across_its_windows():
+    """An example far longer than the index's normalisation window: every n-gram is indexed, those spanning the
+    cuts too."""
+    from data_pipeline.decontaminate import _WINDOW
+
+    def word(i: int) -> str:  # letters only: normalisation leaves them as they are
+        return "".join(chr(97 + (i // 26**k) % 26) for k in range(4))
+
+    words = [word(i) for i in range(3 * _WINDOW)]
+    index = NGramIndex([EvalExample("book", "b", " ".join(words))], 13)
+    assert len(index) == len(words) - 12
+    for at in (0, _WINDOW - 20, _WINDOW - 6, _WINDOW + 3, 2 * _WINDOW - 7, len(words) - 13):
+        assert index.match(["pre", *words[at : at + 13], "post"]) == (1, 0), at

@@ -149,3 +149,144 @@ def test_bad_hygiene_settings_refused_at_load(tmp_path):
         load_config(str(write_cfg(tmp_path, {"pii": {"kinds": ["email", "passport"]}})))
     with pytest.raises(ConfigError, match=r"data\.clean\.fineweb\.short_line_thr"):
         load_config(str(write_cfg(tmp_path, {"fineweb": {"short_line_thr": 2}})))
+
+
+# The common ways blocklists (UT1, Shallalist, hosts files, adblock lists, hand-written ones) write an entry, each
+# with a URL it must block and one it must not.
+DOMAIN_FORMS = {
+    "bad.example": ("https://bad.example/x", "https://notbad.example/"),
+    "BAD2.Example": ("https://www.bad2.example/", "https://bad2.example.org/"),
+    "https://bad3.example/path": None,  # refused below: a URL with a path names pages
+    "https://bad3.example/": ("http://shop.bad3.example/a", "https://bad30.example/"),
+    "*.bad4.example": ("https://a.b.bad4.example/", "https://bad4.example.net/"),
+    ".bad5.example": ("https://x.bad5.example/", "https://xbad5.example/"),
+    "bad6.example.": ("https://bad6.example/p", "https://bad6.examples/"),
+    "bad7.example:8080": ("https://bad7.example:443/", "https://bad77.example/"),
+    "0.0.0.0 bad8.example": ("https://bad8.example/", "https://ok.example/bad8.example"),
+    "||bad9.example^": ("https://cdn.bad9.example/js", "https://bad9.example.ok/"),
+    "bücher.example": ("https://xn--bcher-kva.example/b", "https://bucher.example/"),
+    "xn--mnchen-3ya.example": ("https://www.münchen.example/", "https://munchen.example/"),
+    "bad10.example  # reported 2024": ("https://bad10.example/", "https://bad1.example/"),
+}
+
+
+def test_blocklist_domain_forms_are_read_as_their_domain(tmp_path):
+    lst = tmp_path / "domains.txt"
+    lst.write_text("\n".join(k for k, v in DOMAIN_FORMS.items() if v) + "\n", encoding="utf-8")
+    f = URLFilter(blocked_domains=[str(lst)])
+    for entry, (blocked, kept) in ((k, v) for k, v in DOMAIN_FORMS.items() if v):
+        assert not f(doc("t", blocked))[0], (entry, blocked)
+        assert f(doc("t", kept)) == (True, None), (entry, kept)
+    # the unicode host of a crawl URL against the punycode entry, and the reported value is the compared domain
+    assert f(doc("t", "https://BÜCHER.example/"))[2] == "xn--bcher-kva.example"
+
+
+@pytest.mark.parametrize(
+    ("kind", "entry", "why"),
+    [
+        ("blocked_domains", "https://bad.example/path", "a URL with a path"),
+        ("blocked_domains", "bad.example/ads", "has a path"),
+        ("blocked_domains", "bad.*.example", "wildcard"),
+        ("blocked_domains", "bad example", "holds a space"),
+        ("blocked_domains", "bad!.example", "not a host name"),
+        ("blocked_domains", "||bad.example^$third-party", "adblock rule with options"),
+        ("blocked_urls", "https://*.bad.example/x", "holds a wildcard"),
+        ("banned_words", "free-money", "more than one URL word"),
+        ("soft_banned_words", "казино", "no ASCII letter or digit"),
+    ],
+)
+def test_blocklist_entry_that_could_never_match_is_refused_naming_file_line_entry(tmp_path, kind, entry, why):
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"# header\nfine.example\n{entry}\n", encoding="utf-8")
+    if kind in ("banned_words", "soft_banned_words"):
+        lst.write_text(f"# header\nfine\n{entry}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(write_cfg(tmp_path, {"url": {kind: [str(lst)]}})))
+    msg = next(line for line in str(e.value).splitlines() if f"data.clean.url.{kind}" in line)  # one line
+    assert "list.txt' line 3" in msg and repr(entry) in msg and why in msg, msg
+    assert "expected" in msg or "no ASCII" in msg, msg
+
+
+def test_blocklist_url_forms_and_word_entries(tmp_path):
+    urls = tmp_path / "urls.txt"
+    urls.write_text("https://fine.example/one-page\nbad.example/ads/\nHTTP://Shop.Example./Cart?id=1\n")
+    sub = tmp_path / "sub.txt"
+    sub.write_text("free-money\n")
+    f = URLFilter(blocked_urls=[str(urls)], banned_subwords=[str(sub)])
+    assert f(doc("t", "http://fine.example/one-page/")) == (False, "url:url", "https://fine.example/one-page")
+    assert f(doc("t", "https://bad.example/ads")) == (False, "url:url", "bad.example/ads/")
+    assert f(doc("t", "https://shop.example/cart?id=1"))[:2] == (False, "url:url")
+    assert f(doc("t", "https://shop.example/cart?id=2")) == (True, None)
+    assert f(doc("t", "https://bad.example/ads/more")) == (True, None)  # exact URLs, not prefixes
+    assert f(doc("t", "https://x.example/FREE_money")) == (False, "url:banned_subword", "freemoney")
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"\x1f\x8b\x08\x00\x00\x00\x00\x00bad.example\n", "binary"),
+        (b"bad.example\n\xff\xfeb\xe4d\n", "not UTF-8"),
+    ],
+)
+def test_binary_blocklist_is_refused_naming_the_file(tmp_path, content, why):
+    lst = tmp_path / "domains.tar.gz"
+    lst.write_bytes(content)
+    with pytest.raises(ConfigError, match=rf"data\.clean\.url\.blocked_domains.*domains\.tar\.gz.*{why}"):
+        load_config(str(write_cfg(tmp_path, {"url": {"blocked_domains": [str(lst)]}})))
+
+
+def test_blocklist_directory_is_reported_as_a_directory(tmp_path):
+    folder = tmp_path / "adult"
+    folder.mkdir()
+    (folder / "domains").write_text("bad.example\n")
+    with pytest.raises(ConfigError, match=r"data\.clean\.url\.blocked_domains.*'.*adult' is a directory"):
+        load_config(str(write_cfg(tmp_path, {"url": {"blocked_domains": [str(folder)]}})))
+
+
+def test_pii_issue_reproduction_line():
+    """Issue 64 item 9, as the issue writes it: the version and the git remote were redacted, the capitalised
+    e-mail kept."""
+    out = PiiFormatter().redact(
+        "version 1.2.3.4, git@github.com:o/r.git, John.Smith@Gmail.COM, Scores 100 200 300 400 500"
+    )
+    assert out == "version 1.2.3.4, git@github.com:o/r.git, email@example.com, Scores 100 200 300 400 500"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "See section 1.2.3.4 and clause 12.3.4.5; OID 1.3.6.1.4.1.311; outline 1.2.3.4.5.",
+        "Clone git@github.com:o/r.git or ssh://git@bitbucket.org/team/repo.git today.",
+        "The proxy was user:pass@host.example.com and https://bob:hunter2@intranet.example.org/wiki leaked.",
+        "The ratio was 3::1, a::b in C++, Psalm 23::4, and 10:30:00 on the clock.",
+        "Order #123456789012, order number 4002 1234 5678, Order 123-456-7890, ISBN 978-0-306-40615-7.",
+        "Scores 100 200 300 400 500; lottery 04 15 23 42 08 16; readings 120 130 125 140 135 150.",
+        "The budget is 12 345 678 901 euros, 1 000 000 000 more than in 1998 2003 2005.",
+        "npm install react@18.2.0, the image logo@2x.png, and dates 2023-10-12, 12/10/2023.",
+    ],
+)
+def test_pii_look_alikes_are_kept(text):
+    p = PiiFormatter()
+    assert p.redact(text) == text and not p.stats, p.find(text)
+
+
+def test_pii_items_the_old_rules_missed_or_mangled():
+    p = PiiFormatter()
+    # an e-mail in a URL's query is taken alone, not with the host before it
+    assert p.redact("https://news.example.com/unsubscribe?email=jane@mail.com&list=7") == (
+        "https://news.example.com/unsubscribe?email=email@example.com&list=7"
+    )
+    assert p.redact("Write to SUPPORT@Company.co.uk or mailto:Info@BBC.co.uk.") == (
+        "Write to email@example.com or mailto:email@example.com."
+    )
+    # issue 66 item 7: both UK numbers of one sentence, and the amount left as it is
+    assert p.redact("Call 0845 8 505 505 or 0800 555 111; the budget is 12 345 678 901 euros.") == (
+        "Call 555-0100 or 555-0100; the budget is 12 345 678 901 euros."
+    )
+    assert p.redact("Paris 01 23 45 67 89, Tel:+44 20 7946 0958, Sydney (02) 9876 5432.") == (
+        "Paris 555-0100, Tel:555-0100, Sydney 555-0100."
+    )
+    assert p.redact("Google 2001:4860:4860::8888, not 3::1; 8.8.8.8 but build 10.0.19041.1.") == (
+        "Google 2001:db8::1, not 3::1; 192.0.2.1 but build 10.0.19041.1."
+    )
+    assert p.stats == {"email": 3, "phone": 5, "ipv6": 1, "ipv4": 1}
