@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "recovery.md"
 
 STAGES = (
-    "clean", "dedup", "train-tokenizer", "tokenize", "train", "export", "finetune", "transfer", "launch",
+    "clean", "dedup", "train-tokenizer", "tokenize", "train", "export", "finetune", "transfer", "continue",
+    "launch",
 )  # fmt: skip
 FAULTS = (
     "SIGKILL",
@@ -28,6 +29,11 @@ FAULTS = (
     "existing output folder",
     "read-only run folder",
     "another world size on resume",
+    # issue 64: the faults of the capabilities added since (spike rollback, the watchdog, init_from, continue)
+    "a trigger that recurs",
+    "suspension of the whole job",
+    "a hung rank",
+    "hostile input",
 )
 OUTCOMES = ("resumed exactly", "redone", "refused")
 
@@ -110,6 +116,97 @@ CELLS: tuple[Cell, ...] = (
         "refused",
         "`plan` and `train`: bad resume path, fp16 on CPU, unwritable output, checkpoint.dir under a file",
         "tests/faults/test_plan_checks.py::test_plan_refuses_what_train_refuses",
+    ),
+    Cell(
+        "train",
+        "SIGKILL",
+        "resumed exactly",
+        "killed as a spike rollback starts (the spike named, the checkpoint being reloaded): the restart meets the "
+        "same spike at the same step, rolls back the same way, and ends with the same weights and rollback record "
+        "as the run that was not killed",
+        "tests/pretrain/test_spikes_ranks.py::test_a_kill_during_a_rollback_resumes_exactly",
+    ),
+    Cell(
+        "train",
+        "a trigger that recurs",
+        "refused",
+        "a spike (or non-finite loss) that comes back after each rollback: after spikes.max_rollbacks rollbacks to "
+        "the same checkpoint every rank exits 79 naming the step and the checkpoint, which is kept; it used to "
+        "reload that checkpoint for ever",
+        "tests/pretrain/test_spikes_ranks.py::test_a_spike_that_recurs_after_each_rollback_stops_the_run",
+    ),
+    Cell(
+        "train",
+        "existing output folder",
+        "resumed exactly",
+        "a step folder that is a link (to another run's checkpoint) among the old ones: pruning removes the link "
+        "alone, names it, and the other run's checkpoint keeps its COMPLETE and every file",
+        "tests/faults/test_linked_checkpoints.py::test_training_past_a_linked_old_checkpoint_leaves_the_other_run_resumable",
+    ),
+    Cell(
+        "train",
+        "suspension of the whole job",
+        "resumed exactly",
+        "torchrun and every rank SIGSTOPped past watchdog.hang_timeout_s, then continued (scontrol suspend, "
+        "Ctrl-Z, a paused VM): one line per rank says how long it was not running, and the run finishes every "
+        "step, exit 0, no hang report",
+        "tests/pretrain/test_hang_suspend.py::test_a_whole_job_suspended_past_the_hang_limit_goes_on_and_finishes",
+    ),
+    Cell(
+        "train",
+        "suspension of the whole job",
+        "resumed exactly",
+        "one process stopped past the limit and continued is not hung; one that stays without progress after "
+        "SIGCONT is, counted from SIGCONT",
+        "tests/pretrain/test_watchdog_suspend.py::test_a_process_stopped_past_the_hang_limit_is_not_hung",
+    ),
+    Cell(
+        "train",
+        "a hung rank",
+        "refused",
+        "one rank SIGSTOPped while the others wait in the step's reduction: report.txt names that rank as "
+        "stopped at the step and phase it froze in, and the run ends (exit 69) within hang_timeout_s + 3 "
+        "heartbeats + 5 s",
+        "tests/pretrain/test_hang_suspend.py::test_one_rank_stopped_is_named_at_its_step_and_the_run_ends_within_the_grace",
+    ),
+    Cell(
+        "export",
+        "existing output folder",
+        "refused",
+        "a folder or link named `.<out>.staging` beside the target that no export made: named, nothing written "
+        "or removed (only a staging folder an export marked is cleared)",
+        "tests/faults/test_export_target.py::test_a_staging_name_beside_the_target_that_is_not_ours_is_refused_untouched",
+    ),
+    Cell(
+        "clean",
+        "damaged input",
+        "refused",
+        "a blocklist entry that could never match (a path in a domain list, a wildcard inside a name, spaces, an "
+        "invalid label) at load, naming the key, file, line and entry and the form expected; URLs, `*.` and `.` "
+        "wildcards, trailing dots, ports, hosts-file and adblock lines and either IDN form are read as their domain",
+        "tests/data_pipeline/test_hygiene.py::test_blocklist_entry_that_could_never_match_is_refused_naming_file_line_entry",
+    ),
+    Cell(
+        "clean",
+        "damaged input",
+        "refused",
+        "a binary or non-UTF-8 blocklist at load, naming the file",
+        "tests/data_pipeline/test_hygiene.py::test_binary_blocklist_is_refused_naming_the_file",
+    ),
+    Cell(
+        "clean",
+        "damaged input",
+        "refused",
+        "an empty, binary or non-UTF-8 evaluation file for decontamination, named when clean starts, before any "
+        "shard",
+        "tests/data_pipeline/test_decontaminate.py::test_empty_or_non_utf8_eval_file_is_refused_naming_it",
+    ),
+    Cell(
+        "clean",
+        "bad path or host in the config",
+        "refused",
+        "a directory given as a blocklist or evaluation file is said to be a directory, not missing",
+        "tests/data_pipeline/test_hygiene.py::test_blocklist_directory_is_reported_as_a_directory",
     ),
     # --- tokenize
     Cell(
@@ -462,6 +559,12 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
         for s in ("export", "finetune", "transfer")
     },
     ("launch", "another world size on resume"): "launch starts train with the new world size: the train cell",
+    **{
+        (s, "a hung rank"): "one process: there is no collective for a rank to hang in"
+        for s in ("train-tokenizer", "export", "finetune", "transfer")
+    },
+    ("launch", "a hung rank"): "the ranks are train's: the train cell",
+    ("launch", "suspension of the whole job"): "the ranks are train's: the train cell",
 }
 
 
