@@ -22,7 +22,13 @@ from core.run_layout import RunLayout
 from core.storage import RunStore
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
-from pretrain.export_folder import TRAINING_STATE, check_export_target, started_from, weights_hash
+from pretrain.export_folder import (
+    TRAINING_STATE,
+    check_export_target,
+    started_from,
+    weight_files,
+    weights_hash,
+)
 from pretrain.model_card import write_model_card
 from pretrain.models import build_model
 from pretrain.objectives import wrap_model
@@ -261,6 +267,9 @@ def _write_staged(
             {
                 "checkpoint": str(ckpt_dir / tag),
                 "step": state.get("step"),
+                "weights_files": weight_files(
+                    out
+                ),  # what the hash covers: only these are the export's weights
                 "weights_sha256": weights_hash(out),
             },
             indent=1,
