@@ -57,8 +57,9 @@ def continued_config(cfg: RunConfig, export: Path, text_file: Path, steps: int |
     data["data"]["sources"] = [
         {"name": SOURCE, "format": "jsonl", "paths": [str(text_file)], "clean_preset": "curated"}
     ]
-    model = {k: v for k, v in data["model"].items() if k in ("family", "size")}
-    data["model"] = {**model, "init_from": str(export)}
+    # the run's model settings (dropout, attention, ...: what the family validates); the export's config.json
+    # replaces the architecture keys at load (runconfig/init_from.py), so they need not agree with the run's
+    data["model"] = {**data["model"], "init_from": str(export)}
     data["tokenizer"] = {"pretrained_path": None}
     data["finetune"] = {**copy.deepcopy(data["finetune"]), "tasks": []}
     data["checkpoint"] = {**data["checkpoint"], "dir": None}
@@ -125,6 +126,10 @@ def run_continue(cfg: RunConfig, export: Path, out: Path, steps: int | None = No
     """Continue, then fine-tune; the export's own transfer report (run first where missing) gains the arm."""
     from adapt.transfer import run_transfer
 
+    verify_export(export)
+    # the continued run's config, validated before any fine-tune: a family that cannot be continued is refused
+    # now, not after the baseline's fine-tunes
+    continued_config(cfg, export, Path(cfg.run.root) / "continued" / "task_text" / "train.jsonl", steps)
     known = export / RESULT_FILE
     base = json.loads(known.read_text()) if known.is_file() else run_transfer(cfg, export, out)
     if base.get("weights_sha256") != weights_hash(export):

@@ -15,7 +15,7 @@ from core.errors import ConfigError
 from core.export_files import ExportMismatchError, verify_export
 from core.layout import TOKENIZER
 from core.paths import expand_placeholders
-from core.registry import FAMILIES
+from core.registry import FAMILIES, OBJECTIVES
 
 # What transformers' from_pretrained loads weights from (sharded or not, safetensors or pickle).
 WEIGHT_FILES = (
@@ -133,9 +133,15 @@ def check_run(cfg: Any) -> None:
         raise ValueError(f"model.init_from: {e}") from None
     fam, obj = cfg.model.spec, cfg.objective.spec
     if obj.needs_encoder:  # replaced-token detection: a generator and a discriminator
+        alone = sorted(n for n in fam.objectives if n in OBJECTIVES and not OBJECTIVES.get(n).needs_encoder)
+        way = (
+            f"continue it with objective.type {alone}"
+            if alone
+            else f"model.family '{fam.name}' trains with no other objective, so its folders cannot be continued"
+        )
         raise ValueError(
             f"objective.type: '{obj.name}' trains a second model beside the family's (a generator), which "
-            f"model.init_from ('{folder}') does not hold; continue it with objective.type {sorted(fam.objectives)}"
+            f"model.init_from ('{folder}') does not hold; {way}"
         )
     archs = config.get("architectures") or []
     head = _class_name(fam.model_class)

@@ -11,7 +11,10 @@ import pytest
 
 from adapt.continued import continued_config, run_continue, task_text
 from adapt.report import format_report
+from core.registry import FAMILIES, OBJECTIVES
 from data_pipeline.labelled import load_tasks
+from runconfig import ConfigError, load_config
+from runconfig.load import save_resolved
 from tests.adapt.test_finetune import _export, _labelled_folder, _labelled_rows, _task_cfg
 from tests.hf_folder import gpt2_folder
 
@@ -44,6 +47,33 @@ def test_a_time_budget_recipe_continues_for_a_number_of_steps(tmp_path):
     run = continued_config(cfg, export, tmp_path / "text.jsonl", 40)
     assert run.schedule.total_steps == 40 and run.schedule.budget_minutes is None
     assert run.schedule.warmup_fraction is None and run.schedule.warmup_steps == 4
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_continued_run_is_valid_for_every_family(tmp_path, family):
+    """Issue 64 item 7: `continued_config` kept only model.family and model.size, so model.dropout fell back to
+    its default 0.1, which the Llama family refuses ('has no residual or embedding dropout'): `adapt continue`
+    refused every Llama recipe at load. The continued run keeps the run's model settings (the export's folder
+    decides the architecture), and the config it writes loads again as the subprocess stages load it."""
+    preset = f"{family}-tiny"
+    rows = _labelled_rows(per_label=4, chars=200)
+    export, overrides = _export(tmp_path, preset, [r[1] for r in rows])
+    cfg = _task_cfg(preset, overrides, train=str(tmp_path))
+    if all(OBJECTIVES.get(o).needs_encoder for o in FAMILIES.get(family).objectives):  # RTD: a generator too
+        with pytest.raises(
+            ConfigError, match=rf"model.family '{family}' trains with no other objective, so its"
+        ):
+            continued_config(cfg, export, tmp_path / "text.jsonl", 10)
+        with pytest.raises(ConfigError, match=r"its folders cannot be continued"):  # before any fine-tune
+            run_continue(cfg, export, tmp_path / "out", steps=10)
+        assert not (tmp_path / "out").exists() and not (export / "transfer.json").exists()
+        return
+    run = continued_config(cfg, export, tmp_path / "text.jsonl", 10)
+    assert run.model.family == family and run.model.init_from == str(export)
+    kept = {k: v for k, v in cfg.model.model_dump().items() if k in ("dropout", "attention_dropout", "size")}
+    assert {k: getattr(run.model, k) for k in kept} == kept
+    reloaded = load_config(save_resolved(run, tmp_path / "continued", "continue.yaml"))
+    assert reloaded.model.init_from == str(export) and reloaded.schedule.total_steps == 10
 
 
 @pytest.mark.integration
