@@ -102,8 +102,7 @@ def continued_arm(cfg: RunConfig, export: Path, continued: Path, out: Path, base
     and LR grid), set beside the export's own arms in `base` (the export's transfer report) per task."""
     from adapt.transfer import evaluate_task
 
-    ft = cfg.finetune.model_copy(update={"arms": ["pretrained"], "methods": ["full"], "probe": False})
-    arm_cfg = cfg.model_copy(update={"finetune": ft})
+    arm_cfg = _baseline_cfg(cfg)
     report = copy.deepcopy(base)
     for t in load_tasks(cfg):
         entry = evaluate_task(arm_cfg, t, continued, out / "continued" / t.name)["arms"]["pretrained"]
@@ -122,17 +121,57 @@ def continued_arm(cfg: RunConfig, export: Path, continued: Path, out: Path, base
     return report
 
 
-def run_continue(cfg: RunConfig, export: Path, out: Path, steps: int | None = None) -> dict[str, Any]:
-    """Continue, then fine-tune; the export's own transfer report (run first where missing) gains the arm."""
-    from adapt.transfer import run_transfer
+# finetune.* keys only other arms and methods read: they do not change the pretrained arm's full fine-tune, the
+# one the continued arm is set beside
+OTHER_ARMS_ONLY = ("arms", "methods", "probe", "lora", "ulmfit", "frozen")
+UNRECORDED = "protocol (not recorded in transfer.json)"
 
+
+def _arm_protocol(protocol: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in protocol.items() if k not in OTHER_ARMS_ONLY}
+
+
+def _baseline_cfg(cfg: RunConfig) -> RunConfig:
+    """The protocol's pretrained arm alone, full fine-tune, no probe: what the continued arm itself runs."""
+    ft = cfg.finetune.model_copy(update={"arms": ["pretrained"], "methods": ["full"], "probe": False})
+    return cfg.model_copy(update={"finetune": ft})
+
+
+def transfer_baseline(cfg: RunConfig, export: Path, out: Path) -> dict[str, Any]:
+    """The export's report the continued arm is set beside. transfer.json is reused when it measured these
+    weights under this protocol (the settings that decide the pretrained arm's result); a protocol that differs
+    reruns the baseline arm with the current settings into `out` (the export's transfer.json, which its card
+    publishes, stays as measured) and `baseline` names the keys. No transfer.json, or one of other weights:
+    the whole transfer protocol runs, as `adapt transfer` would."""
+    from adapt.transfer import run_transfer, transfer_protocol
+
+    known = export / RESULT_FILE
+    base = json.loads(known.read_text()) if known.is_file() else None
+    if base is None or base.get("weights_sha256") != weights_hash(export):
+        return {**run_transfer(cfg, export, out), "baseline": {"source": str(known)}}
+    now = _arm_protocol(transfer_protocol(cfg.finetune))
+    if "protocol" not in base:
+        differs = [UNRECORDED]
+    else:
+        then = _arm_protocol(base["protocol"])
+        differs = [f"finetune.{k}" for k in sorted(now.keys() | then.keys()) if now.get(k) != then.get(k)]
+    if not differs:
+        return {**base, "baseline": {"source": str(known)}}
+    log.warning(
+        f"[continue] {known} was measured under another protocol ({', '.join(differs)} differ): the baseline "
+        "arm is rerun under this one, so the continued arm is compared with a baseline measured alike"
+    )
+    base = run_transfer(_baseline_cfg(cfg), export, out / "baseline", publish=False)
+    return {**base, "baseline": {"source": "rerun", "differs": differs}}
+
+
+def run_continue(cfg: RunConfig, export: Path, out: Path, steps: int | None = None) -> dict[str, Any]:
+    """Continue, then fine-tune; set beside the export's own transfer report under the same protocol
+    (`transfer_baseline`)."""
     verify_export(export)
     # the continued run's config, validated before any fine-tune: a family that cannot be continued is refused
     # now, not after the baseline's fine-tunes
     continued_config(cfg, export, Path(cfg.run.root) / "continued" / "task_text" / "train.jsonl", steps)
-    known = export / RESULT_FILE
-    base = json.loads(known.read_text()) if known.is_file() else run_transfer(cfg, export, out)
-    if base.get("weights_sha256") != weights_hash(export):
-        base = run_transfer(cfg, export, out)
+    base = transfer_baseline(cfg, export, out)
     continued = continue_pretraining(cfg, export, steps)
     return continued_arm(cfg, export, continued, out, base)
