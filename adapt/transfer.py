@@ -465,12 +465,8 @@ def run_transfer(
     TensorBoard."""
     layout = RunLayout(cfg)
     model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(
-            f"no exported model (config.json) in {model_dir}: run `python -m pretrain export` "
-            "first or pass --model"
-        )
-    verify_export(model_dir)  # results are only ever measured on the weights the export recorded
+    # a local model folder (nothing is looked up on a hub), holding the weights the export recorded
+    verify_export(model_dir)
     if cfg.finetune.threads:
         torch.set_num_threads(cfg.finetune.threads)
     tasks = load_tasks(cfg)  # every task read and checked before any training

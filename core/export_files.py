@@ -63,6 +63,11 @@ def _older_hash(folder: Path) -> str:
     return weights_hash(folder, [f.relative_to(folder).as_posix() for f in folder.rglob("*.safetensors")])
 
 
+class NotAModelFolderError(LmstackError, ValueError):
+    """A model path that is no local model folder (missing, or without config.json): lmstack never looks a name
+    up on a hub, so it is said in one line with the folder."""
+
+
 def safetensors_problem(path: Path) -> str | None:
     """What is wrong with a safetensors file's framing (None: its length is what its header describes). Reads
     the 8-byte header length and the JSON header only; the tensors are not loaded."""
@@ -114,10 +119,15 @@ def check_weight_files(folder: str | Path, files: list[str] | None = None) -> No
 
 
 def verify_export(folder: str | Path) -> None:
-    """Refuses a folder whose weight files are cut short, an export of ours whose weights changed since it was
+    """Refuses a path that is no model folder, a folder whose weight files are cut short, an export of ours whose weights changed since it was
     written, or one of ours that has no COMPLETE (copied while being written, or assembled by hand). A plain
     Hugging Face folder (neither file) passes once its files are whole: it is used as given."""
     folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise NotAModelFolderError(
+            f"{folder}: no model here (no config.json; lmstack reads a local folder and downloads nothing): "
+            "export one with `python -m pretrain export`, or pass --model <an exported folder>"
+        )
     check_weight_files(folder)
     if not (folder / COMPLETE).is_file():
         if (folder / TRAINING_STATE).is_file():
