@@ -315,7 +315,7 @@ def _check_numbers(rows: list[Row], key: str, where: str | Path) -> None:
             )
 
 
-def _empty_split_way(task: FinetuneTask, key: str, split: str) -> str:
+def _empty_way(task: FinetuneTask, key: str, split: str) -> str:
     """The ways to a split that holds examples, with their key names (an empty split comes from few examples, a
     small fraction or a cap)."""
     cap = (
@@ -398,9 +398,7 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
         train, dev = split_by_id(train, task.dev_fraction, f"{task.name}/dev")
     for split, rows in (("train", train), ("dev", dev), ("test", test)):
         if not rows:
-            raise LabelledDataError(
-                f"{key}: the {split} split is empty; {_empty_split_way(task, key, split)}"
-            )
+            raise LabelledDataError(f"{key}: the {split} split is empty; {_empty_way(task, key, split)}")
     if regression:
         return TaskData(task.name, train, dev, test, [], origin, regression=True, pair=pair)
     labels = sorted({r[2] for r in train})
