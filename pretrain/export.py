@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
+from core.export_files import weight_files
 from core.io import follow_umask, replace_dir, sha256_bytes
 from core.layout import CLEAN_STATS, TOKEN_MANIFEST
 from core.log import get_logger, third_party_prints
@@ -22,13 +23,7 @@ from core.run_layout import RunLayout
 from core.storage import RunStore
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
-from pretrain.export_folder import (
-    TRAINING_STATE,
-    check_export_target,
-    started_from,
-    weight_files,
-    weights_hash,
-)
+from pretrain.export_folder import TRAINING_STATE, check_export_target, started_from, weights_hash
 from pretrain.model_card import write_model_card
 from pretrain.models import build_model
 from pretrain.objectives import wrap_model
