@@ -12,6 +12,7 @@ import pytest
 from core.export_files import (
     COMPLETE,
     ExportMismatchError,
+    NotAModelFolderError,
     check_weight_files,
     verify_export,
     weight_files,
@@ -29,8 +30,15 @@ def _safetensors(path: Path, payload: bytes = b"\x00" * 16) -> Path:
     return path
 
 
+def _config(folder: Path) -> Path:
+    """A config.json (what makes a folder a model folder; its content is not read here)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
 def _export(folder: Path) -> Path:
-    _safetensors(folder / "model.safetensors")
+    _safetensors(_config(folder) / "model.safetensors")
     (folder / "training_state.json").write_text(json.dumps({"step": 3}))
     record = {"step": 3, "weights_files": weight_files(folder), "weights_sha256": weights_hash(folder)}
     (folder / COMPLETE).write_text(json.dumps(record))
@@ -48,7 +56,7 @@ def test_an_adapter_saved_below_the_export_leaves_it_verified(tmp_path):
 
 
 def test_an_export_written_before_complete_listed_its_files_still_verifies(tmp_path):
-    export = tmp_path / "old"
+    export = _config(tmp_path / "old")
     _safetensors(export / "model.safetensors")
     (export / "training_state.json").write_text("{}")
     everything = weights_hash(export, ["model.safetensors"])
@@ -60,7 +68,7 @@ def test_an_export_written_before_complete_listed_its_files_still_verifies(tmp_p
 
 
 def test_a_truncated_or_missing_shard_is_named(tmp_path):
-    folder = tmp_path / "hf"
+    folder = _config(tmp_path / "hf")
     shard = _safetensors(folder / "model-00001-of-00002.safetensors")
     _safetensors(folder / "model-00002-of-00002.safetensors")
     (folder / "model.safetensors.index.json").write_text(
@@ -75,3 +83,8 @@ def test_a_truncated_or_missing_shard_is_named(tmp_path):
     shard.unlink()
     with pytest.raises(ExportMismatchError, match=rf"{shard}: missing"):
         check_weight_files(folder)
+    (folder / "config.json").unlink()
+    with pytest.raises(
+        NotAModelFolderError, match=rf"{folder}: no model here \(no config.json; .*downloads nothing"
+    ):
+        verify_export(folder)
