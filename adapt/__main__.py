@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from core.layout import CLEAN_STATS, TOKEN_MANIFEST
@@ -12,6 +13,8 @@ from runconfig.run import RunConfig
 
 
 def main(argv: list[str] | None = None) -> int:
+    # lmstack never downloads at run time: a model name that is no local folder must not become a hub lookup
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     return run_cli(_main, argv)
 
 

@@ -33,9 +33,9 @@ def finetune(
 
     ft = cfg.finetune
     model_dir = Path(model_dir)
-    verify_export(model_dir)
     out = Path(out_dir) if out_dir is not None else RunLayout(cfg).finetune
     tasks = load_tasks(cfg)  # every task read and checked before any model or tokenizer is loaded
+    verify_export(model_dir)  # a local model folder holding the weights it recorded: nothing is looked up
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     results = []
     methods = [m for m in ft.methods if m != "frozen"]  # frozen trains no body: `transfer` scores it

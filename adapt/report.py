@@ -148,6 +148,14 @@ def to_tensorboard(folder: Path, results: list[dict[str, Any]]) -> None:
 
 def format_report(report: dict[str, Any]) -> str:
     lines = []
+    if (
+        report.get("baseline", {}).get("source") == "rerun"
+    ):  # adapt continue: transfer.json measured otherwise
+        lines.append(
+            "baseline rerun under this protocol (the export's transfer.json differs in: "
+            + ", ".join(report["baseline"]["differs"])
+            + ")"
+        )
     for name, r in report["tasks"].items():
         lines.append(
             f"{name}: {r['splits']['train']} train / {r['splits']['dev']} dev / {r['splits']['test']} test "

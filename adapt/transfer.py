@@ -447,19 +447,26 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
     return result
 
 
+# finetune.* keys that say how fast the protocol runs, not what it measures
+RUNTIME_ONLY = ("workers", "threads", "eval_batch_size")
+
+
+def transfer_protocol(ft: FinetuneConfig) -> dict[str, Any]:
+    """The finetune settings a transfer report's figures depend on (tasks, seeds, LR grid, steps, lengths,
+    methods, ...), as recorded in transfer.json: a figure is only ever compared with one measured alike."""
+    return {k: v for k, v in ft.model_dump(mode="json").items() if k not in RUNTIME_ONLY}
+
+
 def run_transfer(
-    cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | None = None, log=_log
+    cfg: RunConfig, model_dir: str | Path, out_dir: str | Path | None = None, log=_log, publish: bool = True
 ) -> dict[str, Any]:
-    """Every configured task (each task, arm and seed in its own folder); writes `transfer.json` beside the
-    export and into the output folder, and the headline figures to TensorBoard."""
+    """Every configured task (each task, arm and seed in its own folder); writes `transfer.json` into the output
+    folder and (`publish`) beside the export, where the model card reads it, and the headline figures to
+    TensorBoard."""
     layout = RunLayout(cfg)
     model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(
-            f"no exported model (config.json) in {model_dir}: run `python -m pretrain export` "
-            "first or pass --model"
-        )
-    verify_export(model_dir)  # results are only ever measured on the weights the export recorded
+    # a local model folder (nothing is looked up on a hub), holding the weights the export recorded
+    verify_export(model_dir)
     if cfg.finetune.threads:
         torch.set_num_threads(cfg.finetune.threads)
     tasks = load_tasks(cfg)  # every task read and checked before any training
@@ -469,9 +476,10 @@ def run_transfer(
     report = {
         "model": str(model_dir),
         "weights_sha256": weights_hash(model_dir),
+        "protocol": transfer_protocol(cfg.finetune),
         "tasks": {r["task"]: r for r in results},
     }
-    write_report(report, [out, model_dir])
+    write_report(report, [out, model_dir] if publish else [out])
     write_layer_report(report, out)  # the frozen method's probe accuracy by layer: table + PNG
     to_tensorboard(layout.logs, results)
     return report

@@ -25,7 +25,7 @@ from runconfig import RunConfig
 from runconfig.finetune import FinetuneTask
 
 Row = tuple[str, str, str, str | None]  # (example id, text, label, second text of a pair task or None)
-RawRow = tuple[str, str | None, str, str | None]  # as read: the texts may be null
+RawRow = tuple[str, str | None, str | None, str | None]  # as read: the texts and the label may be null
 
 log = get_logger(__name__)
 
@@ -98,6 +98,26 @@ def _format(path: Path, fmt: str) -> str:
     )
 
 
+def label_text(value: object) -> str | None:
+    """A label as read -> the class name it stands for. Null or blank: None (the row is skipped, counted). A
+    number, as a number or as text, is written one way (1, 1.0 and "1.0" are class "1"; 0.50 is "0.5"), so equal
+    numbers are one class."""
+    if value is None or isinstance(value, bool):
+        return None if value is None else str(value)
+    if isinstance(value, int):
+        return str(value)
+    text = value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
+    if not text.strip():
+        return None
+    try:
+        x = float(text)
+    except ValueError:
+        return text
+    if not math.isfinite(x):
+        return text
+    return str(int(x)) if x.is_integer() else repr(x)
+
+
 def _check_columns(columns: list[str], task: FinetuneTask, key: str, path: Path | str) -> None:
     for what in ("text_column", "text_pair_column", "label_column"):
         col = getattr(task, what)
@@ -125,7 +145,7 @@ def _read_delimited(path: Path, delimiter: str, task: FinetuneTask, key: str) ->
     _check_columns(list(reader.fieldnames or []), task, key, path)
     pair = task.text_pair_column
     return [
-        (f"{path.name}:{i}", r[task.text_column], str(r[task.label_column]), r[pair] if pair else None)
+        (f"{path.name}:{i}", r[task.text_column], label_text(r[task.label_column]), r[pair] if pair else None)
         for i, r in enumerate(reader)
     ]
 
@@ -146,7 +166,7 @@ def _read_jsonl(path: Path, task: FinetuneTask, key: str) -> list[RawRow]:
             (
                 str(r.get("id", f"{path.name}:{i}")),
                 None if text is None else str(text),
-                str(r[task.label_column]),
+                label_text(r[task.label_column]),
                 None if second is None else str(second),
             )
         )
@@ -162,7 +182,7 @@ def _read_folder(path: Path, task: FinetuneTask, key: str) -> list[RawRow]:
             text, _, how = decode_text(f.read_bytes())  # as pretraining's text_folder reader decodes
             if text is None:
                 raise LabelledDataError(f"{key}: {f} is neither UTF-8 nor a charset that can be detected")
-            rows.append((str(f.relative_to(path)), text, f.parent.name, None))
+            rows.append((str(f.relative_to(path)), text, label_text(f.parent.name), None))
     return rows
 
 
@@ -190,16 +210,29 @@ def _blank(text: str | None) -> bool:
     return text is None or not text.strip()
 
 
+def _named(ids: list[str]) -> str:
+    return f"{', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}"
+
+
 def _drop_blank(rows: list[RawRow], key: str, where: str | Path, pair: bool = False) -> list[Row]:
     """Rows whose text (or, for a pair task, second text) is empty, whitespace-only or null carry nothing to
-    classify: skipped, counted and named, never trained on or scored."""
+    classify, and rows with a null or empty label nothing to learn or score (never a class named 'None'):
+    skipped, counted and named, never trained on or scored."""
     blank = [r[0] for r in rows if _blank(r[1]) or (pair and _blank(r[3]))]
     if blank:
         log.warning(
-            f"{key}: skipped {len(blank)} row(s) of {where} with empty, whitespace-only or null text: "
-            f"{', '.join(blank[:5])}{', ...' if len(blank) > 5 else ''}"
+            f"{key}: skipped {len(blank)} row(s) of {where} with empty, whitespace-only or null text: {_named(blank)}"
         )
-    return [(i, t, y, b) for i, t, y, b in rows if t is not None and not (_blank(t) or (pair and _blank(b)))]
+    unlabelled = [r[0] for r in rows if r[2] is None and r[0] not in set(blank)]
+    if unlabelled:
+        log.warning(
+            f"{key}: skipped {len(unlabelled)} row(s) of {where} with a null or empty label: {_named(unlabelled)}"
+        )
+    return [
+        (i, t, y, b)
+        for i, t, y, b in rows
+        if t is not None and y is not None and not (_blank(t) or (pair and _blank(b)))
+    ]
 
 
 def _load_hf(path: Path):
@@ -218,7 +251,7 @@ def _rows_from_hf(ds, task: FinetuneTask, key: str, path: Path) -> list[RawRow]:
         (
             f"{path.name}:{i}",
             None if t is None else str(t),
-            names[y] if names else str(y),
+            None if y is None else names[y] if names else label_text(y),
             None if b is None else str(b),
         )
         for i, t, y, b in zip(ids, ds[task.text_column], ds[task.label_column], seconds, strict=True)
@@ -237,7 +270,7 @@ def _source_rows(cfg: RunConfig, task: FinetuneTask, key: str) -> list[RawRow]:
             "(data.sources[].holdout_fraction is 0), so every document was pretrained on"
         )
     rows = [
-        (d.id, d.text, str(d.meta["label"]), None)
+        (d.id, d.text, label_text(d.meta["label"]), None)
         for d in read_source(src)
         if in_holdout(d.id, src.holdout_fraction, cfg.run.seed) and d.meta.get("label") is not None
     ]
@@ -280,6 +313,27 @@ def _check_numbers(rows: list[Row], key: str, where: str | Path) -> None:
             raise LabelledDataError(
                 f"{key}.label_column: a regression label must be a number; row {rid} of {where} has {y!r}"
             )
+
+
+def _empty_way(task: FinetuneTask, key: str, split: str) -> str:
+    """The ways to a split that holds examples, with their key names (an empty split comes from few examples, a
+    small fraction or a cap)."""
+    cap = (
+        f" ({key}.max_train_examples caps them at {task.max_train_examples})"
+        if task.max_train_examples
+        else ""
+    )
+    if split == "dev":
+        return (
+            f"give a dev file ({key}.dev), raise {key}.dev_fraction ({task.dev_fraction} of the training "
+            f"examples, picked by id hash), or give more training examples{cap}"
+        )
+    if split == "test":
+        return (
+            f"give a test file ({key}.test), raise {key}.test_fraction ({task.test_fraction}), or give more "
+            "examples"
+        )
+    return f"every example went to dev or test: give more training examples{cap}, or a dev and a test file"
 
 
 def load_task(cfg: RunConfig, index: int) -> TaskData:
@@ -344,7 +398,7 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
         train, dev = split_by_id(train, task.dev_fraction, f"{task.name}/dev")
     for split, rows in (("train", train), ("dev", dev), ("test", test)):
         if not rows:
-            raise LabelledDataError(f"{key}: the {split} split is empty")
+            raise LabelledDataError(f"{key}: the {split} split is empty; {_empty_way(task, key, split)}")
     if regression:
         return TaskData(task.name, train, dev, test, [], origin, regression=True, pair=pair)
     labels = sorted({r[2] for r in train})

@@ -41,9 +41,10 @@ def _train(args: argparse.Namespace) -> int:
     from pretrain.engine import accelerator_name
     from pretrain.train import train
     from pretrain.watchdog import collective_failed
+    from runconfig.init_from import check_run_tokenizer
 
     cfg = _config(args)
-    preflight(cfg, lambda c: check_train(c, accelerator_name()), check_tokens)
+    preflight(cfg, lambda c: check_train(c, accelerator_name()), check_run_tokenizer, check_tokens)
     try:
         result = train(cfg)
     except CannotContinue as e:  # a restart would fail the same way: a code Slurm does not requeue on
@@ -141,11 +142,12 @@ def _plan(args: argparse.Namespace) -> int:
     from core.preflight import check_tokens, check_train
     from data_pipeline.readers.sources import check_source_paths
     from pretrain.plan import DEFAULT_MFU, expected_accelerator, format_report, plan_report
+    from runconfig.init_from import check_run_tokenizer
 
     cfg = _config(args)
     # The checks `train` runs before any work, so a plan that prints is a run that starts. Token shards not
     # made yet are fine for a plan (it is how a run is sized before its data stages), their inputs are not.
-    preflight(cfg, lambda c: check_train(c, expected_accelerator()))
+    preflight(cfg, lambda c: check_train(c, expected_accelerator()), check_run_tokenizer)
     try:
         check_tokens(cfg)
         tokens_note = None

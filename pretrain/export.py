@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
+from core.export_files import weight_files
 from core.io import follow_umask, replace_dir, sha256_bytes
 from core.layout import CLEAN_STATS, TOKEN_MANIFEST
 from core.log import get_logger, third_party_prints
@@ -266,6 +267,9 @@ def _write_staged(
             {
                 "checkpoint": str(ckpt_dir / tag),
                 "step": state.get("step"),
+                "weights_files": weight_files(
+                    out
+                ),  # what the hash covers: only these are the export's weights
                 "weights_sha256": weights_hash(out),
             },
             indent=1,

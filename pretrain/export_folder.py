@@ -1,55 +1,24 @@
-"""What an export folder is bound to: the hash of its weights, recorded in the COMPLETE that `pretrain export`
-writes last, and the check that the folder still holds those weights before anything is measured on it."""
+"""Export folders: what may be replaced by an export, and what a continued run started from. What an export is
+bound to (its weight files and their hash in COMPLETE) and the check of it live in core/export_files.py, shared
+with `model.init_from` at config load."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 from pathlib import Path
 
 from core.errors import LmstackError
-from pretrain.checkpoint_meta import COMPLETE
+from core.export_files import (  # the one verification every consumer runs (init_from at load, adapt)
+    COMPLETE,
+    TRAINING_STATE,
+    ExportMismatchError,
+    verify_export,
+    weight_files,
+    weights_hash,
+)
 
-TRAINING_STATE = "training_state.json"  # written by `pretrain export`: step, tokens, loss, the checkpoint
-
-
-class ExportMismatchError(LmstackError, ValueError):
-    """An export folder whose weights differ from what `pretrain export` recorded, or one of ours without its
-    COMPLETE: results measured on it would be published as another model's."""
-
-
-def weights_hash(export_dir: str | Path) -> str:
-    """sha256 over the export's weight files (every *.safetensors, by relative path): what results are bound to."""
-    export_dir = Path(export_dir)
-    h = hashlib.sha256()
-    for f in sorted(export_dir.rglob("*.safetensors")):
-        h.update(f.relative_to(export_dir).as_posix().encode() + b"\0")
-        with open(f, "rb") as fh:
-            while block := fh.read(1 << 22):
-                h.update(block)
-    return h.hexdigest()
-
-
-def verify_export(export_dir: str | Path) -> None:
-    """Refuses an export of ours whose weights changed since it was written, or that has no COMPLETE (copied while
-    being written, or assembled by hand). A plain Hugging Face folder (neither file) passes: it is used as given."""
-    export_dir = Path(export_dir)
-    done = export_dir / COMPLETE
-    if not done.is_file():
-        if (export_dir / TRAINING_STATE).is_file():
-            raise ExportMismatchError(
-                f"{export_dir}: an incomplete export (no {COMPLETE}, which `pretrain export` writes last): "
-                "export again (`python -m pretrain export`)"
-            )
-        return
-    record = json.loads(done.read_text())
-    if record.get("weights_sha256") != weights_hash(export_dir):
-        raise ExportMismatchError(
-            f"{export_dir}: its weights (*.safetensors) differ from what `pretrain export` wrote at step "
-            f"{record.get('step')} (weights_sha256 in {COMPLETE}): the files were changed or damaged since; "
-            "export again (`python -m pretrain export`)"
-        )
+__all__ = ["ExportMismatchError", "TRAINING_STATE", "verify_export", "weight_files", "weights_hash"]
 
 
 class ExportTargetError(LmstackError):

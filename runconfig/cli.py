@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,10 +16,15 @@ from core.log import route_third_party, verbose_requested
 from runconfig.load import load_config
 from runconfig.run import RunConfig
 
+# a config override, `key.sub=value` (list indices and dashes in keys): accepted anywhere on the command line
+OVERRIDE = re.compile(r"[A-Za-z_][\w.\-]*=.*", re.DOTALL)
+
 
 def add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--config", "-c", required=required, help="run YAML (see configs/)")
-    p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override any config key")
+    p.add_argument(
+        "overrides", nargs="*", metavar="key.sub=value", help="override any config key (anywhere on the line)"
+    )
     p.add_argument(
         "--verbose",
         "-v",
@@ -84,5 +90,12 @@ def dispatch(prog: str, description: str | None, commands: Sequence[Command], ar
         if c.arguments is not None:
             c.arguments(p)
         p.set_defaults(_run=c.run)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # a `key=value` after an option: argparse had taken the positional list already; it is an override too
+    takes = hasattr(args, "overrides")
+    unknown = [a for a in extra if not (takes and OVERRIDE.fullmatch(a))]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]  # in command-line order: a later one wins
     return args._run(args)

@@ -11,8 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from core.errors import ConfigError
+from core.export_files import ExportMismatchError, verify_export
+from core.layout import TOKENIZER
 from core.paths import expand_placeholders
-from core.registry import FAMILIES
+from core.registry import FAMILIES, OBJECTIVES
 
 # What transformers' from_pretrained loads weights from (sharded or not, safetensors or pickle).
 WEIGHT_FILES = (
@@ -124,11 +127,21 @@ def check_run(cfg: Any) -> None:
     the head the folder carries."""
     folder = cfg.model.init_from
     config = folder_config(folder)
+    try:  # adapt's check: whole weight files, and an export of ours still holding the weights it recorded
+        verify_export(folder)
+    except ExportMismatchError as e:
+        raise ValueError(f"model.init_from: {e}") from None
     fam, obj = cfg.model.spec, cfg.objective.spec
     if obj.needs_encoder:  # replaced-token detection: a generator and a discriminator
+        alone = sorted(n for n in fam.objectives if n in OBJECTIVES and not OBJECTIVES.get(n).needs_encoder)
+        way = (
+            f"continue it with objective.type {alone}"
+            if alone
+            else f"model.family '{fam.name}' trains with no other objective, so its folders cannot be continued"
+        )
         raise ValueError(
             f"objective.type: '{obj.name}' trains a second model beside the family's (a generator), which "
-            f"model.init_from ('{folder}') does not hold; continue it with objective.type {sorted(fam.objectives)}"
+            f"model.init_from ('{folder}') does not hold; {way}"
         )
     archs = config.get("architectures") or []
     head = _class_name(fam.model_class)
@@ -172,3 +185,29 @@ def check_run(cfg: Any) -> None:
         )
     if rows is not None:
         cfg.tokenizer.vocab_size = max(rows, 256)  # what the plan sizes the embedding by
+
+
+def check_run_tokenizer(cfg: Any) -> None:
+    """Before training (`pretrain plan`, `pretrain train`): the tokenizer a continued run's weights were trained
+    with (tokenizer.pretrained_path, by default model.init_from's own) maps every token to the id the run's
+    tokenizer/ gave it when tokens/ were made; other ids would train each embedding row on another token's text,
+    without a word. Not at config load: rerunning `train-tokenizer` and `tokenize` is the way out, and they load
+    the same config."""
+    if cfg.model.init_from is None or cfg.tokenizer.pretrained_path is None or cfg.run.is_remote:
+        return
+    run_tok = Path(cfg.run.root) / TOKENIZER
+    used = resolve_folder(cfg.tokenizer.pretrained_path)
+    theirs, ours = tokenizer_vocab(used), tokenizer_vocab(str(run_tok)) if run_tok.is_dir() else None
+    if theirs is None or ours is None or theirs == ours:
+        return
+    moved = sorted(t for t in theirs.keys() & ours.keys() if theirs[t] != ours[t])
+    only = len(theirs.keys() ^ ours.keys())
+    example = f"'{moved[0]}' is id {theirs[moved[0]]} there, {ours[moved[0]]} here" if moved else ""
+    what = f"gives {len(moved)} of its {len(theirs)} tokens other ids than" if moved else "is not"
+    raise ConfigError(
+        f"tokenizer.pretrained_path: '{used}' {what} the run's tokenizer {run_tok}, which tokens/ were made with"
+        + (f" (e.g. {example}" if example else " (")
+        + (f"; {only} tokens are in only one of them" if only else "")
+        + "): model.init_from's weights fit the first; rerun `python -m data_pipeline train-tokenizer` and "
+        "`tokenize` for this run (or use a new run.output_dir)"
+    )

@@ -11,7 +11,10 @@ import pytest
 
 from adapt.continued import continued_config, run_continue, task_text
 from adapt.report import format_report
+from core.registry import FAMILIES, OBJECTIVES
 from data_pipeline.labelled import load_tasks
+from runconfig import ConfigError, load_config
+from runconfig.load import save_resolved
 from tests.adapt.test_finetune import _export, _labelled_folder, _labelled_rows, _task_cfg
 from tests.hf_folder import gpt2_folder
 
@@ -46,6 +49,33 @@ def test_a_time_budget_recipe_continues_for_a_number_of_steps(tmp_path):
     assert run.schedule.warmup_fraction is None and run.schedule.warmup_steps == 4
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_continued_run_is_valid_for_every_family(tmp_path, family):
+    """Issue 64 item 7: `continued_config` kept only model.family and model.size, so model.dropout fell back to
+    its default 0.1, which the Llama family refuses ('has no residual or embedding dropout'): `adapt continue`
+    refused every Llama recipe at load. The continued run keeps the run's model settings (the export's folder
+    decides the architecture), and the config it writes loads again as the subprocess stages load it."""
+    preset = f"{family}-tiny"
+    rows = _labelled_rows(per_label=4, chars=200)
+    export, overrides = _export(tmp_path, preset, [r[1] for r in rows])
+    cfg = _task_cfg(preset, overrides, train=str(tmp_path))
+    if all(OBJECTIVES.get(o).needs_encoder for o in FAMILIES.get(family).objectives):  # RTD: a generator too
+        with pytest.raises(
+            ConfigError, match=rf"model.family '{family}' trains with no other objective, so its"
+        ):
+            continued_config(cfg, export, tmp_path / "text.jsonl", 10)
+        with pytest.raises(ConfigError, match=r"its folders cannot be continued"):  # before any fine-tune
+            run_continue(cfg, export, tmp_path / "out", steps=10)
+        assert not (tmp_path / "out").exists() and not (export / "transfer.json").exists()
+        return
+    run = continued_config(cfg, export, tmp_path / "text.jsonl", 10)
+    assert run.model.family == family and run.model.init_from == str(export)
+    kept = {k: v for k, v in cfg.model.model_dump().items() if k in ("dropout", "attention_dropout", "size")}
+    assert {k: getattr(run.model, k) for k in kept} == kept
+    reloaded = load_config(save_resolved(run, tmp_path / "continued", "continue.yaml"))
+    assert reloaded.model.init_from == str(export) and reloaded.schedule.total_steps == 10
+
+
 @pytest.mark.integration
 @pytest.mark.deepspeed
 @pytest.mark.timeout(900)
@@ -76,3 +106,47 @@ def test_continued_arm_runs_and_is_reported_beside_the_export(tmp_path):
     text = format_report(report)
     assert "  continued " in text and ("over the export without it" in text) == compared
     assert json.loads((tmp_path / "out" / "transfer.json").read_text())["tasks"]["t"]["continued"]["export"]
+
+
+def test_the_baseline_is_reused_only_under_the_same_protocol(tmp_path):
+    """Issue 64 item 6: `adapt continue` reused the export's transfer.json whenever the weights hash matched, and
+    set the continued arm (one seed, the current finetune.*) against that baseline (three seeds, other steps):
+    a margin and p-value across two protocols, unmarked. transfer.json now records its protocol; the baseline
+    is reused only when the settings that decide the pretrained arm's result match, otherwise rerun under the
+    current protocol (the export's own transfer.json left as it was) and the report names the keys."""
+    from adapt.continued import transfer_baseline
+    from adapt.report import RESULT_FILE
+    from adapt.transfer import run_transfer
+
+    rows = _labelled_rows(per_label=8, chars=200)
+    folder = _labelled_folder(tmp_path, rows)
+    export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
+    quick = [*overrides, "finetune.epochs=1", "finetune.probe=false", "finetune.methods=[full]"]
+    cfg = _task_cfg("gpt2-tiny", quick, train=str(folder))
+    published = run_transfer(cfg, export, tmp_path / "tr", log=lambda *_: None)
+    assert published["protocol"]["seeds"] == [0] and "threads" not in published["protocol"]
+    written = (export / RESULT_FILE).read_bytes()
+
+    # the same protocol (how many workers or threads ran it does not change it): reused as it is
+    same = _task_cfg("gpt2-tiny", [*quick, "finetune.threads=2", "finetune.probe=true"], train=str(folder))
+    base = transfer_baseline(same, export, tmp_path / "out")
+    assert base["baseline"] == {"source": str(export / RESULT_FILE)}
+    assert base["tasks"]["t"] == json.loads(written)["tasks"]["t"]
+
+    # another protocol (two seeds): the baseline arm is rerun with it; the export's transfer.json is untouched
+    other = _task_cfg("gpt2-tiny", [*quick, "finetune.seeds=[0,1]"], train=str(folder))
+    base = transfer_baseline(other, export, tmp_path / "out")
+    assert base["baseline"]["source"] == "rerun" and base["baseline"]["differs"] == ["finetune.seeds"]
+    arm = base["tasks"]["t"]["arms"]["pretrained"]
+    assert len(arm["test_accuracy"]["values"]) + len(arm.get("collapsed", {})) == 2
+    assert base["protocol"]["seeds"] == [0, 1] and set(base["tasks"]["t"]["arms"]) == {"pretrained"}
+    assert (export / RESULT_FILE).read_bytes() == written
+
+    # a transfer.json from before protocols were recorded: its protocol is unknown, so the baseline is rerun
+    old = json.loads(written)
+    del old["protocol"]
+    (export / RESULT_FILE).write_text(json.dumps(old))
+    base = transfer_baseline(cfg, export, tmp_path / "out")
+    assert base["baseline"] == {"source": "rerun", "differs": ["protocol (not recorded in transfer.json)"]}
+    text = format_report({**base, "tasks": {}})
+    assert "baseline rerun under this protocol" in text and "not recorded" in text

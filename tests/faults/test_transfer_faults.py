@@ -53,7 +53,7 @@ def test_an_export_changed_since_it_was_written_is_refused_before_any_training(t
     previous = b'{"weights_sha256": "earlier"}'
     (export / RESULT_FILE).write_bytes(previous)
     _flip_a_weight_byte(export)
-    msg = r"weights \(\*\.safetensors\) differ from what `pretrain export` wrote at step 7 .*export again"
+    msg = r"weights \(model\.safetensors\) differ from what `pretrain export` wrote at step 7 .*export again"
     with pytest.raises(ExportMismatchError, match=msg):
         run_transfer(cfg, export, tmp_path / "tr", log=lambda *_: None)
     with pytest.raises(ExportMismatchError, match=msg):

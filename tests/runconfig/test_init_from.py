@@ -84,3 +84,111 @@ def test_positions_and_objective_are_checked(folder, tmp_path):
         ConfigError, match=r"objective.type: 'causal' trains GPT2LMHeadModel, .*GPT2ForSequence"
     ):
         load_config(GPT2, [*RUN, f"model.init_from={clf}"])
+
+
+# --- issue 64 item 5: init_from verifies the folder as adapt does, and the run's own tokenizer ----------------
+def _cli(argv: list[str]) -> int:
+    """`python -m pretrain <argv>` in this process: its exit code (a refused config exits through SystemExit)."""
+    from pretrain.__main__ import main
+
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
+def _as_our_export(folder: Path, step: int = 4) -> Path:
+    """`folder` marked as `pretrain export` marks it: training_state.json, then COMPLETE with the weights' hash."""
+    from core.export_files import COMPLETE, weight_files, weights_hash
+
+    (folder / "training_state.json").write_text(json.dumps({"step": step}))
+    record = {"step": step, "weights_files": weight_files(folder), "weights_sha256": weights_hash(folder)}
+    (folder / COMPLETE).write_text(json.dumps(record))
+    return folder
+
+
+def test_an_export_whose_weights_changed_since_export_is_refused_at_load(tmp_path):
+    """Issue 64 item 5: one flipped bit in model.safetensors was accepted by init_from (rc 0, nothing said) while
+    `adapt continue|transfer` refused the same folder. Both now run core/export_files.verify_export."""
+    from pretrain.export_folder import ExportMismatchError, verify_export
+
+    export = _as_our_export(gpt2_folder(tmp_path / "export"))
+    load_config(GPT2, [*RUN, f"model.init_from={export}"])  # as written: accepted
+    f = export / "model.safetensors"
+    data = bytearray(f.read_bytes())
+    data[-9] ^= 0x01  # one bit of the tensor data: the file still loads
+    f.write_bytes(bytes(data))
+    msg = r"differ from what `pretrain export` wrote at step 4"
+    with pytest.raises(ExportMismatchError, match=msg):
+        verify_export(export)  # adapt's refusal
+    with pytest.raises(
+        ConfigError, match=rf"model.init_from: {export}: its weights \(model.safetensors\) " + msg
+    ):
+        load_config(GPT2, [*RUN, f"model.init_from={export}"])
+
+
+def test_a_truncated_safetensors_is_refused_at_load_and_plan_naming_the_file(tmp_path, capsys):
+    """Issue 64 item 5: a truncated model.safetensors passed `plan`, then every rank crashed with a raw
+    SafetensorError naming no file. It is refused at config load, in one line naming the file."""
+    folder = gpt2_folder(tmp_path / "hf")
+    f = folder / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:-1000])
+    msg = (
+        rf"model.init_from: {f}: damaged or truncated safetensors file \(\d+ bytes, but its header describes"
+    )
+    with pytest.raises(ConfigError, match=msg):
+        load_config(GPT2, [*RUN, f"model.init_from={folder}"])
+    capsys.readouterr()  # what building the folder printed
+    rc = _cli(
+        ["plan", "--config", GPT2, *RUN, f"model.init_from={folder}", f"run.output_dir={tmp_path / 'run'}"]
+    )
+    err = capsys.readouterr().err.strip()
+    # the config error's own form: "error: invalid config <file>:" over one line per key
+    assert rc != 0 and str(f) in err.splitlines()[-1] and "Traceback" not in err, err
+    f.write_bytes(b"\x01")  # shorter than a header
+    with pytest.raises(ConfigError, match=rf"{f}: damaged or truncated .*shorter than a safetensors header"):
+        load_config(GPT2, [*RUN, f"model.init_from={folder}"])
+
+
+def _permuted_tokenizer(src: Path, out: Path, n: int = 300) -> Path:
+    """A copy of `src` whose tokenizer.json gives `n` tokens one another's ids (a rotation): same tokens, same
+    size, other ids."""
+    import shutil
+
+    shutil.copytree(src, out)
+    data = json.loads((out / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    tokens = sorted(vocab, key=vocab.get)[-n:]  # merged tokens, not the byte alphabet or the special token
+    ids = [vocab[t] for t in tokens]
+    for t, i in zip(tokens, ids[1:] + ids[:1], strict=True):
+        vocab[t] = i
+    (out / "tokenizer.json").write_text(json.dumps(data))
+    return out
+
+
+def test_a_tokenizer_whose_ids_differ_from_the_runs_tokenizer_is_refused(tmp_path, capsys):
+    """Issue 64 item 5: init_from's tokenizer with 300 ids permuted against the run's tokenizer/ (the one tokens/
+    were made with) was trained on without a word. `pretrain plan` and `pretrain train` refuse it before any
+    rank starts, naming both folders and an id that differs."""
+    from runconfig.init_from import check_run_tokenizer
+
+    folder = gpt2_folder(tmp_path / "export")
+    run = tmp_path / "run"
+    import shutil
+
+    shutil.copytree(folder, run / "tokenizer", ignore=shutil.ignore_patterns("*.safetensors", "config.json"))
+    same = load_config(GPT2, [*RUN, f"model.init_from={folder}", f"run.output_dir={run}"])
+    check_run_tokenizer(same)  # the run's tokenizer is the folder's: accepted
+    permuted = _permuted_tokenizer(folder, tmp_path / "permuted")
+    cfg = load_config(GPT2, [*RUN, f"model.init_from={permuted}", f"run.output_dir={run}"])
+    msg = (
+        rf"tokenizer.pretrained_path: '{permuted}' gives 300 of its \d+ tokens other ids than the run's "
+        rf"tokenizer {run / 'tokenizer'}, which tokens/ were made with \(e.g. .+\)"
+    )
+    with pytest.raises(ConfigError, match=msg):
+        check_run_tokenizer(cfg)
+    capsys.readouterr()  # what building the folders printed
+    for command in ("plan", "train"):
+        rc = _cli([command, "--config", GPT2, *RUN, f"model.init_from={permuted}", f"run.output_dir={run}"])
+        err = capsys.readouterr().err.strip()
+        assert rc != 0 and len(err.splitlines()) == 1 and "other ids than the run's tokenizer" in err, err
