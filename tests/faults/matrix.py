@@ -208,6 +208,53 @@ CELLS: tuple[Cell, ...] = (
         "a directory given as a blocklist or evaluation file is said to be a directory, not missing",
         "tests/data_pipeline/test_hygiene.py::test_blocklist_directory_is_reported_as_a_directory",
     ),
+    Cell(
+        "train",
+        "hostile input",
+        "refused",
+        "a model.init_from export whose weights changed after export (one flipped bit): refused at load, as adapt "
+        "refuses it",
+        "tests/runconfig/test_init_from.py::test_an_export_whose_weights_changed_since_export_is_refused_at_load",
+    ),
+    Cell(
+        "train",
+        "hostile input",
+        "refused",
+        "a truncated model.safetensors in model.init_from: one line naming the file, at load and at plan, before "
+        "any rank starts",
+        "tests/runconfig/test_init_from.py::test_a_truncated_safetensors_is_refused_at_load_and_plan_naming_the_file",
+    ),
+    Cell(
+        "train",
+        "changed setting on rerun",
+        "refused",
+        "a tokenizer (init_from or tokenizer.pretrained_path) that gives tokens other ids than the run's "
+        "tokenizer/, which tokens/ were made with: both folders and one moved id named",
+        "tests/runconfig/test_init_from.py::test_a_tokenizer_whose_ids_differ_from_the_runs_tokenizer_is_refused",
+    ),
+    Cell(
+        "finetune",
+        "bad path or host in the config",
+        "refused",
+        "`--model` a missing folder or a hub name: one line naming it; nothing is downloaded",
+        "tests/adapt/test_messages.py::test_a_missing_model_folder_is_one_line_naming_it_and_no_hub_lookup",
+    ),
+    Cell(
+        "continue",
+        "SIGKILL",
+        "redone",
+        "`adapt continue` killed mid-pretraining: its trainer checkpoints at the signal and stops with it; the "
+        "rerun reuses the baseline and continues the continued run from its last checkpoint to the full step count",
+        "tests/faults/test_continue_faults.py::test_a_killed_adapt_continue_resumes_its_continued_run_on_rerun",
+    ),
+    Cell(
+        "continue",
+        "changed setting on rerun",
+        "refused",
+        "a continued/ folder that continues another export or other task text (continued/source.json): named, "
+        "never resumed into a mix",
+        "tests/faults/test_continue_faults.py::test_a_continued_folder_of_another_export_is_refused_not_resumed",
+    ),
     # --- tokenize
     Cell(
         "tokenize",
