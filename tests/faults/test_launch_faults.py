@@ -294,7 +294,12 @@ def test_a_hostfile_host_is_never_passed_to_ssh_as_an_option(tmp_path):
     host = f"-oProxyCommand=touch${{IFS}}{tmp_path}/PWNED"
     hf = tmp_path / "hosts"
     hf.write_text(f"{host} slots=2\nnode-b slots=2\n")
-    args = [f"launch.hostfile={hf}", "launch.nodes=2", "launch.procs_per_node=2", "launch.ssh_connect_timeout_s=2"]
+    args = [
+        f"launch.hostfile={hf}",
+        "launch.nodes=2",
+        "launch.procs_per_node=2",
+        "launch.ssh_connect_timeout_s=2",
+    ]
     res, _ = _run_launch(tmp_path, ["--all-nodes"], *args, timeout=90)
     assert not marker.exists(), "the hostfile's host ran as an ssh option"
     assert res.returncode == 2, res.stderr[-2000:]
@@ -313,7 +318,9 @@ def test_a_hostfile_host_that_is_no_host_name_or_address_is_refused(tmp_path, ho
     assert repr(host.split()[0]) in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("host", ["gpu-a", "node_01", "gpu-a.cluster.example.org", "10.0.0.7", "fe80::1", "h"])
+@pytest.mark.parametrize(
+    "host", ["gpu-a", "node_01", "gpu-a.cluster.example.org", "10.0.0.7", "fe80::1", "h"]
+)
 def test_host_names_and_addresses_are_accepted(tmp_path, host):
     hf = tmp_path / "hosts"
     hf.write_text(f"{host} slots=1\n")
