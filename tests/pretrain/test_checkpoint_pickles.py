@@ -62,7 +62,9 @@ def _refused(res, path: Path, marker: Path, torchrun: bool = False) -> None:
         assert res.returncode == CANNOT_CONTINUE and "Traceback" not in out, out[-4000:]
 
 
-@pytest.mark.timeout(900)  # 1 train to step 4, 3 exports, 4 refused 2-rank resumes, 1 refused 1-rank resume
+# 1 train to step 4, 4 exports, 3 refused 2-rank resumes, 1 refused and 1 finished 1-rank resume: measured
+# 772 s with one more 2-rank resume on 2 cores under a load of 7
+@pytest.mark.timeout(1500)
 def test_a_payload_planted_in_any_checkpoint_file_is_refused_and_never_runs(roberta_run, tmp_path):
     out = isolated(roberta_run, tmp_path)
     run = Path(out.split("=", 1)[1])
@@ -89,8 +91,12 @@ def test_a_payload_planted_in_any_checkpoint_file_is_refused_and_never_runs(robe
         _refused(res, folder / name, marker)
         assert not (run / "export").exists()
     # resume on 2 ranks: DeepSpeed's load (model states, each rank's optimizer shard) and our RNG state
-    for name in ("mp_rank_00_model_states.pt", optim, "zero_pp_rank_1_mp_rank_00_optim_states.pt",
-                 "rng_rank00001.pt"):  # fmt: skip
+    # (rank 0's optimizer shard goes through the same DeepSpeed load as rank 1's, and is covered on export)
+    for name in (
+        "mp_rank_00_model_states.pt",
+        "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+        "rng_rank00001.pt",
+    ):
         folder, marker = fresh(), tmp_path / f"PWNED-resume-{name}"
         plant(folder, name, marker)
         res = torchrun(roberta_run, [out, *STEPS, "schedule.total_steps=8"], nproc=2, check=False)
