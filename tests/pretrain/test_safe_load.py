@@ -128,3 +128,34 @@ def test_the_engines_checkpoints_hold_only_allowed_globals(zero, precision, monk
     assert names, "the engine wrote no checkpoint files"
     for file, found in names.items():
         assert set(found) <= ALLOWED, (file, sorted(set(found) - ALLOWED))
+
+
+# A loss spike's rollback reloads the last complete checkpoint through `load_checkpoint`, as a resume does.
+ROLLBACK_PLANTED = r"""
+import tempfile
+from pathlib import Path
+from pretrain import checkpoint as ckpt
+out = Path(tempfile.mkdtemp())
+engine.save_checkpoint(str(out), tag="step00000001", save_latest=False)
+marker = out / "PWNED"
+states = out / "step00000001" / "mp_rank_00_model_states.pt"
+real = torch.load(states, weights_only=False)
+class Payload:
+    def __reduce__(self):
+        return (os.system, (f"touch {marker}",))
+torch.save({**real, "_planted": Payload()}, states)
+try:
+    ckpt.load_checkpoint(engine, out, "step00000001")
+    said = None
+except Exception as e:  # without the scan: the payload runs, then the missing COMPLETE stops the load
+    said = f"{type(e).__name__}: {e}"
+print("RESULT " + json.dumps({"said": said, "ran": marker.exists(), "file": str(states)}))
+"""
+
+
+@pytest.mark.deepspeed
+@pytest.mark.timeout(400)
+def test_a_rollback_reload_refuses_a_planted_checkpoint():
+    res = world_of_one(ROLLBACK_PLANTED)
+    assert not res["ran"], "the payload ran"
+    assert res["said"].startswith(f"ForeignCode: refused: {res['file']} holds a reference to posix.system")
