@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -26,6 +27,22 @@ SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+# A hostfile host: an RFC 1123 name (labels of letters, digits and '-', '_' too as clusters use it; no label
+# begins or ends with '-') or an IP address. Nothing else reaches ssh or pdsh: a host beginning with '-' is read by
+# ssh as an option (`-oProxyCommand=...` runs a local command), and a shell character could end up in pdsh's list.
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+HOST_NAME_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
+
+
+def is_host(host: str) -> bool:
+    """A host name or IP address that ssh, pdsh and torchrun take as one (never as an option)."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return len(host) <= 253 and HOST_NAME_RE.fullmatch(host) is not None
 
 
 class LaunchError(LmstackError, ValueError):
@@ -48,6 +65,12 @@ def ssh_options(cfg: RunConfig) -> list[str]:
     return ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={cfg.launch.ssh_connect_timeout_s}"]
 
 
+def ssh_argv(cfg: RunConfig, host: str, remote: str) -> list[str]:
+    """`ssh OPTIONS -- HOST REMOTE`: `--` ends ssh's options, so no host is ever read as one (beside the check
+    of every hostfile host at load, `parse_hostfile`)."""
+    return ["ssh", *ssh_options(cfg), "--", host, remote]
+
+
 def unreachable_hosts(cfg: RunConfig, hosts: list[str]) -> list[tuple[str, str]]:
     """ssh to every host at once (`true`); [(host, ssh's last message)] for those that fail. Bounded by the
     connect timeout (plus a little for the remote shell), so a dead host is named instead of waited on."""
@@ -56,7 +79,7 @@ def unreachable_hosts(cfg: RunConfig, hosts: list[str]) -> list[tuple[str, str]]
         (
             h,
             subprocess.Popen(
-                ["ssh", *ssh_options(cfg), h, "true"],
+                ssh_argv(cfg, h, "true"),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -198,6 +221,12 @@ def parse_hostfile(path: str | os.PathLike[str]) -> list[tuple[str, int]]:
             if key != "slots" or not val.isdigit() or int(val) < 1:
                 raise LaunchError(f"{p}:{n}: expected 'hostname slots=N', got {raw!r}")
             slots = int(val)
+        if not is_host(parts[0]):
+            raise LaunchError(
+                f"{p}:{n}: host {parts[0]!r} is not a host name or IP address"
+                + (" (ssh would read it as an option)" if parts[0].startswith("-") else "")
+                + "; list each node by its name or address (docs/security.md)"
+            )
         if any(h == parts[0] for h, _ in hosts):
             raise LaunchError(f"{p}:{n}: host {parts[0]!r} listed twice")
         hosts.append((parts[0], slots))
@@ -360,4 +389,4 @@ def write_deepspeed_env(cfg: RunConfig) -> Path:
 def ssh_command(cmd: NodeCommand, cfg: RunConfig) -> list[str]:
     """Run one node's command on its host over ssh (torchrun per node without a scheduler)."""
     remote = " && ".join([f"cd {shlex.quote(workdir(cfg))}", *cfg.launch.setup, "exec " + cmd.shell()])
-    return ["ssh", *ssh_options(cfg), cmd.host, remote]
+    return ssh_argv(cfg, cmd.host, remote)

@@ -68,6 +68,7 @@ from pretrain.checkpoint_writer import (  # noqa: F401  (file_entries and PAUSE_
     short_switch_interval,
     write_and_hash,
 )
+from pretrain.safe_load import check_folder, load
 
 log = get_logger(__name__)
 
@@ -891,6 +892,7 @@ def convert_to_universal(ckpt_dir: Path, tag: str) -> str:
         return out.name
     if out.exists():
         shutil.rmtree(out)
+    check_folder(ckpt_dir / tag)  # ds_to_universal unpickles every shard with weights_only=False
     args = argparse.Namespace(
         input_folder=str(ckpt_dir / tag),
         output_folder=str(out),
@@ -946,7 +948,9 @@ def _unshare_step_counts(engine) -> None:
 
 
 def load_checkpoint(engine, ckpt_dir: Path, tag: str) -> dict[str, Any]:
-    """Restore engine (weights, optimizer, LR schedule) and this rank's RNG; return the client state."""
+    """Restore engine (weights, optimizer, LR schedule) and this rank's RNG; return the client state. Every file
+    of the folder is scanned first: DeepSpeed unpickles with weights_only=False (pretrain/safe_load.py)."""
+    check_folder(ckpt_dir / tag)  # a resume, a universal checkpoint, a loss spike's rollback alike
     try:
         path, client_state = engine.load_checkpoint(
             str(ckpt_dir), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True
@@ -967,5 +971,5 @@ def load_checkpoint(engine, ckpt_dir: Path, tag: str) -> dict[str, Any]:
         # verification lists it; only a checkpoint older than the file list gets here
         if not rng_path.is_file():
             raise CannotContinue(f"{rng_path} is missing: the resume would not be exact")
-        set_rng_state(torch.load(rng_path, weights_only=False))
+        set_rng_state(load(rng_path))
     return client_state or {}

@@ -23,6 +23,7 @@ from core.run_layout import RunLayout
 from core.storage import RunStore
 from data_pipeline.tokenizers import make_portable
 from pretrain import checkpoint as ckpt
+from pretrain import safe_load
 from pretrain.export_folder import (
     TRAINING_STATE,
     check_export_target,
@@ -99,7 +100,7 @@ def consolidated_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]
         with third_party_prints("DeepSpeed"):  # "Processing zero checkpoint ..." and three more print()s
             lazy = get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag, lazy_mode=True)
             return {k: v.contiguous().float() for k, v in lazy.items()}
-    states = torch.load(ckpt_dir / tag / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
+    states = safe_load.load(ckpt_dir / tag / "mp_rank_00_model_states.pt")
     return {k: v.float() for k, v in states["module"].items()}
 
 
@@ -109,7 +110,7 @@ def client_state(ckpt_dir: Path, tag: str) -> dict[str, Any]:
     path = folder / "mp_rank_00_model_states.pt"
     if not path.is_file():
         path = folder / "zero_pp_rank_0_mp_rank_00_model_states.pt"
-    states = torch.load(path, map_location="cpu", weights_only=False)
+    states = safe_load.load(path)
     keep = ("step", "tokens_seen", "loss", "plan")
     return {k: states[k] for k in keep if k in states}
 
@@ -171,6 +172,8 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     if not remote_out:  # before any work: never replace what is not an export of ours
         check_export_target(Path(out_dir.removeprefix("file://")) if out_dir else layout.export)
     ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
+    # before anything of it is unpickled (zero_to_fp32 loads with weights_only=False): no file may name code
+    safe_load.check_folder(ckpt_dir / tag)
     upload: RunStore | None = None
     if out_dir and remote_out:
         digest = sha256_bytes(out_dir)[:12]

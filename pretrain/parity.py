@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from core.io import atomic_write
+from pretrain import safe_load
 from pretrain.checkpoint_writer import TorchFile
 from pretrain.families import get_family
 
@@ -85,7 +86,7 @@ class SnapshotProbe:
 
 def check_parity(model: torch.nn.Module, probe_path: Path) -> float:
     """Max abs difference between the exported model's logits and the engine's stored ones."""
-    probe = torch.load(probe_path, weights_only=False)
+    probe = safe_load.load(probe_path)
     ours = probe_logits(model, probe["inputs"])
     return float((ours - probe["logits"]).abs().max())
 

@@ -50,6 +50,7 @@ from pretrain.parity import (
 from pretrain.probe_eval import STATE_KEY, TransferProbe
 from pretrain.profiler import StepProfiler, phase
 from pretrain.run_lock import RunFolderLocked, RunLock
+from pretrain.safe_load import check_folder
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
 from pretrain.spikes import SpikeDetector
 from pretrain.watchdog import Watchdog
@@ -181,6 +182,9 @@ def resume_point(cfg: RunConfig, ckpt_dir: Path, rank: int) -> tuple[Path, str |
                 f"checkpoint.resume: {ckpt_dir / tag} is damaged: " + "; ".join(problems[:6])
             )
     if tag is not None:
+        # every rank, before anything of it is unpickled (the universal conversion, the engine's load): a
+        # checkpoint holding a reference to code is refused, naming the file and the global
+        check_folder(ckpt_dir / tag)
         meta = ckpt.read_complete(ckpt_dir, tag)
         changes = resume_diff.compare(
             meta.get("config"),

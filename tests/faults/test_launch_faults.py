@@ -43,7 +43,7 @@ def test_ssh_lines_carry_batchmode_and_a_configurable_connect_timeout(tmp_path):
     base = [f"launch.hostfile={hf}", "launch.nodes=2", "launch.procs_per_node=1"]
     cmds = render.node_commands(cfg_with(tmp_path, *base), entry())
     ssh = render.ssh_command(cmds[1], cfg_with(tmp_path, *base))
-    assert ssh[:6] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "gpu-b"]
+    assert ssh[:7] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", "gpu-b"]
     cfg = cfg_with(tmp_path, *base, "launch.ssh_connect_timeout_s=3")
     assert "ConnectTimeout=3" in render.ssh_command(cmds[1], cfg)
     # The deepspeed launcher's pdsh gets the same options; its own ssh check (no timeout) is replaced by ours.
@@ -284,3 +284,58 @@ def test_launch_error_for_hostfile_is_a_launch_error(tmp_path):
         render.resolve_hosts(
             cfg_with(tmp_path, f"launch.hostfile={hf}", "launch.nodes=2", "launch.procs_per_node=1")
         )
+
+
+def test_a_hostfile_host_is_never_passed_to_ssh_as_an_option(tmp_path):
+    """Issue 64 item 8: a hostfile line `-oProxyCommand=touch${IFS}$T/PWNED slots=2` ran that command locally
+    in `launch run --all-nodes`'s reachability check (ssh read the host as an option). It is refused at load,
+    one line naming the hostfile, the line and the host; nothing runs."""
+    marker = tmp_path / "PWNED"
+    host = f"-oProxyCommand=touch${{IFS}}{tmp_path}/PWNED"
+    hf = tmp_path / "hosts"
+    hf.write_text(f"{host} slots=2\nnode-b slots=2\n")
+    args = [
+        f"launch.hostfile={hf}",
+        "launch.nodes=2",
+        "launch.procs_per_node=2",
+        "launch.ssh_connect_timeout_s=2",
+    ]
+    res, _ = _run_launch(tmp_path, ["--all-nodes"], *args, timeout=90)
+    assert not marker.exists(), "the hostfile's host ran as an ssh option"
+    assert res.returncode == 2, res.stderr[-2000:]
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert f"{hf}:1" in line and repr(host) in line and "Traceback" not in res.stderr, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "host", ["-oProxyCommand=true", "gpu;rm", "gpu$(id)", "-", "a..b", "x" * 64, "[::1]", "user@gpu"]
+)
+def test_a_hostfile_host_that_is_no_host_name_or_address_is_refused(tmp_path, host):
+    hf = tmp_path / "hosts"
+    hf.write_text(f"node-a slots=1\n{host} slots=1\n")
+    with pytest.raises(LaunchError, match=f"{hf}:2: ") as e:
+        render.parse_hostfile(hf)
+    assert repr(host.split()[0]) in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "host", ["gpu-a", "node_01", "gpu-a.cluster.example.org", "10.0.0.7", "fe80::1", "h"]
+)
+def test_host_names_and_addresses_are_accepted(tmp_path, host):
+    hf = tmp_path / "hosts"
+    hf.write_text(f"{host} slots=1\n")
+    assert render.parse_hostfile(hf) == [(host, 1)]
+
+
+def test_every_ssh_line_ends_its_options_before_the_host(tmp_path):
+    """Beside the check at load: ssh is told where its options end, so no host (from a hostfile, a master
+    address or a future caller) is ever read as one."""
+    marker = tmp_path / "PWNED"
+    cfg = cfg_with(tmp_path, "launch.ssh_connect_timeout_s=2")
+    bad = render.unreachable_hosts(cfg, [f"-oProxyCommand=touch {marker}"])
+    assert not marker.exists() and len(bad) == 1
+    hf = _hostfile(tmp_path, ["gpu-a", "gpu-b"])
+    base = [f"launch.hostfile={hf}", "launch.nodes=2", "launch.procs_per_node=1"]
+    cmds = render.node_commands(cfg_with(tmp_path, *base), entry())
+    ssh = render.ssh_command(cmds[1], cfg_with(tmp_path, *base))
+    assert ssh[5:7] == ["--", "gpu-b"]

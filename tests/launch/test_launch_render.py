@@ -65,8 +65,8 @@ def test_hostfile_multinode_torchrun(tmp_path):
         assert a[a.index("--master_addr") + 1] == "gpu-a"  # first host is the master
     ssh = render.ssh_command(cmds[1], cfg)
     assert (
-        ssh[:6] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "gpu-b"]
-        and "--node_rank 1" in ssh[6]
+        ssh[:7] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", "gpu-b"]
+        and "--node_rank 1" in ssh[7]
     )
 
 
