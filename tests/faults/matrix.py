@@ -255,6 +255,39 @@ CELLS: tuple[Cell, ...] = (
         "never resumed into a mix",
         "tests/faults/test_continue_faults.py::test_a_continued_folder_of_another_export_is_refused_not_resumed",
     ),
+    Cell(
+        "train",
+        "hostile input",
+        "refused",
+        "a pickle payload (`__reduce__` calling os.system) planted in a checkpoint's model states, an optimizer "
+        "shard or an RNG file, COMPLETE recomputed to match: every pickle is scanned before DeepSpeed or lmstack "
+        "loads it, on resume, before the universal conversion at another world size, and on a spike rollback; one "
+        "line names the file and the global, exit 65, the payload never runs (docs/security.md)",
+        "tests/pretrain/test_checkpoint_pickles.py::test_a_payload_planted_in_any_checkpoint_file_is_refused_and_never_runs",
+    ),
+    Cell(
+        "train",
+        "hostile input",
+        "refused",
+        "a planted checkpoint reloaded by a spike rollback: refused, naming the file; the payload never runs",
+        "tests/pretrain/test_safe_load.py::test_a_rollback_reload_refuses_a_planted_checkpoint",
+    ),
+    Cell(
+        "export",
+        "hostile input",
+        "refused",
+        "a pickle payload in parity_probe.pt, the model states or an optimizer shard: one line naming the file and "
+        "the global, exit 65, no export written, the payload never runs",
+        "tests/pretrain/test_checkpoint_pickles.py::test_a_payload_planted_in_any_checkpoint_file_is_refused_and_never_runs",
+    ),
+    Cell(
+        "launch",
+        "hostile input",
+        "refused",
+        "a hostfile line `-oProxyCommand=... slots=2`: refused at load naming the hostfile, line and host (a host "
+        "is a host name or an IP address); every ssh gets `--` before the host, so nothing runs",
+        "tests/faults/test_launch_faults.py::test_a_hostfile_host_is_never_passed_to_ssh_as_an_option",
+    ),
     # --- tokenize
     Cell(
         "tokenize",
