@@ -547,8 +547,7 @@ def save_checkpoint(
     folder = ckpt_dir / tag
     if rank == 0:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-        # a partial save from a killed run at this same step: never mix files (nor write through a user's link)
-        if not _unlink_if_link(folder) and folder.exists():
+        if not _unlink_if_link(folder) and folder.exists():  # a killed save at this step: never mix files
             shutil.rmtree(folder)
     # no barrier here: DeepSpeed's save opens with one, and no rank writes into the folder before it
     error: BaseException | None = None
