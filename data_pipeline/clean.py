@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import sys
 import time
 from collections import Counter
@@ -119,13 +120,53 @@ def _shard_done(cfg, shard: WorkShard, fp: str) -> bool:
         info = json.loads(mp_.read_text())
     except (OSError, ValueError):
         return False
-    if info.get("fingerprint") != fp or not _same_task(info, shard):
+    if info.get("fingerprint") != fp or not _same_task(info, shard) or _changed_input(info, shard):
         return False
     return shard_mismatch(path, cfg.data.verify_checksums) is None  # damaged since: redone
 
 
 def _spans(shard: WorkShard) -> list[list[int] | None]:
     return [list(f.span) if f.span else None for f in shard.files]
+
+
+def input_stamps(shard: WorkShard) -> list[list[Any] | None]:
+    """Each input file's size and modification time, as a shard's marker records them (taken before the files are
+    read): a file edited in place since (appended to, rewritten) makes its shard stale, as a changed setting does.
+    Hashing every input on every run would read the whole crawl again to skip it; size and time are what make and
+    rsync trust. None for a file whose store gives neither."""
+    return [_stamp(f.path) for f in shard.files]
+
+
+def _stamp(path: str) -> list[Any] | None:
+    if "://" not in path or path.startswith("file://"):
+        try:
+            st = os.stat(path.removeprefix("file://"))
+        except OSError:
+            return None
+        return [st.st_size, st.st_mtime_ns]
+    try:  # a remote store: its listing's size and time (or ETag), cached by fsspec from the planning glob
+        import fsspec
+
+        fs, p = fsspec.core.url_to_fs(path)
+        info = fs.info(p)
+    except Exception:  # noqa: BLE001 - an unreadable stamp only means the shard cannot be judged by it
+        return None
+    when = next(
+        (info[k] for k in ("mtime", "LastModified", "last_modified", "ETag", "etag") if info.get(k)), None
+    )
+    return [info.get("size"), str(when) if when is not None else None]
+
+
+def _changed_input(info: dict[str, Any], shard: WorkShard) -> str | None:
+    """The first input whose stamp differs from the marker's (a marker from before stamps were recorded: None)."""
+    old = info.get("inputs")
+    if not isinstance(old, list) or len(old) != len(shard.files):
+        return None
+    for f, was, now in zip(shard.files, old, input_stamps(shard), strict=True):
+        if was != now:
+            size = f" ({was[0]} -> {now[0]} bytes)" if was and now and was[0] != now[0] else ""
+            return f.path + size
+    return None
 
 
 def _same_task(info: dict[str, Any], shard: WorkShard) -> bool:
@@ -158,6 +199,8 @@ def stale_reason(cfg, shard: WorkShard, fp: str) -> str | None:
         return None
     if not _same_task(info, shard):
         return "its marker is of another piece of the input (data.max_task_bytes plans other tasks)"
+    if changed := _changed_input(info, shard):
+        return f"input changed since it was cleaned: {changed}"
     if info.get("fingerprint") == fp:
         why = shard_mismatch(_shard_path(cfg, shard), cfg.data.verify_checksums)
         return f"the shard no longer matches its marker: {why}" if why else None
@@ -274,6 +317,9 @@ def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
     """Clean one work shard: write its output atomically, then its completion marker; return its stats."""
     t0 = time.time()
     out = _shard_path(cfg, shard)
+    stamps = input_stamps(
+        shard
+    )  # before reading: an edit made while this shard is cleaned redoes it next time
     worker = _ShardCleaner(cfg, shard)
     n = write_shard(out, worker.records())
     info = {
@@ -284,6 +330,7 @@ def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
         "output": str(out),
         "files": [f.path for f in shard.files],
         "spans": _spans(shard),
+        "inputs": stamps,
         "rows": list(shard.rows) if shard.rows else None,
         "read": worker.counts["read"],
         "kept": n,
