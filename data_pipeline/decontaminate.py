@@ -137,7 +137,10 @@ def eval_examples(cfg) -> list[EvalExample]:
         for i, task in enumerate(cfg.finetune.tasks):
             data = load_task(cfg, i)
             for split in ("dev", "test"):
-                out += [EvalExample(f"{task.name}/{split}", r[0], r[1]) for r in getattr(data, split)]
+                for ex_id, text, _, second in getattr(data, split):
+                    out.append(EvalExample(f"{task.name}/{split}", ex_id, text))
+                    if second is not None:  # a pair task's second text (a hypothesis) is evaluation text too
+                        out.append(EvalExample(f"{task.name}/{split}", f"{ex_id}#2", second))
     for i, spec in enumerate(dec.sources):
         out += _read_file(spec, f"data.decontaminate.sources.{i}")
     return out

@@ -297,3 +297,50 @@ def test_book_length_example_is_indexed_across_its_windows():
     assert len(index) == len(words) - 12
     for at in (0, _WINDOW - 20, _WINDOW - 6, _WINDOW + 3, 2 * _WINDOW - 7, len(words) - 13):
         assert index.match(["pre", *words[at : at + 13], "post"]) == (1, 0), at
+
+
+def test_the_second_text_of_a_pair_task_is_kept_out_of_pretraining(tmp_path):
+    """Issue 66 item 4: decontamination read only the first text of a pair task's dev and test rows, so a crawl
+    page quoting a test hypothesis was kept (datatrove drops it). Both texts of a row are evaluation text now."""
+    articles = [(BBC / "tech" / f"{i:03d}.txt").read_text("utf-8") for i in range(1, 41)]
+    rows = [
+        {
+            "premise": f"Premise number {i} about things.",
+            "hypothesis": " ".join(a.split()[:60]),
+            "label": str(i % 2),
+        }
+        for i, a in enumerate(articles)
+    ]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = bbc_cfg(tmp_path, [])
+    raw = json.loads(path.read_text())
+    raw["finetune"]["tasks"] = [{"name": "nli", "train": str(pairs), "text_column": "premise",
+                                 "text_pair_column": "hypothesis", "label_column": "label",
+                                 "test_fraction": 0.3, "dev_fraction": 0.2}]  # fmt: skip
+    path.write_text(json.dumps(raw))
+    task = load_task(load_config(str(path)), 0)
+    hypothesis = task.test[0][3]
+    article = (BBC / "business/002.txt").read_text("utf-8")
+    crawl = [
+        {"id": "leak", "url": "https://blog.example/p", "text": article + "\n" + hypothesis + "\n" + FILLER},
+        {
+            "id": "clean",
+            "url": "https://blog.example/q",
+            "text": (BBC / "business/001.txt").read_text("utf-8"),
+        },
+    ]
+    (tmp_path / "crawl.jsonl").write_text("".join(json.dumps(d) + "\n" for d in crawl))
+    run_clean(load_config(str(path)))
+    stats = json.loads((tmp_path / "out/clean/stats.json").read_text())
+    assert stats["dropped_by_source_and_reason"]["crawl"] == {"decontaminated": 1}, stats
+    (row,) = [
+        json.loads(x)
+        for x in (tmp_path / "out/clean/dropped/crawl/decontaminated.jsonl").read_text().splitlines()
+    ]
+    assert row["url"] == "https://blog.example/p" and row["value"]["eval_set"] == "nli/test", row
+    # each row counts once per text: the hypothesis is an evaluation example of its own
+    assert stats["decontamination"]["eval_sets"] == {
+        "nli/dev": 2 * len(task.dev),
+        "nli/test": 2 * len(task.test),
+    }
