@@ -17,19 +17,12 @@ from data_pipeline.clean import run_clean
 from data_pipeline.shards import read_shard
 from runconfig import load_config
 from tests.data_pipeline.test_bad_input import as_html, bbc_texts, warc_member
+from tests.data_pipeline.test_empty_stage import NO_FILTERS as NO_QUALITY_FILTERS
 
 pytestmark = pytest.mark.timeout(120)
 
 ROOT = Path(__file__).resolve().parents[2]
-NO_FILTERS = {
-    "workers": 1,
-    "progress": False,
-    "c4": {"enabled": False},
-    "gopher_quality": {"enabled": False},
-    "gopher_repetition": {"enabled": False},
-    "fineweb": {"enabled": False},
-    "langid": {"enabled": False},
-}
+NO_FILTERS = {**NO_QUALITY_FILTERS, "fineweb": {"enabled": False}}
 
 
 def _texts(n: int) -> list[str]:
