@@ -89,7 +89,8 @@ def _continue(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command("finetune", "sequence-classification fine-tune of an export; prints accuracy", _finetune, _finetune_args),
+    Command("finetune", "fine-tune an export on each task; prints its test metric (accuracy, or Pearson r for a "
+            "regression task)", _finetune, _finetune_args),
     Command("transfer", "pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)", _transfer,
             _transfer_args),
     Command("continue", "ULMFiT: continue the export on the tasks' training text, fine-tune, report beside it",

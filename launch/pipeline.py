@@ -138,11 +138,9 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         else {"tasks": {}}
     )
     state = json.loads((Path(export_dir) / "training_state.json").read_text())
-    from pretrain.model_card import held_out_perplexity, write_model_card
+    from pretrain.model_card import held_out_perplexity
 
-    if transfer["tasks"]:
-        write_model_card(cfg, export_dir)  # the card's model-index now carries transfer.json's results
-
+    # run_transfer rewrote the export's card: its model-index now carries transfer.json's results
     ppl = held_out_perplexity(layout.metrics, state.get("step"))
     summary = {
         **summary_paths(cfg, export_dir),

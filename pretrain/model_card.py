@@ -156,34 +156,49 @@ def _accuracy(t: dict[str, Any]) -> str:
     return f"{t['mean']:.3f}{sd} ({n} seed{'s' if n != 1 else ''})"
 
 
+def _arm_cell(e: dict[str, Any] | None) -> str:
+    if e and e["test_accuracy"].get("mean") is None:  # every seed collapsed (adapt.transfer)
+        return "collapsed"
+    return _accuracy(e["test_accuracy"]) if e else "n/a"
+
+
+def margin_text(margin: float | None, metric: str) -> str:
+    """A margin in the metric's own units: accuracy in points (x100), a correlation as a difference of r."""
+    if margin is None:
+        return "n/a"
+    return f"{100 * margin:+.1f} points" if metric == "accuracy" else f"{margin:+.3f}"
+
+
+def _transfer_row(name: str, metric: str, method: str, arms: dict[str, Any], margin: float | None) -> str:
+    """One body row: a task, its metric, one adaptation method, both arms (with their probes) and the margin."""
+    row = [name, METRIC_TEXT.get(metric, metric), METHOD_TEXT.get(method, method)]
+    for arm in ("pretrained", "random"):
+        e = arms.get(arm)
+        row.append(_arm_cell(e))
+        row.append(f"{e['probe_accuracy']:.3f}" if e and "probe_accuracy" in e else "n/a")
+    row.append(margin_text(margin, metric))
+    return "| " + " | ".join(row) + " |"
+
+
 def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[str]]:
-    """This model's eval results (the fine-tuned-from-this-model arm and its probe) and the body's table rows,
-    where the random-init arm appears as the baseline: it is not this model's result."""
+    """This model's eval results (the fine-tuned-from-this-model arm and its probe) and the body's table rows, a
+    row per task and adaptation method, where the random-init arm appears as the baseline: it is not this model's
+    result."""
     results, lines = [], []
     for name, r in sorted(report.get("tasks", {}).items()):
-        arms = r.get("arms", {})
-        row = [name]
-        for arm in ("pretrained", "random"):
-            e = arms.get(arm)
-            if e and e["test_accuracy"].get("mean") is None:  # every seed collapsed (adapt.transfer)
-                row.append("collapsed")
-            else:
-                row.append(_accuracy(e["test_accuracy"]) if e else "n/a")
-            row.append(f"{e['probe_accuracy']:.3f}" if e and "probe_accuracy" in e else "n/a")
-        row.append(f"{100 * r['margin']:+.1f}" if "margin" in r else "n/a")
-        lines.append("| " + " | ".join(row) + " |")
+        metric = r.get("metric", "accuracy")
         common: dict[str, Any] = {
             "task_type": "text-classification",
-            "task_name": "Text regression" if r.get("metric") == "pearsonr" else "Text classification",
+            "task_name": "Text regression" if metric == "pearsonr" else "Text classification",
             "dataset_type": name,
             "dataset_name": name,
             "dataset_split": "test",
         }
-        by_method = {"full": arms, **{m: v.get("arms", {}) for m, v in r.get("methods", {}).items()}}
-        for method, method_arms in by_method.items():
-            results += _method_results(
-                common, r.get("metric", "accuracy"), method, method_arms.get("pretrained")
-            )
+        by_method = {"full": (r.get("arms", {}), r.get("margin"))}
+        by_method |= {m: (v.get("arms", {}), v.get("margin")) for m, v in r.get("methods", {}).items()}
+        for method, (method_arms, margin) in by_method.items():
+            lines.append(_transfer_row(name, metric, method, method_arms, margin))
+            results += _method_results(common, metric, method, method_arms.get("pretrained"))
     return results, lines
 
 
@@ -299,11 +314,12 @@ def _evaluation_text(
     else:
         body.append("Held-out perplexity: not measured (no eval rows in logs/metrics.jsonl).")
     if transfer_rows:
-        body += ["", "Downstream fine-tuning (test accuracy: mean, ± sd where there are 2 or more seeds). The "
-                 "random-init arm (same architecture and fine-tuning, no pretraining) is the baseline, not a result "
-                 "of this model:", "",
-                 "| task | fine-tuned from this model | its linear probe | random init (baseline) | baseline probe "
-                 "| margin (points) |", "|---|---|---|---|---|---|", *transfer_rows]  # fmt: skip
+        body += ["", "Downstream adaptation (each task's test metric: accuracy, or Pearson r for a regression task; "
+                 "mean, ± sd where there are 2 or more seeds), a row per adaptation method. The random-init arm "
+                 "(same architecture and adaptation, no pretraining) is the baseline, not a result of this model:",
+                 "",
+                 "| task | metric | method | from this model | its linear probe | random init (baseline) "
+                 "| baseline probe | margin |", "|---|---|---|---|---|---|---|---|", *transfer_rows]  # fmt: skip
     else:
         body.append(
             "Downstream transfer: not run yet (`python -m adapt transfer`, then `python -m pretrain card`)."
