@@ -106,7 +106,7 @@ def method_lines(task: dict[str, Any]) -> list[str]:
         if "margin" in m:
             p = m.get("p_value")
             lines.append(
-                f"  {method} margin {100 * m['margin']:+.1f} points"
+                f"  {method} margin {margin_text(task, m['margin'])}"
                 + (f" (Welch p={p:.3g})" if p is not None else "")
             )
     return lines
@@ -122,13 +122,26 @@ def steps_text(entry: dict[str, Any]) -> str:
 
 
 def accuracy_text(entry: dict[str, Any]) -> str:
-    """'0.812 ± 0.010', with the collapsed seeds named (kept out of the mean), or 'collapsed' for every seed."""
+    """'0.812 ± 0.010' ('0.812' from one seed), with the collapsed seeds named (kept out of the mean), or 'collapsed' for every seed."""
     t = entry["test_accuracy"]
     bad = entry.get("collapsed", {})
     if t["mean"] is None:
         return f"collapsed (every seed: {', '.join(bad)})"
-    txt = f"{t['mean']:.3f} ± {t['sd']:.3f}"
+    txt = f"{t['mean']:.3f}" + (
+        f" ± {t['sd']:.3f}" if len(t.get("values", [])) >= 2 else ""
+    )  # no sd from one seed
     return txt + (f" (collapsed seeds {', '.join(bad)} left out)" if bad else "")
+
+
+def margin_text(task: dict[str, Any], margin: float) -> str:
+    """A margin in the task's metric's units: accuracy in points (x100), a correlation as a difference of r."""
+    if task.get("metric", ACCURACY) == ACCURACY:
+        return f"{100 * margin:+.1f} points"
+    return f"{margin:+.3f} {metric_text(task)}"
+
+
+def seeds_text(n: int) -> str:
+    return f"{n} seed{'s' if n != 1 else ''}"
 
 
 def write_report(report: dict[str, Any], folders: list[Path]) -> None:
@@ -201,7 +214,7 @@ def format_report(report: dict[str, Any]) -> str:
             n = len(e["test_accuracy"]["values"]) + len(e.get("collapsed", {}))
             probe_txt = f"   probe {e['probe_accuracy']:.3f}" if "probe_accuracy" in e else ""
             lines.append(
-                f"  {arm:<10} {accuracy_text(e)}  (lr {e['lr']:g}, {n} seeds, {steps_text(e)}){probe_txt}"
+                f"  {arm:<10} {accuracy_text(e)}  (lr {e['lr']:g}, {seeds_text(n)}, {steps_text(e)}){probe_txt}"
             )
         for arm, e in r["arms"].items():
             if e.get("token_cosine", 0.0) > DEGENERATE_TOKEN_COSINE:
@@ -217,9 +230,9 @@ def format_report(report: dict[str, Any]) -> str:
         if "margin" in r:
             p = r.get("p_value")
             lines.append(
-                f"  margin     {100 * r['margin']:+.1f} points"
+                f"  margin     {margin_text(r, r['margin'])}"
                 + (f" (Welch p={p:.3g})" if p is not None else "")
-                + (f", probe {100 * r['probe_margin']:+.1f} points" if "probe_margin" in r else "")
+                + (f", probe {margin_text(r, r['probe_margin'])}" if "probe_margin" in r else "")
             )
         lines += method_lines(r)
         if "continued" in r:  # ULMFiT's arm: the export continued on the task's training text
@@ -230,7 +243,7 @@ def format_report(report: dict[str, Any]) -> str:
             )
             if "margin" in c:
                 lines.append(
-                    f"  continued  {100 * c['margin']:+.1f} points over the export without it"
+                    f"  continued  {margin_text(r, c['margin'])} over the export without it"
                     + (f" (Welch p={p:.3g})" if p is not None else "")
                 )
     return "\n".join(lines)
