@@ -22,9 +22,9 @@ from tests.pretrain.test_model_card_methods import _task
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run_export(tmp_path: Path, into: Path | None = None):
+def _run_export(tmp_path: Path, into: Path | None = None, config: str = "roberta-tiny.yaml"):
     """A tiny real export (weights, config, training state) with its first card, as `pretrain export` leaves it."""
-    cfg = load_config(ROOT / "configs" / "roberta-tiny.yaml", [f"run.output_dir={tmp_path}/run"])
+    cfg = load_config(ROOT / "configs" / config, [f"run.output_dir={tmp_path}/run"])
     from core.run_layout import RunLayout
 
     export = into or RunLayout(cfg).export
