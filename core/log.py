@@ -26,6 +26,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 # Our top-level packages and the console stream of each (see the module docstring for why).
 PACKAGES: dict[str, str] = {
@@ -80,7 +81,7 @@ class _ConsoleHandler(logging.StreamHandler):
             pass
 
 
-def _shown_bar_class() -> type | None:
+def _shown_bar_class() -> Any:
     """tqdm's class while one of its bars is shown in this process (training's progress bar), else None. A line
     written beside a bar without it lands on the bar's line (`| 4/10[spikes] ...`). tqdm is looked up, not
     imported: a process that never imported it shows no bar."""

@@ -10,8 +10,12 @@ def _arm(values: list[float]) -> dict:
     import statistics
 
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return {"lr": 1e-4, "test_accuracy": {"mean": statistics.fmean(values), "sd": sd, "values": values},
-            "steps": 10, "steps_by_seed": {str(i): 10 for i in range(len(values))}}  # fmt: skip
+    return {
+        "lr": 1e-4,
+        "test_accuracy": {"mean": statistics.fmean(values), "sd": sd, "values": values},
+        "steps": 10,
+        "steps_by_seed": {str(i): 10 for i in range(len(values))},
+    }
 
 
 def _task(metric: str, pre: list[float], rnd: list[float]) -> dict:
@@ -22,9 +26,13 @@ def _task(metric: str, pre: list[float], rnd: list[float]) -> dict:
         "metric": metric,
         "arms": {"pretrained": _arm(pre), "random": _arm(rnd)},
         "margin": sum(pre) / len(pre) - sum(rnd) / len(rnd),
-        "methods": {"lora": {"arms": {"pretrained": _arm(pre), "random": _arm(rnd)},
-                             "margin": sum(pre) / len(pre) - sum(rnd) / len(rnd)}},
-    }  # fmt: skip
+        "methods": {
+            "lora": {
+                "arms": {"pretrained": _arm(pre), "random": _arm(rnd)},
+                "margin": sum(pre) / len(pre) - sum(rnd) / len(rnd),
+            }
+        },
+    }
 
 
 def test_one_seed_prints_no_spread_and_a_singular_seed():

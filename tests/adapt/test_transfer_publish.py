@@ -29,9 +29,15 @@ def _run_export(tmp_path: Path, into: Path | None = None, config: str = "roberta
 
     export = into or RunLayout(cfg).export
     model = RobertaForMaskedLM(
-        RobertaConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                      intermediate_size=32, max_position_embeddings=40)
-    )  # fmt: skip
+        RobertaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=40,
+        )
+    )
     model.save_pretrained(export)
     (export / TRAINING_STATE).write_text(json.dumps({"step": 100, "tokens_seen": 4096, "n_params": 1234}))
     write_model_card(cfg, export)
@@ -91,8 +97,11 @@ def test_the_card_body_names_each_tasks_metric_and_lists_every_method(tmp_path):
     rows = [line for line in body.splitlines() if line.startswith("| sts |")]
     assert rows and all("Pearson r" in r for r in rows), rows
     assert {m for m in ("fine-tuned", "LoRA", "ULMFiT", "frozen") if any(m in r for r in rows)} == {
-        "fine-tuned", "LoRA", "ULMFiT", "frozen"
-    }  # fmt: skip
+        "fine-tuned",
+        "LoRA",
+        "ULMFiT",
+        "frozen",
+    }
     # a regression margin is a difference of r, not "points"
     (full,) = [r for r in rows if "fine-tuned" in r]
     assert "+0.489" in full and "points" not in full

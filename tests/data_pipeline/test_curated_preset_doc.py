@@ -12,8 +12,12 @@ from runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 # the words the doc uses for each step the clean stage can run
-DOC_WORDS = {"unicode": "unicode repair", "pii": "PII redaction", "url": "URL blocklists",
-             "decontaminate": "decontamination"}  # fmt: skip
+DOC_WORDS = {
+    "unicode": "unicode repair",
+    "pii": "PII redaction",
+    "url": "URL blocklists",
+    "decontaminate": "decontamination",
+}
 
 
 def _curated_bullet() -> str:

@@ -8,10 +8,28 @@ from launch.pipeline import _print_summary, _reload_check, reload_text
 from runconfig import load_config
 from tests.hf_folder import gpt2_folder
 
-SUMMARY = {k: f"/runs/demo/{k}" for k in ("run_dir", "cleaned_corpus", "tokenizer", "token_shards", "checkpoints",
-                                          "tensorboard", "plots", "export")}  # fmt: skip
-SUMMARY |= {"pretrain_steps": 10, "tokens_seen": 100, "final_pretrain_loss": 6.0, "eval_loss": 6.1,
-            "heldout_perplexity": 440.0, "finetune_scoring": "accuracy", "total_seconds": 99.0}  # fmt: skip
+SUMMARY = {
+    k: f"/runs/demo/{k}"
+    for k in (
+        "run_dir",
+        "cleaned_corpus",
+        "tokenizer",
+        "token_shards",
+        "checkpoints",
+        "tensorboard",
+        "plots",
+        "export",
+    )
+}
+SUMMARY |= {
+    "pretrain_steps": 10,
+    "tokens_seen": 100,
+    "final_pretrain_loss": 6.0,
+    "eval_loss": 6.1,
+    "heldout_perplexity": 440.0,
+    "finetune_scoring": "accuracy",
+    "total_seconds": 99.0,
+}
 
 
 def test_the_reload_line_of_a_causal_lm_has_no_null_mask_and_reads_as_words(tmp_path, capsys):
@@ -23,8 +41,15 @@ def test_the_reload_line_of_a_causal_lm_has_no_null_mask_and_reads_as_words(tmp_
     out = capsys.readouterr().out
     (line,) = [x for x in out.splitlines() if x.startswith("reloaded ")]
     assert "null" not in line and "GPT2LMHeadModel" in line and "top 5 next tokens" in line, line
-    assert reload_text({"class": "RobertaForMaskedLM", "params": 10, "vocab": 5, "logits_shape": [1, 3, 5],
-                        "top5_for_mask": ["a", "b"]}).endswith("top 5 for the mask: a, b")  # fmt: skip
+    assert reload_text(
+        {
+            "class": "RobertaForMaskedLM",
+            "params": 10,
+            "vocab": 5,
+            "logits_shape": [1, 3, 5],
+            "top5_for_mask": ["a", "b"],
+        }
+    ).endswith("top 5 for the mask: a, b")
 
 
 def test_stage_seconds_read_as_a_list_and_the_header_names_each_tasks_metric(capsys):
@@ -33,8 +58,13 @@ def test_stage_seconds_read_as_a_list_and_the_header_names_each_tasks_metric(cap
         "dedup: exact": 1.0,
         "pretrain: gpt2 via": 60.0,
     }
-    task = {"splits": {"train": 10, "dev": 5, "test": 5}, "labels": [], "origin": "files", "metric": "pearsonr",
-            "arms": {"pretrained": {"lr": 1e-4, "test_accuracy": {"mean": 0.5, "sd": 0.0, "values": [0.5]}}}}  # fmt: skip
+    task = {
+        "splits": {"train": 10, "dev": 5, "test": 5},
+        "labels": [],
+        "origin": "files",
+        "metric": "pearsonr",
+        "arms": {"pretrained": {"lr": 1e-4, "test_accuracy": {"mean": 0.5, "sd": 0.0, "values": [0.5]}}},
+    }
     _print_summary(SUMMARY, {"tasks": {"sts": task}}, times)
     out = capsys.readouterr().out
     (line,) = [x for x in out.splitlines() if x.startswith("stage seconds")]
