@@ -498,10 +498,11 @@ def publish_transfer(
     from pretrain.export_folder import TRAINING_STATE
     from pretrain.model_card import CARD, write_model_card
 
-    if (
-        Path(model_dir).resolve() == RunLayout(cfg).export.resolve()
-        and (model_dir / TRAINING_STATE).is_file()
-    ):
+    if not (model_dir / TRAINING_STATE).is_file():  # a plain Hugging Face folder: no card of ours to rewrite
+        log(
+            f"[transfer] {model_dir}: no {TRAINING_STATE} (not a `pretrain export` folder), no model card rewritten"
+        )
+    elif Path(model_dir).resolve() == RunLayout(cfg).export.resolve():
         log(f"[transfer] {write_model_card(cfg, model_dir)}: model card rewritten with these results")
     else:
         log(

@@ -143,3 +143,13 @@ def test_finetune_help_does_not_call_every_figure_accuracy(capsys):
             main(argv)
         out = capsys.readouterr().out
         assert "Pearson" in out, out
+
+
+def test_a_plain_hf_folder_is_told_there_is_no_card_to_rewrite(tmp_path, capfd):
+    cfg, export = _run_export(tmp_path)
+    (export / TRAINING_STATE).unlink()
+    (export / "README.md").unlink()
+    capfd.readouterr()
+    publish_transfer(cfg, _report(export), tmp_path / "ft", export)
+    assert f"{export}: no {TRAINING_STATE}" in capfd.readouterr().out
+    assert not (export / "README.md").exists() and (export / "transfer.json").is_file()
