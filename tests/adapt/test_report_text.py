@@ -48,3 +48,41 @@ def test_a_regression_margin_is_in_the_metrics_units():
     assert "points" not in text, text
     assert "margin     +0.500 Pearson r" in text and "lora margin +0.500 Pearson r" in text, text
     assert "2 seeds" in text
+
+
+def test_adapt_finetune_prints_the_metric_by_name_and_a_singular_seed(tmp_path, capsys):
+    """`adapt finetune` printed `sts: full/pretrained: pearsonr 0.123 (mean of 1 seeds)`."""
+    import json
+
+    from adapt.__main__ import main
+    from tests.adapt.test_finetune import _export
+    from tests.adapt.test_pairs_regression import _pair_rows, _write_jsonl
+
+    rows = _pair_rows(per_label=8)
+    export, overrides = _export(tmp_path, "roberta-tiny", [r["a"] + r["b"] for r in rows])
+    path = _write_jsonl(tmp_path / "pairs.jsonl", rows, ("a", "b", "topic", "score"))
+    task = {
+        "name": "sts",
+        "train": path,
+        "text_column": "a",
+        "text_pair_column": "b",
+        "label_column": "score",
+        "problem": "regression",
+    }
+    argv = [
+        "finetune",
+        "--config",
+        "configs/roberta-tiny.yaml",
+        "--model",
+        str(export),
+        "--init",
+        "pretrained",
+    ]
+    assert main([*argv, *overrides, f"finetune.tasks={json.dumps([task])}"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("sts: ")]
+    assert (
+        "Pearson r " in line
+        and "pearsonr" not in line
+        and "(mean of 1 seed" in line
+        and "1 seeds" not in line
+    )
