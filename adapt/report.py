@@ -122,14 +122,14 @@ def steps_text(entry: dict[str, Any]) -> str:
 
 
 def accuracy_text(entry: dict[str, Any]) -> str:
-    """'0.812 ± 0.010' ('0.812' from one seed), with the collapsed seeds named (kept out of the mean), or 'collapsed' for every seed."""
+    """'0.812 ± 0.010' (no spread from one seed: '0.812'), with the collapsed seeds named (kept out of the mean),
+    or 'collapsed' for every seed."""
     t = entry["test_accuracy"]
     bad = entry.get("collapsed", {})
     if t["mean"] is None:
         return f"collapsed (every seed: {', '.join(bad)})"
-    txt = f"{t['mean']:.3f}" + (
-        f" ± {t['sd']:.3f}" if len(t.get("values", [])) >= 2 else ""
-    )  # no sd from one seed
+    spread = f" ± {t['sd']:.3f}" if len(t.get("values", [])) >= 2 else ""
+    txt = f"{t['mean']:.3f}{spread}"
     return txt + (f" (collapsed seeds {', '.join(bad)} left out)" if bad else "")
 
 
@@ -141,6 +141,7 @@ def margin_text(task: dict[str, Any], margin: float) -> str:
 
 
 def seeds_text(n: int) -> str:
+    """'1 seed', '3 seeds'."""
     return f"{n} seed{'s' if n != 1 else ''}"
 
 
