@@ -40,6 +40,7 @@ def _finetune_args(p: argparse.ArgumentParser) -> None:
 
 def _finetune(args: argparse.Namespace) -> int:
     from adapt.finetune import finetune
+    from adapt.report import metric_text, seeds_text
 
     cfg = config_from_args(args)
     model_dir = _export_dir(cfg, args.model)
@@ -49,8 +50,8 @@ def _finetune(args: argparse.Namespace) -> int:
         acc = "collapsed" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
         bad = f", collapsed seeds {sorted(r['collapsed'])} left out" if r["collapsed"] else ""
         print(
-            f"{r['task']}: {r['method']}/{r['init']}: {r['metric']} {acc} (mean of {len(r['accuracy_by_seed'])} "
-            f"seeds{bad}) on {r['test_examples']} test examples"
+            f"{r['task']}: {r['method']}/{r['init']}: {metric_text(r)} {acc} (mean of "
+            f"{seeds_text(len(r['accuracy_by_seed']))}{bad}) on {r['test_examples']} test examples"
         )
     return 0
 
@@ -89,7 +90,8 @@ def _continue(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command("finetune", "sequence-classification fine-tune of an export; prints accuracy", _finetune, _finetune_args),
+    Command("finetune", "fine-tune an export on each task; prints its test metric (accuracy, or Pearson r for a "
+            "regression task)", _finetune, _finetune_args),
     Command("transfer", "pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)", _transfer,
             _transfer_args),
     Command("continue", "ULMFiT: continue the export on the tasks' training text, fine-tune, report beside it",

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from adapt.probes import DEGENERATE_TOKEN_COSINE
-from adapt.scoring import COLLAPSE_PREDICTED_SHARE
+from adapt.scoring import ACCURACY, COLLAPSE_PREDICTED_SHARE, SPEARMAN
 from core.errors import DiskFullError, is_disk_full
 from core.io import atomic_write, json_bytes
+from pretrain.model_card import METRIC_TEXT
 
 LAYERS_TABLE = "probe_layers.md"
 LAYERS_PLOT = "probe_layers.png"
@@ -38,10 +39,17 @@ def layer_table(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def layer_plot(report: dict[str, Any], path: Path) -> Path | None:
-    """Probe test accuracy against layer, an arm per line, a panel per task (matplotlib, no display)."""
-    tasks = {n: _layer_rows(t) for n, t in report["tasks"].items()}
-    tasks = {n: r for n, r in tasks.items() if r}
+def metric_text(task: dict[str, Any]) -> str:
+    """What a task's figures are, in words: 'accuracy', or 'Pearson r' for a regression task."""
+    metric = task.get("metric", ACCURACY)
+    return METRIC_TEXT.get(metric, metric)
+
+
+def layer_figure(report: dict[str, Any]) -> Any | None:
+    """Probe test metric (accuracy, or Pearson r for regression) against layer, an arm per line, a panel per task
+    (matplotlib, no display); None where no task ran the frozen method."""
+    tasks = {n: (_layer_rows(t), metric_text(t)) for n, t in report["tasks"].items()}
+    tasks = {n: (r, m) for n, (r, m) in tasks.items() if r}
     if not tasks:
         return None
     import matplotlib
@@ -50,12 +58,22 @@ def layer_plot(report: dict[str, Any], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.5), squeeze=False)
-    for ax, (name, rows) in zip(axes[0], tasks.items(), strict=True):
+    for ax, (name, (rows, metric)) in zip(axes[0], tasks.items(), strict=True):
         for arm, layers in rows.items():
             ax.plot([r["layer"] for r in layers], [r["test"] for r in layers], marker="o", label=arm)
-        ax.set(title=name, xlabel="layer (0 = embeddings)", ylabel="probe test accuracy")
+        ax.set(title=name, xlabel="layer (0 = embeddings)", ylabel=f"probe test {metric}")
         ax.legend()
     fig.tight_layout()
+    return fig
+
+
+def layer_plot(report: dict[str, Any], path: Path) -> Path | None:
+    """layer_figure as a PNG at `path` (nothing where no task ran the frozen method)."""
+    fig = layer_figure(report)
+    if fig is None:
+        return None
+    import matplotlib.pyplot as plt
+
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
     plt.close(fig)
@@ -88,7 +106,7 @@ def method_lines(task: dict[str, Any]) -> list[str]:
         if "margin" in m:
             p = m.get("p_value")
             lines.append(
-                f"  {method} margin {100 * m['margin']:+.1f} points"
+                f"  {method} margin {margin_text(task, m['margin'])}"
                 + (f" (Welch p={p:.3g})" if p is not None else "")
             )
     return lines
@@ -104,13 +122,27 @@ def steps_text(entry: dict[str, Any]) -> str:
 
 
 def accuracy_text(entry: dict[str, Any]) -> str:
-    """'0.812 ± 0.010', with the collapsed seeds named (kept out of the mean), or 'collapsed' for every seed."""
+    """'0.812 ± 0.010' (no spread from one seed: '0.812'), with the collapsed seeds named (kept out of the mean),
+    or 'collapsed' for every seed."""
     t = entry["test_accuracy"]
     bad = entry.get("collapsed", {})
     if t["mean"] is None:
         return f"collapsed (every seed: {', '.join(bad)})"
-    txt = f"{t['mean']:.3f} ± {t['sd']:.3f}"
+    spread = f" ± {t['sd']:.3f}" if len(t.get("values", [])) >= 2 else ""
+    txt = f"{t['mean']:.3f}{spread}"
     return txt + (f" (collapsed seeds {', '.join(bad)} left out)" if bad else "")
+
+
+def margin_text(task: dict[str, Any], margin: float) -> str:
+    """A margin in the task's metric's units: accuracy in points (x100), a correlation as a difference of r."""
+    if task.get("metric", ACCURACY) == ACCURACY:
+        return f"{100 * margin:+.1f} points"
+    return f"{margin:+.3f} {metric_text(task)}"
+
+
+def seeds_text(n: int) -> str:
+    """'1 seed', '3 seeds'."""
+    return f"{n} seed{'s' if n != 1 else ''}"
 
 
 def write_report(report: dict[str, Any], folders: list[Path]) -> None:
@@ -130,19 +162,35 @@ def write_report(report: dict[str, Any], folders: list[Path]) -> None:
             ) from e
 
 
+def _arm_scalars(w: Any, prefix: str, metric: str, e: dict[str, Any]) -> None:
+    """One arm's TensorBoard scalars under `prefix`, named for the task's metric (test_accuracy, test_pearsonr and
+    test_spearmanr for regression)."""
+    if e["test_accuracy"]["mean"] is not None:
+        w.add_scalar(f"{prefix}/test_{metric}", e["test_accuracy"]["mean"], 0)
+    if (e.get("test_spearman") or {}).get("mean") is not None:
+        w.add_scalar(f"{prefix}/test_{SPEARMAN}", e["test_spearman"]["mean"], 0)
+    w.add_scalar(f"{prefix}/collapsed_runs", len(e.get("collapsed", {})), 0)
+    if "probe_accuracy" in e:
+        w.add_scalar(f"{prefix}/probe_{metric}", e["probe_accuracy"], 0)
+
+
 def to_tensorboard(folder: Path, results: list[dict[str, Any]]) -> None:
+    """Every task's figures: `transfer/<task>/<arm>/...` for the full fine-tune, `transfer/<task>/<method>/<arm>/...`
+    for each other adaptation method, and the margins."""
     from torch.utils.tensorboard import SummaryWriter
 
     w = SummaryWriter(str(folder))
     for r in results:
+        metric = r.get("metric", ACCURACY)
         for arm, e in r["arms"].items():
-            if e["test_accuracy"]["mean"] is not None:
-                w.add_scalar(f"transfer/{r['task']}/{arm}/test_accuracy", e["test_accuracy"]["mean"], 0)
-            w.add_scalar(f"transfer/{r['task']}/{arm}/collapsed_runs", len(e.get("collapsed", {})), 0)
-            if "probe_accuracy" in e:
-                w.add_scalar(f"transfer/{r['task']}/{arm}/probe_accuracy", e["probe_accuracy"], 0)
+            _arm_scalars(w, f"transfer/{r['task']}/{arm}", metric, e)
         if "margin" in r:
             w.add_scalar(f"transfer/{r['task']}/margin", r["margin"], 0)
+        for method, m in r.get("methods", {}).items():
+            for arm, e in m["arms"].items():
+                _arm_scalars(w, f"transfer/{r['task']}/{method}/{arm}", metric, e)
+            if "margin" in m:
+                w.add_scalar(f"transfer/{r['task']}/{method}/margin", m["margin"], 0)
     w.close()
 
 
@@ -167,7 +215,7 @@ def format_report(report: dict[str, Any]) -> str:
             n = len(e["test_accuracy"]["values"]) + len(e.get("collapsed", {}))
             probe_txt = f"   probe {e['probe_accuracy']:.3f}" if "probe_accuracy" in e else ""
             lines.append(
-                f"  {arm:<10} {accuracy_text(e)}  (lr {e['lr']:g}, {n} seeds, {steps_text(e)}){probe_txt}"
+                f"  {arm:<10} {accuracy_text(e)}  (lr {e['lr']:g}, {seeds_text(n)}, {steps_text(e)}){probe_txt}"
             )
         for arm, e in r["arms"].items():
             if e.get("token_cosine", 0.0) > DEGENERATE_TOKEN_COSINE:
@@ -183,9 +231,9 @@ def format_report(report: dict[str, Any]) -> str:
         if "margin" in r:
             p = r.get("p_value")
             lines.append(
-                f"  margin     {100 * r['margin']:+.1f} points"
+                f"  margin     {margin_text(r, r['margin'])}"
                 + (f" (Welch p={p:.3g})" if p is not None else "")
-                + (f", probe {100 * r['probe_margin']:+.1f} points" if "probe_margin" in r else "")
+                + (f", probe {margin_text(r, r['probe_margin'])}" if "probe_margin" in r else "")
             )
         lines += method_lines(r)
         if "continued" in r:  # ULMFiT's arm: the export continued on the task's training text
@@ -196,7 +244,7 @@ def format_report(report: dict[str, Any]) -> str:
             )
             if "margin" in c:
                 lines.append(
-                    f"  continued  {100 * c['margin']:+.1f} points over the export without it"
+                    f"  continued  {margin_text(r, c['margin'])} over the export without it"
                     + (f" (Welch p={p:.3g})" if p is not None else "")
                 )
     return "\n".join(lines)

@@ -479,7 +479,33 @@ def run_transfer(
         "protocol": transfer_protocol(cfg.finetune),
         "tasks": {r["task"]: r for r in results},
     }
-    write_report(report, [out, model_dir] if publish else [out])
-    write_layer_report(report, out)  # the frozen method's probe accuracy by layer: table + PNG
-    to_tensorboard(layout.logs, results)
+    publish_transfer(cfg, report, out, model_dir if publish else None, log)
     return report
+
+
+def publish_transfer(
+    cfg: RunConfig, report: dict[str, Any], out: Path, model_dir: Path | None, log=_log
+) -> None:
+    """transfer.json into `out` and (`model_dir` given) beside the export, the layer report, TensorBoard; and the
+    export's card rewritten from it, so README.md's model-index never lags the transfer.json beside it. Only the
+    run's own export is rewritten here (the card reads the run's manifest, stats and metrics); another folder gets
+    a line naming the command that rewrites its card."""
+    write_report(report, [out, model_dir] if model_dir is not None else [out])
+    write_layer_report(report, out)  # the frozen method's probe accuracy by layer: table + PNG
+    to_tensorboard(RunLayout(cfg).logs, list(report["tasks"].values()))
+    if model_dir is None:
+        return
+    from pretrain.export_folder import TRAINING_STATE
+    from pretrain.model_card import CARD, write_model_card
+
+    if not (model_dir / TRAINING_STATE).is_file():  # a plain Hugging Face folder: no card of ours to rewrite
+        log(
+            f"[transfer] {model_dir}: no {TRAINING_STATE} (not a `pretrain export` folder), no model card rewritten"
+        )
+    elif Path(model_dir).resolve() == RunLayout(cfg).export.resolve():
+        log(f"[transfer] {write_model_card(cfg, model_dir)}: model card rewritten with these results")
+    else:
+        log(
+            f"[transfer] {model_dir / CARD} not rewritten ({model_dir} is not this run's export): run "
+            f"`python -m pretrain card --config <its run's config> --model {model_dir}` to put these results on it"
+        )

@@ -26,6 +26,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 # Our top-level packages and the console stream of each (see the module docstring for why).
 PACKAGES: dict[str, str] = {
@@ -54,7 +55,15 @@ class _ConsoleHandler(logging.StreamHandler):
     def emit(self, record: logging.LogRecord) -> None:
         # Called under the handler's lock (Handler.handle), so the target cannot change before the write.
         self._target = "stderr" if record.levelno >= logging.WARNING else self.stream_name
-        super().emit(record)
+        bar = _shown_bar_class()
+        if bar is None:
+            super().emit(record)
+            return
+        try:  # a bar is on the terminal: clear it, write the line alone, draw it again (tqdm's own write)
+            bar.write(self.format(record), file=self.stream)
+            self.flush()
+        except Exception:  # noqa: BLE001 - logging's contract: a failed emit is reported, never raised
+            self.handleError(record)
 
     @property
     def stream(self):  # noqa: D102 - StreamHandler reads self.stream on every emit
@@ -70,6 +79,18 @@ class _ConsoleHandler(logging.StreamHandler):
             self.stream.flush()
         except (AttributeError, ValueError):  # a closed or replaced stream
             pass
+
+
+def _shown_bar_class() -> Any:
+    """tqdm's class while one of its bars is shown in this process (training's progress bar), else None. A line
+    written beside a bar without it lands on the bar's line (`| 4/10[spikes] ...`). tqdm is looked up, not
+    imported: a process that never imported it shows no bar."""
+    std = sys.modules.get("tqdm.std")
+    if std is None:
+        return None
+    cls = std.tqdm
+    shown = any(not getattr(b, "disable", True) for b in list(getattr(cls, "_instances", ())))
+    return cls if shown else None
 
 
 def _install_console(level: int = logging.INFO) -> None:

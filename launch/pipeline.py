@@ -41,14 +41,34 @@ with torch.no_grad():
         out = model(**enc, decoder_input_ids=torch.zeros_like(enc["input_ids"][:, :1]))
     else:
         out = model(**enc)
-top = None
+info = {"class": type(model).__name__, "params": sum(p.numel() for p in model.parameters()), "vocab": len(tok),
+        "logits_shape": list((out.logits if "logits" in out else out.last_hidden_state).shape)}
 if task == "masked_lm":
     pos = (enc["input_ids"][0] == tok.mask_token_id).nonzero()[0, 0]
-    top = tok.convert_ids_to_tokens(out.logits[0, pos].topk(5).indices.tolist())
-print(json.dumps({"class": type(model).__name__, "params": sum(p.numel() for p in model.parameters()),
-                  "vocab": len(tok), "top5_for_mask": top,
-                  "logits_shape": list((out.logits if "logits" in out else out.last_hidden_state).shape)}))
+    info["top5_for_mask"] = tok.convert_ids_to_tokens(out.logits[0, pos].topk(5).indices.tolist())
+elif task == "causal_lm":  # what the model would say next: a causal LM's own check
+    info["top5_next_token"] = [tok.decode([i]) for i in out.logits[0, -1].topk(5).indices.tolist()]
+print(json.dumps(info))
 """
+
+
+def reload_text(info: dict[str, Any]) -> str:
+    """The reload check's console line: the class, its size, the logits' shape, and what it predicts (the mask's
+    top 5 for a masked LM, the next token's for a causal LM)."""
+    line = (
+        f"reloaded {info['class']} ({info['params']:,} parameters, vocabulary {info['vocab']:,}); logits "
+        f"{'x'.join(map(str, info['logits_shape']))}"
+    )
+    if info.get("top5_for_mask"):
+        line += "; top 5 for the mask: " + ", ".join(info["top5_for_mask"])
+    if info.get("top5_next_token"):
+        line += "; top 5 next tokens: " + ", ".join(repr(t) for t in info["top5_next_token"])
+    return line
+
+
+def stage_seconds_text(times: dict[str, float]) -> str:
+    """'clean 12.3 s, dedup 1.0 s, ...': each stage by the short name before its banner's colon."""
+    return ", ".join(f"{name.split(':', 1)[0]} {seconds:.1f} s" for name, seconds in times.items())
 
 
 # How the fine-tune is scored, by the kind of exported model (printed in the summary).
@@ -138,11 +158,9 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         else {"tasks": {}}
     )
     state = json.loads((Path(export_dir) / "training_state.json").read_text())
-    from pretrain.model_card import held_out_perplexity, write_model_card
+    from pretrain.model_card import held_out_perplexity
 
-    if transfer["tasks"]:
-        write_model_card(cfg, export_dir)  # the card's model-index now carries transfer.json's results
-
+    # run_transfer rewrote the export's card: its model-index now carries transfer.json's results
     ppl = held_out_perplexity(layout.metrics, state.get("step"))
     summary = {
         **summary_paths(cfg, export_dir),
@@ -183,13 +201,13 @@ def _reload_check(cfg: RunConfig, export_dir: str | os.PathLike[str]) -> dict[st
     if out.returncode != 0:
         raise SystemExit(f"reloading the export failed:\n{out.stderr[-3000:]}")
     reload_info = json.loads(out.stdout.strip().splitlines()[-1])
-    log.info(json.dumps(reload_info))
+    log.info(reload_text(reload_info))
     return reload_info
 
 
 def _print_summary(summary: dict[str, Any], transfer: dict[str, Any], times: dict[str, float]) -> None:
     """The command's own output: where each stage wrote, the headline numbers, the transfer table."""
-    from adapt.report import format_report
+    from adapt.report import format_report, metric_text
 
     _banner("summary")  # what follows is the command's own output (printed)
     for k in (
@@ -213,9 +231,12 @@ def _print_summary(summary: dict[str, Any], transfer: dict[str, Any], times: dic
     ):
         print(f"{k:<32} {summary[k]}")
     if transfer["tasks"]:
-        print("transfer (test accuracy, mean ± sd over seeds; test text never seen in pretraining):")
+        metrics = sorted({metric_text(t) for t in transfer["tasks"].values()})
+        print(
+            f"transfer (test {' / '.join(metrics)}, mean ± sd over seeds; test text never seen in pretraining):"
+        )
         print(format_report(transfer))
-    print(f"{'stage seconds':<32} {times}")
+    print(f"{'stage seconds':<32} {stage_seconds_text(times)}")
     print(f"{'total seconds':<32} {summary['total_seconds']}")
 
 

@@ -141,10 +141,11 @@ def _plan(args: argparse.Namespace) -> int:
     from core.errors import ConfigError
     from core.preflight import check_tokens, check_train
     from data_pipeline.readers.sources import check_source_paths
-    from pretrain.plan import DEFAULT_MFU, expected_accelerator, format_report, plan_report
+    from pretrain.plan import DEFAULT_MFU, check_plan_flags, expected_accelerator, format_report, plan_report
     from runconfig.init_from import check_run_tokenizer
 
     cfg = _config(args)
+    check_plan_flags(cfg, args.world_size, args.gpu, args.mfu)
     # The checks `train` runs before any work, so a plan that prints is a run that starts. Token shards not
     # made yet are fine for a plan (it is how a run is sized before its data stages), their inputs are not.
     preflight(cfg, lambda c: check_train(c, expected_accelerator()), check_run_tokenizer)
@@ -155,7 +156,7 @@ def _plan(args: argparse.Namespace) -> int:
         preflight(cfg, check_source_paths)
         tokens_note = str(e)
 
-    r = plan_report(cfg, args.world_size, args.gpu, args.mfu or DEFAULT_MFU, args.exact)
+    r = plan_report(cfg, args.world_size, args.gpu, DEFAULT_MFU if args.mfu is None else args.mfu, args.exact)
     print(json.dumps(r, indent=1) if args.json else format_report(r))
     if tokens_note:
         print(f"note: {tokens_note}", file=sys.stderr)

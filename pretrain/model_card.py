@@ -114,6 +114,22 @@ def held_out_perplexity(metrics_file: Path, step: int | None) -> tuple[float, in
     return best
 
 
+def eval_row_sources(metrics_file: Path, step: int) -> list[str] | None:
+    """The sources the eval row at `step` measured (its `perplexity/<source>` keys): a source with no held-out
+    samples has none. None where the row names no source (older rows: the card then lists every source)."""
+    if not metrics_file.is_file():
+        return None
+    found: list[str] | None = None
+    for line in metrics_file.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("split") == "eval" and row.get("step") == step and "perplexity" in row:
+            found = [k.split("/", 1)[1] for k in row if k.startswith("perplexity/")] or None
+    return found
+
+
 def _usage(task: str, auto_cls: str, repo: str, mask: str | None, generator: bool = False) -> str:
     if task == "masked_lm":
         call = f'fill("The company said its shares {mask} on Tuesday.")'
@@ -156,34 +172,49 @@ def _accuracy(t: dict[str, Any]) -> str:
     return f"{t['mean']:.3f}{sd} ({n} seed{'s' if n != 1 else ''})"
 
 
+def _arm_cell(e: dict[str, Any] | None) -> str:
+    if e and e["test_accuracy"].get("mean") is None:  # every seed collapsed (adapt.transfer)
+        return "collapsed"
+    return _accuracy(e["test_accuracy"]) if e else "n/a"
+
+
+def margin_text(margin: float | None, metric: str) -> str:
+    """A margin in the metric's own units: accuracy in points (x100), a correlation as a difference of r."""
+    if margin is None:
+        return "n/a"
+    return f"{100 * margin:+.1f} points" if metric == "accuracy" else f"{margin:+.3f}"
+
+
+def _transfer_row(name: str, metric: str, method: str, arms: dict[str, Any], margin: float | None) -> str:
+    """One body row: a task, its metric, one adaptation method, both arms (with their probes) and the margin."""
+    row = [name, METRIC_TEXT.get(metric, metric), METHOD_TEXT.get(method, method)]
+    for arm in ("pretrained", "random"):
+        e = arms.get(arm)
+        row.append(_arm_cell(e))
+        row.append(f"{e['probe_accuracy']:.3f}" if e and "probe_accuracy" in e else "n/a")
+    row.append(margin_text(margin, metric))
+    return "| " + " | ".join(row) + " |"
+
+
 def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[str]]:
-    """This model's eval results (the fine-tuned-from-this-model arm and its probe) and the body's table rows,
-    where the random-init arm appears as the baseline: it is not this model's result."""
+    """This model's eval results (the fine-tuned-from-this-model arm and its probe) and the body's table rows, a
+    row per task and adaptation method, where the random-init arm appears as the baseline: it is not this model's
+    result."""
     results, lines = [], []
     for name, r in sorted(report.get("tasks", {}).items()):
-        arms = r.get("arms", {})
-        row = [name]
-        for arm in ("pretrained", "random"):
-            e = arms.get(arm)
-            if e and e["test_accuracy"].get("mean") is None:  # every seed collapsed (adapt.transfer)
-                row.append("collapsed")
-            else:
-                row.append(_accuracy(e["test_accuracy"]) if e else "n/a")
-            row.append(f"{e['probe_accuracy']:.3f}" if e and "probe_accuracy" in e else "n/a")
-        row.append(f"{100 * r['margin']:+.1f}" if "margin" in r else "n/a")
-        lines.append("| " + " | ".join(row) + " |")
+        metric = r.get("metric", "accuracy")
         common: dict[str, Any] = {
             "task_type": "text-classification",
-            "task_name": "Text regression" if r.get("metric") == "pearsonr" else "Text classification",
+            "task_name": "Text regression" if metric == "pearsonr" else "Text classification",
             "dataset_type": name,
             "dataset_name": name,
             "dataset_split": "test",
         }
-        by_method = {"full": arms, **{m: v.get("arms", {}) for m, v in r.get("methods", {}).items()}}
-        for method, method_arms in by_method.items():
-            results += _method_results(
-                common, r.get("metric", "accuracy"), method, method_arms.get("pretrained")
-            )
+        by_method = {"full": (r.get("arms", {}), r.get("margin"))}
+        by_method |= {m: (v.get("arms", {}), v.get("margin")) for m, v in r.get("methods", {}).items()}
+        for method, (method_arms, margin) in by_method.items():
+            lines.append(_transfer_row(name, metric, method, method_arms, margin))
+            results += _method_results(common, metric, method, method_arms.get("pretrained"))
     return results, lines
 
 
@@ -261,6 +292,31 @@ def _speed_text(cfg: RunConfig, speed: tuple[float, float]) -> str:
     )
 
 
+def _cleaning_text(cfg: RunConfig, clean_stats: dict[str, Any] | None) -> str:
+    """The card's "Cleaning:" line: the quality filters and language ID, PII redaction and URL blocklists where a
+    source ran them, the n-gram decontamination where the clean stage indexed evaluation text (its report says;
+    without one, where the config would), and deduplication."""
+    clean = cfg.data.clean
+    per_source = [cfg.data.clean_for(s.name) for s in cfg.data.sources]
+    filters = [f for f in ("c4", "gopher_quality", "gopher_repetition") if getattr(clean, f).enabled]
+    steps = [f"{', '.join(filters) or 'no'} filters"]
+    if clean.langid.enabled:
+        steps.append(f"language ID ({', '.join(clean.langid.languages)})")
+    if any(c.pii.enabled for c in per_source):
+        steps.append(f"PII redaction ({', '.join(clean.pii.kinds)})")
+    if any(c.url.active() for c in per_source):
+        steps.append("URL blocklists")
+    dc = cfg.data.decontaminate
+    ran = (clean_stats or {}).get("decontamination")
+    if ran is not None and ran.get("enabled") and ran.get("ngrams"):
+        steps.append(f"{ran['n']}-gram decontamination against {', '.join(ran.get('eval_sets', {}))}")
+    elif ran is None and dc.enabled and ((dc.tasks and cfg.finetune.tasks) or dc.sources):
+        steps.append(f"{dc.n}-gram decontamination against the evaluation text")
+    dedup = [x for x, on in (("exact", cfg.data.dedup.exact), ("MinHash near-duplicate", cfg.data.dedup.minhash.enabled))
+             if on]  # fmt: skip
+    return f"Cleaning: {', '.join(steps)}; deduplication: {', '.join(dedup) or 'none'}."
+
+
 def _training_data_text(
     cfg: RunConfig, manifest: dict[str, Any] | None, clean_stats: dict[str, Any] | None
 ) -> list[str]:
@@ -299,11 +355,12 @@ def _evaluation_text(
     else:
         body.append("Held-out perplexity: not measured (no eval rows in logs/metrics.jsonl).")
     if transfer_rows:
-        body += ["", "Downstream fine-tuning (test accuracy: mean, ± sd where there are 2 or more seeds). The "
-                 "random-init arm (same architecture and fine-tuning, no pretraining) is the baseline, not a result "
-                 "of this model:", "",
-                 "| task | fine-tuned from this model | its linear probe | random init (baseline) | baseline probe "
-                 "| margin (points) |", "|---|---|---|---|---|---|", *transfer_rows]  # fmt: skip
+        body += ["", "Downstream adaptation (each task's test metric: accuracy, or Pearson r for a regression task; "
+                 "mean, ± sd where there are 2 or more seeds), a row per adaptation method. The random-init arm "
+                 "(same architecture and adaptation, no pretraining) is the baseline, not a result of this model:",
+                 "",
+                 "| task | metric | method | from this model | its linear probe | random init (baseline) "
+                 "| baseline probe | margin |", "|---|---|---|---|---|---|---|---|", *transfer_rows]  # fmt: skip
     else:
         body.append(
             "Downstream transfer: not run yet (`python -m adapt transfer`, then `python -m pretrain card`)."
@@ -316,7 +373,8 @@ def _evaluation_text(
 def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], model_config: dict[str, Any],
                       manifest: dict[str, Any] | None, clean_stats: dict[str, Any] | None,
                       ppl: tuple[float, int] | None, transfer: dict[str, Any] | None,
-                      mask_token: str | None = None, speed: tuple[float, float] | None = None) -> str:  # fmt: skip
+                      mask_token: str | None = None, speed: tuple[float, float] | None = None,
+                      ppl_sources: list[str] | None = None) -> str:  # fmt: skip
     task = card_task(cfg.model.family, cfg.objective.type)
     pipeline_tag, task_name, auto_cls = TASKS[task]
     name = cfg.export.model_name or cfg.run.name
@@ -334,7 +392,7 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         results.append(EvalResult(
             task_type=pipeline_tag, task_name=task_name, dataset_type=f"{cfg.run.name}-heldout",
             dataset_name=f"Held-out {cfg.loader.eval_fraction:.0%} of the pretraining token stream "
-                         f"({', '.join(s.name for s in sources)})",
+                         f"({', '.join(ppl_sources or [s.name for s in sources])})",
             dataset_split="validation", metric_type="perplexity", metric_value=round(ppl[0], 3),
             metric_name=f"Held-out perplexity (step {ppl[1]})"))  # fmt: skip
     transfer_results, transfer_rows = _transfer_results(transfer) if transfer else ([], [])
@@ -355,9 +413,6 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     steps = state.get("step")
     lc, ds = cfg.launch, cfg.deepspeed
     plan = state.get("plan") or {}
-    filters = [f for f in ("c4", "gopher_quality", "gopher_repetition") if getattr(cfg.data.clean, f).enabled]
-    dedup = [x for x, on in (("exact", cfg.data.dedup.exact), ("MinHash near-duplicate", cfg.data.dedup.minhash.enabled))
-             if on]  # fmt: skip
     totals = (manifest or {}).get("totals", {})
 
     body = [f"# {name}", ""]
@@ -401,9 +456,7 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     body += _training_data_text(cfg, manifest, clean_stats)
     body += [
         "",
-        f"Cleaning: {', '.join(filters) or 'no'} filters"
-        + (f", language ID ({', '.join(cfg.data.clean.langid.languages)})" if cfg.data.clean.langid.enabled else "")
-        + f"; deduplication: {', '.join(dedup) or 'none'}.",
+        _cleaning_text(cfg, clean_stats),
         f"Tokenizer: {cfg.tokenizer.type} trained on the cleaned corpus, vocabulary {cfg.tokenizer.vocab_size:,}"
         + (f"; corpus: {totals['tokens']:,} tokens in {totals.get('docs', 0):,} documents" if "tokens" in totals else "")
         + ".",
@@ -487,8 +540,9 @@ def write_model_card(cfg: RunConfig, export_dir: str | Path) -> Path:
     mask = tok_conf.get("mask_token")
     mask = mask.get("content") if isinstance(mask, dict) else mask
     speed = median_speed(layout.metrics)
+    measured = eval_row_sources(layout.metrics, ppl[1]) if ppl is not None else None
     text = render_model_card(
-        cfg, export_dir, state, model_config, manifest, clean_stats, ppl, transfer, mask, speed
+        cfg, export_dir, state, model_config, manifest, clean_stats, ppl, transfer, mask, speed, measured
     )
     path = export_dir / CARD
     path.write_text(text)

@@ -12,6 +12,7 @@ import os
 import shutil
 from typing import Any
 
+from core.errors import ConfigError
 from core.specs import training_flops_per_token
 from pretrain import resume_diff
 from pretrain.families.shapes import padded_vocab
@@ -25,6 +26,33 @@ GPU_PEAKS = {
 }  # fmt: skip
 DEFAULT_GPU = "h100"
 DEFAULT_MFU = 0.40  # a well-tuned dense transformer on H100s reaches 35-50 % (bench/mfu_gpu.py measures ours)
+
+
+def check_plan_flags(cfg: RunConfig, world_size: int | None, gpu: str | None, mfu: float | None) -> None:
+    """`plan`'s own flags checked like config keys, before any work: a ConfigError (one line, the flag and the
+    values it takes) instead of a traceback from deep in the estimate, or a plan printed "at MFU 150%"."""
+    if mfu is not None and not 0 < mfu <= 1:
+        raise ConfigError(
+            f"--mfu {mfu:g}: the assumed model FLOPs utilisation is a fraction in (0, 1] (e.g. 0.4 for 40%)"
+        )
+    if gpu is not None and gpu.lower() not in GPU_PEAKS:
+        raise ConfigError(
+            f"--gpu: unknown GPU '{gpu}' (known: {', '.join(sorted(GPU_PEAKS))}); or set logging.peak_flops "
+            "and leave --gpu out"
+        )
+    if world_size is None:
+        return
+    if world_size < 1:
+        raise ConfigError(f"--world-size {world_size}: a run needs at least 1 rank")
+    try:
+        cfg.batch_plan(world_size)
+    except ValueError as e:
+        per_rank = cfg.batch_plan(1)
+        steps = per_rank["global_batch_size"] // per_rank["micro_batch_size"]
+        fits = [str(n) for n in range(1, steps + 1) if steps % n == 0]
+        raise ConfigError(
+            f"--world-size {world_size}: {e}; world sizes that divide it: {', '.join(fits)}"
+        ) from None
 
 
 def expected_accelerator() -> str:

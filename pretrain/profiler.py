@@ -24,6 +24,14 @@ log = get_logger(__name__)
 HOST_READ_OPS = ("aten::_local_scalar_dense",)
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
 PHASE_PREFIX = "lmstack."
+# What the host-read figure counts: the op torch runs for a scalar read (from Python or inside a C++ kernel: CPU
+# fused AdamW reads its state's scalars on the host, once per tensor it steps; on CUDA its kernel reads them on the
+# device). A `.tolist()` or `.cpu()` copy is no op in the trace: the loop's one read per step (StepSync) is such a
+# copy, counted by tests/pretrain/test_host_syncs.py and not here.
+READS_NOTE = (
+    "  (scalar reads by ops: .item(), float(), bool() and kernels' own, e.g. CPU fused AdamW's of its state; "
+    "a .tolist() or .cpu() copy, such as the loop's one read per step, is no op and not counted)"
+)
 
 
 def phase(name: str) -> Any:
@@ -82,6 +90,7 @@ def summarize(prof: Any, n_steps: int, device_type: str, steps: tuple[int, int],
     lines.append(
         f"host reads of tensors ({', '.join(HOST_READ_OPS)}): {reads} = {reads / n_steps:.2f} per step"
     )
+    lines.append(READS_NOTE)
     if on_gpu:
         lines.append(
             f"device synchronize calls ({', '.join(SYNC_CALLS)}): {syncs} = {syncs / n_steps:.2f} per step"

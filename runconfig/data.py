@@ -27,7 +27,8 @@ STAGE_KEYS = ("docs_per_shard", "workers", "output_format", "progress", "dropped
 
 # Named per-source cleaning presets (data.sources.N.clean_preset), applied over the global `clean:` section.
 # web: the global rules as they are (C4 + Gopher + language ID, tuned for web crawl).
-# curated: books, verse, reviews, edited corpora: only unicode repair (and PII redaction, URL blocklists). C4's
+# curated: books, verse, reviews, edited corpora: no quality rules or language ID (unicode repair, PII redaction,
+#   URL blocklists and the run-wide decontamination still run). C4's
 #   terminal-punctuation and sentence rules cut verse to fragments, Gopher's minimum length and n-gram repetition drop every one-line review, and
 #   language ID is unreliable on short text.
 CLEAN_PRESETS: dict[str, dict[str, Any]] = {

@@ -170,18 +170,29 @@ def _section_keys(loc: tuple[Any, ...]) -> list[str]:
     return sorted({k for c in current for k in c.model_fields})
 
 
-def _format_errors(err: ValidationError, source: str) -> str:
+def unknown_key_text(key: str, valid: list[str], section: str) -> str:
+    """'unknown key', with the section's closest valid keys (difflib by spelling, and a key spelt as the unknown
+    one's initials: learning_rate -> lr), or, where none is close, every key the section takes."""
     from difflib import get_close_matches
 
+    close = get_close_matches(key, valid, n=3)
+    initials = "".join(part[0] for part in key.split("_") if part)
+    close += [k for k in valid if k == initials and k not in close]
+    if close:
+        names = [f"'{k}'" for k in close]
+        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+        return f"unknown key; did you mean {listed}?"
+    return f"unknown key ({section or 'the config'} takes: {', '.join(valid)})" if valid else "unknown key"
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-            close = get_close_matches(str(e["loc"][-1]), _section_keys(tuple(e["loc"][:-1])), n=1)
-            if close:
-                msg += f"; did you mean '{close[0]}'?"
+            parent = tuple(e["loc"][:-1])
+            msg = unknown_key_text(str(e["loc"][-1]), _section_keys(parent), ".".join(str(p) for p in parent))
         elif e["type"] == "missing":
             msg = "required key is missing"
         elif "input" in e and e["type"] not in ("value_error",):

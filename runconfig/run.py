@@ -188,12 +188,7 @@ class RunConfig(Section):
                         f"{key}: {n} worker processes cannot write to run.output_dir "
                         f"'{self.run.output_dir}' (memory:// lives in one process); set {key}=1"
                     )
-        names = {s.name for s in self.data.sources}
-        for i, task in enumerate(self.finetune.tasks):
-            if task.source is not None and task.source not in names:
-                raise ValueError(
-                    f"finetune.tasks.{i}.source: '{task.source}' is not one of data.sources {sorted(names)}"
-                )
+        self._check_tasks()
         window, total = self.logging.profile_steps, self.schedule.total_steps
         if window is not None and self.schedule.budget_minutes is None and window[1] - 1 > (total or 1000):
             raise ValueError(
@@ -210,6 +205,24 @@ class RunConfig(Section):
         self._warn_vocab()
         return self
 
+    def _check_tasks(self) -> None:
+        """Each fine-tune task against the run: its source exists, and a regression task has the classification
+        head it needs (a text-to-text export scores label strings: refused here, not after pretraining)."""
+        names = {s.name for s in self.data.sources}
+        fam, obj = self.model.spec, self.objective.spec
+        text_to_text = (obj.card_task or fam.task) == "seq2seq"
+        for i, task in enumerate(self.finetune.tasks):
+            if task.source is not None and task.source not in names:
+                raise ValueError(
+                    f"finetune.tasks.{i}.source: '{task.source}' is not one of data.sources {sorted(names)}"
+                )
+            if task.problem == "regression" and text_to_text:
+                raise ValueError(
+                    f"finetune.tasks.{i}.problem: task '{task.name}' is a regression, which needs a classification "
+                    f"head, and model.family '{fam.name}' is text-to-text (its fine-tunes score label strings); "
+                    "use problem: classification, or an encoder-only or decoder-only family"
+                )
+
     @model_validator(mode="after")
     def _probe_task(self) -> "RunConfig":
         """eval.probe_task names a defined fine-tune task, runs where rank 0 holds the weights, in bounded time."""
@@ -220,6 +233,13 @@ class RunConfig(Section):
         if ev.probe_task not in tasks:
             raise ValueError(
                 f"eval.probe_task: '{ev.probe_task}' is not a task of finetune.tasks (defined: {tasks or 'none'})"
+            )
+        index = tasks.index(ev.probe_task)
+        if self.finetune.tasks[index].problem == "regression":
+            raise ValueError(
+                f"eval.probe_task: '{ev.probe_task}' is a regression task (finetune.tasks.{index}.problem: "
+                "regression), and the in-training probe scores class labels; name a classification task or unset "
+                "eval.probe_task"
             )
         if self.deepspeed.zero_stage == 3:
             raise ValueError(

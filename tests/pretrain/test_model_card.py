@@ -118,7 +118,8 @@ def test_card_carries_transfer_results_when_present(tmp_path):
     )
     # Only this model's results: the random-init arm is the baseline in the body, not an eval result.
     assert [m["value"] for m in results[1]["metrics"]] == [0.82, 0.7]
-    assert "| bbc_topics | 0.820 ± 0.010 (3 seeds) | 0.700 | 0.750 ± 0.020 (3 seeds) | 0.500 | +7.0 |" in body
+    row = "| bbc_topics | accuracy | fine-tuned | 0.820 ± 0.010 (3 seeds) | 0.700 | 0.750 ± 0.020 (3 seeds) | 0.500 |"
+    assert row + " +7.0 points |" in body
     from huggingface_hub import ModelCard
 
     assert len(ModelCard(text).data.eval_results) == 3

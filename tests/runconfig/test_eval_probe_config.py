@@ -41,3 +41,26 @@ def test_the_demo_task_is_accepted():
 def test_refused_at_load_naming_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(DEMO, overrides)
+
+
+STS = "[{name: bbc, source: bbc}, {name: sts, train: sts.csv, label_column: score, problem: regression}]"
+
+
+def test_a_regression_probe_task_is_refused_at_load_naming_the_key():
+    """Issue 66: `eval.probe_task` on a regression task passed load, then every rank crashed at set-up with
+    `KeyError: '0.556'` (the probe maps labels to classes)."""
+    with pytest.raises(
+        ConfigError, match=r"eval.probe_task: 'sts' is a regression task \(finetune.tasks.1.problem"
+    ):
+        load_config(DEMO, [f"finetune.tasks={STS}", "eval.probe_task=sts"])
+    assert load_config(DEMO, [f"finetune.tasks={STS}", "eval.probe_task=bbc"]).eval.probe_task == "bbc"
+
+
+def test_a_regression_task_on_a_text_to_text_family_is_refused_at_load_naming_task_and_family():
+    """Issue 66: a T5 run with a regression task passed load, `plan` and the pipeline's preflight, and was refused
+    only by `adapt transfer` after pretraining."""
+    t5 = str(Path(DEMO).parent / "t5-tiny.yaml")
+    tasks = "[{name: sts, train: sts.csv, label_column: score, problem: regression}]"
+    with pytest.raises(ConfigError, match=r"finetune.tasks.0.problem: .*'sts'.*model.family 't5'"):
+        load_config(t5, [f"finetune.tasks={tasks}"])
+    load_config(t5, [f"finetune.tasks={tasks.replace('regression', 'classification')}"])
