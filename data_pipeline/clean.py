@@ -129,21 +129,42 @@ def _spans(shard: WorkShard) -> list[list[int] | None]:
     return [list(f.span) if f.span else None for f in shard.files]
 
 
+# Inputs up to this size also get a content hash in the marker: a file rewritten with the same bytes (a copy, a
+# regenerated export) keeps its shard. Larger ones (a crawl's WARC files) are judged by size and time alone.
+HASHED_INPUT_BYTES = 64 << 20
+
+
 def input_stamps(shard: WorkShard) -> list[list[Any] | None]:
-    """Each input file's size and modification time, as a shard's marker records them (taken before the files are
-    read): a file edited in place since (appended to, rewritten) makes its shard stale, as a changed setting does.
-    Hashing every input on every run would read the whole crawl again to skip it; size and time are what make and
-    rsync trust. None for a file whose store gives neither."""
+    """Each input file's size, modification time and (small files) sha256, as a shard's marker records them (taken
+    before the files are read): a file edited in place since (appended to, rewritten) makes its shard stale, as a
+    changed setting does. Hashing every input on every run would read the whole crawl again to skip it; size and
+    time are what make and rsync trust, and the hash is read only when they disagree. None for a file whose store
+    gives neither."""
     return [_stamp(f.path) for f in shard.files]
 
 
-def _stamp(path: str) -> list[Any] | None:
-    if "://" not in path or path.startswith("file://"):
+def _local(path: str) -> str | None:
+    return path.removeprefix("file://") if "://" not in path or path.startswith("file://") else None
+
+
+def _file_sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _stamp(path: str, with_hash: bool = True) -> list[Any] | None:
+    if (local := _local(path)) is not None:
         try:
-            st = os.stat(path.removeprefix("file://"))
+            st = os.stat(local)
+            digest = _file_sha256(local) if with_hash and st.st_size <= HASHED_INPUT_BYTES else None
         except OSError:
             return None
-        return [st.st_size, st.st_mtime_ns]
+        return [st.st_size, st.st_mtime_ns, digest]
     try:  # a remote store: its listing's size and time (or ETag), cached by fsspec from the planning glob
         import fsspec
 
@@ -157,13 +178,31 @@ def _stamp(path: str) -> list[Any] | None:
     return [info.get("size"), str(when) if when is not None else None]
 
 
+def _same_input(was: list[Any] | None, path: str) -> bool:
+    """The file is as the marker recorded it: the same size and time, or (a local file rewritten since) the same
+    size and content hash."""
+    now = _stamp(path, with_hash=False)
+    if was is None or now is None:
+        return was == now
+    if was[:2] == now[:2]:
+        return True
+    local = _local(path)
+    if local is None or len(was) < 3 or was[2] is None or was[0] != now[0]:
+        return False
+    try:
+        return _file_sha256(local) == was[2]
+    except OSError:
+        return False
+
+
 def _changed_input(info: dict[str, Any], shard: WorkShard) -> str | None:
-    """The first input whose stamp differs from the marker's (a marker from before stamps were recorded: None)."""
+    """The first input that differs from the marker's record (a marker from before inputs were recorded: None)."""
     old = info.get("inputs")
     if not isinstance(old, list) or len(old) != len(shard.files):
         return None
-    for f, was, now in zip(shard.files, old, input_stamps(shard), strict=True):
-        if was != now:
+    for f, was in zip(shard.files, old, strict=True):
+        if not _same_input(was, f.path):
+            now = _stamp(f.path, with_hash=False)
             size = f" ({was[0]} -> {now[0]} bytes)" if was and now and was[0] != now[0] else ""
             return f.path + size
     return None

@@ -106,3 +106,24 @@ def test_an_input_edited_in_place_is_cleaned_again(tmp_path, kind):
         r["text"] for p in (tmp_path / "out" / "clean" / "x").glob("shard-*.jsonl.zst") for r in read_shard(p)
     )
     assert texts[1].split("\n")[0] in cleaned  # the new text is what the cleaned shard holds now
+
+
+def test_an_input_rewritten_with_the_same_bytes_keeps_its_shard(tmp_path):
+    """A newer time alone (a copy, a regenerated file with the same text) is not an edit: the small file's
+    content hash in the marker says it is the same input, and the shard is reused."""
+    path = tmp_path / "x.jsonl"
+    _jsonl(path, _texts(1))
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(json.dumps({
+        "inherit": [str(ROOT / "configs/gpt2-tiny.yaml")],
+        "run": {"output_dir": str(tmp_path / "out")},
+        "data": {"sources": [{"name": "x", "format": "jsonl", "paths": [str(path)]}], "clean": NO_FILTERS},
+        "finetune": {"tasks": []},
+    }))  # fmt: skip
+    cfg = load_config(str(cfg_path))
+    run_clean(cfg)
+    stat = path.stat()
+    _jsonl(path, _texts(1))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    again = run_clean(cfg)
+    assert again["shards_skipped_done"] == 1 and again["shards_redone"] == {}, again
