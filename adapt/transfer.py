@@ -36,7 +36,18 @@ from transformers.optimization import Adafactor
 from transformers.trainer_callback import PrinterCallback
 
 from adapt.arms import Arms
-from adapt.inputs import Collator, Encoded, ListDataset, encode, model_device, on_device, resolve_max_length
+from adapt.inputs import (
+    Collator,
+    Encoded,
+    ListDataset,
+    encode,
+    frame_pair_task,
+    model_device,
+    on_device,
+    resolve_max_length,
+    save_finetuned_tokenizer,
+    uses_segments,
+)
 from adapt.methods import frozen
 from adapt.methods.ulmfit import GradualUnfreezing, UlmfitTrainer
 from adapt.probes import DEGENERATE_TOKEN_COSINE, probe, token_cosine
@@ -235,7 +246,7 @@ def fine_tune_once(
             collapsed[name] = c
     if save_model:
         trainer.save_model(str(out_dir))
-        tok.save_pretrained(str(out_dir))
+        save_finetuned_tokenizer(tok, out_dir, arms.model_dir)
     record: dict[str, Any] = {
         "arm": arm,
         "method": method,
@@ -302,11 +313,19 @@ class PreparedTask:
 def prepare_task(
     ft: FinetuneConfig, data: TaskData, tok: PreTrainedTokenizerBase, model_dir: Path
 ) -> PreparedTask:
+    """The task's splits encoded for the export's model. A pair task first gets a tokenizer that frames pairs with
+    a separator (frame_pair_task), and a model without a segment table a tokenizer that returns no segment ids:
+    `tok` is changed in place, and it is what every fine-tuned folder saves, so the folder encodes as training did."""
     arms = Arms(model_dir, data.labels, tok.pad_token_id, data.regression)
     max_len = resolve_max_length(ft, arms.config)
+    if data.pair:
+        frame_pair_task(tok, model_dir)
+    segments = uses_segments(arms.config)
+    if not segments and "token_type_ids" in tok.model_input_names:
+        tok.model_input_names = [n for n in tok.model_input_names if n != "token_type_ids"]
     index = {n: i for i, n in enumerate(data.labels)}
     enc = {
-        s: encode(tok, rows, index, max_len, ft, arms.text_to_text, data.regression)
+        s: encode(tok, rows, index, max_len, ft, arms.text_to_text, data.regression, segments)
         for s, rows in (("train", data.train), ("dev", data.dev), ("test", data.test))
     }
     label_ids = [tok(n)["input_ids"] for n in data.labels] if arms.text_to_text else None
