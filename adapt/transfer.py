@@ -48,7 +48,7 @@ from adapt.inputs import (
     save_finetuned_tokenizer,
     uses_segments,
 )
-from adapt.methods import frozen
+from adapt.methods import frozen, lora
 from adapt.methods.ulmfit import GradualUnfreezing, UlmfitTrainer
 from adapt.probes import DEGENERATE_TOKEN_COSINE, probe, token_cosine
 from adapt.report import accuracy_text, steps_text, to_tensorboard, write_layer_report, write_report
@@ -245,8 +245,7 @@ def fine_tune_once(
         if (c := collapse(pred, enc.gold, arms.regression)) is not None:
             collapsed[name] = c
     if save_model:
-        trainer.save_model(str(out_dir))
-        save_finetuned_tokenizer(tok, out_dir, arms.model_dir)
+        _save_folder(trainer, tok, arms, out_dir, method, out)
     record: dict[str, Any] = {
         "arm": arm,
         "method": method,
@@ -267,6 +266,17 @@ def fine_tune_once(
         record.update(best_dev_step=select.best_step, dev_accuracy_by_step=select.by_step)
     atomic_write(out_dir / "result.json", json_bytes(record))
     return RunScore(out, collapsed, trainer.state.global_step, rho or None)
+
+
+def _save_folder(
+    trainer: Trainer, tok, arms: Arms, out_dir: Path, method: str, scores: dict[str, float]
+) -> None:
+    """The fine-tuned folder: the model (a LoRA folder: adapters, head and a model card naming the labels) and the
+    tokenizer, as transformers and peft users load them."""
+    trainer.save_model(str(out_dir))
+    save_finetuned_tokenizer(tok, out_dir, arms.model_dir)
+    if method == "lora":
+        lora.write_card(out_dir, trainer.model, arms.model_dir, arms.labels, arms.regression, scores)
 
 
 @dataclass
