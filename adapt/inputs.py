@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from core.errors import ConfigError
 from data_pipeline.labelled import Row
 from data_pipeline.tokenizers import frame_pairs, make_portable
 from pretrain.families import family_names, get_family
@@ -85,7 +86,7 @@ def frame_pair_task(tok: PreTrainedTokenizerBase, model_dir: Path) -> None:
     separator added to GPT-2's and Llama's pair template, data_pipeline.tokenizers.frame_pairs), so training and
     the tokenizer the fine-tuned folder saves encode a pair alike; a tokenizer with no separator is refused."""
     if not frame_pairs(tok):
-        raise ValueError(
+        raise ConfigError(
             f"finetune.tasks.text_pair_column: the tokenizer of {model_dir} puts nothing between a pair's two texts "
             "and has no sep or eos token to put there; a pair task needs a tokenizer that separates them"
         )

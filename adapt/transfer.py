@@ -499,6 +499,8 @@ def run_transfer(
     if cfg.finetune.threads:
         torch.set_num_threads(cfg.finetune.threads)
     tasks = load_tasks(cfg)  # every task read and checked before any training
+    if any(t.pair for t in tasks):  # and a tokenizer that cannot separate a pair's texts refused before it
+        frame_pair_task(AutoTokenizer.from_pretrained(str(model_dir)), model_dir)
     out = Path(out_dir) if out_dir is not None else layout.finetune
     results = [evaluate_task(cfg, t, model_dir, out / t.name, log=log) for t in tasks]
     # bound to the weights it measured: a card of other weights never publishes these figures

@@ -290,3 +290,22 @@ def _between(ids: list[int], a: list[int], b: list[int]) -> list[int]:
                 if ids[j : j + len(b)] == b:
                     return ids[i + len(a) : j]
     raise AssertionError(f"{a} then {b} not in {ids}")
+
+
+def test_a_pair_task_on_a_tokenizer_that_cannot_separate_the_texts_is_refused_before_training(tmp_path):
+    """A tokenizer with no sep or eos token (and a pair template that puts nothing between the texts) would
+    concatenate a pair's texts: refused with the key and the folder named, before any model is trained."""
+    from core.errors import ConfigError
+    from tests.adapt.tiny_text import word_tokenizer
+    from tests.hf_folder import gpt2_folder
+
+    folder = gpt2_folder(tmp_path / "model", tokenizer=False, head="GPT2ForSequenceClassification")
+    word_tokenizer().save_pretrained(folder)
+    path = _write_jsonl(tmp_path / "pairs.jsonl", _pair_rows(per_label=4), ("a", "b", "topic"))
+    cfg = _task_cfg(
+        "gpt2-tiny", TINY, train=path, text_column="a", text_pair_column="b", label_column="topic"
+    )
+    with pytest.raises(ConfigError, match="finetune.tasks.text_pair_column") as e:
+        finetune(cfg, folder, "pretrained", tmp_path / "ft", log=lambda *_: None)
+    assert str(folder) in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "ft").exists()
