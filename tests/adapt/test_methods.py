@@ -215,6 +215,8 @@ def test_an_unknown_method_is_refused_at_load_naming_the_key():
         load_config("configs/roberta-tiny.yaml", ["finetune.methods=[lora,lora]"])
 
 
+@pytest.mark.integration  # a LoRA fine-tune and a fresh process: ~15 s alone, more under load
+@pytest.mark.timeout(420)
 def test_a_lora_folder_names_its_labels_and_loads_as_its_card_says(tmp_path):
     """Issue 66: the LoRA folder had no label names (LABEL_0/1 where the full folder has id2label), a README that
     was peft's empty template with this machine's absolute path as `base_model`, and `score` twice in
