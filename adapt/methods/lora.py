@@ -136,7 +136,7 @@ def write_card(
     how to load them with named labels."""
     from huggingface_hub import ModelCard, ModelCardData
 
-    config = next(iter(model.peft_config.values()))  # type: ignore[union-attr]
+    config = next(iter(model.peft_config.values()))
     metric = "Pearson's r" if regression else "accuracy"
     leaves = {
         name.rsplit(".", 1)[-1] for name, _ in model.named_modules()
