@@ -13,6 +13,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from adapt.inputs import frame_pair_task
 from adapt.scoring import task_metric
 from adapt.transfer import _log, method_lr_grid, pick_lr, prepare_task
 from data_pipeline.labelled import load_tasks
@@ -37,6 +38,8 @@ def finetune(
     tasks = load_tasks(cfg)  # every task read and checked before any model or tokenizer is loaded
     verify_export(model_dir)  # a local model folder holding the weights it recorded: nothing is looked up
     tok = AutoTokenizer.from_pretrained(str(model_dir))
+    if any(t.pair for t in tasks):  # a tokenizer that cannot separate a pair is refused before any training
+        frame_pair_task(tok, model_dir)
     results = []
     methods = [m for m in ft.methods if m != "frozen"]  # frozen trains no body: `transfer` scores it
     for data in tasks:

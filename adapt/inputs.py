@@ -1,16 +1,21 @@
 """Labelled rows -> model inputs: the token budget (the model's positions), long inputs (head+tail, truncate,
-sliding windows), the special-token frame of one text or a sentence pair, and the collator that pads a batch."""
+sliding windows), the special-token frame of one text, a sentence pair as the tokenizer itself encodes it, the
+tokenizer a fine-tuned folder saves, and the collator that pads a batch."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from core.errors import ConfigError
 from data_pipeline.labelled import Row
+from data_pipeline.tokenizers import frame_pairs, make_portable
 from pretrain.families import family_names, get_family
 from runconfig.finetune import FinetuneConfig
 
@@ -76,39 +81,21 @@ def special_frame(tok: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:
     raise ValueError(f"cannot locate the text inside the special-token frame of {type(tok).__name__}")
 
 
-def pair_frame(tok: PreTrainedTokenizerBase) -> tuple[list[int], list[int], list[int]]:
-    """The special tokens the tokenizer puts before, between and after a sentence pair (tokenizer(a, b): BERT's
-    [CLS] a [SEP] b [SEP], RoBERTa's <s> a </s></s> b </s>); a tokenizer that puts nothing between the two texts
-    (GPT-2's) gets its separator or end-of-text token there, so the model can tell where the first text ends."""
-    a = tok("hello world", add_special_tokens=False)["input_ids"]
-    b = tok("good morning", add_special_tokens=False)["input_ids"]
-    full = tok("hello world", "good morning", add_special_tokens=True)["input_ids"]
-    for i in range(len(full) - len(a) + 1):
-        if full[i : i + len(a)] != a:
-            continue
-        for j in range(i + len(a), len(full) - len(b) + 1):
-            if full[j : j + len(b)] == b:
-                prefix, mid, suffix = full[:i], full[i + len(a) : j], full[j + len(b) :]
-                if not mid:
-                    sep = tok.sep_token_id if tok.sep_token_id is not None else tok.eos_token_id
-                    mid = [] if sep is None else [sep]
-                return prefix, mid, suffix
-    raise ValueError(f"cannot locate a sentence pair inside the special-token frame of {type(tok).__name__}")
+def frame_pair_task(tok: PreTrainedTokenizerBase, model_dir: Path) -> None:
+    """Before a pair task is encoded: the tokenizer frames `tok(a, b)` with something between the texts (a
+    separator added to GPT-2's and Llama's pair template, data_pipeline.tokenizers.frame_pairs), so training and
+    the tokenizer the fine-tuned folder saves encode a pair alike; a tokenizer with no separator is refused."""
+    if not frame_pairs(tok):
+        raise ConfigError(
+            f"finetune.tasks.text_pair_column: the tokenizer of {model_dir} puts nothing between a pair's two texts "
+            "and has no sep or eos token to put there; a pair task needs a tokenizer that separates them"
+        )
 
 
-def pair_pieces(a: list[int], b: list[int], budget: int) -> tuple[list[int], list[int]]:
-    """Both texts cut to `budget` tokens together, a token off the longer one at a time (the tokenizer's
-    'longest_first' truncation, run_glue's for pair tasks)."""
-    over = len(a) + len(b) - budget
-    if over <= 0:
-        return a, b
-    keep_a, keep_b = len(a), len(b)
-    for _ in range(over):
-        if keep_a >= keep_b:
-            keep_a -= 1
-        else:
-            keep_b -= 1
-    return a[:keep_a], b[:keep_b]
+def uses_segments(config) -> bool:
+    """Whether the model reads segment ids (a token-type table of two or more rows: BERT's, ELECTRA's); the pair's
+    `token_type_ids` are then fed as `tok(a, b)` gives them, else dropped (RoBERTa's one row, ModernBERT's none)."""
+    return int(getattr(config, "type_vocab_size", 0) or 0) > 1
 
 
 def encode(
@@ -119,11 +106,13 @@ def encode(
     ft: FinetuneConfig,
     text_to_text: bool,
     regression: bool = False,
+    segments: bool = False,
 ) -> Encoded:
-    """Rows -> one feature per window. A pair task (rows with a second text) is framed as the tokenizer frames a
-    pair and cut longest-first to the budget (one window per example); a regression label is its float."""
+    """Rows -> one feature per window. A pair task (rows with a second text) is `tok(a, b)` itself, cut
+    longest-first to `max_length` by the tokenizer (one window per example; its segment ids kept where the model
+    reads them, `segments`), so the saved tokenizer reproduces every input; a regression label is its float."""
     if rows and rows[0][3] is not None:
-        return _encode_pairs(tok, rows, labels, max_length, text_to_text, regression)
+        return _encode_pairs(tok, rows, labels, max_length, text_to_text, regression, segments)
     prefix, suffix = special_frame(tok)
     budget = max_length - len(prefix) - len(suffix)
     raw = tok([r[1] for r in rows], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
@@ -155,26 +144,41 @@ def _encode_pairs(
     max_length: int,
     text_to_text: bool,
     regression: bool,
+    segments: bool,
 ) -> Encoded:
-    prefix, mid, suffix = pair_frame(tok)
-    budget = max_length - len(prefix) - len(mid) - len(suffix)
-    first = tok([r[1] for r in rows], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
-    second = tok([r[3] or "" for r in rows], add_special_tokens=False, truncation=False, verbose=False)[
-        "input_ids"
-    ]
+    enc = tok(
+        [r[1] for r in rows],
+        [r[3] or "" for r in rows],
+        truncation="longest_first",  # run_glue's truncation for pair tasks
+        max_length=max_length,
+        verbose=False,
+    )
     label_ids = (
         {name: tok(name, add_special_tokens=True)["input_ids"] for name in labels} if text_to_text else {}
     )
+    keep_types = segments and "token_type_ids" in enc
     feats = []
-    for a, b, row in zip(first, second, rows, strict=True):
-        a, b = pair_pieces(a, b, budget)
-        feats.append(
-            {
-                "input_ids": prefix + a + mid + b + suffix,
-                "labels": label_ids[row[2]] if text_to_text else _label(row[2], labels, regression),
-            }
-        )
+    for i, row in enumerate(rows):
+        f: dict[str, Any] = {"input_ids": enc["input_ids"][i]}
+        if keep_types:
+            f["token_type_ids"] = enc["token_type_ids"][i]
+        f["labels"] = label_ids[row[2]] if text_to_text else _label(row[2], labels, regression)
+        feats.append(f)
     return Encoded(feats, np.arange(len(rows)), _gold(rows, labels, regression))
+
+
+def save_finetuned_tokenizer(tok: PreTrainedTokenizerBase, out_dir: Path, model_dir: Path) -> None:
+    """The tokenizer a fine-tuned folder holds, loadable in transformers 4.40+ and 5.x as the export's is: 5.x
+    writes `tokenizer_class: TokenizersBackend` for ModernBERT and T5 (unknown to 4.x), so the export's own class is
+    kept (make_portable then fixes what 4.x cannot read); the input names are those the model takes (no
+    `token_type_ids` where it has no segment table), so `model(**tok(a, b))` runs as training did."""
+    tok.save_pretrained(str(out_dir))
+    source = Path(model_dir) / "tokenizer_config.json"
+    cls = json.loads(source.read_text()).get("tokenizer_class") if source.is_file() else None
+    extra: dict[str, Any] = {"model_input_names": list(tok.model_input_names)}
+    if cls not in (None, "TokenizersBackend"):
+        extra["tokenizer_class"] = cls
+    make_portable(Path(out_dir), **extra)
 
 
 class Collator:
@@ -191,6 +195,11 @@ class Collator:
             ids[i, : len(f["input_ids"])] = torch.tensor(f["input_ids"])
             mask[i, : len(f["input_ids"])] = 1
         out = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in feats[0]:  # segment ids (pairs for BERT-style models), padded with 0
+            types = torch.zeros((len(feats), n), dtype=torch.long)
+            for i, f in enumerate(feats):
+                types[i, : len(f["token_type_ids"])] = torch.tensor(f["token_type_ids"])
+            out["token_type_ids"] = types
         if isinstance(feats[0]["labels"], list):
             m = max(len(f["labels"]) for f in feats)
             lab = torch.full((len(feats), m), -100, dtype=torch.long)

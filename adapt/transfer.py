@@ -36,8 +36,19 @@ from transformers.optimization import Adafactor
 from transformers.trainer_callback import PrinterCallback
 
 from adapt.arms import Arms
-from adapt.inputs import Collator, Encoded, ListDataset, encode, model_device, on_device, resolve_max_length
-from adapt.methods import frozen
+from adapt.inputs import (
+    Collator,
+    Encoded,
+    ListDataset,
+    encode,
+    frame_pair_task,
+    model_device,
+    on_device,
+    resolve_max_length,
+    save_finetuned_tokenizer,
+    uses_segments,
+)
+from adapt.methods import frozen, lora
 from adapt.methods.ulmfit import GradualUnfreezing, UlmfitTrainer
 from adapt.probes import DEGENERATE_TOKEN_COSINE, probe, token_cosine
 from adapt.report import accuracy_text, steps_text, to_tensorboard, write_layer_report, write_report
@@ -234,8 +245,7 @@ def fine_tune_once(
         if (c := collapse(pred, enc.gold, arms.regression)) is not None:
             collapsed[name] = c
     if save_model:
-        trainer.save_model(str(out_dir))
-        tok.save_pretrained(str(out_dir))
+        _save_folder(trainer, tok, arms, out_dir, method, out)
     record: dict[str, Any] = {
         "arm": arm,
         "method": method,
@@ -256,6 +266,17 @@ def fine_tune_once(
         record.update(best_dev_step=select.best_step, dev_accuracy_by_step=select.by_step)
     atomic_write(out_dir / "result.json", json_bytes(record))
     return RunScore(out, collapsed, trainer.state.global_step, rho or None)
+
+
+def _save_folder(
+    trainer: Trainer, tok, arms: Arms, out_dir: Path, method: str, scores: dict[str, float]
+) -> None:
+    """The fine-tuned folder: the model (a LoRA folder: adapters, head and a model card naming the labels) and the
+    tokenizer, as transformers and peft users load them."""
+    trainer.save_model(str(out_dir))
+    save_finetuned_tokenizer(tok, out_dir, arms.model_dir)
+    if method == "lora":
+        lora.write_card(out_dir, trainer.model, arms.model_dir, arms.labels, arms.regression, scores)
 
 
 @dataclass
@@ -302,11 +323,19 @@ class PreparedTask:
 def prepare_task(
     ft: FinetuneConfig, data: TaskData, tok: PreTrainedTokenizerBase, model_dir: Path
 ) -> PreparedTask:
+    """The task's splits encoded for the export's model. A pair task first gets a tokenizer that frames pairs with
+    a separator (frame_pair_task), and a model without a segment table a tokenizer that returns no segment ids:
+    `tok` is changed in place, and it is what every fine-tuned folder saves, so the folder encodes as training did."""
     arms = Arms(model_dir, data.labels, tok.pad_token_id, data.regression)
     max_len = resolve_max_length(ft, arms.config)
+    if data.pair:
+        frame_pair_task(tok, model_dir)
+    segments = uses_segments(arms.config)
+    if not segments and "token_type_ids" in tok.model_input_names:
+        tok.model_input_names = [n for n in tok.model_input_names if n != "token_type_ids"]
     index = {n: i for i, n in enumerate(data.labels)}
     enc = {
-        s: encode(tok, rows, index, max_len, ft, arms.text_to_text, data.regression)
+        s: encode(tok, rows, index, max_len, ft, arms.text_to_text, data.regression, segments)
         for s, rows in (("train", data.train), ("dev", data.dev), ("test", data.test))
     }
     label_ids = [tok(n)["input_ids"] for n in data.labels] if arms.text_to_text else None
@@ -470,6 +499,8 @@ def run_transfer(
     if cfg.finetune.threads:
         torch.set_num_threads(cfg.finetune.threads)
     tasks = load_tasks(cfg)  # every task read and checked before any training
+    if any(t.pair for t in tasks):  # and a tokenizer that cannot separate a pair's texts refused before it
+        frame_pair_task(AutoTokenizer.from_pretrained(str(model_dir)), model_dir)
     out = Path(out_dir) if out_dir is not None else layout.finetune
     results = [evaluate_task(cfg, t, model_dir, out / t.name, log=log) for t in tasks]
     # bound to the weights it measured: a card of other weights never publishes these figures

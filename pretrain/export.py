@@ -21,7 +21,7 @@ from core.layout import CLEAN_STATS, TOKEN_MANIFEST
 from core.log import get_logger, third_party_prints
 from core.run_layout import RunLayout
 from core.storage import RunStore
-from data_pipeline.tokenizers import make_portable
+from data_pipeline.tokenizers import frame_pairs, make_portable
 from pretrain import checkpoint as ckpt
 from pretrain import safe_load
 from pretrain.export_folder import (
@@ -225,6 +225,9 @@ def _write_staged(
     """The export, written into the staging folder `out` (COMPLETE last), then renamed into place as `final`."""
     out.mkdir(parents=True)
     tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
+    # tokenizer(a, b) of the export frames a pair as `pretrain finetune` trains on it: GPT-2's and Llama's put
+    # nothing between the texts, so they get `a <|endoftext|> b` in their saved pair template (single texts as trained)
+    frame_pairs(tokenizer)
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
     objective = cfg.objective.spec
     family = cfg.model.spec

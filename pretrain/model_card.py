@@ -446,8 +446,8 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         "",
     ]
     body += [f"Loads with transformers >={min_tf} (the oldest release the compat test loads it in) and 5.x; "
-             f"tokenizer class "
-             f"`{state.get('tokenizer_class', '?')}`.", ""]  # fmt: skip
+             f"tokenizer class `{state.get('tokenizer_class', '?')}`." + _pair_text(state.get("pair_separator")),
+             ""]  # fmt: skip
     lora = _lora_modules(cfg.model.family)
     if lora:
         body += [f"LoRA with peft: peft has no default target modules for `{cfg.model.family}`; pass "
@@ -484,6 +484,32 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
              "- `training_state.json`: step, tokens seen, final loss, the checkpoint it came from"]  # fmt: skip
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(body) + "\n")
     return str(card)
+
+
+def pair_separator(export_dir: Path) -> str | None:
+    """What the export's own tokenizer puts between a pair's two texts (`tokenizer(a, b)`), read from the folder so
+    the card says what it does ('' for nothing; None where the folder has no fast tokenizer to ask)."""
+    if not (export_dir / "tokenizer.json").is_file():
+        return None
+    from transformers import AutoTokenizer
+
+    from data_pipeline.tokenizers import pair_frame
+
+    tok = AutoTokenizer.from_pretrained(str(export_dir))
+    frame = pair_frame(tok)
+    return None if frame is None else "".join(tok.convert_ids_to_tokens(frame[1]))
+
+
+def _pair_text(sep: str | None) -> str:
+    """The card's sentence on pairs: what `tokenizer(a, b)` of this folder does (issue 66: no stale text)."""
+    if sep is None:
+        return ""
+    if not sep:
+        return (
+            " Sentence pairs: `tokenizer(a, b)` puts nothing between the two texts; `pretrain finetune` adds the "
+            "end-of-text token there, and its fine-tuned folders save that pair template."
+        )
+    return f" Sentence pairs: `tokenizer(a, b)` puts `{sep}` between the two texts, as `pretrain finetune` trains."
 
 
 def _lora_modules(family: str) -> tuple[str, ...]:
@@ -527,6 +553,7 @@ def write_model_card(cfg: RunConfig, export_dir: str | Path) -> Path:
     tok_conf_path = export_dir / "tokenizer_config.json"
     tok_conf = json.loads(tok_conf_path.read_text()) if tok_conf_path.is_file() else {}
     state.setdefault("tokenizer_class", tok_conf.get("tokenizer_class"))
+    state.setdefault("pair_separator", pair_separator(export_dir))
     manifest_path = layout.tokens / TOKEN_MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
     (export_dir / MANIFEST_FILE).write_text(json.dumps(manifest if manifest is not None else {}, indent=1))

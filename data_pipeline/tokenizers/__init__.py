@@ -23,7 +23,8 @@ converted to a `tokenizers` Unigram (the same steps as transformers' T5Converter
 identically (checked in tests against the sentencepiece processor).
 
 Modules: conventions.py (the conventions and their registry), trainers.py (BPE, WordPiece, Unigram and
-`train_tokenizer`), saving.py (the portable folder), checks.py (the `<unk>` rate), corpus.py (the texts trained on).
+`train_tokenizer`), saving.py (the portable folder), pairs.py (a separator between a pair's two texts), checks.py
+(the `<unk>` rate), corpus.py (the texts trained on).
 """
 
 from data_pipeline.tokenizers.checks import unk_rate
@@ -40,6 +41,7 @@ from data_pipeline.tokenizers.conventions import (
     describe,
     register_convention,
 )
+from data_pipeline.tokenizers.pairs import frame_pairs, pair_frame
 from data_pipeline.tokenizers.saving import load_tokenizer, make_portable, remove_staging, save_tokenizer
 from data_pipeline.tokenizers.trainers import (
     bpe_tokenizer,
@@ -60,8 +62,10 @@ __all__ = [
     "bpe_tokenizer",
     "convention_name",
     "describe",
+    "frame_pairs",
     "load_tokenizer",
     "make_portable",
+    "pair_frame",
     "register_convention",
     "remove_staging",
     "save_tokenizer",

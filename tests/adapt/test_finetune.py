@@ -20,6 +20,7 @@ from core.run_layout import RunLayout
 from data_pipeline.labelled import LabelledDataError, load_task, load_tasks
 from data_pipeline.shards import mark_done, write_shard
 from data_pipeline.tokenizers import train_tokenizer
+from pretrain.families import family_names
 from pretrain.models import build_model
 from runconfig import ConfigError, load_config
 
@@ -572,3 +573,33 @@ def test_bad_labelled_data_is_one_line_with_the_usage_exit_code(tmp_path, capsys
     err = capsys.readouterr().err
     assert code == USAGE and len(err.strip().splitlines()) == 1, err
     assert "finetune.tasks.0.label_column: the test split has labels the train split never shows" in err
+
+
+# tokenizer_class values transformers 4.40 resolves (the conventions' classes and the generic fast class); 5.x writes
+# `TokenizersBackend` for ModernBERT and T5 folders, a name 4.x (4.57 included) refuses with a ValueError
+CLASSES_4X = {"PreTrainedTokenizerFast", "GPT2Tokenizer", "RobertaTokenizer", "BertTokenizer", "T5Tokenizer"}
+
+
+@pytest.mark.parametrize("family", family_names())
+def test_a_finetuned_folder_saves_a_tokenizer_class_transformers_4_loads(tmp_path, family):
+    """Issue 66 item 8: a fine-tuned ModernBERT folder saved its tokenizer as `TokenizersBackend`, which
+    transformers 4.57 cannot load, while the export says `RobertaTokenizer`. The folder keeps the export's class
+    (one 4.40+ and 5.x resolve) and encodes exactly as the export's tokenizer does."""
+    from transformers import AutoTokenizer
+
+    from adapt.inputs import save_finetuned_tokenizer
+    from data_pipeline.tokenizers import make_portable
+
+    rows = _labelled_rows(per_label=4, chars=300)
+    export, _ = _export(tmp_path, f"{family}-tiny", [r[1] for r in rows])
+    make_portable(export)  # as pretrain.export writes the export's tokenizer
+    exported = json.loads((export / "tokenizer_config.json").read_text())
+    tok = AutoTokenizer.from_pretrained(str(export))
+    save_finetuned_tokenizer(tok, tmp_path / "ft", export)
+    conf = json.loads((tmp_path / "ft" / "tokenizer_config.json").read_text())
+    assert conf["tokenizer_class"] == exported["tokenizer_class"] and conf["tokenizer_class"] in CLASSES_4X
+    assert not isinstance(conf.get("extra_special_tokens"), list)  # 4.x reads that key as a dict
+    again = AutoTokenizer.from_pretrained(str(tmp_path / "ft"))
+    texts = [r[1] for r in rows[:4]]
+    assert again(texts)["input_ids"] == tok(texts)["input_ids"]
+    assert again(texts[0], texts[1])["input_ids"] == tok(texts[0], texts[1])["input_ids"]

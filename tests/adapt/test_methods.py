@@ -213,3 +213,51 @@ def test_an_unknown_method_is_refused_at_load_naming_the_key():
         load_config("configs/roberta-tiny.yaml", ["finetune.methods=[adapters]"])
     with pytest.raises(ConfigError, match=r"finetune\.methods.*twice"):
         load_config("configs/roberta-tiny.yaml", ["finetune.methods=[lora,lora]"])
+
+
+@pytest.mark.integration  # a LoRA fine-tune and a fresh process: ~15 s alone, more under load
+@pytest.mark.timeout(420)
+def test_a_lora_folder_names_its_labels_and_loads_as_its_card_says(tmp_path):
+    """Issue 66: the LoRA folder had no label names (LABEL_0/1 where the full folder has id2label), a README that
+    was peft's empty template with this machine's absolute path as `base_model`, and `score` twice in
+    `modules_to_save`. Now: each module once; the README a model card (no local path in its metadata) whose loading
+    snippet, run in a fresh process with transformers and peft alone, gives the named labels and the run's
+    predictions."""
+    from huggingface_hub import ModelCard
+
+    rows = _labelled_rows(per_label=6, chars=200)
+    folder = _labelled_folder(tmp_path, rows)
+    export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
+    cfg = _task_cfg("gpt2-tiny", [*overrides, "finetune.methods=[lora]", "finetune.long_inputs=truncate"],
+                    train=str(folder))  # fmt: skip
+    data = load_tasks(cfg)[0]
+    task = prepare_task(cfg.finetune, data, AutoTokenizer.from_pretrained(export), export)
+    out = tmp_path / "lora-saved"
+    task.fine_tune("pretrained", 1.0e-2, 0, out, save_model=True, method="lora")
+    adapter = json.loads((out / "adapter_config.json").read_text())
+    assert sorted(adapter["modules_to_save"]) == sorted(set(adapter["modules_to_save"])), adapter[
+        "modules_to_save"
+    ]
+    card = ModelCard.load(out / "README.md")
+    assert card.data.library_name == "peft" and "base_model" not in card.data.to_dict()
+    assert str(tmp_path) not in card.content and "[More Information Needed]" not in card.content
+    assert all(f"`{name}`" in card.content for name in data.labels)
+    snippet = (
+        card.content.split("```python\n", 1)[1].split("```", 1)[0].replace("path/to/this/folder", str(out))
+    )
+    script = snippet + textwrap.dedent(f"""
+        import json, sys, torch
+        assert "adapt" not in sys.modules and "pretrain" not in sys.modules
+        texts = json.loads(sys.stdin.read())
+        with torch.no_grad():
+            preds = [int(model(**tokenizer(t, truncation=True, max_length={task.max_len}, return_tensors="pt")).logits.argmax())
+                     for t in texts]
+        print(json.dumps({{"labels": model.config.id2label, "predictions": preds}}))
+    """)  # fmt: skip
+    env = {k: v for k, v in child_env().items() if k != "PYTHONPATH"}
+    res = subprocess.run([sys.executable, "-c", script], input=json.dumps([r[1] for r in data.test]),
+                         capture_output=True, text=True, env=env, cwd="/", timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["labels"] == {str(i): n for i, n in enumerate(data.labels)}
+    assert got["predictions"] == json.loads((out / "result.json").read_text())["predictions"]["test"]

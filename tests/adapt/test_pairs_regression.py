@@ -15,9 +15,11 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, T5Co
 
 from adapt.arms import Arms
 from adapt.finetune import finetune
-from adapt.inputs import pair_frame, pair_pieces
+from adapt.inputs import save_finetuned_tokenizer
 from adapt.scoring import collapse, score, spearman
+from adapt.transfer import prepare_task
 from data_pipeline.labelled import LabelledDataError, load_task
+from pretrain.families import family_names
 from runconfig import ConfigError
 from tests.adapt.test_finetune import TINY, _export, _labelled_rows, _task_cfg
 
@@ -144,10 +146,7 @@ def test_regression_with_a_text_to_text_family_is_refused_before_training(tmp_pa
         Arms(tmp_path, [], 0, regression=True)
 
 
-def test_pair_truncation_is_longest_first_and_scores_are_pearson_and_spearman():
-    a, b = pair_pieces(list(range(10)), list(range(100, 104)), 8)
-    assert (len(a), len(b)) == (4, 4) and a == [0, 1, 2, 3] and b == [100, 101, 102, 103]
-    assert pair_pieces([1, 2], [3], 8) == ([1, 2], [3])
+def test_regression_scores_are_pearson_and_spearman_and_constant_predictions_collapse():
     gold = np.array([0.0, 1.0, 2.0, 3.0])
     pred = np.array([0.1, 0.9, 2.2, 2.8])
     assert score(pred, gold, regression=True) == pytest.approx(np.corrcoef(pred, gold)[0, 1])
@@ -157,13 +156,48 @@ def test_pair_truncation_is_longest_first_and_scores_are_pearson_and_spearman():
     assert collapse(np.array([0.1, 0.9, 2.2, 2.8]), gold, regression=True) is None
 
 
-@pytest.mark.integration  # three tiny exports, two tasks each: ~90 s in all under load
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("preset", ["roberta-tiny", "gpt2-tiny", "modernbert-tiny"])
+SCORE_ALONE = r"""
+import json, sys, torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+assert "adapt" not in sys.modules and "pretrain" not in sys.modules
+folder, max_length = sys.argv[1], int(sys.argv[2])
+pairs = json.loads(sys.stdin.read())
+tok = AutoTokenizer.from_pretrained(folder)
+model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+out = []
+with torch.no_grad():
+    for a, b in pairs:  # one pair at a time, the standard way: tokenizer(a, b), then the model
+        logits = model(**tok(a, b, truncation=True, max_length=max_length, return_tensors="pt")).logits[0]
+        out.append(float(logits[0]) if model.config.problem_type == "regression" else int(logits.argmax()))
+print(json.dumps({"predictions": out, "labels": model.config.id2label}))
+"""
+
+
+def _score_alone(folder: Path, pairs: list[list[str]], max_length: int) -> dict:
+    """`folder` scored in a fresh process with plain transformers (no lmstack module importable)."""
+    import subprocess
+    import sys
+
+    from tests.pretrain.conftest import child_env
+
+    env = {k: v for k, v in child_env().items() if k != "PYTHONPATH"}
+    res = subprocess.run([sys.executable, "-c", SCORE_ALONE, str(folder), str(max_length)], input=json.dumps(pairs),
+                         capture_output=True, text=True, env=env, cwd="/", timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.integration  # five tiny exports, two tasks each, and a fresh process per saved model: ~3 min under load
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "preset", ["roberta-tiny", "gpt2-tiny", "llama-tiny", "modernbert-tiny", "electra-tiny"]
+)
 def test_pair_classification_and_regression_fine_tune_end_to_end(tmp_path, preset):
-    """A pair task and a regression pair task through `adapt.finetune`: the pair is framed as the tokenizer frames
-    it (a separator between the texts even where the tokenizer puts none, as GPT-2's), the regression head has one
-    output, and the saved model reloaded alone predicts what the run scored."""
+    """A pair task and a regression pair task through `adapt.finetune` (issue 66 item 1): the pair is framed as
+    the tokenizer frames it (a separator between the texts even where GPT-2's and Llama's put none), the
+    regression head has one output, and each saved folder, scored the standard way in a fresh process with plain
+    transformers (`tokenizer(a, b, truncation=True)`, AutoModelForSequenceClassification), predicts what the run
+    recorded in result.json, with the label names."""
     rows = _pair_rows(per_label=8)
     export, overrides = _export(tmp_path, preset, [r["a"] + r["b"] for r in rows])
     path = _write_jsonl(tmp_path / "pairs.jsonl", rows, ("a", "b", "topic", "score"))
@@ -175,27 +209,22 @@ def test_pair_classification_and_regression_fine_tune_end_to_end(tmp_path, prese
     from runconfig import load_config
 
     cfg = load_config(f"configs/{preset}.yaml", [*overrides, f"finetune.tasks={json.dumps(tasks)}"])
-    tok = AutoTokenizer.from_pretrained(str(export))
-    prefix, mid, suffix = pair_frame(tok)
-    assert mid, "a pair needs something between its two texts"
     res = {r["task"]: r for r in finetune(cfg, export, "pretrained", tmp_path / "ft", log=lambda *_: None)}
     assert res["nli"]["metric"] == "accuracy" and 0.0 <= res["nli"]["accuracy_by_seed"][0]["test"] <= 1.0
     assert res["sts"]["metric"] == "pearsonr" and -1.0 <= res["sts"]["accuracy_by_seed"][0]["test"] <= 1.0
-    folder = tmp_path / "ft" / "sts" / "pretrained" / "seed0"
-    record = json.loads((folder / "result.json").read_text())
-    assert record["metric"] == "pearsonr" and set(record["spearman"]) == {"dev", "test"}
-    model = AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
+    for i, name in enumerate(("nli", "sts")):
+        folder = tmp_path / "ft" / name / "pretrained" / "seed0"
+        record = json.loads((folder / "result.json").read_text())
+        data = load_task(cfg, i)
+        alone = _score_alone(folder, [[r[1], r[3]] for r in data.test], cfg.finetune.max_length)
+        if name == "nli":
+            assert alone["predictions"] == record["predictions"]["test"]
+            assert alone["labels"] == {str(k): v for k, v in enumerate(data.labels)}
+        else:
+            assert record["metric"] == "pearsonr" and set(record["spearman"]) == {"dev", "test"}
+            assert alone["predictions"] == pytest.approx(record["predictions"]["test"], abs=1e-4)
+    model = AutoModelForSequenceClassification.from_pretrained(str(folder))
     assert model.config.num_labels == 1 and model.config.problem_type == "regression"
-    # the first test example, framed as the run framed it, reloaded alone: the value the run recorded
-    data = load_task(cfg, 1)
-    first, second = data.test[0][1], data.test[0][3]
-    a = tok(first, add_special_tokens=False)["input_ids"]
-    b = tok(second, add_special_tokens=False)["input_ids"]
-    a, b = pair_pieces(a, b, 48 - len(prefix) - len(mid) - len(suffix))
-    ids = torch.tensor([prefix + a + mid + b + suffix])
-    with torch.no_grad():
-        value = float(model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, 0])
-    assert value == pytest.approx(record["predictions"]["test"][0], abs=1e-4)
 
 
 def test_predict_scores_every_label_of_the_head_even_where_a_split_lacks_the_last_one():
@@ -222,3 +251,61 @@ def test_predict_scores_every_label_of_the_head_even_where_a_split_lacks_the_las
     )
     values = _predict(model, tok, word_examples(tok, 6, np.linspace(0, 1, 6)), FinetuneConfig(), False, None)
     assert values.dtype == float and values.shape == (6,)
+
+
+@pytest.mark.parametrize("family", family_names())
+def test_the_saved_tokenizer_frames_a_pair_as_training_did(tmp_path, family):
+    """Issue 66 item 1: GPT-2 and Llama pair models trained on `a <|endoftext|> b` while the folder's tokenizer gave
+    `tokenizer(a, b)` = `a b`, so a model fed the standard way saw other inputs. The tokenizer a fine-tuned folder
+    saves, reloaded alone, must give every training feature from `tokenizer(a, b, truncation=True, max_length=L)`:
+    the same ids (a separator between the texts) and, where it returns them, the same segment ids (ELECTRA)."""
+    rows = _pair_rows(per_label=4)
+    export, overrides = _export(tmp_path, f"{family}-tiny", [r["a"] + r["b"] for r in rows])
+    path = _write_jsonl(tmp_path / "pairs.jsonl", rows, ("a", "b", "topic"))
+    cfg = _task_cfg(f"{family}-tiny", overrides, train=path, text_column="a", text_pair_column="b",
+                    label_column="topic")  # fmt: skip
+    data = load_task(cfg, 0)
+    task = prepare_task(cfg.finetune, data, AutoTokenizer.from_pretrained(str(export)), export)
+    save_finetuned_tokenizer(task.tok, tmp_path / "ft", export)
+    saved = AutoTokenizer.from_pretrained(str(tmp_path / "ft"))
+    a = saved("hello world", add_special_tokens=False)["input_ids"]
+    b = saved("good morning", add_special_tokens=False)["input_ids"]
+    assert _between(saved("hello world", "good morning")["input_ids"], a, b), "nothing between the two texts"
+    for split in ("train", "test"):
+        rows_ = getattr(data, split)
+        enc = saved([r[1] for r in rows_], [r[3] for r in rows_], truncation=True, max_length=task.max_len)
+        feats = task.enc[split].features
+        assert [f["input_ids"] for f in feats] == enc["input_ids"], split
+        if "token_type_ids" in enc:
+            assert [f.get("token_type_ids", [0] * len(f["input_ids"])) for f in feats] == enc[
+                "token_type_ids"
+            ]
+
+
+def _between(ids: list[int], a: list[int], b: list[int]) -> list[int]:
+    """The tokens between the first text and the second in a framed pair (what tells the model where `a` ends)."""
+    for i in range(len(ids) - len(a) + 1):
+        if ids[i : i + len(a)] == a:
+            for j in range(i + len(a), len(ids) - len(b) + 1):
+                if ids[j : j + len(b)] == b:
+                    return ids[i + len(a) : j]
+    raise AssertionError(f"{a} then {b} not in {ids}")
+
+
+def test_a_pair_task_on_a_tokenizer_that_cannot_separate_the_texts_is_refused_before_training(tmp_path):
+    """A tokenizer with no sep or eos token (and a pair template that puts nothing between the texts) would
+    concatenate a pair's texts: refused with the key and the folder named, before any model is trained."""
+    from core.errors import ConfigError
+    from tests.adapt.tiny_text import word_tokenizer
+    from tests.hf_folder import gpt2_folder
+
+    folder = gpt2_folder(tmp_path / "model", tokenizer=False, head="GPT2ForSequenceClassification")
+    word_tokenizer().save_pretrained(folder)
+    path = _write_jsonl(tmp_path / "pairs.jsonl", _pair_rows(per_label=4), ("a", "b", "topic"))
+    cfg = _task_cfg(
+        "gpt2-tiny", TINY, train=path, text_column="a", text_pair_column="b", label_column="topic"
+    )
+    with pytest.raises(ConfigError, match="finetune.tasks.text_pair_column") as e:
+        finetune(cfg, folder, "pretrained", tmp_path / "ft", log=lambda *_: None)
+    assert str(folder) in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "ft").exists()

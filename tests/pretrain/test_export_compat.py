@@ -3,7 +3,7 @@
 
 A downstream team may pin an older transformers than the one we train with. This test builds (once, cached in the
 gitignored `.venv-compat-tf440/`) a separate venv with transformers 4.40 and the CPU torch, writes an exported
-folder per family exactly as `pretrain.export` does (model.save_pretrained, tokenizer.save_pretrained,
+folder per family exactly as `pretrain.export` does (frame_pairs, model.save_pretrained, tokenizer.save_pretrained,
 make_portable), and loads it there with AutoTokenizer / AutoModel*: the token ids and the logits must equal what
 the training-side transformers computes.
 """
@@ -62,7 +62,8 @@ print(json.dumps({"version": transformers.__version__, "tokenizer": type(tok).__
                   "ids": enc["input_ids"].tolist(), "decoded": [tok.decode(i, skip_special_tokens=True)
                   for i in tok(texts, add_special_tokens=False)["input_ids"]],
                   "padding_side": tok.padding_side, "pad": tok.pad_token, "eos": tok.eos_token,
-                  "logits": logits.flatten()[:2000].tolist(), "heads": heads}))
+                  "logits": logits.flatten()[:2000].tolist(), "heads": heads,
+                  "pair": tok(texts[0], texts[1])["input_ids"]}))
 """
 
 
@@ -86,12 +87,13 @@ def _export(tmp: Path, preset: str) -> tuple[Path, object]:
     """An export folder written by the same calls as pretrain.export (random weights: compatibility, not quality)."""
     import torch
 
-    from data_pipeline.tokenizers import load_tokenizer, make_portable, train_tokenizer
+    from data_pipeline.tokenizers import frame_pairs, load_tokenizer, make_portable, train_tokenizer
     from pretrain.models import build_model
     from tests.data_pipeline.tokens_fixtures import bbc_config
 
     cfg = bbc_config(tmp, preset, ["tokenizer.vocab_size=2000"], limit=300)
     tok = load_tokenizer(train_tokenizer(cfg))
+    frame_pairs(tok)  # as pretrain.export: a separator between a pair's texts (GPT-2, Llama)
     torch.manual_seed(0)
     model = build_model(cfg.model, tok, cfg.packing.seq_len).eval()
     out = tmp / "export"
@@ -116,6 +118,7 @@ def test_export_loads_in_oldest_supported_transformers(tmp_path, family):
     a, b = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (new, old))
     assert b["version"].startswith(spec.min_transformers + ".") and a["version"].split(".")[0] == "5"
     assert b["ids"] == a["ids"] and b["decoded"] == a["decoded"], (a["decoded"], b["decoded"])
+    assert b["pair"] == a["pair"]  # tokenizer(a, b): the saved pair template, in both generations
     from runconfig import load_config
 
     if load_config(ROOT / "configs" / f"{preset}.yaml").tokenizer.type != "wordpiece":

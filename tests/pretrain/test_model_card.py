@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from data_pipeline.tokenizers import load_tokenizer, make_portable, train_tokenizer
+from data_pipeline.tokenizers import frame_pairs, load_tokenizer, make_portable, train_tokenizer
 from pretrain.metrics import MetricsLogger
 from pretrain.model_card import MANIFEST_FILE, write_model_card
 from pretrain.models import build_model
@@ -28,6 +28,7 @@ TRANSFER = {"model": "x", "tasks": {"bbc_topics": {
 def _export(tmp: Path, preset: str, overrides: list[str] = ()) -> tuple[object, Path]:
     cfg = bbc_config(tmp, preset, ["tokenizer.vocab_size=2000", *overrides], limit=200)
     tok = load_tokenizer(train_tokenizer(cfg))
+    frame_pairs(tok)  # as pretrain.export: a separator between a pair's texts (GPT-2)
     from data_pipeline.tokenize import run_tokenize
 
     run_tokenize(cfg)  # the manifest with the shard hashes
@@ -91,6 +92,10 @@ def test_card_metadata_and_body(tmp_path, preset, tag):
         "Loads with transformers >=4.40",
         '"acme/tiny")',
         "Held-out perplexity: **665.10**",
+        # issue 66: what the folder's tokenizer(a, b) puts between a pair's texts
+        "Sentence pairs: `tokenizer(a, b)` puts `"
+        + {"roberta-tiny": "</s></s>", "gpt2-tiny": "<|endoftext|>", "t5-tiny": "</s>"}[preset]
+        + "` between the two texts",
     ):
         assert needle in body, needle
     # no shard hashes in the card

@@ -48,7 +48,9 @@ if family in ("roberta", "gpt2"):
     heads.append(list(m(**enc).logits.shape))
 if family == "roberta":
     heads.append(list(AutoModelForTokenClassification.from_pretrained(path, num_labels=3)(**enc).logits.shape))
-print(json.dumps({"diff": diff, "heads": heads, "class": type(model).__name__}))
+a, b = (tok(t, add_special_tokens=False)["input_ids"] for t in ("hello world", "good morning"))
+pair = tok("hello world", "good morning")["input_ids"]  # issue 66: a separator between a pair's texts
+print(json.dumps({"diff": diff, "heads": heads, "class": type(model).__name__, "pair": [a, b, pair]}))
 """
 
 
@@ -75,6 +77,10 @@ def _export_and_check(config: Path, out_override: str, family: str) -> dict:
     assert res.returncode == 0, res.stderr[-3000:]
     info = json.loads(res.stdout.strip().splitlines()[-1])
     assert info["diff"] <= 1e-5, info  # a fresh process, plain transformers, same logits as the engine
+    a, b, pair = info["pair"]
+    end = next(i for i in range(len(pair)) if pair[i : i + len(a)] == a) + len(a)
+    # issue 66: the export's tokenizer(a, b) puts a separator between the texts, as fine-tuning frames a pair
+    assert pair[end : end + len(b)] != b, info["pair"]
     return info | {"export": export, "state": state}
 
 
