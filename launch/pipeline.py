@@ -205,21 +205,25 @@ def _reload_check(cfg: RunConfig, export_dir: str | os.PathLike[str]) -> dict[st
     return reload_info
 
 
+# The summary's paths, one a stage wrote, in the order the command prints them.
+SUMMARY_PATHS = (
+    "run_dir",
+    "cleaned_corpus",
+    "tokenizer",
+    "token_shards",
+    "checkpoints",
+    "tensorboard",
+    "plots",
+    "export",
+)
+
+
 def _print_summary(summary: dict[str, Any], transfer: dict[str, Any], times: dict[str, float]) -> None:
     """The command's own output: where each stage wrote, the headline numbers, the transfer table."""
     from adapt.report import format_report, metric_text
 
     _banner("summary")  # what follows is the command's own output (printed)
-    for k in (
-        "run_dir",
-        "cleaned_corpus",
-        "tokenizer",
-        "token_shards",
-        "checkpoints",
-        "tensorboard",
-        "plots",
-        "export",
-    ):
+    for k in SUMMARY_PATHS:
         print(f"{k:<32} {summary[k]}")
     for k in (
         "pretrain_steps",

@@ -4,23 +4,11 @@ transfer header called every figure "test accuracy"."""
 
 from __future__ import annotations
 
-from launch.pipeline import _print_summary, _reload_check, reload_text
+from launch.pipeline import SUMMARY_PATHS, _print_summary, _reload_check, reload_text
 from runconfig import load_config
 from tests.hf_folder import gpt2_folder
 
-SUMMARY = {
-    k: f"/runs/demo/{k}"
-    for k in (
-        "run_dir",
-        "cleaned_corpus",
-        "tokenizer",
-        "token_shards",
-        "checkpoints",
-        "tensorboard",
-        "plots",
-        "export",
-    )
-}
+SUMMARY = {k: f"/runs/demo/{k}" for k in SUMMARY_PATHS}
 SUMMARY |= {
     "pretrain_steps": 10,
     "tokens_seen": 100,
