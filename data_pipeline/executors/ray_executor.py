@@ -11,11 +11,32 @@ that ran twice (once on a node that then died) leaves the same files as a task t
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
+from core.errors import ConfigError
 from data_pipeline.executors.base import Executor, Progress, Stage, register_executor, run_task_guarded
 
 _REPO = str(Path(__file__).resolve().parents[2])
+
+
+_HINT = "start one with `ray start --head` on the head node, or pass --address local for a one-node Ray here"
+
+
+def refuse_unreachable(address: str, timeout_s: float = 5.0) -> None:
+    """A `host:port` (the head's GCS) or `ray://host:port` (Ray Client) that no process listens on is refused in
+    one line naming the key: `ray.init` would otherwise retry it for minutes, printing warnings. One TCP connect;
+    `auto` and `local` are left to `ray.init`, which answers at once."""
+    if address in ("auto", "local"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"data.ray.address={address}: expected auto, local, host:port or ray://host:port")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise ConfigError(f"data.ray.address={address}: nothing answers there ({why}); {_HINT}") from None
 
 
 def _ray_task(stage: Stage, i: int):
@@ -35,6 +56,9 @@ class RayExecutor(Executor):
     @classmethod
     def from_config(cls, cfg) -> RayExecutor:
         r = cfg.data.ray
+        refuse_unreachable(
+            r.address
+        )  # before any stage writes: Ray itself retries a dead address for minutes
         return cls(r.address, r.num_cpus_per_task, cfg.data.task_retries, cfg.data.clean.progress)
 
     def _connect(self):
@@ -44,11 +68,17 @@ class RayExecutor(Executor):
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             # Workers import data_pipeline: make this checkout importable there when it is not pip-installed.
             path = os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH", "")) if p)
-            ray.init(
-                address=None if self.address == "local" else self.address,
-                log_to_driver=False,
-                runtime_env={"env_vars": {"PYTHONPATH": path, "DS_ACCELERATOR": "cpu"}},
-            )
+            try:
+                ray.init(
+                    address=None if self.address == "local" else self.address,
+                    log_to_driver=False,
+                    runtime_env={"env_vars": {"PYTHONPATH": path, "DS_ACCELERATOR": "cpu"}},
+                )
+            except ConnectionError as e:  # `auto` with no `ray start` on this node, or a head that went away
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ConfigError(
+                    f"data.ray.address={self.address}: no Ray cluster ({first}); {_HINT}"
+                ) from None
         if self._remote is None:
             self._remote = ray.remote(num_cpus=self.num_cpus, max_retries=max(self.retries, 1))(_ray_task)
         return ray

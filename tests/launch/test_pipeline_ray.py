@@ -46,3 +46,25 @@ def test_pipeline_ray_matches_local(prepared_run, tmp_path):
     d_ref = json.loads((prepared_run / "dedup" / "dedup_stats.json").read_text())
     assert d_mine["per_source"] == d_ref["per_source"]
     assert "[dedup-signatures]" in res.stderr or "dedup-signatures" in res.stderr  # per-stage progress
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("form", ["{}", "ray://{}"])
+def test_an_address_with_nothing_listening_is_refused_in_one_line(tmp_path, form):
+    """Was: more than 2 minutes of Ray's reconnect warnings. Now one line naming the key and the address, before
+    any stage begins (nothing is written in the run folder)."""
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on: bound, then closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = form.format(f"127.0.0.1:{port}")
+    cfg = write_tiny_config(tmp_path, "rayq", tmp_path / "run")
+    env = {**child_env(), "RAY_USAGE_STATS_ENABLED": "0"}
+    cmd = [sys.executable, "-m", "launch", "pipeline-ray", "--config", str(cfg), "--address", address]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "data.ray.address" in lines[0] and f"127.0.0.1:{port}" in lines[0], lines
+    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]  # no stage began
