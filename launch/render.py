@@ -332,7 +332,7 @@ def node_commands(cfg: RunConfig, entry: Entry) -> list[NodeCommand]:
             argv = [
                 py,
                 "-m",
-                "torch.distributed.run",
+                "launch.torchrun",  # torchrun, exiting with the ranks' own code (launch/torchrun.py)
                 *torchrun_args(cfg, rank, master),
                 "-m",
                 entry.module,

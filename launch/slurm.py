@@ -7,8 +7,9 @@ Preemption path (why the script looks the way it does):
 - torchrun would die on USR1 (it only handles TERM/INT/HUP/QUIT by default), taking the step down before the
   checkpoint; the per-node wrapper therefore sets USR1 to ignored before exec'ing torchrun (ignored dispositions
   survive exec; the trainer installs its own handler, which overrides the inherited one).
-- The trainer finishes its step, checkpoints and exits 75. torchrun reports any worker failure as exit 1, so the
-  script requeues on 75 *or* on "we forwarded the preemption signal and the step did not succeed".
+- The trainer finishes its step, checkpoints and exits 75. Each node's torchrun runs under launch/torchrun.py,
+  which exits with the ranks' own code (torchrun itself says 1 for any failure); the script requeues on 75 *or*
+  on "we forwarded the preemption signal and the step did not succeed", and never on 65 or 69.
 - `scontrol requeue` puts the same job id back in the queue; on restart the trainer auto-resumes from the
   latest complete checkpoint. The script ends with `exit $rc` so a failed step never shows as COMPLETED.
 - `srun --kill-on-bad-exit=1`: a rank that dies ends the step at once instead of leaving the other nodes blocked
@@ -146,7 +147,7 @@ def _inner(argv: Sequence[str]) -> str:
 def node_argv(cfg: RunConfig, entry: Entry) -> list[str]:
     """The torchrun command srun starts once per node; rank and master come from the allocation."""
     return [
-        python_exe(cfg), "-m", "torch.distributed.run",
+        python_exe(cfg), "-m", "launch.torchrun",
         *torchrun_args(cfg, "$SLURM_NODEID", "$MASTER_ADDR", master_port="$MASTER_PORT"),
         "-m", entry.module, *entry.args,
     ]  # fmt: skip

@@ -32,7 +32,7 @@ def test_torchrun_single_node(tmp_path):
     cfg = cfg_with(tmp_path, "launch.procs_per_node=2", "launch.env={NCCL_DEBUG: INFO}")
     (cmd,) = render.node_commands(cfg, entry())
     a = cmd.argv
-    assert a[1:3] == ["-m", "torch.distributed.run"]
+    assert a[1:3] == ["-m", "launch.torchrun"]
     assert a[a.index("--nproc_per_node") + 1] == "2" and a[a.index("--nnodes") + 1] == "1"
     # The trainer and its arguments come last, untouched.
     assert a[a.index("-m", 3) :] == [
@@ -252,7 +252,7 @@ def test_cli_help_and_dry_run(tmp_path, capsys):
     assert "# node 0 (srun task" in out and "# node 1 (srun task" in out and "--node_rank 1" in out
     cfg = cfg_with(tmp_path, "launch.nodes=2", "launch.procs_per_node=1", "launch.master_addr=10.1.1.1")
     text = dry_run_text(cfg, entry())
-    assert text.count("-m torch.distributed.run") == 2 and "--master_addr 10.1.1.1" in text
+    assert text.count("-m launch.torchrun") == 2 and "--master_addr 10.1.1.1" in text
 
 
 def test_multinode_without_hostfile_never_silently_uses_loopback(tmp_path, capsys):
@@ -329,14 +329,14 @@ def test_dry_run_prints_what_this_invocation_runs(tmp_path, capsys):
     assert main([*base, "--node-rank", "1"]) == 0
     out = capsys.readouterr().out
     assert (
-        "# node 1 (node-b):" in out and "# node 0" not in out and out.count("-m torch.distributed.run") == 1
+        "# node 1 (node-b):" in out and "# node 0" not in out and out.count("-m launch.torchrun") == 1
     )
     assert "--node_rank 1" in out and "--node_rank 0" not in out
     assert main([*base, "--all-nodes"]) == 0
     out = capsys.readouterr().out
     ssh = [ln for ln in out.splitlines() if ln.startswith("ssh ")]
     assert len(ssh) == 2 and "node-a" in ssh[0] and "node-b" in ssh[1], out
-    assert all("BatchMode=yes" in ln and "torch.distributed.run" in ln for ln in ssh), ssh
+    assert all("BatchMode=yes" in ln and "launch.torchrun" in ln for ln in ssh), ssh
 
 
 @pytest.mark.integration
