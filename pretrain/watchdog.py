@@ -417,6 +417,15 @@ class Watchdog:
     def _publish(self) -> None:
         self.store.set(f"{self.prefix}hb/{self.rank}", json.dumps(self._beat()))
 
+    def hang_raised(self) -> bool:
+        """This process's watchdog is reporting a hang, or some rank has raised one in the store."""
+        if self._fired.locked():
+            return True
+        try:
+            return self.store.add(self.prefix + "flag", 0) > 0
+        except Exception:  # the store's host is gone: nothing to tell
+            return False
+
     def fire(self, reason: str) -> None:
         """Dump, name the ranks behind, exit HUNG. Runs once per process (the thread, or the main thread after a
         collective timed out); never returns. Ends within `hang_grace_s` of the limit: the other ranks get two
@@ -586,6 +595,11 @@ def gather_step_figures(mine: list[float], world: int, group: Any) -> list[list[
 def collective_failed(error: BaseException) -> None:
     """From the entry point's last handler: a collective that timed out goes through the hang procedure (dumps,
     the ranks named, exit HUNG) instead of a bare traceback; anything else returns."""
+    if _active is None or not _active.enabled:
+        return
     text = str(error).lower()
-    if _active is not None and _active.enabled and ("timed out" in text or "timeout" in text):
-        _active.fire(f"rank {_active.rank}: a collective timed out: {str(error).splitlines()[0][:300]}")
+    first = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
+    if "timed out" in text or "timeout" in text:
+        _active.fire(f"rank {_active.rank}: a collective timed out: {first}")
+    if _active.hang_raised():  # a peer that ended after its report broke this rank's collective ("closed by peer")
+        _active.fire(f"rank {_active.rank}: a collective broke while a hang was reported: {first}")
