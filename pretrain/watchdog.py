@@ -601,5 +601,6 @@ def collective_failed(error: BaseException) -> None:
     first = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
     if "timed out" in text or "timeout" in text:
         _active.fire(f"rank {_active.rank}: a collective timed out: {first}")
-    if _active.hang_raised():  # a peer that ended after its report broke this rank's collective ("closed by peer")
+    # a peer that ended after its report broke this rank's collective ("Connection closed by peer")
+    if _active.hang_raised():
         _active.fire(f"rank {_active.rank}: a collective broke while a hang was reported: {first}")
