@@ -270,10 +270,13 @@ def _warmup_text(plan: dict[str, Any], cfg: RunConfig) -> str:
     budget = plan.get("budget_s")
     if budget:
         frac = float(plan.get("warmup_fraction") or 0.0)
-        return (
+        text = (
             f"warmup over the first {frac:.0%} of a {budget / 60:g}-minute budget ({frac * budget:.0f} s), "
             f"then {cfg.schedule.decay} decay by elapsed time"
         )
+        return text + (f" ({plan['phases']})" if cfg.schedule.decay == "wsd" and plan.get("phases") else "")
+    if plan.get("phases"):  # warmup, stable and decay in steps
+        return str(plan["phases"])
     return f"{plan.get('warmup_steps', cfg.schedule.warmup)} warmup steps and {cfg.schedule.decay} decay"
 
 

@@ -254,6 +254,7 @@ def format_report(r: dict[str, Any]) -> str:
         f"grad accumulation {p['grad_accum']}",
         f"global batch      {p['global_batch_size']} sequences = {p['tokens_per_step']:,} tokens",
         f"peak LR           {p['peak_lr']:.3g} (rule: {p['lr_rule']})",
+        f"schedule          {p['phases']}",
         *(
             [f"warmup            {p['warmup_steps']} of {p['total_steps']} steps"]
             if p["total_steps"] is not None

@@ -22,6 +22,7 @@ class TrainPlan:
     lr_rule: str
     budget_s: float | None = None
     warmup_fraction: float = 0.0  # of the time budget
+    phases: str = ""  # the schedule's phases in words (`pretrain plan`, the card)
 
     @property
     def tokens_per_step(self) -> int:
@@ -49,6 +50,11 @@ def scaled_lr_and_warmup(cfg: RunConfig, global_batch: int) -> tuple[float, int]
 def make_plan(cfg: RunConfig, world_size: int | None = None) -> TrainPlan:
     bp = cfg.batch_plan(world_size)
     lr, warmup = scaled_lr_and_warmup(cfg, bp["global_batch_size"])
+    warmup_fraction = (
+        (0.05 if cfg.schedule.warmup_fraction is None else cfg.schedule.warmup_fraction)
+        if cfg.schedule.budget_s is not None
+        else 0.0
+    )
     return TrainPlan(
         world_size=bp["world_size"],
         micro_batch_size=bp["micro_batch_size"],
@@ -60,10 +66,31 @@ def make_plan(cfg: RunConfig, world_size: int | None = None) -> TrainPlan:
         total_steps=cfg.schedule.steps,
         lr_rule=cfg.lr_scaling.rule,
         budget_s=cfg.schedule.budget_s,
-        warmup_fraction=(0.05 if cfg.schedule.warmup_fraction is None else cfg.schedule.warmup_fraction)
-        if cfg.schedule.budget_s is not None
-        else 0.0,
+        warmup_fraction=warmup_fraction,
+        phases=describe_phases(cfg, warmup, warmup_fraction),
     )
+
+
+def describe_phases(cfg: RunConfig, warmup: int, warmup_fraction: float) -> str:
+    """'warmup to step 20, stable to 160, decay to 200 (1-sqrt, to 0x the peak)': in steps, or in minutes of a
+    time budget."""
+    sc = cfg.schedule
+    if sc.budget_s is None:
+        total, w, at, unit = float(sc.steps or 0), float(warmup), "step ", ""
+        start = float(sc.wsd_decay_start) if sc.decay == "wsd" else w
+    else:
+        total, at, unit = sc.budget_s / 60, "", " min"
+        w = warmup_fraction * total
+        start = total * (1 - sc.wsd_fraction) if sc.decay == "wsd" else w
+    parts = [f"warmup to {at}{w:g}{unit}"] if w else []
+    if sc.decay == "constant":
+        return ", ".join([*parts, f"constant to {at if not parts else ''}{total:g}{unit}"])
+    if start > w:
+        parts.append(f"stable to {at if not parts else ''}{start:g}{unit}")
+    shape = sc.wsd_shape if sc.decay == "wsd" else sc.decay
+    lead = at if not parts else ""
+    parts.append(f"decay to {lead}{total:g}{unit} ({shape}, to {sc.min_lr_ratio:g}x the peak)")
+    return ", ".join(parts)
 
 
 def _decayed(progress: float, decay: str, min_ratio: float) -> float:
@@ -71,7 +98,12 @@ def _decayed(progress: float, decay: str, min_ratio: float) -> float:
     if decay == "constant":
         return 1.0
     progress = min(1.0, max(0.0, progress))
-    f = 1.0 - progress if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    if decay == "linear":
+        f = 1.0 - progress
+    elif decay == "1-sqrt":
+        f = 1.0 - math.sqrt(progress)
+    else:
+        f = 0.5 * (1.0 + math.cos(math.pi * progress))
     return min_ratio + (1.0 - min_ratio) * f
 
 
@@ -88,29 +120,65 @@ class WarmupDecay:
         return _decayed((step - self.warmup) / max(1, self.total - self.warmup), self.decay, self.min_ratio)
 
 
+class WarmupStableDecay:
+    """Warmup, the peak held through the stable phase, then a cool-down from `decay_start` to `total` (linear,
+    cosine or 1-sqrt) to min_ratio. `decay_start` is the run's own (its last `schedule.decay_fraction`) or a
+    decay branch's starting step: the stable phase's LR does not depend on when its cool-down comes, so a
+    branch started at step S repeats a run whose cool-down started at S exactly."""
+
+    def __init__(self, warmup: int, decay_start: int, total: int, shape: str, min_ratio: float):
+        self.warmup, self.decay_start, self.total = warmup, decay_start, total
+        self.shape, self.min_ratio = shape, min_ratio
+
+    def __call__(self, step: int) -> float:
+        if self.warmup and step < self.warmup:
+            return (step + 1) / self.warmup
+        if step < self.decay_start:
+            return 1.0
+        span = max(1, self.total - self.decay_start)
+        return _decayed((step - self.decay_start) / span, self.shape, self.min_ratio)
+
+
 class TimeWarmupDecay:
     """The same shape over elapsed training seconds (Cramming): the loop sets `elapsed_s` (rank 0's clock,
     agreed by every rank) before each optimizer step, so the LR reaches its floor when the budget is spent
     whatever the step rate. LambdaLR's step argument is ignored; the attributes ride in its state_dict."""
 
-    def __init__(self, budget_s: float, warmup_fraction: float, decay: str, min_ratio: float):
+    def __init__(
+        self,
+        budget_s: float,
+        warmup_fraction: float,
+        decay: str,
+        min_ratio: float,
+        decay_fraction: float = 0.2,
+        shape: str = "1-sqrt",
+    ):
         self.budget_s, self.warmup_s = budget_s, warmup_fraction * budget_s
         self.decay, self.min_ratio = decay, min_ratio
+        # wsd: the cool-down is the budget's last decay_fraction, in `shape`; other decays start after warmup
+        self.decay_start_s = budget_s * (1 - decay_fraction) if decay == "wsd" else self.warmup_s
+        self.shape = shape if decay == "wsd" else decay
         self.elapsed_s = 0.0
 
     def __call__(self, _step: int) -> float:
         t = self.elapsed_s
         if self.warmup_s and t < self.warmup_s:
             return max(t / self.warmup_s, 1e-3)
-        return _decayed(
-            (t - self.warmup_s) / max(1e-9, self.budget_s - self.warmup_s), self.decay, self.min_ratio
-        )
+        if t < self.decay_start_s:
+            return 1.0
+        span = max(1e-9, self.budget_s - self.decay_start_s)
+        return _decayed((t - self.decay_start_s) / span, self.shape, self.min_ratio)
 
 
-def lr_multiplier(cfg: RunConfig, plan: TrainPlan) -> WarmupDecay | TimeWarmupDecay:
+def lr_multiplier(cfg: RunConfig, plan: TrainPlan) -> WarmupDecay | WarmupStableDecay | TimeWarmupDecay:
     """The schedule the engine's LambdaLR follows: counted in steps, or in seconds for a time budget."""
+    sc = cfg.schedule
     if plan.budget_s is not None:
         return TimeWarmupDecay(
-            plan.budget_s, plan.warmup_fraction, cfg.schedule.decay, cfg.schedule.min_lr_ratio
+            plan.budget_s, plan.warmup_fraction, sc.decay, sc.min_lr_ratio, sc.wsd_fraction, sc.wsd_shape
         )
-    return WarmupDecay(plan.warmup_steps, plan.total_steps, cfg.schedule.decay, cfg.schedule.min_lr_ratio)
+    if sc.decay == "wsd":
+        return WarmupStableDecay(
+            plan.warmup_steps, sc.wsd_decay_start, plan.total_steps, sc.wsd_shape, sc.min_lr_ratio
+        )
+    return WarmupDecay(plan.warmup_steps, plan.total_steps, sc.decay, sc.min_lr_ratio)

@@ -42,11 +42,19 @@ class ScheduleConfig(Section):
     warmup_fraction: float | None = Field(None, ge=0, lt=1)  # of total_steps, or of the time budget
     # wall-clock training budget; warmup/decay follow the clock
     budget_minutes: float | None = Field(None, gt=0)
-    decay: Literal["linear", "cosine", "constant"] = "linear"
+    # wsd: warmup, a constant stable phase, then a cool-down over the last decay_fraction of the run (MiniCPM;
+    # Hägele et al. 2024): a decay branch can start that cool-down from any stable-phase checkpoint
+    decay: Literal["linear", "cosine", "constant", "wsd"] = "linear"
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    decay_fraction: float | None = Field(
+        None, gt=0, lt=1
+    )  # wsd: the cool-down's share of the run (default 0.2)
+    # wsd: the cool-down's shape (default 1-sqrt, the best of the three in Hägele et al. 2024)
+    decay_shape: Literal["linear", "cosine", "1-sqrt"] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "ScheduleConfig":
+        self._check_wsd()
         if self.budget_minutes is not None:
             if self.total_steps is not None:
                 raise ValueError(
@@ -68,6 +76,30 @@ class ScheduleConfig(Section):
                 f"schedule.warmup_steps ({self.warmup_steps}) exceeds schedule.total_steps ({self.steps})"
             )
         return self
+
+    def _check_wsd(self) -> None:
+        for key in ("decay_fraction", "decay_shape"):
+            if self.decay != "wsd" and getattr(self, key) is not None:
+                raise ValueError(f"schedule.{key} applies to schedule.decay: wsd (the decay is {self.decay})")
+        if self.decay == "wsd" and self.steps is not None and self.warmup > self.wsd_decay_start:
+            raise ValueError(
+                f"schedule.warmup ({self.warmup} steps) runs past the cool-down's start (step "
+                f"{self.wsd_decay_start}, schedule.decay_fraction {self.wsd_fraction}): shorten one of them"
+            )
+
+    @property
+    def wsd_fraction(self) -> float:
+        return 0.2 if self.decay_fraction is None else self.decay_fraction
+
+    @property
+    def wsd_shape(self) -> str:
+        return self.decay_shape or "1-sqrt"
+
+    @property
+    def wsd_decay_start(self) -> int:
+        """The first step of a step-counted WSD run's cool-down (its last `decay_fraction` of steps)."""
+        steps = self.steps or 0
+        return steps - round(self.wsd_fraction * steps)
 
     @property
     def budget_s(self) -> float | None:
