@@ -43,8 +43,7 @@ def test_wsd_from_the_config_cools_down_over_its_share():
 
 
 def test_wsd_over_elapsed_time():
-    f = TimeWarmupDecay(budget_s=100.0, warmup_fraction=0.1, decay="wsd", min_ratio=0.0, decay_fraction=0.2,
-                        shape="linear")  # fmt: skip
+    f = TimeWarmupDecay(100.0, 0.1, "wsd", 0.0, decay_fraction=0.2, shape="linear")
     for t, want in ((10.0, 1.0), (50.0, 1.0), (79.0, 1.0), (90.0, 0.5), (100.0, 0.0)):
         f.elapsed_s = t
         assert f(0) == pytest.approx(want), t
