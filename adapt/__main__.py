@@ -1,4 +1,4 @@
-"""`python -m adapt <command>`: finetune, transfer, continue (the downstream floor, above pretrain)."""
+"""`python -m adapt <command>`: finetune, transfer, continue, evaluate (the downstream floor, above pretrain)."""
 
 from __future__ import annotations
 
@@ -89,6 +89,40 @@ def _continue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="an exported causal LM folder (from_pretrained)")
+    p.add_argument(
+        "--tasks", required=True, help="comma-separated harness task names or tags (lmstack: all local)"
+    )
+    p.add_argument(
+        "--tasks-dir", default=None, help="local task YAMLs (default: <run>/eval_tasks beside the export)"
+    )
+    p.add_argument("--limit", type=float, default=None, help="examples per task (a fraction if below 1)")
+    p.add_argument(
+        "--num-fewshot", type=int, default=None, help="few-shot examples (from a task's dev split)"
+    )
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:0 (default: cuda when there is one)")
+    p.add_argument("--out", default=None, help="where the results go (default: the model folder)")
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from adapt.evaluate import evaluate
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    tasks_dir = Path(args.tasks_dir) if args.tasks_dir else None
+    out = Path(args.out) if args.out else None
+    res = evaluate(
+        Path(args.model), tasks, tasks_dir, args.limit, args.num_fewshot, args.batch_size, args.device, out
+    )
+    if res:
+        print(res["table"])
+        print(f"written: {res['written']}", file=sys.stderr)
+    return 0
+
+
 COMMANDS = (
     Command("finetune", "fine-tune an export on each task; prints its test metric (accuracy, or Pearson r for a "
             "regression task)", _finetune, _finetune_args),
@@ -96,6 +130,8 @@ COMMANDS = (
             _transfer_args),
     Command("continue", "ULMFiT: continue the export on the tasks' training text, fine-tune, report beside it",
             _continue, _continue_args),
+    Command("evaluate", "score a causal export with lm-evaluation-harness (local tasks: data_pipeline eval-tasks)",
+            _evaluate, _evaluate_args, config=False),
 )  # fmt: skip
 
 

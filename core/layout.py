@@ -1,7 +1,7 @@
 """The run folder: the only place its folder and file names are spelled.
 
 Every stage reads and writes under `root` (`run.output_dir`, or the local staging folder of a remote one):
-clean/ -> dedup/ -> tokenizer/ + tokens/ -> checkpoints/ (or `checkpoint.dir`) -> export/ -> finetune/, with
+clean/ -> dedup/ -> tokenizer/ + tokens/ -> checkpoints/ (or `checkpoint.dir`) -> export/ -> finetune/ (and eval_tasks/), with
 logs/ (TensorBoard events, metrics.jsonl, plots/) beside them and summary.json at the end. `RunPaths` computes
 them from the root and the configured checkpoint folder; core/run_layout.py's `RunLayout` adds the remote store.
 """
@@ -23,6 +23,7 @@ HANG = "hang"  # logs/hang/: per-rank stack dumps and report.txt of a hang (pret
 METRICS = "metrics.jsonl"
 EXPORT = "export"
 FINETUNE = "finetune"
+EVAL_TASKS = "eval_tasks"  # eval_tasks/<task>.yaml + its .jsonl files: lm-evaluation-harness tasks of the hold-out
 TASKS = "_tasks"  # completion markers of data tasks
 SLURM = "slurm"  # rendered sbatch scripts and their logs (default of launch.slurm.output_dir)
 SUMMARY = "summary.json"
@@ -88,6 +89,10 @@ class RunPaths:
     @property
     def finetune(self) -> Path:
         return self.root / FINETUNE
+
+    @property
+    def eval_tasks(self) -> Path:
+        return self.root / EVAL_TASKS
 
     @property
     def tasks(self) -> Path:

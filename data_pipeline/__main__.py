@@ -45,6 +45,12 @@ def _stage_tokenize(cfg, args):
     return run_tokenize(cfg, shard_index=args.shard_index)
 
 
+def _stage_eval_tasks(cfg, args):
+    from data_pipeline.eval_tasks import write_eval_tasks
+
+    return write_eval_tasks(cfg)
+
+
 def _stage_all(cfg, args):
     if cfg.data.executor != "local":  # every stage as tasks on that executor (e.g. a Ray cluster)
         from data_pipeline.stage_tasks import run_data_path
@@ -155,6 +161,8 @@ COMMANDS = (
     Command("tokenize", "cleaned shards -> binary token shards + manifest", _run_stage("tokenize", _stage_tokenize),
             _shard_index),
     Command("all", "clean, dedup, train-tokenizer and tokenize in order", _run_stage("all", _stage_all)),
+    Command("eval-tasks", "lm-evaluation-harness tasks (choice, cloze, perplexity) from the fine-tune tasks' "
+            "held-out splits, into <run>/eval_tasks", _run_stage("eval-tasks", _stage_eval_tasks)),
 )  # fmt: skip
 
 
