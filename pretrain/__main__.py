@@ -197,12 +197,36 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ladder_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--rungs", required=True, help="widths to train, WIDTH or WIDTHxLAYERS, e.g. 64,96,128,192"
+    )
+    p.add_argument("--tokens-per-param", type=float, default=20.0, help="tokens per non-embedding parameter")
+    p.add_argument("--predict", default=None, help="rungs to predict, not trained (same form as --rungs)")
+    p.add_argument("--memory-gib", type=float, default=None, help="memory of one rank (default: RAM / ranks)")
+
+
+def _ladder(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pretrain.ladder import format_table, run_ladder
+
+    report = run_ladder(
+        Path(args.config), args.overrides, args.rungs, args.tokens_per_param, args.predict, args.memory_gib
+    )
+    print(format_table(report))
+    print(f"plot: {report['plot']}", file=sys.stderr)
+    return 0
+
+
 COMMANDS = (
     Command("train", "pretrain through DeepSpeed (run under torchrun or `python -m launch run`)", _train, _train_args),
     Command("export", "checkpoint -> Hugging Face folder (safetensors, tokenizer, model card)", _export, _export_args),
     Command("card", "(re)write the export's Hub model card (e.g. after `python -m adapt transfer` wrote "
             "transfer.json)", _card, _card_args),
     Command("plan", "batch plan, scaled LR, token budget and ZeRO memory estimates", _plan, _plan_args),
+    Command("ladder", "train the family at several widths on the same data, fit the loss against parameters "
+            "and predict a bigger rung (RUN/ladder)", _ladder, _ladder_args),
     Command("plot", "loss (mixed, per source), perplexity, LR, throughput, MFU and probe curves as PNG "
             "(RUN/logs/plots)", _plot, _plot_args, config=False),
 )  # fmt: skip

@@ -1,0 +1,379 @@
+"""`python -m pretrain ladder`: small runs of one family that predict a bigger one (OLMo-core's model ladder).
+
+Each rung is the config's model at another width (and depth), trained on `tokens_per_param` times its
+non-embedding parameters (Kaplan et al. 2020 count those: at small sizes the embedding is most of the model and
+hides the trend), from the same token shards and tokenizer, into `<run>/ladder/<rung>/`. The held-out loss of
+each rung (its last full evaluation) is fitted by the power law with an irreducible term that Chinchilla's
+approach 3 (Hoffmann et al. 2022) uses, at a fixed tokens-per-parameter multiple, where data and parameters grow
+together and the two power terms are one:
+
+    L(N) = E + A * (N / N0) ** -alpha        (N0: the smallest rung's N, for conditioning)
+
+fitted by least squares on the losses (scipy's curve_fit, bounded: E in [0, min L), alpha in (0, 3]). The fit
+error is the RMS relative residual and, with four rungs or more, the leave-one-out relative error (three rungs
+fix three parameters: their residual is zero and says nothing). The table (`ladder.json`, `ladder.md`) and the
+PNG of the fit go to `<run>/ladder/`, with the prediction for `--predict` rungs not trained.
+
+A rung is done when its `rung.json` is written (after its run finished); a killed ladder reruns only the rungs
+without one, and an unfinished rung resumes from its own latest complete checkpoint (the trainer's auto-resume).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from core.errors import ConfigError, LmstackError
+from core.io import atomic_write
+from core.log import get_logger
+from runconfig import RunConfig, load_config
+
+log = get_logger(__name__)
+
+RUNG_FILE = "rung.json"
+_SPEC = re.compile(r"^(\d+)(?:x(\d+))?$")
+
+
+class LadderError(LmstackError):
+    """A rung that failed or cannot run: named, with its log."""
+
+
+@dataclass
+class Rung:
+    name: str  # w<width>-l<layers>
+    width: int
+    layers: int
+    heads: int
+    ffn: int
+    params: int  # non-embedding parameters
+    total_params: int
+    tokens: int
+    steps: int
+
+    @property
+    def overrides(self) -> list[str]:
+        return [
+            f"model.hidden_size={self.width}",
+            f"model.num_layers={self.layers}",
+            f"model.num_heads={self.heads}",
+            f"model.ffn_size={self.ffn}",
+        ]
+
+
+def non_embedding_params(cfg: RunConfig) -> tuple[int, int]:
+    """(non-embedding, total) parameters of the config's module, counted on the meta device. A tied LM head is
+    the embedding's weight, so it is left out with it."""
+    import torch
+
+    from pretrain.plan import meta_module
+
+    model = meta_module(cfg)
+    params = {id(p): p.numel() for p in model.parameters()}
+    embedded = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+    return sum(n for i, n in params.items() if i not in embedded), sum(params.values())
+
+
+def parse_rungs(spec: str, key: str = "--rungs") -> list[tuple[int, int | None]]:
+    """'64,128,192x3' -> [(64, None), (128, None), (192, 3)]: widths, each with its depth if given."""
+    out = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        m = _SPEC.match(part)
+        if not m:
+            raise ConfigError(f"{key}: '{part}' is not WIDTH or WIDTHxLAYERS (e.g. 64,128,192x3)")
+        out.append((int(m.group(1)), int(m.group(2)) if m.group(2) else None))
+    if not out:
+        raise ConfigError(f"{key}: no rung given")
+    return out
+
+
+def make_rung(cfg: RunConfig, width: int, layers: int | None, tokens_per_param: float) -> Rung:
+    """The config's model at `width` (heads keep the config's head size, the FFN its ratio to the width)."""
+    head_dim = cfg.model.hidden_size // cfg.model.num_heads
+    if width % head_dim:
+        raise ConfigError(f"--rungs: width {width} is not a multiple of the config's head size {head_dim}")
+    layers = layers or cfg.model.num_layers
+    ffn = round(width * cfg.model.ffn_size / cfg.model.hidden_size)
+    rung = Rung(f"w{width}-l{layers}", width, layers, width // head_dim, ffn, 0, 0, 0, 0)
+    rung.params, rung.total_params = non_embedding_params(sized_config(cfg, rung))
+    rung.tokens = round(tokens_per_param * rung.params)
+    tokens_per_step = cfg.batch_plan(cfg.launch.procs_per_node * cfg.launch.nodes)["global_batch_size"]
+    tokens_per_step *= cfg.packing.seq_len
+    rung.steps = max(1, math.ceil(rung.tokens / tokens_per_step))
+    return rung
+
+
+def fit_power_law(params: list[int], losses: list[float]) -> dict[str, Any]:
+    """E, A, alpha of L(N) = E + A (N/N0)^-alpha, with the RMS relative residual and, from four points, the
+    leave-one-out relative error."""
+    import numpy as np
+    from scipy.optimize import OptimizeWarning, curve_fit
+
+    if len(params) < 3:
+        raise ConfigError(
+            f"--rungs: a fit with an irreducible term needs 3 rungs or more (got {len(params)})"
+        )
+    n0 = float(min(params))
+
+    def law(n, e, a, alpha):
+        return e + a * (n / n0) ** -alpha
+
+    def fit(ns, ls):
+        import warnings
+
+        warnings.simplefilter("ignore", OptimizeWarning)  # 3 points, 3 parameters: no covariance, by design
+        lo = min(ls)
+        p0 = [0.5 * lo, max(ls) - 0.5 * lo, 0.3]
+        (e, a, alpha), _ = curve_fit(
+            law,
+            np.array(ns, float),
+            np.array(ls, float),
+            p0=p0,
+            bounds=([0.0, 0.0, 1e-3], [lo, np.inf, 3.0]),
+            maxfev=20000,
+        )
+        return float(e), float(a), float(alpha)
+
+    e, a, alpha = fit(params, losses)
+    rel = [(law(n, e, a, alpha) - loss) / loss for n, loss in zip(params, losses, strict=True)]
+    out: dict[str, Any] = {
+        "law": "L(N) = E + A * (N / N0) ** -alpha",
+        "method": "least squares on the losses (scipy curve_fit, bounded), at a fixed tokens-per-parameter multiple",
+        "E": e,
+        "A": a,
+        "alpha": alpha,
+        "N0": n0,
+        "rms_relative_residual": float(np.sqrt(np.mean(np.square(rel)))),
+        "leave_one_out_relative_error": None,
+    }
+    if len(params) >= 4:
+        errs = []
+        for i in range(len(params)):
+            ns = params[:i] + params[i + 1 :]
+            ls = losses[:i] + losses[i + 1 :]
+            ei, ai, al = fit(ns, ls)
+            errs.append(abs(law(params[i], ei, ai, al) - losses[i]) / losses[i])
+        out["leave_one_out_relative_error"] = float(np.mean(errs))
+    return out
+
+
+def predict(fit: dict[str, Any], n: int) -> float:
+    return fit["E"] + fit["A"] * (n / fit["N0"]) ** -fit["alpha"]
+
+
+def rung_config_overrides(cfg: RunConfig, rung: Rung, root: Path) -> list[str]:
+    """The rung's run: its own folder, its steps, the full held-out evaluation at its end."""
+    warmup = cfg.schedule.warmup_fraction if cfg.schedule.warmup_fraction is not None else 0.05
+    return [
+        *rung.overrides,
+        f"run.output_dir={root / rung.name}",
+        f"run.name={cfg.run.name}-{rung.name}",
+        "schedule.budget_minutes=null",
+        f"schedule.total_steps={rung.steps}",
+        "schedule.warmup_steps=null",
+        f"schedule.warmup_fraction={warmup}",
+        f"checkpoint.every_steps={max(1, rung.steps // 4)}",
+        f"eval.every_steps={rung.steps}",
+        "finetune.tasks=[]",
+    ]
+
+
+def _share_data(cfg: RunConfig, folder: Path) -> None:
+    """The rung reads the run's token shards and tokenizer (links in its folder): the data stages run once."""
+    from core.run_layout import RunLayout
+
+    layout = RunLayout(cfg)
+    if not (layout.tokens / "manifest.json").is_file():
+        raise ConfigError(
+            f"run.output_dir: no token shards at {layout.tokens} (tokens/manifest.json is missing): run "
+            f"`python -m data_pipeline all --config <config>` once; every rung reads them"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, target in (("tokens", layout.tokens), ("tokenizer", layout.tokenizer)):
+        link = folder / name
+        if not link.exists():
+            link.symlink_to(target.resolve(), target_is_directory=True)
+
+
+def final_eval_loss(run_dir: Path) -> float:
+    from pretrain.plots import read_metrics
+
+    rows = [r for r in read_metrics(run_dir / "logs" / "metrics.jsonl") if r.get("split") == "eval"]
+    if not rows:
+        raise LadderError(f"{run_dir}: the rung finished without an evaluation row in logs/metrics.jsonl")
+    return float(rows[-1]["loss"])
+
+
+def train_rung(config: Path, overrides: list[str], rung: Rung, folder: Path, nproc: int) -> dict[str, Any]:
+    """One rung's run (torchrun on this node), then its record. A rung that fails stops the ladder, naming its log."""
+    from core.net import free_port
+
+    log_file = folder / "train.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "pretrain",
+        "train",
+        "--config",
+        str(config),
+        *overrides,
+    ]
+    log.info(
+        f"[ladder] {rung.name}: {rung.params:,} non-embedding parameters, {rung.tokens:,} tokens, {rung.steps} steps"
+    )
+    with open(log_file, "ab") as out:
+        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy()).returncode
+    if rc != 0:
+        raise LadderError(f"[ladder] rung {rung.name} failed (exit {rc}); its log: {log_file}")
+    record = asdict(rung) | {"loss": final_eval_loss(folder), "overrides": overrides}
+    atomic_write(folder / RUNG_FILE, json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def _done(folder: Path, overrides: list[str]) -> dict[str, Any] | None:
+    try:
+        rec = json.loads((folder / RUNG_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if rec.get("overrides") == overrides else None
+
+
+def check_memory(cfg: RunConfig, rungs: list[Rung], memory_gib: float | None) -> None:
+    """Every rung within the memory of a rank (the plan's model states at the config's ZeRO stage and one
+    micro-batch's activations), before any rung trains."""
+    from pretrain.plan import plan_report
+
+    if memory_gib is None:
+        import psutil
+
+        memory_gib = psutil.virtual_memory().total / 2**30 / max(1, cfg.launch.procs_per_node)
+    for r in rungs:
+        rep = plan_report(sized_config(cfg, r))
+        need = rep["memory_per_rank"][f"zero{cfg.deepspeed.zero_stage}"]["device_gib"]
+        need += rep["activation_gib_per_rank"]
+        if need > memory_gib:
+            raise ConfigError(
+                f"--rungs: rung {r.name} needs about {need:.3g} GiB per rank (model states at "
+                f"deepspeed.zero_stage={cfg.deepspeed.zero_stage} and one micro-batch), more than the "
+                f"{memory_gib:.3g} GiB a rank has here; drop it or give --memory-gib"
+            )
+
+
+def sized_config(cfg: RunConfig, rung: Rung) -> RunConfig:
+    """The config with the rung's model shape (a copy; the rest as given)."""
+    sized = cfg.model_copy(deep=True)
+    sized.model.hidden_size, sized.model.num_layers = rung.width, rung.layers
+    sized.model.num_heads, sized.model.ffn_size = rung.heads, rung.ffn
+    return sized
+
+
+def run_ladder(
+    config: Path,
+    overrides: list[str],
+    rungs_spec: str,
+    tokens_per_param: float = 20.0,
+    predict_spec: str | None = None,
+    memory_gib: float | None = None,
+) -> dict[str, Any]:
+    """Trains every rung not yet done, fits the law, predicts the `predict_spec` rungs; returns the report."""
+    cfg = load_config(config, overrides)
+    if tokens_per_param <= 0:
+        raise ConfigError(f"--tokens-per-param: {tokens_per_param} is not a positive multiple")
+    rungs = [make_rung(cfg, w, d, tokens_per_param) for w, d in parse_rungs(rungs_spec)]
+    if len({r.name for r in rungs}) != len(rungs):
+        raise ConfigError(f"--rungs: a rung is listed twice in {rungs_spec}")
+    targets = (
+        [make_rung(cfg, w, d, tokens_per_param) for w, d in parse_rungs(predict_spec, "--predict")]
+        if predict_spec
+        else []
+    )
+    if len(rungs) < 3:
+        raise ConfigError(f"--rungs: a fit with an irreducible term needs 3 rungs or more (got {len(rungs)})")
+    check_memory(cfg, rungs, memory_gib)
+    root = Path(cfg.run.root) / "ladder"
+    records = []
+    for rung in rungs:
+        folder = root / rung.name
+        rung_overrides = [*overrides, *rung_config_overrides(cfg, rung, root)]
+        rec = _done(folder, rung_overrides)
+        if rec is not None:
+            log.info(f"[ladder] {rung.name}: done before (loss {rec['loss']:.4f}), kept")
+        else:
+            _share_data(cfg, folder)
+            rec = train_rung(config, rung_overrides, rung, folder, cfg.launch.procs_per_node)
+        records.append(rec)
+    fit = fit_power_law([r["params"] for r in records], [r["loss"] for r in records])
+    report = {
+        "tokens_per_param": tokens_per_param,
+        "rungs": records,
+        "fit": fit,
+        "predictions": [asdict(t) | {"predicted_loss": predict(fit, t.params)} for t in targets],
+    }
+    atomic_write(root / "ladder.json", json.dumps(report, indent=1) + "\n")
+    atomic_write(root / "ladder.md", format_table(report) + "\n")
+    report["plot"] = str(plot_ladder(report, root / "ladder.png"))
+    return report
+
+
+def format_table(report: dict[str, Any]) -> str:
+    fit = report["fit"]
+    lines = [
+        "| rung | non-embedding params | tokens | steps | held-out loss | fit |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rungs"]:
+        lines.append(
+            f"| {r['name']} | {r['params']:,} | {r['tokens']:,} | {r['steps']} | {r['loss']:.4f} | {predict(fit, r['params']):.4f} |"
+        )
+    for p in report["predictions"]:
+        lines.append(
+            f"| {p['name']} (predicted) | {p['params']:,} | {p['tokens']:,} | {p['steps']} | | {p['predicted_loss']:.4f} |"
+        )
+    loo = fit["leave_one_out_relative_error"]
+    lines += [
+        "",
+        f"{fit['law']}: E={fit['E']:.4f}, A={fit['A']:.4f}, alpha={fit['alpha']:.4f}, N0={fit['N0']:,.0f}; "
+        f"RMS relative residual {fit['rms_relative_residual']:.2%}"
+        + (
+            f", leave-one-out relative error {loo:.2%}" if loo is not None else " (3 rungs: no leave-one-out)"
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def plot_ladder(report: dict[str, Any], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fit = report["fit"]
+    ns = [r["params"] for r in report["rungs"]]
+    ps = [p["params"] for p in report["predictions"]]
+    grid = np.geomspace(min(ns) * 0.8, max(ns + ps) * 1.25, 100)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(ns, [r["loss"] for r in report["rungs"]], "o", label="trained rungs")
+    ax.plot(grid, [predict(fit, n) for n in grid], "-", label=f"fit: E + A (N/N0)^-{fit['alpha']:.3f}")
+    if ps:
+        ax.plot(ps, [p["predicted_loss"] for p in report["predictions"]], "x", ms=9, label="predicted")
+    ax.set_xscale("log")
+    ax.set_xlabel("non-embedding parameters")
+    ax.set_ylabel("held-out loss")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
