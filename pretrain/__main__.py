@@ -79,6 +79,9 @@ def _export_args(p: argparse.ArgumentParser) -> None:
         "--checkpoint", default=None, help="a step folder or checkpoints folder (default: the run's)"
     )
     p.add_argument("--out", default=None, help="output folder (default: <run.output_dir>/export)")
+    p.add_argument(
+        "--merge-last", type=int, default=None, help="export the mean of the last K complete checkpoints"
+    )
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -93,7 +96,7 @@ def _export(args: argparse.Namespace) -> int:
     from pretrain.export import export
 
     try:
-        print(export(cfg, args.checkpoint, args.out))
+        print(export(cfg, args.checkpoint, args.out, args.merge_last))
     except (CannotContinue, FileNotFoundError) as e:  # one line naming the checkpoint / tokenizer / folder
         print(f"error: {e}", file=sys.stderr)
         return CANNOT_CONTINUE

@@ -31,6 +31,7 @@ from pretrain.export_folder import (
     started_from,
     weights_hash,
 )
+from pretrain.merge import merged_state_dict, tags_to_merge
 from pretrain.model_card import write_model_card
 from pretrain.models import build_model
 from pretrain.objectives import wrap_model
@@ -127,12 +128,19 @@ def _loaded_through_an_alias(model: torch.nn.Module, missing: list[str]) -> set[
     }
 
 
-def load_trained_model(cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any) -> torch.nn.Module:
-    """The module the trainer checkpointed (the family's model, or the objective's wrapper around it), loaded."""
-    ckpt.check_tokenizer(ckpt_dir, tag, RunLayout(cfg).tokenizer, len(tokenizer))
+def load_trained_model(
+    cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any, merge: list[str] | None = None
+) -> torch.nn.Module:
+    """The module the trainer checkpointed (the family's model, or the objective's wrapper around it), loaded;
+    with `merge`, the mean of those checkpoints' weights (pretrain/merge.py)."""
+    for t in merge or [tag]:
+        ckpt.check_tokenizer(ckpt_dir, t, RunLayout(cfg).tokenizer, len(tokenizer))
     # init_from's weights are not read: the checkpoint's replace every tensor
     model = wrap_model(cfg, build_model(cfg.model, tokenizer, cfg.packing.seq_len, weights=False), tokenizer)
-    sd = consolidated_state_dict(ckpt_dir, tag)
+    if merge:
+        sd = merged_state_dict(merge, lambda t: consolidated_state_dict(ckpt_dir, t))
+    else:
+        sd = consolidated_state_dict(ckpt_dir, tag)
     missing, unexpected = model.load_state_dict(sd, strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])  # a list (4.x) or a dict keyed by name (5.x)
     shared = _loaded_through_an_alias(model, missing)
@@ -163,17 +171,22 @@ def _load_heads(family: Any, out: Path) -> dict[str, str]:
         hf_logging.set_verbosity(level)
 
 
-def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = None) -> Path:
+def export(
+    cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = None, merge_last: int | None = None
+) -> Path:
     """Write the HF folder locally (`out_dir`, default <run>/export); when `out_dir` is a URL, or the run folder
     is remote and no `out_dir` is given, the folder is written in the staging folder and then uploaded (its
-    model card last). Returns the local folder."""
+    model card last). `merge_last` K: the mean of the last K complete checkpoints up to the one chosen. Returns
+    the local folder."""
     layout = RunLayout(cfg)
     remote_out = bool(out_dir and "://" in out_dir and not out_dir.startswith("file://"))
     if not remote_out:  # before any work: never replace what is not an export of ours
         check_export_target(Path(out_dir.removeprefix("file://")) if out_dir else layout.export)
     ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
+    merge = tags_to_merge(ckpt.complete_tags(ckpt_dir), tag, merge_last, ckpt_dir) if merge_last else None
     # before anything of it is unpickled (zero_to_fp32 loads with weights_only=False): no file may name code
-    safe_load.check_folder(ckpt_dir / tag)
+    for t in merge or [tag]:
+        safe_load.check_folder(ckpt_dir / t)
     upload: RunStore | None = None
     if out_dir and remote_out:
         digest = sha256_bytes(out_dir)[:12]
@@ -196,7 +209,7 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
     staging = make_staging(final)
     out = staging / final.name
     try:
-        _write_staged(cfg, layout, ckpt_dir, tag, out, final)
+        _write_staged(cfg, layout, ckpt_dir, tag, out, final, merge)
     except Exception as e:  # nothing half-written stays behind; a full disk is one line, as for a checkpoint
         free = ckpt._free_bytes(final.parent)
         shutil.rmtree(staging, ignore_errors=True)
@@ -220,7 +233,13 @@ def export(cfg: RunConfig, checkpoint: str | None = None, out_dir: str | None = 
 
 
 def _write_staged(
-    cfg: RunConfig, layout: RunLayout, ckpt_dir: Path, tag: str, out: Path, final: Path
+    cfg: RunConfig,
+    layout: RunLayout,
+    ckpt_dir: Path,
+    tag: str,
+    out: Path,
+    final: Path,
+    merge: list[str] | None = None,
 ) -> None:
     """The export, written into the staging folder `out` (COMPLETE last), then renamed into place as `final`."""
     out.mkdir(parents=True)
@@ -228,7 +247,7 @@ def _write_staged(
     # tokenizer(a, b) of the export frames a pair as `pretrain finetune` trains on it: GPT-2's and Llama's put
     # nothing between the texts, so they get `a <|endoftext|> b` in their saved pair template (single texts as trained)
     frame_pairs(tokenizer)
-    model = load_trained_model(cfg, ckpt_dir, tag, tokenizer)
+    model = load_trained_model(cfg, ckpt_dir, tag, tokenizer, merge)
     objective = cfg.objective.spec
     family = cfg.model.spec
     # the objective writes its own folders (ELECTRA: discriminator + generator/)
@@ -251,7 +270,8 @@ def _write_staged(
     if probe.is_file():
         if reloaded is None:
             reloaded = family.auto_cls().from_pretrained(str(out))
-        state_parity = check_parity(reloaded, probe)
+        # a merge is checked against the merged module itself: the engine never held its weights
+        state_parity = check_parity(reloaded, probe, reference=model if merge else None)
         if state_parity > 1e-5 and cfg.deepspeed.precision == "fp32":
             raise RuntimeError(
                 f"export parity failed: max |logit difference| {state_parity:.3g} > 1e-5 "
@@ -261,6 +281,8 @@ def _write_staged(
         state_parity = None
     heads = _load_heads(family, out)
     state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity, "export_heads": heads}
+    if merge:
+        state["merged_from"] = merge  # the card says so (pretrain/model_card.py)
     if cfg.model.init_from is not None:  # continued pretraining: where it started from
         state["init_from"] = started_from(cfg.model.init_from)
     n_params = sum(p.numel() for p in model.parameters())

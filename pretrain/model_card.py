@@ -437,6 +437,12 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
             f"Continued pretraining from `{started['path']}`{prior}, weights sha256 "
             f"`{started['weights_sha256'][:16]}…`; its tokenizer is this model's.",
         ]
+    merged = state.get("merged_from")
+    if merged:  # `pretrain export --merge-last K`: not one checkpoint's weights
+        body += [
+            "",
+            f"Its weights are the mean of {len(merged)} checkpoints' ({', '.join(merged)}), merged at export.",
+        ]
     if cfg.objective.spec.card_task == "token_detection":  # RTD, whichever family
         body += ["", _rtd_text(cfg)]
     body += [

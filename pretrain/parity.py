@@ -84,11 +84,13 @@ class SnapshotProbe:
             self.module.to("meta")  # the snapshot's tensors are the checkpoint's: not held past the save
 
 
-def check_parity(model: torch.nn.Module, probe_path: Path) -> float:
-    """Max abs difference between the exported model's logits and the engine's stored ones."""
+def check_parity(model: torch.nn.Module, probe_path: Path, reference: torch.nn.Module | None = None) -> float:
+    """Max abs difference between the exported model's logits and the engine's stored ones (or, with
+    `reference`, that module's on the same inputs: a merged export's weights were never in the engine)."""
     probe = safe_load.load(probe_path)
     ours = probe_logits(model, probe["inputs"])
-    return float((ours - probe["logits"]).abs().max())
+    want = probe["logits"] if reference is None else probe_logits(reference, probe["inputs"])
+    return float((ours - want).abs().max())
 
 
 # --- engine parity (bench/loss_parity.py) ------------------------------------------------------------------------
