@@ -2,10 +2,11 @@
 be inf or NaN (an infinite LR passed every `gt=0` bound and checkpointed non-finite weights). The same policy as
 the typed options of the specs (core/specs.py `Options`), which it extends."""
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
+from core.registry import Registry
 from core.specs import Options
 
 
@@ -33,6 +34,22 @@ def check_path_component(value: str) -> str:
             "(letters, digits, '.', '-', '_')"
         )
     return value
+
+
+# A value that becomes one folder or file name, checked where the field is declared (one rule for every such key).
+PathComponent = Annotated[str, AfterValidator(check_path_component)]
+
+
+def registered_in(registry: Registry[Any]) -> AfterValidator:
+    """A validator for a key whose value names an entry of `registry` (`model.family`, `objective.type`): a
+    built-in, an entry point or a `module.path:Name`; an unknown name is refused at load naming the known ones
+    (the registry's own error), before any work starts."""
+
+    def check(value: str) -> str:
+        registry.get(value)
+        return value
+
+    return AfterValidator(check)
 
 
 def check_plugin_options(

@@ -1,16 +1,17 @@
 """Model family and size. Presets in configs/ mirror the papers' sizes; every field can be overridden."""
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from core.registry import FAMILIES
 from core.specs import FamilySpec
-from runconfig.base import Section, check_plugin_options
+from runconfig.base import Section, check_plugin_options, registered_in
 
 
 class ModelConfig(Section):
-    family: str = "roberta"  # a registered family (`lmstack.families` entry point; built-ins: pyproject.toml)
+    # a registered family (`lmstack.families` entry point; built-ins: pyproject.toml)
+    family: Annotated[str, registered_in(FAMILIES)] = "roberta"
     size: str = "tiny"  # a label for the preset (tiny, base, large, small, medium); the numbers below decide
     hidden_size: int = Field(128, gt=0)
     num_layers: int = Field(2, gt=0)
@@ -43,12 +44,6 @@ class ModelConfig(Section):
 
             return fill_model_section(data)
         return data
-
-    @field_validator("family")
-    @classmethod
-    def _registered(cls, v: str) -> str:
-        FAMILIES.get(v)  # a built-in or an outside spec; raises naming the known ones
-        return v
 
     @property
     def spec(self) -> FamilySpec:

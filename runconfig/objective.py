@@ -1,16 +1,17 @@
 """Pretraining objective section."""
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from core.registry import OBJECTIVES
 from core.specs import ObjectiveSpec
-from runconfig.base import Section, check_plugin_options
+from runconfig.base import Section, check_plugin_options, registered_in
 
 
 class ObjectiveConfig(Section):
-    type: str = "mlm"  # a registered objective (`lmstack.objectives`; built-ins: pyproject.toml)
+    # a registered objective (`lmstack.objectives`; built-ins: pyproject.toml)
+    type: Annotated[str, registered_in(OBJECTIVES)] = "mlm"
     # RoBERTa dynamic masking.
     mlm_probability: float = Field(0.15, gt=0, lt=1)
     mask_token_fraction: float = Field(0.8, ge=0, le=1)
@@ -34,12 +35,6 @@ class ObjectiveConfig(Section):
     # Objective-specific keys, typed by the objective's spec (`ObjectiveSpec.options`), e.g. ELECTRA's generator
     # size and discriminator weight.
     options: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("type")
-    @classmethod
-    def _registered(cls, v: str) -> str:
-        OBJECTIVES.get(v)  # a built-in or an outside spec; raises naming the known ones
-        return v
 
     @property
     def spec(self) -> ObjectiveSpec:

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from core.io import sha256_bytes
 from core.layout import RunPaths, remote_checkpoints
 from core.registry import FAMILIES
-from runconfig.base import Section, check_path_component
+from runconfig.base import PathComponent, Section
 from runconfig.data import DataConfig
 from runconfig.export import ExportConfig
 from runconfig.finetune import FinetuneConfig
@@ -34,7 +34,7 @@ from runconfig.train import (
 
 
 class RunMeta(Section):
-    name: str = "run"
+    name: PathComponent = "run"
     # A local folder, or an fsspec URL (s3://bucket/prefix, gs://..., memory://...): stages then write into the
     # local staging folder `local_dir` and upload each finished task there, its completion marker last.
     output_dir: str = "runs/run"
@@ -42,11 +42,6 @@ class RunMeta(Section):
     # checkpoints to a filesystem). Default: $LMSTACK_CACHE/runs/<url slug>, else <system temp>/lmstack/runs/...
     local_dir: str | None = None
     seed: int = 1234
-
-    @field_validator("name")
-    @classmethod
-    def _plain_name(cls, v: str) -> str:
-        return check_path_component(v)
 
     @field_validator("output_dir")
     @classmethod
