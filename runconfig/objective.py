@@ -17,9 +17,6 @@ class ObjectiveConfig(Section):
     mask_token_fraction: float = Field(0.8, ge=0, le=1)
     random_token_fraction: float = Field(0.1, ge=0, le=1)
     whole_word_masking: bool = False
-    # One mask fixed per sequence for the whole run (BERT-style static masking) instead of a fresh one per
-    # epoch; exists to measure the dynamic-masking effect (bench/dynamic_vs_static.py).
-    static_masking: bool = False
     # MLM: run the vocabulary projection only on the masked positions (ModernBERT, Cramming, MosaicBERT). The same
     # loss and gradients as the dense head at a fraction of its cost; logits without labels stay dense. Families
     # name their MLM head in their spec (`FamilySpec.mlm_head`); ModernBERT does it natively.

@@ -4,6 +4,7 @@ import os
 import re
 import tempfile
 import warnings
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -18,6 +19,7 @@ from runconfig.init_from import check_run as check_init_from
 from runconfig.launch import LaunchConfig
 from runconfig.model import ModelConfig
 from runconfig.objective import ObjectiveConfig
+from runconfig.removed import drop_removed_keys
 from runconfig.tokens import LoaderConfig, PackingConfig, ShardsConfig, TokenizerConfig
 from runconfig.train import (
     BatchConfig,
@@ -103,6 +105,13 @@ class RunConfig(Section):
     export: ExportConfig = ExportConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
     inherit: list[str] = Field(default_factory=list, exclude=True)  # consumed by the loader
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: Any) -> Any:
+        """A removed key at its former default loads (old resolved configs name every key); any other value is
+        refused naming what to do instead (runconfig/removed.py)."""
+        return drop_removed_keys(data)
 
     @model_validator(mode="after")
     def _consistent(self) -> "RunConfig":
