@@ -4,7 +4,7 @@ the typed options of the specs (core/specs.py `Options`), which it extends."""
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError, model_validator
 
 from core.registry import Registry
 from core.specs import Options
@@ -76,3 +76,16 @@ def check_plugin_options(
                 for err in e.errors()
             )
         ) from None
+
+
+def checks_plugin_options(section: str, kind: str, name_field: str) -> Any:
+    """The `options` check of a section that names a registered spec (`model.family`, `objective.type`), as a
+    model validator: `options` against the spec's typed section once the section is built, by
+    `check_plugin_options`, written once for every such section."""
+
+    def check(self: Any) -> Any:
+        check_plugin_options(section, kind, getattr(self, name_field), self.spec.options, self.options)
+        return self
+
+    check.__doc__ = f"Checks `{section}` against the {kind}'s typed section (its spec's `options`)."
+    return model_validator(mode="after")(check)

@@ -6,7 +6,7 @@ from pydantic import Field, model_validator
 
 from core.registry import FAMILIES
 from core.specs import FamilySpec
-from runconfig.base import Section, check_plugin_options, registered_in
+from runconfig.base import Section, checks_plugin_options, registered_in
 
 
 class ModelConfig(Section):
@@ -55,11 +55,8 @@ class ModelConfig(Section):
         """The longest sequence the family's position table allows (None: no table bounds it)."""
         return self.spec.position_limit(self.max_position_embeddings)
 
-    @model_validator(mode="after")
-    def _family_options(self) -> "ModelConfig":
-        """Checks `options` against the family's typed section; the family's builder fills in its defaults."""
-        check_plugin_options("model.options", "family", self.family, self.spec.options, self.options)
-        return self
+    # The family's builder fills in the defaults of what the check leaves unset.
+    _family_options = checks_plugin_options("model.options", "family", "family")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":

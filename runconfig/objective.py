@@ -6,7 +6,7 @@ from pydantic import Field, model_validator
 
 from core.registry import OBJECTIVES
 from core.specs import ObjectiveSpec
-from runconfig.base import Section, check_plugin_options, registered_in
+from runconfig.base import Section, checks_plugin_options, registered_in
 
 
 class ObjectiveConfig(Section):
@@ -38,11 +38,8 @@ class ObjectiveConfig(Section):
         """The objective's registered spec: the one place its name is looked up; the run reads it from here."""
         return OBJECTIVES.get(self.type)
 
-    @model_validator(mode="after")
-    def _objective_options(self) -> "ObjectiveConfig":
-        """Checks `options` against the objective's typed section (its factories read them with defaults)."""
-        check_plugin_options("objective.options", "objective", self.type, self.spec.options, self.options)
-        return self
+    # The objective's factories read the options with their defaults.
+    _objective_options = checks_plugin_options("objective.options", "objective", "type")
 
     @model_validator(mode="after")
     def _fractions(self) -> "ObjectiveConfig":
