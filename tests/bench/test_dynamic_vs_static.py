@@ -31,10 +31,8 @@ def _tokenizer() -> PreTrainedTokenizerFast:
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-        mask_token="<mask>",
-    )  # fmt: skip
+    specials = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}
+    return PreTrainedTokenizerFast(tokenizer_object=tok, mask_token="<mask>", **specials)
 
 
 def test_the_static_objective_serves_one_mask_per_sequence_and_mlm_a_fresh_one():
