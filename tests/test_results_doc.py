@@ -51,6 +51,27 @@ def read_results(path: Path) -> Header:
     )
 
 
+def expected_block(name: str, header: Header) -> str:
+    """The block the page should hold for results file `name`: what a failure prints, to paste under its script."""
+    commit = header.commit.split()[0][:7] + (
+        " + uncommitted changes" if "uncommitted" in header.commit else ""
+    )
+    cores = re.search(r"(\d+) cores", header.machine)
+    machine = f"{cores.group(1) if cores else '?'} cores, " + (
+        header.device.split(";")[0] if header.device else "CPU"
+    )
+    return "\n".join(
+        [
+            f"[`bench/results/{name}`](../bench/results/{name}): `{header.command}`, {header.date[:16]} UTC, "
+            f"commit {commit}, {machine}",
+            "",
+            "```text",
+            *header.verdicts,
+            "```",
+        ]
+    )
+
+
 def doc_sections(text: str) -> dict[str, str]:
     """script name -> the text of its section."""
     marks = list(SECTION.finditer(text))
@@ -113,11 +134,14 @@ def page_problems(text: str, results: Path, scripts: set[str]) -> list[str]:
                 continue
             if not name.startswith(script.removesuffix(".py")):
                 problems.append(f"bench/results/{name} is shown under bench/{script}")
-            problems += block_problems(m, read_results(path))
+            header = read_results(path)
+            found = block_problems(m, header)
+            if found:
+                problems += [*found, f"its block is:\n{expected_block(name, header)}\n"]
     files = {p.name for p in results.iterdir() if p.suffix in (".txt", ".json")}
-    problems += [
-        f"bench/results/{n} is not shown (add its block under its script)" for n in sorted(files - shown)
-    ]
+    for n in sorted(files - shown):
+        block = expected_block(n, read_results(results / n))
+        problems.append(f"bench/results/{n} is not shown (add its block under its script):\n{block}\n")
     return problems
 
 
@@ -147,7 +171,9 @@ def test_a_changed_verdict_or_header_is_caught(tmp_path: Path):
         problems
     )
     (tmp_path / "x-gpu.txt").write_text((tmp_path / "x.txt").read_text(encoding="utf-8"), encoding="utf-8")
-    assert page_problems(good, tmp_path, {"x.py", "y.py"}) == [
-        "no section for bench/y.py (heading '## <title> (`bench/y.py`)')",
-        "bench/results/x-gpu.txt is not shown (add its block under its script)",
-    ]
+    problems = page_problems(good, tmp_path, {"x.py", "y.py"})
+    assert problems[0] == "no section for bench/y.py (heading '## <title> (`bench/y.py`)')"
+    assert problems[1].startswith("bench/results/x-gpu.txt is not shown") and len(problems) == 2
+    # the block a failure prints is one the check accepts, pasted as it is
+    pasted = good.replace("Reading.", problems[1].split(":\n", 1)[1] + "\nReading.")
+    assert page_problems(pasted, tmp_path, {"x.py", "y.py"}) == [problems[0]]
