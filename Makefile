@@ -104,6 +104,8 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports
+	@# import-linter's cycle contract sees sibling modules only; this also finds a package <-> its own module cycle.
+	PYTHONPATH=$(CURDIR) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_import_cycles.py
 	PYTHONPATH=$(CURDIR) $(BIN)/python .ci/mypy_baseline.py
 	@echo "fmt: skip markers: $$(grep -rI --include='*.py' --exclude-dir='.venv*' --exclude-dir=runs -o '# fmt: skip' . | wc -l)"
 

@@ -32,6 +32,25 @@ def _done_set(done: frozenset[int], i: int) -> bool:
     return i in done
 
 
+def _resumable_stage(
+    cfg, layout: RunLayout, name: str, task, labels: tuple[str, ...], done: frozenset[int], finalize
+) -> Stage:
+    """A stage of one task per planned item (a work shard, a corpus shard) that the config is all each task needs:
+    the items already finished (`done`, read from their own records) are skipped, and `finalize(cfg)` writes the
+    stage's report once every task is done. Clean and tokenize are built alike."""
+    return Stage(
+        name,
+        task,
+        len(labels),
+        layout.tasks,
+        kwargs={"cfg": cfg},
+        store=layout.store,
+        labels=labels,
+        done_fn=functools.partial(_done_set, done),
+        finalize=functools.partial(finalize, cfg),
+    )
+
+
 def _never_done(i: int) -> bool:
     return False
 
@@ -54,17 +73,8 @@ def clean_stage(cfg) -> Stage:
     plan = plan_clean(cfg)
     fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
     done = frozenset(i for i, s in enumerate(plan) if _shard_done(cfg, s, fps[s.source]))
-    return Stage(
-        "clean",
-        _clean_task,
-        len(plan),
-        layout.tasks,
-        kwargs={"cfg": cfg},
-        store=layout.store,
-        labels=tuple(f"{s.source}/{s.index}" for s in plan),
-        done_fn=functools.partial(_done_set, done),
-        finalize=functools.partial(_clean_report, cfg),
-    )
+    labels = tuple(f"{s.source}/{s.index}" for s in plan)
+    return _resumable_stage(cfg, layout, "clean", _clean_task, labels, done, _clean_report)
 
 
 def _tokenizer_task(i: int, *, cfg) -> dict[str, Any]:
@@ -110,17 +120,8 @@ def tokenize_stage(cfg) -> Stage:
     done = frozenset(
         i for i, t in enumerate(tasks) if _is_done(Path(t["stem"]), t["fingerprint"]) is not None
     )
-    return Stage(
-        "tokenize",
-        _tokenize_task,
-        len(tasks),
-        layout.tasks,
-        kwargs={"cfg": cfg},
-        store=layout.store,
-        labels=tuple(Path(t["in_path"]).parent.name + "/" + Path(t["in_path"]).name for t in tasks),
-        done_fn=functools.partial(_done_set, done),
-        finalize=functools.partial(_tokenize_manifest, cfg),
-    )
+    labels = tuple(Path(t["in_path"]).parent.name + "/" + Path(t["in_path"]).name for t in tasks)
+    return _resumable_stage(cfg, layout, "tokenize", _tokenize_task, labels, done, _tokenize_manifest)
 
 
 def run_data_path(cfg, executor: Executor | None = None) -> dict[str, Any]:

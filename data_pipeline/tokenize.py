@@ -41,6 +41,9 @@ from runconfig import RunConfig
 logger = logging.getLogger(__name__)
 
 _LINE = re.compile(r"[^\n]+")
+# Documents per encode_batch call inside a shard worker: bounds its memory and keeps the Rust encoder busy. An
+# internal default since issue 65 (it was `shards.encode_batch_docs`, a tuning knob no user needed).
+ENCODE_BATCH_DOCS = 256
 _ENGINES: dict[
     str, tuple[Any, TiktokenBPE | None]
 ] = {}  # tokenizer.json sha256 -> (Tokenizer, checked engine)
@@ -279,7 +282,7 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 "source": source, "in_path": str(p), "stem": str(layout.tokens / source / stem_name),
                 "tokenizer_json": str(tok_json), "tokenizer_sha": tok_sha, "splitter": splitter, "dtype": dtype.name, "engine": engine,
                 "vocab_size": vocab,
-                "batch_docs": cfg.shards.encode_batch_docs, "store": layout.store,
+                "batch_docs": ENCODE_BATCH_DOCS, "store": layout.store,
                 "fingerprint": _fingerprint(Path(p), tok_sha, splitter, layout.root),
             })  # fmt: skip
     return tasks, info

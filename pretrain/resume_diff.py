@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pretrain.checkpoint_meta import CannotContinue, complete_tags, read_complete
+from runconfig.removed import is_former_default
 
 ACCEPT_FLAG = "checkpoint.accept_config_changes=true"
 RESET_FLAG = "--reset-data-order"
@@ -145,7 +146,8 @@ def compare(
             changes.unknown_before.append(key)
             continue
         a, b = old[key], new.get(key, _ABSENT)
-        if a == b:
+        # A key removed from the schema at its former default: the checkpoint's value is what is built in now.
+        if a == b or (key not in new and is_former_default(key, a)):
             continue
         kind = policy(key)
         bucket = {"apply": changes.applied, "data_order": changes.data_order}.get(kind, changes.refused)

@@ -1,6 +1,6 @@
 """The typed run config shared by all stages.
 
-It is its own floor, above core/ and below data_pipeline, pretrain and launch, which all read one schema while
+It is its own floor, above core/ and below data_pipeline, pretrain, adapt and launch, which all read one schema while
 the data flow stays one-way: runconfig imports only core (the registries and the data-only specs it validates
 names against), never an implementation, lazily or not (the import-linter contract in pyproject.toml). Loading a
 config imports no torch. Sections live in one module per concern.

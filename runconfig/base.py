@@ -2,10 +2,11 @@
 be inf or NaN (an infinite LR passed every `gt=0` bound and checkpointed non-finite weights). The same policy as
 the typed options of the specs (core/specs.py `Options`), which it extends."""
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError, model_validator
 
+from core.registry import Registry
 from core.specs import Options
 
 
@@ -35,6 +36,22 @@ def check_path_component(value: str) -> str:
     return value
 
 
+# A value that becomes one folder or file name, checked where the field is declared (one rule for every such key).
+PathComponent = Annotated[str, AfterValidator(check_path_component)]
+
+
+def registered_in(registry: Registry[Any]) -> AfterValidator:
+    """A validator for a key whose value names an entry of `registry` (`model.family`, `objective.type`): a
+    built-in, an entry point or a `module.path:Name`; an unknown name is refused at load naming the known ones
+    (the registry's own error), before any work starts."""
+
+    def check(value: str) -> str:
+        registry.get(value)
+        return value
+
+    return AfterValidator(check)
+
+
 def check_plugin_options(
     section: str, kind: str, name: str, options_type: type[BaseModel] | None, options: dict[str, Any]
 ) -> None:
@@ -59,3 +76,16 @@ def check_plugin_options(
                 for err in e.errors()
             )
         ) from None
+
+
+def checks_plugin_options(section: str, kind: str, name_field: str) -> Any:
+    """The `options` check of a section that names a registered spec (`model.family`, `objective.type`), as a
+    model validator: `options` against the spec's typed section once the section is built, by
+    `check_plugin_options`, written once for every such section."""
+
+    def check(self: Any) -> Any:
+        check_plugin_options(section, kind, getattr(self, name_field), self.spec.options, self.options)
+        return self
+
+    check.__doc__ = f"Checks `{section}` against the {kind}'s typed section (its spec's `options`)."
+    return model_validator(mode="after")(check)

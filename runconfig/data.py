@@ -8,7 +8,7 @@ from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_
 from core.errors import UnknownNameError
 from core.plugin_code import is_ref
 from core.registry import EXECUTORS, FILTERS, READERS
-from runconfig.base import Section, check_path_component
+from runconfig.base import PathComponent, Section
 from runconfig.filters import (
     BUILTIN_FILTER_KINDS,
     BUILTIN_FILTERS,
@@ -51,7 +51,7 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 class SourceConfig(Section):
-    name: str
+    name: PathComponent
     # A built-in reader or one an installed package registers (entry point group `lmstack.readers`).
     format: str
     # Local paths, globs or fsspec URLs. `{prefix}` expands to sys.prefix (where `pip install` puts package data),
@@ -68,11 +68,6 @@ class SourceConfig(Section):
     # (a filter's switch or threshold, `filters:`, `min_chars`, ...), applied over the global `clean:`.
     clean_preset: Literal["web", "curated"] | None = None
     clean: dict[str, Any] = {}
-
-    @field_validator("name")
-    @classmethod
-    def _plain_name(cls, v: str) -> str:
-        return check_path_component(v)
 
     @field_validator("format")
     @classmethod

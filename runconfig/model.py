@@ -1,16 +1,17 @@
 """Model family and size. Presets in configs/ mirror the papers' sizes; every field can be overridden."""
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from core.registry import FAMILIES
 from core.specs import FamilySpec
-from runconfig.base import Section, check_plugin_options
+from runconfig.base import Section, checks_plugin_options, registered_in
 
 
 class ModelConfig(Section):
-    family: str = "roberta"  # a registered family (`lmstack.families` entry point; built-ins: pyproject.toml)
+    # a registered family (`lmstack.families` entry point; built-ins: pyproject.toml)
+    family: Annotated[str, registered_in(FAMILIES)] = "roberta"
     size: str = "tiny"  # a label for the preset (tiny, base, large, small, medium); the numbers below decide
     hidden_size: int = Field(128, gt=0)
     num_layers: int = Field(2, gt=0)
@@ -44,12 +45,6 @@ class ModelConfig(Section):
             return fill_model_section(data)
         return data
 
-    @field_validator("family")
-    @classmethod
-    def _registered(cls, v: str) -> str:
-        FAMILIES.get(v)  # a built-in or an outside spec; raises naming the known ones
-        return v
-
     @property
     def spec(self) -> FamilySpec:
         """The family's registered spec: the one place its name is looked up; the run reads it from here."""
@@ -60,11 +55,8 @@ class ModelConfig(Section):
         """The longest sequence the family's position table allows (None: no table bounds it)."""
         return self.spec.position_limit(self.max_position_embeddings)
 
-    @model_validator(mode="after")
-    def _family_options(self) -> "ModelConfig":
-        """Checks `options` against the family's typed section; the family's builder fills in its defaults."""
-        check_plugin_options("model.options", "family", self.family, self.spec.options, self.options)
-        return self
+    # The family's builder fills in the defaults of what the check leaves unset.
+    _family_options = checks_plugin_options("model.options", "family", "family")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":

@@ -1,24 +1,22 @@
 """Pretraining objective section."""
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from core.registry import OBJECTIVES
 from core.specs import ObjectiveSpec
-from runconfig.base import Section, check_plugin_options
+from runconfig.base import Section, checks_plugin_options, registered_in
 
 
 class ObjectiveConfig(Section):
-    type: str = "mlm"  # a registered objective (`lmstack.objectives`; built-ins: pyproject.toml)
+    # a registered objective (`lmstack.objectives`; built-ins: pyproject.toml)
+    type: Annotated[str, registered_in(OBJECTIVES)] = "mlm"
     # RoBERTa dynamic masking.
     mlm_probability: float = Field(0.15, gt=0, lt=1)
     mask_token_fraction: float = Field(0.8, ge=0, le=1)
     random_token_fraction: float = Field(0.1, ge=0, le=1)
     whole_word_masking: bool = False
-    # One mask fixed per sequence for the whole run (BERT-style static masking) instead of a fresh one per
-    # epoch; exists to measure the dynamic-masking effect (bench/dynamic_vs_static.py).
-    static_masking: bool = False
     # MLM: run the vocabulary projection only on the masked positions (ModernBERT, Cramming, MosaicBERT). The same
     # loss and gradients as the dense head at a fraction of its cost; logits without labels stay dense. Families
     # name their MLM head in their spec (`FamilySpec.mlm_head`); ModernBERT does it natively.
@@ -35,22 +33,13 @@ class ObjectiveConfig(Section):
     # size and discriminator weight.
     options: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("type")
-    @classmethod
-    def _registered(cls, v: str) -> str:
-        OBJECTIVES.get(v)  # a built-in or an outside spec; raises naming the known ones
-        return v
-
     @property
     def spec(self) -> ObjectiveSpec:
         """The objective's registered spec: the one place its name is looked up; the run reads it from here."""
         return OBJECTIVES.get(self.type)
 
-    @model_validator(mode="after")
-    def _objective_options(self) -> "ObjectiveConfig":
-        """Checks `options` against the objective's typed section (its factories read them with defaults)."""
-        check_plugin_options("objective.options", "objective", self.type, self.spec.options, self.options)
-        return self
+    # The objective's factories read the options with their defaults.
+    _objective_options = checks_plugin_options("objective.options", "objective", "type")
 
     @model_validator(mode="after")
     def _fractions(self) -> "ObjectiveConfig":

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from core.registry import FAMILIES, OBJECTIVES, Registry
+from runconfig.removed import REMOVED_KEYS
 from runconfig.run import RunConfig
 
 PACKAGES = ("core", "runconfig", "data_pipeline", "pretrain", "adapt", "launch")
@@ -190,6 +191,19 @@ def _plugin_options(key: str, registry: Registry[Any]) -> list[str]:
     return parts
 
 
+def _removed() -> list[str]:
+    """The keys that were removed: a config still naming one at its former default loads, any other value is
+    refused at load with the text in the last column (runconfig/removed.py)."""
+    rows = [
+        f"| `{r.key}` | {_cell(json.dumps(r.default))} | {_cell(r.instead)} |" for r in REMOVED_KEYS.values()
+    ]
+    intro = (
+        "\n## Removed keys\n\nA config that still sets one of these loads when the value is its former default (what "
+        "the product does now); any other value stops the load with the text of the last column.\n"
+    )
+    return [intro, "| key | former default | instead |\n|---|---|---|", *rows] if rows else []
+
+
 def render(root: type[BaseModel] = RunConfig) -> str:
     """The whole reference as markdown: one table per section, in declaration order, nested sections after,
     then each family's `model.options` and each objective's `objective.options`."""
@@ -209,6 +223,7 @@ def render(root: type[BaseModel] = RunConfig) -> str:
     walk(root, "")
     parts += _plugin_options("model.options", FAMILIES)
     parts += _plugin_options("objective.options", OBJECTIVES)
+    parts += _removed()
     return "\n".join(parts).rstrip("\n") + "\n"
 
 

@@ -4,13 +4,14 @@ import os
 import re
 import tempfile
 import warnings
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from core.io import sha256_bytes
 from core.layout import RunPaths, remote_checkpoints
 from core.registry import FAMILIES
-from runconfig.base import Section, check_path_component
+from runconfig.base import PathComponent, Section
 from runconfig.data import DataConfig
 from runconfig.export import ExportConfig
 from runconfig.finetune import FinetuneConfig
@@ -18,6 +19,7 @@ from runconfig.init_from import check_run as check_init_from
 from runconfig.launch import LaunchConfig
 from runconfig.model import ModelConfig
 from runconfig.objective import ObjectiveConfig
+from runconfig.removed import drop_removed_keys
 from runconfig.tokens import LoaderConfig, PackingConfig, ShardsConfig, TokenizerConfig
 from runconfig.train import (
     BatchConfig,
@@ -34,7 +36,7 @@ from runconfig.train import (
 
 
 class RunMeta(Section):
-    name: str = "run"
+    name: PathComponent = "run"
     # A local folder, or an fsspec URL (s3://bucket/prefix, gs://..., memory://...): stages then write into the
     # local staging folder `local_dir` and upload each finished task there, its completion marker last.
     output_dir: str = "runs/run"
@@ -42,11 +44,6 @@ class RunMeta(Section):
     # checkpoints to a filesystem). Default: $LMSTACK_CACHE/runs/<url slug>, else <system temp>/lmstack/runs/...
     local_dir: str | None = None
     seed: int = 1234
-
-    @field_validator("name")
-    @classmethod
-    def _plain_name(cls, v: str) -> str:
-        return check_path_component(v)
 
     @field_validator("output_dir")
     @classmethod
@@ -108,6 +105,13 @@ class RunConfig(Section):
     export: ExportConfig = ExportConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
     inherit: list[str] = Field(default_factory=list, exclude=True)  # consumed by the loader
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: Any) -> Any:
+        """A removed key at its former default loads (old resolved configs name every key); any other value is
+        refused naming what to do instead (runconfig/removed.py)."""
+        return drop_removed_keys(data)
 
     @model_validator(mode="after")
     def _consistent(self) -> "RunConfig":

@@ -25,12 +25,9 @@ class TokenizerConfig(Section):
     input_sentence_size: int = Field(2_000_000, gt=0)
     # Unigram: characters outside the vocabulary become UTF-8 byte pieces instead of <unk> (256 of the ids).
     byte_fallback: bool = True
-    # After training, <unk> tokens on a sample of the corpus (the first unk_sample_docs documents, encoding stops
-    # once unk_sample_tokens tokens are counted) above this share fail. 100k tokens put ~100 <unk> at the 0.1% limit:
-    # enough for a guard, and on a small corpus the pass no longer costs a fifth of the training time.
+    # After training, <unk> tokens on a sample of the corpus (the first 500 documents, at most 100k tokens:
+    # data_pipeline/tokenizers/checks.py) above this share fail.
     max_unk_rate: float = Field(0.001, ge=0, le=1)
-    unk_sample_docs: int = Field(500, gt=0)
-    unk_sample_tokens: int = Field(100_000, gt=0)
     # Special tokens, post-processing and HF class of the saved tokenizer. None: what tokenizer.type and the
     # family imply (bpe: roberta or gpt2, wordpiece: bert, unigram: t5); an outside package's convention by its
     # entry point name (`lmstack.tokenizer_conventions`) or `module.path:Name` (byte-level BPE only).
@@ -69,8 +66,6 @@ class ShardsConfig(Section):
     # Python), none (no sentence index), or auto: blingfire when packing.mode is full_sentences (the only mode that
     # reads sentences), else none. Newlines always split.
     sentence_splitter: Literal["auto", "blingfire", "pysbd", "none"] = "auto"
-    # Documents per encode_batch call inside a shard worker (bounds memory, keeps the Rust encoder busy).
-    encode_batch_docs: int = Field(256, gt=0)
 
 
 PackingMode = Literal["full_sentences", "contiguous", "t5_spans", "line_by_line"]

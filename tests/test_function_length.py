@@ -44,3 +44,31 @@ def test_the_training_loop_fits_one_screen():
     assert lengths[LOOP] <= LOOP_LIMIT, (
         f"{LOOP} is {lengths[LOOP]} lines: keep the loop to {LOOP_LIMIT} by giving each part a named function"
     )
+
+
+def contributing_table() -> list[tuple[int, str]]:
+    """(lines, 'path:name') of each row of CONTRIBUTING.md's table of the longest functions, in its order."""
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = text.split("## Function length", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].startswith("`") and cells[1].isdigit():
+            rows.append((int(cells[1]), cells[0].strip("`")))
+    return rows
+
+
+def test_contributing_table_is_the_ten_longest_functions_as_they_are():
+    """The table is read against the code, so it cannot go stale: the ten longest, longest first, each with its
+    length today; the limits its text states are this file's."""
+    expected = function_lengths()[:10]
+    table = contributing_table()
+    assert table == expected, (
+        "CONTRIBUTING.md's function-length table disagrees with the code; its rows should be (lines, function): "
+        + "; ".join(f"{n} `{name}`" for n, name in expected)
+        + f" (the table has: {'; '.join(f'{n} `{name}`' for n, name in table) or 'no rows'})"
+    )
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    assert f"never more than {LIMIT} " in text and f"`_train` to {LOOP_LIMIT})" in text, (
+        f"CONTRIBUTING.md should state this test's limits: {LIMIT} lines, and {LOOP_LIMIT} for {LOOP}"
+    )

@@ -165,22 +165,10 @@ def build_stages(cfg) -> list[Stage]:
     mh_kw = {"ngram": dd.minhash.ngram, "bands": B, "rows": dd.minhash.rows, "seed": dd.minhash.seed}
     names = tuple(f"{p.parent.name}/{p.name}" for p in inputs)
     S = len(inputs)
+    per_input = {"inputs": [str(p) for p in inputs], "work": str(work)}  # what a task per cleaned shard reads
+    signatures = {"ranges": R, "mh_kw": mh_kw, "minhash": dd.minhash.enabled, "exact": dd.exact}
     stages = [
-        new_stage(
-            "dedup-signatures",
-            signature_task,
-            S,
-            marks,
-            labels=names,
-            kwargs={
-                "inputs": [str(p) for p in inputs],
-                "work": str(work),
-                "ranges": R,
-                "mh_kw": mh_kw,
-                "minhash": dd.minhash.enabled,
-                "exact": dd.exact,
-            },
-        )
+        new_stage("dedup-signatures", signature_task, S, marks, labels=names, kwargs=per_input | signatures)
     ]
     jobs = ([("b", b, r) for b in range(B) for r in range(R)] if dd.minhash.enabled else []) + (
         [("x", 0, r) for r in range(R)] if dd.exact else []
@@ -220,13 +208,7 @@ def build_stages(cfg) -> list[Stage]:
             S,
             marks,
             labels=names,
-            kwargs={
-                "inputs": [str(p) for p in inputs],
-                "work": str(work),
-                "out_root": str(layout.dedup),
-                "partitions": R,
-                "exact_files": exact_files,
-            },
+            kwargs=per_input | {"out_root": str(layout.dedup), "partitions": R, "exact_files": exact_files},
             finalize=functools.partial(finalize, str(layout.dedup), fp, mh_kw, R, str(marks), shapes_list, S),
         )
     )

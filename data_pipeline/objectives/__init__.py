@@ -1,6 +1,7 @@
-"""Pretraining objectives: batched, vectorised collators (RoBERTa MLM, GPT causal LM, T5 span corruption, and
-any registered plug-in), each described by an `ObjectiveSpec` in `core.registry.OBJECTIVES` (registry.py). The
-model side of an objective (model settings, wrappers, exports) is in pretrain/objectives/.
+"""Pretraining objectives: batched, vectorised collators (RoBERTa MLM, GPT causal LM, T5 span corruption, ELECTRA's
+replaced-token detection, and any registered plug-in), each described by an `ObjectiveSpec` in
+`core.registry.OBJECTIVES` (registry.py). The model side of an objective (model settings, wrappers, exports) is in
+pretrain/objectives/.
 
 `build_collator(cfg, tokenizer)` is the one entry point the trainer uses (contract 4): it returns a callable that
 turns the loader's list of per-sample dicts into exactly the keyword arguments the Hugging Face model's forward

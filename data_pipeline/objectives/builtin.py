@@ -20,7 +20,6 @@ def masking_kwargs(cfg: Any) -> dict[str, Any]:
         mask_token_fraction=obj.mask_token_fraction,
         random_token_fraction=obj.random_token_fraction,
         whole_word_masking=obj.whole_word_masking,
-        static_masking=obj.static_masking,
     )
 
 

@@ -17,6 +17,7 @@ from data_pipeline.readers.base import (
     ReaderTraits,
     ReadStalled,
     SourceFile,
+    format_traits,
     guarded,
     list_source_files,
     reader_traits,
@@ -62,7 +63,7 @@ def plan_source_shards(
     """Split a source into shards as its reader's traits say: the reader's own plan (row ranges of a saved HF
     dataset), `docs_per_shard` files per shard for one-document-per-file formats (text), else one per file, or
     per record-aligned piece of a file larger than `max_task_bytes` for a reader that can split (ranges.py)."""
-    traits = reader_traits(get_reader(source.format))
+    traits = format_traits(source.format)
     if traits.plan is not None:
         return [
             WorkShard(source.name, i, files, rows)

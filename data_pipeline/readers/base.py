@@ -19,6 +19,7 @@ import fsspec
 
 from core.document import Document, stable_id
 from core.paths import expand_placeholders
+from core.registry import READERS
 
 # A report that names every bad record can itself become huge on a rotten crawl; past this many per shard
 # the records are still counted exactly, only not listed one by one.
@@ -92,6 +93,13 @@ def reader_traits(reader: Any) -> ReaderTraits:
     """The traits a reader declares, or the defaults."""
     traits = getattr(reader, "traits", None)
     return traits if isinstance(traits, ReaderTraits) else DEFAULT_TRAITS
+
+
+def format_traits(fmt: str) -> ReaderTraits:
+    """The traits of the reader registered for `fmt` (a source's `format`): what the planner, the file splitter
+    and the path check read, looked up here so that the modules beside the readers need not import the package
+    that imports them."""
+    return reader_traits(READERS.get(fmt))
 
 
 def _glob_root(pattern: str) -> str:

@@ -20,7 +20,7 @@ import dataclasses
 import io
 from typing import IO
 
-from data_pipeline.readers.base import SourceFile, open_binary
+from data_pipeline.readers.base import SourceFile, format_traits, open_binary
 from data_pipeline.readers.record_starts import is_gzip_member, next_record_start
 
 _COMPRESSED = (".gz", ".zst", ".zstd", ".bz2", ".xz")
@@ -63,10 +63,7 @@ def _warc_cuts(fh, size: int, step: int) -> list[int]:
 def split_file(src: SourceFile, fmt: str, max_bytes: int | None) -> list[SourceFile]:
     """`src` as record-aligned pieces of about `max_bytes` each (just `[src]` when it is small or its format's
     reader declares no `split` trait, or it is compressed and the reader cannot enter a compressed stream)."""
-    from data_pipeline.readers import get_reader
-    from data_pipeline.readers.base import reader_traits
-
-    traits = reader_traits(get_reader(fmt))
+    traits = format_traits(fmt)
     if not max_bytes or traits.split is None:
         return [src]
     if not traits.splits_compressed and src.path.lower().endswith(_COMPRESSED):

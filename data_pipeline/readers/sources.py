@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from core.errors import ConfigError
 from core.paths import expand_paths, require_backend
-from data_pipeline.readers import get_reader, reader_traits
+from data_pipeline.readers.base import format_traits
 
 
 def check_source_paths(cfg) -> None:
@@ -14,7 +14,7 @@ def check_source_paths(cfg) -> None:
     its fsspec backend installed and can be listed (credentials, bucket), else a one-line ConfigError naming the
     source's key (and the extra to install); Hub dataset names are not probed."""
     for i, src in enumerate(cfg.data.sources):
-        if not reader_traits(get_reader(src.format)).paths_are_files:  # e.g. Hub dataset names
+        if not format_traits(src.format).paths_are_files:  # e.g. Hub dataset names
             continue
         for j, pattern in enumerate(src.paths):
             if "://" in pattern and not pattern.startswith("file://"):

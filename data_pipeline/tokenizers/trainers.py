@@ -22,7 +22,7 @@ from tokenizers import (
 
 from core.io import replace_dir
 from core.log import get_logger
-from data_pipeline.tokenizers.checks import unk_rate
+from data_pipeline.tokenizers.checks import UNK_SAMPLE_DOCS, UNK_SAMPLE_TOKENS, unk_rate
 from data_pipeline.tokenizers.conventions import (
     BPE_SPECIALS,
     CONVENTIONS,
@@ -228,7 +228,7 @@ def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
         raise ValueError(
             f"tokenizer trained on an empty corpus (vocab {tok.get_vocab_size()}): no cleaned text?"
         )
-    rate, counted = unk_rate(tok, iter_texts(cfg, limit=tc.unk_sample_docs), max_tokens=tc.unk_sample_tokens)
+    rate, counted = unk_rate(tok, iter_texts(cfg, limit=UNK_SAMPLE_DOCS), max_tokens=UNK_SAMPLE_TOKENS)
     basis = "byte alphabet" if tc.type == "bpe" else "sample"  # our BPE is byte-level: see unk_rate
     where = ("(byte-level: all 256 bytes in the vocabulary)" if basis == "byte alphabet"
              else f"over a sample of {counted:,} tokens")  # fmt: skip

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from core.specs import FamilySpec, Options
 from pretrain.families import shapes
-from pretrain.families.registry import token_ids_for
+from pretrain.families.registry import bert_config_keys, token_ids_for
 
 if TYPE_CHECKING:
     from runconfig.model import ModelConfig
@@ -35,17 +35,8 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     return ElectraConfig(
         vocab_size=vocab_size,
         embedding_size=o.embedding_size or m.hidden_size,
-        hidden_size=m.hidden_size,
-        num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_heads,
-        intermediate_size=m.ffn_size,
-        max_position_embeddings=m.max_position_embeddings,
-        hidden_dropout_prob=m.dropout,
-        attention_probs_dropout_prob=m.attention_dropout,
-        layer_norm_eps=m.layer_norm_eps,
-        initializer_range=m.initializer_range,
+        **bert_config_keys(m),
         type_vocab_size=2,  # BERT's segment table, as the released checkpoints have it
-        tie_word_embeddings=m.tie_word_embeddings,
         **token_ids_for(tokenizer, "pad_token_id"),
     )
 

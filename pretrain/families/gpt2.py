@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pretrain.families import shapes
-from pretrain.families.registry import FamilySpec, token_ids_for
+from pretrain.families.registry import causal_decoder, token_ids_for
 
 if TYPE_CHECKING:
     from runconfig.model import ModelConfig
@@ -34,21 +34,9 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     )
 
 
-SPEC = FamilySpec(
+SPEC = causal_decoder(
     name="gpt2",
-    task="causal_lm",
-    objectives=("causal",),
-    tokenizer_types=("bpe",),
-    reserved_positions=0,
-    wraps_sequences=False,
-    has_encoder=False,
-    generative=True,
     model_class="GPT2LMHeadModel",
-    auto_class="AutoModelForCausalLM",
-    # The grid, warmup and decay the budget preset's BBC margin was measured with (bench/transfer.py);
-    # transformers' run_glue defaults otherwise (no published GPT-2 classification recipe).
-    finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01},
-    lora_modules_to_save=("score",),
     build_config=build_config,
     param_count=shapes.gpt2,
 )

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from core.specs import FamilySpec, Options
-from pretrain.families.registry import reject_t5_shape_keys, token_ids_for
+from core.specs import Options
+from pretrain.families.registry import causal_decoder, hf_shape_keys, reject_t5_shape_keys, token_ids_for
 
 if TYPE_CHECKING:
     from runconfig.model import ModelConfig
@@ -50,18 +50,12 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     o = LlamaOptions.model_validate(m.options)
     config = LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=m.hidden_size,
-        intermediate_size=m.ffn_size,
-        num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_heads,
+        **hf_shape_keys(m),
         num_key_value_heads=o.num_kv_heads or m.num_heads,
         hidden_act="silu",
-        max_position_embeddings=m.max_position_embeddings,
-        initializer_range=m.initializer_range,
         rms_norm_eps=m.layer_norm_eps,
         rope_parameters={"rope_type": "default", "rope_theta": o.rope_theta},
         attention_dropout=m.attention_dropout,
-        tie_word_embeddings=m.tie_word_embeddings,
         **token_ids_for(tokenizer, "pad_token_id", "bos_token_id", "eos_token_id"),
     )
     # transformers 5 saves the base only inside `rope_parameters`; 4.x reads the top-level `rope_theta` (and
@@ -70,21 +64,10 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     return config
 
 
-SPEC = FamilySpec(
+SPEC = causal_decoder(
     name="llama",
-    task="causal_lm",
-    objectives=("causal",),
-    tokenizer_types=("bpe",),
-    reserved_positions=0,
-    wraps_sequences=False,
-    has_encoder=False,
-    generative=True,
     validate=validate,
     options=LlamaOptions,
     model_class="LlamaForCausalLM",
-    auto_class="AutoModelForCausalLM",
-    # As GPT-2's budget recipe (same data, optimizer and schedule; the decoders differ in their blocks).
-    finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01},
-    lora_modules_to_save=("score",),
     build_config=build_config,
 )

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from core.specs import FamilySpec, Options
 from pretrain.families import shapes
-from pretrain.families.registry import reject_t5_shape_keys, token_ids_for
+from pretrain.families.registry import hf_shape_keys, masked_encoder, reject_t5_shape_keys, token_ids_for
 
 if TYPE_CHECKING:
     from runconfig.model import ModelConfig
@@ -47,13 +47,8 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     ids = token_ids_for(tokenizer, "pad_token_id", "cls_token_id", "sep_token_id")
     return ModernBertConfig(
         vocab_size=vocab_size,
-        hidden_size=m.hidden_size,
-        intermediate_size=m.ffn_size,
-        num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_heads,
-        max_position_embeddings=m.max_position_embeddings,
+        **hf_shape_keys(m),
         hidden_activation=o.hidden_activation,
-        initializer_range=m.initializer_range,
         initializer_cutoff_factor=o.initializer_cutoff_factor,
         norm_eps=m.layer_norm_eps,
         embedding_dropout=m.dropout,
@@ -65,7 +60,6 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
         local_rope_theta=o.local_rope_theta,
         sparse_prediction=o.sparse_prediction,
         classifier_pooling=o.classifier_pooling,
-        tie_word_embeddings=m.tie_word_embeddings,
         bos_token_id=ids["cls_token_id"],  # an encoder's inputs open with [CLS] and close with [SEP]
         eos_token_id=ids["sep_token_id"],
         **ids,
@@ -81,17 +75,13 @@ def flops_per_token(spec: FamilySpec, m: ModelConfig, n_params: int, seq_len: in
     return 6.0 * n_params + 12.0 * m.hidden_size * keys
 
 
-SPEC = FamilySpec(
+SPEC = masked_encoder(
     name="modernbert",
-    task="masked_lm",
-    objectives=("mlm",),
-    tokenizer_types=("bpe", "wordpiece"),
     reserved_positions=0,
     validate=validate,
     options=ModernBertOptions,
     objective_defaults={"mlm_probability": 0.3},
     model_class="ModernBertForMaskedLM",
-    auto_class="AutoModelForMaskedLM",
     export_config={"sparse_prediction": False},
     min_transformers="4.48",  # transformers added `modernbert` in 4.48
     # Replaced-token detection (objective.type: electra) on this body (issue 46): the discriminator is exported as

@@ -19,10 +19,14 @@ __all__ = [
     "FAMILIES",
     "FamilySpec",
     "attention_layers",
+    "bert_config_keys",
+    "causal_decoder",
+    "masked_encoder",
     "default_flops_per_token",
     "default_probe_inputs",
     "family_names",
     "get_family",
+    "hf_shape_keys",
     "register_family",
     "reject_t5_shape_keys",
     "special_token_ids",
@@ -30,9 +34,10 @@ __all__ = [
 ]
 
 
-def register_family(spec: FamilySpec, *, replace: bool = False) -> FamilySpec:
-    """A whole spec, data and implementation (an outside package's, or a test's)."""
-    return FAMILIES.add(spec, replace=replace)
+# A whole spec, data and implementation (an outside package's, or a test's), and the names known: the registry's own
+# methods under the names the families' callers read.
+register_family = FAMILIES.add
+family_names = FAMILIES.names
 
 
 def get_family(name: str) -> FamilySpec:
@@ -44,10 +49,6 @@ def get_family(name: str) -> FamilySpec:
             f"model.family '{name}': its FamilySpec gives no build_config, so no model can be built"
         )
     return spec
-
-
-def family_names() -> list[str]:
-    return FAMILIES.names()
 
 
 def reject_t5_shape_keys(m: Any, family: str, kind: str) -> None:
@@ -80,3 +81,60 @@ def token_ids_for(tokenizer: Any, *keys: str) -> dict[str, int | None]:
     """`special_token_ids` restricted to the keys one family's config takes."""
     ids = special_token_ids(tokenizer)
     return {k: ids[k] for k in keys}
+
+
+def hf_shape_keys(m: Any) -> dict[str, Any]:
+    """The shape keys most Hugging Face configs name alike (BERT, RoBERTa, ELECTRA, ModernBERT, Llama), read from
+    the `model` section by one mapping instead of one copy per family; a family adds the keys it names its own way
+    (dropouts, norm epsilon, options)."""
+    return {
+        "hidden_size": m.hidden_size,
+        "intermediate_size": m.ffn_size,
+        "num_hidden_layers": m.num_layers,
+        "num_attention_heads": m.num_heads,
+        "max_position_embeddings": m.max_position_embeddings,
+        "initializer_range": m.initializer_range,
+        "tie_word_embeddings": m.tie_word_embeddings,
+    }
+
+
+def bert_config_keys(m: Any) -> dict[str, Any]:
+    """`hf_shape_keys` plus the dropout and LayerNorm keys of BERT's config, which RoBERTa and ELECTRA inherit."""
+    return {
+        **hf_shape_keys(m),
+        "hidden_dropout_prob": m.dropout,
+        "attention_probs_dropout_prob": m.attention_dropout,
+        "layer_norm_eps": m.layer_norm_eps,
+    }
+
+
+def causal_decoder(**fields: Any) -> FamilySpec:
+    """The spec of a decoder-only causal LM (GPT-2, Llama): what every such family shares, with `fields` (its
+    name, classes, builders, checks) over it. The fine-tune recipe is the one the budget preset's BBC margin was
+    measured with (bench/transfer.py; transformers' run_glue defaults otherwise, as there is no published
+    classification recipe for these decoders): the same data, optimizer and schedule for every decoder."""
+    shared: dict[str, Any] = {
+        "task": "causal_lm",
+        "objectives": ("causal",),
+        "tokenizer_types": ("bpe",),
+        "reserved_positions": 0,
+        "wraps_sequences": False,
+        "has_encoder": False,
+        "generative": True,
+        "auto_class": "AutoModelForCausalLM",
+        "finetune_defaults": {"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.1, "weight_decay": 0.01},
+        "lora_modules_to_save": ("score",),
+    }
+    return FamilySpec(**{**shared, **fields})
+
+
+def masked_encoder(**fields: Any) -> FamilySpec:
+    """The spec of an encoder trained as a masked LM (RoBERTa, ModernBERT): the task, objective, tokenizers and
+    auto class every such family shares, with `fields` (its name, classes, positions, recipe, builders) over it."""
+    shared: dict[str, Any] = {
+        "task": "masked_lm",
+        "objectives": ("mlm",),
+        "tokenizer_types": ("bpe", "wordpiece"),
+        "auto_class": "AutoModelForMaskedLM",
+    }
+    return FamilySpec(**{**shared, **fields})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pretrain.families import shapes
-from pretrain.families.registry import FamilySpec, token_ids_for
+from pretrain.families.registry import bert_config_keys, masked_encoder, token_ids_for
 
 if TYPE_CHECKING:
     from runconfig.model import ModelConfig
@@ -17,30 +17,17 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
 
     return RobertaConfig(
         vocab_size=vocab_size,
-        hidden_size=m.hidden_size,
-        num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_heads,
-        intermediate_size=m.ffn_size,
-        max_position_embeddings=m.max_position_embeddings,
-        hidden_dropout_prob=m.dropout,
-        attention_probs_dropout_prob=m.attention_dropout,
-        layer_norm_eps=m.layer_norm_eps,
-        initializer_range=m.initializer_range,
+        **bert_config_keys(m),
         type_vocab_size=1,
-        tie_word_embeddings=m.tie_word_embeddings,
         **token_ids_for(tokenizer, "pad_token_id", "bos_token_id", "eos_token_id"),
     )
 
 
-SPEC = FamilySpec(
+SPEC = masked_encoder(
     name="roberta",
-    task="masked_lm",
-    objectives=("mlm",),
-    tokenizer_types=("bpe", "wordpiece"),
     reserved_positions=2,
     mlm_head="lm_head",
     model_class="RobertaForMaskedLM",
-    auto_class="AutoModelForMaskedLM",
     # Liu et al. 2019, Table 10 (GLUE): warmup 6% of the steps, weight decay 0.1. Their LRs (1e-5..3e-5) are for
     # 125M-355M models; the budget presets' 4 x 128 encoders (both arms) fine-tune at 3e-4..1e-3 (measured,
     # bench/transfer.py), as small BERTs do (Turc et al. 2019: 1e-4..3e-4 and above).

@@ -144,7 +144,7 @@ def test_unk_rate_is_reported_and_enforced(trained, tmp_path):
         meta = json.loads((trained[kind][1] / "training_meta.json").read_text())
         assert meta["unk_rate_tokens"] > 10_000 and meta["unk_rate"] <= 0.001, (kind, meta)
         assert meta["unk_rate_basis"] == "sample", (kind, meta)
-        # the sample stops at tokenizer.unk_sample_tokens (100k), give or take one batch of 64 documents
+        # the sample stops at UNK_SAMPLE_TOKENS (100k, data_pipeline/tokenizers/checks.py), give or take one batch of 64 documents
         assert meta["unk_rate_tokens"] < 150_000, (kind, meta)
     for kind in ("roberta", "gpt2"):  # byte-level: checked on the vocabulary, no encoding pass
         meta = json.loads((trained[kind][1] / "training_meta.json").read_text())

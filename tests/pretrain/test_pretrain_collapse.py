@@ -171,7 +171,7 @@ def test_electra_discriminator_leaves_its_prior_when_replacements_are_detectable
 def test_generator_temperature_decides_whether_the_discriminator_leaves_its_prior(tmp_path, temperature):
     """Why electra-budget samples its generator at temperature 2: at the preset's LR and temperature 1 the 8-minute
     discriminator stayed at its prior and its body degenerated (token cosine 0.97, a collapsed drug-review
-    fine-tune); at temperature 2 it did neither (docs/results.md). The same split at a tiny size, 600 steps
+    fine-tune); at temperature 2 it did neither (docs/results.md history). The same split at a tiny size, 600 steps
     (measured under load: temperature 1 ends at 0.994 x the prior's entropy, recall 0.007, token cosine 0.94;
     temperature 2 at 0.928 x, recall 0.020, token cosine 0.86)."""
     metrics, _ = _pretrain(tmp_path, "electra-budget", [f"objective.options.temperature={temperature}"], 600)
