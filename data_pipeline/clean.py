@@ -27,6 +27,7 @@ from core.log import get_logger
 from core.plugin_code import code_version
 from core.run_layout import RunLayout
 from data_pipeline.filters.registry import check_filter_settings, replaced_defaults_note
+from data_pipeline.formatters.base import Formatter
 from data_pipeline.interrupt import process_pool
 from data_pipeline.readers import (
     BUILTIN_READERS,
@@ -265,9 +266,8 @@ class _ShardCleaner:
     """Runs one shard's documents through holdout, extraction and the filters, counting every decision."""
 
     def __init__(self, cfg, shard: WorkShard):
-        from data_pipeline.decontaminate import decontamination_filter
         from data_pipeline.extract import Extractor
-        from data_pipeline.filters import build_filters
+        from data_pipeline.filters.registry import build_filters
 
         clean = cfg.data.clean_for(shard.source)
         self.clean = clean
@@ -277,11 +277,7 @@ class _ShardCleaner:
         self.extractor = Extractor(
             ex.favor_precision, ex.include_tables, ex.fast, ex.deduplicate, ex.timeout_s
         )
-        self.filters = build_filters(clean)
-        decont = decontamination_filter(cfg)
-        if decont is not None:  # after URL blocklists and unicode repair, before the quality rules
-            at = max((i + 1 for i, (n, _) in enumerate(self.filters) if n in ("url", "unicode")), default=0)
-            self.filters.insert(at, ("decontaminate", decont))
+        self.filters = build_filters(clean, cfg)  # the configured chain, decontamination one step of it
         self.errors = ErrorLog()
         self.counts: Counter = Counter()
         self.dropped: Counter = Counter()
@@ -343,12 +339,14 @@ class _ShardCleaner:
                 out[f"{name}:{k}"] += v
         return dict(out)
 
-    def filter_stats(self) -> dict[str, int]:
-        """What filters counted beside their keep/drop decisions (PII replacements per kind, URL-less documents)."""
+    def step_stats(self, formatters: bool) -> dict[str, int]:
+        """What the steps counted beside their keep/drop decisions: the filters' (URL-less documents, ...) or the
+        formatters' (documents changed, spans replaced per kind), `<step>:<count>`."""
         out: Counter = Counter()
         for name, flt in self.filters:
-            for k, v in getattr(flt, "stats", {}).items():
-                out[f"{name}:{k}"] += v
+            if isinstance(flt, Formatter) is formatters:
+                for k, v in getattr(flt, "stats", {}).items():
+                    out[f"{name}:{k}"] += v
         return dict(out)
 
 
@@ -377,7 +375,8 @@ def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
         "holdout": worker.counts["holdout"],
         "dropped": dict(worker.dropped),
         "line_drops": worker.line_stats(),
-        "filter_stats": worker.filter_stats(),
+        "filter_stats": worker.step_stats(formatters=False),
+        "formatter_stats": worker.step_stats(formatters=True),
         "bad_records_by_kind": dict(worker.errors.bad_counts),
         "bad_records": [b.to_dict() for b in worker.errors.bad],
         "skipped": dict(worker.errors.skips),
@@ -411,7 +410,7 @@ def _run_one(args: tuple) -> dict[str, Any]:
 def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
     """Clean every missing shard (or just `shard_index`), then rebuild the report. Returns the summary."""
     t0 = time.time()
-    check_filter_settings(cfg)  # an outside filter's params, against the settings type it brings
+    check_filter_settings(cfg)  # a `module:Name` step's params, against the settings type it brings
     plan = plan_clean(cfg)
     fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
     # a remote run: what is done remotely counts, a local marker never uploaded does not
@@ -489,6 +488,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
     dropped_per_source: dict[str, Counter] = {}
     line_drops: Counter = Counter()
     filter_stats: Counter = Counter()
+    formatter_stats: Counter = Counter()
     bad_kinds: Counter = Counter()
     skips: Counter = Counter()
     charsets: Counter = Counter()
@@ -520,6 +520,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
             dropped_per_source.setdefault(shard.source, Counter()).update(info["dropped"])
             line_drops.update(info["line_drops"])
             filter_stats.update(info.get("filter_stats", {}))
+            formatter_stats.update(info.get("formatter_stats", {}))
             bad_kinds.update(info["bad_records_by_kind"])
             skips.update(info["skipped"])
             charsets.update(info["charset_decisions"])
@@ -549,6 +550,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
         "dropped_by_source_and_reason": {k: dict(v.most_common()) for k, v in dropped_per_source.items()},
         "line_drops": dict(line_drops.most_common()),
         "filter_stats": dict(filter_stats.most_common()),
+        "formatter_stats": dict(formatter_stats.most_common()),
         "bad_records_by_kind": dict(bad_kinds.most_common()),
         "bad_records": bad,
         "skipped_records": dict(skips.most_common()),
@@ -586,21 +588,17 @@ def decontamination_summary(cfg) -> dict[str, Any]:
 
 
 def source_settings(cfg, src) -> dict[str, Any]:
-    """How a source is cleaned, for the report: preset, overrides, and the filters that run with their settings."""
-    from data_pipeline.filters.registry import filter_specs
+    """How a source is cleaned, for the report: preset, overrides, and the chain's steps with their settings
+    (`enabled`: the step runs, i.e. it is switched on and has something to do)."""
+    from data_pipeline.filters.registry import build_filters, filter_specs, step_config
 
     clean = cfg.data.clean_for(src.name)
+    running = {name for name, _ in build_filters(clean, cfg)}
     steps = []
     for spec in filter_specs(clean):
-        sec = getattr(clean, spec.name, None)
-        on = (
-            (sec.active() if hasattr(sec, "active") else getattr(sec, "enabled", True))
-            if sec is not None
-            else True
-        )
-        steps.append({"name": spec.name, "enabled": on,
-                      "settings": ({**sec.model_dump(mode="json", exclude={"enabled"}), **spec.params}
-                                   if sec is not None else spec.params)})  # fmt: skip
+        sec = step_config(clean, spec.name, spec.params)
+        settings = sec.model_dump(mode="json", exclude={"enabled"}) if sec is not None else spec.params
+        steps.append({"name": spec.name, "enabled": spec.name in running, "settings": settings})
     return {
         "preset": src.clean_preset or "web",
         "overrides": src.clean,
@@ -638,7 +636,8 @@ def format_table(stats: dict[str, Any]) -> str:
         ("dropped documents by reason", "dropped_by_reason"),
         ("bad input records by kind", "bad_records_by_kind"),
         ("lines removed inside kept pages", "line_drops"),
-        ("counted by filters (PII replaced per kind, ...)", "filter_stats"),
+        ("counted by filters (URL-less documents, ...)", "filter_stats"),
+        ("rewritten by formatters (documents changed, spans replaced per kind)", "formatter_stats"),
     ):
         if stats.get(key):
             lines += ["", title]

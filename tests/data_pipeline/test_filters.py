@@ -7,13 +7,10 @@ from pathlib import Path
 
 from core.document import Document
 from data_pipeline.extract import decode_html
-from data_pipeline.filters import (
-    C4QualityFilter,
-    GopherQualityFilter,
-    GopherRepetitionFilter,
-    LanguageFilter,
-    UnicodeFixer,
-)
+from data_pipeline.filters.c4 import C4QualityFilter
+from data_pipeline.filters.gopher import GopherQualityFilter, GopherRepetitionFilter
+from data_pipeline.filters.langid import LanguageFilter
+from data_pipeline.filters.unicode import UnicodeFixer
 from data_pipeline.filters.text_utils import count_sentences, split_words
 
 BBC = (
