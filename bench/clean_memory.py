@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         ws = ", ".join(f"{w:.0f}" for w in r["workers_mb"]) or "none (in-process)"
         rep.line(f"{mb:g} MB: {r['docs']} documents in {r['shards']} tasks, read {r['read']}, kept {r['kept']}, "
                  f"dropped {sum(r['dropped'].values())} ({', '.join(f'{k} {v}' for k, v in r['dropped'].items())}); "
-                 f"PII {', '.join(f'{k} {v}' for k, v in r["formatter_stats"].items() if k.startswith("pii"))}")  # fmt: skip
+                 f"PII {', '.join(f'{k} {v}' for k, v in r['formatter_stats'].items() if k.startswith('pii'))}")  # fmt: skip
         rep.line(f"{mb:g} MB: peak RSS driver {r['driver_mb']:.0f} MB, workers [{ws}] MB; "
                  f"{r['read'] / r['wall']:.0f} docs/s ({r['wall']:.0f} s wall, {args.workers} workers)")  # fmt: skip
         if not r["dropped"].get("decontaminated") or not r["dropped"].get("url:domain"):

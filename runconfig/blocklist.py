@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
 from functools import lru_cache
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -237,13 +236,13 @@ def read_blocklist(path: str, kind: str) -> dict[str, str]:
     return _read(full, kind, st.st_mtime_ns, st.st_size)
 
 
-def _readable_lists(paths: Sequence[str], info: ValidationInfo) -> list[str]:
+def _readable_lists(paths: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
     """Every file of one list setting, read at load with the filter's own rules: a missing file, a directory, a
     binary file or an entry that could never match is refused here, naming file, line and entry."""
     for path in paths:
         read_blocklist(path, str(info.field_name))
-    return list(paths)
+    return paths
 
 
 # A URL filter's list setting: files, each read (and checked) at load by the rules above.
-BlocklistFiles = Annotated[Sequence[str], AfterValidator(_readable_lists)]
+BlocklistFiles = Annotated[tuple[str, ...], AfterValidator(_readable_lists)]

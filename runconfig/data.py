@@ -58,7 +58,7 @@ class SourceConfig(Section):
     label_from_folder: bool = False
     # Cleaning for this source: a named preset (web | curated) and/or overrides of any key of `data.clean`
     # (a filter's switch or threshold, `filters:`, `min_chars`, ...), applied over the global `clean:`.
-    clean_preset: Literal["web", "curated"] | None = None  # one of CLEAN_PRESETS
+    clean_preset: Literal["web", "curated"] | None = None
     clean: dict[str, Any] = {}
 
     @field_validator("name")
@@ -306,7 +306,7 @@ DEFAULT_MAX_TASK_BYTES = 64 * 2**20
 
 class DataConfig(Section):
     sources: list[SourceConfig] = Field(min_length=1)
-    clean: CleanConfig = Field(default_factory=CleanConfig)  # built on first use: the steps load lazily
+    clean: CleanConfig = Field(default_factory=CleanConfig)
     dedup: DedupConfig = DedupConfig()
     decontaminate: DecontaminateConfig = DecontaminateConfig()
     # Who runs the tasks of a data stage: a local process pool (data.clean.workers), a Ray cluster, or an

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from core.document import Document
@@ -36,7 +35,7 @@ class GopherQualityFilter:
         max_ellipsis_lines_ratio: float | None = 0.3,
         max_non_alpha_words_ratio: float | None = 0.8,
         min_stop_words: int | None = 2,
-        stop_words: Sequence[str] = STOP_WORDS,  # min_stop_words of these words must occur
+        stop_words: tuple[str, ...] = STOP_WORDS,  # min_stop_words of these words must occur
     ):
         self.min_doc_words, self.max_doc_words = min_doc_words, max_doc_words
         self.min_avg_word_length, self.max_avg_word_length = min_avg_word_length, max_avg_word_length
@@ -142,9 +141,9 @@ class GopherRepetitionFilter:
         dup_line_char_frac: float | None = 0.2,
         dup_para_char_frac: float | None = 0.2,
         # (n, largest share of characters in the most frequent n-gram)
-        top_n_grams: Sequence[tuple[int, float]] = ((2, 0.2), (3, 0.18), (4, 0.16)),
+        top_n_grams: tuple[tuple[int, float], ...] = ((2, 0.2), (3, 0.18), (4, 0.16)),
         # (n, largest share of characters in duplicated n-grams)
-        dup_n_grams: Sequence[tuple[int, float]] = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)),
+        dup_n_grams: tuple[tuple[int, float], ...] = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)),
     ):
         self.dup_line_frac, self.dup_para_frac = dup_line_frac, dup_para_frac
         self.dup_line_char_frac, self.dup_para_char_frac = dup_line_char_frac, dup_para_char_frac

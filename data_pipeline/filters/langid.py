@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import lru_cache
 from typing import Annotated, Any, ClassVar
 
@@ -28,7 +27,7 @@ class LanguageFilter:
 
     def __init__(
         self,
-        languages: Sequence[str] = ("en",),  # ISO 639-1 codes kept (empty: any language)
+        languages: tuple[str, ...] = ("en",),  # ISO 639-1 codes kept (empty: any language)
         threshold: Share = 0.65,  # smallest probability of the identified language
         max_chars: Annotated[int, Field(gt=0)] = 2_000,  # the prefix classified
     ):

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 from data_pipeline.formatters.base import Formatter
@@ -188,7 +187,7 @@ class PiiFormatter(Formatter):
 
     def __init__(
         self,
-        kinds: Sequence[PiiKind] = ("email", "ip", "phone"),
+        kinds: tuple[PiiKind, ...] = ("email", "ip", "phone"),
         only_public_ips: bool = True,  # as datatrove: private, loopback, documentation ... addresses are kept
     ):
         super().__init__()

@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import pii_quality as pq  # noqa: E402
 
-
 pytestmark = pytest.mark.timeout(120)
 
 

