@@ -137,7 +137,9 @@ def _step_sections(data: dict[str, Any], own: set[str]) -> tuple[dict[str, Any],
             out[key] = step_settings(key).model_validate(value)
         except ValidationError as e:
             errors += [
-                InitErrorDetails(type=er["type"], loc=(key, *er["loc"]), input=er["input"], ctx=er.get("ctx", {}))  # type: ignore[typeddict-item]
+                InitErrorDetails(
+                    type=er["type"], loc=(key, *er["loc"]), input=er["input"], ctx=er.get("ctx", {})
+                )  # type: ignore[typeddict-item]
                 for er in e.errors()
             ]
     for name in builtin_steps():
@@ -352,7 +354,9 @@ class DataConfig(Section):
             except ValidationError as e:
                 err = e.errors()[0]
                 key = ".".join(str(p) for p in err["loc"])
-                raise ValueError(f"data.sources.{i}.clean.{key}: {err['msg']}") from None
+                raise ValueError(
+                    f"data.sources.{i}.clean.{key}: {err['msg'].removeprefix('Value error, ')}"
+                ) from None
         return self
 
     def clean_for(self, source: str) -> CleanConfig:

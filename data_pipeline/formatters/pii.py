@@ -241,7 +241,7 @@ class PiiFormatter(Formatter):
         out, at = [], 0
         for s, e, kind in spans:
             out += [text[at:s], self.repl[kind]]
-            self.stats[kind] += 1
+            self.stats[kind] += text[s:e] != self.repl[kind]  # a placeholder found again is no replacement
             at = e
         out.append(text[at:])
         return "".join(out)
