@@ -1,7 +1,7 @@
 """Data sources, cleaning and dedup sections."""
 
 import os
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     ConfigDict,
@@ -139,7 +139,7 @@ def _step_sections(data: dict[str, Any], own: set[str]) -> tuple[dict[str, Any],
             errors += [
                 InitErrorDetails(
                     type=er["type"], loc=(key, *er["loc"]), input=er["input"], ctx=er.get("ctx", {})
-                )  # type: ignore[typeddict-item]
+                )
                 for er in e.errors()
             ]
     for name in builtin_steps():
@@ -192,6 +192,10 @@ class CleanConfig(Section):
     def extra_sections(cls) -> dict[str, type[Options]]:
         """The steps' sections beside the fields (the built-ins'), for the loader's unknown-key hints."""
         return {name: step_settings(name) for name in builtin_steps()}
+
+    if TYPE_CHECKING:  # a step's section is an attribute too (`clean.c4`), typed by its step, not here
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def section(self, name: str) -> Options | None:
         """A registered step's section (None for a `module:Name` step, which has none)."""

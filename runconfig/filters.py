@@ -122,7 +122,7 @@ def settings_from_signature(name: str, factory: Callable[..., Any], section: boo
         fields[p.name] = (tp, _field(default, comments.get(p.name)))
     for key, replacement in getattr(factory, "removed_params", {}).items():
         fields[key] = _removed(name, key, replacement)
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         _class_name(name), __base__=Options, __doc__=_doc(factory), __module__=__name__, **fields
     )
     return typing.cast(type[Options], model)
@@ -163,7 +163,7 @@ def step_settings(name: str) -> type[Options]:
         on = bool(getattr(factory, "enabled_by_default", True))
         return typing.cast(
             type[Options],
-            create_model(_class_name(name), __base__=own, __module__=__name__, enabled=(bool, Field(on))),  # type: ignore[call-overload]
+            create_model(_class_name(name), __base__=own, __module__=__name__, enabled=(bool, Field(on))),
         )
     return settings_from_signature(name, factory, section=True)
 

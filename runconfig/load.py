@@ -173,8 +173,8 @@ def _section_keys(loc: tuple[Any, ...]) -> list[str]:
         if not nxt and not any(part in c.model_fields or part in extra(c) for c in current):
             continue  # a union's tag in the location (pydantic adds the member's name)
         current = nxt
-    return sorted({k for c in current for k, f in (*c.model_fields.items(), *extra(c).items())
-                   if not getattr(f, "exclude", False)})
+    fields = {k for c in current for k, f in c.model_fields.items() if not f.exclude}  # not a removed key's
+    return sorted(fields | {k for c in current for k in extra(c)})
 
 
 def unknown_key_text(key: str, valid: list[str], section: str) -> str:

@@ -15,6 +15,7 @@ from data_pipeline.filters.text_utils import PUNCTUATION_SET, split_words
 
 _HAS_ALPHA = re.compile(r"[^\W\d_]")
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
+DUP_N_GRAMS = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
 
 
 class GopherQualityFilter:
@@ -143,12 +144,12 @@ class GopherRepetitionFilter:
         # (n, largest share of characters in the most frequent n-gram)
         top_n_grams: tuple[tuple[int, float], ...] = ((2, 0.2), (3, 0.18), (4, 0.16)),
         # (n, largest share of characters in duplicated n-grams)
-        dup_n_grams: tuple[tuple[int, float], ...] = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)),
+        dup_n_grams: tuple[tuple[int, float], ...] = DUP_N_GRAMS,
     ):
         self.dup_line_frac, self.dup_para_frac = dup_line_frac, dup_para_frac
         self.dup_line_char_frac, self.dup_para_char_frac = dup_line_char_frac, dup_para_char_frac
-        self.top_n_grams = [tuple(x) for x in top_n_grams]
-        self.dup_n_grams = [tuple(x) for x in dup_n_grams]
+        self.top_n_grams = [(int(n), float(f)) for n, f in top_n_grams]
+        self.dup_n_grams = [(int(n), float(f)) for n, f in dup_n_grams]
 
     def __call__(self, doc: Document) -> tuple[bool, str | None] | tuple[bool, str, float]:
         text = doc.text

@@ -107,4 +107,3 @@ class URLFilter:
             if m:
                 return False, "url:banned_subword", m.group(0)
         return True, None
-

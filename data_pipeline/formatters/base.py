@@ -21,7 +21,8 @@ class Formatter:
     name = "formatter"
 
     def __init__(self) -> None:
-        self.stats: Counter = Counter()  # per kind, plus documents changed; summed over a shard into its marker
+        # per kind, plus documents changed; summed over a shard into its marker
+        self.stats: Counter = Counter()
 
     def format(self, text: str) -> str:
         raise NotImplementedError

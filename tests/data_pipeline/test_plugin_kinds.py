@@ -163,7 +163,9 @@ def test_builtin_filter_params_are_typed_by_the_spec_at_load():
     # The sections of the built-ins keep their YAML keys; their type is derived from the step's constructor.
     from runconfig.filters import step_settings
 
-    assert type(cfg.data.clean.c4) is step_settings("c4") and cfg.data.clean.section("c4") is cfg.data.clean.c4
+    assert (
+        type(cfg.data.clean.c4) is step_settings("c4") and cfg.data.clean.section("c4") is cfg.data.clean.c4
+    )
 
 
 @pytest.mark.timeout(60)
