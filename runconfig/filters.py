@@ -109,6 +109,7 @@ def settings_from_signature(name: str, factory: Callable[..., Any], section: boo
     hints = typing.get_type_hints(func, include_extras=True)
     comments = _param_comments(func)
     fields: dict[str, Any] = {}
+    base: type[Options] = StepSection if section else Options
     if section:
         on = bool(getattr(factory, "enabled_by_default", True))
         fields["enabled"] = (bool, Field(on, description="run this step (its section's switch)"))
@@ -123,9 +124,22 @@ def settings_from_signature(name: str, factory: Callable[..., Any], section: boo
     for key, replacement in getattr(factory, "removed_params", {}).items():
         fields[key] = _removed(name, key, replacement)
     model = create_model(
-        _class_name(name), __base__=Options, __doc__=_doc(factory), __module__=__name__, **fields
+        _class_name(name), __base__=base, __doc__=_doc(factory), __module__=__name__, **fields
     )
     return typing.cast(type[Options], model)
+
+
+class StepSection(Options):
+    """A step's `data.clean.<name>` section: its settings and its `enabled` switch."""
+
+    def active(self) -> bool:
+        """Whether the step runs with these settings: switched on, and (where the step can tell from its settings
+        alone, as the URL filter with no list cannot) given something to do: the step's `active(settings)`."""
+        if not getattr(self, "enabled", True):
+            return False
+        step = step_factory(type(self).__name__.removesuffix(_SUFFIX))
+        check = getattr(step, "active", None)
+        return bool(check(self)) if callable(check) else True
 
 
 def _field(default: Any, description: str | None) -> FieldInfo:
@@ -163,7 +177,9 @@ def step_settings(name: str) -> type[Options]:
         on = bool(getattr(factory, "enabled_by_default", True))
         return typing.cast(
             type[Options],
-            create_model(_class_name(name), __base__=own, __module__=__name__, enabled=(bool, Field(on))),
+            create_model(
+                _class_name(name), __base__=(own, StepSection), __module__=__name__, enabled=(bool, Field(on))
+            ),
         )
     return settings_from_signature(name, factory, section=True)
 

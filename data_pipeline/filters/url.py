@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import Field
 
 from core.document import Document
-from runconfig.blocklist import BlocklistFiles, host_key, normalize_words, read_blocklist, url_key
+from runconfig.blocklist import LIST_KINDS, BlocklistFiles, host_key, normalize_words, read_blocklist, url_key
 
 _NON_ALNUM = re.compile(r"[^a-zA-Z0-9]+")
 normalize = normalize_words  # datatrove's URL normaliser, under the name this module has exported
@@ -69,6 +69,11 @@ class URLFilter:
             else None
         )
         self.stats: Counter = Counter()
+
+    @staticmethod
+    def active(settings: Any) -> bool:
+        """Whether a section's settings give the filter anything to check (at least one list)."""
+        return any(getattr(settings, kind) for kind in LIST_KINDS)
 
     def empty(self) -> bool:
         """Nothing to check (no list given): the chain leaves the step out."""
