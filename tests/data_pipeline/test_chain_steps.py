@@ -135,15 +135,26 @@ def test_pii_is_a_formatter_that_keeps_every_document_and_counts_apart():
 @pytest.mark.timeout(60)
 def test_removed_and_mistyped_step_settings_are_refused_at_load_in_one_line():
     cases = [
-        (_data({"pii": {"email_replacement": "x"}}), "data.clean.pii.email_replacement: removed from step pii"),
-        (_data({"filters": ["unicode", {"name": "pii", "params": {"phone_replacement": "x"}}]}),
-         "data.clean.filters.1.params: phone_replacement: removed from step pii"),
+        (
+            _data({"pii": {"email_replacement": "x"}}),
+            "data.clean.pii.email_replacement: removed from step pii",
+        ),
+        (
+            _data({"filters": ["unicode", {"name": "pii", "params": {"phone_replacement": "x"}}]}),
+            "data.clean.filters.1.params: phone_replacement: removed from step pii",
+        ),
         (_data(clean_preset="curated"), None),
-        (_data({"c4": {"min_num_sentences": "five"}}), "data.clean.c4.min_num_sentences: Input should be a valid"),
-        (_data({"langid": {"threshold": 1.5}}), "data.clean.langid.threshold: Input should be less than or equal"),
+        (
+            _data({"c4": {"min_num_sentences": "five"}}),
+            "data.clean.c4.min_num_sentences: Input should be a valid",
+        ),
+        (
+            _data({"langid": {"threshold": 1.5}}),
+            "data.clean.langid.threshold: Input should be less than or equal",
+        ),
         (_data({"gopher_quality": {"min_stop_word": 1}}), "did you mean 'min_stop_words'"),
         (_data({"lang_id": {}}), "data.clean.lang_id: unknown key; did you mean 'langid'"),
-    ]  # fmt: skip
+    ]
     for data, want in cases:
         if want is None:
             validate_dict(data)
@@ -167,21 +178,54 @@ def test_old_section_keys_still_load():
     """Every key the hand-written sections had (but the PII placeholders) loads with the same meaning."""
     old = {
         "unicode": {"enabled": True, "fix_text": True, "normalization": "NFKC"},
-        "c4": {"enabled": True, "split_paragraph": True, "remove_citations": True, "filter_no_terminal_punct": True,
-               "min_num_sentences": 3, "min_words_per_line": 3, "max_word_length": 1000, "filter_lorem_ipsum": True,
-               "filter_javascript": True, "filter_curly_bracket": True, "filter_policy": True,
-               "filter_bad_words": False},
-        "gopher_quality": {"enabled": True, "min_doc_words": 50, "max_doc_words": 100000, "min_avg_word_length": 3,
-                           "max_avg_word_length": 10, "max_symbol_word_ratio": 0.1, "max_bullet_lines_ratio": 0.9,
-                           "max_ellipsis_lines_ratio": 0.3, "max_non_alpha_words_ratio": 0.8, "min_stop_words": 2},
-        "gopher_repetition": {"enabled": True, "dup_line_frac": 0.3, "dup_para_frac": 0.3, "dup_line_char_frac": 0.2,
-                              "dup_para_char_frac": 0.2, "top_n_grams": [[2, 0.2]], "dup_n_grams": [[5, 0.15]]},
+        "c4": {
+            "enabled": True,
+            "split_paragraph": True,
+            "remove_citations": True,
+            "filter_no_terminal_punct": True,
+            "min_num_sentences": 3,
+            "min_words_per_line": 3,
+            "max_word_length": 1000,
+            "filter_lorem_ipsum": True,
+            "filter_javascript": True,
+            "filter_curly_bracket": True,
+            "filter_policy": True,
+            "filter_bad_words": False,
+        },
+        "gopher_quality": {
+            "enabled": True,
+            "min_doc_words": 50,
+            "max_doc_words": 100000,
+            "min_avg_word_length": 3,
+            "max_avg_word_length": 10,
+            "max_symbol_word_ratio": 0.1,
+            "max_bullet_lines_ratio": 0.9,
+            "max_ellipsis_lines_ratio": 0.3,
+            "max_non_alpha_words_ratio": 0.8,
+            "min_stop_words": 2,
+        },
+        "gopher_repetition": {
+            "enabled": True,
+            "dup_line_frac": 0.3,
+            "dup_para_frac": 0.3,
+            "dup_line_char_frac": 0.2,
+            "dup_para_char_frac": 0.2,
+            "top_n_grams": [[2, 0.2]],
+            "dup_n_grams": [[5, 0.15]],
+        },
         "langid": {"enabled": True, "languages": ["en", "fr"], "threshold": 0.5},
-        "fineweb": {"enabled": True, "line_punct_thr": 0.12, "line_punct_exclude_zero": False, "short_line_thr": 0.67,
-                    "short_line_length": 30, "char_duplicates_ratio": 0.01, "new_line_ratio": 0.3},
+        "fineweb": {
+            "enabled": True,
+            "line_punct_thr": 0.12,
+            "line_punct_exclude_zero": False,
+            "short_line_thr": 0.67,
+            "short_line_length": 30,
+            "char_duplicates_ratio": 0.01,
+            "new_line_ratio": 0.3,
+        },
         "url": {"enabled": True, "soft_word_threshold": 2},
         "pii": {"enabled": True, "kinds": ["email", "ip"], "only_public_ips": False},
-    }  # fmt: skip
+    }
     cfg = validate_dict(_data(old))
     chain = dict(build_filters(cfg.data.clean, cfg))
     assert chain["unicode"].normalization == "NFKC" and chain["c4"].min_num_sentences == 3
@@ -198,6 +242,11 @@ def test_a_config_with_derived_sections_crosses_to_a_fresh_process(tmp_path):
         "import pickle, sys; c = pickle.loads(open(sys.argv[1], 'rb').read()); "
         "print(type(c.data.clean.c4).__name__, c.data.clean.c4.min_num_sentences)"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cfg.pkl")], cwd=ROOT, capture_output=True,
-                         text=True, timeout=100)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "cfg.pkl")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert out.returncode == 0 and out.stdout.split() == ["c4_settings", "2"], out.stderr
