@@ -36,7 +36,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, create_model
+from pydantic import AfterValidator, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
 from core.registry import FILTERS, builtin_entry_points
@@ -106,14 +106,22 @@ def settings_from_signature(name: str, factory: Callable[..., Any], section: boo
     default, the comment beside it as the description). `section`: with the `enabled` switch in front, as a
     `data.clean.<name>` section has it."""
     func = _signature_target(factory)
-    hints = typing.get_type_hints(func, include_extras=True)
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except Exception as e:  # noqa: BLE001 - an annotation that does not resolve: say which step
+        raise TypeError(f"step {name}: its constructor's annotations do not resolve ({e})") from None
     comments = _param_comments(func)
+    params = inspect.signature(factory).parameters.values()  # a class's: its __init__'s, without self
+    # a constructor taking **kwargs takes any setting: the keys it does not name are passed on unchecked
+    open_ = any(p.kind is p.VAR_KEYWORD for p in params)
+    base: type[Options] = (
+        (_OpenSection if open_ else StepSection) if section else (_Open if open_ else Options)
+    )
     fields: dict[str, Any] = {}
-    base: type[Options] = StepSection if section else Options
     if section:
         on = bool(getattr(factory, "enabled_by_default", True))
         fields["enabled"] = (bool, Field(on, description="run this step (its section's switch)"))
-    for p in inspect.signature(func).parameters.values():
+    for p in params:
         if p.name in ("self", RUN_CONFIG_PARAM) or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         if p.kind is p.POSITIONAL_ONLY:
@@ -140,6 +148,28 @@ class StepSection(Options):
         step = step_factory(type(self).__name__.removesuffix(_SUFFIX))
         check = getattr(step, "active", None)
         return bool(check(self)) if callable(check) else True
+
+
+class _Open(Options):
+    """The settings of a constructor that takes `**kwargs`: its named keywords typed, any other key passed on."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _OpenSection(StepSection, _Open):
+    """A step section whose constructor takes `**kwargs`."""
+
+
+def params_model(name: str) -> type[Options]:
+    """What a `filters:` step's `params` are checked against: a registered step's section type; for a
+    `module:Name` step, the pydantic model it brings as `settings`, else the settings its constructor declares."""
+    if name in FILTERS.entry_point_names():
+        return step_settings(name)
+    factory = step_factory(name)
+    own = getattr(factory, "settings", None)
+    if isinstance(own, type) and issubclass(own, Options):
+        return own
+    return settings_from_signature(name, factory, section=False)
 
 
 def _field(default: Any, description: str | None) -> FieldInfo:

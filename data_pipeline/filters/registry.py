@@ -22,7 +22,7 @@ from core.errors import ConfigError
 from core.plugin_code import code_version
 from core.registry import FILTERS
 from runconfig.data import CleanConfig, FilterSpec
-from runconfig.filters import RUN_CONFIG_PARAM, builtin_steps, step_settings
+from runconfig.filters import RUN_CONFIG_PARAM, builtin_steps, params_model, setting_names, step_settings
 
 
 def _takes_run_config(factory: Callable[..., Any]) -> bool:
@@ -46,11 +46,10 @@ def build_step(clean: CleanConfig, name: str, params: dict[str, Any], run_config
     """The step for these settings, or None when it is switched off (`enabled: false`) or has nothing to do."""
     factory = FILTERS.get(name)
     sec = step_config(clean, name, params)
-    if sec is None:  # `module:Name` with no section: its own settings type, if it brings one, or plain params
-        settings = getattr(factory, "settings", None)
-        if isinstance(settings, type) and issubclass(settings, BaseModel):
-            params = settings.model_validate(params).model_dump()
-        kwargs = dict(params)
+    if (
+        sec is None
+    ):  # `module:Name`, which has no section: its params typed as its constructor (or `settings`) says
+        kwargs = params_model(name).model_validate(params).model_dump()
     else:
         if not getattr(sec, "enabled", True):
             return None
@@ -66,22 +65,24 @@ def build_step(clean: CleanConfig, name: str, params: dict[str, Any], run_config
 
 
 def check_filter_settings(cfg: Any) -> None:
-    """Every `filters:` step's params against its settings, before any shard runs (a `module:Name` step's are
-    first seen here): a ConfigError naming the key (`data.clean.filters.0.params.x`) instead of a failure inside
-    every worker."""
+    """Every `filters:` step's params against its settings, before any shard runs: a built-in's were checked at
+    load; another package's step and a `module:Name` one are imported here, their params checked against the
+    settings their constructors declare (or the `settings` model they bring). A ConfigError naming the key
+    (`data.clean.filters.0.params.x`) instead of a failure inside every worker."""
     where = [("data.clean", cfg.data.clean)] + [
         (f"data.sources.{j}.clean", cfg.data.clean_for(src.name))
         for j, src in enumerate(cfg.data.sources)
         if "filters" in src.clean
     ]
+    builtins = builtin_steps()
     for prefix, clean in where:
         for i, spec in enumerate(filter_specs(clean)):
-            factory = FILTERS.get(spec.name)
-            settings = getattr(factory, "settings", None)
-            if clean.section(spec.name) is not None or not (
-                isinstance(settings, type) and issubclass(settings, BaseModel)
-            ):
+            if spec.name in builtins:
                 continue
+            try:
+                settings = params_model(spec.name)
+            except TypeError as e:  # a constructor the settings cannot be read from
+                raise ConfigError(f"{prefix}.filters.{i}: {e}") from None
             try:
                 settings.model_validate(spec.params)
             except ValidationError as e:
@@ -89,7 +90,7 @@ def check_filter_settings(cfg: Any) -> None:
                 key = ".".join(str(p) for p in err["loc"])
                 raise ConfigError(
                     f"{prefix}.filters.{i}.params.{key}: {err['msg']} (filter {spec.name} takes "
-                    f"{sorted(settings.model_fields)})"
+                    f"{setting_names(settings)})"
                 ) from None
 
 

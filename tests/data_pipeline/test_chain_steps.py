@@ -250,3 +250,47 @@ def test_a_config_with_derived_sections_crosses_to_a_fresh_process(tmp_path):
         timeout=100,
     )
     assert out.returncode == 0 and out.stdout.split() == ["c4_settings", "2"], out.stderr
+
+
+OUTSIDE = '''
+class Cap:
+    """Drops a document longer than `limit` words."""
+
+    def __init__(self, limit: int = 100, label: str = "cap"):
+        self.limit, self.label = limit, label
+
+    def __call__(self, doc):
+        return (False, self.label) if len(doc.text.split()) > self.limit else (True, None)
+
+
+def loose(**anything):
+    return lambda doc: (True, None)
+'''
+
+
+@pytest.mark.timeout(60)
+def test_an_outside_steps_params_are_typed_by_its_constructor(tmp_path, monkeypatch):
+    """A `module:Name` step brings no settings model: its constructor's keywords type its params, checked when the
+    clean stage starts (before any shard), as a built-in's are at load."""
+    from data_pipeline.filters.registry import check_filter_settings
+
+    (tmp_path / "outside_steps.py").write_text(OUTSIDE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    bad = validate_dict(
+        _data({"filters": ["unicode", {"name": "outside_steps:Cap", "params": {"limit": "many"}}]})
+    )
+    with pytest.raises(
+        ConfigError, match=r"data.clean.filters.1.params.limit: Input should be a valid integer"
+    ):
+        check_filter_settings(bad)
+    typo = validate_dict(_data({"filters": [{"name": "outside_steps:Cap", "params": {"limt": 3}}]}))
+    with pytest.raises(ConfigError, match=r"params.limt: Extra inputs .*takes \['label', 'limit'\]"):
+        check_filter_settings(typo)
+    ok = validate_dict(_data({"filters": [{"name": "outside_steps:Cap", "params": {"limit": "3"}}]}))
+    check_filter_settings(ok)
+    ((name, step),) = build_filters(ok.data.clean, ok)
+    assert step.limit == 3 and step(Document(id="a", text="one two three four")) == (False, "cap")
+    # a factory taking **kwargs takes any key
+    free = validate_dict(_data({"filters": [{"name": "outside_steps:loose", "params": {"whatever": 1}}]}))
+    check_filter_settings(free)
+    assert [n for n, _ in build_filters(free.data.clean, free)] == ["outside_steps:loose"]
