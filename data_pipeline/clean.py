@@ -51,9 +51,10 @@ from data_pipeline.shards import (
 log = get_logger(__name__)
 
 SAMPLE_CHARS = 2000
-# Drop reasons whose every document is written to clean/dropped/<source>/<reason>.jsonl (not only the first few):
-# a leak of evaluation text is audited document by document.
-KEEP_EVERY_DROP = frozenset({"decontaminated"})
+# A step's drop reasons whose every document is written to clean/dropped/<source>/<reason>.jsonl, not only the first
+# few: the step declares them (`keep_every_drop`; decontamination's `decontaminated`: a leak of evaluation text is
+# audited document by document), and each shard's marker records them for the report.
+KEEP_EVERY_DROP_KEY = "keep_every_drop"
 
 
 def plan_clean(cfg) -> list[WorkShard]:
@@ -278,6 +279,7 @@ class _ShardCleaner:
             ex.favor_precision, ex.include_tables, ex.fast, ex.deduplicate, ex.timeout_s
         )
         self.filters = build_filters(clean, cfg)  # the configured chain, decontamination one step of it
+        self.keep_every = frozenset(r for _, f in self.filters for r in getattr(f, KEEP_EVERY_DROP_KEY, ()))
         self.errors = ErrorLog()
         self.counts: Counter = Counter()
         self.dropped: Counter = Counter()
@@ -290,7 +292,7 @@ class _ShardCleaner:
         exclusion writer keeps the same)."""
         self.dropped[reason] += 1
         bucket = self.samples.setdefault(reason, [])
-        if len(bucket) < self.per_sample or reason in KEEP_EVERY_DROP:
+        if len(bucket) < self.per_sample or reason in self.keep_every:
             bucket.append(
                 {
                     "id": doc.id,
@@ -382,6 +384,7 @@ def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
         "skipped": dict(worker.errors.skips),
         "charset_decisions": dict(worker.charsets),
         "dropped_samples": worker.samples,
+        KEEP_EVERY_DROP_KEY: sorted(worker.keep_every),
         "seconds": round(time.time() - t0, 3),
     }
     mark_done(out, info)  # with the shard's size and sha256, which the next stage checks
@@ -496,7 +499,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     missing: list[str] = []
     per_n = cfg.data.clean.dropped_samples_per_reason
-    # Every drop of a KEEP_EVERY_DROP reason streams from its marker to its file (each renamed into place when all
+    # Every drop of a reason its step keeps every drop of streams from its marker to its file (each renamed into place when all
     # markers are read): held in memory, they would grow with the input (a 1% leak rate in 1 GB of crawl is tens of
     # MB of quoted text). The first few of any other reason are kept here and written after.
     with ExitStack() as files:
@@ -526,7 +529,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
             charsets.update(info["charset_decisions"])
             bad.extend(info["bad_records"])
             for reason, rows in info["dropped_samples"].items():
-                if reason in KEEP_EVERY_DROP:
+                if reason in info.get(KEEP_EVERY_DROP_KEY, ()):
                     key = (shard.source, reason)
                     if key not in streams:
                         tmp = files.enter_context(atomic_path(_dropped_path(layout, *key)))

@@ -305,6 +305,7 @@ class DecontaminationFilter:
     """Drops a document holding an n-gram of the index (the step `decontamination_filter` builds)."""
 
     name = "decontaminate"
+    keep_every_drop = ("decontaminated",)  # every leak is written to the dropped file, not only the first few
 
     def __init__(self, index: NGramIndex):
         self.index = index
