@@ -36,7 +36,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, ConfigDict, Field, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
 from core.registry import FILTERS, builtin_entry_points
@@ -44,6 +44,8 @@ from core.specs import Options
 
 # The parameter through which the chain hands a step the run's config; never a setting.
 RUN_CONFIG_PARAM = "run_config"
+
+Share = Annotated[float, Field(ge=0, le=1)]  # a setting that is a fraction: between 0 and 1
 
 
 def builtin_steps() -> tuple[str, ...]:
@@ -167,8 +169,8 @@ def params_model(name: str) -> type[Options]:
         return step_settings(name)
     factory = step_factory(name)
     own = getattr(factory, "settings", None)
-    if isinstance(own, type) and issubclass(own, Options):
-        return own
+    if isinstance(own, type) and issubclass(own, BaseModel):
+        return typing.cast(type[Options], own)
     return settings_from_signature(name, factory, section=False)
 
 
@@ -203,7 +205,7 @@ def step_settings(name: str) -> type[Options]:
     params), then the section is that model with the switch in front."""
     factory = step_factory(name)
     own = getattr(factory, "settings", None)
-    if isinstance(own, type) and issubclass(own, Options):
+    if isinstance(own, type) and issubclass(own, BaseModel):
         on = bool(getattr(factory, "enabled_by_default", True))
         return typing.cast(
             type[Options],
@@ -222,9 +224,6 @@ def preset_overrides(preset: str) -> dict[str, dict[str, Any]]:
         if over:
             out[name] = dict(over)
     return out
-
-
-Share = Annotated[float, Field(ge=0, le=1)]  # a fraction: between 0 and 1
 
 
 def setting_names(model: type[Options]) -> list[str]:
