@@ -158,10 +158,10 @@ class ExtractConfig(Section):
 
 
 class CleanConfig(Section):
-    # Which filters run, in which order, with which parameters, e.g.
+    # Which steps (filters and formatters) run, in which order, with which parameters, e.g.
     # [unicode, {name: c4, params: {min_num_sentences: 3}}, {name: my_filter, params: {limit: 5}}].
-    # Built-in names take their settings from the sections below (params override them); null = the built-ins
-    # in their default order. Every built-in's `enabled` switch still applies.
+    # A registered step takes its settings from its section, `data.clean.<step>` (params override them); null =
+    # the built-ins in their default order (their entry points' order). Every section's `enabled` switch applies.
     # `{defaults: true, extra: [...]}` runs the built-ins first, then the extra ones; a plain list replaces the
     # built-ins (the clean stage says so when it leaves all of them out).
     filters: list[FilterSpec] | None = None
@@ -175,8 +175,10 @@ class CleanConfig(Section):
     dropped_samples_per_reason: int = 5
     progress: bool = True  # tqdm bar over shards
     extract: ExtractConfig = ExtractConfig()
-    # Each step's own section, `data.clean.<step>` (`enabled` and the step's constructor settings, derived from its
-    # declaration: runconfig/filters.py): `url`, `unicode`, `c4`, ... are listed in the reference, one table each.
+
+    # Beside these keys, each registered step's section, `data.clean.<step>`: its `enabled` switch and its
+    # constructor's settings, derived from its declaration (runconfig/filters.py) and validated by `_sections`; a
+    # key that is neither is refused. The reference lists them, one table per built-in step.
     model_config = ConfigDict(extra="allow")
 
     @model_validator(mode="wrap")

@@ -300,3 +300,15 @@ def test_an_outside_steps_params_are_typed_by_its_constructor(tmp_path, monkeypa
     free = validate_dict(_data({"filters": [{"name": "outside_steps:loose", "params": {"whatever": 1}}]}))
     check_filter_settings(free)
     assert [n for n, _ in build_filters(free.data.clean, free)] == ["outside_steps:loose"]
+
+
+@pytest.mark.timeout(60)
+def test_the_reference_lists_every_steps_settings_from_its_constructor():
+    text = (ROOT / "docs" / "config-reference.md").read_text(encoding="utf-8")
+    for name in builtin_steps():
+        assert f"\n## `data.clean.{name}`\n" in text, name
+        for key in setting_names(step_settings(name)):
+            assert f"| `data.clean.{name}.{key}` |" in text, (name, key)
+    row = next(line for line in text.splitlines() if line.startswith("| `data.clean.langid.threshold` |"))
+    assert "smallest probability" in row  # the comment beside the constructor's parameter
+    assert "replacement` |" not in text  # the PII placeholders are no keys
