@@ -133,6 +133,7 @@ def test_clean_stage_drops_blocked_urls_and_counts_pii(tmp_path, lists):
     cfg = load_config(str(write_cfg(tmp_path, clean)))
     out = run_clean(cfg)
     assert out["dropped_by_reason"] == {"url:domain": 1, "url:banned_word": 1}
+    assert out["formatter_stats"] == {"pii:documents_changed": 1, "pii:email": 1, "pii:ipv4": 1}
     dropped = tmp_path / "out/clean/dropped/web"
     row = json.loads((dropped / "url__domain.jsonl").read_text())
     assert (row["value"], row["url"]) == ("bad.example", "https://www.bad.example/b")
