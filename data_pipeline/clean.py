@@ -576,7 +576,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
         "totals": stats["totals"],
         "dropped_by_reason": stats["dropped_by_reason"],
         "bad_records_by_kind": stats["bad_records_by_kind"],
-        "formatter_stats": stats["formatter_stats"],  # what the formatters rewrote (PII: documents, spans per kind)
+        "formatter_stats": stats["formatter_stats"],  # what formatters rewrote (PII: documents, spans)
         "table": table,
     }
 
