@@ -196,7 +196,7 @@ def measure(size_mb: float, arts: list[str], eval_paras: list[str], args: argpar
     res = run_clean(cfg, args.timeout)
     stats = json.loads((out / "clean" / "stats.json").read_text())
     res.update(size_mb=size_mb, docs=n, read=stats["totals"].get("read", 0), kept=stats["totals"].get("kept", 0),
-               dropped=stats["dropped_by_reason"], filter_stats=stats.get("filter_stats", {}),
+               dropped=stats["dropped_by_reason"], formatter_stats=stats.get("formatter_stats", {}),
                shards=stats["shards_total"])  # fmt: skip
     res["peak_mb"] = max([res["driver_mb"], *res["workers_mb"]])
     shutil.rmtree(out, ignore_errors=True)  # the cleaned copy of a 1 GB source is not needed afterwards
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         ws = ", ".join(f"{w:.0f}" for w in r["workers_mb"]) or "none (in-process)"
         rep.line(f"{mb:g} MB: {r['docs']} documents in {r['shards']} tasks, read {r['read']}, kept {r['kept']}, "
                  f"dropped {sum(r['dropped'].values())} ({', '.join(f'{k} {v}' for k, v in r['dropped'].items())}); "
-                 f"PII {', '.join(f'{k} {v}' for k, v in r['filter_stats'].items() if k.startswith('pii'))}")  # fmt: skip
+                 f"PII {', '.join(f'{k} {v}' for k, v in r['formatter_stats'].items() if k.startswith('pii'))}")  # fmt: skip
         rep.line(f"{mb:g} MB: peak RSS driver {r['driver_mb']:.0f} MB, workers [{ws}] MB; "
                  f"{r['read'] / r['wall']:.0f} docs/s ({r['wall']:.0f} s wall, {args.workers} workers)")  # fmt: skip
         if not r["dropped"].get("decontaminated") or not r["dropped"].get("url:domain"):

@@ -184,7 +184,8 @@ def as_web_page(text: str, others: list[str], rng: random.Random) -> str:
 
 
 def our_filters():
-    from data_pipeline.filters import C4QualityFilter, GopherQualityFilter, GopherRepetitionFilter
+    from data_pipeline.filters.c4 import C4QualityFilter
+    from data_pipeline.filters.gopher import GopherQualityFilter, GopherRepetitionFilter
 
     return {
         "c4": C4QualityFilter(),
@@ -197,7 +198,8 @@ def run_ours_pipeline(pages: list[dict], full: bool) -> tuple[float, float, int]
     """Our extract + filter chain, one process: (wall seconds, CPU seconds, kept)."""
     from core.document import Document
     from data_pipeline.extract import Extractor
-    from data_pipeline.filters import LanguageFilter, UnicodeFixer
+    from data_pipeline.filters.langid import LanguageFilter
+    from data_pipeline.filters.unicode import UnicodeFixer
 
     f = our_filters()
     chain = [f["gopher_repetition"], f["gopher_quality"], f["c4"]]

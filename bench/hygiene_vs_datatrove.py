@@ -207,7 +207,7 @@ def planted_caught(
     another paragraph of it that quotes evaluation text too: BBC repeats paragraphs across articles) and the
     paragraph alone dropped, a public address or phone number replaced, a reserved address kept."""
     from core.document import Document
-    from data_pipeline.filters import PiiFormatter
+    from data_pipeline.formatters.pii import PiiFormatter
 
     pii = PiiFormatter()
     url_f, dec_f = dict(steps)["url"], dict(steps)["decontaminate"]
@@ -237,7 +237,8 @@ def eval_index(eval_texts: list[str], n: int = NGRAM):
 
 def our_steps(list_dir: Path, eval_texts: list[str], n: int = NGRAM):
     from data_pipeline.decontaminate import DecontaminationFilter
-    from data_pipeline.filters import FineWebQualityFilter, URLFilter
+    from data_pipeline.filters.fineweb import FineWebQualityFilter
+    from data_pipeline.filters.url import URLFilter
 
     url = URLFilter(**{k: [str(list_dir / f"{k}.txt")] for k in LISTS})
     index = eval_index(eval_texts, n)
@@ -252,7 +253,7 @@ def main() -> int:
     import argparse
 
     from core.document import Document
-    from data_pipeline.filters import PiiFormatter
+    from data_pipeline.formatters.pii import PiiFormatter
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)

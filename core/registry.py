@@ -213,7 +213,7 @@ def _declare() -> dict[str, Registry[Any]]:
                  "pretraining objectives: collator, block length, framing, model prep (data_pipeline/objectives/)",
                  ObjectiveSpec),
         Registry("filters", "filter", "data.clean.filters", "lmstack.filters",
-                 "cleaning filters: Document -> (keep, reason[, value]) (data_pipeline/filters/)"),
+                 "cleaning steps: filters, Document -> (keep, reason[, value]), and formatters (data_pipeline/filters/, formatters/)"),
         Registry("readers", "format", "data.sources.*.format", "lmstack.readers",
                  "input formats: one reader per format (data_pipeline/readers/)"),
         Registry("executors", "executor", "data.executor", "lmstack.executors",

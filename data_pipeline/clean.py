@@ -27,6 +27,7 @@ from core.log import get_logger
 from core.plugin_code import code_version
 from core.run_layout import RunLayout
 from data_pipeline.filters.registry import check_filter_settings, replaced_defaults_note
+from data_pipeline.formatters.base import Formatter
 from data_pipeline.interrupt import process_pool
 from data_pipeline.readers import (
     BUILTIN_READERS,
@@ -50,9 +51,10 @@ from data_pipeline.shards import (
 log = get_logger(__name__)
 
 SAMPLE_CHARS = 2000
-# Drop reasons whose every document is written to clean/dropped/<source>/<reason>.jsonl (not only the first few):
-# a leak of evaluation text is audited document by document.
-KEEP_EVERY_DROP = frozenset({"decontaminated"})
+# A step's drop reasons whose every document is written to clean/dropped/<source>/<reason>.jsonl, not only the first
+# few: the step declares them (`keep_every_drop`; decontamination's `decontaminated`: a leak of evaluation text is
+# audited document by document), and each shard's marker records them for the report.
+KEEP_EVERY_DROP_KEY = "keep_every_drop"
 
 
 def plan_clean(cfg) -> list[WorkShard]:
@@ -265,9 +267,8 @@ class _ShardCleaner:
     """Runs one shard's documents through holdout, extraction and the filters, counting every decision."""
 
     def __init__(self, cfg, shard: WorkShard):
-        from data_pipeline.decontaminate import decontamination_filter
         from data_pipeline.extract import Extractor
-        from data_pipeline.filters import build_filters
+        from data_pipeline.filters.registry import build_filters
 
         clean = cfg.data.clean_for(shard.source)
         self.clean = clean
@@ -277,11 +278,8 @@ class _ShardCleaner:
         self.extractor = Extractor(
             ex.favor_precision, ex.include_tables, ex.fast, ex.deduplicate, ex.timeout_s
         )
-        self.filters = build_filters(clean)
-        decont = decontamination_filter(cfg)
-        if decont is not None:  # after URL blocklists and unicode repair, before the quality rules
-            at = max((i + 1 for i, (n, _) in enumerate(self.filters) if n in ("url", "unicode")), default=0)
-            self.filters.insert(at, ("decontaminate", decont))
+        self.filters = build_filters(clean, cfg)  # the configured chain, decontamination one step of it
+        self.keep_every = frozenset(r for _, f in self.filters for r in getattr(f, KEEP_EVERY_DROP_KEY, ()))
         self.errors = ErrorLog()
         self.counts: Counter = Counter()
         self.dropped: Counter = Counter()
@@ -294,7 +292,7 @@ class _ShardCleaner:
         exclusion writer keeps the same)."""
         self.dropped[reason] += 1
         bucket = self.samples.setdefault(reason, [])
-        if len(bucket) < self.per_sample or reason in KEEP_EVERY_DROP:
+        if len(bucket) < self.per_sample or reason in self.keep_every:
             bucket.append(
                 {
                     "id": doc.id,
@@ -343,12 +341,14 @@ class _ShardCleaner:
                 out[f"{name}:{k}"] += v
         return dict(out)
 
-    def filter_stats(self) -> dict[str, int]:
-        """What filters counted beside their keep/drop decisions (PII replacements per kind, URL-less documents)."""
+    def step_stats(self, formatters: bool) -> dict[str, int]:
+        """What the steps counted beside their keep/drop decisions: the filters' (URL-less documents, ...) or the
+        formatters' (documents changed, spans replaced per kind), `<step>:<count>`."""
         out: Counter = Counter()
         for name, flt in self.filters:
-            for k, v in getattr(flt, "stats", {}).items():
-                out[f"{name}:{k}"] += v
+            if isinstance(flt, Formatter) is formatters:
+                for k, v in getattr(flt, "stats", {}).items():
+                    out[f"{name}:{k}"] += v
         return dict(out)
 
 
@@ -377,12 +377,14 @@ def clean_shard(cfg, shard: WorkShard, fingerprint: str) -> dict[str, Any]:
         "holdout": worker.counts["holdout"],
         "dropped": dict(worker.dropped),
         "line_drops": worker.line_stats(),
-        "filter_stats": worker.filter_stats(),
+        "filter_stats": worker.step_stats(formatters=False),
+        "formatter_stats": worker.step_stats(formatters=True),
         "bad_records_by_kind": dict(worker.errors.bad_counts),
         "bad_records": [b.to_dict() for b in worker.errors.bad],
         "skipped": dict(worker.errors.skips),
         "charset_decisions": dict(worker.charsets),
         "dropped_samples": worker.samples,
+        KEEP_EVERY_DROP_KEY: sorted(worker.keep_every),
         "seconds": round(time.time() - t0, 3),
     }
     mark_done(out, info)  # with the shard's size and sha256, which the next stage checks
@@ -411,7 +413,7 @@ def _run_one(args: tuple) -> dict[str, Any]:
 def run_clean(cfg, shard_index: int | None = None) -> dict[str, Any]:
     """Clean every missing shard (or just `shard_index`), then rebuild the report. Returns the summary."""
     t0 = time.time()
-    check_filter_settings(cfg)  # an outside filter's params, against the settings type it brings
+    check_filter_settings(cfg)  # a `module:Name` step's params, against the settings type it brings
     plan = plan_clean(cfg)
     fps = {s.name: config_fingerprint(cfg, s.name) for s in cfg.data.sources}
     # a remote run: what is done remotely counts, a local marker never uploaded does not
@@ -489,6 +491,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
     dropped_per_source: dict[str, Counter] = {}
     line_drops: Counter = Counter()
     filter_stats: Counter = Counter()
+    formatter_stats: Counter = Counter()
     bad_kinds: Counter = Counter()
     skips: Counter = Counter()
     charsets: Counter = Counter()
@@ -496,7 +499,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     missing: list[str] = []
     per_n = cfg.data.clean.dropped_samples_per_reason
-    # Every drop of a KEEP_EVERY_DROP reason streams from its marker to its file (each renamed into place when all
+    # Every drop of a reason its step keeps every drop of streams from its marker to its file (each renamed into place when all
     # markers are read): held in memory, they would grow with the input (a 1% leak rate in 1 GB of crawl is tens of
     # MB of quoted text). The first few of any other reason are kept here and written after.
     with ExitStack() as files:
@@ -520,12 +523,13 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
             dropped_per_source.setdefault(shard.source, Counter()).update(info["dropped"])
             line_drops.update(info["line_drops"])
             filter_stats.update(info.get("filter_stats", {}))
+            formatter_stats.update(info.get("formatter_stats", {}))
             bad_kinds.update(info["bad_records_by_kind"])
             skips.update(info["skipped"])
             charsets.update(info["charset_decisions"])
             bad.extend(info["bad_records"])
             for reason, rows in info["dropped_samples"].items():
-                if reason in KEEP_EVERY_DROP:
+                if reason in info.get(KEEP_EVERY_DROP_KEY, ()):
                     key = (shard.source, reason)
                     if key not in streams:
                         tmp = files.enter_context(atomic_path(_dropped_path(layout, *key)))
@@ -549,6 +553,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
         "dropped_by_source_and_reason": {k: dict(v.most_common()) for k, v in dropped_per_source.items()},
         "line_drops": dict(line_drops.most_common()),
         "filter_stats": dict(filter_stats.most_common()),
+        "formatter_stats": dict(formatter_stats.most_common()),
         "bad_records_by_kind": dict(bad_kinds.most_common()),
         "bad_records": bad,
         "skipped_records": dict(skips.most_common()),
@@ -571,6 +576,7 @@ def write_report(cfg, plan: list[WorkShard] | None = None) -> dict[str, Any]:
         "totals": stats["totals"],
         "dropped_by_reason": stats["dropped_by_reason"],
         "bad_records_by_kind": stats["bad_records_by_kind"],
+        "formatter_stats": stats["formatter_stats"],  # what formatters rewrote (PII: documents, spans)
         "table": table,
     }
 
@@ -586,21 +592,17 @@ def decontamination_summary(cfg) -> dict[str, Any]:
 
 
 def source_settings(cfg, src) -> dict[str, Any]:
-    """How a source is cleaned, for the report: preset, overrides, and the filters that run with their settings."""
-    from data_pipeline.filters.registry import filter_specs
+    """How a source is cleaned, for the report: preset, overrides, and the chain's steps with their settings
+    (`enabled`: the step runs, i.e. it is switched on and has something to do)."""
+    from data_pipeline.filters.registry import build_filters, filter_specs, step_config
 
     clean = cfg.data.clean_for(src.name)
+    running = {name for name, _ in build_filters(clean, cfg)}
     steps = []
     for spec in filter_specs(clean):
-        sec = getattr(clean, spec.name, None)
-        on = (
-            (sec.active() if hasattr(sec, "active") else getattr(sec, "enabled", True))
-            if sec is not None
-            else True
-        )
-        steps.append({"name": spec.name, "enabled": on,
-                      "settings": ({**sec.model_dump(mode="json", exclude={"enabled"}), **spec.params}
-                                   if sec is not None else spec.params)})  # fmt: skip
+        sec = step_config(clean, spec.name, spec.params)
+        settings = sec.model_dump(mode="json", exclude={"enabled"}) if sec is not None else spec.params
+        steps.append({"name": spec.name, "enabled": spec.name in running, "settings": settings})
     return {
         "preset": src.clean_preset or "web",
         "overrides": src.clean,
@@ -638,7 +640,8 @@ def format_table(stats: dict[str, Any]) -> str:
         ("dropped documents by reason", "dropped_by_reason"),
         ("bad input records by kind", "bad_records_by_kind"),
         ("lines removed inside kept pages", "line_drops"),
-        ("counted by filters (PII replaced per kind, ...)", "filter_stats"),
+        ("counted by filters (URL-less documents, ...)", "filter_stats"),
+        ("rewritten by formatters (documents changed, spans replaced per kind)", "formatter_stats"),
     ):
         if stats.get(key):
             lines += ["", title]

@@ -302,7 +302,10 @@ def fingerprint_part(cfg) -> dict[str, Any]:
 
 
 class DecontaminationFilter:
+    """Drops a document holding an n-gram of the index (the step `decontamination_filter` builds)."""
+
     name = "decontaminate"
+    keep_every_drop = ("decontaminated",)  # every leak is written to the dropped file, not only the first few
 
     def __init__(self, index: NGramIndex):
         self.index = index
@@ -343,9 +346,13 @@ def summary(cfg) -> dict[str, Any]:
     }
 
 
-def decontamination_filter(cfg) -> DecontaminationFilter | None:
-    """The filter for this run, or None when it is off or there is no evaluation text."""
-    if not cfg.data.decontaminate.enabled:
+def decontamination_filter(run_config: Any) -> DecontaminationFilter | None:
+    """N-gram decontamination (GPT-3's 13-grams, datatrove's NGramsDecontFilter), a step of the cleaning chain like
+    any other: a document sharing one normalised n-gram with an evaluation text is dropped (`decontaminated`), and
+    reported with the n-gram and the example's id. Its evaluation set is the run's (`data.decontaminate`: n, the
+    fine-tune tasks, more files), so it takes the run's config; it has nothing to do (and does not run) when that
+    section is off or holds no evaluation text."""
+    if not run_config.data.decontaminate.enabled:
         return None
-    _, index = eval_index(cfg)
+    _, index = eval_index(run_config)
     return DecontaminationFilter(index) if len(index) else None

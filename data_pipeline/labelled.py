@@ -283,14 +283,10 @@ def text_repair(cfg: RunConfig) -> Callable[[str], str] | None:
     """The unicode repair the pretraining corpus got (data.clean's `unicode` filter with its settings), for the
     labelled text; None when `finetune.repair_text` is off or pretraining had no such step."""
     from core.document import Document
-    from data_pipeline.filters.registry import filter_specs, get_filter
+    from data_pipeline.filters.registry import build_step, filter_specs
 
     spec = next((s for s in filter_specs(cfg.data.clean) if s.name == "unicode"), None)
-    fixer = (
-        get_filter("unicode").build(cfg.data.clean, spec.params)
-        if spec and cfg.finetune.repair_text
-        else None
-    )
+    fixer = build_step(cfg.data.clean, spec.name, spec.params) if spec and cfg.finetune.repair_text else None
     if fixer is None:
         return None
 

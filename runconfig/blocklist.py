@@ -40,7 +40,10 @@ from __future__ import annotations
 import os
 import re
 from functools import lru_cache
+from typing import Annotated
 from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, ValidationInfo
 
 LIST_KINDS = ("blocked_domains", "blocked_urls", "banned_words", "soft_banned_words", "banned_subwords")
 
@@ -231,3 +234,15 @@ def read_blocklist(path: str, kind: str) -> dict[str, str]:
     full = check_list_file(path)
     st = os.stat(full)
     return _read(full, kind, st.st_mtime_ns, st.st_size)
+
+
+def _readable_lists(paths: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+    """Every file of one list setting, read at load with the filter's own rules: a missing file, a directory, a
+    binary file or an entry that could never match is refused here, naming file, line and entry."""
+    for path in paths:
+        read_blocklist(path, str(info.field_name))
+    return paths
+
+
+# A URL filter's list setting: files, each read (and checked) at load by the rules above.
+BlocklistFiles = Annotated[tuple[str, ...], AfterValidator(_readable_lists)]

@@ -1,46 +1,38 @@
 """Data sources, cleaning and dedup sections."""
 
 import os
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
 
 from core.errors import UnknownNameError
 from core.plugin_code import is_ref
 from core.registry import EXECUTORS, FILTERS, READERS
+from core.specs import Options
 from runconfig.base import PathComponent, Section
-from runconfig.filters import (
-    BUILTIN_FILTER_KINDS,
-    BUILTIN_FILTERS,
-    C4Config,
-    FineWebQualityConfig,
-    GopherQualityConfig,
-    GopherRepetitionConfig,
-    LangIdConfig,
-    PiiConfig,
-    UnicodeConfig,
-    UrlFilterConfig,
-)
+from runconfig.filters import builtin_steps, preset_overrides, setting_names, step_settings
 
 # Settings of the whole stage, not of one source's documents.
 STAGE_KEYS = ("docs_per_shard", "workers", "output_format", "progress", "dropped_samples_per_reason")
 
-# Named per-source cleaning presets (data.sources.N.clean_preset), applied over the global `clean:` section.
+# Named per-source cleaning presets (data.sources.N.clean_preset), applied over the global `clean:` section. What a
+# preset sets in a step's section, the step declares (its `presets` attribute, runconfig/filters.py).
 # web: the global rules as they are (C4 + Gopher + language ID, tuned for web crawl).
 # curated: books, verse, reviews, edited corpora: no quality rules or language ID (unicode repair, PII redaction,
-#   URL blocklists and the run-wide decontamination still run). C4's
-#   terminal-punctuation and sentence rules cut verse to fragments, Gopher's minimum length and n-gram repetition drop every one-line review, and
-#   language ID is unreliable on short text.
-CLEAN_PRESETS: dict[str, dict[str, Any]] = {
-    "web": {},
-    "curated": {
-        "c4": {"enabled": False},
-        "gopher_quality": {"enabled": False},
-        "gopher_repetition": {"enabled": False},
-        "langid": {"enabled": False},
-        "fineweb": {"enabled": False},
-    },
-}
+#   URL blocklists and decontamination still run). C4's terminal-punctuation and sentence rules cut verse to
+#   fragments, Gopher's minimum length and n-gram repetition drop every one-line review, and language ID is
+#   unreliable on short text.
+CLEAN_PRESETS = ("web", "curated")
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -81,9 +73,6 @@ class SourceConfig(Section):
         return v
 
 
-_BUILTIN_KINDS = {k.name: k for k in BUILTIN_FILTER_KINDS}
-
-
 class FilterSpec(Section):
     """One step of `data.clean.filters`: a registered filter and its parameters (a plain name is accepted)."""
 
@@ -98,7 +87,7 @@ class FilterSpec(Section):
     @field_validator("name")
     @classmethod
     def _known(cls, v: str) -> str:
-        known = set(BUILTIN_FILTERS) | FILTERS.entry_point_names()
+        known = FILTERS.entry_point_names()
         if v not in known and not is_ref(v):
             raise ValueError(
                 f"unknown filter {v!r}; known: {sorted(known)} (a package adds one through the "
@@ -109,19 +98,48 @@ class FilterSpec(Section):
     @field_validator("params")
     @classmethod
     def _typed(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        """A built-in's params are checked against its spec's settings type (each key overrides the same key of
-        its section); an outside filter's, against the settings it brings, when the clean stage starts."""
-        kind = _BUILTIN_KINDS.get(info.data.get("name", ""))
-        if kind is not None and kind.settings is not None:
+        """A built-in's params are checked against its settings (its constructor's; each key overrides the same
+        key of its section); an outside filter's, when the clean stage starts (its package is imported there)."""
+        name = info.data.get("name", "")
+        if name in builtin_steps():
+            settings = step_settings(name)
             try:
-                kind.settings.model_validate(v)
+                settings.model_validate(v)
             except ValidationError as e:
                 err = e.errors()[0]
                 key = ".".join(str(p) for p in err["loc"])
                 raise ValueError(
-                    f"{key}: {err['msg']} ({kind.name} takes {sorted(kind.settings.model_fields)})"
+                    f"{key}: {err['msg'].removeprefix('Value error, ')} ({name} takes {setting_names(settings)})"
                 ) from None
         return v
+
+
+def _step_sections(data: dict[str, Any], own: set[str]) -> tuple[dict[str, Any], list[InitErrorDetails]]:
+    """`data` with each step's section validated against its settings (a built-in's default where absent), and
+    the errors, located under the section (`c4.min_num_sentences`); a key that is neither a field nor a
+    registered step is an unknown key."""
+    out, errors = dict(data), []
+    steps = FILTERS.entry_point_names()
+    for key, value in data.items():
+        if key in own:
+            continue
+        if key not in steps:
+            errors.append(InitErrorDetails(type="extra_forbidden", loc=(key,), input=value))
+            continue
+        if isinstance(value, Options):
+            continue
+        try:
+            out[key] = step_settings(key).model_validate(value)
+        except ValidationError as e:
+            errors += [
+                InitErrorDetails(
+                    type=er["type"], loc=(key, *er["loc"]), input=er["input"], ctx=er.get("ctx", {})
+                )
+                for er in e.errors()
+            ]
+    for name in builtin_steps():
+        out.setdefault(name, step_settings(name)())
+    return out, errors
 
 
 class ExtractConfig(Section):
@@ -135,10 +153,10 @@ class ExtractConfig(Section):
 
 
 class CleanConfig(Section):
-    # Which filters run, in which order, with which parameters, e.g.
+    # Which steps (filters and formatters) run, in which order, with which parameters, e.g.
     # [unicode, {name: c4, params: {min_num_sentences: 3}}, {name: my_filter, params: {limit: 5}}].
-    # Built-in names take their settings from the sections below (params override them); null = the built-ins
-    # in their default order. Every built-in's `enabled` switch still applies.
+    # A registered step takes its settings from its section, `data.clean.<step>` (params override them); null =
+    # the built-ins in their default order (their entry points' order). Every section's `enabled` switch applies.
     # `{defaults: true, extra: [...]}` runs the built-ins first, then the extra ones; a plain list replaces the
     # built-ins (the clean stage says so when it leaves all of them out).
     filters: list[FilterSpec] | None = None
@@ -152,14 +170,36 @@ class CleanConfig(Section):
     dropped_samples_per_reason: int = 5
     progress: bool = True  # tqdm bar over shards
     extract: ExtractConfig = ExtractConfig()
-    unicode: UnicodeConfig = UnicodeConfig()
-    c4: C4Config = C4Config()
-    gopher_quality: GopherQualityConfig = GopherQualityConfig()
-    gopher_repetition: GopherRepetitionConfig = GopherRepetitionConfig()
-    langid: LangIdConfig = LangIdConfig()
-    fineweb: FineWebQualityConfig = FineWebQualityConfig()
-    url: UrlFilterConfig = UrlFilterConfig()
-    pii: PiiConfig = PiiConfig()
+
+    # Beside these keys, each registered step's section, `data.clean.<step>`: its `enabled` switch and its
+    # constructor's settings, derived from its declaration (runconfig/filters.py) and validated by `_sections`; a
+    # key that is neither is refused. The reference lists them, one table per built-in step.
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _sections(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> "CleanConfig":
+        if isinstance(data, dict):
+            data, errors = _step_sections(data, set(cls.model_fields))
+            if errors:
+                raise ValidationError.from_exception_data(cls.__name__, errors)
+        return handler(data)
+
+    @classmethod
+    def extra_sections(cls) -> dict[str, type[Options]]:
+        """The steps' sections beside the fields (the built-ins'), for the loader's unknown-key hints."""
+        return {name: step_settings(name) for name in builtin_steps()}
+
+    if TYPE_CHECKING:  # a step's section is an attribute too (`clean.c4`), typed by its step, not here
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    def section(self, name: str) -> Options | None:
+        """A registered step's section (None for a `module:Name` step, which has none)."""
+        sec = (self.__pydantic_extra__ or {}).get(name)
+        if sec is None and name in FILTERS.entry_point_names():
+            sec = step_settings(name)()
+        return sec
 
     @field_validator("filters", mode="before")
     @classmethod
@@ -175,7 +215,7 @@ class CleanConfig(Section):
         extra = v.get("extra") or []
         if not isinstance(extra, list):
             raise ValueError("extra: a list of filters")
-        return [*(BUILTIN_FILTERS if v.get("defaults", True) else ()), *extra]
+        return [*(builtin_steps() if v.get("defaults", True) else ()), *extra]
 
 
 class EvalSetSpec(Section):
@@ -269,7 +309,7 @@ DEFAULT_MAX_TASK_BYTES = 64 * 2**20
 
 class DataConfig(Section):
     sources: list[SourceConfig] = Field(min_length=1)
-    clean: CleanConfig = CleanConfig()
+    clean: CleanConfig = Field(default_factory=CleanConfig)
     dedup: DedupConfig = DedupConfig()
     decontaminate: DecontaminateConfig = DecontaminateConfig()
     # Who runs the tasks of a data stage: a local process pool (data.clean.workers), a Ray cluster, or an
@@ -309,13 +349,15 @@ class DataConfig(Section):
                 raise ValueError(
                     f"data.sources.{i}.clean: {stage} apply to the whole stage; set them in data.clean"
                 )
-            merged = _deep_merge(_deep_merge(base, CLEAN_PRESETS[src.clean_preset or "web"]), src.clean)
+            merged = _deep_merge(_deep_merge(base, preset_overrides(src.clean_preset or "web")), src.clean)
             try:
                 self._per_source[src.name] = CleanConfig.model_validate(merged)
             except ValidationError as e:
                 err = e.errors()[0]
                 key = ".".join(str(p) for p in err["loc"])
-                raise ValueError(f"data.sources.{i}.clean.{key}: {err['msg']}") from None
+                raise ValueError(
+                    f"data.sources.{i}.clean.{key}: {err['msg'].removeprefix('Value error, ')}"
+                ) from None
         return self
 
     def clean_for(self, source: str) -> CleanConfig:

@@ -1,156 +1,231 @@
-"""The built-in cleaning filters' typed settings: the `data.clean.<section>` sections the config validates (a
-`filters:` step's `params` override them), and the filters' default order. An outside filter brings its own
-settings as the `settings` attribute of its factory (checked when the clean stage starts, before any work)."""
+"""The cleaning chain's steps as the config sees them: their names, their default order and their typed settings,
+all read from the `lmstack.filters` entry points. Nothing here lists a step.
+
+A step (a filter that keeps or drops a document, or a formatter that rewrites its text) declares its settings once,
+as its constructor's keyword parameters: typed, with defaults, a comment beside each (the generated reference
+shows it), constraints as `Annotated[..., Field(...)]`. The config derives the `data.clean.<name>` section of a
+step from that signature (`step_settings`), with an `enabled` switch in front (the step's `enabled_by_default`),
+and checks a `filters:` step's `params` against the same model. So a built-in and an outside step are declared
+the same way; the built-ins are the project's own entry points (pyproject.toml), and their order there is the
+chain's default order.
+
+How this keeps the floors: runconfig never imports data_pipeline. The step's class is found through its entry
+point (package metadata, as an outside plug-in is found, and as the config finds a family's spec), and only when
+a section is first validated, never when runconfig is imported (a filter module may import runconfig, as the URL
+filter imports runconfig/blocklist.py: deriving at import time would be a cycle). A step module imports no ML
+framework at module level (tests/runconfig/test_config_reference.py runs the generator without torch).
+
+What a step may declare beside its constructor (class attributes, all optional):
+- `enabled_by_default: bool` (True): the default of its section's `enabled` switch (FineWeb's is False);
+- `presets: {preset: {key: value}}`: what a per-source `clean_preset` sets in its section (the `curated` preset
+  switches the quality rules and language ID off);
+- `removed_params: {old key: replacement}`: a parameter that no longer exists, refused at load naming what to use;
+- a keyword parameter named `run_config` is no setting: the chain passes the run's config (decontamination
+  reads the evaluation tasks from it).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+import ast
+import inspect
+import io
+import textwrap
+import tokenize
+import typing
+from collections.abc import Callable
+from functools import cache
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
+from core.registry import FILTERS, builtin_entry_points
 from core.specs import Options
-from runconfig.blocklist import LIST_KINDS, read_blocklist
 
-# A filter's settings are a typed section (unknown keys rejected): the built-ins' live here, as data the config
-# validates against (`data.clean.<section>` and a `filters:` step's `params`); an outside filter brings its own
-# as the `settings` attribute of its factory (checked when the clean stage starts, before any work).
+# The parameter through which the chain hands a step the run's config; never a setting.
+RUN_CONFIG_PARAM = "run_config"
 
-
-class UnicodeConfig(Options):
-    enabled: bool = True
-    fix_text: bool = True  # ftfy mojibake repair
-    normalization: Literal["NFC", "NFKC", "none"] = "NFC"
+Share = Annotated[float, Field(ge=0, le=1)]  # a setting that is a fraction: between 0 and 1
 
 
-class C4Config(Options):
-    enabled: bool = True
-    split_paragraph: bool = True
-    remove_citations: bool = True
-    filter_no_terminal_punct: bool = True
-    min_num_sentences: int = 5
-    min_words_per_line: int = 3
-    max_word_length: int = 1000
-    filter_lorem_ipsum: bool = True
-    filter_javascript: bool = True
-    filter_curly_bracket: bool = True
-    filter_policy: bool = True
-    filter_bad_words: bool = False
+def builtin_steps() -> tuple[str, ...]:
+    """The project's own steps in their default order: the order of its `lmstack.filters` entry points."""
+    return tuple(ep.name for ep in builtin_entry_points().get(FILTERS.group, ()))
 
 
-class GopherQualityConfig(Options):
-    enabled: bool = True
-    min_doc_words: int = 50
-    max_doc_words: int = 100_000
-    min_avg_word_length: float = 3
-    max_avg_word_length: float = 10
-    max_symbol_word_ratio: float = 0.1
-    max_bullet_lines_ratio: float = 0.9
-    max_ellipsis_lines_ratio: float = 0.3
-    max_non_alpha_words_ratio: float = 0.8
-    min_stop_words: int = 2
+def step_factory(name: str) -> Callable[..., Any]:
+    """The registered step (a class or a factory function), loaded through its entry point or `module:Name`."""
+    return FILTERS.get(name)
 
 
-class GopherRepetitionConfig(Options):
-    enabled: bool = True
-    dup_line_frac: float = 0.3
-    dup_para_frac: float = 0.3
-    dup_line_char_frac: float = 0.2
-    dup_para_char_frac: float = 0.2
-    top_n_grams: list[tuple[int, float]] = [(2, 0.2), (3, 0.18), (4, 0.16)]
-    dup_n_grams: list[tuple[int, float]] = [(5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)]
+def _signature_target(factory: Callable[..., Any]) -> Callable[..., Any]:
+    return factory.__init__ if isinstance(factory, type) else factory  # type: ignore[misc]
 
 
-class LangIdConfig(Options):
-    enabled: bool = True
-    languages: list[str] = ["en"]
-    threshold: float = Field(0.65, ge=0, le=1)
+def _param_comments(func: Callable[..., Any]) -> dict[str, str]:
+    """Parameter name -> the comment beside it (on its last line) or on the `#` lines right above it."""
+    try:
+        src = textwrap.dedent(inspect.getsource(func))
+    except (OSError, TypeError):
+        return {}
+    by_line = {
+        tok.start[0]: tok.string.lstrip("#").strip()
+        for tok in tokenize.generate_tokens(io.StringIO(src).readline)
+        if tok.type == tokenize.COMMENT
+    }
+    lines = src.splitlines()
+    node = ast.parse(src).body[0]
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return {}
+    out: dict[str, str] = {}
+    for arg in [*node.args.args, *node.args.kwonlyargs]:
+        above: list[str] = []
+        ln = arg.lineno - 1
+        while ln >= 1 and lines[ln - 1].lstrip().startswith("#"):
+            above.insert(0, by_line.get(ln, ""))
+            ln -= 1
+        end = arg.end_lineno or arg.lineno
+        # the comment at the end of the parameter's line (after its default and comma)
+        after = by_line.get(end, "") if not lines[end - 1].lstrip().startswith("#") else ""
+        text = " ".join(t for t in (*above, after) if t)
+        if text:
+            out[arg.arg] = text
+    return out
 
 
-class FineWebQualityConfig(Options):
-    """datatrove's FineWebQualityFilter thresholds (the FineWeb recipe's). Off by default: on top of C4 and Gopher
-    the duplicated-line rule alone removes a sizeable share of a crawl; switch it on for FineWeb's recipe."""
+def _removed(name: str, key: str, replacement: str) -> Any:
+    """A field that exists only to refuse a parameter that no longer exists, at its own key, naming the
+    replacement (one line); never dumped, so it reaches no constructor and no fingerprint."""
 
-    enabled: bool = False
-    line_punct_thr: float = Field(0.12, ge=0, le=1)
-    line_punct_exclude_zero: bool = False
-    short_line_thr: float = Field(0.67, ge=0, le=1)
-    short_line_length: int = Field(30, ge=0)
-    char_duplicates_ratio: float = Field(0.01, ge=0, le=1)
-    new_line_ratio: float = Field(0.3, ge=0)
+    def refuse(value: Any) -> Any:
+        raise ValueError(f"removed from step {name}: {replacement}")
+
+    return (Annotated[Any, AfterValidator(refuse)], Field(None, exclude=True, repr=False))
 
 
-class UrlFilterConfig(Options):
-    """Blocklists (files, one entry a line, `#` comments) checked against each document's URL, with datatrove's
-    URLFilter rules. With no list given there is nothing to check and the filter does not run. Which forms of an
-    entry are read (URLs, wildcards, hosts-file lines, IDN either way) and which refused: runconfig/blocklist.py."""
+def settings_from_signature(name: str, factory: Callable[..., Any], section: bool) -> type[Options]:
+    """The typed settings a step's constructor declares: one field per keyword parameter (its annotation, its
+    default, the comment beside it as the description). `section`: with the `enabled` switch in front, as a
+    `data.clean.<name>` section has it."""
+    func = _signature_target(factory)
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except Exception as e:  # noqa: BLE001 - an annotation that does not resolve: say which step
+        raise TypeError(f"step {name}: its constructor's annotations do not resolve ({e})") from None
+    comments = _param_comments(func)
+    params = inspect.signature(factory).parameters.values()  # a class's: its __init__'s, without self
+    # a constructor taking **kwargs takes any setting: the keys it does not name are passed on unchecked
+    open_ = any(p.kind is p.VAR_KEYWORD for p in params)
+    base: type[Options] = (
+        (_OpenSection if open_ else StepSection) if section else (_Open if open_ else Options)
+    )
+    fields: dict[str, Any] = {}
+    if section:
+        on = bool(getattr(factory, "enabled_by_default", True))
+        fields["enabled"] = (bool, Field(on, description="run this step (its section's switch)"))
+    for p in params:
+        if p.name in ("self", RUN_CONFIG_PARAM) or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.kind is p.POSITIONAL_ONLY:
+            raise TypeError(f"step {name}: parameter {p.name} is positional-only; a setting is a keyword")
+        tp = hints.get(p.name, Any)
+        default = ... if p.default is p.empty else p.default
+        fields[p.name] = (tp, _field(default, comments.get(p.name)))
+    for key, replacement in getattr(factory, "removed_params", {}).items():
+        fields[key] = _removed(name, key, replacement)
+    model = create_model(
+        _class_name(name), __base__=base, __doc__=_doc(factory), __module__=__name__, **fields
+    )
+    return typing.cast(type[Options], model)
 
-    enabled: bool = True
-    blocked_domains: list[str] = []  # a listed domain blocks itself and every subdomain of it
-    blocked_urls: list[str] = []  # exact URLs, with or without the scheme (a trailing / ignored)
-    banned_words: list[str] = []  # a word of the URL (split on non-alphanumerics) on the list
-    soft_banned_words: list[str] = []  # at least soft_word_threshold of these words in the URL
-    soft_word_threshold: int = Field(2, ge=1)
-    banned_subwords: list[str] = []  # a substring of the URL with non-alphanumerics removed, lowercased
 
-    @field_validator(*LIST_KINDS)
-    @classmethod
-    def _lists_readable(cls, v: list[str], info: ValidationInfo) -> list[str]:
-        """Every file is read at load with the filter's own rules (runconfig/blocklist.py): a missing file, a
-        directory, a binary file or an entry that could never match is refused here, naming file, line and entry."""
-        for path in v:
-            read_blocklist(path, str(info.field_name))
-        return v
+class StepSection(Options):
+    """A step's `data.clean.<name>` section: its settings and its `enabled` switch."""
 
     def active(self) -> bool:
-        """Whether the filter runs (the report's `enabled`): switched on and given at least one list."""
-        lists = (
-            self.blocked_domains,
-            self.blocked_urls,
-            self.banned_words,
-            self.soft_banned_words,
-            self.banned_subwords,
+        """Whether the step runs with these settings: switched on, and (where the step can tell from its settings
+        alone, as the URL filter with no list cannot) given something to do: the step's `active(settings)`."""
+        if not getattr(self, "enabled", True):
+            return False
+        step = step_factory(type(self).__name__.removesuffix(_SUFFIX))
+        check = getattr(step, "active", None)
+        return bool(check(self)) if callable(check) else True
+
+
+class _Open(Options):
+    """The settings of a constructor that takes `**kwargs`: its named keywords typed, any other key passed on."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _OpenSection(StepSection, _Open):
+    """A step section whose constructor takes `**kwargs`."""
+
+
+def params_model(name: str) -> type[Options]:
+    """What a `filters:` step's `params` are checked against: a registered step's section type; for a
+    `module:Name` step, the pydantic model it brings as `settings`, else the settings its constructor declares."""
+    if name in FILTERS.entry_point_names():
+        return step_settings(name)
+    factory = step_factory(name)
+    own = getattr(factory, "settings", None)
+    if isinstance(own, type) and issubclass(own, BaseModel):
+        return typing.cast(type[Options], own)
+    return settings_from_signature(name, factory, section=False)
+
+
+def _field(default: Any, description: str | None) -> FieldInfo:
+    return typing.cast(FieldInfo, Field(default, description=description))
+
+
+def _doc(factory: Callable[..., Any]) -> str | None:
+    """The step's docstring, for the section's heading in the reference."""
+    return inspect.getdoc(factory) if factory.__doc__ else None
+
+
+_SUFFIX = "_settings"
+
+
+def _class_name(step: str) -> str:
+    return step + _SUFFIX
+
+
+def __getattr__(attr: str) -> Any:
+    """`<step>_settings`: a derived settings class, found by name, so a config pickled to a worker process (the
+    local pool, Ray) unpickles there; the class is derived again from the step's entry point when it is new."""
+    if attr.endswith(_SUFFIX) and not attr.startswith("__"):
+        return step_settings(attr.removesuffix(_SUFFIX))
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+
+
+@cache
+def step_settings(name: str) -> type[Options]:
+    """The `data.clean.<name>` section of a registered step (its `enabled` switch and its constructor's
+    settings). An outside step may bring its own model as a `settings` attribute (a pydantic model of its
+    params), then the section is that model with the switch in front."""
+    factory = step_factory(name)
+    own = getattr(factory, "settings", None)
+    if isinstance(own, type) and issubclass(own, BaseModel):
+        on = bool(getattr(factory, "enabled_by_default", True))
+        return typing.cast(
+            type[Options],
+            create_model(
+                _class_name(name), __base__=(own, StepSection), __module__=__name__, enabled=(bool, Field(on))
+            ),
         )
-        return self.enabled and any(lists)
+    return settings_from_signature(name, factory, section=True)
 
 
-PiiKind = Literal["email", "ip", "phone"]
-PII_KINDS: tuple[PiiKind, ...] = ("email", "ip", "phone")
+def preset_overrides(preset: str) -> dict[str, dict[str, Any]]:
+    """What a `clean_preset` sets, step by step, as each built-in step declares it (`presets`)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in builtin_steps():
+        over = getattr(step_factory(name), "presets", {}).get(preset)
+        if over:
+            out[name] = dict(over)
+    return out
 
 
-class PiiConfig(Options):
-    """PII redaction (a formatter: it rewrites text, never drops a document). On by default: emails, public IP
-    addresses and phone numbers in published web text identify people and teach a model nothing it needs."""
-
-    enabled: bool = True
-    kinds: list[PiiKind] = list(PII_KINDS)
-    only_public_ips: bool = True  # as datatrove: private, loopback, documentation ... addresses are kept
-    email_replacement: str = "email@example.com"
-    ipv4_replacement: str = "192.0.2.1"  # TEST-NET-1 (RFC 5737): reserved, never anyone's address
-    ipv6_replacement: str = "2001:db8::1"  # the IPv6 documentation prefix (RFC 3849)
-    phone_replacement: str = "555-0100"  # the NANP block reserved for fiction
-
-
-@dataclass(frozen=True)
-class FilterKind:
-    """A filter as data: its name, the type of its settings and the `data.clean` key of its section."""
-
-    name: str
-    settings: type[BaseModel] | None = None
-    section: str | None = None  # built-ins: `data.clean.<section>` holds the settings their params override
-
-
-# The built-in filters in their default order: URL blocklists (cheapest, on the URL alone), unicode repair, language
-# ID, Gopher repetition + quality, C4 (it edits lines), FineWeb (after C4, as in the FineWeb recipe), then PII
-# redaction, which rewrites only the text that is kept.
-BUILTIN_FILTER_KINDS = (
-    FilterKind("url", UrlFilterConfig, "url"),
-    FilterKind("unicode", UnicodeConfig, "unicode"),
-    FilterKind("langid", LangIdConfig, "langid"),
-    FilterKind("gopher_repetition", GopherRepetitionConfig, "gopher_repetition"),
-    FilterKind("gopher_quality", GopherQualityConfig, "gopher_quality"),
-    FilterKind("c4", C4Config, "c4"),
-    FilterKind("fineweb", FineWebQualityConfig, "fineweb"),
-    FilterKind("pii", PiiConfig, "pii"),
-)
-BUILTIN_FILTERS = tuple(k.name for k in BUILTIN_FILTER_KINDS)
+def setting_names(model: type[Options]) -> list[str]:
+    """The keys a step's settings take (its removed parameters, which only refuse, left out)."""
+    return sorted(k for k, f in model.model_fields.items() if not f.exclude)

@@ -159,15 +159,22 @@ def _section_keys(loc: tuple[Any, ...]) -> list[str]:
             return [ann]
         return [m for a in typing.get_args(ann) for m in models(a)]
 
+    def extra(c: type[BaseModel]) -> dict[str, Any]:
+        """Sections a model takes beside its fields (data.clean: each step's, `extra_sections`)."""
+        get = getattr(c, "extra_sections", None)
+        return get() if callable(get) else {}
+
     current: list[type[BaseModel]] = [RunConfig]
     for part in loc:
         if isinstance(part, int):
             continue  # a list item: the list's item type was already taken
         nxt = [m for c in current if part in c.model_fields for m in models(c.model_fields[part].annotation)]
-        if not nxt and not any(part in c.model_fields for c in current):
+        nxt += [extra(c)[part] for c in current if part in extra(c)]
+        if not nxt and not any(part in c.model_fields or part in extra(c) for c in current):
             continue  # a union's tag in the location (pydantic adds the member's name)
         current = nxt
-    return sorted({k for c in current for k in c.model_fields})
+    fields = {k for c in current for k, f in c.model_fields.items() if not f.exclude}  # not a removed key's
+    return sorted(fields | {k for c in current for k in extra(c)})
 
 
 def unknown_key_text(key: str, valid: list[str], section: str) -> str:

@@ -160,6 +160,13 @@ def _rows(
         if not sub:
             own.append(row)  # a plain key; the top level shows only these (its sections get headings)
         children += [(key + suffix, model_) for suffix, model_ in sub]
+    # sections beside the fields, each derived from its plug-in's declaration (data.clean: one per cleaning step)
+    extra = getattr(model, "extra_sections", None)
+    for name, section in (extra() if callable(extra) else {}).items():
+        key = f"{path}.{name}" if path else name
+        doc = f"the settings of step `{name}` (its constructor's keyword parameters)"
+        rows.append(f"| `{key}` | section | [`{key}`](#{_anchor(key)}) | {_cell(doc)} |")
+        children.append((key, section))
     return rows, own, children
 
 

@@ -136,14 +136,75 @@ def test_guide_objective(guide, wordpiece):  # noqa: F811 (fixture)
 @pytest.mark.timeout(120)
 def test_guide_filter(guide):
     from core.document import Document
+    from data_pipeline.filters.registry import build_step
 
     examples, tmp = guide
     cfg = load_config(_config(tmp, examples["filters"]["yaml"]))
     step = cfg.data.clean.filters[1]
-    factory = registry.FILTERS.get(step.name)
-    keep = factory(**factory.settings.model_validate(step.params).model_dump())
+    # its settings are the constructor's, from the YAML
+    keep = build_step(cfg.data.clean, step.name, step.params)
+    assert keep.max_upper_ratio == 0.6
     assert keep(Document(id="a", text="BUY NOW, CHEAP WATCHES", source="s"))[:2] == (False, "shouting")
     assert keep(Document(id="b", text="The harvest came in late this year.", source="s")) == (True, None)
+    # the constructor's types are the config's: a bad value and a misspelt key are refused at load, named
+    with pytest.raises(
+        ConfigError, match=r"data.clean.filters.1.params: max_upper_ratio: Input should be less"
+    ):
+        load_config(_config(tmp, examples["filters"]["yaml"].replace("0.6", "2")))
+    with pytest.raises(
+        ConfigError, match=r"data.clean.shouting.max_upper: unknown key; did you mean 'max_upper_ratio'"
+    ):
+        load_config(_config(tmp, examples["filters"]["yaml"]), ["data.clean.shouting.max_upper=0.4"])
+
+
+def _section_blocks(title: str) -> dict[str, str]:
+    """The python, toml and yaml blocks of one `## <title>` section of the guide."""
+    part = re.split(r"^## ", GUIDE.read_text(encoding="utf-8"), flags=re.M)
+    body = next(p.split("\n", 1)[1] for p in part[1:] if p.split("\n", 1)[0] == title)
+    return {lang: code for lang, code in FENCE.findall(body)}
+
+
+@pytest.mark.timeout(120)
+def test_guide_formatter(guide):
+    """The guide's "A text formatter": its file, its entry in the filters group and its config, run as written."""
+    from core.document import Document
+    from data_pipeline.filters.registry import build_filters
+    from data_pipeline.formatters.base import Formatter
+
+    _, tmp = guide
+    blocks = _section_blocks("A text formatter")
+    assert set(blocks) == {"python", "toml", "yaml"} and '"lmstack.filters"' in blocks["toml"]
+    rel = blocks["python"].splitlines()[0].removeprefix("# file: ").strip()
+    (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tmp / rel).write_text(blocks["python"], encoding="utf-8")
+    package = importlib.import_module(rel.rsplit("/", 1)[0].replace("/", "."))
+    sys.modules.pop(rel.removesuffix(".py").replace("/", "."), None)
+    package.__path__.append(str((tmp / rel).parent))
+    try:
+        pyproject = tmp / "pyproject.toml"
+        pyproject.write_text(
+            _add_entries(pyproject.read_text(encoding="utf-8"), blocks["toml"]), encoding="utf-8"
+        )
+        registry.builtin_entry_points.cache_clear()
+        registry.group_entry_points.cache_clear()
+        registry.FILTERS._entry_points_loaded = False
+        cfg = load_config(_config(tmp, blocks["yaml"]))
+        assert cfg.data.clean.blank_lines.max_blank == 2
+        step = dict(build_filters(cfg.data.clean, cfg))["blank_lines"]
+        assert isinstance(step, Formatter)
+        doc = Document(id="a", text="One.\n\n\n\n\nTwo.\n\n\nThree.", source="s")
+        assert step(doc) == (True, None) and doc.text == "One.\n\n\nTwo.\n\n\nThree."
+        assert step.stats == {"blank_runs": 1, "documents_changed": 1}
+        assert (
+            step(doc) == (True, None) and step.stats["documents_changed"] == 1
+        )  # cleaned text stays as it is
+        with pytest.raises(
+            ConfigError, match=r"data.clean.blank_lines.max_blanks: unknown key; did you mean"
+        ):
+            load_config(_config(tmp, blocks["yaml"]), ["data.clean.blank_lines.max_blanks=1"])
+    finally:
+        package.__path__.remove(str((tmp / rel).parent))
+        sys.modules.pop(rel.removesuffix(".py").replace("/", "."), None)
 
 
 @pytest.mark.timeout(120)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
+from typing import Any, ClassVar
 
 from core.document import Document
 from data_pipeline.filters.text_utils import count_sentences, split_words
@@ -32,7 +33,11 @@ def load_bad_words() -> frozenset[str]:
 
 
 class C4QualityFilter:
+    """C4's line and page rules (it edits lines: a kept page may lose some)."""
+
     name = "c4"
+    # a curated source (books, verse, reviews, edited corpora) skips it: see runconfig/data.py CLEAN_PRESETS
+    presets: ClassVar[dict[str, dict[str, Any]]] = {"curated": {"enabled": False}}
 
     def __init__(
         self,

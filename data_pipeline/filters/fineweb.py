@@ -8,24 +8,35 @@ with the regex tokenizer of text_utils, which reproduces the spaCy splits datatr
 
 from __future__ import annotations
 
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
+
 from core.document import Document
 from data_pipeline.filters.gopher import _find_duplicates
 from data_pipeline.filters.text_utils import TERMINAL_PUNCTUATION, split_words
+from runconfig.filters import Share
 
 STOP_CHARS = tuple(TERMINAL_PUNCTUATION)
 
 
 class FineWebQualityFilter:
+    """datatrove's FineWebQualityFilter thresholds (the FineWeb recipe's). Off by default: on top of C4 and Gopher
+    the duplicated-line rule alone removes a sizeable share of a crawl; switch it on for FineWeb's recipe."""
+
     name = "fineweb"
+    enabled_by_default = False
+    # a curated source (books, verse, reviews, edited corpora) skips it: see runconfig/data.py CLEAN_PRESETS
+    presets: ClassVar[dict[str, dict[str, Any]]] = {"curated": {"enabled": False}}
 
     def __init__(
         self,
-        line_punct_thr: float = 0.12,
-        line_punct_exclude_zero: bool = False,
-        short_line_thr: float = 0.67,
-        short_line_length: int = 30,
-        char_duplicates_ratio: float = 0.01,
-        new_line_ratio: float = 0.3,
+        line_punct_thr: Share = 0.12,  # smallest share of lines ending in terminal punctuation
+        line_punct_exclude_zero: bool = False,  # a page with no such line at all is kept
+        short_line_thr: Share = 0.67,  # largest share of short lines
+        short_line_length: Annotated[int, Field(ge=0)] = 30,  # a line this many characters or fewer is short
+        char_duplicates_ratio: Share = 0.01,  # largest share of characters in duplicated lines
+        new_line_ratio: Annotated[float, Field(ge=0)] = 0.3,  # largest number of newlines per word (lists)
     ):
         self.line_punct_thr = line_punct_thr
         self.line_punct_exclude_zero = line_punct_exclude_zero

@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any, ClassVar
 
 from core.document import Document
 from data_pipeline.filters.text_utils import PUNCTUATION_SET, split_words
 
 _HAS_ALPHA = re.compile(r"[^\W\d_]")
-STOP_WORDS = frozenset(["the", "be", "to", "of", "and", "that", "have", "with"])
+STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
+DUP_N_GRAMS = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
 
 
 class GopherQualityFilter:
+    """Gopher's quality rules (null switches one rule off)."""
+
     name = "gopher_quality"
+    # a curated source (books, verse, reviews, edited corpora) skips it: see runconfig/data.py CLEAN_PRESETS
+    presets: ClassVar[dict[str, dict[str, Any]]] = {"curated": {"enabled": False}}
 
     def __init__(
         self,
@@ -30,7 +36,7 @@ class GopherQualityFilter:
         max_ellipsis_lines_ratio: float | None = 0.3,
         max_non_alpha_words_ratio: float | None = 0.8,
         min_stop_words: int | None = 2,
-        stop_words: frozenset[str] = STOP_WORDS,
+        stop_words: tuple[str, ...] = STOP_WORDS,  # min_stop_words of these words must occur
     ):
         self.min_doc_words, self.max_doc_words = min_doc_words, max_doc_words
         self.min_avg_word_length, self.max_avg_word_length = min_avg_word_length, max_avg_word_length
@@ -39,7 +45,7 @@ class GopherQualityFilter:
         self.max_ellipsis_lines_ratio = max_ellipsis_lines_ratio
         self.max_non_alpha_words_ratio = max_non_alpha_words_ratio
         self.min_stop_words = min_stop_words
-        self.stop_words = stop_words
+        self.stop_words = frozenset(stop_words)
 
     def __call__(self, doc: Document) -> tuple[bool, str | None] | tuple[bool, str, float]:
         text = doc.text
@@ -121,7 +127,11 @@ def _dup_ngram_chars(words: list[str], n: int) -> int:
 
 
 class GopherRepetitionFilter:
+    """Gopher's repetition rules: duplicated lines, paragraphs and n-grams (null switches one rule off)."""
+
     name = "gopher_repetition"
+    # a curated source (books, verse, reviews, edited corpora) skips it: see runconfig/data.py CLEAN_PRESETS
+    presets: ClassVar[dict[str, dict[str, Any]]] = {"curated": {"enabled": False}}
     _para = re.compile(r"\n{2,}")
     _line = re.compile(r"\n+")
 
@@ -131,13 +141,15 @@ class GopherRepetitionFilter:
         dup_para_frac: float | None = 0.3,
         dup_line_char_frac: float | None = 0.2,
         dup_para_char_frac: float | None = 0.2,
-        top_n_grams=((2, 0.2), (3, 0.18), (4, 0.16)),
-        dup_n_grams=((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)),
+        # (n, largest share of characters in the most frequent n-gram)
+        top_n_grams: tuple[tuple[int, float], ...] = ((2, 0.2), (3, 0.18), (4, 0.16)),
+        # (n, largest share of characters in duplicated n-grams)
+        dup_n_grams: tuple[tuple[int, float], ...] = DUP_N_GRAMS,
     ):
         self.dup_line_frac, self.dup_para_frac = dup_line_frac, dup_para_frac
         self.dup_line_char_frac, self.dup_para_char_frac = dup_line_char_frac, dup_para_char_frac
-        self.top_n_grams = [tuple(x) for x in top_n_grams]
-        self.dup_n_grams = [tuple(x) for x in dup_n_grams]
+        self.top_n_grams = [(int(n), float(f)) for n, f in top_n_grams]
+        self.dup_n_grams = [(int(n), float(f)) for n, f in dup_n_grams]
 
     def __call__(self, doc: Document) -> tuple[bool, str | None] | tuple[bool, str, float]:
         text = doc.text

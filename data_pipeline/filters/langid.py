@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
 
 from core.document import Document
+from runconfig.filters import Share
 
 
 @lru_cache(maxsize=1)
@@ -15,10 +19,19 @@ def _identifier():
 
 
 class LanguageFilter:
-    name = "langid"
+    """Language identification (py3langid): a page in another language, or too uncertain, is dropped."""
 
-    def __init__(self, languages: list[str] | None = None, threshold: float = 0.65, max_chars: int = 2_000):
-        self.languages = set(languages or [])
+    name = "langid"
+    # language ID is unreliable on short text, and a curated source is in the language it was chosen for
+    presets: ClassVar[dict[str, dict[str, Any]]] = {"curated": {"enabled": False}}
+
+    def __init__(
+        self,
+        languages: tuple[str, ...] = ("en",),  # ISO 639-1 codes kept (empty: any language)
+        threshold: Share = 0.65,  # smallest probability of the identified language
+        max_chars: Annotated[int, Field(gt=0)] = 2_000,  # the prefix classified
+    ):
+        self.languages = set(languages)
         self.threshold = threshold
         self.max_chars = max_chars  # the prefix decides; classifying megabytes adds nothing but time
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import unicodedata
+from typing import Literal
 
 import ftfy
 
@@ -10,9 +11,15 @@ from core.document import Document
 
 
 class UnicodeFixer:
+    """Unicode repair and normalisation; a page left empty by the repair is dropped."""
+
     name = "unicode"
 
-    def __init__(self, fix_text: bool = True, normalization: str = "NFC"):
+    def __init__(
+        self,
+        fix_text: bool = True,  # ftfy mojibake repair
+        normalization: Literal["NFC", "NFKC", "none"] = "NFC",
+    ):
         self.fix_text = fix_text
         self.normalization = None if normalization == "none" else normalization
         # ftfy normalises too when asked; we keep it separate so either step can be switched off alone.

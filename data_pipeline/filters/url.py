@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
+from pydantic import Field
+
 from core.document import Document
-from runconfig.blocklist import host_key, normalize_words, read_blocklist, url_key
+from runconfig.blocklist import LIST_KINDS, BlocklistFiles, host_key, normalize_words, read_blocklist, url_key
 
 _NON_ALNUM = re.compile(r"[^a-zA-Z0-9]+")
 normalize = normalize_words  # datatrove's URL normaliser, under the name this module has exported
@@ -38,16 +41,20 @@ def read_list(paths: list[str], kind: str) -> dict[str, str]:
 
 
 class URLFilter:
+    """Blocklists (files, one entry a line, `#` comments) checked against each document's URL, with datatrove's
+    URLFilter rules. With no list given there is nothing to check and the filter does not run. Which forms of an
+    entry are read (URLs, wildcards, hosts-file lines, IDN either way) and which refused: runconfig/blocklist.py."""
+
     name = "url"
 
     def __init__(
         self,
-        blocked_domains: list[str] = (),
-        blocked_urls: list[str] = (),
-        banned_words: list[str] = (),
-        soft_banned_words: list[str] = (),
-        soft_word_threshold: int = 2,
-        banned_subwords: list[str] = (),
+        blocked_domains: BlocklistFiles = (),  # a listed domain blocks itself and every subdomain of it
+        blocked_urls: BlocklistFiles = (),  # exact URLs, with or without the scheme (a trailing / ignored)
+        banned_words: BlocklistFiles = (),  # a word of the URL (split on non-alphanumerics) on the list
+        soft_banned_words: BlocklistFiles = (),  # at least soft_word_threshold of these words in the URL
+        soft_word_threshold: Annotated[int, Field(ge=1)] = 2,
+        banned_subwords: BlocklistFiles = (),  # a substring of the URL with non-alphanumerics removed, lowercased
     ):
         self.domains = frozenset(read_list(list(blocked_domains), "blocked_domains"))
         self.urls = read_list(list(blocked_urls), "blocked_urls")  # key -> the entry as written, for the drop
@@ -63,7 +70,13 @@ class URLFilter:
         )
         self.stats: Counter = Counter()
 
+    @staticmethod
+    def active(settings: Any) -> bool:
+        """Whether a section's settings give the filter anything to check (at least one list)."""
+        return any(getattr(settings, kind) for kind in LIST_KINDS)
+
     def empty(self) -> bool:
+        """Nothing to check (no list given): the chain leaves the step out."""
         return not (self.domains or self.urls or self.words or self.soft_words or self.subwords)
 
     def __call__(self, doc: Document) -> tuple[bool, str | None] | tuple[bool, str, str]:
@@ -99,9 +112,3 @@ class URLFilter:
             if m:
                 return False, "url:banned_subword", m.group(0)
         return True, None
-
-
-def url_filter(**settings) -> URLFilter | None:
-    """The filter, or None (not run) when no list is configured."""
-    f = URLFilter(**settings)
-    return None if f.empty() else f

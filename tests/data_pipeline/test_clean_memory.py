@@ -1,5 +1,5 @@
 """The clean stage's report keeps memory flat as the input grows: every decontaminated document is written to
-clean/dropped/<source>/decontaminated.jsonl (KEEP_EVERY_DROP), and those rows must stream from the shard markers to
+clean/dropped/<source>/decontaminated.jsonl (the step's keep_every_drop), and those rows must stream from the shard markers to
 the file, not gather in the driver (at 1 GB of crawl with 1% leaks that is tens of MB of quoted text)."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from data_pipeline.decontaminate import decontamination_filter
-from data_pipeline.filters import build_filters
+from data_pipeline.filters.registry import build_filters
 from runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,9 +33,8 @@ def test_the_curated_bullet_names_every_step_a_curated_source_runs(tmp_path):
         ROOT / "configs" / "demo.yaml",
         ["data.sources.0.clean_preset=curated", f"data.clean.url.blocked_domains=[{blocklist}]"],
     )
-    runs = [name for name, _ in build_filters(cfg.data.clean_for(cfg.data.sources[0].name))]
-    if decontamination_filter(cfg) is not None:
-        runs.append("decontaminate")
+    runs = [name for name, _ in build_filters(cfg.data.clean_for(cfg.data.sources[0].name), cfg)]
+    assert ("decontaminate" in runs) is (decontamination_filter(cfg) is not None)  # a step of the chain
     assert set(runs) == set(DOC_WORDS), runs  # the steps this test knows the doc's words for
     bullet = _curated_bullet()
     for step in runs:

