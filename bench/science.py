@@ -1,0 +1,231 @@
+"""Deciding before spending: warmup-stable-decay, checkpoint merging and the model ladder, each measured through
+the product on the demo's data (the 2014 crawl WARCs and BBC News, `configs/base/data_demo.yaml`).
+
+Parts (`--part wsd|merge|ladder`, one at a time; each writes bench/results/science-<part>.txt itself):
+- wsd: two runs of a small GPT-2 (2 CPU ranks, ZeRO-2), identical but for the schedule: `schedule.decay: wsd`
+  (20% cool-down, 1-sqrt) against cosine, at the same tokens. VERDICT: WSD's final held-out loss over cosine's,
+  goal <= 1.005 (Hägele et al. 2024 find them on par).
+- merge: one constant-LR run (the stable phase) checkpointed every 50 steps; the export of its last checkpoint
+  against `pretrain export --merge-last 4` (the mean of the last four). VERDICT: the merged model's held-out loss
+  over the last checkpoint's, goal < 1 (lower).
+- ladder: `pretrain ladder` at widths 32, 64, 96, 128 (2 layers, head size 32, 5 tokens per non-embedding
+  parameter), predicting width 192 (2.25x the largest rung's parameters), which is then trained the same way.
+  VERDICT: |predicted - measured| / measured held-out loss within 3%.
+
+Held-out loss: the trainer's own evaluation of the loader's held-out blocks (`loader.eval_fraction`, never
+trained on), over the same blocks in every run of a part; for exports (merge), the same blocks scored by the
+exported folder loaded with transformers. Deterministic given the seed: no timed figure, one round.
+
+Run: `python bench/science.py --part wsd` (about 6 minutes on 2 quiet cores), `--part merge` (about 4),
+`--part ladder` (about 15). The data stages run once and are cached in .cache/bench/prepared/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+from _common import free_port, run_cmd  # noqa: E402
+
+# The demo's data (crawl + BBC with its hold-out), a small GPT-2 with head size 32 so that the ladder can step
+# its width by 32.
+RUN_YAML = """\
+inherit: [{root}/configs/gpt2-tiny.yaml]
+run: {{name: science, output_dir: {out}}}
+tokenizer: {{vocab_size: 4000}}
+model: {{hidden_size: 128, num_layers: 2, num_heads: 4, ffn_size: 512}}
+data:
+  clean: {{workers: 2, progress: false}}
+loader: {{eval_fraction: 0.05, num_workers: 0}}
+eval: {{max_batches: 25}}
+logging: {{every_steps: 50, progress_bar: false, tensorboard: false, plots: false}}
+finetune: {{tasks: []}}
+"""
+STEPS = 600
+REPORT: C.Report | None = None
+
+
+def say(msg: str = "") -> None:
+    assert REPORT is not None
+    REPORT.line(msg)
+
+
+def prepare(work: Path) -> Path:
+    """The run YAML, with the data stages' outputs linked from the cache (run once per YAML and code version)."""
+    text = RUN_YAML.format(root=ROOT, out="{out}")
+    key = hashlib.sha256((text + C._code_version()).encode()).hexdigest()[:16]
+    cached = ROOT / ".cache" / "bench" / "prepared" / f"science-{key}"
+    if not (cached / "COMPLETE").is_file():
+        shutil.rmtree(cached, ignore_errors=True)
+        cached.mkdir(parents=True)
+        (cached / "run.yaml").write_text(text.replace("{out}", str(cached / "run")))
+        run_cmd(
+            [sys.executable, "-m", "data_pipeline", "all", "--config", str(cached / "run.yaml")], timeout=1800
+        )
+        (cached / "COMPLETE").write_text(key)
+    cfg = work / "run.yaml"
+    cfg.write_text(text.replace("{out}", str(work / "main")))
+    (work / "main").mkdir(parents=True, exist_ok=True)
+    for stage in ("clean", "dedup", "tokenizer", "tokens"):
+        (work / "main" / stage).symlink_to((cached / "run" / stage).resolve())
+    return cfg
+
+
+def train(cfg: Path, work: Path, name: str, overrides: list[str]) -> Path:
+    out = work / name
+    out.mkdir(parents=True)
+    for stage in ("tokenizer", "tokens"):
+        (out / stage).symlink_to((work / "main" / stage).resolve())
+    run_cmd(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "pretrain",
+            "train",
+            "--config",
+            str(cfg),
+            f"run.output_dir={out}",
+            *overrides,
+        ],
+        timeout=3600,
+    )
+    return out
+
+
+def final_eval(run: Path) -> float:
+    rows = [json.loads(x) for x in (run / "logs" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return [r["loss"] for r in rows if r.get("split") == "eval"][-1]
+
+
+def part_wsd(cfg: Path, work: Path) -> None:
+    common = [
+        f"schedule.total_steps={STEPS}",
+        "schedule.warmup_steps=30",
+        f"eval.every_steps={STEPS}",
+        f"checkpoint.every_steps={STEPS}",
+    ]
+    wsd = final_eval(train(cfg, work, "wsd", [*common, "schedule.decay=wsd", "schedule.decay_fraction=0.2"]))
+    cos = final_eval(train(cfg, work, "cosine", [*common, "schedule.decay=cosine"]))
+    say(f"final held-out loss after {STEPS} steps: wsd (20% 1-sqrt cool-down) {wsd:.4f}, cosine {cos:.4f}")
+    REPORT.verdict("wsd_vs_cosine_heldout_loss", wsd, cos, 1.005, lower_is_better=True)
+
+
+def export_loss(cfg_path: Path, run: Path, export: Path, max_batches: int = 25) -> float:
+    """Mean token loss of an exported folder on the run's held-out blocks (those the trainer evaluates)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from data_pipeline.loader import PretrainLoader
+    from data_pipeline.objectives import build_collator
+    from runconfig import load_config
+
+    torch.set_num_threads(2)
+    cfg = load_config(cfg_path, [f"run.output_dir={run}"])
+    model = AutoModelForCausalLM.from_pretrained(export).eval()
+    tok = AutoTokenizer.from_pretrained(export)
+    loader = PretrainLoader(cfg, 0, 1, split="eval", collate_fn=build_collator(cfg, tok))
+    total = count = 0.0
+    with torch.no_grad():
+        for name in loader.source_names:
+            for weight, batch in loader.iter_source(name, max_batches):
+                if weight:
+                    out = model(input_ids=batch["input_ids"], labels=batch["labels"])
+                    total += float(out.loss) * weight
+                    count += weight
+    return total / count
+
+
+def part_merge(cfg: Path, work: Path) -> None:
+    run = train(
+        cfg,
+        work,
+        "stable",
+        [
+            f"schedule.total_steps={STEPS}",
+            "schedule.warmup_steps=30",
+            "schedule.decay=constant",
+            "checkpoint.every_steps=50",
+            "checkpoint.keep_last=5",
+            f"eval.every_steps={STEPS}",
+        ],
+    )
+    last, merged = work / "export-last", work / "export-merged"
+    base = [sys.executable, "-m", "pretrain", "export", "--config", str(cfg), f"run.output_dir={run}"]
+    run_cmd([*base, "--out", str(last)])
+    run_cmd([*base, "--out", str(merged), "--merge-last", "4"])
+    loss_last, loss_merged = export_loss(cfg, run, last), export_loss(cfg, run, merged)
+    say(
+        f"held-out loss: last stable checkpoint (step {STEPS}) {loss_last:.4f}; mean of steps 450-600 {loss_merged:.4f}"
+    )
+    REPORT.verdict("merged_vs_last_stable_heldout_loss", loss_merged, loss_last, 0.9999, lower_is_better=True)
+
+
+def part_ladder(cfg: Path, work: Path) -> None:
+    from pretrain.ladder import make_rung, predict, run_ladder, rung_config_overrides, train_rung
+    from runconfig import load_config
+
+    over = [f"run.output_dir={work / 'main'}"]
+    report = run_ladder(cfg, over, "32,64,96,128", tokens_per_param=5.0, predict_spec="192")
+    for r in report["rungs"]:
+        say(
+            f"rung {r['name']}: {r['params']:,} non-embedding parameters, {r['steps']} steps, held-out loss {r['loss']:.4f}"
+        )
+    fit = report["fit"]
+    say(
+        f"fit: E={fit['E']:.4f} A={fit['A']:.4f} alpha={fit['alpha']:.4f}; RMS relative residual "
+        f"{fit['rms_relative_residual']:.3%}, leave-one-out {fit['leave_one_out_relative_error']:.3%}"
+    )
+    loaded = load_config(cfg, over)
+    target = make_rung(loaded, 192, None, 5.0)
+    root = Path(loaded.run.root) / "ladder"
+    overrides = [*over, *rung_config_overrides(loaded, target, root)]
+    (root / target.name).mkdir(parents=True, exist_ok=True)
+    for name in ("tokens", "tokenizer"):
+        link = root / target.name / name
+        if not link.exists():
+            link.symlink_to((work / "main" / name).resolve(), target_is_directory=True)
+    measured = train_rung(cfg, overrides, target, root / target.name, 2)["loss"]
+    predicted = predict(fit, target.params)
+    say(
+        f"held-out rung {target.name} ({target.params:,} parameters, {target.params / report['rungs'][-1]['params']:.2f}x "
+        f"the largest trained): predicted {predicted:.4f}, measured {measured:.4f}"
+    )
+    rel = abs(predicted - measured) / measured
+    REPORT.within("ladder_prediction_relative_error", predicted, measured, rel, 0.03, also=math.isfinite(rel))
+
+
+PARTS = {"wsd": part_wsd, "merge": part_merge, "ladder": part_ladder}
+
+
+def main() -> int:
+    global REPORT
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", required=True, choices=sorted(PARTS))
+    ap.add_argument("--no-save", action="store_true", help="print the verdicts, do not write bench/results")
+    args = ap.parse_args()
+    REPORT = C.Report(__file__, save=not args.no_save, variant=args.part)
+    with tempfile.TemporaryDirectory(prefix="lmstack-science-") as tmp:
+        work = Path(tmp)
+        PARTS[args.part](prepare(work), work)
+    return REPORT.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
