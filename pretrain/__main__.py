@@ -200,6 +200,22 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _decay_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--from", dest="from_step", type=int, required=True, help="a stable-phase checkpoint's step"
+    )
+    p.add_argument("--steps", type=int, required=True, help="the cool-down's length in steps")
+
+
+def _decay(args: argparse.Namespace) -> int:
+    """A WSD cool-down from a stable-phase checkpoint, trained as `train` is, in <run>/decay/step<S>+<N>."""
+    from pretrain.decay import prepare_branch
+
+    args.overrides = [*args.overrides, *prepare_branch(config_from_args(args), args.from_step, args.steps)]
+    args.reset_data_order = False
+    return _train(args)
+
+
 def _ladder_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rungs", required=True, help="widths to train, WIDTH or WIDTHxLAYERS, e.g. 64,96,128,192"
@@ -224,6 +240,8 @@ def _ladder(args: argparse.Namespace) -> int:
 
 COMMANDS = (
     Command("train", "pretrain through DeepSpeed (run under torchrun or `python -m launch run`)", _train, _train_args),
+    Command("decay", "a warmup-stable-decay cool-down branch from a stable-phase checkpoint (RUN/decay/...); run "
+            "it as train is run", _decay, _decay_args),
     Command("export", "checkpoint -> Hugging Face folder (safetensors, tokenizer, model card)", _export, _export_args),
     Command("card", "(re)write the export's Hub model card (e.g. after `python -m adapt transfer` wrote "
             "transfer.json)", _card, _card_args),

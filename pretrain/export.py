@@ -24,6 +24,7 @@ from core.storage import RunStore
 from data_pipeline.tokenizers import frame_pairs, make_portable
 from pretrain import checkpoint as ckpt
 from pretrain import safe_load
+from pretrain.decay import read_branch
 from pretrain.export_folder import (
     TRAINING_STATE,
     check_export_target,
@@ -283,6 +284,9 @@ def _write_staged(
     state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity, "export_heads": heads}
     if merge:
         state["merged_from"] = merge  # the card says so (pretrain/model_card.py)
+    branch = read_branch(layout.root)
+    if branch:
+        state["decay_branch"] = branch  # a cool-down of another run (pretrain/decay.py)
     if cfg.model.init_from is not None:  # continued pretraining: where it started from
         state["init_from"] = started_from(cfg.model.init_from)
     n_params = sum(p.numel() for p in model.parameters())

@@ -184,7 +184,7 @@ def rung_config_overrides(cfg: RunConfig, rung: Rung, root: Path) -> list[str]:
     ]
 
 
-def _share_data(cfg: RunConfig, folder: Path) -> None:
+def share_data(cfg: RunConfig, folder: Path) -> None:
     """The rung reads the run's token shards and tokenizer (links in its folder): the data stages run once."""
     from core.run_layout import RunLayout
 
@@ -311,7 +311,7 @@ def run_ladder(
         if rec is not None:
             log.info(f"[ladder] {rung.name}: done before (loss {rec['loss']:.4f}), kept")
         else:
-            _share_data(cfg, folder)
+            share_data(cfg, folder)
             rec = train_rung(config, rung_overrides, rung, folder, cfg.launch.procs_per_node)
         records.append(rec)
     fit = fit_power_law([r["params"] for r in records], [r["loss"] for r in records])

@@ -437,6 +437,10 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
             f"Continued pretraining from `{started['path']}`{prior}, weights sha256 "
             f"`{started['weights_sha256'][:16]}…`; its tokenizer is this model's.",
         ]
+    branch = state.get("decay_branch")
+    if branch:  # `pretrain decay`: a cool-down of the main run, not a run of its own
+        cooled = f"a {branch['steps']}-step {branch['decay_shape']} cool-down from step {branch['from_step']}"
+        body += ["", f"A decay branch: {cooled} of the warmup-stable-decay run in `{branch['run']}`."]
     merged = state.get("merged_from")
     if merged:  # `pretrain export --merge-last K`: not one checkpoint's weights
         body += [
