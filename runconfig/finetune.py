@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.registry import ADAPT_METHODS
-from runconfig.base import Section, check_path_component
+from runconfig.base import Section, check_path_component, unknown_key_text
 
 LabelledFormat = Literal["auto", "csv", "tsv", "jsonl", "folder", "hf_dataset"]
 
@@ -153,8 +153,6 @@ class FinetuneConfig(Section):
         extra = self.__pydantic_extra__ if self.__pydantic_extra__ is not None else {}
         for key, value in list(extra.items()):
             if key not in ADAPT_METHODS:
-                from runconfig.load import unknown_key_text
-
                 valid = [*type(self).model_fields, *(n for n, s in ADAPT_METHODS.items() if s.settings)]
                 raise ValueError(f"finetune.{key}: {unknown_key_text(key, valid, 'finetune')}")
             extra[key] = _parse_settings(key, value)

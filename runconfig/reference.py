@@ -198,7 +198,9 @@ def _method_settings() -> list[str]:
             none.append(f"`{name}`")
             continue
         key = f"finetune.{name}"
-        parts += _table(f"`{key}` of {ADAPT_METHODS.kind} `{name}`", spec.settings, _rows(spec.settings, key)[0])
+        parts += _table(
+            f"`{key}` of {ADAPT_METHODS.kind} `{name}`", spec.settings, _rows(spec.settings, key)[0]
+        )
     if none:
         parts.append(f"\nThese adaptation methods take no `finetune.<method>` settings: {', '.join(none)}.")
     return parts
