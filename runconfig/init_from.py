@@ -96,7 +96,7 @@ def find_family(model_type: str | None, architectures: list[str] | None) -> Fami
     """The registered family of a folder's config (`model_type` and `architectures`, from config.json or a
     transformers config): the family named by its model_type, else the first whose model class the folder
     saved (is_family_of); None where no registered family fits."""
-    if model_type in FAMILIES:
+    if model_type is not None and model_type in FAMILIES:
         return FAMILIES.get(model_type)
     return next((spec for _, spec in FAMILIES.items() if is_family_of(spec, model_type, architectures)), None)
 
