@@ -53,10 +53,10 @@ class Arms:
             raise ValueError(f"finetune.arms: unknown arm {arm!r} (pretrained, random)")
         if model.config.pad_token_id is None and self.pad_id is not None:
             model.config.pad_token_id = self.pad_id
-        spec = ADAPT_METHODS.get(method or primary_method())
+        method = method or primary_method()
+        spec = ADAPT_METHODS.get(method)
         if spec.wrap_model is not None:
-            settings = (ft or FinetuneConfig()).settings_of(spec.name)
-            model = spec.wrap_model(model, settings, self.text_to_text)
+            model = spec.wrap_model(model, (ft or FinetuneConfig()).settings_of(method), self.text_to_text)
         return model
 
     def encoder(self, arm: str) -> torch.nn.Module:

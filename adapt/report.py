@@ -13,6 +13,7 @@ from adapt.probes import DEGENERATE_TOKEN_COSINE
 from adapt.scoring import ACCURACY, COLLAPSE_PREDICTED_SHARE, SPEARMAN
 from core.errors import DiskFullError, is_disk_full
 from core.io import atomic_write, json_bytes
+from core.registry import ADAPT_METHODS
 from pretrain.model_card import METRIC_TEXT, method_text
 
 LAYERS_TABLE = "probe_layers.md"
@@ -99,8 +100,6 @@ def write_layer_report(report: dict[str, Any], folder: Path) -> list[Path]:
 def method_lines(task: dict[str, Any]) -> list[str]:
     """The transfer report's lines for the methods beyond the primary one: the method as its spec describes it,
     each arm's test accuracy (and what the spec's `report_text` adds) and the margin."""
-    from core.registry import ADAPT_METHODS
-
     lines = []
     for method, m in task.get("methods", {}).items():
         spec = ADAPT_METHODS.get(method) if method in ADAPT_METHODS else None

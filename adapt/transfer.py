@@ -364,11 +364,11 @@ def _evaluate_arm(
     the probe. Self-contained (picklable arguments), so arms can run in worker processes. Methods other than
     the primary one write under out_dir/<method>/<arm>; a method with its own protocol (`evaluate_arm`: the
     frozen body's probes) runs that instead."""
-    spec = ADAPT_METHODS.get(method or primary_method())
+    method = method or primary_method()
+    spec = ADAPT_METHODS.get(method)
     ft, tok, arms, enc = task.ft, task.tok, task.arms, task.enc
     if spec.evaluate_arm is not None:
-        return spec.evaluate_arm(task, arm, name, ft.settings_of(spec.name), log)
-    method = spec.name
+        return spec.evaluate_arm(task, arm, name, ft.settings_of(method), log)
     seed0 = ft.seeds[0]
     folder = out_dir / arm if spec.primary else out_dir / method / arm
     label = arm if spec.primary else f"{method}/{arm}"
@@ -413,9 +413,8 @@ def _evaluate_arm(
                 f"{spec.lr_grid_text} "
                 f"{grid}; the best LR may lie outside the grid"
             )
-    if (
-        not spec.primary
-    ):  # the probe and the body's token cosine describe the body: reported once, by the primary
+    # the probe and the body's token cosine describe the body: reported once, by the primary method
+    if not spec.primary:
         log(f"[transfer] {name} {label:<10} lr {best:g}: test {accuracy_text(entry)} over seeds {ft.seeds}")
         return entry
     if ft.probe:
@@ -478,11 +477,12 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
             entries = list(pool.map(_evaluate_arm, *zip(*jobs, strict=True)))
     else:
         entries = [_evaluate_arm(*job, log=log) for job in jobs]
-    by_method = {m: dict(zip(ft.arms, entries[i * len(ft.arms) : (i + 1) * len(ft.arms)], strict=True))
-                 for i, m in enumerate(ft.methods)}  # fmt: skip
-    result["arms"] = by_method.pop(
-        primary_method(), {}
-    )  # full fine-tune: the figures the card and benches read
+    n = len(ft.arms)
+    by_method = {
+        m: dict(zip(ft.arms, entries[i * n : (i + 1) * n], strict=True)) for i, m in enumerate(ft.methods)
+    }
+    # the primary method (full fine-tuning) keeps the task's own `arms`: the figures the card and benches read
+    result["arms"] = by_method.pop(primary_method(), {})
     compare_arms(result, ft.probe and bool(result["arms"]))
     if by_method:
         result["methods"] = {}

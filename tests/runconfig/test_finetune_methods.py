@@ -92,3 +92,30 @@ def test_one_rule_finds_a_folders_family():
     assert find_family("llama-ish", ["LlamaForCausalLM"]) is FAMILIES.get("llama")
     assert is_family_of(FAMILIES.get("roberta"), "xlm", ["RobertaForMaskedLM"])
     assert not is_family_of(FAMILIES.get("roberta"), "bert", ["BertForMaskedLM"])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("command", "override", "named"),
+    [
+        (
+            "transfer",
+            "finetune.methods=[full, bitfitt]",
+            "finetune.methods: unknown adaptation method 'bitfitt' (registered:",
+        ),
+        ("finetune", "finetune.lora={rank: 4}", "finetune.lora.rank: not a key of adaptation method 'lora'"),
+        ("transfer", "finetune.frozen={mix_lr_grid: [0.01]}", "finetune.frozen.mix_lr_grid was removed"),
+    ],
+)
+def test_adapt_refuses_a_bad_method_at_load_in_one_line(tmp_path, capsys, command, override, named):
+    """`adapt finetune` / `adapt transfer` with an unknown method or a bad `finetune.<method>` key: exit 2, the
+    config named and one line naming the key, before any model is looked at (the --model folder does not exist)."""
+    from adapt.__main__ import main
+    from core.exit_codes import USAGE
+
+    argv = ["--config", PRESET, f"run.output_dir={tmp_path}/run", override, "--model", str(tmp_path / "none")]
+    with pytest.raises(SystemExit) as e:
+        main([command, *argv])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == USAGE and "Traceback" not in err, err
+    assert named in err and "no model here" not in err, err
