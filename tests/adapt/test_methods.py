@@ -167,7 +167,6 @@ def test_slanted_triangular_rises_to_the_peak_at_cut_and_falls_to_one_over_ratio
 def test_ulmfit_trainer_gives_each_group_the_lr_above_divided_by_the_decay(tmp_path):
     from transformers import TrainingArguments
 
-
     model = _tiny_classifier()
     args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-3, report_to=[], use_cpu=True)
     trainer = ulmfit.UlmfitTrainer(model=model, args=args, ulmfit=ulmfit.UlmfitSettings())
