@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from core.registry import ADAPT_METHODS, FAMILIES
+from core.specs import MethodSpec
 from runconfig import ConfigError, load_config
 from runconfig.init_from import find_family, is_family_of
 from runconfig.load import save_resolved
@@ -119,3 +120,15 @@ def test_adapt_refuses_a_bad_method_at_load_in_one_line(tmp_path, capsys, comman
     err = capsys.readouterr().err.strip()
     assert e.value.code == USAGE and "Traceback" not in err, err
     assert named in err and "no model here" not in err, err
+
+
+# A method named by `module.path:Name` in the YAML, without packaging (as every kind takes).
+UNPACKAGED = MethodSpec(name="unpackaged", description="a method no entry point declares")
+
+
+@pytest.mark.timeout(60)
+def test_a_method_named_by_module_path_needs_no_entry_point(tmp_path):
+    ref = f"{__name__}:UNPACKAGED"
+    cfg = _load(tmp_path, f"finetune.methods=[full, '{ref}']")
+    assert cfg.finetune.methods == ["full", ref] and cfg.finetune.settings_of(ref) is None
+    assert ADAPT_METHODS.get(ref) is UNPACKAGED
