@@ -1,5 +1,6 @@
 """The two arms of every comparison, built from one export folder: its weights (pretrained) or its config from
-random initialisation (random); a method (lora) wraps the built model."""
+random initialisation (random); an adaptation method may wrap the built model (its spec's `wrap_model`, LoRA's
+peft adapters)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
-from adapt.methods import lora
-from runconfig.finetune import FinetuneConfig
+from core.registry import ADAPT_METHODS
+from runconfig.finetune import FinetuneConfig, primary_method
 
 
 class Arms:
@@ -41,9 +42,9 @@ class Arms:
         self.config = AutoConfig.from_pretrained(str(model_dir), **kwargs)
         self.cls = AutoModelForSeq2SeqLM if self.text_to_text else AutoModelForSequenceClassification
 
-    def build(self, arm: str, method: str = "full", ft: FinetuneConfig | None = None) -> torch.nn.Module:
+    def build(self, arm: str, method: str | None = None, ft: FinetuneConfig | None = None) -> torch.nn.Module:
         """Called by the Trainer after it seeds torch: the head (and the random arm's body) depend on the seed.
-        `lora`: the model wrapped with peft's adapters (the family's target modules)."""
+        A method with `wrap_model` (LoRA) wraps it with its settings (`finetune.<method>`)."""
         if arm == "pretrained":
             model = self.cls.from_pretrained(str(self.model_dir), config=self.config)
         elif arm == "random":
@@ -52,8 +53,10 @@ class Arms:
             raise ValueError(f"finetune.arms: unknown arm {arm!r} (pretrained, random)")
         if model.config.pad_token_id is None and self.pad_id is not None:
             model.config.pad_token_id = self.pad_id
-        if method == "lora":
-            model = lora.wrap(model, (ft or FinetuneConfig()).lora, self.text_to_text)
+        method = method or primary_method()
+        spec = ADAPT_METHODS.get(method)
+        if spec.wrap_model is not None:
+            model = spec.wrap_model(model, (ft or FinetuneConfig()).settings_of(method), self.text_to_text)
         return model
 
     def encoder(self, arm: str) -> torch.nn.Module:

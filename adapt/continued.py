@@ -24,9 +24,11 @@ from core.errors import LmstackError
 from core.io import atomic_write, json_bytes
 from core.log import get_logger
 from core.process import dies_with_this_process
+from core.registry import ADAPT_METHODS
 from data_pipeline.labelled import TaskData, load_tasks
 from pretrain.export_folder import verify_export, weights_hash
 from runconfig import RunConfig
+from runconfig.finetune import primary_method
 from runconfig.load import save_resolved, to_dict, validate_dict
 
 log = get_logger(__name__)
@@ -182,17 +184,20 @@ def continued_arm(cfg: RunConfig, export: Path, continued: Path, out: Path, base
 
 # finetune.* keys only other arms and methods read: they do not change the pretrained arm's full fine-tune, the
 # one the continued arm is set beside
-OTHER_ARMS_ONLY = ("arms", "methods", "probe", "lora", "ulmfit", "frozen")
+OTHER_ARMS_ONLY = ("arms", "methods", "probe")
 UNRECORDED = "protocol (not recorded in transfer.json)"
 
 
 def _arm_protocol(protocol: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in protocol.items() if k not in OTHER_ARMS_ONLY}
+    # and every adaptation method's own settings (finetune.<method>, recorded in old reports for every method)
+    return {k: v for k, v in protocol.items() if k not in OTHER_ARMS_ONLY and k not in ADAPT_METHODS}
 
 
 def _baseline_cfg(cfg: RunConfig) -> RunConfig:
     """The protocol's pretrained arm alone, full fine-tune, no probe: what the continued arm itself runs."""
-    ft = cfg.finetune.model_copy(update={"arms": ["pretrained"], "methods": ["full"], "probe": False})
+    ft = cfg.finetune.model_copy(
+        update={"arms": ["pretrained"], "methods": [primary_method()], "probe": False}
+    )
     return cfg.model_copy(update={"finetune": ft})
 
 

@@ -16,6 +16,7 @@ from transformers import AutoTokenizer
 from adapt.inputs import frame_pair_task
 from adapt.scoring import task_metric
 from adapt.transfer import _log, method_lr_grid, pick_lr, prepare_task
+from core.registry import ADAPT_METHODS
 from data_pipeline.labelled import load_tasks
 from pretrain.export_folder import verify_export
 from runconfig import RunConfig
@@ -41,7 +42,8 @@ def finetune(
     if any(t.pair for t in tasks):  # a tokenizer that cannot separate a pair is refused before any training
         frame_pair_task(tok, model_dir)
     results = []
-    methods = [m for m in ft.methods if m != "frozen"]  # frozen trains no body: `transfer` scores it
+    # a method with its own protocol (the frozen body's probes) saves no fine-tuned folder: `transfer` scores it
+    methods = [m for m in ft.methods if ADAPT_METHODS.get(m).evaluate_arm is None]
     for data in tasks:
         task = prepare_task(ft, data, tok, model_dir)
         for method in methods:
@@ -53,7 +55,7 @@ def _finetune_method(task, data, init: str, method: str, out: Path, log) -> dict
     """One task with one method: the LR picked on dev (first seed), then every seed saved in its own folder
     (a LoRA folder holds the adapters and the head, loadable with peft's AutoPeftModel classes)."""
     ft = task.ft
-    base = out / data.name / init if method == "full" else out / data.name / method / init
+    base = out / data.name / init if ADAPT_METHODS.get(method).primary else out / data.name / method / init
     grid = method_lr_grid(ft, method)
     lr = grid[0]
     if len(grid) > 1:

@@ -16,20 +16,19 @@ from transformers import PreTrainedTokenizerBase
 from core.errors import ConfigError
 from data_pipeline.labelled import Row
 from data_pipeline.tokenizers import frame_pairs, make_portable
-from pretrain.families import family_names, get_family
 from runconfig.finetune import FinetuneConfig
+from runconfig.init_from import find_family
 
 
 def model_positions(config) -> int | None:
     """Tokens the model can attend to (None: relative positions, no table bound), from the family registry
-    where the export's model type is a registered family (RoBERTa reserves padding_idx + 1 rows)."""
+    where the export is a registered family's, by init_from's rule (RoBERTa reserves padding_idx + 1 rows)."""
 
     n = getattr(config, "max_position_embeddings", None)
     if n is None or getattr(config, "is_encoder_decoder", False):
         return None
-    if config.model_type in family_names():
-        return get_family(config.model_type).position_limit(n)
-    return n
+    spec = find_family(config.model_type, getattr(config, "architectures", None))
+    return n if spec is None else spec.position_limit(n)
 
 
 def resolve_max_length(ft: FinetuneConfig, config) -> int:

@@ -1,6 +1,7 @@
-"""The transfer report: transfer.json (atomic), TensorBoard scalars, the printed summary; and the frozen method's
-per-layer probing report, a table (probe test accuracy by layer, pretrained against random init) and a PNG of the
-same curves, one panel per task, written beside transfer.json."""
+"""The transfer report: transfer.json (atomic), TensorBoard scalars, the printed summary; and the per-layer
+probing report of a method that probes every layer (the frozen body's), a table (probe test accuracy by layer,
+pretrained against random init) and a PNG of the same curves, one panel per task, written beside transfer.json.
+Each adaptation method is named by its spec's own description (MethodSpec.description)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,20 @@ from adapt.probes import DEGENERATE_TOKEN_COSINE
 from adapt.scoring import ACCURACY, COLLAPSE_PREDICTED_SHARE, SPEARMAN
 from core.errors import DiskFullError, is_disk_full
 from core.io import atomic_write, json_bytes
-from pretrain.model_card import METRIC_TEXT
+from core.registry import ADAPT_METHODS
+from pretrain.model_card import METRIC_TEXT, method_text
 
 LAYERS_TABLE = "probe_layers.md"
 LAYERS_PLOT = "probe_layers.png"
 
 
 def _layer_rows(task: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    arms = task.get("methods", {}).get("frozen", {}).get("arms", {})
-    return {arm: e["layers"] for arm, e in arms.items() if e.get("layers")}
+    """Each arm's per-layer probes, from the method whose entries carry them (`layers`: the frozen body's)."""
+    for m in task.get("methods", {}).values():
+        rows = {arm: e["layers"] for arm, e in m.get("arms", {}).items() if e.get("layers")}
+        if rows:
+            return rows
+    return {}
 
 
 def layer_table(report: dict[str, Any]) -> str:
@@ -92,16 +98,14 @@ def write_layer_report(report: dict[str, Any], folder: Path) -> list[Path]:
 
 
 def method_lines(task: dict[str, Any]) -> list[str]:
-    """The transfer report's lines for the methods beyond `full`: each arm's test accuracy and the margin."""
+    """The transfer report's lines for the methods beyond the primary one: the method as its spec describes it,
+    each arm's test accuracy (and what the spec's `report_text` adds) and the margin."""
     lines = []
     for method, m in task.get("methods", {}).items():
+        spec = ADAPT_METHODS.get(method) if method in ADAPT_METHODS else None
+        lines.append(f"  {method}: {method_text(method)}")
         for arm, e in m["arms"].items():
-            extra = ""
-            if method == "frozen":
-                extra = (
-                    f"  layer {e['best_layer']} (dev-best) {e['best_layer_test_accuracy']:.3f}, "
-                    f"last layer {e['last_layer_test_accuracy']:.3f}"
-                )
+            extra = spec.report_text(e) if spec is not None and spec.report_text is not None else ""
             lines.append(f"  {method + '/' + arm:<20} {accuracy_text(e)}  (lr {e['lr']:g}){extra}")
         if "margin" in m:
             p = m.get("p_value")
@@ -191,6 +195,7 @@ def to_tensorboard(folder: Path, results: list[dict[str, Any]]) -> None:
                 _arm_scalars(w, f"transfer/{r['task']}/{method}/{arm}", metric, e)
             if "margin" in m:
                 w.add_scalar(f"transfer/{r['task']}/{method}/margin", m["margin"], 0)
+            w.add_text(f"transfer/{r['task']}/{method}", method_text(method), 0)
     w.close()
 
 

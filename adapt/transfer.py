@@ -48,8 +48,6 @@ from adapt.inputs import (
     save_finetuned_tokenizer,
     uses_segments,
 )
-from adapt.methods import frozen, lora
-from adapt.methods.ulmfit import GradualUnfreezing, UlmfitTrainer
 from adapt.probes import DEGENERATE_TOKEN_COSINE, probe, token_cosine
 from adapt.report import accuracy_text, steps_text, to_tensorboard, write_layer_report, write_report
 from adapt.scoring import RunScore, collapse, pick_lr, score, spearman, task_metric
@@ -57,12 +55,13 @@ from adapt.statistics import aggregate_seeds, compare_arms, mean_sd
 from core.io import atomic_write, json_bytes
 from core.layout import LOGS
 from core.log import get_logger, route_third_party, verbose_requested
+from core.registry import ADAPT_METHODS
 from core.run_layout import RunLayout
 from data_pipeline.labelled import TaskData, load_tasks
 from pretrain.export_folder import verify_export, weights_hash
 from pretrain.optimizers import PAPER_ADAFACTOR
 from runconfig import RunConfig
-from runconfig.finetune import FinetuneConfig
+from runconfig.finetune import FinetuneConfig, primary_method
 
 logger = get_logger(__name__)
 
@@ -175,12 +174,14 @@ def fine_tune_once(
     out_dir: Path,
     label_ids,
     save_model: bool = False,
-    method: str = "full",
+    method: str | None = None,
 ) -> RunScore:
     """One Trainer run; returns accuracy on each of `evals` and which of them it collapsed on. With
     `finetune.dev_evals` > 0 the weights scored best on `evals["dev"]` are the ones evaluated (and saved).
-    `method`: full (every weight), lora (peft adapters + head; the adapter folder is what is saved) or ulmfit
-    (discriminative LRs, slanted triangular schedule, gradual unfreezing)."""
+    `method`: a registered adaptation method (default: the primary one, every weight); its spec may wrap the model
+    (LoRA), bring its own Trainer and callbacks (ULMFiT) and write more into a saved folder."""
+    method = method or primary_method()
+    spec = ADAPT_METHODS.get(method)
     steps = planned_steps(len(train.features), ft)  # the same count as epochs give, or min_steps
     args = TrainingArguments(
         output_dir=str(out_dir),
@@ -216,10 +217,10 @@ def fine_tune_once(
     callbacks: list[TrainerCallback] = [select] if select else []
     extra: dict[str, Any] = {"optimizer_cls_and_kwargs": finetune_optimizer(ft.optim, lr)}
     trainer_cls: type[Trainer] = Trainer
-    if method == "ulmfit":  # its own optimizer groups and schedule; unfreezing one group per epoch by default
-        trainer_cls, extra = UlmfitTrainer, {"ulmfit": ft.ulmfit}
+    if spec.trainer is not None:  # its own optimizer groups, schedule or callbacks (ULMFiT)
         per_epoch = math.ceil(len(train.features) / ft.batch_size)
-        callbacks.append(GradualUnfreezing(ft.ulmfit.unfreeze_every or per_epoch))
+        trainer_cls, extra, more = spec.trainer(ft.settings_of(method), per_epoch)
+        callbacks += more
     trainer = trainer_cls(
         model_init=lambda: arms.build(arm, method, ft),
         args=args,
@@ -245,7 +246,7 @@ def fine_tune_once(
         if (c := collapse(pred, enc.gold, arms.regression)) is not None:
             collapsed[name] = c
     if save_model:
-        _save_folder(trainer, tok, arms, out_dir, method, out)
+        _save_folder(trainer, tok, arms, out_dir, spec.save, out)
     record: dict[str, Any] = {
         "arm": arm,
         "method": method,
@@ -269,14 +270,19 @@ def fine_tune_once(
 
 
 def _save_folder(
-    trainer: Trainer, tok, arms: Arms, out_dir: Path, method: str, scores: dict[str, float]
+    trainer: Trainer,
+    tok,
+    arms: Arms,
+    out_dir: Path,
+    save: Callable[..., None] | None,
+    scores: dict[str, float],
 ) -> None:
-    """The fine-tuned folder: the model (a LoRA folder: adapters, head and a model card naming the labels) and the
-    tokenizer, as transformers and peft users load them."""
+    """The fine-tuned folder: the model and the tokenizer, as transformers and peft users load them, and what the
+    method's spec adds (`save`: a LoRA folder's model card naming the labels)."""
     trainer.save_model(str(out_dir))
     save_finetuned_tokenizer(tok, out_dir, arms.model_dir)
-    if method == "lora":
-        lora.write_card(out_dir, trainer.model, arms.model_dir, arms.labels, arms.regression, scores)
+    if save is not None:
+        save(out_dir, trainer.model, arms.model_dir, arms.labels, arms.regression, scores)
 
 
 @dataclass
@@ -300,7 +306,7 @@ class PreparedTask:
         out_dir: Path,
         splits: tuple[str, ...] = ("dev", "test"),
         save_model: bool = False,
-        method: str = "full",
+        method: str | None = None,
     ) -> RunScore:
         """One fine-tune of `arm` on the training split, scored on `splits`: the one place that hands the task's
         prepared inputs to `fine_tune_once`, so `pretrain finetune` and the transfer evaluation run alike."""
@@ -343,22 +349,29 @@ def prepare_task(
 
 
 def method_lr_grid(ft: FinetuneConfig, method: str) -> list[float]:
-    """The LR grid a method's dev pick runs over: LoRA's is the full grid times `finetune.lora.lr_scale`."""
-    return [lr * ft.lora.lr_scale for lr in ft.lr_grid] if method == "lora" else list(ft.lr_grid)
+    """The LR grid a method's dev pick runs over: its spec's (LoRA's is the full grid times
+    `finetune.lora.lr_scale`), else finetune.lr_grid."""
+    spec = ADAPT_METHODS.get(method)
+    return (
+        list(ft.lr_grid) if spec.lr_grid is None else spec.lr_grid(list(ft.lr_grid), ft.settings_of(method))
+    )
 
 
 def _evaluate_arm(
-    task: PreparedTask, arm: str, out_dir: Path, name: str, method: str = "full", log=_log
+    task: PreparedTask, arm: str, out_dir: Path, name: str, method: str | None = None, log=_log
 ) -> dict[str, Any]:
     """One arm of the protocol: the LR picked on dev with the first seed, then the other seeds at that LR, and
     the probe. Self-contained (picklable arguments), so arms can run in worker processes. Methods other than
-    `full` write under out_dir/<method>/<arm>; `frozen` trains no body (frozen_arm)."""
-    if method == "frozen":
-        return frozen.frozen_arm(task, arm, name, log)
+    the primary one write under out_dir/<method>/<arm>; a method with its own protocol (`evaluate_arm`: the
+    frozen body's probes) runs that instead."""
+    method = method or primary_method()
+    spec = ADAPT_METHODS.get(method)
     ft, tok, arms, enc = task.ft, task.tok, task.arms, task.enc
+    if spec.evaluate_arm is not None:
+        return spec.evaluate_arm(task, arm, name, ft.settings_of(method), log)
     seed0 = ft.seeds[0]
-    folder = out_dir / arm if method == "full" else out_dir / method / arm
-    label = arm if method == "full" else f"{method}/{arm}"
+    folder = out_dir / arm if spec.primary else out_dir / method / arm
+    label = arm if spec.primary else f"{method}/{arm}"
     grid = method_lr_grid(ft, method)
     runs: dict[float, RunScore] = {}  # test scored now, read only for the LR the dev split picks
     for lr in grid:  # the LR is chosen on dev with the first seed; the test split is not consulted
@@ -397,10 +410,11 @@ def _evaluate_arm(
         if entry["lr_at_grid_edge"]:
             log(
                 f"[transfer] {name} {label} warning: dev picked lr {best:g}, the edge of "
-                f"{'finetune.lr_grid' if method != 'lora' else 'finetune.lr_grid x finetune.lora.lr_scale'} "
+                f"{spec.lr_grid_text} "
                 f"{grid}; the best LR may lie outside the grid"
             )
-    if method != "full":  # the probe and the body's token cosine describe the body: reported once, by `full`
+    # the probe and the body's token cosine describe the body: reported once, by the primary method
+    if not spec.primary:
         log(f"[transfer] {name} {label:<10} lr {best:g}: test {accuracy_text(entry)} over seeds {ft.seeds}")
         return entry
     if ft.probe:
@@ -463,9 +477,12 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
             entries = list(pool.map(_evaluate_arm, *zip(*jobs, strict=True)))
     else:
         entries = [_evaluate_arm(*job, log=log) for job in jobs]
-    by_method = {m: dict(zip(ft.arms, entries[i * len(ft.arms) : (i + 1) * len(ft.arms)], strict=True))
-                 for i, m in enumerate(ft.methods)}  # fmt: skip
-    result["arms"] = by_method.pop("full", {})  # today's fine-tune: the figures the card and benches read
+    n = len(ft.arms)
+    by_method = {
+        m: dict(zip(ft.arms, entries[i * n : (i + 1) * n], strict=True)) for i, m in enumerate(ft.methods)
+    }
+    # the primary method (full fine-tuning) keeps the task's own `arms`: the figures the card and benches read
+    result["arms"] = by_method.pop(primary_method(), {})
     compare_arms(result, ft.probe and bool(result["arms"]))
     if by_method:
         result["methods"] = {}

@@ -56,7 +56,7 @@ finetune:
 FULL_SETTINGS = "  seeds: [0, 1, 2]\n  epochs: 4\n  min_steps: 300\n  max_length: 128\n  workers: 2\n"
 SMOKE_SETTINGS = (
     "  seeds: [0]\n  lr_grid: [1.0e-3]\n  epochs: 1\n  max_length: 32\n  probe: false\n"
-    "  frozen: {mix_lr_grid: [1.0e-2], mix_steps: 20}\n"
+    "  frozen: {mix_steps: 20}\n"
 )
 
 

@@ -30,9 +30,10 @@ from typing import Any, Generic, TypeVar
 
 from core.errors import PluginError, UnknownNameError
 from core.plugin_code import is_ref, load_ref
-from core.specs import FamilySpec, ObjectiveSpec, resolve
+from core.specs import FamilySpec, MethodSpec, ObjectiveSpec, resolve
 
 __all__ = [
+    "ADAPT_METHODS",
     "EXECUTORS",
     "FAMILIES",
     "FILTERS",
@@ -220,6 +221,8 @@ def _declare() -> dict[str, Registry[Any]]:
                  "where data tasks run: local process pool, Ray (data_pipeline/executors/)"),
         Registry("tokenizer_conventions", "tokenizer convention", "tokenizer.type", "lmstack.tokenizer_conventions",
                  "special tokens, post-processing and HF class of a saved tokenizer (data_pipeline/tokenizers/)"),
+        Registry("adapt_methods", "adaptation method", "finetune.methods", "lmstack.adapt_methods",
+                 "adaptation methods: settings, training, saving, description (adapt/methods/)", MethodSpec),
     )  # fmt: skip
     return {r.name: r for r in registries}
 
@@ -231,3 +234,4 @@ FILTERS = REGISTRIES["filters"]
 READERS = REGISTRIES["readers"]
 EXECUTORS = REGISTRIES["executors"]
 TOKENIZER_CONVENTIONS = REGISTRIES["tokenizer_conventions"]
+ADAPT_METHODS: Registry[MethodSpec] = REGISTRIES["adapt_methods"]

@@ -227,3 +227,51 @@ class ObjectiveSpec:
     def parse_options(self, options: dict[str, Any]) -> Any:
         """`objective.options` as the spec's typed section, defaults filled in (None if it has none)."""
         return None if self.options is None else self.options.model_validate(options)
+
+
+# ---------------------------------------------------------------------------------------- adaptation methods
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """An adaptation method (`finetune.methods`, run for every arm of the transfer protocol): its name, its typed
+    `finetune.<name>` settings, how it trains, what it saves and what its result is called. The hooks get the
+    method's settings (its `settings` section, defaults filled in) and import torch inside themselves, so the
+    config reads a spec without any ML framework."""
+
+    # --- data: what config validation, the card, the report and TensorBoard read
+    name: str
+    # What its result is called on the model card, in the transfer report and TensorBoard ("LoRA adapters").
+    description: str
+    # A typed section (pydantic, unknown keys rejected) for the method's own `finetune.<name>` keys.
+    settings: type[BaseModel] | None = None
+    # The method whose results are the task's own `arms` in transfer.json and the card's headline row (full
+    # fine-tuning); it alone reports the linear probe and the body's token cosine, and it is the default of
+    # `finetune.methods`. Exactly one registered method is primary.
+    primary: bool = False
+    # The config key(s) its LR grid comes from, for the "picked at the grid's edge" warning.
+    lr_grid_text: str = "finetune.lr_grid"
+    # --- implementation
+    # (finetune.lr_grid, settings) -> the learning rates its dev pick runs over; None: finetune.lr_grid.
+    lr_grid: Callable[[list[float], Any], list[float]] | None = None
+    # (built classification model, settings, text_to_text) -> the module the Trainer trains (LoRA: peft's
+    # wrapper); called after the Trainer seeds torch. None: the model as built.
+    wrap_model: Callable[[Any, Any, bool], Any] | None = None
+    # (settings, optimizer steps per epoch) -> (Trainer subclass, its extra keyword arguments, extra callbacks):
+    # a method with its own optimizer groups or schedule (ULMFiT). None: the Trainer with finetune.optim.
+    trainer: Callable[[Any, int], tuple[type, dict[str, Any], list[Any]]] | None = None
+    # (out_dir, trained model, export dir, labels, regression, scores) -> None: what it writes into a saved
+    # fine-tuned folder beside the Trainer's save_model and the tokenizer (LoRA: the adapters' model card).
+    save: Callable[[Any, Any, Any, list[str], bool, dict[str, float]], None] | None = None
+    # (prepared task, arm, task name, settings, log) -> the arm's transfer.json entry, for a method that runs its
+    # own protocol instead of Trainer fine-tunes (the frozen body's probes); such a method saves no folder, so
+    # `adapt finetune` skips it.
+    evaluate_arm: Callable[[Any, str, str, Any, Callable[[str], None]], dict[str, Any]] | None = None
+    # (an arm's transfer.json entry) -> more text for its line in the printed report ("" for none).
+    report_text: Callable[[dict[str, Any]], str] | None = None
+
+    def parse_settings(self, settings: dict[str, Any] | BaseModel | None) -> Any:
+        """`finetune.<name>` as the spec's typed section, defaults filled in (None if it has none)."""
+        if self.settings is None or isinstance(settings, self.settings):
+            return settings
+        return self.settings.model_validate(settings or {})

@@ -22,10 +22,12 @@ import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from core.layout import CLEAN_STATS, RESOLVED_CONFIG, TOKEN_MANIFEST
+from core.registry import ADAPT_METHODS
 from core.run_layout import RunLayout
 from data_pipeline.objectives import get_objective
 from pretrain.export_folder import TRAINING_STATE, weights_hash
 from runconfig import RunConfig
+from runconfig.finetune import primary_method
 from runconfig.load import to_dict
 
 logger = logging.getLogger(__name__)
@@ -187,7 +189,7 @@ def margin_text(margin: float | None, metric: str) -> str:
 
 def _transfer_row(name: str, metric: str, method: str, arms: dict[str, Any], margin: float | None) -> str:
     """One body row: a task, its metric, one adaptation method, both arms (with their probes) and the margin."""
-    row = [name, METRIC_TEXT.get(metric, metric), METHOD_TEXT.get(method, method)]
+    row = [name, METRIC_TEXT.get(metric, metric), method_text(method)]
     for arm in ("pretrained", "random"):
         e = arms.get(arm)
         row.append(_arm_cell(e))
@@ -210,7 +212,7 @@ def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[st
             "dataset_name": name,
             "dataset_split": "test",
         }
-        by_method = {"full": (r.get("arms", {}), r.get("margin"))}
+        by_method = {primary_method(): (r.get("arms", {}), r.get("margin"))}
         by_method |= {m: (v.get("arms", {}), v.get("margin")) for m, v in r.get("methods", {}).items()}
         for method, (method_arms, margin) in by_method.items():
             lines.append(_transfer_row(name, metric, method, method_arms, margin))
@@ -218,13 +220,12 @@ def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[st
     return results, lines
 
 
-# What each adaptation method's result is called on the card (adapt's finetune.methods).
-METHOD_TEXT = {
-    "full": "fine-tuned",
-    "frozen": "frozen body, scalar mix of all layers",
-    "lora": "LoRA adapters",
-    "ulmfit": "ULMFiT schedule",
-}
+def method_text(method: str) -> str:
+    """What an adaptation method's result is called on the card and in the transfer report: its spec's own
+    description, or its name where the method is no longer registered (a transfer.json of an outside plug-in)."""
+    return ADAPT_METHODS.get(method).description if method in ADAPT_METHODS else method
+
+
 METRIC_TEXT = {"accuracy": "accuracy", "pearsonr": "Pearson r", "spearmanr": "Spearman rho"}
 
 
@@ -239,7 +240,7 @@ def _method_results(
     figures = [(metric, mine["test_accuracy"])]
     if metric == "pearsonr" and mine.get("test_spearman", {}).get("mean") is not None:
         figures.append(("spearmanr", mine["test_spearman"]))
-    how = METHOD_TEXT.get(method, method)
+    how = method_text(method)
     out = []
     for kind, t in figures:
         n = len(t.get("values", [])) or 1
@@ -252,7 +253,7 @@ def _method_results(
                 metric_config=method,
             )
         )
-    if method == "full" and "probe_accuracy" in mine:
+    if "probe_accuracy" in mine:  # the primary method's alone
         out.append(
             EvalResult(
                 **common,

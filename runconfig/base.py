@@ -89,3 +89,18 @@ def checks_plugin_options(section: str, kind: str, name_field: str) -> Any:
 
     check.__doc__ = f"Checks `{section}` against the {kind}'s typed section (its spec's `options`)."
     return model_validator(mode="after")(check)
+
+
+def unknown_key_text(key: str, valid: list[str], section: str) -> str:
+    """'unknown key', with the section's closest valid keys (difflib by spelling, and a key spelt as the unknown
+    one's initials: learning_rate -> lr), or, where none is close, every key the section takes."""
+    from difflib import get_close_matches
+
+    close = get_close_matches(key, valid, n=3)
+    initials = "".join(part[0] for part in key.split("_") if part)
+    close += [k for k in valid if k == initials and k not in close]
+    if close:
+        names = [f"'{k}'" for k in close]
+        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+        return f"unknown key; did you mean {listed}?"
+    return f"unknown key ({section or 'the config'} takes: {', '.join(valid)})" if valid else "unknown key"

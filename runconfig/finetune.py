@@ -4,9 +4,10 @@ several seeds, frozen-feature probe)."""
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runconfig.base import Section, check_path_component
+from core.registry import ADAPT_METHODS
+from runconfig.base import Section, check_path_component, unknown_key_text
 
 LabelledFormat = Literal["auto", "csv", "tsv", "jsonl", "folder", "hf_dataset"]
 
@@ -73,39 +74,15 @@ class FinetuneTask(Section):
         return self
 
 
-# Adaptation methods (the NAACL 2019 transfer-learning tutorial's menu), each run for every arm:
-# full: every weight fine-tuned; frozen: the body frozen, a linear probe per layer and an ELMo scalar mix of all
-# layers; lora: low-rank adapters through peft (targets from the family spec); ulmfit: discriminative LRs, gradual
-# unfreezing from the top, slanted triangular schedule (Howard & Ruder 2018).
-Method = Literal["full", "frozen", "lora", "ulmfit"]
-DEFAULT_METHODS: tuple[Method, ...] = ("full",)
-
-
-class LoraSection(Section):
-    """peft's LoraConfig: rank, scaling and dropout of the adapters (LoRA paper defaults for small models)."""
-
-    r: int = Field(8, gt=0)
-    alpha: int = Field(16, gt=0)
-    dropout: float = Field(0.05, ge=0, lt=1)
-    # The LR grid of LoRA runs is finetune.lr_grid times this: adapters train at ~10x full fine-tuning's LR.
-    lr_scale: float = Field(10.0, gt=0)
-
-
-class UlmfitSection(Section):
-    """ULMFiT's fine-tuning schedule (Howard & Ruder 2018), with the paper's defaults."""
-
-    decay: float = Field(2.6, ge=1)  # each layer group's LR is the one above's / decay
-    cut_frac: float = Field(0.1, gt=0, lt=1)  # slanted triangular: share of steps spent rising
-    ratio: float = Field(32, ge=1)  # slanted triangular: peak LR / lowest LR
-    # Steps between unfreezing the next layer group (from the top); None: one epoch, as in the paper.
-    unfreeze_every: int | None = Field(None, gt=0)
-
-
-class FrozenSection(Section):
-    """The frozen-body method: a logistic-regression probe per layer and an ELMo-style scalar mix."""
-
-    mix_lr_grid: list[float] = Field(default_factory=lambda: [1e-3, 1e-2, 1e-1], min_length=1)
-    mix_steps: int = Field(300, gt=0)  # full-batch Adam steps of the scalar mix and its linear head
+def primary_method() -> str:
+    """The registered adaptation method whose results are each task's own `arms` (full fine-tuning): the default
+    of finetune.methods, read from the specs (MethodSpec.primary) rather than written here."""
+    primary = [name for name, spec in ADAPT_METHODS.items() if spec.primary]
+    if len(primary) != 1:
+        raise ValueError(
+            f"finetune.methods: exactly one registered adaptation method must be primary, got {primary}"
+        )
+    return primary[0]
 
 
 class FinetuneConfig(Section):
@@ -144,25 +121,52 @@ class FinetuneConfig(Section):
     early_stopping_patience: int = Field(0, ge=0)
     probe: bool = True  # frozen-feature probe: mean-pooled last hidden state -> logistic regression
     arms: list[Arm] = Field(default_factory=lambda: list(ARMS), min_length=1)
-    # Adaptation methods, each run for every arm: full (every weight), frozen (probe per layer + ELMo scalar mix),
-    # lora (peft adapters on the family's target modules, head trained and saved), ulmfit (discriminative LRs,
-    # gradual unfreezing, slanted triangular schedule). full's results stay under `arms` in transfer.json.
-    methods: list[Method] = Field(default_factory=lambda: list(DEFAULT_METHODS), min_length=1)
-    lora: LoraSection = Field(default_factory=LoraSection)
-    ulmfit: UlmfitSection = Field(default_factory=UlmfitSection)
-    frozen: FrozenSection = Field(default_factory=FrozenSection)
+    # Adaptation methods, each run for every arm: registered adaptation methods (the built-ins: full, every weight;
+    # frozen, a probe per layer and an ELMo scalar mix; lora, peft adapters; ulmfit, discriminative LRs, gradual
+    # unfreezing and a slanted triangular schedule), or `module.path:SPEC`. Each method's own settings are the
+    # section `finetune.<method>` (see "finetune.<method>" below). The primary method's (full's) results stay
+    # under `arms` in transfer.json.
+    methods: list[str] = Field(default_factory=lambda: [primary_method()], min_length=1)
     eval_batch_size: int = Field(64, gt=0)
     threads: int | None = None  # torch intra-op threads (None: torch's default, all cores)
     # Transfer evaluation: arms fine-tuned at once, each in its own process (small models use 2 cores better as two
     # 1-thread runs than as one 2-thread run); each worker gets `threads` or cores // workers intra-op threads.
     workers: int = Field(1, ge=1)
 
+    # `finetune.<method>`: a registered method's settings, kept as extra keys typed by its spec (MethodSpec.settings)
+    model_config = ConfigDict(extra="allow")
+
     @field_validator("methods")
     @classmethod
     def _methods_once(cls, v: list[str]) -> list[str]:
         if len(set(v)) != len(v):
             raise ValueError(f"finetune.methods: {v} names a method twice")
+        for name in v:
+            ADAPT_METHODS.get(name)  # a built-in or an outside spec; raises naming the registered ones
         return v
+
+    @model_validator(mode="after")
+    def _method_settings(self) -> "FinetuneConfig":
+        """Each `finetune.<name>` key that is no field must be a registered method's settings, typed by its spec
+        (a misspelled key is refused naming the method's keys); the settings of every chosen method are filled
+        with their defaults, so a resolved config and transfer.json's protocol record what ran."""
+        extra = self.__pydantic_extra__ if self.__pydantic_extra__ is not None else {}
+        for key, value in list(extra.items()):
+            if key not in ADAPT_METHODS:
+                valid = [*type(self).model_fields, *(n for n, s in ADAPT_METHODS.items() if s.settings)]
+                raise ValueError(f"finetune.{key}: {unknown_key_text(key, valid, 'finetune')}")
+            extra[key] = _parse_settings(key, value)
+        for name in self.methods:
+            spec = ADAPT_METHODS.get(name)
+            if spec.settings is not None and name not in extra:
+                extra[name] = spec.parse_settings(None)
+        return self
+
+    def settings_of(self, method: str) -> Any:
+        """The typed `finetune.<method>` settings (its defaults where the config sets none); None for a method
+        that takes none."""
+        extra = self.__pydantic_extra__ or {}
+        return extra[method] if method in extra else ADAPT_METHODS.get(method).parse_settings(None)
 
     @model_validator(mode="before")
     @classmethod
@@ -212,3 +216,34 @@ class FinetuneConfig(Section):
         if isinstance(self.max_length, int) and self.max_length < 8:
             raise ValueError(f"finetune.max_length ({self.max_length}) must be >= 8")
         return self
+
+
+def _parse_settings(method: str, value: Any) -> Any:
+    """One method's `finetune.<method>` section against its spec, each refusal naming the key and the method."""
+    spec = ADAPT_METHODS.get(method)
+    if spec.settings is None:
+        raise ValueError(f"finetune.{method}: adaptation method '{method}' takes no settings (got {value!r})")
+    if isinstance(value, spec.settings):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"finetune.{method}: the settings of adaptation method '{method}' are a mapping, got {value!r}"
+        )
+    try:
+        return spec.parse_settings(value)
+    except ValidationError as e:
+        raise ValueError(
+            "; ".join(_settings_error(method, spec.settings, err) for err in e.errors())
+        ) from None
+
+
+def _settings_error(method: str, settings: type[BaseModel], err: Any) -> str:
+    """One pydantic error of `finetune.<method>` as a line naming the key (a settings class's own check, such as a
+    removed key's, already names it)."""
+    own = err.get("ctx", {}).get("error")
+    if err["type"] == "value_error" and str(own).startswith(f"finetune.{method}"):
+        return str(own)
+    where = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden":
+        return f"finetune.{method}.{where}: not a key of adaptation method '{method}' (its keys: {', '.join(settings.model_fields)})"
+    return f"finetune.{method}.{where}: {err['msg']} (adaptation method '{method}')"

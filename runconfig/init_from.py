@@ -16,6 +16,7 @@ from core.export_files import ExportMismatchError, verify_export
 from core.layout import TOKENIZER
 from core.paths import expand_placeholders
 from core.registry import FAMILIES, OBJECTIVES
+from core.specs import FamilySpec
 
 # What transformers' from_pretrained loads weights from (sharded or not, safetensors or pickle).
 WEIGHT_FILES = (
@@ -83,15 +84,31 @@ def architecture(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def is_family_of(spec: FamilySpec, model_type: str | None, architectures: list[str] | None) -> bool:
+    """The one rule for a folder's family: the built-in families are named by their transformers `model_type`;
+    an outside one (the guide's `tinybert`, model_type `bert`) is known by its model class among the folder's
+    `architectures`."""
+    head = _class_name(spec.model_class)
+    return model_type == spec.name or (head is not None and head in (architectures or []))
+
+
+def find_family(model_type: str | None, architectures: list[str] | None) -> FamilySpec | None:
+    """The registered family of a folder's config (`model_type` and `architectures`, from config.json or a
+    transformers config): the family named by its model_type, else the first whose model class the folder
+    saved (is_family_of); None where no registered family fits."""
+    if model_type is not None and model_type in FAMILIES:
+        return FAMILIES.get(model_type)
+    return next((spec for _, spec in FAMILIES.items() if is_family_of(spec, model_type, architectures)), None)
+
+
 def fill_model_section(data: dict[str, Any]) -> dict[str, Any]:
     """Before the model section is validated: the folder's family is checked and its architecture replaces the
     section's (the folder's config is what gets built)."""
     folder = resolve_folder(str(data["init_from"]))
     config = folder_config(folder)
     family = data.get("family", "roberta")
-    got, head = config.get("model_type"), _class_name(FAMILIES.get(family).model_class)
-    # the built-in families are named by their transformers model_type; an outside one is known by its class
-    if got != family and (head is None or head not in (config.get("architectures") or [])):
+    got = config.get("model_type")
+    if not is_family_of(FAMILIES.get(family), got, config.get("architectures")):
         raise ValueError(
             f"model.init_from: the folder's config.json has model_type '{got}', but model.family is '{family}' "
             "(set model.family to the folder's family)"

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from core.errors import ConfigError
 from core.io import atomic_write
 from core.layout import RESOLVED_CONFIG
+from runconfig.base import unknown_key_text
 from runconfig.run import RunConfig
 
 
@@ -175,21 +176,6 @@ def _section_keys(loc: tuple[Any, ...]) -> list[str]:
         current = nxt
     fields = {k for c in current for k, f in c.model_fields.items() if not f.exclude}  # not a removed key's
     return sorted(fields | {k for c in current for k in extra(c)})
-
-
-def unknown_key_text(key: str, valid: list[str], section: str) -> str:
-    """'unknown key', with the section's closest valid keys (difflib by spelling, and a key spelt as the unknown
-    one's initials: learning_rate -> lr), or, where none is close, every key the section takes."""
-    from difflib import get_close_matches
-
-    close = get_close_matches(key, valid, n=3)
-    initials = "".join(part[0] for part in key.split("_") if part)
-    close += [k for k in valid if k == initials and k not in close]
-    if close:
-        names = [f"'{k}'" for k in close]
-        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
-        return f"unknown key; did you mean {listed}?"
-    return f"unknown key ({section or 'the config'} takes: {', '.join(valid)})" if valid else "unknown key"
 
 
 def _format_errors(err: ValidationError, source: str) -> str:

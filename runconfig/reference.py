@@ -24,7 +24,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from core.registry import FAMILIES, OBJECTIVES, Registry
+from core.registry import ADAPT_METHODS, FAMILIES, OBJECTIVES, Registry
 from runconfig.removed import REMOVED_KEYS
 from runconfig.run import RunConfig
 
@@ -211,9 +211,26 @@ def _removed() -> list[str]:
     return [intro, "| key | former default | instead |\n|---|---|---|", *rows] if rows else []
 
 
+def _method_settings() -> list[str]:
+    """`finetune.<method>`: one table per adaptation method with settings, then the names of those with none."""
+    parts, none = [], []
+    for name, spec in _own(ADAPT_METHODS):
+        if spec.settings is None:
+            none.append(f"`{name}`")
+            continue
+        key = f"finetune.{name}"
+        parts += _table(
+            f"`{key}` of {ADAPT_METHODS.kind} `{name}`", spec.settings, _rows(spec.settings, key)[0]
+        )
+    if none:
+        parts.append(f"\nThese adaptation methods take no `finetune.<method>` settings: {', '.join(none)}.")
+    return parts
+
+
 def render(root: type[BaseModel] = RunConfig) -> str:
     """The whole reference as markdown: one table per section, in declaration order, nested sections after,
-    then each family's `model.options` and each objective's `objective.options`."""
+    then each family's `model.options`, each objective's `objective.options` and each adaptation method's
+    `finetune.<method>`."""
     parts = [HEADER]
     seen: set[str] = set()
 
@@ -230,6 +247,7 @@ def render(root: type[BaseModel] = RunConfig) -> str:
     walk(root, "")
     parts += _plugin_options("model.options", FAMILIES)
     parts += _plugin_options("objective.options", OBJECTIVES)
+    parts += _method_settings()
     parts += _removed()
     return "\n".join(parts).rstrip("\n") + "\n"
 

@@ -1,7 +1,9 @@
 """docs/extending.md followed literally (issue 47 item 1): for each kind, the worked example's file is written
 where its first line says, its entry point line is added to a copy of pyproject.toml (the built-ins' one list), and
 its config is loaded and the new piece run: a family builds its model, an objective collates a batch, a filter
-drops a document, a reader reads a file, an executor is built from the config, a convention is found. If the guide
+drops a document, a reader reads a file, an executor is built from the config, a convention is found, an
+adaptation method fine-tunes the guide's own outside family (beside LoRA) through `adapt finetune` and `adapt
+transfer`. If the guide
 and the code disagree (a name moved, a signature changed, an entry the registry does not read), this fails."""
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ KINDS = {
     "A reader (input format)": "readers",
     "An executor": "executors",
     "A tokenizer convention": "tokenizer_conventions",
+    "An adaptation method": "adapt_methods",
 }
 
 
@@ -245,3 +248,74 @@ def test_guide_tokenizer_convention(guide):
     cfg = load_config(_config(tmp, examples["tokenizer_conventions"]["yaml"], base="gpt2-tiny"))
     conv = registry.TOKENIZER_CONVENTIONS.get(cfg.tokenizer.convention)
     assert conv.specials[1:] == ["<|im_start|>", "<|im_end|>"] and conv.tokenizer_class == "GPT2Tokenizer"
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_guide_adaptation_method_on_the_guide_family(guide):
+    """The guide's BitFit, and LoRA, on the guide's own outside family (tinybert, model_type `bert`: found by its
+    model class, init_from's rule): `adapt finetune` saves a folder whose body weights are the export's and whose
+    biases moved; `adapt transfer` reports both methods by their descriptions, as the card does; a misspelled
+    setting is refused at load."""
+    from safetensors.torch import load_file
+
+    from adapt.finetune import finetune
+    from adapt.report import format_report
+    from adapt.transfer import run_transfer
+    from pretrain.model_card import _transfer_results
+    from tests.adapt.test_finetune import TINY, _labelled_folder, _labelled_rows, export_of
+
+    examples, tmp = guide
+    rows = _labelled_rows(per_label=8, chars=300)
+    folder = _labelled_folder(tmp, rows)
+    task = f"finetune.tasks=[{{name: t, train: {folder}}}]"
+    quick = [
+        *TINY,
+        task,
+        "finetune.seeds=[0]",
+        "finetune.lr_grid=[1.0e-3]",
+        "finetune.epochs=1",
+        "finetune.arms=[pretrained]",
+        "finetune.probe=false",
+        "finetune.max_length=64",
+    ]
+    path = _config(tmp, examples["adapt_methods"]["yaml"], model={"family": "tinybert"})
+    cfg = load_config(path, quick)
+    assert (
+        cfg.finetune.methods == ["bitfit", "lora"] and cfg.finetune.settings_of("bitfit").layer_norm is False
+    )
+    assert "bitfit" in registry.ADAPT_METHODS.builtin_names()
+    export = export_of(cfg, [r[1] for r in rows])
+    assert json_of(export / "config.json")["model_type"] == "bert"  # not a family name: found by its class
+
+    [bitfit, lora] = finetune(cfg, export, "pretrained", tmp / "ft", log=lambda *_: None)
+    assert (bitfit["method"], lora["method"]) == ("bitfit", "lora")
+    before = load_file(str(export / "model.safetensors"))
+    after = load_file(str(tmp / "ft" / "t" / "bitfit" / "pretrained" / "seed0" / "model.safetensors"))
+    weight, bias = (
+        "bert.encoder.layer.0.attention.self.query.weight",
+        "bert.encoder.layer.0.attention.self.query.bias",
+    )
+    assert (after[weight] == before[weight]).all() and not (after[bias] == before[bias]).all()
+    assert (tmp / "ft" / "t" / "lora" / "pretrained" / "seed0" / "adapter_config.json").is_file()
+
+    report = run_transfer(cfg, export, tmp / "transfer", log=lambda *_: None)
+    methods = report["tasks"]["t"]["methods"]
+    assert set(methods) == {"bitfit", "lora"} and methods["bitfit"]["arms"]["pretrained"]["test_accuracy"]
+    text = format_report(report)
+    assert "bitfit: bias terms only (BitFit)" in text and "lora: LoRA adapters" in text
+    _, card_rows = _transfer_results(report)
+    assert any("bias terms only (BitFit)" in row for row in card_rows)
+
+    with pytest.raises(
+        ConfigError, match=r"finetune.bitfit.layer_norms: not a key of adaptation method 'bitfit'"
+    ):
+        load_config(path, [*quick, "finetune.bitfit={layer_norms: true}"])
+    with pytest.raises(ConfigError, match=r"unknown adaptation method 'bitfitt'.*did you mean 'bitfit'"):
+        load_config(path, [*quick, "finetune.methods=[bitfitt]"])
+
+
+def json_of(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text(encoding="utf-8"))

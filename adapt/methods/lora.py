@@ -1,27 +1,54 @@
 """LoRA through peft: low-rank adapters on the family's target modules (`lora_target_modules` in its spec where
-peft knows none for the model type, as for ModernBERT; peft's own default otherwise), the classification head trained and saved whole beside them (`lora_modules_to_save`). A saved folder loads
-with peft alone: `AutoPeftModelForSequenceClassification.from_pretrained(folder, num_labels=N)` (the base is the
-export the adapter config names); its README is a model card naming the labels and how to load them."""
+peft knows none for the model type, as for ModernBERT; peft's own default otherwise), the classification head
+trained and saved whole beside them (`lora_modules_to_save`). A saved folder loads with peft alone:
+`AutoPeftModelForSequenceClassification.from_pretrained(folder, num_labels=N)` (the base is the export the adapter
+config names); its README is a model card naming the labels and how to load them. The family is found by the one
+rule init_from uses (runconfig/init_from.py `find_family`): model_type, then the model class, so an outside family
+such as the guide's `tinybert` (model_type `bert`) gets its adapters too.
+
+Torch and peft are imported inside the functions: the config reads `SPEC` (the `finetune.lora` settings) without
+them."""
 
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
+from pydantic import Field
 
 from core.errors import ConfigError
-from runconfig.finetune import LoraSection
+from core.specs import FamilySpec, MethodSpec, Options
+
+if TYPE_CHECKING:
+    import torch
 
 
-def _family(model: torch.nn.Module):
-    from pretrain.families import family_names, get_family
+class LoraSettings(Options):
+    """`finetune.lora`: peft's LoraConfig, rank, scaling and dropout of the adapters (LoRA paper defaults for small
+    models)."""
 
-    model_type = model.config.model_type
-    if model_type not in family_names():
-        raise ConfigError(f"finetune.methods: lora needs a registered family; the model is {model_type!r}")
-    return get_family(model_type)
+    r: int = Field(8, gt=0)
+    alpha: int = Field(16, gt=0)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    # The LR grid of LoRA runs is finetune.lr_grid times this: adapters train at ~10x full fine-tuning's LR.
+    lr_scale: float = Field(10.0, gt=0)
+
+
+def family_of(model: torch.nn.Module) -> FamilySpec:
+    """The model's registered family, by init_from's rule (model_type, then the model class it was saved as)."""
+    from runconfig.init_from import find_family
+
+    config = model.config
+    spec = find_family(config.model_type, getattr(config, "architectures", None))
+    if spec is None:
+        raise ConfigError(
+            f"finetune.methods: lora needs a registered family; the model is {config.model_type!r} "
+            f"(saved as {getattr(config, 'architectures', None)}), which no registered family's model_type or "
+            "model class matches"
+        )
+    return spec
 
 
 def targets_of(spec, model_type: str) -> tuple[str, ...]:
@@ -39,6 +66,8 @@ def targets_of(spec, model_type: str) -> tuple[str, ...]:
 
 def check_targets(model: torch.nn.Module, targets: tuple[str, ...], family: str) -> None:
     """Every target module name exists in the model: peft would otherwise adapt nothing or fail late."""
+    import torch
+
     leaves = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     missing = [
         t
@@ -53,11 +82,11 @@ def check_targets(model: torch.nn.Module, targets: tuple[str, ...], family: str)
         )
 
 
-def wrap(model: torch.nn.Module, lora: LoraSection, text_to_text: bool) -> torch.nn.Module:
+def wrap(model: torch.nn.Module, lora: LoraSettings, text_to_text: bool) -> torch.nn.Module:
     """The model with LoRA adapters on its family's target modules; only adapters and the head train."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    spec = _family(model)
+    spec = family_of(model)
     targets = targets_of(spec, model.config.model_type)
     check_targets(model, targets, spec.name)
     config = LoraConfig(
@@ -129,7 +158,7 @@ def head_kwargs(labels: list[str], regression: bool) -> str:
 
 
 def write_card(
-    out_dir: Path, model: torch.nn.Module, model_dir: Path, labels: list[str], regression: bool, scores: dict
+    out_dir: Path, model: Any, model_dir: Path, labels: list[str], regression: bool, scores: dict[str, float]
 ) -> None:
     """README.md of a LoRA folder as a model card (huggingface_hub), in place of peft's empty template whose
     `base_model` was this machine's absolute path of the export: what the adapters are, their labels, scores and
@@ -166,3 +195,19 @@ def write_card(
         head_kwargs=head_kwargs(labels, regression),
     )
     card.save(Path(out_dir) / "README.md")
+
+
+def lr_grid(grid: list[float], lora: LoraSettings) -> list[float]:
+    """Adapters train at a higher LR than full fine-tuning: finetune.lr_grid times `lr_scale`."""
+    return [lr * lora.lr_scale for lr in grid]
+
+
+SPEC = MethodSpec(
+    name="lora",
+    description="LoRA adapters",
+    settings=LoraSettings,
+    lr_grid_text="finetune.lr_grid x finetune.lora.lr_scale",
+    lr_grid=lr_grid,
+    wrap_model=wrap,
+    save=write_card,
+)

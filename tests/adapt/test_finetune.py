@@ -76,7 +76,13 @@ TINY = [
 def _export(tmp_path: Path, preset: str, texts: list[str]) -> tuple[Path, list[str]]:
     out = tmp_path / f"run-{preset}"
     overrides = [f"run.output_dir={out}", *TINY]
-    cfg = load_config(f"configs/{preset}.yaml", overrides)
+    return export_of(load_config(f"configs/{preset}.yaml", overrides), texts), overrides
+
+
+def export_of(cfg, texts: list[str]) -> Path:
+    """An untrained export of the run's family: its tokenizer trained on `texts`, the model built from the config,
+    both saved as the export folder under run.output_dir."""
+    out = Path(cfg.run.output_dir)
     shard = RunLayout(cfg).clean / "bbc" / "shard-00000.jsonl.zst"
     shard.parent.mkdir(parents=True)
     write_shard(
@@ -95,7 +101,7 @@ def _export(tmp_path: Path, preset: str, texts: list[str]) -> tuple[Path, list[s
     export = out / "export"
     model.save_pretrained(export)
     tok.save_pretrained(export)
-    return export, overrides
+    return export
 
 
 def _task_cfg(preset: str, overrides: list[str], **task) -> object:

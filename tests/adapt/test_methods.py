@@ -52,7 +52,7 @@ def _cfg(family: str, overrides, folder, *more):
 def test_frozen_method_probes_every_layer_and_mixes_them(exports, family):
     root, folder, export, overrides = exports(family)
     cfg = _cfg(family, overrides, folder, "finetune.methods=[frozen]", "finetune.seeds=[0,1]",
-               "finetune.frozen.mix_steps=50", "finetune.frozen.mix_lr_grid=[1.0e-2]")  # fmt: skip
+               "finetune.frozen.mix_steps=50")  # fmt: skip
     report = run_transfer(cfg, export, root / "frozen", **QUIET)
     r = report["tasks"]["t"]
     assert r["arms"] == {} and set(r["methods"]) == {"frozen"}
@@ -167,11 +167,9 @@ def test_slanted_triangular_rises_to_the_peak_at_cut_and_falls_to_one_over_ratio
 def test_ulmfit_trainer_gives_each_group_the_lr_above_divided_by_the_decay(tmp_path):
     from transformers import TrainingArguments
 
-    from runconfig.finetune import UlmfitSection
-
     model = _tiny_classifier()
     args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-3, report_to=[], use_cpu=True)
-    trainer = ulmfit.UlmfitTrainer(model=model, args=args, ulmfit=UlmfitSection())
+    trainer = ulmfit.UlmfitTrainer(model=model, args=args, ulmfit=ulmfit.UlmfitSettings())
     opt = trainer.create_optimizer()
     lrs = [g["lr"] for g in opt.param_groups]
     assert lrs[-1] == pytest.approx(1e-3) and len(lrs) == 5

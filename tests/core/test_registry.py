@@ -79,6 +79,7 @@ def test_every_registry_is_declared_once_and_specs_are_data():
         "readers",
         "executors",
         "tokenizer_conventions",
+        "adapt_methods",
     }
     assert {r.group for r in REGISTRIES.values()} == {f"lmstack.{n}" for n in REGISTRIES}
     # A built-in spec is found through its entry point (pyproject.toml), whole, and reading it imports no ML
@@ -88,6 +89,11 @@ def test_every_registry_is_declared_once_and_specs_are_data():
         "f = FAMILIES.get('roberta'); o = OBJECTIVES.get('mlm'); "
         "assert f.build_config is not None and o.build_collator is not None and f.position_limit(514) == 512; "
         "assert not any(m.split('.')[0] in ('torch', 'transformers', 'deepspeed', 'launch', 'adapt') "
+        "for m in sys.modules), sorted(sys.modules); "
+        # an adaptation method's spec file is read the same way: its settings and hooks, no ML framework
+        "from core.registry import ADAPT_METHODS; u = ADAPT_METHODS.get('ulmfit'); "
+        "assert u.settings is not None and u.trainer is not None and ADAPT_METHODS.get('lora').wrap_model; "
+        "assert not any(m.split('.')[0] in ('torch', 'transformers', 'peft', 'launch') "
         "for m in sys.modules), sorted(sys.modules)"
     )
     res = subprocess.run(

@@ -55,12 +55,17 @@ def test_field_comments_become_descriptions():
 
 def test_cli_prints_the_reference_without_torch():
     """The generator runs without torch: it imports nothing above runconfig itself; the built-in specs it documents
-    come through their entry points, whose modules import no ML framework (and nothing from adapt or launch)."""
+    come through their entry points, whose modules import no ML framework (and, of adapt, only the adaptation
+    methods' spec files that the entry points name; nothing from launch)."""
     code = (
         "import sys, runconfig.reference as r; r.main(); "
+        "from core.registry import ADAPT_METHODS; "
+        "specs = {'adapt', 'adapt.methods', *(ep.value.split(':')[0] for ep in "
+        "__import__('core.registry').registry.group_entry_points(ADAPT_METHODS.group))}; "
         "bad = [m for m in sys.modules if m.split('.')[0] in "
-        "('torch', 'transformers', 'deepspeed', 'tokenizers', 'datasets', 'adapt', 'launch')]; "
-        "assert not bad, bad"
+        "('torch', 'transformers', 'deepspeed', 'tokenizers', 'datasets', 'peft', 'launch') "
+        "or (m.split('.')[0] == 'adapt' and m not in specs)]; "
+        "assert not bad, bad; assert 'adapt.methods.lora' in sys.modules"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
