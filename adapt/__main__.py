@@ -119,7 +119,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
     if res:
         print(res["table"])
-        print(f"written: {res['written']}", file=sys.stderr)
+        print(
+            f"written: {res['written']}; `python -m pretrain card --config C` puts them in the card",
+            file=sys.stderr,
+        )
     return 0
 
 

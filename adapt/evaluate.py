@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from core.errors import LmstackError
+from core.export_files import weights_hash
 from core.io import atomic_write
 from core.log import get_logger
 
@@ -182,7 +183,12 @@ def evaluate(
     )
     if results is None:  # a non-zero rank of a multi-process harness run
         return {}
-    results["lmstack"] = {"limit": limit, "num_fewshot": num_fewshot, "tasks_dir": str(tasks_dir or "")}
+    results["lmstack"] = {
+        "limit": limit,
+        "num_fewshot": num_fewshot,
+        "tasks_dir": str(tasks_dir or ""),
+        "weights_sha256": weights_hash(model),  # `pretrain card` uses the results only for these weights
+    }
     folder = out or model
     folder.mkdir(parents=True, exist_ok=True)
     table = make_table(results)

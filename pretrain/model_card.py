@@ -25,6 +25,7 @@ from core.layout import CLEAN_STATS, RESOLVED_CONFIG, TOKEN_MANIFEST
 from core.registry import ADAPT_METHODS
 from core.run_layout import RunLayout
 from data_pipeline.objectives import get_objective
+from pretrain.card_lm_eval import bound_lm_eval, lm_eval_card
 from pretrain.export_folder import TRAINING_STATE, weights_hash
 from runconfig import RunConfig
 from runconfig.finetune import primary_method
@@ -374,11 +375,40 @@ def _evaluation_text(
     return body
 
 
+def _origin_lines(state: dict[str, Any]) -> list[str]:
+    """Where the weights came from, when not from one run from scratch: continued pretraining, a decay branch,
+    a merge of checkpoints."""
+    lines: list[str] = []
+    started = state.get("init_from")
+    if started:  # continued pretraining: the card says from what, as the literature's DAPT models do
+        prior = (
+            f" (step {started['step']}, {started['tokens_seen']:,} tokens)"
+            if "tokens_seen" in started
+            else ""
+        )
+        lines += [
+            "",
+            f"Continued pretraining from `{started['path']}`{prior}, weights sha256 "
+            f"`{started['weights_sha256'][:16]}…`; its tokenizer is this model's.",
+        ]
+    branch = state.get("decay_branch")
+    if branch:  # `pretrain decay`: a cool-down of the main run, not a run of its own
+        cooled = f"a {branch['steps']}-step {branch['decay_shape']} cool-down from step {branch['from_step']}"
+        lines += ["", f"A decay branch: {cooled} of the warmup-stable-decay run in `{branch['run']}`."]
+    merged = state.get("merged_from")
+    if merged:  # `pretrain export --merge-last K`: not one checkpoint's weights
+        lines += [
+            "",
+            f"Its weights are the mean of {len(merged)} checkpoints' ({', '.join(merged)}), merged at export.",
+        ]
+    return lines
+
+
 def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], model_config: dict[str, Any],
                       manifest: dict[str, Any] | None, clean_stats: dict[str, Any] | None,
                       ppl: tuple[float, int] | None, transfer: dict[str, Any] | None,
                       mask_token: str | None = None, speed: tuple[float, float] | None = None,
-                      ppl_sources: list[str] | None = None) -> str:  # fmt: skip
+                      ppl_sources: list[str] | None = None, lm_eval: dict[str, Any] | None = None) -> str:  # fmt: skip
     task = card_task(cfg.model.family, cfg.objective.type)
     pipeline_tag, task_name, auto_cls = TASKS[task]
     name = cfg.export.model_name or cfg.run.name
@@ -400,7 +430,8 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
             dataset_split="validation", metric_type="perplexity", metric_value=round(ppl[0], 3),
             metric_name=f"Held-out perplexity (step {ppl[1]})"))  # fmt: skip
     transfer_results, transfer_rows = _transfer_results(transfer) if transfer else ([], [])
-    results += transfer_results
+    harness_results, harness_lines = lm_eval_card(lm_eval) if lm_eval else ([], [])
+    results += transfer_results + harness_results
 
     data = ModelCardData(
         license=cfg.export.license, language=languages or None, library_name="transformers",
@@ -425,29 +456,9 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         f"{cfg.objective.type.replace('_', ' ')} on {len(sources)} source(s) by lmstack (DeepSpeed ZeRO-{ds.zero_stage})."
         if isinstance(n_params, int) else f"A {cfg.model.family} ({cfg.model.size}) model pretrained from scratch."
     )  # fmt: skip
-    started = state.get("init_from")
-    if started:  # continued pretraining: the card says from what, as the literature's DAPT models do
-        prior = (
-            f" (step {started['step']}, {started['tokens_seen']:,} tokens)"
-            if "tokens_seen" in started
-            else ""
-        )
+    if state.get("init_from"):
         body[-1] = body[-1].replace("pretrained from scratch", "continued from existing weights")
-        body += [
-            "",
-            f"Continued pretraining from `{started['path']}`{prior}, weights sha256 "
-            f"`{started['weights_sha256'][:16]}…`; its tokenizer is this model's.",
-        ]
-    branch = state.get("decay_branch")
-    if branch:  # `pretrain decay`: a cool-down of the main run, not a run of its own
-        cooled = f"a {branch['steps']}-step {branch['decay_shape']} cool-down from step {branch['from_step']}"
-        body += ["", f"A decay branch: {cooled} of the warmup-stable-decay run in `{branch['run']}`."]
-    merged = state.get("merged_from")
-    if merged:  # `pretrain export --merge-last K`: not one checkpoint's weights
-        body += [
-            "",
-            f"Its weights are the mean of {len(merged)} checkpoints' ({', '.join(merged)}), merged at export.",
-        ]
+    body += _origin_lines(state)
     if cfg.objective.spec.card_task == "token_detection":  # RTD, whichever family
         body += ["", _rtd_text(cfg)]
     body += [
@@ -491,7 +502,7 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         "## Evaluation",
         "",
     ]  # fmt: skip
-    body += _evaluation_text(cfg, task, ppl, transfer_rows, state.get("parity_max_abs_diff"))
+    body += _evaluation_text(cfg, task, ppl, transfer_rows, state.get("parity_max_abs_diff")) + harness_lines
     body += ["", "## Files", "",
              f"- `{MANIFEST_FILE}`: token shards with their sha256 (the exact data the model saw)",
              f"- `{CONFIG_FILE}`: the full resolved run configuration",
@@ -583,7 +594,18 @@ def write_model_card(cfg: RunConfig, export_dir: str | Path) -> Path:
     speed = median_speed(layout.metrics)
     measured = eval_row_sources(layout.metrics, ppl[1]) if ppl is not None else None
     text = render_model_card(
-        cfg, export_dir, state, model_config, manifest, clean_stats, ppl, transfer, mask, speed, measured
+        cfg,
+        export_dir,
+        state,
+        model_config,
+        manifest,
+        clean_stats,
+        ppl,
+        transfer,
+        mask,
+        speed,
+        measured,
+        bound_lm_eval(export_dir),
     )
     path = export_dir / CARD
     path.write_text(text)

@@ -145,3 +145,26 @@ def test_bad_input_is_refused_before_any_model_loads(made, tmp_path):
         (moved / f.name).write_text(f.read_text().replace(report["folder"], str(tmp_path / "gone")))
     line = _refusal(["--model", str(model), "--tasks", "lmstack_news_cloze", "--tasks-dir", str(moved)])
     assert "does not exist" in line and "eval-tasks" in line
+
+
+def test_the_card_takes_the_results_for_these_weights_only(made):
+    """`pretrain card` reads lm_eval_results.json into model-index entries and a table, only while the weights
+    it scored are the folder's."""
+    from huggingface_hub import ModelCardData
+
+    from pretrain.card_lm_eval import bound_lm_eval, lm_eval_card
+
+    _, _, model = made
+    results = bound_lm_eval(model)
+    assert results is not None
+    entries, lines = lm_eval_card(results)
+    names = {(e.task_name, e.metric_type) for e in entries}
+    assert ("lmstack_news_choice", "acc") in names and ("lmstack_news_ppl", "bits_per_byte") in names
+    assert all(e.source_name.startswith("lm-evaluation-harness ") for e in entries)
+    text = ModelCardData(model_name="m", eval_results=entries).to_yaml()
+    assert "model-index" in text and "lmstack_news_cloze" in text and "0-shot" in text
+    assert any("| lmstack_news_choice |" in ln for ln in lines) and "6 examples per task" in "\n".join(lines)
+    saved = json.loads((model / "lm_eval_results.json").read_text())
+    saved["lmstack"]["weights_sha256"] = "0" * 64  # results of other weights: stale
+    (model / "lm_eval_results.json").write_text(json.dumps(saved))
+    assert bound_lm_eval(model) is None
