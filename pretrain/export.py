@@ -233,6 +233,37 @@ def export(
     return out
 
 
+def _parity(
+    cfg: RunConfig, probe: Path, reloaded: Any, out: Path, merged: torch.nn.Module | None
+) -> float | None:
+    """Max |logit difference| between the reloaded export and the engine on the saved probe batch (None without
+    one); a merge is checked against the merged module itself, whose weights the engine never held."""
+    if not probe.is_file():
+        return None
+    if reloaded is None:
+        reloaded = cfg.model.spec.auto_cls().from_pretrained(str(out))
+    diff = check_parity(reloaded, probe, reference=merged)
+    if diff > 1e-5 and cfg.deepspeed.precision == "fp32":
+        raise RuntimeError(
+            f"export parity failed: max |logit difference| {diff:.3g} > 1e-5 between the engine and the reloaded export"
+        )
+    return diff
+
+
+def _origin(cfg: RunConfig, layout: RunLayout, merge: list[str] | None) -> dict[str, Any]:
+    """Where the weights came from, for training_state.json and the card: merged checkpoints, a decay branch of
+    another run (pretrain/decay.py), the weights a continued run started from."""
+    out: dict[str, Any] = {}
+    if merge:
+        out["merged_from"] = merge
+    branch = read_branch(layout.root)
+    if branch:
+        out["decay_branch"] = branch
+    if cfg.model.init_from is not None:
+        out["init_from"] = started_from(cfg.model.init_from)
+    return out
+
+
 def _write_staged(
     cfg: RunConfig,
     layout: RunLayout,
@@ -267,28 +298,10 @@ def _write_staged(
                 gen.suppress_tokens = padded  # padding rows of the embedding are never produced
             gen.save_pretrained(out)
         reloaded = None
-    probe = ckpt_dir / tag / PROBE_FILE
-    if probe.is_file():
-        if reloaded is None:
-            reloaded = family.auto_cls().from_pretrained(str(out))
-        # a merge is checked against the merged module itself: the engine never held its weights
-        state_parity = check_parity(reloaded, probe, reference=model if merge else None)
-        if state_parity > 1e-5 and cfg.deepspeed.precision == "fp32":
-            raise RuntimeError(
-                f"export parity failed: max |logit difference| {state_parity:.3g} > 1e-5 "
-                f"between the engine and the reloaded export"
-            )
-    else:
-        state_parity = None
+    state_parity = _parity(cfg, ckpt_dir / tag / PROBE_FILE, reloaded, out, model if merge else None)
     heads = _load_heads(family, out)
     state = client_state(ckpt_dir, tag) | {"parity_max_abs_diff": state_parity, "export_heads": heads}
-    if merge:
-        state["merged_from"] = merge  # the card says so (pretrain/model_card.py)
-    branch = read_branch(layout.root)
-    if branch:
-        state["decay_branch"] = branch  # a cool-down of another run (pretrain/decay.py)
-    if cfg.model.init_from is not None:  # continued pretraining: where it started from
-        state["init_from"] = started_from(cfg.model.init_from)
+    state |= _origin(cfg, layout, merge)
     n_params = sum(p.numel() for p in model.parameters())
     (out / TRAINING_STATE).write_text(
         json.dumps({"checkpoint": str(ckpt_dir / tag), **state, "n_params": n_params}, indent=1, default=str)

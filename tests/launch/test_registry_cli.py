@@ -23,7 +23,15 @@ def test_registry_lists_builtins_and_entry_points(tmp_path):
     )
     assert res.returncode == 0, res.stderr[-3000:]
     reg = json.loads(res.stdout)
-    assert set(reg) == {"families", "objectives", "filters", "readers", "executors", "tokenizer_conventions"}
+    assert set(reg) == {
+        "families",
+        "objectives",
+        "filters",
+        "readers",
+        "executors",
+        "tokenizer_conventions",
+        "adapt_methods",
+    }
     entries = {name: r["entries"] for name, r in reg.items()}
     assert {"roberta", "gpt2", "t5", "modernbert", "electra"} <= set(entries["families"])
     # the implementation, not only the spec
