@@ -199,6 +199,32 @@ def to_tensorboard(folder: Path, results: list[dict[str, Any]]) -> None:
     w.close()
 
 
+def best_lines(task: dict[str, Any]) -> list[str]:
+    """The decision: the best method from the export against the best from random init (each picked on dev), and
+    the methods whose random arm is at chance or below the best random arm."""
+    bb = task.get("best_against_best")
+    if not bb:
+        return []
+    pre, rnd, p = bb["pretrained"], bb["random"], bb.get("p_value")
+    out = [
+        f"  best vs best  {method_text(pre['method'])} from the export {pre['test']:.3f} vs "
+        f"{method_text(rnd['method'])} from random init {rnd['test']:.3f}: {margin_text(task, bb['margin'])}"
+        + (f" (Welch p={p:.3g})" if p is not None else "")
+        + " (each picked on dev)"
+    ]
+    for m, mark in sorted(bb.get("marks", {}).items()):
+        flags = (
+            ("at chance", mark["random_at_chance"]),
+            ("below the best random arm", mark["random_below_best_random"]),
+        )
+        why = [w for w, on in flags if on]
+        if why:
+            out.append(
+                f"  note: {method_text(m)}'s random arm is {' and '.join(why)}: its margin overstates pretraining"
+            )
+    return out
+
+
 def format_report(report: dict[str, Any]) -> str:
     lines = []
     if (
@@ -241,6 +267,7 @@ def format_report(report: dict[str, Any]) -> str:
                 + (f", probe {margin_text(r, r['probe_margin'])}" if "probe_margin" in r else "")
             )
         lines += method_lines(r)
+        lines += best_lines(r)
         if "continued" in r:  # ULMFiT's arm: the export continued on the task's training text
             c = r["continued"]
             p = c.get("p_value")

@@ -51,7 +51,7 @@ from adapt.inputs import (
 from adapt.probes import DEGENERATE_TOKEN_COSINE, probe, token_cosine
 from adapt.report import accuracy_text, steps_text, to_tensorboard, write_layer_report, write_report
 from adapt.scoring import RunScore, collapse, pick_lr, score, spearman, task_metric
-from adapt.statistics import aggregate_seeds, compare_arms, mean_sd
+from adapt.statistics import aggregate_seeds, best_against_best, compare_arms, mean_sd
 from core.io import atomic_write, json_bytes
 from core.layout import LOGS
 from core.log import get_logger, route_third_party, verbose_requested
@@ -489,6 +489,10 @@ def evaluate_task(cfg: RunConfig, data: TaskData, model_dir: Path, out_dir: Path
         for m, arms_of in by_method.items():
             result["methods"][m] = {"arms": arms_of}
             compare_arms(result["methods"][m], False)
+    result["primary_method"] = primary_method()
+    decision = best_against_best(result)
+    if decision is not None:
+        result["best_against_best"] = decision
     result["seconds"] = round(time.time() - t0, 1)
     return result
 

@@ -199,6 +199,31 @@ def _transfer_row(name: str, metric: str, method: str, arms: dict[str, Any], mar
     return "| " + " | ".join(row) + " |"
 
 
+def best_against_best_lines(report: dict[str, Any] | None) -> list[str]:
+    """The card's headline: per task, the best adaptation method from this model against the best from random
+    init, each picked on dev (adapt/statistics.py best_against_best)."""
+    out = []
+    for name, r in sorted((report or {}).get("tasks", {}).items()):
+        bb = r.get("best_against_best")
+        if not bb:
+            continue
+        metric = r.get("metric", "accuracy")
+        p = bb.get("p_value")
+        out.append(
+            f"- **{name}**: {method_text(bb['pretrained']['method'])} from this model {bb['pretrained']['test']:.3f} "
+            f"against {method_text(bb['random']['method'])} from random init {bb['random']['test']:.3f}, "
+            f"{margin_text(bb['margin'], metric)}" + (f" (Welch p={p:.3g})" if p is not None else "")
+        )
+    if not out:
+        return []
+    return [
+        "Best against best (each side's best adaptation method, picked on dev; test metric):",
+        "",
+        *out,
+        "",
+    ]
+
+
 def _transfer_results(report: dict[str, Any]) -> tuple[list[EvalResult], list[str]]:
     """This model's eval results (the fine-tuned-from-this-model arm and its probe) and the body's table rows, a
     row per task and adaptation method, where the random-init arm appears as the baseline: it is not this model's
@@ -502,6 +527,7 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         "## Evaluation",
         "",
     ]  # fmt: skip
+    body += best_against_best_lines(transfer)
     body += _evaluation_text(cfg, task, ppl, transfer_rows, state.get("parity_max_abs_diff")) + harness_lines
     body += ["", "## Files", "",
              f"- `{MANIFEST_FILE}`: token shards with their sha256 (the exact data the model saw)",
