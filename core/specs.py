@@ -144,6 +144,9 @@ class FamilySpec:
     # LoRA (`finetune.methods: [lora]`, through peft): the head modules trained and saved whole beside the
     # adapters (peft's modules_to_save; empty: peft's default for the task).
     lora_modules_to_save: tuple[str, ...] = ()
+    # μP (`model.parametrization: mup`, pretrain/mup.py): (the norm whose output the readout reads, the readout
+    # linear), as module paths of the pretraining model; None: the family has no μP.
+    mup_readout: tuple[str, str] | None = None
     # --- implementation (given with the data in the family's own module)
     # (model section, tokenizer, padded vocab size) -> a transformers PretrainedConfig. The sequence length is
     # checked against the position table where the model is built (FamilySpec.position_limit), not here.

@@ -15,6 +15,7 @@ import torch
 from core.layout import RunPaths
 from core.log import get_logger
 from core.net import free_port
+from pretrain import mup
 from pretrain.models import compile_blocks
 from pretrain.parity import sabotage
 from pretrain.schedule import TrainPlan, lr_multiplier
@@ -175,14 +176,25 @@ def _use_ds_optimizer(cfg: RunConfig) -> bool:
     return cfg.optim.name == "lamb" or (cfg.deepspeed.offload_optimizer and accelerator_name() != "cpu")
 
 
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """No weight decay on biases and LayerNorm weights (BERT/RoBERTa practice)."""
-    decay, no_decay = [], []
+def _param_groups(
+    model: torch.nn.Module, weight_decay: float, lr: float, lr_scales: dict[int, float] | None = None
+) -> list[dict[str, Any]]:
+    """No weight decay on biases and LayerNorm weights (BERT/RoBERTa practice); under μP the hidden weights get
+    their own group at their scaled LR (pretrain/mup.py `lr_scales`), which the schedule multiplies like any."""
+    groups: dict[tuple[bool, float], list[torch.nn.Parameter]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (no_decay if p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias") else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        decays = not (p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias"))
+        groups.setdefault((decays, (lr_scales or {}).get(id(p), 1.0)), []).append(p)
+    out = [
+        {"params": groups.get((True, 1.0), []), "weight_decay": weight_decay},
+        {"params": groups.get((False, 1.0), []), "weight_decay": 0.0},
+    ]
+    for (decays, scale), params in sorted(groups.items(), key=lambda kv: (not kv[0][0], kv[0][1])):
+        if scale != 1.0:
+            out.append({"params": params, "weight_decay": weight_decay if decays else 0.0, "lr": lr * scale})
+    return out
 
 
 def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_universal: bool = False):
@@ -197,7 +209,7 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
             "use 'adamw' on CPU"
         )
     ds_config = build_ds_config(cfg, plan, load_universal)
-    groups = _param_groups(model, cfg.optim.weight_decay)
+    groups = _param_groups(model, cfg.optim.weight_decay, plan.peak_lr, mup.lr_scales(model, cfg.model))
     optimizer = None
     if cfg.optim.name == "adafactor":
         # The T5 paper's optimizer: relative updates (scale_parameter) make T5's std-1 embeddings learn; AdamW's

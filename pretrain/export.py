@@ -23,7 +23,7 @@ from core.run_layout import RunLayout
 from core.storage import RunStore
 from data_pipeline.tokenizers import frame_pairs, make_portable
 from pretrain import checkpoint as ckpt
-from pretrain import safe_load
+from pretrain import mup, safe_load
 from pretrain.decay import read_branch
 from pretrain.export_folder import (
     TRAINING_STATE,
@@ -280,6 +280,7 @@ def _write_staged(
     # nothing between the texts, so they get `a <|endoftext|> b` in their saved pair template (single texts as trained)
     frame_pairs(tokenizer)
     model = load_trained_model(cfg, ckpt_dir, tag, tokenizer, merge)
+    mup.fold(model, cfg.model)  # μP's multipliers into the weights: a standard folder, the same logits
     objective = cfg.objective.spec
     family = cfg.model.spec
     # the objective writes its own folders (ELECTRA: discriminator + generator/)

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from pretrain import mup
 from pretrain.families import get_family
 from runconfig.model import ModelConfig
 
@@ -49,7 +50,9 @@ def build_model(
     cls: Any = get_family(m.family).model_cls()  # a transformers PreTrainedModel subclass, resolved by name
     if m.init_from is not None and weights:
         return cls.from_pretrained(m.init_from, config=build_hf_config(m, tokenizer, seq_len))
-    return cls(build_hf_config(m, tokenizer, seq_len))
+    model = mup.prepare(cls(build_hf_config(m, tokenizer, seq_len)), m)  # μP's multipliers (no-op for SP)
+    mup.scale_init(model, m)
+    return model
 
 
 def count_parameters(model: PreTrainedModel, exclude_embeddings: bool = False) -> int:

@@ -8,6 +8,7 @@ tests), and the ZeRO 2/3 estimates are DeepSpeed's own formulas, restated below.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from typing import Any
@@ -220,6 +221,17 @@ def step_estimate(cfg: RunConfig, plan: Any, total: int, gpu: str | None, mfu: f
     }
 
 
+def describe_parametrization(m: Any) -> str:
+    """The plan's line for the parametrization: μP's base width and multipliers (pretrain/mup.py applies them)."""
+    if m.parametrization != "mup":
+        return "sp (the family's own)"
+    w = m.width_mult
+    return (
+        f"mup: base width {m.mup_base_width}, width {m.hidden_size} (m = {w:g}): hidden init std x "
+        f"{1 / math.sqrt(w):.3g}, hidden LR x {1 / w:.3g}, logits x {1 / w:.3g}, attention 1/head_dim"
+    )
+
+
 def plan_report(
     cfg: RunConfig,
     world_size: int | None = None,
@@ -243,6 +255,7 @@ def plan_report(
         "activation_gib_per_rank": activation_gib(cfg, plan.micro_batch_size, vocab),
         "step": step_estimate(cfg, plan, total, gpu, mfu),
         "resume": resume_diff.preview(cfg),
+        "parametrization": describe_parametrization(cfg.model),
     }
 
 
@@ -255,6 +268,7 @@ def format_report(r: dict[str, Any]) -> str:
         f"global batch      {p['global_batch_size']} sequences = {p['tokens_per_step']:,} tokens",
         f"peak LR           {p['peak_lr']:.3g} (rule: {p['lr_rule']})",
         f"schedule          {p['phases']}",
+        f"parametrization   {r['parametrization']}",
         *(
             [f"warmup            {p['warmup_steps']} of {p['total_steps']} steps"]
             if p["total_steps"] is not None

@@ -1,6 +1,6 @@
 """Model family and size. Presets in configs/ mirror the papers' sizes; every field can be overridden."""
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -35,6 +35,11 @@ class ModelConfig(Section):
     # config and tokenizer are the run's: the architecture keys above are read from its config.json, and
     # tokenizer.pretrained_path defaults to it. A resumed run loads its checkpoint instead.
     init_from: str | None = None
+    # sp: the family's own parametrization. mup: Tensor Programs V (Yang et al. 2022) for Adam, relative to a model
+    # of width mup_base_width: hidden weights' init std and LR scaled by base/width, logits by base/width,
+    # attention by 1/head_dim; a LR tuned at the base width then holds at every width (pretrain/mup.py).
+    parametrization: Literal["sp", "mup"] = "sp"
+    mup_base_width: int | None = Field(None, gt=0)  # the width the LR was tuned at (required with mup)
 
     @model_validator(mode="before")
     @classmethod
@@ -65,3 +70,37 @@ class ModelConfig(Section):
                 f"model.hidden_size ({self.hidden_size}) must be divisible by model.num_heads ({self.num_heads})"
             )
         return self
+
+    @model_validator(mode="after")
+    def _mup(self) -> "ModelConfig":
+        if self.parametrization == "sp":
+            if self.mup_base_width is not None:
+                raise ValueError("model.mup_base_width applies to model.parametrization: mup")
+            return self
+        if self.spec.mup_readout is None:
+            raise ValueError(
+                f"model.parametrization: mup is not declared for family '{self.family}' (its spec has no mup_readout)"
+            )
+        if self.mup_base_width is None:
+            raise ValueError(
+                "model.mup_base_width: required with model.parametrization: mup (the width the LR was tuned at)"
+            )
+        if self.mup_base_width > self.hidden_size:
+            raise ValueError(
+                f"model.mup_base_width ({self.mup_base_width}) is above model.hidden_size ({self.hidden_size}): "
+                "the base is the small model the LR was tuned on"
+            )
+        if self.init_from is not None:
+            raise ValueError(
+                "model.parametrization: mup trains from scratch; model.init_from's weights are SP"
+            )
+        return self
+
+    @property
+    def width_mult(self) -> float:
+        """hidden_size / mup_base_width under μP, 1 otherwise."""
+        return (
+            self.hidden_size / self.mup_base_width
+            if self.parametrization == "mup" and self.mup_base_width
+            else 1.0
+        )

@@ -38,5 +38,6 @@ SPEC = causal_decoder(
     name="gpt2",
     model_class="GPT2LMHeadModel",
     build_config=build_config,
+    mup_readout=("transformer.ln_f", "lm_head"),
     param_count=shapes.gpt2,
 )

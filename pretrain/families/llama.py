@@ -70,4 +70,5 @@ SPEC = causal_decoder(
     options=LlamaOptions,
     model_class="LlamaForCausalLM",
     build_config=build_config,
+    mup_readout=("model.norm", "lm_head"),
 )

@@ -34,5 +34,6 @@ SPEC = masked_encoder(
     finetune_defaults={"lr_grid": [3.0e-4, 1.0e-3], "warmup_ratio": 0.06, "weight_decay": 0.1},
     lora_modules_to_save=("classifier",),
     build_config=build_config,
+    mup_readout=("lm_head.layer_norm", "lm_head.decoder"),
     param_count=shapes.roberta,
 )
