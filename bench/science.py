@@ -1,7 +1,7 @@
 """Deciding before spending: warmup-stable-decay, checkpoint merging and the model ladder, each measured through
 the product on the demo's data (the 2014 crawl WARCs and BBC News, `configs/base/data_demo.yaml`).
 
-Parts (`--part wsd|merge|ladder`, one at a time; each writes bench/results/science-<part>.txt itself):
+Parts (`--part wsd|merge|ladder|mup`, one at a time; each writes bench/results/science-<part>.txt itself):
 - wsd: two runs of a small GPT-2 (2 CPU ranks, ZeRO-2), identical but for the schedule: `schedule.decay: wsd`
   (20% cool-down, 1-sqrt) against cosine, at the same tokens. VERDICT: WSD's final held-out loss over cosine's,
   goal <= 1.005 (Hägele et al. 2024 find them on par).
@@ -11,13 +11,16 @@ Parts (`--part wsd|merge|ladder`, one at a time; each writes bench/results/scien
 - ladder: `pretrain ladder` at widths 32, 64, 96, 128 (2 layers, head size 32, 5 tokens per non-embedding
   parameter), predicting width 192 (2.25x the largest rung's parameters), which is then trained the same way.
   VERDICT: |predicted - measured| / measured held-out loss within 3%.
+- mup: a 5-point LR grid (2x apart) at widths 64, 128 and 256, under SP and under μP (base width 64), 200 steps
+  each. VERDICT: the grid points μP's best LR moves across the widths (goal 0), passing only if SP's moves by at
+  least one (both rows printed).
 
 Held-out loss: the trainer's own evaluation of the loader's held-out blocks (`loader.eval_fraction`, never
 trained on), over the same blocks in every run of a part; for exports (merge), the same blocks scored by the
 exported folder loaded with transformers. Deterministic given the seed: no timed figure, one round.
 
 Run: `python bench/science.py --part wsd` (about 6 minutes on 2 quiet cores), `--part merge` (about 4),
-`--part ladder` (about 15). The data stages run once and are cached in .cache/bench/prepared/.
+`--part ladder` (about 15), `--part mup` (30 runs, about 30). The data stages run once and are cached in .cache/bench/prepared/.
 """
 
 from __future__ import annotations
@@ -211,7 +214,59 @@ def part_ladder(cfg: Path, work: Path) -> None:
     REPORT.within("ladder_prediction_relative_error", predicted, measured, rel, 0.03, also=math.isfinite(rel))
 
 
-PARTS = {"wsd": part_wsd, "merge": part_merge, "ladder": part_ladder}
+MUP_WIDTHS = (64, 128, 256)
+MUP_GRID = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)  # 2x apart
+MUP_STEPS = 200
+
+
+def part_mup(cfg: Path, work: Path) -> None:
+    """The best LR of a 5-point grid at three widths, under SP and under μP (base width 64): μP's best is meant to
+    stay on one grid point, SP's to move."""
+    best: dict[str, list[float]] = {}
+    for param in ("sp", "mup"):
+        row = []
+        for width in MUP_WIDTHS:
+            losses = {}
+            for lr in MUP_GRID:
+                extra = ["model.parametrization=mup", "model.mup_base_width=64"] if param == "mup" else []
+                run = train(
+                    cfg,
+                    work,
+                    f"{param}-w{width}-lr{lr:g}",
+                    [
+                        f"model.hidden_size={width}",
+                        f"model.num_heads={width // 32}",
+                        f"model.ffn_size={4 * width}",
+                        f"optim.lr={lr}",
+                        f"schedule.total_steps={MUP_STEPS}",
+                        "schedule.warmup_steps=20",
+                        f"eval.every_steps={MUP_STEPS}",
+                        f"checkpoint.every_steps={MUP_STEPS}",
+                        *extra,
+                    ],
+                )
+                losses[lr] = final_eval(run)
+                shutil.rmtree(run / "checkpoints", ignore_errors=True)
+            pick = min(losses, key=lambda k: losses[k] if math.isfinite(losses[k]) else math.inf)
+            row.append(pick)
+            say(
+                f"{param} width {width}: held-out loss by LR "
+                + ", ".join(f"{k:g}: {v:.4f}" for k, v in losses.items())
+                + f"; best {pick:g}"
+            )
+        best[param] = row
+    moves = {
+        p: max(MUP_GRID.index(x) for x in r) - min(MUP_GRID.index(x) for x in r) for p, r in best.items()
+    }
+    say(
+        f"best LR by width {MUP_WIDTHS}: sp {best['sp']} (moves {moves['sp']} grid points), mup {best['mup']} "
+        f"(moves {moves['mup']})"
+    )
+    # ours: grid points the best LR moves under μP (goal 0); peer: under SP (it should move by >= 1)
+    REPORT.within("mup_best_lr_grid_moves", moves["mup"], moves["sp"], moves["mup"], 0, also=moves["sp"] >= 1)
+
+
+PARTS = {"wsd": part_wsd, "merge": part_merge, "ladder": part_ladder, "mup": part_mup}
 
 
 def main() -> int:
