@@ -216,6 +216,21 @@ def _decay(args: argparse.Namespace) -> int:
     return _train(args)
 
 
+def _mixture_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", type=int, default=8, help="proxy runs (at least 2 x sources + 2)")
+    p.add_argument("--steps", type=int, default=None, help="steps per proxy run (default: the config's)")
+    p.add_argument("--seed", type=int, default=0, help="the mixtures drawn")
+
+
+def _mixture(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pretrain.mixture import format_table, run_mixture
+
+    print(format_table(run_mixture(Path(args.config), args.overrides, args.runs, args.steps, args.seed)))
+    return 0
+
+
 def _ladder_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rungs", required=True, help="widths to train, WIDTH or WIDTHxLAYERS, e.g. 64,96,128,192"
@@ -246,6 +261,8 @@ COMMANDS = (
     Command("card", "(re)write the export's Hub model card (e.g. after `python -m adapt transfer` wrote "
             "transfer.json)", _card, _card_args),
     Command("plan", "batch plan, scaled LR, token budget and ZeRO memory estimates", _plan, _plan_args),
+    Command("mixture", "proxy runs at sampled data.sources weights, a fit of the held-out losses on the weights, "
+            "the proposed mixture (RUN/mixture)", _mixture, _mixture_args),
     Command("ladder", "train the family at several widths on the same data, fit the loss against parameters "
             "and predict a bigger rung (RUN/ladder)", _ladder, _ladder_args),
     Command("plot", "loss (mixed, per source), perplexity, LR, throughput, MFU and probe curves as PNG "

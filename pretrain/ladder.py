@@ -201,17 +201,23 @@ def share_data(cfg: RunConfig, folder: Path) -> None:
             link.symlink_to(target.resolve(), target_is_directory=True)
 
 
-def final_eval_loss(run_dir: Path) -> float:
+def final_eval_row(run_dir: Path) -> dict[str, Any]:
+    """The run's last evaluation row (mixed and per-source held-out losses)."""
     from pretrain.plots import read_metrics
 
     rows = [r for r in read_metrics(run_dir / "logs" / "metrics.jsonl") if r.get("split") == "eval"]
     if not rows:
-        raise LadderError(f"{run_dir}: the rung finished without an evaluation row in logs/metrics.jsonl")
-    return float(rows[-1]["loss"])
+        raise LadderError(f"{run_dir}: the run finished without an evaluation row in logs/metrics.jsonl")
+    return rows[-1]
 
 
-def train_rung(config: Path, overrides: list[str], rung: Rung, folder: Path, nproc: int) -> dict[str, Any]:
-    """One rung's run (torchrun on this node), then its record. A rung that fails stops the ladder, naming its log."""
+def final_eval_loss(run_dir: Path) -> float:
+    return float(final_eval_row(run_dir)["loss"])
+
+
+def run_training(config: Path, overrides: list[str], folder: Path, nproc: int, what: str) -> None:
+    """One proxy run of `pretrain train` (torchrun on this node), its output in folder/train.log; a run that
+    fails stops the caller, naming `what` and the log."""
     from core.net import free_port
 
     log_file = folder / "train.log"
@@ -230,13 +236,18 @@ def train_rung(config: Path, overrides: list[str], rung: Rung, folder: Path, npr
         str(config),
         *overrides,
     ]
-    log.info(
-        f"[ladder] {rung.name}: {rung.params:,} non-embedding parameters, {rung.tokens:,} tokens, {rung.steps} steps"
-    )
     with open(log_file, "ab") as out:
         rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy()).returncode
     if rc != 0:
-        raise LadderError(f"[ladder] rung {rung.name} failed (exit {rc}); its log: {log_file}")
+        raise LadderError(f"{what} failed (exit {rc}); its log: {log_file}")
+
+
+def train_rung(config: Path, overrides: list[str], rung: Rung, folder: Path, nproc: int) -> dict[str, Any]:
+    """One rung's run, then its record."""
+    log.info(
+        f"[ladder] {rung.name}: {rung.params:,} non-embedding parameters, {rung.tokens:,} tokens, {rung.steps} steps"
+    )
+    run_training(config, overrides, folder, nproc, f"[ladder] rung {rung.name}")
     record = asdict(rung) | {"loss": final_eval_loss(folder), "overrides": overrides}
     atomic_write(folder / RUNG_FILE, json.dumps(record, indent=1) + "\n")
     return record

@@ -1,0 +1,186 @@
+"""`python -m pretrain mixture`: which `data.sources` weights to train on, decided by small proxy runs, in the
+manner of RegMix (Liu et al. 2024).
+
+The search trains `--runs` small runs of the config from the run's own token shards and tokenizer (the data
+stages run once), each at a mixture drawn from a flat Dirichlet over the sources (the first run is the uniform
+mixture), into `<run>/mixture/run<k>/`. Each run's last evaluation gives one held-out loss per source (the
+loader's held-out blocks of that source, the same blocks whatever the mixture). Each source's loss is fitted as
+a quadratic in the weights (least squares with a small ridge; RegMix fits LightGBM, which needs far more runs
+than a CPU search makes), and the fit predicts the target, the held-out mixed loss: the plain mean over sources
+of their held-out losses, which no mixture can lower by ignoring a source. The proposal is the mean of the 100
+best of 100,000 sampled mixtures (RegMix's top-k average, steadier than one argmin), with its predicted loss.
+
+A finished run is kept (`run.json`); a killed search reruns only the others. A search over one source is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import ConfigError
+from core.io import atomic_write
+from core.log import get_logger
+from runconfig import RunConfig, load_config
+
+log = get_logger(__name__)
+
+RUN_FILE = "run.json"
+RIDGE = 1e-3
+SAMPLES = 100_000
+TOP = 100
+MIN_WEIGHT = 0.01  # data.sources[].weight must be positive
+
+
+def sample_mixtures(k: int, n: int, seed: int) -> np.ndarray:
+    """n mixtures over k sources: the uniform one, then flat-Dirichlet draws (floored at MIN_WEIGHT)."""
+    rng = np.random.default_rng(seed)
+    draws = np.maximum(rng.dirichlet(np.ones(k), size=max(0, n - 1)), MIN_WEIGHT)
+    out = np.vstack([np.full((1, k), 1.0 / k), draws])[:n]
+    return out / out.sum(axis=1, keepdims=True)
+
+
+def _features(w: np.ndarray) -> np.ndarray:
+    return np.hstack([np.ones((len(w), 1)), w, w**2])
+
+
+def fit_losses(weights: np.ndarray, losses: np.ndarray) -> np.ndarray:
+    """Coefficients (features x sources) of each source's held-out loss as a quadratic in the weights."""
+    x = _features(weights)
+    return np.linalg.solve(x.T @ x + RIDGE * np.eye(x.shape[1]), x.T @ losses)
+
+
+def predict(coef: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Predicted held-out mixed loss (mean over sources) of each mixture."""
+    return (_features(weights) @ coef).mean(axis=1)
+
+
+def propose(coef: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, float]:
+    """The mean of the TOP best of SAMPLES mixtures by predicted loss, and its own predicted loss."""
+    cand = sample_mixtures(k, SAMPLES, seed + 1)
+    best = cand[np.argsort(predict(coef, cand))[:TOP]].mean(axis=0)
+    best = best / best.sum()
+    return best, float(predict(coef, best[None, :])[0])
+
+
+def mixture_overrides(cfg: RunConfig, weights: np.ndarray, folder: Path, steps: int | None) -> list[str]:
+    over = [f"data.sources.{i}.weight={w:.6f}" for i, w in enumerate(weights)]
+    over += [f"run.output_dir={folder}", f"run.name={cfg.run.name}-{folder.name}", "finetune.tasks=[]"]
+    if steps is not None:
+        over += ["schedule.budget_minutes=null", f"schedule.total_steps={steps}"]
+    total = steps or cfg.schedule.steps
+    if total:
+        over += [f"eval.every_steps={total}", f"checkpoint.every_steps={max(1, total // 2)}"]
+    return over
+
+
+def _run_once(
+    config: Path,
+    overrides: list[str],
+    cfg: RunConfig,
+    k: int,
+    weights: np.ndarray,
+    root: Path,
+    steps: int | None,
+) -> dict[str, Any]:
+    from pretrain.ladder import final_eval_row, run_training, share_data
+
+    folder = root / f"run{k}"
+    over = [*overrides, *mixture_overrides(cfg, weights, folder, steps)]
+    try:
+        rec = json.loads((folder / RUN_FILE).read_text())
+        if rec.get("overrides") == over:
+            log.info(f"[mixture] run{k}: done before, kept")
+            return rec
+    except (OSError, ValueError):
+        pass
+    share_data(cfg, folder)
+    log.info(
+        f"[mixture] run{k}: weights "
+        + ", ".join(f"{s.name} {w:.3f}" for s, w in zip(cfg.data.sources, weights, strict=True))
+    )
+    run_training(config, over, folder, cfg.launch.procs_per_node, f"[mixture] run{k}")
+    row = final_eval_row(folder)
+    missing = [s.name for s in cfg.data.sources if f"loss/{s.name}" not in row]
+    if missing:
+        raise ConfigError(
+            f"[mixture] run{k}: no held-out loss for source(s) {missing} (loader.eval_fraction too small?)"
+        )
+    rec = {
+        "weights": [float(w) for w in weights],
+        "losses": {s.name: float(row[f"loss/{s.name}"]) for s in cfg.data.sources},
+        "overrides": over,
+    }
+    atomic_write(folder / RUN_FILE, json.dumps(rec, indent=1) + "\n")
+    return rec
+
+
+def run_mixture(
+    config: Path, overrides: list[str], runs: int = 8, steps: int | None = None, seed: int = 0
+) -> dict[str, Any]:
+    """Trains the proxy runs not yet done, fits, proposes; writes mixture.json and mixture.md; returns the report."""
+    cfg = load_config(config, overrides)
+    names = [s.name for s in cfg.data.sources]
+    k = len(names)
+    if k < 2:
+        raise ConfigError(
+            f"data.sources: a mixture search needs 2 sources or more (the config has {k}: {names})"
+        )
+    need = 2 * k + 2
+    if runs < need:
+        raise ConfigError(f"--runs {runs}: the fit over {k} sources needs {need} runs or more")
+    root = Path(cfg.run.root) / "mixture"
+    mixtures = sample_mixtures(k, runs, seed)
+    records = [_run_once(config, overrides, cfg, i, w, root, steps) for i, w in enumerate(mixtures)]
+    weights = np.array([r["weights"] for r in records])
+    losses = np.array([[r["losses"][n] for n in names] for r in records])
+    coef = fit_losses(weights, losses)
+    fitted = predict(coef, weights)
+    measured = losses.mean(axis=1)
+    best, predicted = propose(coef, k, seed)
+    report = {
+        "sources": names,
+        "target": "held-out mixed loss: the mean over sources of each source's held-out loss",
+        "fit": "each source's loss = quadratic in the weights, least squares with ridge "
+        f"{RIDGE:g}; proposal = mean of the {TOP} best of {SAMPLES:,} sampled mixtures",
+        "runs": [
+            r | {"mixed_loss": float(m), "fitted": float(f)}
+            for r, m, f in zip(records, measured, fitted, strict=True)
+        ],
+        "rms_fit_error": float(np.sqrt(np.mean((fitted - measured) ** 2))),
+        "proposal": {
+            "weights": dict(zip(names, map(float, best), strict=True)),
+            "predicted_mixed_loss": predicted,
+        },
+        "uniform_measured_mixed_loss": float(measured[0]),
+    }
+    atomic_write(root / "mixture.json", json.dumps(report, indent=1) + "\n")
+    atomic_write(root / "mixture.md", format_table(report) + "\n")
+    return report
+
+
+def format_table(report: dict[str, Any]) -> str:
+    names = report["sources"]
+    lines = [
+        "| run | "
+        + " | ".join(f"w {n}" for n in names)
+        + " | "
+        + " | ".join(f"loss {n}" for n in names)
+        + " | mixed | fitted |",
+        "|---|" + "---:|" * (2 * len(names) + 2),
+    ]
+    for i, r in enumerate(report["runs"]):
+        cells = [f"{w:.3f}" for w in r["weights"]] + [f"{r['losses'][n]:.4f}" for n in names]
+        lines.append(f"| run{i} | " + " | ".join(cells) + f" | {r['mixed_loss']:.4f} | {r['fitted']:.4f} |")
+    p = report["proposal"]
+    lines += [
+        "",
+        "proposed: "
+        + ", ".join(f"{n} {w:.3f}" for n, w in p["weights"].items())
+        + f"; predicted held-out mixed loss {p['predicted_mixed_loss']:.4f} (uniform, measured: "
+        f"{report['uniform_measured_mixed_loss']:.4f}); RMS fit error {report['rms_fit_error']:.4f}",
+    ]
+    return "\n".join(lines)

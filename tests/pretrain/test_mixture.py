@@ -1,0 +1,122 @@
+"""`python -m pretrain mixture`: proxy runs at sampled source weights, each source's held-out loss fitted on the
+weights, the proposed mixture; a killed search reruns only the runs it did not finish; one source is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.errors import ConfigError
+from pretrain.mixture import MIN_WEIGHT, fit_losses, predict, propose, run_mixture, sample_mixtures
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(60)
+def test_mixtures_fit_and_proposal_on_a_known_law():
+    w = sample_mixtures(3, 12, seed=0)
+    assert np.allclose(w[0], 1 / 3) and np.allclose(w.sum(axis=1), 1) and (w >= MIN_WEIGHT * 0.9).all()
+    # each source's loss falls as its own weight grows, with diminishing returns: the best mixture is interior
+    target = np.array([0.5, 0.3, 0.2])
+    losses = 3.0 - 2 * w * target * 3 + 3 * w**2 * target
+    coef = fit_losses(w, losses)
+    assert np.allclose(predict(coef, w), losses.mean(axis=1), atol=1e-2)
+    best, predicted = propose(coef, 3, seed=0)
+    assert np.allclose(best.sum(), 1) and predicted <= predict(coef, np.full((1, 3), 1 / 3))[0]
+
+
+@pytest.mark.timeout(60)
+def test_one_source_or_too_few_runs_is_refused():
+    with pytest.raises(ConfigError, match=r"a mixture search needs 2 sources or more \(the config has 1"):
+        run_mixture(
+            ROOT / "configs" / "gpt2-tiny.yaml", ["data.sources=[{name: a, format: jsonl, paths: [x]}]"]
+        )
+    with pytest.raises(ConfigError, match=r"--runs 3: the fit over 2 sources needs 6 runs or more"):
+        run_mixture(ROOT / "configs" / "gpt2-tiny.yaml", [], runs=3)
+
+
+TWO = """\
+inherit: [{root}/configs/gpt2-tiny.yaml]
+run: {{name: mix, output_dir: {out}}}
+data:
+  sources: [{{name: money, format: text_folder, paths: ["{bbc}/business"]}},
+            {{name: games, format: text_folder, paths: ["{bbc}/sports"]}}]
+tokenizer: {{vocab_size: 1000}}
+packing: {{seq_len: 64}}
+model: {{hidden_size: 64, num_layers: 2, num_heads: 2, ffn_size: 128, max_position_embeddings: 64}}
+batch: {{global_batch_size: 8, micro_batch_size: 4}}
+schedule: {{total_steps: 6, warmup_steps: 1}}
+deepspeed: {{zero_stage: 0, precision: fp32}}
+loader: {{num_workers: 0, eval_fraction: 0.1}}
+eval: {{max_batches: 2}}
+launch: {{procs_per_node: 1}}
+logging: {{every_steps: 1, progress_bar: false, tensorboard: false, plots: false}}
+finetune: {{tasks: []}}
+"""
+
+
+def _prepare(tmp_path: Path) -> Path:
+    from core.run_layout import RunLayout
+    from data_pipeline.shards import mark_done, write_shard
+    from data_pipeline.tokenize import run_tokenize
+    from data_pipeline.tokenizers import train_tokenizer
+    from runconfig import load_config
+    from tests.pretrain.test_smoke_deepspeed import BBC
+
+    config = tmp_path / "mix.yaml"
+    config.write_text(TWO.format(root=ROOT, out=tmp_path / "run", bbc=BBC))
+    cfg = load_config(str(config))
+    for name, topic in (("money", "business"), ("games", "sports")):
+        texts = [f.read_text(errors="replace") for f in sorted((BBC / topic).glob("*.txt"))[:60]]
+        shard = RunLayout(cfg).clean / name / "shard-00000.jsonl.zst"
+        shard.parent.mkdir(parents=True)
+        write_shard(
+            shard,
+            [
+                {"id": f"{name}{i}", "text": t, "url": None, "timestamp": None, "source": name}
+                for i, t in enumerate(texts)
+            ],
+        )
+        mark_done(shard, {"rows": len(texts)})
+    train_tokenizer(cfg)
+    assert run_tokenize(cfg)["complete"]
+    return config
+
+
+@pytest.mark.integration
+@pytest.mark.deepspeed
+@pytest.mark.timeout(900)
+def test_a_killed_search_reruns_only_unfinished_runs(tmp_path):
+    config = _prepare(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "pretrain", "mixture", "--config", str(config), "--runs", "6"]
+    first = tmp_path / "run" / "mixture" / "run1" / "run.json"
+    with open(tmp_path / "first.log", "wb") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.time() + 400
+        while not first.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert first.exists(), (tmp_path / "first.log").read_text()[-3000:]
+    kept = first.stat().st_mtime_ns
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert first.stat().st_mtime_ns == kept and "run1: done before, kept" in res.stdout
+    report = json.loads((tmp_path / "run" / "mixture" / "mixture.json").read_text())
+    assert len(report["runs"]) == 6 and report["sources"] == ["money", "games"]
+    assert all(set(r["losses"]) == {"money", "games"} for r in report["runs"])
+    w = report["proposal"]["weights"]
+    assert abs(sum(w.values()) - 1) < 1e-6 and np.isfinite(report["proposal"]["predicted_mixed_loss"])
+    assert "proposed:" in res.stdout
