@@ -1,7 +1,7 @@
 """ONE registry type, and every registry of lmstack declared in one place (llm-foundry's registry.py style).
 
 A registry maps a name to an object: a family or objective spec, a filter factory, a reader, an executor class,
-a tokenizer convention. Built-ins and outside packages alike are entry points of the registry's group
+a tokenizer convention, a training callback. Built-ins and outside packages alike are entry points of the registry's group
 (`lmstack.families`, `lmstack.filters`, ...): the built-ins' are declared in this project's pyproject.toml, one
 line each, and an entry point's target is the object, a factory returning it, or a module that registers on
 import. Some kinds also register on import (`register_reader`, `@register_executor`); and a YAML value `module.path:Name` names an object in any importable
@@ -33,6 +33,7 @@ from core.plugin_code import is_ref, load_ref
 from core.specs import FamilySpec, ObjectiveSpec, resolve
 
 __all__ = [
+    "CALLBACKS",
     "EXECUTORS",
     "FAMILIES",
     "FILTERS",
@@ -220,6 +221,8 @@ def _declare() -> dict[str, Registry[Any]]:
                  "where data tasks run: local process pool, Ray (data_pipeline/executors/)"),
         Registry("tokenizer_conventions", "tokenizer convention", "tokenizer.type", "lmstack.tokenizer_conventions",
                  "special tokens, post-processing and HF class of a saved tokenizer (data_pipeline/tokenizers/)"),
+        Registry("callbacks", "callback", "callbacks", "lmstack.callbacks",
+                 "in-loop behaviours of a training run: hooks, typed settings, state (core/callbacks.py)"),
     )  # fmt: skip
     return {r.name: r for r in registries}
 
@@ -231,3 +234,4 @@ FILTERS = REGISTRIES["filters"]
 READERS = REGISTRIES["readers"]
 EXECUTORS = REGISTRIES["executors"]
 TOKENIZER_CONVENTIONS = REGISTRIES["tokenizer_conventions"]
+CALLBACKS = REGISTRIES["callbacks"]
