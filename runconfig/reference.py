@@ -24,7 +24,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from core.registry import FAMILIES, OBJECTIVES, Registry
+from core.registry import CALLBACKS, FAMILIES, OBJECTIVES, Registry, builtin_entry_points
 from runconfig.run import RunConfig
 
 PACKAGES = ("core", "runconfig", "data_pipeline", "pretrain", "adapt", "launch")
@@ -190,6 +190,25 @@ def _plugin_options(key: str, registry: Registry[Any]) -> list[str]:
     return parts
 
 
+def _callbacks() -> list[str]:
+    """The built-in callbacks (pyproject.toml's lmstack.callbacks, in the order the loop calls them) and the
+    section each reads its settings from; an outside callback's own settings go under `callbacks.<name>`."""
+    parts = [
+        "\n## Callbacks\n",
+        "Every in-loop behaviour of a training run is a callback (core/callbacks.py). The built-ins are always "
+        "registered and read their settings from the sections below; an outside one is switched on under "
+        "`callbacks:` by its entry point name or `module.path:Name`, its settings validated by its own typed "
+        "`Settings` (docs/extending.md, \"Add a callback\").\n",
+        "| callback | settings | |\n|---|---|---|",
+    ]
+    for ep in builtin_entry_points().get(CALLBACKS.group, ()):
+        cls = CALLBACKS.get(ep.name)
+        doc = (sys.modules[cls.__module__].__doc__ or "").strip().split("\n\n")[0]
+        where = f"[`{cls.section}`](#{_anchor(cls.section)})" if cls.section else "none"
+        parts.append(f"| `{ep.name}` | {where} | {_cell(' '.join(doc.split()))} |")
+    return parts
+
+
 def render(root: type[BaseModel] = RunConfig) -> str:
     """The whole reference as markdown: one table per section, in declaration order, nested sections after,
     then each family's `model.options` and each objective's `objective.options`."""
@@ -209,6 +228,7 @@ def render(root: type[BaseModel] = RunConfig) -> str:
     walk(root, "")
     parts += _plugin_options("model.options", FAMILIES)
     parts += _plugin_options("objective.options", OBJECTIVES)
+    parts += _callbacks()
     return "\n".join(parts).rstrip("\n") + "\n"
 
 
