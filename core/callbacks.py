@@ -103,8 +103,11 @@ class Callback:
     name: ClassVar[str] = ""
     # typed settings, validated at load from `callbacks.<name>` in the run YAML; None: the callback takes none
     Settings: ClassVar[type[BaseModel] | None] = None
-    # a built-in whose settings are a section of the run config (watchdog, spikes, ...): that section's path
+    # a built-in whose settings are a section of the run config (watchdog, spikes, ...): that section's path. A
+    # callback with a section is always on (the section's keys switch its behaviour); one without runs when the
+    # config names it under `callbacks:` (with its `Settings`), unless it is `always` on (no settings at all)
     section: ClassVar[str | None] = None
+    always: ClassVar[bool] = False
     votes: ClassVar[bool] = False  # it implements `vote` (a slot in the step's all-reduce)
     judges: ClassVar[bool] = False  # it implements `judge` (a device flag that withholds the update)
 

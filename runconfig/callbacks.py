@@ -4,9 +4,9 @@
       loss_guard: {max_loss: 9.0}          # an entry point of lmstack.callbacks (an installed package)
       my_pkg.guards:LossGuard: {}          # or any importable class, no packaging
 
-The built-ins (watchdog, spikes, probe, profiler, metrics, preemption) are always registered and read their
-settings from their own sections (`watchdog.*`, `spikes.*`, `eval.probe_*`, `logging.profile_steps`, the sinks'
-`logging.*` keys), so every older config loads unchanged; naming one here is refused, pointing at its section. An
+The built-ins (watchdog, spikes, probe, profiler, metrics, preemption) are always on and read their settings from
+their own sections (`watchdog.*`, `spikes.*`, `eval.probe_*`, `logging.profile_steps`, the sinks' `logging.*`
+keys), so every older config loads unchanged; naming one here is refused, pointing at its section. An
 unknown name is refused naming the registered callbacks; a setting the callback's `Settings` does not declare, or
 one of the wrong type, is refused naming its valid keys (core/callbacks.py).
 """
@@ -33,17 +33,16 @@ def callback_class(name: str) -> type[Callback]:
 
 def check_callbacks(value: dict[str, Any]) -> dict[str, Any]:
     """Each named callback exists, is not a built-in, and its settings validate against its `Settings`."""
-    builtins = CALLBACKS.builtin_names()
     for name, settings in value.items():
-        if name in builtins:
-            section = callback_class(name).section
+        cls = callback_class(name)
+        if cls.section is not None:
             raise ConfigError(
-                f"callbacks.{name}: a built-in callback, always registered; its settings are the "
-                f"`{section}` section"
+                f"callbacks.{name}: always on; its settings are the `{cls.section}` section, not callbacks.{name}"
             )
+        if cls.always:
+            raise ConfigError(f"callbacks.{name}: always on and takes no settings; leave it out of callbacks")
         if settings is not None and not isinstance(settings, dict):
             raise ConfigError(f"callbacks.{name}: its settings are a mapping of keys, got {settings!r}")
-        cls = callback_class(name)
         check_plugin_options(f"callbacks.{name}", "callback", name, cls.Settings, settings or {})
     return value
 

@@ -198,13 +198,14 @@ def _callbacks() -> list[str]:
         "Every in-loop behaviour of a training run is a callback (core/callbacks.py). The built-ins are always "
         "registered and read their settings from the sections below; an outside one is switched on under "
         "`callbacks:` by its entry point name or `module.path:Name`, its settings validated by its own typed "
-        "`Settings` (docs/extending.md, \"Add a callback\").\n",
+        '`Settings` (docs/extending.md, "A training callback").\n',
         "| callback | settings | |\n|---|---|---|",
     ]
     for ep in builtin_entry_points().get(CALLBACKS.group, ()):
         cls = CALLBACKS.get(ep.name)
         doc = (sys.modules[cls.__module__].__doc__ or "").strip().split("\n\n")[0]
-        where = f"[`{cls.section}`](#{_anchor(cls.section)})" if cls.section else "none"
+        where = f"[`{cls.section}`](#{_anchor(cls.section)})" if cls.section else f"`callbacks.{ep.name}`"
+        where = "none (always on)" if cls.always else where
         parts.append(f"| `{ep.name}` | {where} | {_cell(' '.join(doc.split()))} |")
     return parts
 

@@ -110,7 +110,7 @@ class RunConfig(Section):
     export: ExportConfig = ExportConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
     # Outside callbacks switched on for this run: name (an lmstack.callbacks entry point, or module.path:Name) ->
-    # its settings, validated by the callback's own typed Settings (docs/extending.md "Add a callback"). The
+    # its settings, validated by the callback's own typed Settings (docs/extending.md "A training callback"). The
     # built-ins are always on, set by their own sections.
     callbacks: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
     inherit: list[str] = Field(default_factory=list, exclude=True)  # consumed by the loader

@@ -36,6 +36,7 @@ class Preemption(Callback):
     """Checkpoint and exit for requeue at the step every rank agreed a signal arrived."""
 
     name = "preemption"
+    always: ClassVar[bool] = True
     votes: ClassVar[bool] = True
 
     def __init__(self, settings: Any = None) -> None:

@@ -43,11 +43,13 @@ def _overrides(cb: Callback, hook: str) -> bool:
 
 
 def build(cfg: Any) -> list[Callback]:
-    """Every registered built-in, with its section of the config, then the callbacks the config names."""
+    """The built-ins that are always on (with their section of the config), then the callbacks the config names
+    under `callbacks:` in its order."""
     out: list[Callback] = []
     for ep in builtin_entry_points().get(CALLBACKS.group, ()):
         cls = callback_class(ep.name)
-        out.append(_named(cls(_section(cfg, cls.section)), ep.name))
+        if cls.section is not None or cls.always:  # else on when the config names it, as an outside one
+            out.append(_named(cls(_section(cfg, cls.section)), ep.name))
     for name, settings in cfg.callbacks.items():
         out.append(_named(callback_class(name)(callback_settings(name, settings)), name))
     return out
