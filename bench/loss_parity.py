@@ -100,8 +100,16 @@ def run_ours(
     for stage in ("clean", "dedup", "tokenizer", "tokens"):
         (run_dir / stage).symlink_to((cfg_path.parent / "run" / stage).resolve())
     env = C.child_env(threads=1)
-    args = ["-m", "pretrain", "train", "--config", str(cfg_path), f"run.output_dir={run_dir}", *ov,
-            callbacks_override(record, sabotage)]  # fmt: skip
+    args = [
+        "-m",
+        "pretrain",
+        "train",
+        "--config",
+        str(cfg_path),
+        f"run.output_dir={run_dir}",
+        *ov,
+        callbacks_override(record, sabotage),
+    ]
     _, wall = C.torchrun(WORLD, args, timeout=900, env=env)
     rows = [json.loads(x) for x in (run_dir / "logs" / "metrics.jsonl").read_text().splitlines() if x.strip()]
     train = {r["step"]: r for r in rows if r.get("split") == "train"}

@@ -68,7 +68,7 @@ class SpikePolicy(Callback):
             self.detector.rollbacks.append(record)
         self.detector.step, self.detector.consecutive = step, 0
 
-    def metrics(self, step: int, loader_wait_s: float) -> dict[str, float]:
+    def metrics(self, step: int, loader_wait_s: float) -> dict[str, Any]:
         return self.detector.metrics()
 
     def state_dict(self) -> Any:

@@ -31,11 +31,18 @@ def hung_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     delay = steering.override(Delay={"delays": ["1:*:1.0", "1:3:600"]})
     res = torchrun(
         config,
-        ["deepspeed.comm_timeout_s=120", "watchdog.hang_timeout_s=6", "watchdog.heartbeat_s=0.5",
-         "watchdog.straggler_factor=1.3", "checkpoint.every_steps=1000", "logging.every_steps=1", delay],
+        [
+            "deepspeed.comm_timeout_s=120",
+            "watchdog.hang_timeout_s=6",
+            "watchdog.heartbeat_s=0.5",
+            "watchdog.straggler_factor=1.3",
+            "checkpoint.every_steps=1000",
+            "logging.every_steps=1",
+            delay,
+        ],
         timeout=300,
         check=False,
-    )  # fmt: skip
+    )
     return res, out
 
 
