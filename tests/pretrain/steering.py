@@ -116,3 +116,27 @@ class SpikeInjection(Callback):
         if outcome.step == self.settings.step:
             self.done = True  # once: a rolled-back rerun of the step is clean
         return CONTINUE
+
+
+class StepTally(Callback):
+    """A callback with state: the steps it saw and their agreed losses, carried in the checkpoints. A resumed run
+    must continue it exactly (the fault matrix's "resume with a callback's state")."""
+
+    name = "test_step_tally"
+
+    def __init__(self, settings: Any = None) -> None:
+        super().__init__(settings)
+        self.steps: list[int] = []
+        self.losses: list[float] = []
+
+    def load_state_dict(self, state: Any, step: int) -> None:
+        if state:
+            self.steps, self.losses = list(state["steps"]), list(state["losses"])
+
+    def on_step_end(self, outcome: StepOutcome) -> Action:
+        self.steps.append(outcome.step)
+        self.losses.append(outcome.loss)
+        return CONTINUE
+
+    def state_dict(self) -> Any:
+        return {"steps": list(self.steps), "losses": list(self.losses)}
