@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-__all__ = ["Action", "ActionKind", "Callback", "StepOutcome"]
+__all__ = ["CONTINUE", "Action", "ActionKind", "Callback", "StepOutcome"]
 
 
 class ActionKind(enum.IntEnum):

@@ -29,7 +29,7 @@ class SpikePolicy(Callback):
         return self.settings.action != "none"
 
     def load_state_dict(self, state: Any, step: int) -> None:
-        self.saved, self.resumed_at = state, step
+        self.saved = state
 
     def on_start(self, run: Any, progress: Any) -> None:
         from pretrain.spikes import SpikeDetector
