@@ -220,11 +220,22 @@ class EvalConfig(Section):
     # hidden states of that task's train examples and scores its dev examples (never its test split); once, at the
     # run's start, the same for the random-init weights (kept in the checkpoints). The other ranks wait.
     # Needs deepspeed.zero_stage 0-2 (rank 0 holds the whole weights). None: no probe.
+    # (at most 512 examples per split, a fixed subset chosen by id hash: pretrain/probe_eval.py PROBE_MAX_EXAMPLES)
     probe_task: str | None = None
-    probe_max_examples: int = Field(512, gt=0)  # per split (train, dev): a fixed subset chosen by id hash
     # Time bound of one probe: encoding stops when it is spent and the examples encoded so far are used (counted in
     # probe/train_examples); must stay below deepspeed.comm_timeout_s, which the waiting ranks run under.
     probe_max_seconds: float = Field(120.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: object) -> object:
+        """probe_max_examples was a knob for tests on tiny tasks: an internal default now."""
+        if isinstance(data, dict) and "probe_max_examples" in data:
+            raise ValueError(
+                "eval.probe_max_examples was removed: the probe reads at most 512 examples per split (pretrain/"
+                "probe_eval.py PROBE_MAX_EXAMPLES); bound its time with eval.probe_max_seconds instead"
+            )
+        return data
 
 
 class SpikesConfig(Section):
