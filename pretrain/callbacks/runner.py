@@ -33,7 +33,7 @@ class CallbackStop(CannotContinue):
 def _section(cfg: Any, path: str | None) -> Any:
     """A built-in's settings: the run config's section at `path` (`eval`, `logging`), or the whole config."""
     value = cfg
-    for part in (path or "").split(".") if path else ():
+    for part in path.split(".") if path else ():
         value = getattr(value, part)
     return value
 
