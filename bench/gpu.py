@@ -11,7 +11,7 @@ already on the device: the peer pays no loader time). Data comes from the BBC Ne
 (no network; the embedding is padded to the papers' rows as in bench/mfu_gpu.py).
 
 Each configuration runs in its own process (a clean device and process group), which holds both sides: our
-trainer's own set-up and step (`pretrain.train.set_up` and `train_step`: the same code `python -m pretrain train`
+trainer's own set-up and step (`pretrain.train.set_up` and `pretrain.step.train_step`: the same code `python -m pretrain train`
 runs, loader included) and the peer loop. After `--warmup` steps of each (compilation included there), a round is one
 window of `--window` optimizer steps of one side, synchronized at both ends, and the sides alternate, the first
 side swapping every round (ours, peer, peer, ours, ...), so a drift of the machine falls on both alike.
@@ -155,6 +155,7 @@ def measure(a) -> int:
     from pretrain import train as T
     from pretrain.engine import init_distributed
     from pretrain.profiler import StepProfiler
+    from pretrain.step import train_step
     from runconfig import load_config
 
     n_steps = a.warmup + a.window * a.rounds + 2
@@ -164,6 +165,7 @@ def measure(a) -> int:
     init_distributed(cfg)
     run, progress, _ = T.set_up(cfg)
     meter = T.make_meter(run)
+    run.callbacks.start(run, progress)  # the watchdog, the sinks: as the loop starts them
     run.engine.train()
     batches = iter(run.train_loader)
     run.clock.start()
@@ -171,7 +173,7 @@ def measure(a) -> int:
     peer = PlainLoop(cfg, n_steps, device)
 
     def ours_step() -> None:
-        T.train_step(run, progress, batches, meter)
+        train_step(run, progress, batches, meter)
         progress.step += 1
 
     def sync() -> None:
@@ -208,7 +210,7 @@ def measure(a) -> int:
         sync()
     key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
     peer_table = prof.key_averages().table(sort_by=key, row_limit=12, max_name_column_width=70)
-    run.watchdog.stop()
+    run.callbacks.end(run, progress)
     dist.destroy_process_group()
     print(f"[{a.child}] our trainer's profile, 2 steps:\n{ours_summary}", flush=True)
     print(f"[{a.child}] peer profile, 2 steps:\n{peer_table}", flush=True)

@@ -5,8 +5,8 @@ weights on the same token batches, and their per-step training losses must agree
     fp32, micro-batch 4, gradient accumulation 2 (global batch 16), our warmup + decay schedule, gradient clipping
     (optim.grad_clip set to CLIP for every family, low enough to bite at these sizes: the bench prints on how many
     steps it did), the family's objective with its defaults (sparse MLM head where the family uses it). The
-    trainer runs its real path; the test-only switch LMSTACK_PARITY_RECORD (pretrain/parity.py) makes it save the
-    initial weights (rank 0, before DeepSpeed broadcasts them), every micro-batch each rank trained on (our
+    trainer runs its real path; a test callback registered on our run only (bench/parity_callbacks.py
+    ParityRecorder, a `module.path:Name` under `callbacks:`, as an outside plug-in) saves the initial weights (rank 0, before DeepSpeed broadcasts them), every micro-batch each rank trained on (our
     collator's output: masks, spans, replacements and labels as data) with the RNG state just before its forward,
     the plan (peak LR, warmup, total steps) and the per-step losses it logged.
 (b) Reference: one process, the family's `transformers` class built from the same config with those initial weights,
@@ -30,7 +30,7 @@ reference with transformers' `Adafactor` as its docs configure it for T5 (scale_
 warmup_init, the config's LR), the same groups, schedule and clipping. `--optimizers` picks them by hand.
 
 Every family in `pretrain.families.family_names()` is run; one without a `configs/<family>-tiny.yaml` preset is a
-named skip. `--sabotage NAME` breaks our side (LMSTACK_PARITY_SABOTAGE, pretrain/parity.py: warmup, drop_micro,
+named skip. `--sabotage NAME` breaks our side (the Sabotage callback, bench/parity_callbacks.py: warmup, drop_micro,
 sum_ranks, no_clip) and the verdict must fail (tests/bench/test_loss_parity.py). sum_ranks is seen in the logged
 loss (x 2): its doubled gradient alone would hardly show, since clipping and Adam's normalisation cancel a uniform
 gradient scale (up to eps).
@@ -53,6 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
+from parity_callbacks import SABOTAGES, callbacks_override  # noqa: E402
 
 # The measured noise is a few fp32 ulps of a loss near 7 (1e-7 .. 4e-7 on a loaded 2-core machine), too small to
 # bound the drift that other reduction orders build up over steps (T5: 8.6e-6 by step 6, ours vs reference). The
@@ -98,12 +99,18 @@ def run_ours(
     run_dir.mkdir(parents=True)
     for stage in ("clean", "dedup", "tokenizer", "tokens"):
         (run_dir / stage).symlink_to((cfg_path.parent / "run" / stage).resolve())
-    env = C.child_env(threads=1) | {"LMSTACK_PARITY_RECORD": str(record)}
-    env.pop("LMSTACK_PARITY_SABOTAGE", None)
-    if sabotage:
-        env["LMSTACK_PARITY_SABOTAGE"] = sabotage
-    _, wall = C.torchrun(WORLD, ["-m", "pretrain", "train", "--config", str(cfg_path), f"run.output_dir={run_dir}",
-                                 *ov], timeout=900, env=env)  # fmt: skip
+    env = C.child_env(threads=1)
+    args = [
+        "-m",
+        "pretrain",
+        "train",
+        "--config",
+        str(cfg_path),
+        f"run.output_dir={run_dir}",
+        *ov,
+        callbacks_override(record, sabotage),
+    ]
+    _, wall = C.torchrun(WORLD, args, timeout=900, env=env)
     rows = [json.loads(x) for x in (run_dir / "logs" / "metrics.jsonl").read_text().splitlines() if x.strip()]
     train = {r["step"]: r for r in rows if r.get("split") == "train"}
     losses = [float(train[s]["loss"]) for s in sorted(train)]
@@ -275,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--sabotage", choices=["warmup", "drop_micro", "sum_ranks", "no_clip"])
+    ap.add_argument("--sabotage", choices=SABOTAGES)
     ap.add_argument("--no-save", action="store_true", help="do not write bench/results/loss_parity.txt")
     ap.add_argument("--work", type=Path, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args(argv)

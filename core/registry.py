@@ -1,7 +1,7 @@
 """ONE registry type, and every registry of lmstack declared in one place (llm-foundry's registry.py style).
 
 A registry maps a name to an object: a family or objective spec, a filter factory, a reader, an executor class,
-a tokenizer convention. Built-ins and outside packages alike are entry points of the registry's group
+a tokenizer convention, a training callback. Built-ins and outside packages alike are entry points of the registry's group
 (`lmstack.families`, `lmstack.filters`, ...): the built-ins' are declared in this project's pyproject.toml, one
 line each, and an entry point's target is the object, a factory returning it, or a module that registers on
 import. Some kinds also register on import (`register_reader`, `@register_executor`); and a YAML value `module.path:Name` names an object in any importable
@@ -34,6 +34,7 @@ from core.specs import FamilySpec, MethodSpec, ObjectiveSpec, resolve
 
 __all__ = [
     "ADAPT_METHODS",
+    "CALLBACKS",
     "EXECUTORS",
     "FAMILIES",
     "FILTERS",
@@ -223,6 +224,8 @@ def _declare() -> dict[str, Registry[Any]]:
                  "special tokens, post-processing and HF class of a saved tokenizer (data_pipeline/tokenizers/)"),
         Registry("adapt_methods", "adaptation method", "finetune.methods", "lmstack.adapt_methods",
                  "adaptation methods: settings, training, saving, description (adapt/methods/)", MethodSpec),
+        Registry("callbacks", "callback", "callbacks", "lmstack.callbacks",
+                 "in-loop behaviours of a training run: hooks, typed settings, state (core/callbacks.py)"),
     )  # fmt: skip
     return {r.name: r for r in registries}
 
@@ -235,3 +238,4 @@ READERS = REGISTRIES["readers"]
 EXECUTORS = REGISTRIES["executors"]
 TOKENIZER_CONVENTIONS = REGISTRIES["tokenizer_conventions"]
 ADAPT_METHODS: Registry[MethodSpec] = REGISTRIES["adapt_methods"]
+CALLBACKS = REGISTRIES["callbacks"]

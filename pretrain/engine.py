@@ -17,7 +17,6 @@ from core.log import get_logger
 from core.net import free_port
 from pretrain import mup
 from pretrain.models import compile_blocks
-from pretrain.parity import sabotage
 from pretrain.schedule import TrainPlan, lr_multiplier
 from pretrain.watchdog import flight_recorder_env
 from runconfig import RunConfig
@@ -131,8 +130,7 @@ def build_ds_config(cfg: RunConfig, plan: TrainPlan, load_universal: bool = Fals
         "train_batch_size": plan.global_batch_size,
         "train_micro_batch_size_per_gpu": plan.micro_batch_size,
         "gradient_accumulation_steps": plan.grad_accum,
-        # LMSTACK_PARITY_SABOTAGE=no_clip (test-only, bench/loss_parity.py): clipping not applied
-        "gradient_clipping": 0.0 if sabotage() == "no_clip" else cfg.optim.grad_clip,
+        "gradient_clipping": cfg.optim.grad_clip,
         "zero_optimization": zero,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import collections
 import copy
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from core.io import atomic_write
 from pretrain import safe_load
 from pretrain.checkpoint_writer import TorchFile
 from pretrain.families import get_family
@@ -91,80 +89,3 @@ def check_parity(model: torch.nn.Module, probe_path: Path, reference: torch.nn.M
     ours = probe_logits(model, probe["inputs"])
     want = probe["logits"] if reference is None else probe_logits(reference, probe["inputs"])
     return float((ours - want).abs().max())
-
-
-# --- engine parity (bench/loss_parity.py) ------------------------------------------------------------------------
-# Two test-only switches read by the training path. Neither is a config key: no run YAML can turn them on, and
-# with both unset the loop runs exactly as before (one None check per micro-batch).
-RECORD_ENV = "LMSTACK_PARITY_RECORD"
-SABOTAGE_ENV = "LMSTACK_PARITY_SABOTAGE"
-# What each sabotage breaks on OUR side, so that the parity bench can prove it notices:
-#   warmup     - the LR starts at its peak (warmup_steps forced to 0)
-#   drop_micro - rank 0's first micro-batch of every step contributes no gradient (its loss is still logged)
-#   sum_ranks  - the loss is summed over ranks instead of averaged (gradient and logged loss x world size)
-#   no_clip    - gradient clipping is not applied (ds_config gradient_clipping 0)
-SABOTAGES = ("warmup", "drop_micro", "sum_ranks", "no_clip")
-
-
-def sabotage() -> str | None:
-    """The sabotage named by LMSTACK_PARITY_SABOTAGE (test-only), or None; an unknown name is refused."""
-    name = os.environ.get(SABOTAGE_ENV, "").strip()
-    if not name:
-        return None
-    if name not in SABOTAGES:
-        raise ValueError(f"{SABOTAGE_ENV}={name!r} is not one of {', '.join(SABOTAGES)}")
-    return name
-
-
-class BatchRecorder:
-    """With LMSTACK_PARITY_RECORD=<folder>: what a reference loop needs to replay this run exactly. Rank 0
-    writes the initial weights (init.pt) before DeepSpeed broadcasts them; every rank writes rank<r>.pt at the
-    end with each micro-batch it trained on (the collator's output: masks, spans, labels as data), the CPU RNG
-    state just before its forward (dropout and ELECTRA's generator samples replay from it), the plan and the
-    per-step losses."""
-
-    def __init__(self, rank: int) -> None:
-        folder = os.environ.get(RECORD_ENV, "").strip()
-        self.folder = Path(folder) if folder else None
-        self.rank = rank
-        self.micro: list[dict[str, Any]] = []
-        self.losses: list[float] = []
-
-    @property
-    def active(self) -> bool:
-        return self.folder is not None
-
-    def initial(self, model: torch.nn.Module) -> None:
-        if self.folder is None or self.rank != 0:
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        atomic_write(self.folder / "init.pt", lambda f: torch.save(state, f))
-
-    def batch(self, step: int, micro: int, host_batch: dict[str, torch.Tensor]) -> None:
-        if self.folder is not None:
-            self.micro.append(
-                {
-                    "step": step,
-                    "micro": micro,
-                    "rng": torch.get_rng_state(),
-                    "batch": {k: v.clone() for k, v in host_batch.items()},
-                }
-            )
-
-    def step(self, loss: float) -> None:
-        if self.folder is not None:
-            self.losses.append(float(loss))
-
-    def close(self, plan: Any) -> None:
-        if self.folder is None:
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        data = {
-            "rank": self.rank,
-            "micro": self.micro,
-            "losses": self.losses,
-            "plan": dict(plan.__dict__),
-            "sabotage": sabotage(),
-        }
-        atomic_write(self.folder / f"rank{self.rank}.pt", lambda f: torch.save(data, f))

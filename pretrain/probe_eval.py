@@ -5,7 +5,7 @@ Held-out loss does not say whether a body will transfer (docs/results.md: T5 and
 exported bodies that fine-tuned below random init); this figure, beside the same probe on the random-init weights
 (measured once, before the first step, and carried in the checkpoints), does. It runs on rank 0 alone, on the
 engine's own module at ZeRO 0-2 (rank 0 holds the whole weights; ZeRO-3 is refused at load), without gradients and
-without touching the global RNG, in bounded time (`eval.probe_max_examples`, `eval.probe_max_seconds`); the other
+without touching the global RNG, in bounded time (`PROBE_MAX_EXAMPLES` per split, `eval.probe_max_seconds`); the other
 ranks wait. The test split of the task is never read. adapt/probes.py fits its probe with the same classifier.
 """
 
@@ -127,11 +127,16 @@ def _encode(
     return ProbeSplit(ids, np.asarray([labels[r[2]] for r in rows]))
 
 
+# Examples per split (train, dev) the probe encodes at most: a fixed subset chosen by id hash. Not a config key:
+# its time is bounded by eval.probe_max_seconds, and a test on a tiny task passes its own cap.
+PROBE_MAX_EXAMPLES = 512
+
+
 class TransferProbe:
     """The probe of one run: its task's examples (rank 0 reads and tokenizes them once, at set-up), the
     random-init figure, and `measure` at each eval (rank 0 computes, every rank returns after it)."""
 
-    def __init__(self, cfg: RunConfig, tokenizer: Any, rank: int):
+    def __init__(self, cfg: RunConfig, tokenizer: Any, rank: int, max_examples: int = PROBE_MAX_EXAMPLES):
         from data_pipeline.labelled import cap_by_id, load_task
 
         ev = cfg.eval
@@ -150,7 +155,7 @@ class TransferProbe:
         index = [t.name for t in cfg.finetune.tasks].index(self.task)
         data = load_task(cfg, index)
         labels = {name: i for i, name in enumerate(data.labels)}
-        cap = ev.probe_max_examples
+        cap = max_examples
         self.train = _encode(tokenizer, cap_by_id(data.train, cap, f"{self.task}/probe"), labels, self.length)
         self.dev = _encode(tokenizer, cap_by_id(data.dev, cap, f"{self.task}/probe"), labels, self.length)
         counts = np.bincount(self.dev.labels, minlength=len(labels))
@@ -161,8 +166,10 @@ class TransferProbe:
         )
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, tokenizer: Any, rank: int) -> TransferProbe | None:
-        return cls(cfg, tokenizer, rank) if cfg.eval.probe_task else None
+    def from_config(
+        cls, cfg: RunConfig, tokenizer: Any, rank: int, max_examples: int = PROBE_MAX_EXAMPLES
+    ) -> TransferProbe | None:
+        return cls(cfg, tokenizer, rank, max_examples) if cfg.eval.probe_task else None
 
     def _run(self, module: torch.nn.Module) -> dict[str, Any]:
         """Rank 0 measures; the others wait at a barrier ({} there)."""

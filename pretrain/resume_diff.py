@@ -48,6 +48,7 @@ POLICIES: dict[str, str] = {
     "loader.num_workers": "apply",
     "spikes": "apply",  # the detector's window is restored when its size is unchanged, else started afresh
     "watchdog": "apply",  # limits and periods only: no state
+    "callbacks": "apply",  # outside callbacks: a new one starts afresh, a dropped one's state is left behind
 }
 _NOTES = {
     "schedule": "the LR schedule is re-derived from the current step",

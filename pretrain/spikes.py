@@ -5,7 +5,8 @@ every rank computes the same flag from the same figures, so no rank can decide a
 spike checks taken on rank 0 only), and the check costs no collective and no host read. The flag joins StepGuard's
 non-finite flag, so a spiking step's update is never applied; the loop learns of it in the step's one host read
 (StepSync.read) and then, by `spikes.action`, goes on (skip), reloads the last complete checkpoint and leaves the
-data since it behind (rollback), or stops with exit code LOSS_SPIKE (stop).
+data since it behind (rollback: an action the loop carries out, pretrain/callbacks/runner.py), or stops with exit
+code LOSS_SPIKE (stop). The callback that runs it is pretrain/callbacks/spikes.py.
 
 The rule is OLMo-core's skip-step rule (optim/skip_step_optimizer.py): a spike is a finite loss above the mean
 plus `sigma` standard deviations of the last `window` losses, judged once half the window is filled. Unlike it,
@@ -15,40 +16,21 @@ spiking and non-finite losses stay out of the window, so one spike does not wide
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from core.exit_codes import LOSS_SPIKE
 from core.log import get_logger
-from pretrain.checkpoint_meta import TAG_RE, CannotContinue, complete_tags
+from pretrain.checkpoint_meta import CannotContinue
 
 log = get_logger(__name__)
-
-# Test-only: "<rank>:<step>:<factor>" multiplies that rank's summed loss at that step by factor before the
-# all-reduce (a spike seen by one rank only). Read once when the detector is built; not a config key.
-INJECT_ENV = "LMSTACK_SPIKE_INJECT"
 
 
 class LossSpikeStop(CannotContinue):
     """The run stopped on a loss spike (spikes.action stop, or spikes.max_consecutive in a row)."""
 
     exit_code = LOSS_SPIKE
-
-
-def _injection(rank: int) -> tuple[int, float] | None:
-    text = os.environ.get(INJECT_ENV, "").strip()
-    if not text:
-        return None
-    try:
-        r, step, factor = text.split(":")
-        at = (int(step), float(factor))
-    except ValueError:
-        raise ValueError(f"{INJECT_ENV}={text!r} is not <rank>:<step>:<factor>") from None
-    return at if int(r) == rank else None
 
 
 class SpikeDetector:
@@ -65,20 +47,12 @@ class SpikeDetector:
             (), device=device, dtype=torch.float64
         )  # losses ever kept (slot = count % n)
         self.slots = torch.arange(n, device=device, dtype=torch.float64)
-        self.injection = _injection(rank)
         self.step = 0  # the last step handled (host)
         self.spikes = self.skipped = self.consecutive = 0
         self.rollbacks: list[dict[str, int]] = []
         self.cause = "loss spike"  # what the last rollback was for (a spike, or a non-finite loss)
 
     # --- device side: no host read ---------------------------------------------------------------------------
-    def local(self, loss_sum: torch.Tensor) -> torch.Tensor:
-        """This rank's summed loss for the coming step, as it enters the all-reduce (test-only injection)."""
-        if self.injection is not None and self.injection[0] == self.step + 1:
-            factor, self.injection = self.injection[1], None  # once: a rollback's rerun of the step is clean
-            return loss_sum * factor
-        return loss_sum
-
     def judge(self, loss_sum_all: torch.Tensor, n_bad_all: torch.Tensor) -> torch.Tensor:
         """1.0 (float64, on the device) when the agreed step loss spikes, else 0.0; a kept loss joins the window."""
         if not self.enabled:
@@ -131,57 +105,11 @@ class SpikeDetector:
             self.skipped += 1
         return action == "rollback"
 
-    def rollback(self, engine: Any, scheduler: Any, ckpt_dir: Path, loader: Any) -> dict[str, Any] | None:
-        """Reload the last complete checkpoint (every rank the one rank 0 names) and keep the loader where it is:
-        the data since the checkpoint is skipped, and the record goes into the next checkpoints. Returns the
-        checkpoint's client state, or None when there is none yet (the spike was skipped)."""
-        from pretrain import checkpoint as ckpt  # the engine side, imported where needed (torch-free above)
-        from pretrain import resume_diff
-
-        tags: list[str | None] = list(complete_tags(ckpt_dir)) if dist.get_rank() == 0 else []
-        tag = [tags[-1] if tags else None]
-        dist.broadcast_object_list(tag, src=0)
-        if tag[0] is None:
-            log.warning(
-                f"[spikes] step {self.step}: no complete checkpoint to roll back to; the step was skipped"
-            )
-            self.skipped += 1
-            return None
-        self._within_rollback_budget(tag[0])
-        current = resume_diff.schedule_snapshot(scheduler)  # the schedule as configured (and its clock)
-        state = ckpt.load_checkpoint(engine, ckpt_dir, tag[0])
-        resume_diff.reapply_schedule(scheduler, current)
-        window = state.get("spikes") or {}
-        if "losses" in window:  # the statistics as they were at the checkpoint
-            self.losses = torch.tensor(window["losses"], dtype=torch.float64, device=self.losses.device)
-            self.count.fill_(float(window["count"]))
-        record = {
-            "at_step": self.step,
-            "to_step": int(state["step"]),
-            "from_sample": int(state["loader"]["consumed_samples"]),
-            "to_sample": int(loader.state_dict()["consumed_samples"]),
-        }
-        self.rollbacks.append(record)
-        self.step, self.consecutive = record["to_step"], 0
-        log.warning(
-            f"[spikes] rank {dist.get_rank()}: rolled back from step {record['at_step']} to {tag[0]}; samples "
-            f"{record['from_sample']}..{record['to_sample']} are skipped"
-        )
-        return state
-
-    def _within_rollback_budget(self, tag: str) -> None:
-        """Stop (LOSS_SPIKE) instead of a rollback to a checkpoint already rolled back to spikes.max_rollbacks
-        times: without a newer checkpoint in between, the same trigger came back after each reload, and a
-        step-counted run would reload it for ever. The records are the same on every rank, so is the decision."""
-        match = TAG_RE.match(tag)
-        to_step = int(match.group(1)) if match else -1
-        done = sum(1 for r in self.rollbacks if r["to_step"] == to_step)
-        if done >= self.cfg.max_rollbacks:
-            raise LossSpikeStop(
-                f"{self.cause} at step {self.step} after {done} rollbacks to {tag} (spikes.max_rollbacks): the "
-                f"run does not get past it from that checkpoint; lower optim.lr or change the data, then resume "
-                f"(the checkpoint is kept)"
-            )
+    def restore_window(self, state: dict[str, Any] | None) -> None:
+        """After a rollback: the window statistics as they were at the checkpoint (its saved state)."""
+        if state and len(state.get("losses", ())) == self.slots.numel():
+            self.losses = torch.tensor(state["losses"], dtype=torch.float64, device=self.losses.device)
+            self.count.fill_(float(state["count"]))
 
     def metrics(self) -> dict[str, int]:
         if not self.enabled:

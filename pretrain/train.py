@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
+from core.callbacks import ActionKind, StepOutcome
 from core.io import remove_orphans
 from core.log import get_logger
 from core.run_layout import RunLayout
@@ -25,11 +25,10 @@ from data_pipeline.objectives import build_collator
 from data_pipeline.token_shards import TokenShardError
 from pretrain import checkpoint as ckpt
 from pretrain import lr_scaling, resume_diff
+from pretrain.callbacks.runner import Callbacks
 from pretrain.engine import accelerator_name, build_engine, init_distributed
 from pretrain.evaluation import evaluate
 from pretrain.metrics import (
-    MetricsLogger,
-    OutputMetrics,
     Throughput,
     flops_per_token,
     measure_peak_flops,
@@ -38,46 +37,17 @@ from pretrain.metrics import (
 )
 from pretrain.models import build_model, count_parameters
 from pretrain.objectives import prepare_model, wrap_model
-from pretrain.parity import (
-    PROBE_FILE,
-    BatchRecorder,
-    SnapshotProbe,
-    probe_file,
-    probe_inputs,
-    probe_logits,
-    sabotage,
-)
-from pretrain.probe_eval import STATE_KEY, TransferProbe
-from pretrain.profiler import StepProfiler, phase
+from pretrain.parity import PROBE_FILE, SnapshotProbe, probe_file, probe_inputs, probe_logits
+from pretrain.probe_eval import STATE_KEY
 from pretrain.run_lock import RunFolderLocked, RunLock
 from pretrain.safe_load import check_folder
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
-from pretrain.spikes import SpikeDetector
-from pretrain.watchdog import Watchdog
+from pretrain.step import StepSync, rng_isolated, train_step
+from pretrain.step import step_figures as _step_figures
 from runconfig import RunConfig, save_resolved
 from runconfig.load import to_dict
 
 log = get_logger(__name__)
-
-
-class StopRequested:
-    """SIGTERM/SIGUSR1 (preemption, scancel, Slurm's grace signal) and SIGINT (Ctrl-C; plain torchrun passes it
-    to the ranks) ask for a checkpoint at the next step end. A second SIGINT stops at once."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
-            signal.signal(s, self._handler)
-
-    def _handler(self, signum: int, _frame: Any) -> None:
-        if signum == signal.SIGINT and self.signum is not None:
-            raise KeyboardInterrupt
-        self.signum = signum
-
-    @property
-    def requested(self) -> bool:
-        """This rank was signalled; all ranks agree through StepSync so they stop at the same step."""
-        return self.signum is not None
 
 
 class TrainingClock:
@@ -198,73 +168,6 @@ def resume_point(cfg: RunConfig, ckpt_dir: Path, rank: int) -> tuple[Path, str |
     return ckpt_dir, tag
 
 
-def _rng_isolated():
-    """Run a block without moving the global RNG (CPU and this rank's GPU), so that start-up work, evaluation
-    and loader set-up leave the dropout stream exactly as an uninterrupted run would have it."""
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    return torch.random.fork_rng(devices=devices)
-
-
-def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
-def _count_tokens(batch: dict[str, torch.Tensor]) -> int:
-    """Non-pad tokens, counted on the host-side batch (before the copy to the device, so no device sync)."""
-    mask = batch.get("attention_mask")
-    if mask is not None and mask.dim() == 2:
-        return int(mask.sum())
-    return int(batch["input_ids"].numel())
-
-
-class StepSync:
-    """Everything the ranks must agree on after a step, in ONE collective per optimizer step and ONE host read (no
-    host read per micro-batch): the summed finite loss, the count of non-finite micro-batches, the stop flag and
-    rank 0's clock. `launch` writes and all-reduces on the device before the optimizer step, so the agreed
-    non-finite flag can skip that step on the device (StepGuard); `read` brings the figures to the host after it.
-    The loss-spike detector judges the agreed loss in between, on the device, and its flag joins the skip."""
-
-    def __init__(self, device: torch.device, rank: int, spikes: SpikeDetector):
-        # [4]: the loss-spike flag, judged after the reduce
-        self.buf = torch.zeros(5, device=device, dtype=torch.float64)
-        self.rank, self.spikes, self.spiked = rank, spikes, False
-
-    def launch(self, loss_sum: torch.Tensor, bad: torch.Tensor, stop: bool, elapsed_s: float) -> torch.Tensor:
-        """All-reduce without reading it: returns the agreed flag (float32, nonzero when any rank saw a
-        non-finite loss)."""
-        b = self.buf
-        b[0] = self.spikes.local(loss_sum)
-        b[4] = 0.0
-        b[1] = bad
-        b[2] = 1.0 if stop else 0.0
-        b[3] = elapsed_s if self.rank == 0 else 0.0
-        dist.all_reduce(b)
-        # the same figures on every rank, so the same decision (pretrain/spikes.py)
-        b[4] = self.spikes.judge(b[0], b[1])
-        return ((b[1] > 0) | (b[4] > 0)).float()
-
-    def read(self) -> tuple[float, int, bool, float]:
-        with phase("step_read"):  # the step's one host read
-            loss, n_bad, n_stop, clock, spike = self.buf.tolist()
-        self.spiked = spike > 0
-        return loss, int(n_bad), n_stop > 0, clock
-
-
-def _zero_loss(engine) -> torch.Tensor:
-    """A loss whose gradient is exactly zero for every parameter: stands in for a non-finite micro-batch so that
-    every rank still runs the same collectives and the bad batch contributes nothing."""
-    return sum(p.sum() * 0.0 for p in engine.module.parameters() if p.requires_grad)
-
-
-def _step_figures(engine) -> tuple[float | None, int]:
-    """The last gradient norm and the steps StepGuard skipped, in one host read (logging steps only)."""
-    norm, skipped = engine.get_global_grad_norm(), engine.step_guard.skipped_steps()
-    device_values = [torch.as_tensor(x, dtype=torch.float64) for x in (norm, skipped) if torch.is_tensor(x)]
-    values = torch.stack([v.to(engine.device) for v in device_values]).tolist() if device_values else []
-    out = [values.pop(0) if torch.is_tensor(x) else x for x in (norm, skipped)]
-    return (None if out[0] is None else float(out[0])), int(out[1] or 0)
-
-
 def train(cfg: RunConfig) -> dict[str, Any]:
     rank, _ = init_distributed(cfg)
     if torch.cuda.is_available():  # object collectives before the engine exists need this rank's own GPU
@@ -288,18 +191,8 @@ class Progress:
     tokens_seen: int = 0
     last_loss: float = float("nan")
     bad_steps: int = 0  # consecutive steps with a non-finite loss
-    probe_random_init: dict[str, Any] | None = None  # eval.probe_task's random-init figure, measured once
-
-
-@dataclasses.dataclass
-class StepOutcome:
-    """One optimizer step as every rank agreed it (StepSync)."""
-
-    loss: float
-    ok: bool  # no rank saw a non-finite loss
-    stop: bool  # some rank was signalled: checkpoint and exit
-    first_batch_at: float  # when its first micro-batch was in hand (perf_counter)
-    spiked: bool = False  # its loss spiked (pretrain/spikes.py): the update was not applied
+    # eval.probe_task's random-init figure in a checkpoint written before the callbacks carried their own states
+    probe_random_init: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass
@@ -312,27 +205,31 @@ class Run:
     layout: RunLayout
     ckpt_dir: Path
     plan: Any
-    broken: str | None  # test-only sabotage (bench/loss_parity.py); None in every real run
-    recorder: BatchRecorder
     tokenizer: Any
     n_params: int
     train_loader: PretrainLoader
     eval_loader: PretrainLoader
     engine: Any
-    scheduler: Any
     clock: TrainingClock
-    stop: StopRequested
     sync: StepSync
-    output_metrics: OutputMetrics
     ckpt_meta: dict[str, Any]
     probe_batch: Any
-    watchdog: Watchdog  # hangs and stragglers named (logs/hang)
-    transfer_probe: TransferProbe | None  # eval.probe_task
     snapshot_probe: SnapshotProbe | None  # the parity probe off the step (rank 0, async saves, ZeRO 0-2)
+    callbacks: Callbacks  # every in-loop behaviour (core/callbacks.py); the loop knows none by name
 
     @property
     def device(self) -> torch.device:
         return self.engine.device
+
+    @property
+    def scheduler(self) -> Any:
+        """The LR schedule: the engine's own (build_engine hands DeepSpeed the LambdaLR it steps)."""
+        return self.engine.lr_scheduler
+
+    @property
+    def transfer_probe(self) -> None:
+        """None: the probe's state rides with the other callbacks' (`sync.spikes`) in `client_state`."""
+        return None
 
 
 # --- the loop ---------------------------------------------------------------------------------------------------
@@ -340,47 +237,42 @@ class Run:
 
 def _train(cfg: RunConfig) -> dict[str, Any]:
     run, progress, restore_s = set_up(cfg)
-    logger = MetricsLogger.from_config(cfg, run.layout.logs, run.rank == 0)
-    meter, bar, clock = make_meter(run), progress_bar(run, progress.step), run.clock
-    profiler = StepProfiler(cfg.logging.profile_steps, run.layout.logs, run.rank, run.device)
+    cbs, clock = run.callbacks, run.clock
+    meter, bar = make_meter(run), progress_bar(run, progress.step)
     run.engine.train()
     # a resume's restore, iter() and first batch, in its first metrics row
     latency = FirstBatchLatency(restore_s)
     batches = iter(run.train_loader)
-    start_probe(run, progress, logger)
+    for row in cbs.start(run, progress):  # e.g. the probe's random-init figure, a row at step 0
+        cbs.log(progress.step, row, prefix="eval")
     preempted, finished = False, clock.finished(progress.step)
     clock.start()
     while not finished:
-        profiler.begin(progress.step + 1)
-        run.watchdog.beat(progress.step + 1, "data")
+        cbs.step_begin(progress.step + 1)
         outcome = train_step(run, progress, batches, meter)
         latency.first_batch_in_hand(outcome.first_batch_at)
         progress.step += 1
         step = progress.step
-        run.watchdog.beat(step, "after")
-        profiler.end(step)
+        action = cbs.step_end(outcome)  # agreed on every rank: the figures are the agreed ones
         check_bad_steps(run, progress, outcome)
-        if handle_spike(run, progress, outcome):
+        if cbs.act(run, progress, action):
             continue  # rolled back: the loop goes on from the last complete checkpoint's step
         finished = clock.finished(step)
         bar.update(clock.bar_position(step) - bar.n)
         if step % cfg.logging.every_steps == 0 or finished:
-            log_step(run, progress, outcome, logger, bar, meter, latency.take())
+            log_step(run, progress, outcome, bar, meter, latency.take())
         if step % cfg.eval.every_steps == 0 or finished:
-            eval_step(run, step, logger, bar)
-        preempted = outcome.stop
+            eval_step(run, step, bar)
+        preempted = action.kind == ActionKind.REQUEUE
         if (step % cfg.checkpoint.every_steps == 0 or finished) and outcome.ok or preempted:
             save(run, progress)  # never replace good checkpoints with a step that had a non-finite loss
+            cbs.saved_at(step)
         if preempted:
             if run.rank == 0:
-                bar.write(
-                    f"[train] signal {run.stop.signum}: checkpointed at step {step}, exiting for requeue"
-                )
+                bar.write(f"[train] {action.reason}: checkpointed at step {step}, exiting for requeue")
             break
-    run.watchdog.stop()
-    profiler.end(progress.step, finished=True)  # a window the run ended inside is written all the same
+    cbs.end(run, progress)  # the watchdog's thread, a profile window the run ended inside, the sinks
     bar.close()
-    logger.close()
     return finish(run, progress, preempted)
 
 
@@ -393,10 +285,9 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
     rank, world = dist.get_rank(), dist.get_world_size()
     layout, ckpt_dir = RunLayout(cfg), Path(cfg.checkpoint_dir)
     plan = make_plan(cfg, world)
-    broken = sabotage()  # test-only (bench/loss_parity.py proves it notices each): None in every real run
-    if broken == "warmup":
-        plan = dataclasses.replace(plan, warmup_steps=0)
-    recorder = BatchRecorder(rank)  # test-only replay record for bench/loss_parity.py (LMSTACK_PARITY_RECORD)
+    callbacks = Callbacks.from_config(
+        cfg
+    )  # every in-loop behaviour, built-in or outside (started by the loop)
     torch.manual_seed(cfg.run.seed + rank)
 
     # resume is decided before the engine exists: another world size loads a universal checkpoint
@@ -404,7 +295,6 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
     if rank == 0:
         announce(cfg, plan, world, ckpt_dir)
     tokenizer, model = build_run_model(cfg, layout, load_dir, tag)
-    recorder.initial(model)
     n_params = count_parameters(model)
     train_loader, eval_loader = build_loaders(cfg, rank, world, tokenizer)
     universal = tag is not None and ckpt.needs_universal(load_dir, tag, world)
@@ -417,7 +307,7 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
     if cfg.checkpoint.async_save and cfg.checkpoint.async_writer == "process":
         ckpt.start_writer()  # its imports overlap the engine's start
     engine, scheduler, _ = build_engine(cfg, model, plan, load_universal=universal)
-    sync = StepSync(engine.device, rank, SpikeDetector(cfg, engine.device, rank, plan.grad_accum * world))
+    sync = StepSync(engine.device, rank, callbacks, plan.grad_accum * world)
     progress, elapsed_s, restore_s = Progress(), 0.0, None
     if tag is not None:
         progress, elapsed_s, restore_s = restore(cfg, engine, scheduler, train_loader, load_dir, tag, sync)
@@ -438,23 +328,17 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
         layout,
         ckpt_dir,
         plan,
-        broken,
-        recorder,
         tokenizer,
         n_params,
         train_loader,
         eval_loader,
         engine,
-        scheduler,
         clock,
-        StopRequested(),
         sync,
-        OutputMetrics(),
         ckpt_meta,
         probe_inputs(tokenizer, cfg.model.family),
-        Watchdog.start(cfg, engine, layout.hang),
-        TransferProbe.from_config(cfg, tokenizer, rank),
         snapshot_probe(cfg, rank, engine, tokenizer),
+        callbacks,
     )
     return run, progress, restore_s
 
@@ -562,7 +446,7 @@ class FirstBatchLatency:
 
 def make_meter(run: Run) -> Throughput:
     """Tokens/s and MFU against the configured peak, or against a measured one (without moving the RNG)."""
-    with _rng_isolated():  # nothing outside the loop may move the RNG: exact resume needs it
+    with rng_isolated():  # nothing outside the loop may move the RNG: exact resume needs it
         peak = run.cfg.logging.peak_flops or measure_peak_flops(
             device="cpu" if run.device.type == "cpu" else str(run.device)
         )
@@ -588,63 +472,6 @@ def progress_bar(run: Run, step: int) -> tqdm:
 # --- step -------------------------------------------------------------------------------------------------------
 
 
-def train_step(run: Run, progress: Progress, batches, meter: Throughput) -> StepOutcome:
-    """One optimizer step over `grad_accum` micro-batches, with the one host read per step (StepSync)."""
-    engine, plan, world, clock, sync = run.engine, run.plan, run.world, run.clock, run.sync
-    loss_sum = torch.zeros((), device=run.device, dtype=torch.float64)
-    n_bad = torch.zeros((), device=run.device, dtype=torch.float64)
-    run.output_metrics.new_step()
-    # The one blocking read per step comes after engine.step() unless the LR follows a time budget: read before the
-    # step, it idles the device while the host launches the optimizer (DeepSpeed's step is host-heavy).
-    agree_before_step = clock.time_schedule is not None
-    first_batch_at = 0.0
-    for micro in range(plan.grad_accum):
-        t_wait = time.perf_counter()
-        # worker start-up and collation must not shift the dropout RNG stream
-        with phase("batch"), _rng_isolated():
-            host_batch = next(batches)
-            waited = time.perf_counter() - t_wait
-            first_batch_at = first_batch_at or time.perf_counter()
-            n_tok = _count_tokens(host_batch)
-            batch = _to_device(host_batch, run.device)
-        run.recorder.batch(progress.step, micro, host_batch)
-        with phase("forward"):
-            output = engine(**batch)
-        loss = output.loss
-        run.output_metrics.add(output)
-        del output  # the logits need not live through backward
-        # No host read per micro-batch: a non-finite loss is counted on the device, and the step it poisons is
-        # skipped on the device (StepGuard) once all ranks agree on the count.
-        if run.broken == "drop_micro" and run.rank == 0 and micro == 0:
-            engine.backward(_zero_loss(engine))  # sabotage: this micro-batch's gradient is lost
-            loss_sum += loss.detach()
-        else:
-            finite = torch.isfinite(loss.detach())
-            n_bad += ~finite
-            loss_sum += torch.where(finite, loss.detach(), 0.0)
-            with phase("backward"):
-                engine.backward(loss * world if run.broken == "sum_ranks" else loss)
-        if micro == plan.grad_accum - 1:
-            with phase("step_sync"):
-                engine.step_guard.arm(sync.launch(loss_sum, n_bad, run.stop.requested, clock.now()))
-            if agree_before_step:  # a time-budget LR follows the agreed clock: read before the step
-                agreed = sync.read()
-                clock.agree(agreed[3])
-        with phase("optimizer_step" if micro == plan.grad_accum - 1 else "engine_step"):
-            engine.step()
-        progress.tokens_seen += n_tok * world
-        meter.add(n_tok * world, batch["input_ids"].shape[0] * world, waited)
-    if (
-        not agree_before_step
-    ):  # after the step: the host waits while the device runs the optimizer, not before
-        agreed = sync.read()
-        clock.agree(agreed[3])
-    total, n_bad_all, stop_all, _ = agreed
-    step_loss = total / (plan.grad_accum * (1 if run.broken == "sum_ranks" else world))
-    run.recorder.step(step_loss)
-    return StepOutcome(step_loss, n_bad_all == 0, stop_all, first_batch_at, sync.spiked)
-
-
 def check_bad_steps(run: Run, progress: Progress, outcome: StepOutcome) -> None:
     """Counts consecutive non-finite steps and halts after too many; a good step's loss is the one to keep."""
     progress.bad_steps = 0 if outcome.ok else progress.bad_steps + 1
@@ -654,34 +481,14 @@ def check_bad_steps(run: Run, progress: Progress, outcome: StepOutcome) -> None:
             f"{progress.bad_steps} consecutive steps with non-finite loss at step {progress.step}; last good "
             f"checkpoint: {(ckpt.complete_tags(run.ckpt_dir) or [None])[-1]} in {run.ckpt_dir} (left untouched)"
         )
-    if outcome.ok and not outcome.spiked:
+    if outcome.applied:
         progress.last_loss = outcome.loss
-
-
-def handle_spike(run: Run, progress: Progress, outcome: StepOutcome) -> bool:
-    """A loss spike's action (spikes.action, pretrain/spikes.py), alike on every rank; True when the run rolled
-    back to the last complete checkpoint (its step, tokens and loss are the progress now). Under `rollback`, a
-    non-finite step rolls back as well."""
-    spikes = run.sync.spikes
-    # agreed on every rank: a stop or a rollback finds the last save complete
-    if outcome.spiked or not outcome.ok:
-        ckpt.wait_for_save()
-    if not spikes.handle(progress.step, outcome.spiked, outcome.loss, finite=outcome.ok):
-        return False
-    state = spikes.rollback(run.engine, run.scheduler, run.ckpt_dir, run.train_loader)
-    if state is None:  # no complete checkpoint yet: the spike was skipped
-        return False
-    progress.step, progress.tokens_seen = state["step"], state["tokens_seen"]
-    progress.last_loss = state.get("loss", progress.last_loss)
-    progress.bad_steps = 0  # the checkpoint's weights gave finite losses
-    return True
 
 
 def log_step(
     run: Run,
     progress: Progress,
     outcome: StepOutcome,
-    logger,
     bar,
     meter: Throughput,
     extra: dict[str, float],
@@ -696,16 +503,15 @@ def log_step(
         "tokens_seen": progress.tokens_seen,
         "skipped_steps": int(engine.skipped_steps) + skipped_on_device,
         "elapsed_s": run.clock.elapsed_s,
-        **run.watchdog.step_figures(progress.step, meter.wait),  # before the meter's report resets its wait
+        # the callbacks' figures (stragglers, spikes, an objective's own), before the meter's report resets its wait
+        **run.callbacks.metrics(progress.step, meter.wait),
         **meter.report(),
-        **run.output_metrics.report(),
-        **run.sync.spikes.metrics(),  # spikes, spikes_skipped, spike_rollbacks (with spikes.action set)
         **extra,  # the first row after a resume: resume_first_batch_s
     }
     # None only at ZeRO 0 without clipping: DeepSpeed computes no norm, so none is logged (not a false 0)
     if grad_norm is not None:
         stats["grad_norm"] = grad_norm
-    logger.log(progress.step, stats)
+    run.callbacks.log(progress.step, stats)
     bar.set_postfix(
         loss=f"{stats['loss']:.3f}",
         lr=f"{stats['lr']:.2e}",
@@ -717,24 +523,15 @@ def log_step(
 # --- eval -------------------------------------------------------------------------------------------------------
 
 
-def eval_step(run: Run, step: int, logger, bar) -> None:
-    with _rng_isolated():
+def eval_step(run: Run, step: int, bar) -> None:
+    """The held-out loss, then what the callbacks measure at an evaluation (the in-loop probe), in one row."""
+    with rng_isolated():
         ev = evaluate(run.engine, run.eval_loader, run.cfg.eval.max_batches, run.device)
-        if run.transfer_probe is not None:
-            ev.update(run.transfer_probe.measure(run.engine.module))
-    logger.log(step, ev, prefix="eval")
+        ev.update(run.callbacks.evaluate(run, step))
+    run.callbacks.log(step, ev, prefix="eval")
     if run.rank == 0:
         probe = f" probe {ev['probe/accuracy']:.3f}" if "probe/accuracy" in ev else ""
         bar.write(f"[eval] step {step}: loss {ev['loss']:.4f} ppl {ev['perplexity']:.2f}{probe}")
-
-
-def start_probe(run: Run, progress: Progress, logger) -> None:
-    """The transfer probe's random-init figure: the checkpoint's, or measured before the first step (a row at 0)."""
-    if run.transfer_probe is not None:
-        with _rng_isolated():
-            row = run.transfer_probe.start(run.engine.module, progress.probe_random_init, progress.step)
-        if row:
-            logger.log(progress.step, row, prefix="eval")
 
 
 # --- save -------------------------------------------------------------------------------------------------------
@@ -791,7 +588,6 @@ def finish(run: Run, progress: Progress, preempted: bool) -> dict[str, Any]:
     """The run's result (and its plots); every rank leaves together."""
     ckpt.wait_for_save()  # the last save's COMPLETE and upload (also at a preemption exit)
     ckpt.close_writer()
-    run.recorder.close(run.plan)
     result = {
         "step": progress.step,
         "tokens_seen": progress.tokens_seen,

@@ -46,11 +46,9 @@ from core.log import get_logger
 
 log = get_logger(__name__)
 
-# Test-only (tests/pretrain/test_hang.py), read once at set-up, never a config key: "RANK:STEP:SECONDS" makes that
-# rank sleep inside the forward of its first micro-batch of that step ("*" for STEP: every step); SECONDS "stop"
-# makes it stop itself there with SIGSTOP (a frozen process, never continued); entries are separated by commas.
-DELAY_ENV = "LMSTACK_TEST_DELAY"
-STOP_DELAY_S = 0.3  # how far into that forward the "stop" lands: a SIGSTOP comes in the middle of work
+# A straggler is also slower than the median by at least this many seconds per step: steps of milliseconds (a tiny
+# model on CPU) jitter by more than `watchdog.straggler_factor` without any rank being slow.
+STRAGGLER_MIN_EXCESS_S = 0.05
 # Phases of a step in the order a rank passes them; a rank "behind" another is at an earlier (step, micro, phase).
 PHASES = {"data": 0, "forward": 1, "backward": 2, "after": 3}
 PHASE_TEXT = {
@@ -125,24 +123,6 @@ def flight_recorder_env(hang_dir: Path) -> None:
     os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", str(FLIGHT_RECORDER_ENTRIES))
     os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(hang_dir / "nccl-trace-rank-"))
-
-
-def injected_delay(rank: int) -> dict[int | None, float]:
-    """{step (None: every step): seconds} of the LMSTACK_TEST_DELAY entries that name this rank; empty in every
-    real run."""
-    spec = os.environ.get(DELAY_ENV, "").strip()
-    out: dict[int | None, float] = {}
-    for item in filter(None, (x.strip() for x in spec.split(","))):
-        try:
-            who, step, seconds = item.split(":")
-            if int(who) == rank:
-                out[None if step == "*" else int(step)] = math.inf if seconds == "stop" else float(seconds)
-        except ValueError:
-            raise ValueError(
-                f"{DELAY_ENV}={spec!r}: {item!r} is not RANK:STEP:SECONDS (STEP may be *, SECONDS stop; entries "
-                "split by commas)"
-            ) from None
-    return out
 
 
 def describe(beat: dict[str, Any], now: float) -> str:
@@ -222,13 +202,12 @@ class Watchdog:
         self.limit, self.long_limit = hang_limit(cfg), float(cfg.deepspeed.comm_timeout_s)
         self.interval = cfg.watchdog.heartbeat_s
         self.factor = cfg.watchdog.straggler_factor
-        self.min_excess_s = cfg.watchdog.straggler_min_excess_s
+        self.min_excess_s = STRAGGLER_MIN_EXCESS_S
         self.host = socket.gethostname()
         self.enabled = cfg.watchdog.enabled
         self.beat_state = (0, 0, "data", time.time(), time.monotonic())
         self.steps_begun = 0
         self.micro, self.fwd_t0, self.fwd_s, self.window_steps = 0, 0.0, 0.0, 0
-        self.delay = injected_delay(rank)
         # suspensions under a second (or a heartbeat) are left in: scheduling jitter on a loaded host
         self.suspensions = Suspensions(floor_s=max(1.0, self.interval))
         # the store follows the loop within this (the thread is woken by each beat), not only every heartbeat
@@ -278,15 +257,6 @@ class Watchdog:
         self.beat_state = (step, self.micro, "forward", time.time(), time.monotonic())
         self._changed.set()
         self.fwd_t0 = time.perf_counter()
-        if self.delay and self.micro == 0:  # test-only: a rank asleep inside a step (a straggler, a hang)
-            seconds = self.delay.get(None, 0.0) + self.delay.get(step, 0.0)
-            if math.isinf(seconds):
-                time.sleep(STOP_DELAY_S)
-                log.warning(f"[test] rank {self.rank} stops itself (SIGSTOP) in the forward of step {step}")
-                for h in logging.getLogger().handlers + log.handlers:
-                    h.flush()
-                os.kill(os.getpid(), signal.SIGSTOP)
-            time.sleep(seconds if math.isfinite(seconds) else 0.0)
 
     def _forward_ends(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not module.training:

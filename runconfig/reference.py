@@ -24,7 +24,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from core.registry import ADAPT_METHODS, FAMILIES, OBJECTIVES, Registry
+from core.registry import ADAPT_METHODS, CALLBACKS, FAMILIES, OBJECTIVES, Registry, builtin_entry_points
 from runconfig.removed import REMOVED_KEYS
 from runconfig.run import RunConfig
 
@@ -227,6 +227,26 @@ def _method_settings() -> list[str]:
     return parts
 
 
+def _callbacks() -> list[str]:
+    """The built-in callbacks (pyproject.toml's lmstack.callbacks, in the order the loop calls them) and the
+    section each reads its settings from; an outside callback's own settings go under `callbacks.<name>`."""
+    parts = [
+        "\n## Callbacks\n",
+        "Every in-loop behaviour of a training run is a callback (core/callbacks.py). The built-ins are always "
+        "registered and read their settings from the sections below; an outside one is switched on under "
+        "`callbacks:` by its entry point name or `module.path:Name`, its settings validated by its own typed "
+        '`Settings` (docs/extending.md, "A training callback").\n',
+        "| callback | settings | |\n|---|---|---|",
+    ]
+    for ep in builtin_entry_points().get(CALLBACKS.group, ()):
+        cls = CALLBACKS.get(ep.name)
+        doc = (sys.modules[cls.__module__].__doc__ or "").strip().split("\n\n")[0]
+        where = f"[`{cls.section}`](#{_anchor(cls.section)})" if cls.section else f"`callbacks.{ep.name}`"
+        where = "none (always on)" if cls.always else where
+        parts.append(f"| `{ep.name}` | {where} | {_cell(' '.join(doc.split()))} |")
+    return parts
+
+
 def render(root: type[BaseModel] = RunConfig) -> str:
     """The whole reference as markdown: one table per section, in declaration order, nested sections after,
     then each family's `model.options`, each objective's `objective.options` and each adaptation method's
@@ -249,6 +269,7 @@ def render(root: type[BaseModel] = RunConfig) -> str:
     parts += _plugin_options("objective.options", OBJECTIVES)
     parts += _method_settings()
     parts += _removed()
+    parts += _callbacks()
     return "\n".join(parts).rstrip("\n") + "\n"
 
 

@@ -12,6 +12,7 @@ from core.io import sha256_bytes
 from core.layout import RunPaths, remote_checkpoints
 from core.registry import FAMILIES
 from runconfig.base import PathComponent, Section
+from runconfig.callbacks import check_callbacks
 from runconfig.data import DataConfig
 from runconfig.export import ExportConfig
 from runconfig.finetune import FinetuneConfig
@@ -104,6 +105,10 @@ class RunConfig(Section):
     launch: LaunchConfig = LaunchConfig()
     export: ExportConfig = ExportConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
+    # Outside callbacks switched on for this run: name (an lmstack.callbacks entry point, or module.path:Name) ->
+    # its settings, validated by the callback's own typed Settings (docs/extending.md "A training callback"). The
+    # built-ins are always on, set by their own sections.
+    callbacks: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
     inherit: list[str] = Field(default_factory=list, exclude=True)  # consumed by the loader
 
     @model_validator(mode="before")
@@ -112,6 +117,11 @@ class RunConfig(Section):
         """A removed key at its former default loads (old resolved configs name every key); any other value is
         refused naming what to do instead (runconfig/removed.py)."""
         return drop_removed_keys(data)
+
+    @field_validator("callbacks")
+    @classmethod
+    def _callbacks(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_callbacks(v)
 
     @model_validator(mode="after")
     def _consistent(self) -> "RunConfig":

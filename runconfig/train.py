@@ -252,11 +252,22 @@ class EvalConfig(Section):
     # hidden states of that task's train examples and scores its dev examples (never its test split); once, at the
     # run's start, the same for the random-init weights (kept in the checkpoints). The other ranks wait.
     # Needs deepspeed.zero_stage 0-2 (rank 0 holds the whole weights). None: no probe.
+    # (at most 512 examples per split, a fixed subset chosen by id hash: pretrain/probe_eval.py PROBE_MAX_EXAMPLES)
     probe_task: str | None = None
-    probe_max_examples: int = Field(512, gt=0)  # per split (train, dev): a fixed subset chosen by id hash
     # Time bound of one probe: encoding stops when it is spent and the examples encoded so far are used (counted in
     # probe/train_examples); must stay below deepspeed.comm_timeout_s, which the waiting ranks run under.
     probe_max_seconds: float = Field(120.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: object) -> object:
+        """probe_max_examples was a knob for tests on tiny tasks: an internal default now."""
+        if isinstance(data, dict) and "probe_max_examples" in data:
+            raise ValueError(
+                "eval.probe_max_examples was removed: the probe reads at most 512 examples per split (pretrain/"
+                "probe_eval.py PROBE_MAX_EXAMPLES); bound its time with eval.probe_max_seconds instead"
+            )
+        return data
 
 
 class SpikesConfig(Section):
@@ -319,10 +330,19 @@ class WatchdogConfig(Section):
     heartbeat_s: float = Field(5.0, gt=0)
     # A rank whose own time per step (forward passes plus loader wait, waits for other ranks left out) exceeds the
     # median rank's by this factor is logged with its host and counted (`stragglers` in the metrics). > 1.
+    # (and slower than it by at least 0.05 s per step, a fixed floor: steps of milliseconds jitter by more)
     straggler_factor: float = 1.5
-    # ... and by at least this many seconds per step: steps of milliseconds (a tiny model on CPU) jitter by more
-    # than the factor without any rank being slow.
-    straggler_min_excess_s: float = Field(0.05, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: object) -> object:
+        """straggler_min_excess_s was a tuning knob for tests on tiny models: an internal default now."""
+        if isinstance(data, dict) and "straggler_min_excess_s" in data:
+            raise ValueError(
+                "watchdog.straggler_min_excess_s was removed: the floor is a fixed 0.05 s per step "
+                "(pretrain/watchdog.py STRAGGLER_MIN_EXCESS_S); tune watchdog.straggler_factor instead"
+            )
+        return data
 
     @field_validator("straggler_factor")
     @classmethod

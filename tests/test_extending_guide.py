@@ -3,12 +3,13 @@ where its first line says, its entry point line is added to a copy of pyproject.
 its config is loaded and the new piece run: a family builds its model, an objective collates a batch, a filter
 drops a document, a reader reads a file, an executor is built from the config, a convention is found, an
 adaptation method fine-tunes the guide's own outside family (beside LoRA) through `adapt finetune` and `adapt
-transfer`. If the guide
+transfer`, an outside package's callback stops a real training run with its exit code. If the guide
 and the code disagree (a name moved, a signature changed, an entry the registry does not read), this fails."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import sys
 from pathlib import Path
@@ -31,7 +32,9 @@ KINDS = {
     "An executor": "executors",
     "A tokenizer convention": "tokenizer_conventions",
     "An adaptation method": "adapt_methods",
+    "A training callback": "callbacks",
 }
+PACKAGES = ("core", "runconfig", "data_pipeline", "pretrain", "adapt", "launch")
 
 
 def guide_examples() -> dict[str, dict[str, str]]:
@@ -74,6 +77,8 @@ def guide(tmp_path, monkeypatch):
     added: list[str] = []
     for blocks in examples.values():
         rel = blocks["python"].splitlines()[0].removeprefix("# file: ").strip()
+        if rel.split("/")[0] not in PACKAGES:
+            continue  # an outside package's example: installed as pip would (`install_outside`)
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(blocks["python"], encoding="utf-8")
         package = importlib.import_module(rel.rsplit("/", 1)[0].replace("/", "."))
@@ -319,3 +324,86 @@ def json_of(path: Path) -> dict:
     import json
 
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def install_outside(blocks: dict[str, str], site: Path) -> str:
+    """What `pip install --target site` leaves of an outside package's example: its module and a dist-info whose
+    entry_points.txt holds the guide's entry lines. Returns the package's name."""
+    rel = blocks["python"].splitlines()[0].removeprefix("# file: ").strip()
+    package = rel.split("/")[0]
+    (site / rel).parent.mkdir(parents=True, exist_ok=True)
+    (site / rel).write_text(blocks["python"], encoding="utf-8")
+    (site / package / "__init__.py").touch()
+    info = site / f"{package}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 0.1\n")
+    # entry_points.txt is INI: `[group]` and `name = module:attr`, without TOML's quotes
+    entries = re.sub(r'\[project\.entry-points\."([^"]+)"\]', r"[\1]", blocks["toml"]).replace('"', "")
+    (info / "entry_points.txt").write_text(entries)
+    return package
+
+
+@pytest.fixture
+def outside_callback(tmp_path, monkeypatch):
+    """The guide's callback installed as an outside package on sys.path; the registries see it afresh."""
+    blocks = guide_examples()["callbacks"]
+    site = tmp_path / "site"
+    package = install_outside(blocks, site)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(registry.CALLBACKS, "_entries", dict(registry.CALLBACKS._entries))
+    monkeypatch.setattr(registry.CALLBACKS, "_entry_points_loaded", False)
+    registry.group_entry_points.cache_clear()
+    yield blocks, site
+    registry.group_entry_points.cache_clear()
+    for name in [m for m in sys.modules if m.split(".")[0] == package]:
+        sys.modules.pop(name)
+
+
+@pytest.mark.timeout(120)
+def test_guide_callback_settings_are_checked_at_load(outside_callback, tmp_path):
+    blocks, _ = outside_callback
+    cfg = load_config(_config(tmp_path, blocks["yaml"], base="gpt2-tiny"))
+    assert cfg.callbacks == {"loss_ceiling": {"max_loss": 1.0, "after_step": 2}}
+    assert "loss_ceiling" in registry.CALLBACKS.entry_point_names()
+    assert "loss_ceiling" not in registry.CALLBACKS.builtin_names()
+    with pytest.raises(
+        ConfigError,
+        match=r"callbacks\.loss_ceiling\.max_los: not a key of callback 'loss_ceiling' \(its keys: after_step, max_loss\)",
+    ):
+        load_config(_config(tmp_path, blocks["yaml"], base="gpt2-tiny"), ["callbacks.loss_ceiling.max_los=1"])
+    with pytest.raises(
+        ConfigError, match=r"callbacks\.loss_ceiling\.after_step: Input should be a valid integer"
+    ):
+        load_config(
+            _config(tmp_path, blocks["yaml"], base="gpt2-tiny"), ["callbacks.loss_ceiling.after_step=soon"]
+        )
+    with pytest.raises(ConfigError, match=r"unknown callback 'loss_cieling'.*did you mean 'loss_ceiling'"):
+        load_config(_config(tmp_path, "callbacks: {loss_cieling: {max_loss: 1.0}}", base="gpt2-tiny"))
+
+
+@pytest.mark.integration
+@pytest.mark.deepspeed
+@pytest.mark.timeout(300)
+def test_guide_callback_stops_a_real_run_with_its_exit_code(outside_callback, tmp_path):
+    """2 gloo ranks, real DeepSpeed: the guard, found through its entry point alone, stops the run at the first
+        step it judges (a tiny model's loss is far above 1.0 at step 2) with its own exit code, on every rank; the
+    steps before it ran and logged as usual."""
+    import subprocess
+
+    from tests.pretrain.conftest import child_env, train_command
+    from tests.pretrain.test_smoke_deepspeed import prepare_smoke_run, train_losses
+
+    blocks, site = outside_callback
+    config, out = prepare_smoke_run(tmp_path)
+    guarded = tmp_path / "guarded.yaml"
+    guarded.write_text(yaml.safe_dump(yaml.safe_load(config.read_text()) | yaml.safe_load(blocks["yaml"])))
+    env = child_env() | {"PYTHONPATH": f"{ROOT}{os.pathsep}{site}"}
+    res = subprocess.run(
+        train_command(guarded, []), cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+    )
+    log = res.stdout + res.stderr
+    assert res.returncode != 0, log[-4000:]
+    assert re.search(r"exitcode\s*:\s*3\b", log), log[-4000:]  # the guard's own code, not a crash's 1
+    said = "CallbackStop: loss "
+    assert said in log and "above callbacks.loss_ceiling.max_loss 1.0 at step 2" in log, log[-4000:]
+    assert sorted(train_losses(out)) == [1]  # stopped at step 2, before its row, on every rank alike

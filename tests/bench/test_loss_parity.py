@@ -17,9 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import _common as C  # noqa: E402
+from parity_callbacks import SABOTAGES, callbacks_override  # noqa: E402
 
 from pretrain.families import family_names  # noqa: E402
-from pretrain.parity import SABOTAGES, sabotage  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("loss-parity")
 
@@ -99,14 +99,15 @@ def test_each_sabotage_of_our_engine_fails_the_verdict(name):
 
 
 @pytest.mark.timeout(30)
-def test_an_unknown_sabotage_is_refused_by_name(monkeypatch):
-    monkeypatch.setenv("LMSTACK_PARITY_SABOTAGE", "no_warmup")
-    with pytest.raises(
-        ValueError, match="LMSTACK_PARITY_SABOTAGE='no_warmup' is not one of warmup, drop_micro"
-    ):
-        sabotage()
-    monkeypatch.setenv("LMSTACK_PARITY_SABOTAGE", "")
-    assert sabotage() is None
+def test_an_unknown_sabotage_is_refused_at_load_by_name(tmp_path):
+    """The bench's callbacks are an outside plug-in of our run: their settings are checked at load like any."""
+    from runconfig import ConfigError, load_config
+
+    good = callbacks_override(tmp_path / "record", "warmup")
+    cfg = load_config(ROOT / "configs" / "gpt2-tiny.yaml", [good])
+    assert list(cfg.callbacks) == ["bench.parity_callbacks:ParityRecorder", "bench.parity_callbacks:Sabotage"]
+    with pytest.raises(ConfigError, match=r"Sabotage\.mode: Input should be 'warmup', 'drop_micro'"):
+        load_config(ROOT / "configs" / "gpt2-tiny.yaml", [good.replace('"warmup"', '"no_warmup"')])
 
 
 @pytest.mark.timeout(60)

@@ -80,6 +80,7 @@ def test_every_registry_is_declared_once_and_specs_are_data():
         "executors",
         "tokenizer_conventions",
         "adapt_methods",
+        "callbacks",
     }
     assert {r.group for r in REGISTRIES.values()} == {f"lmstack.{n}" for n in REGISTRIES}
     # A built-in spec is found through its entry point (pyproject.toml), whole, and reading it imports no ML
@@ -88,6 +89,8 @@ def test_every_registry_is_declared_once_and_specs_are_data():
         "import sys; from core.registry import FAMILIES, OBJECTIVES; "
         "f = FAMILIES.get('roberta'); o = OBJECTIVES.get('mlm'); "
         "assert f.build_config is not None and o.build_collator is not None and f.position_limit(514) == 512; "
+        # the built-in callbacks' classes too (their settings are read at load): torch only inside their hooks
+        "from core.registry import CALLBACKS; assert all(CALLBACKS.get(n).name == n for n in CALLBACKS.builtin_names()); "
         "assert not any(m.split('.')[0] in ('torch', 'transformers', 'deepspeed', 'launch', 'adapt') "
         "for m in sys.modules), sorted(sys.modules); "
         # an adaptation method's spec file is read the same way: its settings and hooks, no ML framework

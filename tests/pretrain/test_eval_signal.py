@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pretrain.probe_eval import PROBE_MAX_EXAMPLES
 from tests.pretrain.conftest import ROOT, run_module, torchrun
 
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(1800)]
@@ -29,7 +30,7 @@ batch: {{global_batch_size: 8, micro_batch_size: 2}}
 optim: {{lr: 1.0e-3}}
 schedule: {{total_steps: 8, warmup_steps: 2}}
 checkpoint: {{every_steps: 4, keep_last: 3}}
-eval: {{every_steps: 4, max_batches: 3, probe_task: bbc, probe_max_examples: 150}}
+eval: {{every_steps: 4, max_batches: 3, probe_task: bbc}}
 loader: {{num_workers: 1, eval_fraction: 0.1}}
 logging: {{every_steps: 1, progress_bar: false, peak_flops: 1.0e+11, plots: true}}
 finetune: {{source: bbc, max_length: 64, eval_batch_size: 32}}
@@ -111,7 +112,8 @@ def test_per_source_loss_and_probe_in_the_loop(two_source_run, tmp_path):
         row = ev[step]
         assert 0.0 <= row["probe/accuracy"] <= 1.0 and 0.0 <= row["probe/train_accuracy"] <= 1.0
         assert row["probe/random_init_accuracy"] == start["probe/accuracy"]
-        assert 0 < row["probe/train_examples"] <= 150 and 0 < row["probe/dev_examples"] <= 150
+        cap = PROBE_MAX_EXAMPLES
+        assert 0 < row["probe/train_examples"] <= cap and 0 < row["probe/dev_examples"] <= cap
         assert 0 < row["probe/majority_accuracy"] < 1
 
     # per source: present, and what the checkpointed weights give on the same batches outside DeepSpeed

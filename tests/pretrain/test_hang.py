@@ -1,6 +1,7 @@
 """Hangs and stragglers named (issue 44 items 3-4), on 2 gloo ranks with the real DeepSpeed engine.
 
-One run serves both tests: a test-only switch (LMSTACK_TEST_DELAY, pretrain/watchdog.py) makes rank 1 a
+One run serves both tests: a test callback (tests/pretrain/steering.py `Delay`, registered on the run as an
+outside plug-in) makes rank 1 a
 second slower than rank 0 in the forward of every step (a straggler), then fall asleep inside step 3's forward for
 far longer than any timeout (a hang)."""
 
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from core.exit_codes import HUNG
-from pretrain.watchdog import DELAY_ENV
+from tests.pretrain import steering
 from tests.pretrain.conftest import torchrun
 from tests.pretrain.test_smoke_deepspeed import prepare_smoke_run
 
@@ -27,15 +28,21 @@ pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeou
 @pytest.fixture(scope="module")
 def hung_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     config, out = prepare_smoke_run(tmp_path_factory.mktemp("hang"))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(DELAY_ENV, "1:*:1.0,1:3:600")
-        res = torchrun(
-            config,
-            ["deepspeed.comm_timeout_s=120", "watchdog.hang_timeout_s=6", "watchdog.heartbeat_s=0.5",
-             "watchdog.straggler_factor=1.3", "checkpoint.every_steps=1000", "logging.every_steps=1"],
-            timeout=300,
-            check=False,
-        )  # fmt: skip
+    delay = steering.override(Delay={"delays": ["1:*:1.0", "1:3:600"]})
+    res = torchrun(
+        config,
+        [
+            "deepspeed.comm_timeout_s=120",
+            "watchdog.hang_timeout_s=6",
+            "watchdog.heartbeat_s=0.5",
+            "watchdog.straggler_factor=1.3",
+            "checkpoint.every_steps=1000",
+            "logging.every_steps=1",
+            delay,
+        ],
+        timeout=300,
+        check=False,
+    )
     return res, out
 
 

@@ -4,8 +4,8 @@ Two gloo ranks with the real DeepSpeed engine:
 - the whole job (torchrun and both ranks) is stopped with SIGSTOP for longer than `watchdog.hang_timeout_s`, as
   `scontrol suspend`, gang scheduling or Ctrl-Z do, then continued: the run goes on to its last step, exits 0 and
   leaves no hang report;
-- one rank stops itself with SIGSTOP inside step 3's forward (the test-only LMSTACK_TEST_DELAY=1:3:stop) while
-  the other waits for it in the step's reduction: the report names that rank as dead or frozen at step 3 (not the
+- one rank stops itself with SIGSTOP inside step 3's forward (the test callback tests/pretrain/steering.py `Delay`,
+  "1:3:stop") while the other waits for it in the step's reduction: the report names that rank as dead or frozen at step 3 (not the
   reporting rank, not the step of a heartbeat written earlier), and the run ends within the hang limit plus the
   grace of pretrain/watchdog.py (`hang_grace_s`), not after torchrun's 30 s SIGTERM-to-SIGKILL wait."""
 
@@ -23,7 +23,8 @@ import psutil
 import pytest
 
 from core.exit_codes import HUNG
-from pretrain.watchdog import DELAY_ENV, hang_grace_s
+from pretrain.watchdog import hang_grace_s
+from tests.pretrain import steering
 from tests.pretrain.conftest import ROOT, child_env, train_command
 from tests.pretrain.test_smoke_deepspeed import prepare_smoke_run
 
@@ -81,8 +82,8 @@ def test_a_whole_job_suspended_past_the_hang_limit_goes_on_and_finishes(tmp_path
     config, out = prepare_smoke_run(tmp_path)
     log_path = tmp_path / "train.log"
     # every step at least 0.2 s (a test-only delay in each rank's forward): the stop lands well inside the run
-    env = {**child_env(), DELAY_ENV: "0:*:0.2,1:*:0.2"}
-    proc = _start(config, [*COMMON, "schedule.total_steps=40"], log_path, env)
+    delay = steering.override(Delay={"delays": ["0:*:0.2", "1:*:0.2"]})
+    proc = _start(config, [*COMMON, "schedule.total_steps=40", delay], log_path, child_env())
     try:
         _wait_for(lambda: len(_train_steps(out)) >= 3, 240, proc, log_path)
         job = _job(proc)
@@ -109,8 +110,8 @@ def test_a_whole_job_suspended_past_the_hang_limit_goes_on_and_finishes(tmp_path
 def test_one_rank_stopped_is_named_at_its_step_and_the_run_ends_within_the_grace(tmp_path):
     config, out = prepare_smoke_run(tmp_path)
     log_path = tmp_path / "train.log"
-    env = {**child_env(), DELAY_ENV: "1:3:stop"}
-    proc = _start(config, [*COMMON, "schedule.total_steps=40"], log_path, env)
+    delay = steering.override(Delay={"delays": ["1:3:stop"]})
+    proc = _start(config, [*COMMON, "schedule.total_steps=40", delay], log_path, child_env())
     try:
         _wait_for(lambda: "stops itself (SIGSTOP)" in log_path.read_text(), 240, proc, log_path)
         stopped = time.monotonic()

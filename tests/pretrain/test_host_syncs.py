@@ -99,6 +99,8 @@ def test_steady_state_steps_read_the_device_at_most_once(tmp_path):
         "logging.profile_steps=[4,6]",  # the profiler switch over steps 4 and 5 (issue 42 item 7), same run
         "spikes.action=skip",  # the loss-spike detector judges on the device from step 5 (issue 44 item 2)
         "spikes.window=8",
+        # with the above, every built-in callback that acts in a step runs: preemption (a vote), the watchdog, spikes
+        # (a judge), the profiler and the metrics sinks; the probe acts at evaluations only (none in these steps)
     )
     # steps[i] holds the reads between the end of optimizer step i and the end of step i+1 (steps[0]: set-up and
     # the first step); the last entry is what came after the last step (logging, evaluation, checkpoint).

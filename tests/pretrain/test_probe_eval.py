@@ -86,12 +86,11 @@ def test_transfer_probe_from_a_config_with_its_random_init_kept(tmp_path):
         [
             f"finetune.tasks=[{{name: easy, train: {tmp_path / 'easy.jsonl'}}}]",
             "eval.probe_task=easy",
-            "eval.probe_max_examples=80",
             "finetune.max_length=32",
         ],
     )
     tok = word_tokenizer()
-    probe = TransferProbe.from_config(cfg, tok, rank=0)
+    probe = TransferProbe.from_config(cfg, tok, rank=0, max_examples=80)  # a tiny task's own cap
     assert probe is not None and len(probe.train.labels) == 80 and 0 < len(probe.dev.labels) <= 80
     model = _tiny_gpt2()
     first = probe.start(model, None, step=0)

@@ -14,8 +14,9 @@ import signal
 import pytest
 import torch
 
+from pretrain.callbacks.preemption import StopRequested
 from pretrain.schedule import lr_multiplier, make_plan
-from pretrain.train import StopRequested, TrainingClock
+from pretrain.train import TrainingClock
 from runconfig import load_config
 
 pytestmark = pytest.mark.timeout(60)

@@ -8,8 +8,10 @@ import math
 import pytest
 import torch
 
+from core.callbacks import Action
 from core.exit_codes import CANNOT_CONTINUE, LOSS_SPIKE, PREEMPTED
-from pretrain.spikes import INJECT_ENV, LossSpikeStop, SpikeDetector
+from pretrain.callbacks.runner import CallbackStop, check_rollback_budget
+from pretrain.spikes import LossSpikeStop, SpikeDetector
 from runconfig import ConfigError, load_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -114,14 +116,14 @@ def test_a_non_finite_step_rolls_back_only_under_rollback():
 def test_rollbacks_to_one_checkpoint_are_bounded_by_max_rollbacks():
     """The same checkpoint reloaded spikes.max_rollbacks times stops the run (LOSS_SPIKE) before the next reload;
     a newer checkpoint starts the count again."""
-    det = _detector(action="rollback", max_rollbacks=2)
-    det.rollbacks = [{"at_step": 11, "to_step": 9, "from_sample": 72, "to_sample": 88}] * 2
-    det._within_rollback_budget("step00000012")  # a newer checkpoint: its own count, 0
-    det.step = 11
+    records = [{"at_step": 11, "to_step": 9, "from_sample": 72, "to_sample": 88}] * 2
+    action = Action.rollback("loss spike at step 11", 2, LOSS_SPIKE, "spikes.max_rollbacks")
+    check_rollback_budget(action, records, "step00000012")  # a newer checkpoint: its own count, 0
     with pytest.raises(
-        LossSpikeStop, match=r"at step 11 after 2 rollbacks to step00000009 \(spikes.max_rollbacks\)"
-    ):
-        det._within_rollback_budget("step00000009")
+        CallbackStop, match=r"at step 11 after 2 rollbacks to step00000009 \(spikes.max_rollbacks\)"
+    ) as stopped:
+        check_rollback_budget(action, records, "step00000009")
+    assert stopped.value.exit_code == LOSS_SPIKE
 
 
 def test_state_round_trip_resumes_the_same_decisions():
@@ -139,23 +141,6 @@ def test_state_round_trip_resumes_the_same_decisions():
     c = _detector(window=16)  # another window: starts afresh, counters too
     c.load_state_dict(a.state_dict(), step=11)
     assert int(c.count) == 0 and c.spikes == 0
-
-
-def test_injection_multiplies_one_rank_s_loss_at_one_step(monkeypatch):
-    monkeypatch.setenv(INJECT_ENV, "1:3:10")
-    cfg = load_config(BASE, ["spikes.action=skip"])
-    ranks = [SpikeDetector(cfg, torch.device("cpu"), rank=r, per_step=1) for r in (0, 1)]
-    one = torch.ones((), dtype=torch.float64)
-    for det in ranks:
-        det.step = 2
-    assert [float(d.local(one)) for d in ranks] == [1.0, 10.0]
-    assert [float(d.local(one)) for d in ranks] == [1.0, 1.0]  # once: a rolled-back rerun of step 3 is clean
-    for det in ranks:
-        det.step = 3
-    assert [float(d.local(one)) for d in ranks] == [1.0, 1.0]
-    monkeypatch.setenv(INJECT_ENV, "1:3")
-    with pytest.raises(ValueError, match=INJECT_ENV):
-        SpikeDetector(cfg, torch.device("cpu"), rank=1, per_step=1)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Loss spikes handled alike on every rank (issue 44 item 2): two gloo ranks under real DeepSpeed (ZeRO-2, each rank
 steps its own shard of the weights), with a spike injected into rank 1's loss alone at step 6
-(LMSTACK_SPIKE_INJECT). Each action is checked on both ranks: the step's update withheld everywhere (skip), the
+(a test callback registered on the run as an outside plug-in: tests/pretrain/steering.py `SpikeInjection`). Each action is checked on both ranks: the step's update withheld everywhere (skip), the
 reload and the skipped data window with an exact resume after it (rollback), the named exit code (stop)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from core.exit_codes import LOSS_SPIKE
 from pretrain.checkpoint import complete_tags
 from pretrain.export import consolidated_state_dict
-from pretrain.spikes import INJECT_ENV
+from tests.pretrain import steering
 from tests.pretrain.conftest import sigkill, start_training, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
@@ -32,15 +32,14 @@ COMMON = [
     "logging.every_steps=1",
     "checkpoint.keep_last=50",
 ]
+# rank 1's loss x1000 at step 6, rank 0's untouched
+INJECT = steering.override(SpikeInjection={"rank": 1, "step": SPIKE_STEP, "factor": 1000})
 
 
 def _run(roberta_run, tmp_path, monkeypatch, *overrides, check=True):
-    monkeypatch.setenv(
-        INJECT_ENV, f"1:{SPIKE_STEP}:1000"
-    )  # rank 1's loss x1000 at step 6, rank 0's untouched
     out = isolated(roberta_run, tmp_path)
     run_dir = Path(out.split("=", 1)[1])
-    res = torchrun(roberta_run, [out, *COMMON, *overrides], timeout=600, check=check)
+    res = torchrun(roberta_run, [out, *COMMON, *overrides, INJECT], timeout=600, check=check)
     return run_dir, res
 
 
@@ -116,8 +115,7 @@ def test_rollback_reloads_skips_the_window_and_resumes_exactly(roberta_run, tmp_
     final = consolidated_state_dict(ckpts, "step00000010")
     for tag in ("step00000008", "step00000010"):
         shutil.rmtree(ckpts / tag)
-    monkeypatch.delenv(INJECT_ENV)
-    torchrun(roberta_run, [f"run.output_dir={run_dir}", *COMMON, *steps], timeout=600)
+    torchrun(roberta_run, [f"run.output_dir={run_dir}", *COMMON, *steps], timeout=600)  # no injection now
     assert complete_tags(ckpts)[-1] == "step00000010"
     assert _same(consolidated_state_dict(ckpts, "step00000010"), final)
     resumed = torch.load(ckpts / "step00000010" / "mp_rank_00_model_states.pt", weights_only=False)
@@ -187,7 +185,7 @@ def test_a_kill_during_a_rollback_resumes_exactly(roberta_run, tmp_path, monkeyp
     run_dir = Path(out.split("=", 1)[1])
     log_path = tmp_path / "killed.log"
     with open(log_path, "w") as log:
-        p = start_training(roberta_run, [out, *COMMON, *steps], log)
+        p = start_training(roberta_run, [out, *COMMON, *steps, INJECT], log)
         while p.poll() is None and f"loss spike at step {SPIKE_STEP} " not in log_path.read_text():
             time.sleep(0.005)
         sigkill([psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)])
@@ -195,7 +193,7 @@ def test_a_kill_during_a_rollback_resumes_exactly(roberta_run, tmp_path, monkeyp
     text = log_path.read_text()
     assert f"loss spike at step {SPIKE_STEP} " in text and "rolled back from step" not in text, text[-3000:]
     assert complete_tags(run_dir / "checkpoints")[-1] == "step00000004"
-    torchrun(roberta_run, [out, *COMMON, *steps], timeout=600)
+    torchrun(roberta_run, [out, *COMMON, *steps, INJECT], timeout=600)  # the same spike at the same step
     assert _same(consolidated_state_dict(run_dir / "checkpoints", "step00000010"), ref)
     state = torch.load(
         run_dir / "checkpoints" / "step00000010" / "mp_rank_00_model_states.pt", weights_only=False

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from pretrain.watchdog import DELAY_ENV, behind, hang_report, injected_delay
+from pretrain.watchdog import behind, hang_report
+from tests.pretrain.steering import DelaySettings, parse_delays
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -54,23 +55,36 @@ def test_the_report_names_ranks_hosts_and_where_the_stacks_are(tmp_path):
     assert "did not arrive" not in hang_report({0: beats[0], 1: dict(beats[0])}, "x", tmp_path, 20)
 
 
-def test_the_test_only_delay_is_read_for_its_rank_alone(monkeypatch):
-    monkeypatch.delenv(DELAY_ENV, raising=False)
-    assert injected_delay(1) == {}
-    monkeypatch.setenv(DELAY_ENV, "1:3:60")
-    assert injected_delay(1) == {3: 60.0} and injected_delay(0) == {}
-    monkeypatch.setenv(DELAY_ENV, "1:*:0.5, 1:3:600, 0:2:1")
-    assert injected_delay(1) == {None: 0.5, 3: 600.0} and injected_delay(0) == {2: 1.0}
-    monkeypatch.setenv(DELAY_ENV, "1:3:stop")  # SIGSTOP itself there (tests/pretrain/test_hang_suspend.py)
-    assert injected_delay(1) == {3: float("inf")} and injected_delay(0) == {}
-    monkeypatch.setenv(DELAY_ENV, "one:3")
-    with pytest.raises(ValueError, match=DELAY_ENV):
-        injected_delay(1)
+def test_the_test_delay_callback_reads_its_rank_alone_and_refuses_a_bad_entry():
+    """The steering callback (tests/pretrain/steering.py), as the hang tests register it on their runs."""
+    assert parse_delays([], 1) == {}
+    assert parse_delays(["1:3:60"], 1) == {3: 60.0} and parse_delays(["1:3:60"], 0) == {}
+    entries = ["1:*:0.5", "1:3:600", "0:2:1"]
+    assert parse_delays(entries, 1) == {None: 0.5, 3: 600.0} and parse_delays(entries, 0) == {2: 1.0}
+    assert parse_delays(["1:3:stop"], 1) == {3: float("inf")}  # SIGSTOP itself there (test_hang_suspend.py)
+    DelaySettings(delays=entries + ["1:3:stop"])
+    with pytest.raises(ValueError, match="'one:3' is not RANK:STEP:SECONDS"):
+        DelaySettings(delays=["one:3"])
+
+
+TEST_ONLY = ("LMSTACK_TEST_DELAY", "LMSTACK_SPIKE_INJECT", "LMSTACK_PARITY_RECORD", "LMSTACK_PARITY_SABOTAGE")
+
+
+def test_the_product_reads_no_environment_variable_a_test_sets():
+    """The product reads no test-only variable (issue 65): the delay and the spike are test callbacks."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for package in ("core", "runconfig", "data_pipeline", "pretrain", "adapt", "launch"):
+        for path in (root / package).rglob("*.py"):
+            text = path.read_text()
+            for name in TEST_ONLY:
+                assert name not in text, f"{path}: {name}"
 
 
 def test_a_straggler_must_exceed_the_median_by_the_factor_and_by_an_absolute_floor():
     """Two CPU ranks of a tiny model step in milliseconds; one 25 ms loader hiccup is 3.5x the other rank but no
-    straggler (the floor, watchdog.straggler_min_excess_s); a rank a second behind is one."""
+    straggler (the floor, pretrain/watchdog.py STRAGGLER_MIN_EXCESS_S); a rank a second behind is one."""
     from pretrain.watchdog import find_stragglers
 
     assert find_stragglers([0.010, 0.035], factor=1.5, min_excess_s=0.05) == []

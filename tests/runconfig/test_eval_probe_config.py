@@ -15,7 +15,7 @@ DEMO = str(Path(__file__).resolve().parents[2] / "configs/demo.yaml")
 
 def test_the_demo_task_is_accepted():
     cfg = load_config(DEMO, ["eval.probe_task=bbc"])
-    assert cfg.eval.probe_task == "bbc" and cfg.eval.probe_max_examples > 0
+    assert cfg.eval.probe_task == "bbc"
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,11 @@ def test_the_demo_task_is_accepted():
             ["eval.probe_task=bbc", "eval.probe_max_seconds=600"],
             r"eval.probe_max_seconds \(600\) must be below deepspeed.comm_timeout_s \(600\)",
         ),
-        (["eval.probe_max_examples=0"], r"eval.probe_max_examples"),
+        (["eval.probe_max_examples=80"], r"eval.probe_max_examples was removed: .*eval.probe_max_seconds"),
+        (
+            ["watchdog.straggler_min_excess_s=0"],
+            r"watchdog.straggler_min_excess_s was removed: .*straggler_factor",
+        ),
         (["eval.probe_max_seconds=0"], r"eval.probe_max_seconds"),
     ],
 )
