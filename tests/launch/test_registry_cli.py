@@ -31,6 +31,7 @@ def test_registry_lists_builtins_and_entry_points(tmp_path):
         "executors",
         "tokenizer_conventions",
         "adapt_methods",
+        "callbacks",
     }
     entries = {name: r["entries"] for name, r in reg.items()}
     assert {"roberta", "gpt2", "t5", "modernbert", "electra"} <= set(entries["families"])
