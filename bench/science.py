@@ -145,7 +145,7 @@ def part_decay(cfg: Path, work: Path) -> None:
         "checkpoint.keep_last=10",
         "eval.every_steps=100",
     ]
-    run = train(cfg, work, "main", main) if not (work / "main" / "logs").exists() else work / "main"
+    run = train(cfg, work, "wsd-main", main)
     run_cmd(
         [
             sys.executable,
