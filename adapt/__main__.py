@@ -127,15 +127,33 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command("finetune", "fine-tune an export on each task; prints its test metric (accuracy, or Pearson r for a "
-            "regression task)", _finetune, _finetune_args),
-    Command("transfer", "pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)", _transfer,
-            _transfer_args),
-    Command("continue", "ULMFiT: continue the export on the tasks' training text, fine-tune, report beside it",
-            _continue, _continue_args),
-    Command("evaluate", "score a causal export with lm-evaluation-harness (local tasks: data_pipeline eval-tasks)",
-            _evaluate, _evaluate_args, config=False),
-)  # fmt: skip
+    Command(
+        "finetune",
+        "fine-tune an export on each task; prints its test metric (accuracy, or Pearson r for a "
+        "regression task)",
+        _finetune,
+        _finetune_args,
+    ),
+    Command(
+        "transfer",
+        "pretrained export vs random init (HF Trainer, LR per arm, seeds, probe)",
+        _transfer,
+        _transfer_args,
+    ),
+    Command(
+        "continue",
+        "ULMFiT: continue the export on the tasks' training text, fine-tune, report beside it",
+        _continue,
+        _continue_args,
+    ),
+    Command(
+        "evaluate",
+        "score a causal export with lm-evaluation-harness (local tasks: data_pipeline eval-tasks)",
+        _evaluate,
+        _evaluate_args,
+        config=False,
+    ),
+)
 
 
 def _main(argv: list[str] | None = None) -> int:

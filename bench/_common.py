@@ -135,13 +135,23 @@ class Report:
     def _emit(self, name: str, ours: float, peer: float, ratio: float, goal: float, lower: bool) -> bool:
         ok = ratio <= goal if lower else ratio >= goal
         suffix = "_lower_is_better" if lower and not name.endswith("_lower_is_better") else ""
-        v = (f"VERDICT {name}{suffix}: ours={_fmt(ours)} peer={_fmt(peer)} ratio={ratio:.3g} goal={goal:g} "
-             f"{'pass' if ok else 'fail'}")  # fmt: skip
+        v = (
+            f"VERDICT {name}{suffix}: ours={_fmt(ours)} peer={_fmt(peer)} ratio={ratio:.3g} goal={goal:g} "
+            f"{'pass' if ok else 'fail'}"
+        )
         self.record(v)
         return ok
 
-    def compare(self, name: str, ours: Sequence[float], peer: Sequence[float], goal: float, *,
-                lower_is_better: bool = False, unit: str = "") -> bool:  # fmt: skip
+    def compare(
+        self,
+        name: str,
+        ours: Sequence[float],
+        peer: Sequence[float],
+        goal: float,
+        *,
+        lower_is_better: bool = False,
+        unit: str = "",
+    ) -> bool:
         """VERDICT over paired alternating rounds (ours[i] and peer[i] measured back to back)."""
         if len(ours) != len(peer) or not ours:
             raise ValueError(f"{name}: {len(ours)} rounds of ours vs {len(peer)} of the peer")
@@ -177,8 +187,9 @@ class Report:
         self.record(v)
         return ok
 
-    def within(self, name: str, ours: float, peer: float, diff: float, tolerance: float, *,
-               also: bool = True) -> bool:  # fmt: skip
+    def within(
+        self, name: str, ours: float, peer: float, diff: float, tolerance: float, *, also: bool = True
+    ) -> bool:
         """VERDICT for two figures that must agree within a measured tolerance (objective parity: held-out losses
         within seed noise): passes when |ours - peer| <= tolerance and `also` (a further condition the script
         prints on its own line); diff and tolerance are printed."""
@@ -199,8 +210,9 @@ class Report:
             print(f"quick run (< {MIN_ROUNDS} rounds for {', '.join(self.quick)}): bench/results not written")
         elif self.save:
             RESULTS.mkdir(parents=True, exist_ok=True)
-            (RESULTS / f"{self.name}.txt").write_text("\n".join([*self.header, "", *self.lines, "", *self.verdicts])
-                                                      + "\n")  # fmt: skip
+            (RESULTS / f"{self.name}.txt").write_text(
+                "\n".join([*self.header, "", *self.lines, "", *self.verdicts]) + "\n"
+            )
             print(f"wrote {RESULTS / f'{self.name}.txt'}")
         return 1 if self.failed() else 0
 
@@ -216,9 +228,17 @@ data:
 
 
 def child_env(threads: int = 1, accelerator: str = "cpu") -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": accelerator, "OMP_NUM_THREADS": str(threads),
-           "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DS_ACCELERATOR": accelerator,
+        "OMP_NUM_THREADS": str(threads),
+        "TOKENIZERS_PARALLELISM": "false",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONWARNINGS": "ignore",
+    }
     return env
 
 
@@ -236,24 +256,39 @@ def run_cmd(
         args, cwd=ROOT, env=env or child_env(), capture_output=True, text=True, timeout=timeout
     )
     if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, args))} exited {res.returncode}\n--- stdout\n{res.stdout[-3000:]}\n"
-                           f"--- stderr\n{res.stderr[-6000:]}")  # fmt: skip
+        raise RuntimeError(
+            f"{' '.join(map(str, args))} exited {res.returncode}\n--- stdout\n{res.stdout[-3000:]}\n"
+            f"--- stderr\n{res.stderr[-6000:]}"
+        )
     return res
 
 
 def torchrun(nproc: int, target: list[str], timeout: int = 600, env: dict[str, str] | None = None):
     """`target` is `-m module ...` or `script.py ...`; returns (completed process, wall seconds)."""
     t0 = time.perf_counter()
-    res = run_cmd([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
-                   str(free_port()), *target], timeout, env)  # fmt: skip
+    res = run_cmd(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(nproc),
+            "--master_port",
+            str(free_port()),
+            *target,
+        ],
+        timeout,
+        env,
+    )
     return res, time.perf_counter() - t0
 
 
 def _code_version() -> str:
     """The committed trees and uncommitted changes of the code that produces a prepared run (a cache key part)."""
     parts = ["data_pipeline", "runconfig", "configs"]
-    head = subprocess.run(["git", "rev-parse", *[f"HEAD:{p}" for p in parts]], cwd=ROOT, capture_output=True,
-                          text=True).stdout  # fmt: skip
+    head = subprocess.run(
+        ["git", "rev-parse", *[f"HEAD:{p}" for p in parts]], cwd=ROOT, capture_output=True, text=True
+    ).stdout
     diff = subprocess.run(
         ["git", "diff", "HEAD", "--", *parts], cwd=ROOT, capture_output=True, text=True
     ).stdout
@@ -335,9 +370,16 @@ def steady_rate(metrics_jsonl: Path, after_step: int) -> dict[str, float]:
         last = r["step"]
     if secs == 0:
         raise RuntimeError(f"no train rows after step {after_step} in {metrics_jsonl}")
-    return {"tokens": tok, "seconds": secs, "tokens_per_s": tok / secs, "mfu_logged": statistics.mean(mfu),
-            "loader_wait_frac": statistics.mean(waits), "steps": last - after_step,
-            "step_s": secs / (last - after_step), "last_step": last}  # fmt: skip
+    return {
+        "tokens": tok,
+        "seconds": secs,
+        "tokens_per_s": tok / secs,
+        "mfu_logged": statistics.mean(mfu),
+        "loader_wait_frac": statistics.mean(waits),
+        "steps": last - after_step,
+        "step_s": secs / (last - after_step),
+        "last_step": last,
+    }
 
 
 def consumed_tokens(cfg_path: Path, overrides: list[str], first_step: int, last_step: int) -> int:
@@ -378,8 +420,13 @@ def run_ours(
     base = cfg_path.parent / "run"
     for stage in ("clean", "dedup", "tokenizer", "tokens"):
         (run_dir / stage).symlink_to(base / stage)
-    ov = [f"run.output_dir={run_dir}", f"logging.every_steps={warmup}", "logging.progress_bar=false",
-          "checkpoint.keep_last=1", *overrides]  # fmt: skip
+    ov = [
+        f"run.output_dir={run_dir}",
+        f"logging.every_steps={warmup}",
+        "logging.progress_bar=false",
+        "checkpoint.keep_last=1",
+        *overrides,
+    ]
     res, wall = torchrun(nproc, ["-m", "pretrain", "train", "--config", str(cfg_path), *ov], env=env)
     out = steady_rate(run_dir / "logs" / "metrics.jsonl", warmup)
     out["logged_tokens"] = out["tokens"]
@@ -401,8 +448,20 @@ def run_hf(
 ) -> dict[str, float]:
     result = out_dir / f"hf-{data}.json"
     result.unlink(missing_ok=True)
-    args = [str(Path(__file__).resolve()), "hf", "--config", str(cfg_path), "--data", data, "--warmup", str(warmup),
-            "--out", str(result), "--work", str(out_dir / "hf")]  # fmt: skip
+    args = [
+        str(Path(__file__).resolve()),
+        "hf",
+        "--config",
+        str(cfg_path),
+        "--data",
+        data,
+        "--warmup",
+        str(warmup),
+        "--out",
+        str(result),
+        "--work",
+        str(out_dir / "hf"),
+    ]
     if corpus is not None:
         args += ["--corpus", str(corpus)]
     _, wall = torchrun(nproc, [*args, *overrides])
@@ -474,8 +533,13 @@ def _line_by_line_dataset(tokenizer, corpus: Path, seq_len: int, cache: Path):
 
     def tokenize_function(examples):
         examples["text"] = [line for line in examples["text"] if len(line) > 0 and not line.isspace()]
-        return tokenizer(examples["text"], padding=False, truncation=True, max_length=seq_len,
-                         return_special_tokens_mask=True)  # fmt: skip
+        return tokenizer(
+            examples["text"],
+            padding=False,
+            truncation=True,
+            max_length=seq_len,
+            return_special_tokens_mask=True,
+        )
 
     return raw.map(tokenize_function, batched=True, remove_columns=["text"])
 
@@ -533,17 +597,33 @@ def hf_worker(argv: list[str]) -> None:
     os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
     PartialState(backend="gloo")
     args = TrainingArguments(
-        accelerator_config={"use_configured_state": True}, output_dir=str(work / "out"), per_device_train_batch_size=plan.micro_batch_size,
-        gradient_accumulation_steps=plan.grad_accum, max_steps=plan.total_steps, learning_rate=plan.peak_lr,
-        adam_beta1=cfg.optim.betas[0], adam_beta2=cfg.optim.betas[1], adam_epsilon=cfg.optim.eps,
-        weight_decay=cfg.optim.weight_decay, max_grad_norm=cfg.optim.grad_clip, optim="adamw_torch",
+        accelerator_config={"use_configured_state": True},
+        output_dir=str(work / "out"),
+        per_device_train_batch_size=plan.micro_batch_size,
+        gradient_accumulation_steps=plan.grad_accum,
+        max_steps=plan.total_steps,
+        learning_rate=plan.peak_lr,
+        adam_beta1=cfg.optim.betas[0],
+        adam_beta2=cfg.optim.betas[1],
+        adam_epsilon=cfg.optim.eps,
+        weight_decay=cfg.optim.weight_decay,
+        max_grad_norm=cfg.optim.grad_clip,
+        optim="adamw_torch",
         lr_scheduler_type={"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}[
-            cfg.schedule.decay], warmup_steps=plan.warmup_steps, logging_steps=10**6, save_strategy="no",
-        eval_strategy="no", report_to="none", disable_tqdm=True, seed=cfg.run.seed, ddp_backend="gloo",
+            cfg.schedule.decay
+        ],
+        warmup_steps=plan.warmup_steps,
+        logging_steps=10**6,
+        save_strategy="no",
+        eval_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=cfg.run.seed,
+        ddp_backend="gloo",
         dataloader_num_workers=cfg.loader.num_workers,
         dataloader_prefetch_factor=cfg.loader.prefetch_factor if cfg.loader.num_workers else None,
         deepspeed=copy.deepcopy(ds_config),
-    )  # fmt: skip
+    )
 
     stamps: list[float] = []
     tokens: list[int] = []
@@ -563,8 +643,9 @@ def hf_worker(argv: list[str]) -> None:
             counter["slots"] += int(inputs["input_ids"].numel())
             return super().training_step(model, inputs, *rest, **kw)
 
-    trainer = CountingTrainer(model=model, args=args, train_dataset=train_ds, data_collator=collator,
-                              callbacks=[Clock()])  # fmt: skip
+    trainer = CountingTrainer(
+        model=model, args=args, train_dataset=train_ds, data_collator=collator, callbacks=[Clock()]
+    )
     trainer.train()
     t = torch.tensor(tokens, dtype=torch.float64)
     torch.distributed.all_reduce(t)
@@ -574,12 +655,22 @@ def hf_worker(argv: list[str]) -> None:
         w = a.warmup - 1  # stamps[k] = end of step k+1
         tok = float(t[-1] - t[w])
         secs = stamps[-1] - stamps[w]
-        Path(a.out).write_text(json.dumps({"tokens": tok, "seconds": secs, "tokens_per_s": tok / secs,
-                                           "step_s": secs / (len(stamps) - 1 - w),
-                                           "slots": float(sl[-1] - sl[w]),
-                                           "steps": len(stamps), "engine": type(trainer.model_wrapped).__name__,
-                                           "distributed_type": str(trainer.accelerator.distributed_type),
-                                           "world_size": world, "ds_config": ds_config}))  # fmt: skip
+        Path(a.out).write_text(
+            json.dumps(
+                {
+                    "tokens": tok,
+                    "seconds": secs,
+                    "tokens_per_s": tok / secs,
+                    "step_s": secs / (len(stamps) - 1 - w),
+                    "slots": float(sl[-1] - sl[w]),
+                    "steps": len(stamps),
+                    "engine": type(trainer.model_wrapped).__name__,
+                    "distributed_type": str(trainer.accelerator.distributed_type),
+                    "world_size": world,
+                    "ds_config": ds_config,
+                }
+            )
+        )
 
 
 def median(xs: list[float]) -> float:

@@ -247,8 +247,16 @@ def main(argv: list[str] | None = None) -> None:
         tmp, cleaned = Path(d), None
         for recipe in recipes:
             try:
-                r = T.run_recipe(recipe, tmp, a.minutes, tmp, a.smoke, cleaned, tokens=tokens,
-                                 yaml=lambda out, rc=recipe: run_yaml(rc, out, a.minutes, tokens, a.smoke))  # fmt: skip
+                r = T.run_recipe(
+                    recipe,
+                    tmp,
+                    a.minutes,
+                    tmp,
+                    a.smoke,
+                    cleaned,
+                    tokens=tokens,
+                    yaml=lambda out, rc=recipe: run_yaml(rc, out, a.minutes, tokens, a.smoke),
+                )
             except (RuntimeError, OSError, KeyError, subprocess.TimeoutExpired) as e:
                 failed[recipe] = str(e).splitlines()[0]
                 rep.line(f"{recipe}: FAILED: {e}")

@@ -104,8 +104,10 @@ def _doc(i: int, arts: list[str], eval_paras: list[str], rng: random.Random) -> 
     if i % 100 == 13:
         url = f"https://www.{BLOCKED}/p/{i}"  # the URL filter drops it
     if i % 20 == 3:  # PII rewrites it
-        text += (f"\n\nContact jane.doe{i}@mail.example.org or call (212) 555-{1000 + i % 9000:04d}. "
-                 f"Server at 8.8.{i % 250}.{1 + (i // 250) % 250}.")  # a host: x.y.z.0 names a network  # fmt: skip
+        text += (
+            f"\n\nContact jane.doe{i}@mail.example.org or call (212) 555-{1000 + i % 9000:04d}. "
+            f"Server at 8.8.{i % 250}.{1 + (i // 250) % 250}."
+        )  # a host: x.y.z.0 names a network
     return {"id": f"d{i}", "text": text, "url": url}
 
 
@@ -191,13 +193,27 @@ def measure(size_mb: float, arts: list[str], eval_paras: list[str], args: argpar
     out = work / f"run-{size_mb:g}mb"
     shutil.rmtree(out, ignore_errors=True)
     cfg = work / f"clean-{size_mb:g}mb.yaml"
-    cfg.write_text(CONFIG.format(root=ROOT, out=out, src=src, workers=args.workers, lists=work / "lists",
-                                 task_bytes=int(args.max_task_mb * 2**20)))  # fmt: skip
+    cfg.write_text(
+        CONFIG.format(
+            root=ROOT,
+            out=out,
+            src=src,
+            workers=args.workers,
+            lists=work / "lists",
+            task_bytes=int(args.max_task_mb * 2**20),
+        )
+    )
     res = run_clean(cfg, args.timeout)
     stats = json.loads((out / "clean" / "stats.json").read_text())
-    res.update(size_mb=size_mb, docs=n, read=stats["totals"].get("read", 0), kept=stats["totals"].get("kept", 0),
-               dropped=stats["dropped_by_reason"], formatter_stats=stats.get("formatter_stats", {}),
-               shards=stats["shards_total"])  # fmt: skip
+    res.update(
+        size_mb=size_mb,
+        docs=n,
+        read=stats["totals"].get("read", 0),
+        kept=stats["totals"].get("kept", 0),
+        dropped=stats["dropped_by_reason"],
+        formatter_stats=stats.get("formatter_stats", {}),
+        shards=stats["shards_total"],
+    )
     res["peak_mb"] = max([res["driver_mb"], *res["workers_mb"]])
     shutil.rmtree(out, ignore_errors=True)  # the cleaned copy of a 1 GB source is not needed afterwards
     return res
@@ -212,8 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--work", type=Path, default=WORK, help="where sources and runs go")
     ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per clean run")
-    ap.add_argument("--concurrent", action="store_true",
-                    help="run the sizes at once (peak RSS is per process; docs/s then share the cores)")  # fmt: skip
+    ap.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="run the sizes at once (peak RSS is per process; docs/s then share the cores)",
+    )
     ap.add_argument(
         "--smoke", action="store_true", help="tiny sizes (0.5 and 1 MB, 0.25 MiB tasks); no results file"
     )
@@ -234,11 +253,15 @@ def main(argv: list[str] | None = None) -> int:
         rows = [measure(mb, arts, eval_paras, args) for mb in sizes]
     for mb, r in zip(sizes, rows, strict=True):
         ws = ", ".join(f"{w:.0f}" for w in r["workers_mb"]) or "none (in-process)"
-        rep.line(f"{mb:g} MB: {r['docs']} documents in {r['shards']} tasks, read {r['read']}, kept {r['kept']}, "
-                 f"dropped {sum(r['dropped'].values())} ({', '.join(f'{k} {v}' for k, v in r['dropped'].items())}); "
-                 f"PII {', '.join(f'{k} {v}' for k, v in r['formatter_stats'].items() if k.startswith('pii'))}")  # fmt: skip
-        rep.line(f"{mb:g} MB: peak RSS driver {r['driver_mb']:.0f} MB, workers [{ws}] MB; "
-                 f"{r['read'] / r['wall']:.0f} docs/s ({r['wall']:.0f} s wall, {args.workers} workers)")  # fmt: skip
+        rep.line(
+            f"{mb:g} MB: {r['docs']} documents in {r['shards']} tasks, read {r['read']}, kept {r['kept']}, "
+            f"dropped {sum(r['dropped'].values())} ({', '.join(f'{k} {v}' for k, v in r['dropped'].items())}); "
+            f"PII {', '.join(f'{k} {v}' for k, v in r['formatter_stats'].items() if k.startswith('pii'))}"
+        )
+        rep.line(
+            f"{mb:g} MB: peak RSS driver {r['driver_mb']:.0f} MB, workers [{ws}] MB; "
+            f"{r['read'] / r['wall']:.0f} docs/s ({r['wall']:.0f} s wall, {args.workers} workers)"
+        )
         if not r["dropped"].get("decontaminated") or not r["dropped"].get("url:domain"):
             rep.line(f"{mb:g} MB: a planted kind was not dropped: {r['dropped']}")
     small, large = rows[0], rows[-1]

@@ -307,8 +307,19 @@ def main() -> int:
         return n / co
 
     def peer_rate() -> float:
-        subprocess.run([py, str(tmp / "peer.py"), "pipeline", str(tmp / "pages.jsonl"), str(tmp / "speed.json"),
-                        ex_json], check=True, env=env, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                py,
+                str(tmp / "peer.py"),
+                "pipeline",
+                str(tmp / "pages.jsonl"),
+                str(tmp / "speed.json"),
+                ex_json,
+            ],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
         sp = json.loads((tmp / "speed.json").read_text())
         kept["datatrove"] = sp["kept"]
         print(f"  datatrove: cpu {sp['cpu']:.2f}s wall {sp['seconds']:.2f}s, kept {sp['kept']}", flush=True)
@@ -316,8 +327,10 @@ def main() -> int:
 
     o, p = C.alternate(ours_rate, peer_rate, args.rounds)
     wf, cf, kept_f = run_ours_pipeline(pages, full=True)
-    rep.line(f"pipeline on {n} pages, extraction {EXTRACT} on both sides: kept ours {kept['ours']}, datatrove "
-             f"{kept['datatrove']}; ours with unicode repair + language ID too: {n / cf:.1f} docs/s/core")  # fmt: skip
+    rep.line(
+        f"pipeline on {n} pages, extraction {EXTRACT} on both sides: kept ours {kept['ours']}, datatrove "
+        f"{kept['datatrove']}; ours with unicode repair + language ID too: {n / cf:.1f} docs/s/core"
+    )
     for name, agreeing, total in agreement:
         rep.verdict(name, agreeing, total, AGREE_GOAL)
     rep.compare("throughput_docs_per_s_per_core", o, p, SPEED_GOAL, unit="docs/s/core")

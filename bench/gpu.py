@@ -57,12 +57,24 @@ def overrides(name: str, a, pad_multiple: int) -> list[str]:
     if a.smoke:
         seq, micro = 64, 2
     total = a.warmup + a.window * a.rounds + 2  # + the two profiled steps of our trainer
-    ov = [f"batch.micro_batch_size={micro}", f"batch.global_batch_size={micro * accum}", "launch.nodes=1",
-          "launch.procs_per_node=1", f"launch.backend={'gloo' if a.smoke else 'nccl'}", "deepspeed.zero_stage=1",
-          f"deepspeed.precision={'fp32' if a.smoke else 'bf16'}", f"model.vocab_pad_multiple={pad_multiple}",
-          f"schedule.total_steps={total}", f"schedule.warmup_steps={a.warmup}", f"eval.every_steps={total}",
-          "eval.max_batches=1", f"checkpoint.every_steps={total}", "loader.num_workers=2",
-          f"packing.seq_len={seq}", "deepspeed.compile=true"]  # fmt: skip
+    ov = [
+        f"batch.micro_batch_size={micro}",
+        f"batch.global_batch_size={micro * accum}",
+        "launch.nodes=1",
+        "launch.procs_per_node=1",
+        f"launch.backend={'gloo' if a.smoke else 'nccl'}",
+        "deepspeed.zero_stage=1",
+        f"deepspeed.precision={'fp32' if a.smoke else 'bf16'}",
+        f"model.vocab_pad_multiple={pad_multiple}",
+        f"schedule.total_steps={total}",
+        f"schedule.warmup_steps={a.warmup}",
+        f"eval.every_steps={total}",
+        "eval.max_batches=1",
+        f"checkpoint.every_steps={total}",
+        "loader.num_workers=2",
+        f"packing.seq_len={seq}",
+        "deepspeed.compile=true",
+    ]
     if a.smoke:
         ov += SMOKE + (SMOKE_LLAMA if family == "llama" else []) + ["deepspeed.compile_backend=aot_eager"]
     return ov
@@ -73,8 +85,14 @@ def prepare(name: str, tmp: Path, a, env: dict[str, str]) -> tuple[Path, int]:
     if a.smoke:
         seq, vocab, rows = 64, 1000, 8
     extra = f"tokenizer: {{vocab_size: {vocab}}}\npacking: {{seq_len: {seq}}}\n"
-    cfg_path = C.prepare_run(tmp / name, family, extra, preset=None if a.smoke else preset, env=env,
-                             files="0[0-4]?.txt" if a.smoke else None)  # fmt: skip
+    cfg_path = C.prepare_run(
+        tmp / name,
+        family,
+        extra,
+        preset=None if a.smoke else preset,
+        env=env,
+        files="0[0-4]?.txt" if a.smoke else None,
+    )
     return cfg_path, rows if mfu_gpu.tokenizer_len(cfg_path) <= rows else 8
 
 
@@ -87,9 +105,25 @@ def run_child(name: str, cfg_path: Path, pad: int, tmp: Path, a, env: dict[str, 
     run_dir.mkdir(parents=True)
     for stage in ("clean", "dedup", "tokenizer", "tokens"):
         (run_dir / stage).symlink_to(cfg_path.parent / "run" / stage)
-    args = [sys.executable, __file__, "--child", name, "--child-config", str(cfg_path), "--child-pad", str(pad),
-            "--child-out", str(run_dir), "--warmup", str(a.warmup), "--window", str(a.window),
-            "--rounds", str(a.rounds), *(["--smoke"] if a.smoke else [])]  # fmt: skip
+    args = [
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        "--child-config",
+        str(cfg_path),
+        "--child-pad",
+        str(pad),
+        "--child-out",
+        str(run_dir),
+        "--warmup",
+        str(a.warmup),
+        "--window",
+        str(a.window),
+        "--rounds",
+        str(a.rounds),
+        *(["--smoke"] if a.smoke else []),
+    ]
     res = C.run_cmd(args, timeout=900, env=env)
     print(res.stdout[-12000:], flush=True)
     return json.loads(
@@ -126,8 +160,9 @@ class PlainLoop:
         layers = self.model.transformer.h if cfg.model.family == "gpt2" else self.model.model.layers
         for layer in layers:
             layer.compile(backend=cfg.deepspeed.compile_backend)
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                                     fused=device == "cuda")  # fmt: skip
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=device == "cuda"
+        )
         ld = PretrainLoader(cfg, 0, 1, collate_fn=lambda x: x)
         n = self.micro * self.accum * n_steps
         rows = [np.asarray(ld.sources[s][i]["input_ids"]) for s, i, _ in ld.positions_keys(np.arange(n))]
@@ -159,8 +194,12 @@ def measure(a) -> int:
     from runconfig import load_config
 
     n_steps = a.warmup + a.window * a.rounds + 2
-    ov = [f"run.output_dir={a.child_out}", "logging.progress_bar=false", "checkpoint.keep_last=1",
-          *overrides(a.child, a, a.child_pad)]  # fmt: skip
+    ov = [
+        f"run.output_dir={a.child_out}",
+        "logging.progress_bar=false",
+        "checkpoint.keep_last=1",
+        *overrides(a.child, a, a.child_pad),
+    ]
     cfg = load_config(a.child_config, ov)
     init_distributed(cfg)
     run, progress, _ = T.set_up(cfg)
@@ -288,9 +327,11 @@ def main() -> int:
                 continue
             n = min(len(ours), len(peer))
             results[name] = (ours[:n], peer[:n], fpt)
-            rep.line(f"[{name}] {fpt / 1e9:.3f} GFLOP/token; ours {statistics.median(ours):.0f} tokens/s "
-                     f"(MFU {statistics.median(ours) * fpt / peak:.1%}), peer {statistics.median(peer):.0f} tokens/s "
-                     f"(MFU {statistics.median(peer) * fpt / peak:.1%}); {time.monotonic() - t_cfg:.0f}s")  # fmt: skip
+            rep.line(
+                f"[{name}] {fpt / 1e9:.3f} GFLOP/token; ours {statistics.median(ours):.0f} tokens/s "
+                f"(MFU {statistics.median(ours) * fpt / peak:.1%}), peer {statistics.median(peer):.0f} tokens/s "
+                f"(MFU {statistics.median(peer) * fpt / peak:.1%}); {time.monotonic() - t_cfg:.0f}s"
+            )
     for name, err in failed.items():
         rep.line(f"FAILED {name}: {err}")
     if device == "cpu":  # the smoke run proves the path; its figures are no result

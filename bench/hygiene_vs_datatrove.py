@@ -155,8 +155,10 @@ def demo_docs() -> list[dict]:
     from data_pipeline.extract import Extractor
 
     ex = Extractor(**CV.EXTRACT)
-    docs = [{"id": f"bbc{i}", "url": f"https://news.example/bbc/{i}", "text": a}
-            for i, a in enumerate(CV.bbc_articles())]  # fmt: skip
+    docs = [
+        {"id": f"bbc{i}", "url": f"https://news.example/bbc/{i}", "text": a}
+        for i, a in enumerate(CV.bbc_articles())
+    ]
     for j, (url, html) in enumerate(CV.crawl_pages()):
         d = Document(id=f"crawl{j}", html=html, url=url)
         if ex(d)[0]:
@@ -279,8 +281,12 @@ def main() -> int:
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}
 
     t = time.perf_counter()
-    subprocess.run([py, str(tmp / "peer.py"), "decide", str(tmp / "all.json"), str(tmp / "theirs.json")],
-                   check=True, env=env, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [py, str(tmp / "peer.py"), "decide", str(tmp / "all.json"), str(tmp / "theirs.json")],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     theirs = json.loads((tmp / "theirs.json").read_text())
     print(f"datatrove decisions on {len(docs)} docs: {time.perf_counter() - t:.1f}s", flush=True)
 
@@ -296,8 +302,10 @@ def main() -> int:
         dis = Counter(
             (x[1] or "keep", "keep" if y else "drop") for x, y in zip(a, b, strict=True) if x[0] != y
         )
-        rep.line(f"{name}: agreement {agree / len(a):.4f} on {len(a)} docs (dropped: ours {sum(not x[0] for x in a)}, "
-                 f"datatrove {sum(not y for y in b)})")  # fmt: skip
+        rep.line(
+            f"{name}: agreement {agree / len(a):.4f} on {len(a)} docs (dropped: ours {sum(not x[0] for x in a)}, "
+            f"datatrove {sum(not y for y in b)})"
+        )
         for (ro, rt), k in dis.most_common(6):
             rep.line(f"   {k:>5}  ours={ro:<32} datatrove={rt}")
         for i in [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x[0] != y][:4]:
@@ -316,8 +324,10 @@ def main() -> int:
             continue
         n_pii += 1
         same += text == their_text
-    rep.line(f"pii: identical redacted text on {same}/{n_pii} docs ({skipped} with a public IPv6 address left out: "
-             "datatrove leaves IPv6 in)")  # fmt: skip
+    rep.line(
+        f"pii: identical redacted text on {same}/{n_pii} docs ({skipped} with a public IPv6 address left out: "
+        "datatrove leaves IPv6 in)"
+    )
     verdicts.append(("agreement_pii", same, n_pii))
 
     # --- every planted item caught by ours (all four steps, our default PII kinds)
@@ -344,16 +354,22 @@ def main() -> int:
         return len(speed_docs) / cpu
 
     def peer_rate() -> float:
-        subprocess.run([py, str(tmp / "peer.py"), "speed", str(tmp / "speed.json"), str(tmp / "rate.json")],
-                       check=True, env=env, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [py, str(tmp / "peer.py"), "speed", str(tmp / "speed.json"), str(tmp / "rate.json")],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
         sp = json.loads((tmp / "rate.json").read_text())
         kept["datatrove"] = sp["kept"]
         print(f"  datatrove: cpu {sp['cpu']:.2f}s, kept {sp['kept']}", flush=True)
         return sp["n"] / sp["cpu"]
 
     o, p_ = C.alternate(ours_rate, peer_rate, args.rounds)
-    rep.line(f"throughput on {len(speed_docs)} docs (url -> decontaminate -> fineweb -> pii): kept ours "
-             f"{kept['ours']}, datatrove {kept['datatrove']}")  # fmt: skip
+    rep.line(
+        f"throughput on {len(speed_docs)} docs (url -> decontaminate -> fineweb -> pii): kept ours "
+        f"{kept['ours']}, datatrove {kept['datatrove']}"
+    )
     for name, agreeing, n in verdicts:
         rep.verdict(name, agreeing, n, AGREE_GOAL)
     rep.verdict("planted_items_caught", sum(caught.values()), sum(total.values()), 1.0)

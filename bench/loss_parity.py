@@ -78,14 +78,28 @@ def shipped_optimizer(family: str) -> str | None:
 def overrides(steps: int, warmup: int, optimizer: str = "adamw") -> list[str]:
     # Adafactor factors and scales whole matrices, so it needs ZeRO stage 0 (the config refuses it otherwise)
     zero = 0 if optimizer == "adafactor" else 2
-    return [f"optim.name={optimizer}", f"deepspeed.zero_stage={zero}",
-            f"batch.micro_batch_size={MICRO}", f"batch.global_batch_size={MICRO * ACCUM * WORLD}",
-            f"schedule.total_steps={steps}", f"schedule.warmup_steps={warmup}", "schedule.decay=linear",
-            f"optim.grad_clip={CLIP}", "deepspeed.precision=fp32",
-            "deepspeed.activation_checkpointing=false", "deepspeed.compile=false",
-            "logging.every_steps=1", "logging.progress_bar=false", "logging.plots=false",
-            f"eval.every_steps={steps}", "eval.max_batches=1", f"checkpoint.every_steps={steps}",
-            "checkpoint.keep_last=1", "lr_scaling.rule=none", "launch.procs_per_node=2"]  # fmt: skip
+    return [
+        f"optim.name={optimizer}",
+        f"deepspeed.zero_stage={zero}",
+        f"batch.micro_batch_size={MICRO}",
+        f"batch.global_batch_size={MICRO * ACCUM * WORLD}",
+        f"schedule.total_steps={steps}",
+        f"schedule.warmup_steps={warmup}",
+        "schedule.decay=linear",
+        f"optim.grad_clip={CLIP}",
+        "deepspeed.precision=fp32",
+        "deepspeed.activation_checkpointing=false",
+        "deepspeed.compile=false",
+        "logging.every_steps=1",
+        "logging.progress_bar=false",
+        "logging.plots=false",
+        f"eval.every_steps={steps}",
+        "eval.max_batches=1",
+        f"checkpoint.every_steps={steps}",
+        "checkpoint.keep_last=1",
+        "lr_scaling.rule=none",
+        "launch.procs_per_node=2",
+    ]
 
 
 def run_ours(
@@ -143,8 +157,10 @@ def load_record(record: Path) -> tuple[dict[str, Any], list[list[dict[str, Any]]
     init = torch.load(record / "init.pt", weights_only=False)
     ranks = [torch.load(record / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
     steps = sorted({m["step"] for m in ranks[0]["micro"]})
-    per_step = [[m for r in ranks for m in sorted(r["micro"], key=lambda m: m["micro"]) if m["step"] == s]
-                for s in steps]  # fmt: skip
+    per_step = [
+        [m for r in ranks for m in sorted(r["micro"], key=lambda m: m["micro"]) if m["step"] == s]
+        for s in steps
+    ]
     for s, ms in zip(steps, per_step, strict=True):
         if len(ms) != WORLD * ACCUM:
             raise RuntimeError(f"{record}: step {s} has {len(ms)} micro-batches, expected {WORLD * ACCUM}")

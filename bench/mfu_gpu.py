@@ -44,9 +44,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
 PUBLISHED_BF16_DENSE = [  # (substring of torch.cuda.get_device_name(), TFLOP/s), first match wins
-    ("H200", 989.0), ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("GH200", 989.0),
-    ("A100", 312.0), ("L40S", 362.0), ("A10G", 70.0),
-]  # fmt: skip
+    ("H200", 989.0),
+    ("H100 PCIe", 756.0),
+    ("H100 NVL", 835.0),
+    ("H100", 989.0),
+    ("GH200", 989.0),
+    ("A100", 312.0),
+    ("L40S", 362.0),
+    ("A10G", 70.0),
+]
 
 MODELS = {
     # name: (family, preset, seq_len, micro-batch, requested vocabulary, padded embedding rows)
@@ -108,14 +114,30 @@ def prepare(name: str, tmp: Path, cleaned: Path | None, a, env: dict[str, str]) 
     extra = f"tokenizer: {{vocab_size: {vocab}}}\npacking: {{seq_len: {seq}}}\n"
     if family == "roberta":
         extra += f"model: {{max_position_embeddings: {seq + 2}}}\n"
-    cfg_path = C.prepare_run(tmp / name, family, extra, preset=None if a.smoke else preset, cleaned_from=cleaned,
-                             env=env, files="0[0-4]?.txt" if a.smoke else None)  # fmt: skip
+    cfg_path = C.prepare_run(
+        tmp / name,
+        family,
+        extra,
+        preset=None if a.smoke else preset,
+        cleaned_from=cleaned,
+        env=env,
+        files="0[0-4]?.txt" if a.smoke else None,
+    )
     n_tok = tokenizer_len(cfg_path)
     return cfg_path, rows if n_tok <= rows else 8
 
 
-def run_model(name: str, cfg_path: Path, pad_multiple: int, zero: int, ckpt: str, tmp: Path, a,
-              env: dict[str, str], peak: float) -> dict:  # fmt: skip
+def run_model(
+    name: str,
+    cfg_path: Path,
+    pad_multiple: int,
+    zero: int,
+    ckpt: str,
+    tmp: Path,
+    a,
+    env: dict[str, str],
+    peak: float,
+) -> dict:
     import torch
     from transformers import AutoTokenizer
 
@@ -129,13 +151,24 @@ def run_model(name: str, cfg_path: Path, pad_multiple: int, zero: int, ckpt: str
         seq, micro = 64, 4
     total = a.warmup + a.steps
     precision = "bf16" if (not a.smoke or a.smoke_bf16) else "fp32"
-    ov = [f"batch.micro_batch_size={micro}", f"batch.global_batch_size={micro}", "launch.nodes=1",
-          "launch.procs_per_node=1", f"launch.backend={'gloo' if a.smoke else 'nccl'}", f"deepspeed.zero_stage={zero}",
-          f"deepspeed.activation_checkpointing={'true' if ckpt == 'on' else 'false'}",
-          f"deepspeed.precision={precision}", f"model.vocab_pad_multiple={pad_multiple}",
-          f"schedule.total_steps={total}", f"schedule.warmup_steps={a.warmup}", f"eval.every_steps={total}",
-          "eval.max_batches=1", f"checkpoint.every_steps={total}", f"loader.num_workers={a.workers}",
-          f"logging.peak_flops={peak:.6g}"]  # fmt: skip
+    ov = [
+        f"batch.micro_batch_size={micro}",
+        f"batch.global_batch_size={micro}",
+        "launch.nodes=1",
+        "launch.procs_per_node=1",
+        f"launch.backend={'gloo' if a.smoke else 'nccl'}",
+        f"deepspeed.zero_stage={zero}",
+        f"deepspeed.activation_checkpointing={'true' if ckpt == 'on' else 'false'}",
+        f"deepspeed.precision={precision}",
+        f"model.vocab_pad_multiple={pad_multiple}",
+        f"schedule.total_steps={total}",
+        f"schedule.warmup_steps={a.warmup}",
+        f"eval.every_steps={total}",
+        "eval.max_batches=1",
+        f"checkpoint.every_steps={total}",
+        f"loader.num_workers={a.workers}",
+        f"logging.peak_flops={peak:.6g}",
+    ]
     if a.smoke:
         ov += SMOKE
     cfg = load_config(cfg_path, ov)
@@ -146,9 +179,12 @@ def run_model(name: str, cfg_path: Path, pad_multiple: int, zero: int, ckpt: str
     fpt = flops_per_token(cfg.model, n_params, seq, input_embedding)
     r = C.run_ours(cfg_path, tmp / f"{name}-work", ov, a.warmup, nproc=1, env=env)
     r.update(params=n_params, flops_per_token=fpt, achieved=r["tokens_per_s"] * fpt)
-    print(f"[{name} zero{zero} ckpt {ckpt}] {n_params / 1e6:.1f}M params, {precision}, micro-batch {micro} x {seq}: "
-          f"{r['tokens_per_s']:.0f} tokens/s, {r['achieved'] / 1e12:.2f} TFLOP/s, MFU {r['achieved'] / peak:.1%}; "
-          f"loader wait {r['loader_wait_frac']:.1%}; wall {r['wall_s']:.0f}s", flush=True)  # fmt: skip
+    print(
+        f"[{name} zero{zero} ckpt {ckpt}] {n_params / 1e6:.1f}M params, {precision}, micro-batch {micro} x {seq}: "
+        f"{r['tokens_per_s']:.0f} tokens/s, {r['achieved'] / 1e12:.2f} TFLOP/s, MFU {r['achieved'] / peak:.1%}; "
+        f"loader wait {r['loader_wait_frac']:.1%}; wall {r['wall_s']:.0f}s",
+        flush=True,
+    )
     return r
 
 
@@ -198,8 +234,10 @@ def main() -> int:
         meas = measured_peak("cuda")
         if pub is None:
             raise SystemExit(f"no published bf16 peak known for {gpu}: pass --peak-tflops")
-        rep.line(f"device: {gpu}; published bf16 dense peak {pub / 1e12:.0f} TFLOP/s; measured bf16 matmul peak "
-                 f"{meas / 1e12:.0f} TFLOP/s")  # fmt: skip
+        rep.line(
+            f"device: {gpu}; published bf16 dense peak {pub / 1e12:.0f} TFLOP/s; measured bf16 matmul peak "
+            f"{meas / 1e12:.0f} TFLOP/s"
+        )
     else:
         gpu = "CPU (smoke)"
         pub = meas = measured_peak("cpu")
@@ -246,9 +284,11 @@ def main() -> int:
                         last_wall = time.monotonic() - t_run
                     if key in mfu:
                         xs = mfu[key]
-                        rep.line(f"MFU {name} zero{zero} activation-checkpointing {ckpt}: median {statistics.median(xs):.1%}"
-                                 f" (min {min(xs):.1%}, max {max(xs):.1%}, {len(xs)} runs) of {pub / 1e12:.3g} TFLOP/s; "
-                                 f"{statistics.median(xs) * pub / meas:.1%} of the measured matmul peak")  # fmt: skip
+                        rep.line(
+                            f"MFU {name} zero{zero} activation-checkpointing {ckpt}: median {statistics.median(xs):.1%}"
+                            f" (min {min(xs):.1%}, max {max(xs):.1%}, {len(xs)} runs) of {pub / 1e12:.3g} TFLOP/s; "
+                            f"{statistics.median(xs) * pub / meas:.1%} of the measured matmul peak"
+                        )
     for key, err in failed.items():
         rep.line(f"FAILED {key[0]} zero{key[1]} activation-checkpointing {key[2]}: {err}")
     if device == "cpu":  # the smoke run proves the path; its figures are no result
@@ -266,8 +306,15 @@ def main() -> int:
             rep.quick.append(label)
         m = statistics.median(xs)
         rep.verdict(label, m * pub / 1e12, pub / 1e12, goal)  # ours = achieved TFLOP/s, peer = the peak
-    print(json.dumps({"device": gpu, "mfu": {" ".join(map(str, k)): v for k, v in mfu.items()},
-                      "failed": {" ".join(map(str, k)): v for k, v in failed.items()}}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "device": gpu,
+                "mfu": {" ".join(map(str, k)): v for k, v in mfu.items()},
+                "failed": {" ".join(map(str, k)): v for k, v in failed.items()},
+            }
+        )
+    )
     return rep.finish()
 
 

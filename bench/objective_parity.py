@@ -75,8 +75,9 @@ FILES = "0[0-7]?.txt"  # 80 BBC articles per topic
 
 
 # ------------------------------------------------------------------------------------------ the reference recipes
-def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_length: float,
-                            rng: np.random.Generator) -> np.ndarray:  # fmt: skip
+def random_spans_noise_mask(
+    length: int, noise_density: float, mean_noise_span_length: float, rng: np.random.Generator
+) -> np.ndarray:
     """T5's noise mask for one sequence (port of the Flax example's method, numpy only): round(length * density)
     noise tokens (at least 1, at most length - 1) in round(noise / mean_span) spans (at least 1); noise and
     non-noise tokens are each cut into that many non-empty segments, all cuttings equally likely, interleaved
@@ -102,8 +103,15 @@ class ReferenceT5Collator:
     """`FlaxDataCollatorForT5MLM.__call__` in numpy: per-example noise masks, each noise span replaced by the next
     sentinel in the inputs, each kept span by the next sentinel in the targets, EOS appended to both."""
 
-    def __init__(self, tokenizer: Any, noise_density: float, mean_noise_span_length: float, input_length: int,
-                 target_length: int, seed: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tokenizer: Any,
+        noise_density: float,
+        mean_noise_span_length: float,
+        input_length: int,
+        target_length: int,
+        seed: int,
+    ) -> None:
         from data_pipeline.objectives.span_corruption import sentinel_table
 
         self.sentinels = sentinel_table(tokenizer)
@@ -130,8 +138,12 @@ class ReferenceT5Collator:
         import torch
 
         ids = np.stack([np.asarray(s["input_ids"], dtype=np.int64) for s in samples])
-        mask = np.stack([random_spans_noise_mask(ids.shape[1], self.density, self.mean_span, self.rng)
-                         for _ in range(ids.shape[0])]).astype(np.int8)  # fmt: skip
+        mask = np.stack(
+            [
+                random_spans_noise_mask(ids.shape[1], self.density, self.mean_span, self.rng)
+                for _ in range(ids.shape[0])
+            ]
+        ).astype(np.int8)
         inputs = self._filter(ids, self._sentinel_ids(mask))
         labels = self._filter(ids, self._sentinel_ids(1 - mask))
         if inputs.shape[1] != self.input_length or labels.shape[1] != self.target_length:
@@ -152,10 +164,14 @@ def hf_mlm_collator(tokenizer: Any, cfg: Any, seed: int, probability: float) -> 
     from transformers import DataCollatorForLanguageModeling
 
     o = cfg.objective
-    hf = DataCollatorForLanguageModeling(tokenizer=tokenizer, mlm_probability=probability,
-                                         mask_replace_prob=o.mask_token_fraction,
-                                         random_replace_prob=o.random_token_fraction,
-                                         whole_word_mask=o.whole_word_masking, seed=seed)  # fmt: skip
+    hf = DataCollatorForLanguageModeling(
+        tokenizer=tokenizer,
+        mlm_probability=probability,
+        mask_replace_prob=o.mask_token_fraction,
+        random_replace_prob=o.random_token_fraction,
+        whole_word_mask=o.whole_word_masking,
+        seed=seed,
+    )
     pad = int(tokenizer.pad_token_id)
 
     def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -243,8 +259,16 @@ def prepare(objective: str, folder: Path, steps: int, cleaned_from: Path | None)
     family = family_for(objective)
     data = folder / family
     cfg_path = C.prepare_run(data, family, extra_yaml=SIZE_YAML, cleaned_from=cleaned_from, files=FILES)
-    cfg = load_config(cfg_path, ["loader.eval_fraction=0.1", "loader.num_workers=0", "batch.global_batch_size=16",
-                                 "batch.micro_batch_size=16", "launch.procs_per_node=1"])  # fmt: skip
+    cfg = load_config(
+        cfg_path,
+        [
+            "loader.eval_fraction=0.1",
+            "loader.num_workers=0",
+            "batch.global_batch_size=16",
+            "batch.micro_batch_size=16",
+            "launch.procs_per_node=1",
+        ],
+    )
     tok = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
 
     def take(split: str, n: int) -> list[list[dict[str, Any]]]:
@@ -287,9 +311,13 @@ def _pad_to(collate: Callable, s: Setup) -> Callable:
 
     raw = len(s.train[0][0]["input_ids"])
     inputs_len, _ = _corrupted_lengths(raw, SABOTAGE_RATE, s.cfg.objective.mean_noise_span_length)
-    return SpanCorruptionCollator(s.tokenizer, seed=collate.seed, inputs_length=inputs_len,
-                                  noise_density=SABOTAGE_RATE,
-                                  mean_noise_span_length=s.cfg.objective.mean_noise_span_length)  # fmt: skip
+    return SpanCorruptionCollator(
+        s.tokenizer,
+        seed=collate.seed,
+        inputs_length=inputs_len,
+        noise_density=SABOTAGE_RATE,
+        mean_noise_span_length=s.cfg.objective.mean_noise_span_length,
+    )
 
 
 def reference_collator(s: Setup, seed: int) -> Callable[[list[dict]], dict]:
@@ -298,8 +326,9 @@ def reference_collator(s: Setup, seed: int) -> Callable[[list[dict]], dict]:
     o = s.cfg.objective
     if s.objective == "span_corruption":
         raw, target = t5_lengths(s.cfg.packing.seq_len, o.noise_density, o.mean_noise_span_length)
-        return ReferenceT5Collator(s.tokenizer, o.noise_density, o.mean_noise_span_length, s.cfg.packing.seq_len,
-                                   target, seed)  # fmt: skip
+        return ReferenceT5Collator(
+            s.tokenizer, o.noise_density, o.mean_noise_span_length, s.cfg.packing.seq_len, target, seed
+        )
     return hf_mlm_collator(s.tokenizer, s.cfg, seed, o.mlm_probability)
 
 
@@ -334,8 +363,14 @@ class Side:
     rows: int = 0
 
 
-def predicted_tokens(objective: str, batch: dict[str, Any], samples: list[dict[str, Any]], pad: int,
-                     sentinels: set[int], eos: int) -> tuple[int, int]:  # fmt: skip
+def predicted_tokens(
+    objective: str,
+    batch: dict[str, Any],
+    samples: list[dict[str, Any]],
+    pad: int,
+    sentinels: set[int],
+    eos: int,
+) -> tuple[int, int]:
     """(tokens to predict, real tokens) of one batch: MLM / RTD: labelled positions over non-pad inputs; span
     corruption: noise tokens (targets less sentinels and EOS) over the raw block's tokens."""
     labels = batch["labels"]
@@ -346,8 +381,14 @@ def predicted_tokens(objective: str, batch: dict[str, Any], samples: list[dict[s
     return int((labels != -100).sum()), int(batch["attention_mask"].sum())
 
 
-def aligned_rows(objective: str, batch: dict[str, Any], samples: list[dict[str, Any]], pad: int,
-                 sentinels: dict[int, int], eos: int) -> int:  # fmt: skip
+def aligned_rows(
+    objective: str,
+    batch: dict[str, Any],
+    samples: list[dict[str, Any]],
+    pad: int,
+    sentinels: dict[int, int],
+    eos: int,
+) -> int:
     """Rows of a batch whose labels are exactly what the inputs hide: MLM / RTD, every labelled position's label is
     the sample's own token there; span corruption, filling each input sentinel with the target span after the
     same sentinel rebuilds the sample. A recipe check beside the loss (an off-by-one in the labels trains to the
@@ -393,8 +434,11 @@ def train_and_eval(
 
     from data_pipeline.objectives.span_corruption import sentinel_table
 
-    sentinels = ({int(t): k for k, t in enumerate(sentinel_table(s.tokenizer))} if s.objective == "span_corruption"
-                 else {})  # fmt: skip
+    sentinels = (
+        {int(t): k for k, t in enumerate(sentinel_table(s.tokenizer))}
+        if s.objective == "span_corruption"
+        else {}
+    )
     pad, eos = int(s.tokenizer.pad_token_id), int(s.tokenizer.eos_token_id or -1)
     o = s.cfg.optim
     steps = len(s.train)
@@ -479,8 +523,13 @@ def run_objective(
 
 def tolerance(ours: list[float], ref: list[float]) -> tuple[float, float]:
     """(|difference of means|, tolerance = 2 * pooled sd + EPS_FRACTION * reference mean)."""
-    sd = math.sqrt((statistics.pvariance(ours) * len(ours) / max(1, len(ours) - 1)
-                    + statistics.pvariance(ref) * len(ref) / max(1, len(ref) - 1)) / 2)  # fmt: skip
+    sd = math.sqrt(
+        (
+            statistics.pvariance(ours) * len(ours) / max(1, len(ours) - 1)
+            + statistics.pvariance(ref) * len(ref) / max(1, len(ref) - 1)
+        )
+        / 2
+    )
     return abs(statistics.mean(ours) - statistics.mean(ref)), 2 * sd + EPS_FRACTION * statistics.mean(ref)
 
 

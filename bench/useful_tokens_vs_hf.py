@@ -45,10 +45,20 @@ def micro_batch(seq: int) -> int:
 def overrides(seq: int) -> list[str]:
     WARMUP, MEASURE = steps(seq)
     total, mb = WARMUP + MEASURE, micro_batch(seq)
-    return ["model.hidden_size=256", "model.num_layers=4", "model.num_heads=4", "model.ffn_size=1024",
-            f"batch.micro_batch_size={mb}", f"batch.global_batch_size={2 * mb}", f"schedule.total_steps={total}",
-            f"schedule.warmup_steps={WARMUP}", f"eval.every_steps={total}", "eval.max_batches=1",
-            f"checkpoint.every_steps={total}", "logging.peak_flops=1.0e+10"]  # fmt: skip
+    return [
+        "model.hidden_size=256",
+        "model.num_layers=4",
+        "model.num_heads=4",
+        "model.ffn_size=1024",
+        f"batch.micro_batch_size={mb}",
+        f"batch.global_batch_size={2 * mb}",
+        f"schedule.total_steps={total}",
+        f"schedule.warmup_steps={WARMUP}",
+        f"eval.every_steps={total}",
+        "eval.max_batches=1",
+        f"checkpoint.every_steps={total}",
+        "logging.peak_flops=1.0e+10",
+    ]
 
 
 def main() -> int:
@@ -70,20 +80,28 @@ def main() -> int:
         corpus = C.write_corpus_lines(cfg_path, tmp / "corpus.txt")
         lines = sum(1 for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip())
         print(f"data stages on BBC: {time.perf_counter() - t0:.0f}s")
-        rep.line(f"seq_len {seq}, micro-batch {micro_batch(seq)} on both sides, 2 ranks, {MEASURE} steps after "
-                 f"{WARMUP}; run_mlm text file: {lines} non-empty lines")  # fmt: skip
+        rep.line(
+            f"seq_len {seq}, micro-batch {micro_batch(seq)} on both sides, 2 ranks, {MEASURE} steps after "
+            f"{WARMUP}; run_mlm text file: {lines} non-empty lines"
+        )
 
         def ours() -> float:
             o = C.run_ours(cfg_path, tmp / "work", ov, WARMUP)
-            print(f"  ours (packed): {o['tokens_per_s']:.0f} useful tokens/s, {o['tokens'] / MEASURE:.0f} useful "
-                  f"tokens/step ({o['tokens'] / (MEASURE * slots_per_step):.1%} of {slots_per_step} slots)", flush=True)  # fmt: skip
+            print(
+                f"  ours (packed): {o['tokens_per_s']:.0f} useful tokens/s, {o['tokens'] / MEASURE:.0f} useful "
+                f"tokens/step ({o['tokens'] / (MEASURE * slots_per_step):.1%} of {slots_per_step} slots)",
+                flush=True,
+            )
             return o["tokens_per_s"]
 
         def hf() -> float:
             h = C.run_hf(cfg_path, tmp / "work", ov, WARMUP, "line_by_line", corpus=corpus)
-            print(f"  HF line_by_line: {h['tokens_per_s']:.0f} useful tokens/s, {h['tokens'] / MEASURE:.0f} useful "
-                  f"tokens/step of {h['slots'] / MEASURE:.0f} computed ({h['tokens'] / h['slots']:.1%} useful; "
-                  f"{h['engine']}, world {h['world_size']})", flush=True)  # fmt: skip
+            print(
+                f"  HF line_by_line: {h['tokens_per_s']:.0f} useful tokens/s, {h['tokens'] / MEASURE:.0f} useful "
+                f"tokens/step of {h['slots'] / MEASURE:.0f} computed ({h['tokens'] / h['slots']:.1%} useful; "
+                f"{h['engine']}, world {h['world_size']})",
+                flush=True,
+            )
             return h["tokens_per_s"]
 
         o, p = C.alternate(ours, hf, a.rounds)

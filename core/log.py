@@ -144,8 +144,10 @@ class _LazyFileHandler(logging.FileHandler):
                 self.stream = self._open()
             except OSError as e:
                 self._unwritable = True
-                self._stderr(f"warning: cannot write the log file {self.baseFilename} ({e.strerror or e}): "
-                             "its warnings go to stderr, lower records are dropped (--verbose shows them)")  # fmt: skip
+                self._stderr(
+                    f"warning: cannot write the log file {self.baseFilename} ({e.strerror or e}): "
+                    "its warnings go to stderr, lower records are dropped (--verbose shows them)"
+                )
         if self._unwritable:
             if record.levelno >= logging.WARNING:
                 self._stderr(record.getMessage())
@@ -236,10 +238,31 @@ VERBOSE_ENV = "LMSTACK_VERBOSE"
 LOG_NAME = "third_party.log"
 # Top-level loggers of the libraries we run; their children propagate to them.
 THIRD_PARTY = (
-    "DeepSpeed", "deepspeed", "transformers", "torch", "py.warnings", "warcio", "datasets", "huggingface_hub",
-    "accelerate", "fsspec", "s3fs", "gcsfs", "urllib3", "filelock", "tokenizers", "sentencepiece", "trafilatura",
-    "htmldate", "courlan", "ray", "mlflow", "wandb", "matplotlib", "PIL",
-)  # fmt: skip
+    "DeepSpeed",
+    "deepspeed",
+    "transformers",
+    "torch",
+    "py.warnings",
+    "warcio",
+    "datasets",
+    "huggingface_hub",
+    "accelerate",
+    "fsspec",
+    "s3fs",
+    "gcsfs",
+    "urllib3",
+    "filelock",
+    "tokenizers",
+    "sentencepiece",
+    "trafilatura",
+    "htmldate",
+    "courlan",
+    "ray",
+    "mlflow",
+    "wandb",
+    "matplotlib",
+    "PIL",
+)
 THIRD_PARTY_FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
 
 _file_handler: logging.Handler | None = None

@@ -209,24 +209,66 @@ class Registry(Generic[T]):
 
 def _declare() -> dict[str, Registry[Any]]:
     registries: tuple[Registry[Any], ...] = (
-        Registry("families", "family", "model.family", "lmstack.families",
-                 "model families: HF classes, config builder, probe inputs, FLOPs (pretrain/families/)", FamilySpec),
-        Registry("objectives", "objective", "objective.type", "lmstack.objectives",
-                 "pretraining objectives: collator, block length, framing, model prep (data_pipeline/objectives/)",
-                 ObjectiveSpec),
-        Registry("filters", "filter", "data.clean.filters", "lmstack.filters",
-                 "cleaning steps: filters, Document -> (keep, reason[, value]), and formatters (data_pipeline/filters/, formatters/)"),
-        Registry("readers", "format", "data.sources.*.format", "lmstack.readers",
-                 "input formats: one reader per format (data_pipeline/readers/)"),
-        Registry("executors", "executor", "data.executor", "lmstack.executors",
-                 "where data tasks run: local process pool, Ray (data_pipeline/executors/)"),
-        Registry("tokenizer_conventions", "tokenizer convention", "tokenizer.type", "lmstack.tokenizer_conventions",
-                 "special tokens, post-processing and HF class of a saved tokenizer (data_pipeline/tokenizers/)"),
-        Registry("adapt_methods", "adaptation method", "finetune.methods", "lmstack.adapt_methods",
-                 "adaptation methods: settings, training, saving, description (adapt/methods/)", MethodSpec),
-        Registry("callbacks", "callback", "callbacks", "lmstack.callbacks",
-                 "in-loop behaviours of a training run: hooks, typed settings, state (core/callbacks.py)"),
-    )  # fmt: skip
+        Registry(
+            "families",
+            "family",
+            "model.family",
+            "lmstack.families",
+            "model families: HF classes, config builder, probe inputs, FLOPs (pretrain/families/)",
+            FamilySpec,
+        ),
+        Registry(
+            "objectives",
+            "objective",
+            "objective.type",
+            "lmstack.objectives",
+            "pretraining objectives: collator, block length, framing, model prep (data_pipeline/objectives/)",
+            ObjectiveSpec,
+        ),
+        Registry(
+            "filters",
+            "filter",
+            "data.clean.filters",
+            "lmstack.filters",
+            "cleaning steps: filters, Document -> (keep, reason[, value]), and formatters (data_pipeline/filters/, formatters/)",
+        ),
+        Registry(
+            "readers",
+            "format",
+            "data.sources.*.format",
+            "lmstack.readers",
+            "input formats: one reader per format (data_pipeline/readers/)",
+        ),
+        Registry(
+            "executors",
+            "executor",
+            "data.executor",
+            "lmstack.executors",
+            "where data tasks run: local process pool, Ray (data_pipeline/executors/)",
+        ),
+        Registry(
+            "tokenizer_conventions",
+            "tokenizer convention",
+            "tokenizer.type",
+            "lmstack.tokenizer_conventions",
+            "special tokens, post-processing and HF class of a saved tokenizer (data_pipeline/tokenizers/)",
+        ),
+        Registry(
+            "adapt_methods",
+            "adaptation method",
+            "finetune.methods",
+            "lmstack.adapt_methods",
+            "adaptation methods: settings, training, saving, description (adapt/methods/)",
+            MethodSpec,
+        ),
+        Registry(
+            "callbacks",
+            "callback",
+            "callbacks",
+            "lmstack.callbacks",
+            "in-loop behaviours of a training run: hooks, typed settings, state (core/callbacks.py)",
+        ),
+    )
     return {r.name: r for r in registries}
 
 

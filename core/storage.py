@@ -37,8 +37,12 @@ LAST_NAMES = {"latest"}  # pointers: after every marker
 def is_marker(name: str) -> bool:
     """A stage's completion marker: `*.done` (clean, dedup shards, task markers), a token shard's
     `shard-XXXXX.json`, a checkpoint's COMPLETE, a stage's _DONE.json or manifest, `latest`."""
-    return (name.endswith(".done") or name in MARKER_NAMES or name in LAST_NAMES
-            or (name.startswith("shard-") and name.endswith(".json")))  # fmt: skip
+    return (
+        name.endswith(".done")
+        or name in MARKER_NAMES
+        or name in LAST_NAMES
+        or (name.startswith("shard-") and name.endswith(".json"))
+    )
 
 
 def _skipped(name: str) -> bool:
@@ -138,16 +142,22 @@ class RunStore:
         files: list[Path] = []
         for p in map(Path, paths):
             if p.is_dir():
-                files += sorted(f for f in p.rglob("*") if f.is_file() and not _skipped(f.name)
-                                and (since is None or f.stat().st_mtime >= since))  # fmt: skip
+                files += sorted(
+                    f
+                    for f in p.rglob("*")
+                    if f.is_file() and not _skipped(f.name) and (since is None or f.stat().st_mtime >= since)
+                )
             elif p.is_file():
                 files.append(p)
         markers = [f for f in files if is_marker(f.name)]
         data = [f for f in files if not is_marker(f.name)]
         for m in markers:
             stem = m.name.split(".")[0]
-            data += sorted(f for f in m.parent.glob(f"{stem}.*") if f.is_file() and not is_marker(f.name)
-                           and not _skipped(f.name))  # fmt: skip
+            data += sorted(
+                f
+                for f in m.parent.glob(f"{stem}.*")
+                if f.is_file() and not is_marker(f.name) and not _skipped(f.name)
+            )
         order = list(dict.fromkeys(data)) + sorted(dict.fromkeys(markers), key=lambda f: f.name in LAST_NAMES)
         for f in order:
             self._put(f)
@@ -211,15 +221,23 @@ class RunStore:
                 remote_files.add(local)
                 if only_markers and not is_marker(local.name):
                     continue
-                if (not force and not is_marker(local.name) and local.is_file()
-                        and local.stat().st_size == info.get("size")):  # fmt: skip
+                if (
+                    not force
+                    and not is_marker(local.name)
+                    and local.is_file()
+                    and local.stat().st_size == info.get("size")
+                ):
                     continue
                 self._get(bare, local, info)
                 got.append(local)
             if prune_markers and p.is_dir():
                 for f in p.rglob("*"):
-                    if (f.is_file() and is_marker(f.name) and f not in remote_files
-                            and not any(x in exclude for x in f.relative_to(p).parts[:-1])):  # fmt: skip
+                    if (
+                        f.is_file()
+                        and is_marker(f.name)
+                        and f not in remote_files
+                        and not any(x in exclude for x in f.relative_to(p).parts[:-1])
+                    ):
                         f.unlink()
         return got
 

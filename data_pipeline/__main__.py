@@ -107,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             return run_cli(_main, argv)
     except StageInterrupted as e:
         stage = stage_of(argv)
-        print(f"error: {stage}: stopped by {e.name}; finished shards are kept: rerun "
-              f"`python -m data_pipeline {stage}` to finish", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {stage}: stopped by {e.name}; finished shards are kept: rerun "
+            f"`python -m data_pipeline {stage}` to finish",
+            file=sys.stderr,
+        )
         return e.exit_code
 
 
@@ -152,18 +155,38 @@ def _dedup_task(p: argparse.ArgumentParser) -> None:
 
 
 COMMANDS = (
-    Command("clean", "read sources, extract text, apply cleaning filters, write cleaned shards",
-            _run_stage("clean", _stage_clean), _shard_index),
-    Command("dedup", "exact + MinHash-LSH near-dedup across all cleaned shards (sharded stages; "
-            "--stage S --task-index I runs one task)", _run_stage("dedup", _stage_dedup), _dedup_task),
-    Command("train-tokenizer", "train the configured tokenizer on the deduplicated corpus",
-            _run_stage("train-tokenizer", _stage_train_tokenizer)),
-    Command("tokenize", "cleaned shards -> binary token shards + manifest", _run_stage("tokenize", _stage_tokenize),
-            _shard_index),
+    Command(
+        "clean",
+        "read sources, extract text, apply cleaning filters, write cleaned shards",
+        _run_stage("clean", _stage_clean),
+        _shard_index,
+    ),
+    Command(
+        "dedup",
+        "exact + MinHash-LSH near-dedup across all cleaned shards (sharded stages; "
+        "--stage S --task-index I runs one task)",
+        _run_stage("dedup", _stage_dedup),
+        _dedup_task,
+    ),
+    Command(
+        "train-tokenizer",
+        "train the configured tokenizer on the deduplicated corpus",
+        _run_stage("train-tokenizer", _stage_train_tokenizer),
+    ),
+    Command(
+        "tokenize",
+        "cleaned shards -> binary token shards + manifest",
+        _run_stage("tokenize", _stage_tokenize),
+        _shard_index,
+    ),
     Command("all", "clean, dedup, train-tokenizer and tokenize in order", _run_stage("all", _stage_all)),
-    Command("eval-tasks", "lm-evaluation-harness tasks (choice, cloze, perplexity) from the fine-tune tasks' "
-            "held-out splits, into <run>/eval_tasks", _run_stage("eval-tasks", _stage_eval_tasks)),
-)  # fmt: skip
+    Command(
+        "eval-tasks",
+        "lm-evaluation-harness tasks (choice, cloze, perplexity) from the fine-tune tasks' "
+        "held-out splits, into <run>/eval_tasks",
+        _run_stage("eval-tasks", _stage_eval_tasks),
+    ),
+)
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -629,13 +629,21 @@ def format_table(stats: dict[str, Any]) -> str:
     dec = stats.get("decontamination") or {}
     if dec.get("enabled"):
         sets = ", ".join(f"{k} {v}" for k, v in dec["eval_sets"].items()) or "none"
-        per = {s: r["decontaminated"] for s, r in stats.get("dropped_by_source_and_reason", {}).items()
-               if r.get("decontaminated")}  # fmt: skip
-        lines += ["", f"decontamination: {dec['n']}-grams of evaluation text ({sets}); dropped per source: "
-                  f"{json.dumps(per) if per else 'none'}"]  # fmt: skip
+        per = {
+            s: r["decontaminated"]
+            for s, r in stats.get("dropped_by_source_and_reason", {}).items()
+            if r.get("decontaminated")
+        }
+        lines += [
+            "",
+            f"decontamination: {dec['n']}-grams of evaluation text ({sets}); dropped per source: "
+            f"{json.dumps(per) if per else 'none'}",
+        ]
         if dec.get("short_examples"):  # examples fewer than n words long: they can never match
-            lines.append(f"  shorter than {dec['n']} words, never matched: "
-                         + ", ".join(f"{k} {v}" for k, v in dec["short_examples"].items()))  # fmt: skip
+            lines.append(
+                f"  shorter than {dec['n']} words, never matched: "
+                + ", ".join(f"{k} {v}" for k, v in dec["short_examples"].items())
+            )
     for title, key in (
         ("dropped documents by reason", "dropped_by_reason"),
         ("bad input records by kind", "bad_records_by_kind"),

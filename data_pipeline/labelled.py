@@ -352,8 +352,12 @@ def load_task(cfg: RunConfig, index: int) -> TaskData:
             raise LabelledDataError(f"{key}.dataset: {path} is not a DatasetDict with a 'train' split")
 
         def split_rows(split: str) -> list[Row]:
-            rows = _drop_blank(_rows_from_hf(dd[split], task, f"{key}.dataset", path), f"{key}.dataset",
-                               f"{path} ({split} split)", pair)  # fmt: skip
+            rows = _drop_blank(
+                _rows_from_hf(dd[split], task, f"{key}.dataset", path),
+                f"{key}.dataset",
+                f"{path} ({split} split)",
+                pair,
+            )
             if regression:
                 _check_numbers(rows, key, f"{path} ({split} split)")
             return rows

@@ -121,9 +121,16 @@ def _pinned(batch: Any) -> Any:
 class PretrainLoader:
     """This rank's micro-batches. Train: endless (epoch after epoch); eval: one pass over the held-out samples."""
 
-    def __init__(self, cfg: RunConfig, rank: int, world_size: int, split: str = "train",
-                 collate_fn: Callable[[list[dict]], Any] | None = None, tokens_dir: str | None = None,
-                 pin_memory: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        cfg: RunConfig,
+        rank: int,
+        world_size: int,
+        split: str = "train",
+        collate_fn: Callable[[list[dict]], Any] | None = None,
+        tokens_dir: str | None = None,
+        pin_memory: bool = False,
+    ):
         if split not in ("train", "eval"):
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
         if not 0 <= rank < world_size:
@@ -178,8 +185,16 @@ class PretrainLoader:
         self.tokens_per_sample = self.sources[0].tokens_per_sample
         self.consumed = 0
         self._epoch_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._fingerprint = _salt(self.manifest["tokenizer"]["sha256"], self.manifest["totals"], cfg.packing,
-                                  lc.eval_fraction, lc.mixing, lc.shuffle, sorted(weights.items()), self.seed)  # fmt: skip
+        self._fingerprint = _salt(
+            self.manifest["tokenizer"]["sha256"],
+            self.manifest["totals"],
+            cfg.packing,
+            lc.eval_fraction,
+            lc.mixing,
+            lc.shuffle,
+            sorted(weights.items()),
+            self.seed,
+        )
 
     # ------------------------------------------------------------------ order
     def _source_picks(self, s: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -320,9 +335,14 @@ class PretrainLoader:
         return self.consumed // self.num_samples if self.num_samples else 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "epoch": self.epoch, "consumed_samples": int(self.consumed),
-                "samples_per_epoch": self.num_samples, "global_batch_size": self.global_batch,
-                "fingerprint": self._fingerprint}  # fmt: skip
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "consumed_samples": int(self.consumed),
+            "samples_per_epoch": self.num_samples,
+            "global_batch_size": self.global_batch,
+            "fingerprint": self._fingerprint,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """O(1): the position is all there is. Refuses a state from different data or packing."""
@@ -337,6 +357,9 @@ class PretrainLoader:
         self.consumed = int(state["consumed_samples"])
 
     def stats(self) -> dict[str, Any]:
-        return {name: {**src.stats(), "split_samples": int(len(pool)), "per_epoch": int(c)}
-                for name, src, pool, c in zip(self.source_names, self.sources, self._pools, self._counts,
-                                              strict=True)}  # fmt: skip
+        return {
+            name: {**src.stats(), "split_samples": int(len(pool)), "per_epoch": int(c)}
+            for name, src, pool, c in zip(
+                self.source_names, self.sources, self._pools, self._counts, strict=True
+            )
+        }

@@ -110,9 +110,17 @@ class Framing:
 class PackedSource:
     """One source's packed samples: `len()`, `[i]` -> dict of numpy arrays, `stats()`."""
 
-    def __init__(self, shards: list[TokenShard], special: dict[str, int | None], mode: str, seq_len: int,
-                 objective: str | ObjectiveSpec, sentence_break: str = "auto", objective_cfg: Any = None,
-                 cache: str | os.PathLike[str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        shards: list[TokenShard],
+        special: dict[str, int | None],
+        mode: str,
+        seq_len: int,
+        objective: str | ObjectiveSpec,
+        sentence_break: str = "auto",
+        objective_cfg: Any = None,
+        cache: str | os.PathLike[str] | None = None,
+    ):
         """`objective` (a registered name or spec) decides line_by_line framing and, with `objective_cfg` (the
         objective section; defaults when None), the block length of contiguous / t5_spans blocks."""
         spec = get_objective(objective) if isinstance(objective, str) else objective
@@ -221,8 +229,9 @@ class PackedSource:
             ids, seg = self.stream.read(int(self.starts[i]), int(self.ends[i]), with_segments=segments)
         f = self.framing
         if f.bos is not None or f.eos is not None:
-            ids = np.concatenate([[f.bos] if f.bos is not None else [], ids, [f.eos] if f.eos is not None else []]
-                                 ).astype(np.int64)  # fmt: skip
+            ids = np.concatenate(
+                [[f.bos] if f.bos is not None else [], ids, [f.eos] if f.eos is not None else []]
+            ).astype(np.int64)
         if self.mode == "full_sentences" and len(ids) < self.seq_len:
             ids = np.concatenate([ids, np.full(self.seq_len - len(ids), f.pad, np.int64)])
         out = {"input_ids": ids}
@@ -338,8 +347,12 @@ def _best_fit_blocks(bounds: np.ndarray, doc_start: np.ndarray, cap: int, window
                 break
             d = best_d
         ptr.append(len(seg_a))
-    return (np.asarray(ptr, np.int64), np.asarray(seg_a, np.int64), np.asarray(seg_b, np.int64),
-            np.asarray(seg_sep, bool))  # fmt: skip
+    return (
+        np.asarray(ptr, np.int64),
+        np.asarray(seg_a, np.int64),
+        np.asarray(seg_b, np.int64),
+        np.asarray(seg_sep, bool),
+    )
 
 
 def index_cache_path(
@@ -355,17 +368,24 @@ def index_cache_path(
     return Path(cache_dir) / source / f"pack-{key[:20]}.npz"
 
 
-def build_packed_sources(cfg, manifest: dict, shards: dict[str, list[TokenShard]],
-                         cache_dir: str | os.PathLike[str] | None = None) -> dict[str, PackedSource]:  # fmt: skip
+def build_packed_sources(
+    cfg, manifest: dict, shards: dict[str, list[TokenShard]], cache_dir: str | os.PathLike[str] | None = None
+) -> dict[str, PackedSource]:
     """Packed view of every configured source present in the token manifest, in config order."""
     out = {}
     for src in cfg.data.sources:
         if src.name not in shards:
             continue
         out[src.name] = PackedSource(
-            shards[src.name], manifest["special_ids"], cfg.packing.mode, cfg.packing.seq_len, cfg.objective.type,
-            cfg.packing.sentence_break, cfg.objective, cache=index_cache_path(cfg, manifest, src.name, cache_dir),
-        )  # fmt: skip
+            shards[src.name],
+            manifest["special_ids"],
+            cfg.packing.mode,
+            cfg.packing.seq_len,
+            cfg.objective.type,
+            cfg.packing.sentence_break,
+            cfg.objective,
+            cache=index_cache_path(cfg, manifest, src.name, cache_dir),
+        )
     if not out:
         raise ValueError(f"none of data.sources {[s.name for s in cfg.data.sources]} has token shards")
     return out

@@ -106,8 +106,12 @@ class TokenShardWriter:
         replace(self._tmp_bin, bin_path)
         buf = io.BytesIO()
         sent = np.concatenate(self._sent_offsets)
-        np.savez(buf, doc_offsets=np.asarray(self._doc_offsets, np.int64), sent_offsets=sent,
-                 doc_ids=np.asarray(self._ids, dtype=np.str_))  # fmt: skip
+        np.savez(
+            buf,
+            doc_offsets=np.asarray(self._doc_offsets, np.int64),
+            sent_offsets=sent,
+            doc_ids=np.asarray(self._ids, dtype=np.str_),
+        )
         idx_bytes = buf.getvalue()
         write_bytes_atomic(idx_path, idx_bytes)
         meta = {
@@ -253,8 +257,13 @@ def _verify(path: str, sha: str, what: str, force: bool) -> None:
         pass
 
 
-def open_token_shards(tokens_dir: str, cache_dir: str | None = None, verify: bool = False, check: bool = False,
-                      checksums: bool = True) -> tuple[dict, dict[str, list[TokenShard]]]:  # fmt: skip
+def open_token_shards(
+    tokens_dir: str,
+    cache_dir: str | None = None,
+    verify: bool = False,
+    check: bool = False,
+    checksums: bool = True,
+) -> tuple[dict, dict[str, list[TokenShard]]]:
     """Manifest + source name -> shards, from a local folder or an fsspec URL (copied into cache_dir).
     Every shard is checked against its manifest record first (`check_shard`: size always, sha256 unless
     `checksums` is off (loader.verify_checksums), ids below the manifest's vocabulary).

@@ -112,8 +112,14 @@ class SentenceSplitter:
             self._out = ctypes.create_string_buffer(self._cap)
             self._starts = (ctypes.c_int32 * self._cap)()
             self._ends = (ctypes.c_int32 * self._cap)()
-        k = self._bf(ctypes.c_char_p(b), ctypes.c_int(n), ctypes.byref(self._out), ctypes.byref(self._starts),
-                     ctypes.byref(self._ends), ctypes.c_int(size))  # fmt: skip
+        k = self._bf(
+            ctypes.c_char_p(b),
+            ctypes.c_int(n),
+            ctypes.byref(self._out),
+            ctypes.byref(self._starts),
+            ctypes.byref(self._ends),
+            ctypes.c_int(size),
+        )
         if k <= 0 or k > size:
             return np.zeros(0, np.int64)
         num = ctypes.string_at(self._out, k).count(b"\n") + 1
@@ -130,8 +136,13 @@ def _fingerprint(in_path: Path, tokenizer_sha: str, splitter: str, root: Path) -
     file carries the remote object's mtime), size and mtime; the tokenizer; the sentence splitter."""
     st = in_path.stat()
     rel = in_path.relative_to(root).as_posix() if in_path.is_relative_to(root) else str(in_path)
-    return {"input": rel, "input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns,
-            "tokenizer_sha256": tokenizer_sha, "sentence_splitter": splitter}  # fmt: skip
+    return {
+        "input": rel,
+        "input_size": st.st_size,
+        "input_mtime_ns": st.st_mtime_ns,
+        "tokenizer_sha256": tokenizer_sha,
+        "sentence_splitter": splitter,
+    }
 
 
 def _is_done(stem: Path, fp: dict[str, Any]) -> dict | None:
@@ -179,8 +190,13 @@ def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
         def hf_encode(texts: list[str]) -> list[tuple[np.ndarray, np.ndarray | None]]:
             if want_sents:
                 encs = tok.encode_batch(texts, add_special_tokens=False)
-                return [(np.asarray(e.ids, np.int64), np.fromiter((b for _, b in e.offsets), np.int64, len(e.ids)))
-                        for e in encs]  # fmt: skip
+                return [
+                    (
+                        np.asarray(e.ids, np.int64),
+                        np.fromiter((b for _, b in e.offsets), np.int64, len(e.ids)),
+                    )
+                    for e in encs
+                ]
             return [
                 (np.asarray(e.ids, np.int64), None)
                 for e in tok.encode_batch_fast(texts, add_special_tokens=False)
@@ -240,8 +256,14 @@ def _encode_shard(task: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         writer.abort()
         raise
-    meta = writer.close({**task["fingerprint"], "skipped": skipped, "engine": engine,
-                         "seconds": round(time.perf_counter() - t0, 3)})  # fmt: skip
+    meta = writer.close(
+        {
+            **task["fingerprint"],
+            "skipped": skipped,
+            "engine": engine,
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+    )
     # a remote run: the shard's files, then its record (the marker)
     task["store"].push([stem.with_suffix(".bin"), stem.with_suffix(".idx.npz"), stem.with_suffix(".json")])
     return {"source": task["source"], "stem": str(stem), "meta": meta, "reused": False}
@@ -270,21 +292,39 @@ def _tasks(cfg: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     engine = "tiktoken" if fast is not None else "tokenizers"
     # forked shard workers reuse both (loading costs ~0.3 s per worker and shard)
     _ENGINES[tok_sha] = (tok, fast)
-    info = {"tokenizer": {"path": str(layout.tokenizer), "sha256": tok_sha, "vocab_size": vocab,
-                          "type": cfg.tokenizer.type}, "special_ids": special_ids(tok),
-            "dtype": dtype.name, "sentence_splitter": splitter, "engine": engine}  # fmt: skip
+    info = {
+        "tokenizer": {
+            "path": str(layout.tokenizer),
+            "sha256": tok_sha,
+            "vocab_size": vocab,
+            "type": cfg.tokenizer.type,
+        },
+        "special_ids": special_ids(tok),
+        "dtype": dtype.name,
+        "sentence_splitter": splitter,
+        "engine": engine,
+    }
     tasks = []
     for source, paths in sorted(corpus_shards(cfg).items()):
         for p in paths:
             name = Path(p).name
             stem_name = name.split(".")[0]
-            tasks.append({
-                "source": source, "in_path": str(p), "stem": str(layout.tokens / source / stem_name),
-                "tokenizer_json": str(tok_json), "tokenizer_sha": tok_sha, "splitter": splitter, "dtype": dtype.name, "engine": engine,
-                "vocab_size": vocab,
-                "batch_docs": ENCODE_BATCH_DOCS, "store": layout.store,
-                "fingerprint": _fingerprint(Path(p), tok_sha, splitter, layout.root),
-            })  # fmt: skip
+            tasks.append(
+                {
+                    "source": source,
+                    "in_path": str(p),
+                    "stem": str(layout.tokens / source / stem_name),
+                    "tokenizer_json": str(tok_json),
+                    "tokenizer_sha": tok_sha,
+                    "splitter": splitter,
+                    "dtype": dtype.name,
+                    "engine": engine,
+                    "vocab_size": vocab,
+                    "batch_docs": ENCODE_BATCH_DOCS,
+                    "store": layout.store,
+                    "fingerprint": _fingerprint(Path(p), tok_sha, splitter, layout.root),
+                }
+            )
     return tasks, info
 
 
@@ -303,8 +343,14 @@ def write_manifest(cfg: RunConfig, tasks: list[dict[str, Any]], info: dict[str, 
         s["shards"].append(meta)
         for k in ("docs", "tokens", "sentences"):
             s[k] += meta[k]
-    manifest = {"version": 1, **info, "sources": sources, "complete": missing == 0, "missing_shards": missing,
-                "totals": {k: sum(s[k] for s in sources.values()) for k in ("docs", "tokens", "sentences")}}  # fmt: skip
+    manifest = {
+        "version": 1,
+        **info,
+        "sources": sources,
+        "complete": missing == 0,
+        "missing_shards": missing,
+        "totals": {k: sum(s[k] for s in sources.values()) for k in ("docs", "tokens", "sentences")},
+    }
     write_json_atomic(RunLayout(cfg).tokens / MANIFEST, manifest)
     return manifest
 

@@ -398,24 +398,53 @@ def _registry_args(p: argparse.ArgumentParser) -> None:
 
 
 COMMANDS = (
-    Command("run", "render and execute for launch.launcher (--dry-run: print every node's command)", cmd_run,
-            _run_args),
+    Command(
+        "run",
+        "render and execute for launch.launcher (--dry-run: print every node's command)",
+        cmd_run,
+        _run_args,
+    ),
     Command("sbatch", "write the training sbatch script; --submit to submit it", cmd_sbatch, _sbatch_args),
     Command("status", "state of a Slurm job (and its array tasks)", cmd_status, _job_id, config=False),
-    Command("cancel", "cancel a Slurm job, or --signal USR1 to rehearse preemption", cmd_cancel, _cancel_args,
-            config=False),
-    Command("pipeline-slurm", "data-stage job arrays -> training, chained with afterok", cmd_pipeline,
-            _pipeline_slurm_args),
-    Command("pipeline-ray", "the data path (clean, dedup stages, tokenizer, tokenize) as tasks on a Ray cluster "
-            "(data.ray.address)", cmd_pipeline_ray, _pipeline_ray_args),
-    Command("pipeline", "every stage on this machine: data -> pretrain -> export -> fine-tune (what `make demo` "
-            "runs)", _local_pipeline),
-    Command("registry", "list what every registry holds (families, objectives, filters, readers, executors, "
-            "tokenizer conventions), built-ins and outside packages' entry points", cmd_registry, _registry_args,
-            config=False),
-    Command("corpus-shards", "print the number of final corpus shards (used by the tokenize array)",
-            cmd_corpus_shards),
-)  # fmt: skip
+    Command(
+        "cancel",
+        "cancel a Slurm job, or --signal USR1 to rehearse preemption",
+        cmd_cancel,
+        _cancel_args,
+        config=False,
+    ),
+    Command(
+        "pipeline-slurm",
+        "data-stage job arrays -> training, chained with afterok",
+        cmd_pipeline,
+        _pipeline_slurm_args,
+    ),
+    Command(
+        "pipeline-ray",
+        "the data path (clean, dedup stages, tokenizer, tokenize) as tasks on a Ray cluster "
+        "(data.ray.address)",
+        cmd_pipeline_ray,
+        _pipeline_ray_args,
+    ),
+    Command(
+        "pipeline",
+        "every stage on this machine: data -> pretrain -> export -> fine-tune (what `make demo` runs)",
+        _local_pipeline,
+    ),
+    Command(
+        "registry",
+        "list what every registry holds (families, objectives, filters, readers, executors, "
+        "tokenizer conventions), built-ins and outside packages' entry points",
+        cmd_registry,
+        _registry_args,
+        config=False,
+    ),
+    Command(
+        "corpus-shards",
+        "print the number of final corpus shards (used by the tokenize array)",
+        cmd_corpus_shards,
+    ),
+)
 
 
 def main(argv: list[str] | None = None) -> int:

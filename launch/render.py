@@ -312,9 +312,15 @@ def torchrun_args(
         # addresses peers can reach (on hosts with several interfaces the default guess is often wrong).
         is_host = 1 if str(node_rank) == "0" else 0
         args += [
-            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"{master_addr}:{port}",
-            "--rdzv_id", cfg.run.name, "--rdzv_conf", f"is_host={is_host},join_timeout={wait}",
-        ]  # fmt: skip
+            "--rdzv_backend",
+            "c10d",
+            "--rdzv_endpoint",
+            f"{master_addr}:{port}",
+            "--rdzv_id",
+            cfg.run.name,
+            "--rdzv_conf",
+            f"is_host={is_host},join_timeout={wait}",
+        ]
     if local_addr or lc.local_addr:
         args += ["--local_addr", local_addr or lc.local_addr or ""]
     return args

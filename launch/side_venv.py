@@ -37,8 +37,11 @@ def ensure_venv(
     path.parent.mkdir(parents=True, exist_ok=True)
     python = path / "bin" / "python"
     stamp = path / ".installed"
-    want = json.dumps({"requirements": requirements, "layered_on": sysconfig.get_paths()["purelib"]} if layered
-                      else requirements)  # fmt: skip
+    want = json.dumps(
+        {"requirements": requirements, "layered_on": sysconfig.get_paths()["purelib"]}
+        if layered
+        else requirements
+    )
     with open(path.parent / f"{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
         if stamp.is_file() and stamp.read_text() == want and _probe_ok(python, probe):
@@ -48,12 +51,20 @@ def ensure_venv(
             log = (path / "builds.log").read_text() if (path / "builds.log").is_file() else ""
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(path)], check=True)
         if layered:
-            own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+            own = subprocess.run(
+                [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
             (Path(own) / "_layered_on_base.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
         if requirements:
-            res = subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements], capture_output=True,
-                                 text=True, timeout=timeout)  # fmt: skip
+            res = subprocess.run(
+                [str(python), "-m", "pip", "install", "-q", *requirements],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
             if res.returncode != 0:
                 raise RuntimeError(
                     f"could not build {path} with {requirements}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"

@@ -86,9 +86,13 @@ def explain(cfg: RunConfig, global_batch: int, lr: float, warmup: int) -> tuple[
     ]
     warnings = []
     if "lr" in cfg.optim.model_fields_set and not math.isclose(lr, cfg.optim.lr, rel_tol=1e-9):
-        warnings.append(f"warning: optim.lr {cfg.optim.lr:.3g} set in the config is replaced by {lr:.3g} from "
-                        f"lr_scaling.rule={s.rule}; set lr_scaling.rule=none to keep it")  # fmt: skip
+        warnings.append(
+            f"warning: optim.lr {cfg.optim.lr:.3g} set in the config is replaced by {lr:.3g} from "
+            f"lr_scaling.rule={s.rule}; set lr_scaling.rule=none to keep it"
+        )
     if "warmup_steps" in cfg.schedule.model_fields_set and warmup != cfg.schedule.warmup_steps:
-        warnings.append(f"warning: schedule.warmup_steps {cfg.schedule.warmup_steps} set in the config is replaced "
-                        f"by {warmup} from lr_scaling.rule={s.rule}; set lr_scaling.rule=none to keep it")  # fmt: skip
+        warnings.append(
+            f"warning: schedule.warmup_steps {cfg.schedule.warmup_steps} set in the config is replaced "
+            f"by {warmup} from lr_scaling.rule={s.rule}; set lr_scaling.rule=none to keep it"
+        )
     return lines, warnings

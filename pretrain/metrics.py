@@ -113,8 +113,10 @@ class JsonlSink(Sink):
     def log(self, step, values, prefix):
         now = time.time()
         iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
-        self.f.write(json.dumps({"step": step, "split": prefix, "time": round(now, 3), "timestamp": iso,
-                                 **values}) + "\n")  # fmt: skip
+        self.f.write(
+            json.dumps({"step": step, "split": prefix, "time": round(now, 3), "timestamp": iso, **values})
+            + "\n"
+        )
         self.f.flush()
 
     def close(self):
@@ -194,8 +196,9 @@ class MlflowSink(Sink):
             mlflow.log_params(batch)
 
     def log(self, step, values, prefix):
-        self.mlflow.log_metrics({f"{prefix}/{k}": float(v) for k, v in values.items() if isinstance(v, int | float)},
-                                step=step)  # fmt: skip
+        self.mlflow.log_metrics(
+            {f"{prefix}/{k}": float(v) for k, v in values.items() if isinstance(v, int | float)}, step=step
+        )
 
     def close(self):
         self.mlflow.end_run()

@@ -342,8 +342,14 @@ def _cleaning_text(cfg: RunConfig, clean_stats: dict[str, Any] | None) -> str:
         steps.append(f"{ran['n']}-gram decontamination against {', '.join(ran.get('eval_sets', {}))}")
     elif ran is None and dc.enabled and ((dc.tasks and cfg.finetune.tasks) or dc.sources):
         steps.append(f"{dc.n}-gram decontamination against the evaluation text")
-    dedup = [x for x, on in (("exact", cfg.data.dedup.exact), ("MinHash near-duplicate", cfg.data.dedup.minhash.enabled))
-             if on]  # fmt: skip
+    dedup = [
+        x
+        for x, on in (
+            ("exact", cfg.data.dedup.exact),
+            ("MinHash near-duplicate", cfg.data.dedup.minhash.enabled),
+        )
+        if on
+    ]
     return f"Cleaning: {', '.join(steps)}; deduplication: {', '.join(dedup) or 'none'}."
 
 
@@ -364,8 +370,11 @@ def _training_data_text(
         )
         tok = per_src_tokens.get(s.name)
         held = f"; {s.holdout_fraction:.0%} held out of pretraining by id hash" if s.holdout_fraction else ""
-        body.append(f"- **{s.name}** ({s.format}, weight {s.weight:g}): {kept}"
-                    + (f", {tok:,} tokens" if isinstance(tok, int) else "") + held)  # fmt: skip
+        body.append(
+            f"- **{s.name}** ({s.format}, weight {s.weight:g}): {kept}"
+            + (f", {tok:,} tokens" if isinstance(tok, int) else "")
+            + held
+        )
     return body
 
 
@@ -375,8 +384,10 @@ def _evaluation_text(
     """The card's evaluation lines: held-out perplexity (or why there is none), the transfer table, export parity."""
     body: list[str] = []
     if ppl is not None:
-        body.append(f"Held-out perplexity: **{ppl[0]:.2f}** (step {ppl[1]}; {cfg.loader.eval_fraction:.0%} of the "
-                    "packed token stream never trained on).")  # fmt: skip
+        body.append(
+            f"Held-out perplexity: **{ppl[0]:.2f}** (step {ppl[1]}; {cfg.loader.eval_fraction:.0%} of the "
+            "packed token stream never trained on)."
+        )
     elif task == "token_detection":
         body.append(
             "Held-out perplexity: none (this head's loss is not a language model's likelihood; "
@@ -385,12 +396,17 @@ def _evaluation_text(
     else:
         body.append("Held-out perplexity: not measured (no eval rows in logs/metrics.jsonl).")
     if transfer_rows:
-        body += ["", "Downstream adaptation (each task's test metric: accuracy, or Pearson r for a regression task; "
-                 "mean, ± sd where there are 2 or more seeds), a row per adaptation method. The random-init arm "
-                 "(same architecture and adaptation, no pretraining) is the baseline, not a result of this model:",
-                 "",
-                 "| task | metric | method | from this model | its linear probe | random init (baseline) "
-                 "| baseline probe | margin |", "|---|---|---|---|---|---|---|---|", *transfer_rows]  # fmt: skip
+        body += [
+            "",
+            "Downstream adaptation (each task's test metric: accuracy, or Pearson r for a regression task; "
+            "mean, ± sd where there are 2 or more seeds), a row per adaptation method. The random-init arm "
+            "(same architecture and adaptation, no pretraining) is the baseline, not a result of this model:",
+            "",
+            "| task | metric | method | from this model | its linear probe | random init (baseline) "
+            "| baseline probe | margin |",
+            "|---|---|---|---|---|---|---|---|",
+            *transfer_rows,
+        ]
     else:
         body.append(
             "Downstream transfer: not run yet (`python -m adapt transfer`, then `python -m pretrain card`)."
@@ -429,11 +445,65 @@ def _origin_lines(state: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], model_config: dict[str, Any],
-                      manifest: dict[str, Any] | None, clean_stats: dict[str, Any] | None,
-                      ppl: tuple[float, int] | None, transfer: dict[str, Any] | None,
-                      mask_token: str | None = None, speed: tuple[float, float] | None = None,
-                      ppl_sources: list[str] | None = None, lm_eval: dict[str, Any] | None = None) -> str:  # fmt: skip
+def _recipe_lines(
+    cfg: RunConfig,
+    state: dict[str, Any],
+    manifest: dict[str, Any] | None,
+    clean_stats: dict[str, Any] | None,
+    speed: tuple[float, float] | None,
+) -> list[str]:
+    """The card's data, recipe and compute sections, up to the evaluation heading."""
+    tokens_seen, steps = state.get("tokens_seen"), state.get("step")
+    lc, ds = cfg.launch, cfg.deepspeed
+    plan = state.get("plan") or {}
+    totals = (manifest or {}).get("totals", {})
+    body: list[str] = []
+    body += _training_data_text(cfg, manifest, clean_stats)
+    body += [
+        "",
+        _cleaning_text(cfg, clean_stats),
+        f"Tokenizer: {cfg.tokenizer.type} trained on the cleaned corpus, vocabulary {cfg.tokenizer.vocab_size:,}"
+        + (
+            f"; corpus: {totals['tokens']:,} tokens in {totals.get('docs', 0):,} documents"
+            if "tokens" in totals
+            else ""
+        )
+        + ".",
+        "",
+        "## Training recipe",
+        "",
+        f"- Objective `{cfg.objective.type}`, packing `{cfg.packing.mode}`, sequence length {cfg.packing.seq_len}",
+        f"- Global batch {cfg.batch.global_batch_size} sequences, {steps} steps, {tokens_seen:,} tokens seen"
+        if isinstance(tokens_seen, int)
+        else f"- Global batch {cfg.batch.global_batch_size} sequences, {steps} steps",
+        f"- Optimizer {cfg.optim.name}, peak LR {plan.get('peak_lr', cfg.optim.lr):g} with {_warmup_text(plan, cfg)}, "
+        f"weight decay {cfg.optim.weight_decay}; precision {ds.precision}",
+        "",
+        "## Compute",
+        "",
+        f"- {lc.nodes} node(s) × {lc.procs_per_node} rank(s), backend {lc.backend}, DeepSpeed ZeRO stage {ds.zero_stage}",
+        *([_speed_text(cfg, speed)] if speed else []),
+        "",
+        "## Evaluation",
+        "",
+    ]
+    return body
+
+
+def render_model_card(
+    cfg: RunConfig,
+    export_dir: Path,
+    state: dict[str, Any],
+    model_config: dict[str, Any],
+    manifest: dict[str, Any] | None,
+    clean_stats: dict[str, Any] | None,
+    ppl: tuple[float, int] | None,
+    transfer: dict[str, Any] | None,
+    mask_token: str | None = None,
+    speed: tuple[float, float] | None = None,
+    ppl_sources: list[str] | None = None,
+    lm_eval: dict[str, Any] | None = None,
+) -> str:
     task = card_task(cfg.model.family, cfg.objective.type)
     pipeline_tag, task_name, auto_cls = TASKS[task]
     name = cfg.export.model_name or cfg.run.name
@@ -448,39 +518,52 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
     if task == "token_detection":
         ppl = None  # a head with no LM pipeline (ELECTRA: MLM + lambda x BCE): its eval loss is no perplexity
     if ppl is not None:
-        results.append(EvalResult(
-            task_type=pipeline_tag, task_name=task_name, dataset_type=f"{cfg.run.name}-heldout",
-            dataset_name=f"Held-out {cfg.loader.eval_fraction:.0%} of the pretraining token stream "
-                         f"({', '.join(ppl_sources or [s.name for s in sources])})",
-            dataset_split="validation", metric_type="perplexity", metric_value=round(ppl[0], 3),
-            metric_name=f"Held-out perplexity (step {ppl[1]})"))  # fmt: skip
+        results.append(
+            EvalResult(
+                task_type=pipeline_tag,
+                task_name=task_name,
+                dataset_type=f"{cfg.run.name}-heldout",
+                dataset_name=f"Held-out {cfg.loader.eval_fraction:.0%} of the pretraining token stream "
+                f"({', '.join(ppl_sources or [s.name for s in sources])})",
+                dataset_split="validation",
+                metric_type="perplexity",
+                metric_value=round(ppl[0], 3),
+                metric_name=f"Held-out perplexity (step {ppl[1]})",
+            )
+        )
     transfer_results, transfer_rows = _transfer_results(transfer) if transfer else ([], [])
     harness_results, harness_lines = lm_eval_card(lm_eval) if lm_eval else ([], [])
     results += transfer_results + harness_results
 
     data = ModelCardData(
-        license=cfg.export.license, language=languages or None, library_name="transformers",
-        pipeline_tag=pipeline_tag, datasets=datasets or None, model_name=name if results else None,
+        license=cfg.export.license,
+        language=languages or None,
+        library_name="transformers",
+        pipeline_tag=pipeline_tag,
+        datasets=datasets or None,
+        model_name=name if results else None,
         eval_results=results or None,
-        tags=[cfg.model.family, cfg.objective.type.replace("_", "-"),
-              "continued-pretraining" if state.get("init_from") else "pretrained-from-scratch", "lmstack",
-              "deepspeed", *cfg.export.tags],
-    )  # fmt: skip
+        tags=[
+            cfg.model.family,
+            cfg.objective.type.replace("_", "-"),
+            "continued-pretraining" if state.get("init_from") else "pretrained-from-scratch",
+            "lmstack",
+            "deepspeed",
+            *cfg.export.tags,
+        ],
+    )
     min_tf = _min_transformers(cfg.model.family)
 
     n_params = state.get("n_params")
-    tokens_seen = state.get("tokens_seen")
-    steps = state.get("step")
-    lc, ds = cfg.launch, cfg.deepspeed
-    plan = state.get("plan") or {}
-    totals = (manifest or {}).get("totals", {})
+    ds = cfg.deepspeed
 
     body = [f"# {name}", ""]
     body.append(
         f"A {cfg.model.family} ({cfg.model.size}, {n_params:,} parameters) language model pretrained from scratch with "
         f"{cfg.objective.type.replace('_', ' ')} on {len(sources)} source(s) by lmstack (DeepSpeed ZeRO-{ds.zero_stage})."
-        if isinstance(n_params, int) else f"A {cfg.model.family} ({cfg.model.size}) model pretrained from scratch."
-    )  # fmt: skip
+        if isinstance(n_params, int)
+        else f"A {cfg.model.family} ({cfg.model.size}) model pretrained from scratch."
+    )
     if state.get("init_from"):
         body[-1] = body[-1].replace("pretrained from scratch", "continued from existing weights")
     body += _origin_lines(state)
@@ -495,44 +578,30 @@ def render_model_card(cfg: RunConfig, export_dir: Path, state: dict[str, Any], m
         "```",
         "",
     ]
-    body += [f"Loads with transformers >={min_tf} (the oldest release the compat test loads it in) and 5.x; "
-             f"tokenizer class `{state.get('tokenizer_class', '?')}`." + _pair_text(state.get("pair_separator")),
-             ""]  # fmt: skip
+    body += [
+        f"Loads with transformers >={min_tf} (the oldest release the compat test loads it in) and 5.x; "
+        f"tokenizer class `{state.get('tokenizer_class', '?')}`." + _pair_text(state.get("pair_separator")),
+        "",
+    ]
     lora = _lora_modules(cfg.model.family)
     if lora:
-        body += [f"LoRA with peft: peft has no default target modules for `{cfg.model.family}`; pass "
-                 f"`LoraConfig(target_modules={list(lora)})`.", ""]  # fmt: skip
+        body += [
+            f"LoRA with peft: peft has no default target modules for `{cfg.model.family}`; pass "
+            f"`LoraConfig(target_modules={list(lora)})`.",
+            "",
+        ]
 
-    body += _training_data_text(cfg, manifest, clean_stats)
-    body += [
-        "",
-        _cleaning_text(cfg, clean_stats),
-        f"Tokenizer: {cfg.tokenizer.type} trained on the cleaned corpus, vocabulary {cfg.tokenizer.vocab_size:,}"
-        + (f"; corpus: {totals['tokens']:,} tokens in {totals.get('docs', 0):,} documents" if "tokens" in totals else "")
-        + ".",
-        "",
-        "## Training recipe",
-        "",
-        f"- Objective `{cfg.objective.type}`, packing `{cfg.packing.mode}`, sequence length {cfg.packing.seq_len}",
-        f"- Global batch {cfg.batch.global_batch_size} sequences, {steps} steps, {tokens_seen:,} tokens seen"
-        if isinstance(tokens_seen, int) else f"- Global batch {cfg.batch.global_batch_size} sequences, {steps} steps",
-        f"- Optimizer {cfg.optim.name}, peak LR {plan.get('peak_lr', cfg.optim.lr):g} with {_warmup_text(plan, cfg)}, "
-        f"weight decay {cfg.optim.weight_decay}; precision {ds.precision}",
-        "",
-        "## Compute",
-        "",
-        f"- {lc.nodes} node(s) × {lc.procs_per_node} rank(s), backend {lc.backend}, DeepSpeed ZeRO stage {ds.zero_stage}",
-        *([_speed_text(cfg, speed)] if speed else []),
-        "",
-        "## Evaluation",
-        "",
-    ]  # fmt: skip
+    body += _recipe_lines(cfg, state, manifest, clean_stats, speed)
     body += best_against_best_lines(transfer)
     body += _evaluation_text(cfg, task, ppl, transfer_rows, state.get("parity_max_abs_diff")) + harness_lines
-    body += ["", "## Files", "",
-             f"- `{MANIFEST_FILE}`: token shards with their sha256 (the exact data the model saw)",
-             f"- `{CONFIG_FILE}`: the full resolved run configuration",
-             "- `training_state.json`: step, tokens seen, final loss, the checkpoint it came from"]  # fmt: skip
+    body += [
+        "",
+        "## Files",
+        "",
+        f"- `{MANIFEST_FILE}`: token shards with their sha256 (the exact data the model saw)",
+        f"- `{CONFIG_FILE}`: the full resolved run configuration",
+        "- `training_state.json`: step, tokens seen, final loss, the checkpoint it came from",
+    ]
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(body) + "\n")
     return str(card)
 

@@ -142,8 +142,10 @@ def _as_list_index(err: ValidationError, digit_keys: list[tuple[list[str], int]]
         for keys, i in digit_keys:
             at = ".".join(keys[:i]) or "<root>"
             if e["type"] in ("list_type", "tuple_type") and loc == keys[:i]:
-                return (f"override {'.'.join(keys)}: no list index {keys[i]} at {at} (not in the config files: "
-                        f"give the whole list, {at}=[...])")  # fmt: skip
+                return (
+                    f"override {'.'.join(keys)}: no list index {keys[i]} at {at} (not in the config files: "
+                    f"give the whole list, {at}=[...])"
+                )
             if e["type"] == "extra_forbidden" and loc == keys[: i + 1]:
                 return f"override {'.'.join(keys)}: no list index {keys[i]} at {at} (a mapping)"
     return None

@@ -45,8 +45,9 @@ NEEDS_OWN_TIMEOUT = ("integration", "slow", "smoke", *INTEGRATION_MARKERS)
 def pytest_configure(config):
     """No test runs without a timeout: refuse to run when pytest-timeout is missing or switched off."""
     if not config.pluginmanager.hasplugin("timeout"):
-        raise pytest.UsageError("pytest-timeout is not installed: every test needs a timeout "
-                                "(pip install -e '.[test]')")  # fmt: skip
+        raise pytest.UsageError(
+            "pytest-timeout is not installed: every test needs a timeout (pip install -e '.[test]')"
+        )
     if float(config.getini("timeout") or 0) <= 0 and not config.getoption("timeout", None):
         raise pytest.UsageError("no global test timeout: set `timeout` in [tool.pytest.ini_options]")
 
@@ -77,8 +78,11 @@ def pytest_itemcollected(item):
 def pytest_collection_modifyitems(config, items):
     """Every test outside the fast tier has its own timeout; then longest timeout first (the sort is stable, so
     everything else keeps pytest's order)."""
-    missing = [item.nodeid for item in items
-               if any(item.get_closest_marker(m) for m in NEEDS_OWN_TIMEOUT) and not explicit_timeout(item)]  # fmt: skip
+    missing = [
+        item.nodeid
+        for item in items
+        if any(item.get_closest_marker(m) for m in NEEDS_OWN_TIMEOUT) and not explicit_timeout(item)
+    ]
     if missing:
         raise pytest.UsageError(
             f"{len(missing)} test(s) outside the fast tier have no @pytest.mark.timeout(seconds) (tests/conftest.py "

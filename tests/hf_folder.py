@@ -21,9 +21,12 @@ def tokenizer_of(vocab_size: int = 400):
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(TEXTS, vocab_size=vocab_size, min_frequency=1, special_tokens=["<|endoftext|>"])
     return GPT2TokenizerFast(
-        tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-        unk_token="<|endoftext|>", pad_token="<|endoftext|>",
-    )  # fmt: skip
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+    )
 
 
 def gpt2_folder(
@@ -41,9 +44,17 @@ def gpt2_folder(
 
     tok = tokenizer_of(vocab_size)
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(tok), n_positions=positions, n_embd=32, n_layer=2, n_head=2, n_inner=64,
-                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                        pad_token_id=tok.pad_token_id)  # fmt: skip
+    config = GPT2Config(
+        vocab_size=len(tok),
+        n_positions=positions,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_inner=64,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     model = getattr(transformers, head)(config)
     if weights:
         model.save_pretrained(out)

@@ -50,8 +50,9 @@ def test_training_guide_states_each_familys_oldest_transformers():
     for family in family_names():
         spec = get_family(family)
         if spec.min_transformers != min(oldest):
-            assert re.search(rf"{spec.min_transformers}[^.]*{family}|{family}[^.]*{spec.min_transformers}",
-                             TRAINING, re.I), family  # fmt: skip
+            assert re.search(
+                rf"{spec.min_transformers}[^.]*{family}|{family}[^.]*{spec.min_transformers}", TRAINING, re.I
+            ), family
 
 
 def test_training_guide_does_not_put_the_random_init_arm_in_model_index():

@@ -216,8 +216,19 @@ def test_relative_links_resolve(doc: Path):
 
 
 CODE_SPAN = re.compile(r"`([^`\s]+)`")
-REPO_DIRS = ("core/", "runconfig/", "data_pipeline/", "pretrain/", "adapt/", "launch/", "configs/", "bench/",
-             "tests/", "docs/", ".ci/")  # fmt: skip
+REPO_DIRS = (
+    "core/",
+    "runconfig/",
+    "data_pipeline/",
+    "pretrain/",
+    "adapt/",
+    "launch/",
+    "configs/",
+    "bench/",
+    "tests/",
+    "docs/",
+    ".ci/",
+)
 OUTSIDE = re.compile(r"^(/(work|home|root|Users|mnt|srv)/|\.\./)")
 
 

@@ -30,9 +30,22 @@ def test_counts_real_mypy_errors_per_file_and_fails_only_on_growth(tmp_path):
     (tmp_path / "clean.py").write_text("z: int = 1\n")
     (tmp_path / "note.py").write_text("def f(a):\n    return a\nreveal_type(f)\n")  # a note, not an error
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-incremental", "--config-file", "/dev/null", "two.py", "clean.py", "note.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=110,
-    ).stdout  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--no-incremental",
+            "--config-file",
+            "/dev/null",
+            "two.py",
+            "clean.py",
+            "note.py",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    ).stdout
     found = mb.count_errors(out)
     assert found == Counter({"two.py": 2})
 

@@ -20,11 +20,29 @@ def _pytest(folder: Path, body: str, *args: str) -> subprocess.CompletedProcess:
     (folder / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n")
     (folder / "test_sample.py").write_text("import pytest\n\n" + textwrap.dedent(body))
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(folder),
-         "-p", "no:cacheprovider", "-p", "no:xdist", "--collect-only", "-q", *args, str(folder)],
-        cwd=folder, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "--rootdir",
+            str(folder),
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "--collect-only",
+            "-q",
+            *args,
+            str(folder),
+        ],
+        cwd=folder,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
 
 
 def _collected(res: subprocess.CompletedProcess) -> list[str]:
@@ -127,8 +145,13 @@ def test_the_suite_has_a_global_timeout():
 @pytest.mark.parametrize("target", ["test", "test-all"])
 def test_make_targets_select_the_tiers(target):
     """`make test` is the fast tier; `make test-all` selects no marker, so it runs every tier."""
-    res = subprocess.run(["make", "-n", "-o", ".venv/.installed-test", "-o", ".venv/.installed", target], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    res = subprocess.run(
+        ["make", "-n", "-o", ".venv/.installed-test", "-o", ".venv/.installed", target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     line = next(x for x in res.stdout.splitlines() if "-m pytest" in x)
     if target == "test":
@@ -155,11 +178,27 @@ def test_a_test_past_its_timeout_fails_and_leaves_no_process_behind(tmp_path):
     """)
     )
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
-         "-p", "no:cacheprovider", "-p", "no:xdist", "-q", str(tmp_path)],
-        cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "--rootdir",
+            str(tmp_path),
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-q",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
     assert res.returncode == 1 and "Timeout (>3.0s) from pytest-timeout" in res.stdout, res.stdout[-3000:]
     pid = int(pid_file.read_text())
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
@@ -178,11 +217,27 @@ def test_a_fast_tier_test_that_starts_torchrun_fails_naming_the_marker(tmp_path)
     """)
     )
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
-         "-p", "no:cacheprovider", "-p", "no:xdist", "-q", str(tmp_path)],
-        cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "--rootdir",
+            str(tmp_path),
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-q",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
     assert res.returncode == 1, res.stdout[-3000:]
     assert (
         "test_unmarked starts torchrun with 2 rank(s) but is in the fast tier: mark it `integration`"

@@ -50,8 +50,24 @@ EMAIL_RE = re.compile(
 _IMAGE_EXT = frozenset({"png", "jpg", "jpeg", "gif", "svg", "webp", "bmp", "ico", "tif", "tiff", "avif"})
 _URL_USERINFO = re.compile(r"[a-z][a-z0-9+.-]*://[^\s/@]*$", re.IGNORECASE)  # the text before `user@host`
 _WORD_COLON = re.compile(r"([\w-]+):$")
-_MAIL_LABELS = frozenset({"mailto", "email", "e-mail", "mail", "from", "to", "cc", "bcc", "reply-to", "contact",
-                          "sender", "address", "correo", "courriel"})  # fmt: skip
+_MAIL_LABELS = frozenset(
+    {
+        "mailto",
+        "email",
+        "e-mail",
+        "mail",
+        "from",
+        "to",
+        "cc",
+        "bcc",
+        "reply-to",
+        "contact",
+        "sender",
+        "address",
+        "correo",
+        "courriel",
+    }
+)
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 # Not glued to a word, a file name (`sqlite-3.45.1.0`) or a longer dotted run; not a network address (`.0`).
@@ -205,8 +221,11 @@ class PiiFormatter(Formatter):
 
         # Cheap guards first: most documents have no '@', no run of dotted digits, no '::'-style groups.
         if "email" in self.kinds and "@" in text:
-            spans += [(m.start(), m.end(), "email") for m in EMAIL_RE.finditer(text)
-                      if _is_email(text, m.start(), m)]  # fmt: skip
+            spans += [
+                (m.start(), m.end(), "email")
+                for m in EMAIL_RE.finditer(text)
+                if _is_email(text, m.start(), m)
+            ]
         if "ip" in self.kinds:
             if _DOTTED_QUAD.search(text):
                 for m in IPV4_RE.finditer(text):
@@ -217,8 +236,11 @@ class PiiFormatter(Formatter):
                     ):
                         spans.append((m.start(), m.end(), "ipv4"))
             if _HEX_COLONS.search(text):
-                spans += [(m.start(), m.end(), "ipv6") for m in IPV6_RE.finditer(text)
-                          if free(m.start(), m.end()) and _ip_ok(m.group(0), self.public_only)]  # fmt: skip
+                spans += [
+                    (m.start(), m.end(), "ipv6")
+                    for m in IPV6_RE.finditer(text)
+                    if free(m.start(), m.end()) and _ip_ok(m.group(0), self.public_only)
+                ]
         if "phone" in self.kinds and _DIGIT_RUN.search(text):
             for m in PHONE_RE.finditer(text):
                 s = m.start()

@@ -33,8 +33,17 @@ _LAZY = {
     "SpanCorruptionCollator": "data_pipeline.objectives.span_corruption",
 }
 
-__all__ = ["CausalCollator", "Collator", "MLMCollator", "ObjectiveSpec", "SpanCorruptionCollator", "build_collator",
-           "get_objective", "objective_names", "register_objective"]  # fmt: skip
+__all__ = [
+    "CausalCollator",
+    "Collator",
+    "MLMCollator",
+    "ObjectiveSpec",
+    "SpanCorruptionCollator",
+    "build_collator",
+    "get_objective",
+    "objective_names",
+    "register_objective",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -58,8 +58,15 @@ class _Plan:
     microseconds per array, so the fixed per-call cost (array set-up, index tables) is what the collator's time
     is made of; caching it cuts a call from ~110 to ~50 us at batch 8."""
 
-    def __init__(self, B: int, n: int, noise_density: float, mean_noise_span_length: float,
-                 sentinels: np.ndarray, eos_id: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        B: int,
+        n: int,
+        noise_density: float,
+        mean_noise_span_length: float,
+        sentinels: np.ndarray,
+        eos_id: int,
+    ) -> None:
         num_noise, S = noise_counts(n, noise_density, mean_noise_span_length)
         if S > sentinels.shape[0]:
             raise ValueError(
@@ -126,8 +133,9 @@ class _Plan:
         return self.at
 
 
-def _plan(work: dict | None, B: int, n: int, density: float, mean_span: float, sentinels: np.ndarray,
-          eos_id: int) -> _Plan:  # fmt: skip
+def _plan(
+    work: dict | None, B: int, n: int, density: float, mean_span: float, sentinels: np.ndarray, eos_id: int
+) -> _Plan:
     if work is None:
         return _Plan(B, n, density, mean_span, sentinels, eos_id)
     key = (B, n, density, mean_span, eos_id, id(sentinels))
@@ -239,8 +247,9 @@ class SpanCorruptionCollator:
         B = ids.shape[0]
         if ids.shape[1] == self.raw_length and (ids[:, -1] != self.pad_id).all():
             # The common case: every sample is a full block, outputs have exactly the configured lengths.
-            inputs, labels = span_corrupt(ids, keys, self.density, self.mean_span, self.sentinels, self.eos_id,
-                                          self._work())  # fmt: skip
+            inputs, labels = span_corrupt(
+                ids, keys, self.density, self.mean_span, self.sentinels, self.eos_id, self._work()
+            )
             return {
                 "input_ids": torch.from_numpy(inputs),
                 # cheaper than torch.ones

@@ -29,8 +29,10 @@ def unk_rate(tok: Tokenizer, texts: Iterator[str], max_tokens: int = UNK_SAMPLE_
     if isinstance(tok.pre_tokenizer, pre_tokenizers.ByteLevel):
         missing = set(pre_tokenizers.ByteLevel.alphabet()) - set(tok.get_vocab())
         if missing:
-            raise ValueError(f"byte-level BPE vocabulary lacks {len(missing)} of the 256 bytes: text with them "
-                             "would be dropped silently")  # fmt: skip
+            raise ValueError(
+                f"byte-level BPE vocabulary lacks {len(missing)} of the 256 bytes: text with them "
+                "would be dropped silently"
+            )
         return 0.0, 0
     unk_id = next((tok.token_to_id(t) for t in ("<unk>", "[UNK]") if tok.token_to_id(t) is not None), None)
     n = hits = 0

@@ -50,30 +50,47 @@ def register_convention(name: str, conv: Convention) -> None:
 
 _MASK = AddedToken("<mask>", lstrip=True, special=True)
 ROBERTA = Convention(  # the `roberta` entry point (pyproject.toml)
-
     BPE_SPECIALS,
-    dict(bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>", unk_token="<unk>", pad_token="<pad>",
-         mask_token=_MASK),
-    "RobertaTokenizer", added_tokens=(_MASK,), wraps=True)  # fmt: skip
+    dict(
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token=_MASK,
+    ),
+    "RobertaTokenizer",
+    added_tokens=(_MASK,),
+    wraps=True,
+)
 # GPT-2 has one special token; pad = EOS with left padding is what batched `generate` expects.
 GPT2 = Convention(  # the `gpt2` entry point (pyproject.toml)
-
-    [EOT], dict(bos_token=EOT, eos_token=EOT, unk_token=EOT, pad_token=EOT), "GPT2Tokenizer", padding_side="left",
-    added_tokens=(EOT,))  # fmt: skip
+    [EOT],
+    dict(bos_token=EOT, eos_token=EOT, unk_token=EOT, pad_token=EOT),
+    "GPT2Tokenizer",
+    padding_side="left",
+    added_tokens=(EOT,),
+)
 BERT = Convention(  # the `bert` entry point (pyproject.toml)
-
     WORDPIECE_SPECIALS,
     dict(cls_token="[CLS]", sep_token="[SEP]", unk_token="[UNK]", pad_token="[PAD]", mask_token="[MASK]"),
-    "BertTokenizer", model_input_names=("input_ids", "token_type_ids", "attention_mask"),
-    lowercase_flag=True)  # fmt: skip
+    "BertTokenizer",
+    model_input_names=("input_ids", "token_type_ids", "attention_mask"),
+    lowercase_flag=True,
+)
 T5 = Convention(  # the `t5` entry point (pyproject.toml)
-
     T5_SPECIALS,
-    dict(eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
-         additional_special_tokens=[f"<extra_id_{i}>" for i in range(NUM_SENTINELS)]),
+    dict(
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        additional_special_tokens=[f"<extra_id_{i}>" for i in range(NUM_SENTINELS)],
+    ),
     # transformers 5 rebuilds a T5Tokenizer's pipeline without byte fallback; the generic class loads tokenizer.json
     # as written in both 4.x and 5.x.
-    "PreTrainedTokenizerFast")  # fmt: skip
+    "PreTrainedTokenizerFast",
+)
 
 
 def describe(cfg: RunConfig) -> str:

@@ -63,8 +63,14 @@ def remove_staging(folder: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def save_tokenizer(tok: Tokenizer, convention: str, folder: Path, model_max_length: int,
-                   extra_files: dict | None = None, lowercase: bool = False):  # fmt: skip
+def save_tokenizer(
+    tok: Tokenizer,
+    convention: str,
+    folder: Path,
+    model_max_length: int,
+    extra_files: dict | None = None,
+    lowercase: bool = False,
+):
     """Write an HF tokenizer folder atomically (tmp folder, then rename): a crash never leaves half a folder."""
     from transformers import PreTrainedTokenizerFast
 
@@ -75,8 +81,13 @@ def save_tokenizer(tok: Tokenizer, convention: str, folder: Path, model_max_leng
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         names = list(conv.model_input_names)
-        hf = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length, model_input_names=names,
-                                     padding_side=conv.padding_side, **conv.hf_tokens)  # fmt: skip
+        hf = PreTrainedTokenizerFast(
+            tokenizer_object=tok,
+            model_max_length=model_max_length,
+            model_input_names=names,
+            padding_side=conv.padding_side,
+            **conv.hf_tokens,
+        )
         hf.save_pretrained(str(tmp))
         # BertTokenizerFast (4.x) re-lowercases unless told: the normaliser we trained is the truth.
         make_portable(tmp, convention, **({"do_lower_case": lowercase} if conv.lowercase_flag else {}))

@@ -230,8 +230,11 @@ def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
         )
     rate, counted = unk_rate(tok, iter_texts(cfg, limit=UNK_SAMPLE_DOCS), max_tokens=UNK_SAMPLE_TOKENS)
     basis = "byte alphabet" if tc.type == "bpe" else "sample"  # our BPE is byte-level: see unk_rate
-    where = ("(byte-level: all 256 bytes in the vocabulary)" if basis == "byte alphabet"
-             else f"over a sample of {counted:,} tokens")  # fmt: skip
+    where = (
+        "(byte-level: all 256 bytes in the vocabulary)"
+        if basis == "byte alphabet"
+        else f"over a sample of {counted:,} tokens"
+    )
     log.info(
         f"[tokenizer] {tc.type}: <unk> rate {100 * rate:.4f}% {where} "
         f"(tokenizer.max_unk_rate {100 * tc.max_unk_rate:.4f}%)"
@@ -244,8 +247,18 @@ def _train_tokenizer(cfg: RunConfig, out: Path) -> Path:
         )
     conv = convention_name(tc.type, cfg.model.family, tc.convention)
     extra["training_meta.json"] = json.dumps(
-        {"type": tc.type, "convention": conv, "family": cfg.model.family, "vocab_size": tok.get_vocab_size(),
-         "requested_vocab_size": tc.vocab_size, "lowercase": tc.lowercase,
-         "byte_fallback": tc.byte_fallback if tc.type == "unigram" else None,
-         "unk_rate": rate, "unk_rate_tokens": counted, "unk_rate_basis": basis}, indent=2).encode()  # fmt: skip
+        {
+            "type": tc.type,
+            "convention": conv,
+            "family": cfg.model.family,
+            "vocab_size": tok.get_vocab_size(),
+            "requested_vocab_size": tc.vocab_size,
+            "lowercase": tc.lowercase,
+            "byte_fallback": tc.byte_fallback if tc.type == "unigram" else None,
+            "unk_rate": rate,
+            "unk_rate_tokens": counted,
+            "unk_rate_basis": basis,
+        },
+        indent=2,
+    ).encode()
     return save_tokenizer(tok, conv, out, model_max_length, extra, lowercase=tc.lowercase)

@@ -83,8 +83,15 @@ def test_continued_arm_runs_and_is_reported_beside_the_export(tmp_path):
     rows = _labelled_rows(per_label=10, chars=400)
     folder = _labelled_folder(tmp_path, rows)
     export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
-    more = ["finetune.epochs=3", "finetune.seeds=[0]", "finetune.lr_grid=[1.0e-3]", "finetune.probe=false",
-            "batch.global_batch_size=8", "batch.micro_batch_size=4", "loader.num_workers=0"]  # fmt: skip
+    more = [
+        "finetune.epochs=3",
+        "finetune.seeds=[0]",
+        "finetune.lr_grid=[1.0e-3]",
+        "finetune.probe=false",
+        "batch.global_batch_size=8",
+        "batch.micro_batch_size=4",
+        "loader.num_workers=0",
+    ]
     cfg = _task_cfg("gpt2-tiny", [*overrides, *more], train=str(folder))
     report = run_continue(cfg, export, tmp_path / "out", steps=2)
     c = report["tasks"]["t"]["continued"]

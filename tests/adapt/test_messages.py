@@ -45,8 +45,12 @@ def test_a_missing_model_folder_is_one_line_naming_it_and_no_hub_lookup(tmp_path
 
 def _jsonl(path: Path, rows: list[tuple[str, object]]) -> Path:
     texts = [r[1] for r in _labelled_rows(per_label=8, chars=100)]
-    path.write_text("".join(json.dumps({"id": f"r{i}", "text": texts[i % len(texts)], "label": y}) + "\n"
-                            for i, (_, y) in enumerate(rows)))  # fmt: skip
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"r{i}", "text": texts[i % len(texts)], "label": y}) + "\n"
+            for i, (_, y) in enumerate(rows)
+        )
+    )
     return path
 
 

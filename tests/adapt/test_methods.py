@@ -51,8 +51,14 @@ def _cfg(family: str, overrides, folder, *more):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_frozen_method_probes_every_layer_and_mixes_them(exports, family):
     root, folder, export, overrides = exports(family)
-    cfg = _cfg(family, overrides, folder, "finetune.methods=[frozen]", "finetune.seeds=[0,1]",
-               "finetune.frozen.mix_steps=50")  # fmt: skip
+    cfg = _cfg(
+        family,
+        overrides,
+        folder,
+        "finetune.methods=[frozen]",
+        "finetune.seeds=[0,1]",
+        "finetune.frozen.mix_steps=50",
+    )
     report = run_transfer(cfg, export, root / "frozen", **QUIET)
     r = report["tasks"]["t"]
     assert r["arms"] == {} and set(r["methods"]) == {"frozen"}
@@ -79,8 +85,17 @@ def test_lora_method_trains_adapters_on_the_family_targets(exports, family):
     assert m["arms"]["pretrained"]["lr"] == pytest.approx(
         cfg.finetune.lr_grid[0] * cfg.finetune.lora.lr_scale
     )
-    record = json.loads((root / "lora" / "t" / "lora" / "pretrained" / f"lr{m['arms']['pretrained']['lr']:g}-seed0"
-                         / "result.json").read_text())  # fmt: skip
+    record = json.loads(
+        (
+            root
+            / "lora"
+            / "t"
+            / "lora"
+            / "pretrained"
+            / f"lr{m['arms']['pretrained']['lr']:g}-seed0"
+            / "result.json"
+        ).read_text()
+    )
     assert record["method"] == "lora"
 
 
@@ -89,8 +104,14 @@ def test_lora_method_trains_adapters_on_the_family_targets(exports, family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_ulmfit_method_runs_with_its_schedule(exports, family):
     root, folder, export, overrides = exports(family)
-    cfg = _cfg(family, overrides, folder, "finetune.methods=[full,ulmfit]", "finetune.probe=false",
-               "finetune.ulmfit.unfreeze_every=2")  # fmt: skip
+    cfg = _cfg(
+        family,
+        overrides,
+        folder,
+        "finetune.methods=[full,ulmfit]",
+        "finetune.probe=false",
+        "finetune.ulmfit.unfreeze_every=2",
+    )
     report = run_transfer(cfg, export, root / "ulmfit", **QUIET)
     r = report["tasks"]["t"]
     assert set(r["arms"]) == {"pretrained", "random"}  # full: today's figures stay where the card reads them
@@ -132,15 +153,30 @@ def test_a_lora_folder_reloads_with_peft_alone_and_predicts_the_same(exports):
             print(json.dumps(model(**enc).logits.argmax(-1).tolist()))
     """)
     env = {k: v for k, v in child_env().items() if k != "PYTHONPATH"}
-    res = subprocess.run([sys.executable, "-c", script], input=json.dumps(texts), capture_output=True, text=True,
-                         env=env, cwd="/", timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads(res.stdout.strip().splitlines()[-1]) == expected
 
 
 def _tiny_classifier(family: str = "roberta"):
-    cfg = AutoConfig.for_model(family, vocab_size=64, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
-                               intermediate_size=32, num_labels=3, pad_token_id=1)  # fmt: skip
+    cfg = AutoConfig.for_model(
+        family,
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=32,
+        num_labels=3,
+        pad_token_id=1,
+    )
     return AutoModelForSequenceClassification.from_config(cfg)
 
 
@@ -226,8 +262,11 @@ def test_a_lora_folder_names_its_labels_and_loads_as_its_card_says(tmp_path):
     rows = _labelled_rows(per_label=6, chars=200)
     folder = _labelled_folder(tmp_path, rows)
     export, overrides = _export(tmp_path, "gpt2-tiny", [r[1] for r in rows])
-    cfg = _task_cfg("gpt2-tiny", [*overrides, "finetune.methods=[lora]", "finetune.long_inputs=truncate"],
-                    train=str(folder))  # fmt: skip
+    cfg = _task_cfg(
+        "gpt2-tiny",
+        [*overrides, "finetune.methods=[lora]", "finetune.long_inputs=truncate"],
+        train=str(folder),
+    )
     data = load_tasks(cfg)[0]
     task = prepare_task(cfg.finetune, data, AutoTokenizer.from_pretrained(export), export)
     out = tmp_path / "lora-saved"
@@ -251,10 +290,17 @@ def test_a_lora_folder_names_its_labels_and_loads_as_its_card_says(tmp_path):
             preds = [int(model(**tokenizer(t, truncation=True, max_length={task.max_len}, return_tensors="pt")).logits.argmax())
                      for t in texts]
         print(json.dumps({{"labels": model.config.id2label, "predictions": preds}}))
-    """)  # fmt: skip
+    """)
     env = {k: v for k, v in child_env().items() if k != "PYTHONPATH"}
-    res = subprocess.run([sys.executable, "-c", script], input=json.dumps([r[1] for r in data.test]),
-                         capture_output=True, text=True, env=env, cwd="/", timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps([r[1] for r in data.test]),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
     assert got["labels"] == {str(i): n for i, n in enumerate(data.labels)}

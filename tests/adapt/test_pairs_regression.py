@@ -181,8 +181,15 @@ def _score_alone(folder: Path, pairs: list[list[str]], max_length: int) -> dict:
     from tests.pretrain.conftest import child_env
 
     env = {k: v for k, v in child_env().items() if k != "PYTHONPATH"}
-    res = subprocess.run([sys.executable, "-c", SCORE_ALONE, str(folder), str(max_length)], input=json.dumps(pairs),
-                         capture_output=True, text=True, env=env, cwd="/", timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", SCORE_ALONE, str(folder), str(max_length)],
+        input=json.dumps(pairs),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -203,9 +210,15 @@ def test_pair_classification_and_regression_fine_tune_end_to_end(tmp_path, prese
     path = _write_jsonl(tmp_path / "pairs.jsonl", rows, ("a", "b", "topic", "score"))
     tasks = [
         {"name": "nli", "train": path, "text_column": "a", "text_pair_column": "b", "label_column": "topic"},
-        {"name": "sts", "train": path, "text_column": "a", "text_pair_column": "b", "label_column": "score",
-         "problem": "regression"},
-    ]  # fmt: skip
+        {
+            "name": "sts",
+            "train": path,
+            "text_column": "a",
+            "text_pair_column": "b",
+            "label_column": "score",
+            "problem": "regression",
+        },
+    ]
     from runconfig import load_config
 
     cfg = load_config(f"configs/{preset}.yaml", [*overrides, f"finetune.tasks={json.dumps(tasks)}"])
@@ -262,8 +275,9 @@ def test_the_saved_tokenizer_frames_a_pair_as_training_did(tmp_path, family):
     rows = _pair_rows(per_label=4)
     export, overrides = _export(tmp_path, f"{family}-tiny", [r["a"] + r["b"] for r in rows])
     path = _write_jsonl(tmp_path / "pairs.jsonl", rows, ("a", "b", "topic"))
-    cfg = _task_cfg(f"{family}-tiny", overrides, train=path, text_column="a", text_pair_column="b",
-                    label_column="topic")  # fmt: skip
+    cfg = _task_cfg(
+        f"{family}-tiny", overrides, train=path, text_column="a", text_pair_column="b", label_column="topic"
+    )
     data = load_task(cfg, 0)
     task = prepare_task(cfg.finetune, data, AutoTokenizer.from_pretrained(str(export)), export)
     save_finetuned_tokenizer(task.tok, tmp_path / "ft", export)

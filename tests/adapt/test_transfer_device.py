@@ -41,7 +41,7 @@ def test_scoring_runs_on_the_models_device():
             pad_token_id=0,
             eos_token_id=1,
             decoder_start_token_id=0,
-        )  # fmt: skip
+        )
     ).cuda()
     pred = _predict(t5, tok, enc, ft, True, [[3, 1], [4, 1]])
     assert pred.shape == (12,) and set(pred) <= {0, 1}

@@ -68,8 +68,12 @@ def _arm(mean: float | None, collapsed: bool = False) -> dict:
 
 def _task(full=(0.80, 0.70), lora=(0.78, 0.70), frozen=(0.60, 0.40), ulmfit=(0.81, 0.70)) -> dict:
     def method(pre, rnd):
-        return {"arms": {"pretrained": _arm(pre), "random": _arm(rnd)}, "margin": pre - rnd, "p_value": 0.01,
-                "collapsed": []}  # fmt: skip
+        return {
+            "arms": {"pretrained": _arm(pre), "random": _arm(rnd)},
+            "margin": pre - rnd,
+            "p_value": 0.01,
+            "collapsed": [],
+        }
 
     task = method(*full)
     task["methods"] = {"lora": method(*lora), "frozen": method(*frozen), "ulmfit": method(*ulmfit)}
@@ -150,8 +154,14 @@ def test_transfer_verdicts_say_their_budget(tmp_path):
 @pytest.mark.timeout(1500)  # on 2 cores shared with 7 other jobs; a quiet machine takes a few minutes
 def test_adaptation_bench_smoke_runs_the_whole_path():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run([sys.executable, "bench/adaptation.py", "--smoke", "--recipes", "modernbert-budget"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1480)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "bench/adaptation.py", "--smoke", "--recipes", "modernbert-budget"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1480,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = res.stdout
     assert "SMOKE adaptation: ran 1 of 1 recipes" in out

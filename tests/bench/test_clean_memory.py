@@ -18,8 +18,14 @@ import _common as C  # noqa: E402
 @pytest.mark.integration  # two clean stages in their own processes: ~15 s alone, a minute on a loaded 2-core host
 @pytest.mark.timeout(300)
 def test_smoke_measures_every_process_and_catches_every_planted_kind(tmp_path):
-    res = subprocess.run([sys.executable, "bench/clean_memory.py", "--smoke", "--work", str(tmp_path)], cwd=ROOT,
-                         env=C.child_env(), capture_output=True, text=True, timeout=280)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "bench/clean_memory.py", "--smoke", "--work", str(tmp_path)],
+        cwd=ROOT,
+        env=C.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = res.stdout
     assert "a planted kind was not dropped" not in out, out

@@ -57,9 +57,13 @@ def _tiny_wordpiece():
     text = ["shares rose on tuesday as markets closed higher", "the team won the final match at home"] * 20
     wp.train_from_iterator(text, vocab_size=200, show_progress=False)
     return PreTrainedTokenizerFast(
-        tokenizer_object=wp._tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]",
-    )  # fmt: skip
+        tokenizer_object=wp._tokenizer,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
 
 
 TINY = ["model.num_layers=2", "model.hidden_size=32", "model.num_heads=2", "model.ffn_size=48"]

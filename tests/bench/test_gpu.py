@@ -18,8 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(900)
 def test_gpu_bench_smoke_runs_on_cpu():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run([sys.executable, "bench/gpu.py", "--smoke", "--configs", "gpt2_medium_accum4", "llama_1b"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=880)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "bench/gpu.py", "--smoke", "--configs", "gpt2_medium_accum4", "llama_1b"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=880,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     for name in ("gpt2_medium_accum4", "llama_1b"):
         assert f"SMOKE {name}: ran" in res.stdout
@@ -31,6 +37,7 @@ def test_gpu_bench_smoke_runs_on_cpu():
 
 def test_gpu_bench_without_a_gpu_skips_cleanly():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run([sys.executable, "bench/gpu.py"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "bench/gpu.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0 and res.stdout.startswith("SKIP gpu: no CUDA device")

@@ -25,14 +25,21 @@ pytestmark = pytest.mark.xdist_group("loss-parity")
 
 
 def _bench(*args: str) -> tuple[subprocess.CompletedProcess, str]:
-    res = subprocess.run([sys.executable, str(ROOT / "bench" / "loss_parity.py"), "--no-save", *args], cwd=ROOT,
-                         env=C.child_env(threads=1), capture_output=True, text=True, timeout=600)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "loss_parity.py"), "--no-save", *args],
+        cwd=ROOT,
+        env=C.child_env(threads=1),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return res, res.stdout + res.stderr
 
 
 def _verdict(out: str, family: str) -> re.Match:
-    m = re.search(rf"^VERDICT loss_parity_{family}: ours=(\S+) peer=(\S+) ratio=(\S+) goal=1\.0 (pass|fail)$", out,
-                  re.M)  # fmt: skip
+    m = re.search(
+        rf"^VERDICT loss_parity_{family}: ours=(\S+) peer=(\S+) ratio=(\S+) goal=1\.0 (pass|fail)$", out, re.M
+    )
     assert m, f"no VERDICT line for {family}:\n{out[-4000:]}"
     return m
 

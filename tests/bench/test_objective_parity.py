@@ -28,9 +28,13 @@ def _t5_tokenizer():
     vocab = {w: i for i, w in enumerate(words)}
     for k in range(100):  # T5 layout: <extra_id_0> is the highest id
         vocab[f"<extra_id_{k}>"] = len(words) + 99 - k
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
-                                  pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-                                  additional_special_tokens=[f"<extra_id_{k}>" for k in range(100)])  # fmt: skip
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        additional_special_tokens=[f"<extra_id_{k}>" for k in range(100)],
+    )
     return tok
 
 
@@ -77,14 +81,30 @@ def test_shift_labels_moves_labels_and_keeps_t5_decoder_inputs():
     assert "decoder_input_ids" not in op.shift_labels({"labels": labels}, pad_id=None)
 
 
-VERDICT = re.compile(r"^VERDICT objective_parity_(\w+): ours=[\d.]+ peer=[\d.]+ diff=[\d.]+ tolerance=[\d.]+ "
-                     r"(pass|fail)$", re.M)  # fmt: skip
+VERDICT = re.compile(
+    r"^VERDICT objective_parity_(\w+): ours=[\d.]+ peer=[\d.]+ diff=[\d.]+ tolerance=[\d.]+ "
+    r"(pass|fail)$",
+    re.M,
+)
 
 
 def _run(objective: str, *extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    res = subprocess.run([sys.executable, str(ROOT / "bench" / "objective_parity.py"), "--quick", "--objectives",
-                          objective, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1100)  # fmt: skip
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "objective_parity.py"),
+            "--quick",
+            "--objectives",
+            objective,
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1100,
+    )
     verdicts = dict(VERDICT.findall(res.stdout))
     assert verdicts, res.stdout[-2000:] + res.stderr[-3000:]
     assert res.returncode == (0 if set(verdicts.values()) == {"pass"} else 1), res.stdout[-2000:]

@@ -25,8 +25,17 @@ def test_labelled_set_has_negatives_and_every_kind():
     assert len(rows) >= 100 and sum(not r["pii"] for r in rows) >= 60, len(rows)
     assert all(kinds[k] >= 15 for k in pq.KINDS), kinds
     texts = "\n".join(r["text"] for r in rows)
-    for look_alike in ("version 1.2.3.4", "git@github.com:o/r.git", "user:pass@host", "3::1", "Order #",
-                       "Scores 100 200 300 400 500", "12 345 678 901 euros", "2023-10-12", "$1,234,567.89"):  # fmt: skip
+    for look_alike in (
+        "version 1.2.3.4",
+        "git@github.com:o/r.git",
+        "user:pass@host",
+        "3::1",
+        "Order #",
+        "Scores 100 200 300 400 500",
+        "12 345 678 901 euros",
+        "2023-10-12",
+        "$1,234,567.89",
+    ):
         assert look_alike in texts, look_alike
     gold = {r["text"][s:e] for r in rows for s, e, _, _ in r["pii"]}
     assert {"John.Smith@Gmail.COM", "0845 8 505 505", "0800 555 111", "+44 20 7946 0958"} <= gold
@@ -40,11 +49,18 @@ def test_scorer_reads_back_exactly_the_replaced_spans():
 
 
 def test_verdict_lines_pass_for_ours():
-    out = subprocess.run([sys.executable, str(ROOT / "bench/pii_quality.py"), "--no-peer"], capture_output=True,
-                         text=True, cwd=ROOT, timeout=100)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench/pii_quality.py"), "--no-peer"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=100,
+    )
     verdicts = [line for line in out.stdout.splitlines() if line.startswith("VERDICT ")]
-    pattern = re.compile(r"VERDICT pii_(email|ipv4|ipv6|phone)_(precision|recall): ours=\d+ peer=\d+ ratio=\S+ "
-                         r"goal=0\.95 (pass|fail)")  # fmt: skip
+    pattern = re.compile(
+        r"VERDICT pii_(email|ipv4|ipv6|phone)_(precision|recall): ours=\d+ peer=\d+ ratio=\S+ "
+        r"goal=0\.95 (pass|fail)"
+    )
     assert len(verdicts) == 8 and all(pattern.fullmatch(v) for v in verdicts), verdicts
     assert all(v.endswith(" pass") for v in verdicts) and out.returncode == 0, out.stdout[-3000:]
 

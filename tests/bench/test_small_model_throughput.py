@@ -18,8 +18,11 @@ import small_model_throughput as smt  # noqa: E402
 
 from pretrain.families import family_names  # noqa: E402
 
-VERDICT = re.compile(r"^VERDICT small_model_throughput_(\w+): ours=[\d.]+ peer=[\d.]+ ratio=[\d.]+ goal=0\.8 "
-                     r"(pass|fail)$", re.M)  # fmt: skip
+VERDICT = re.compile(
+    r"^VERDICT small_model_throughput_(\w+): ours=[\d.]+ peer=[\d.]+ ratio=[\d.]+ goal=0\.8 "
+    r"(pass|fail)$",
+    re.M,
+)
 
 
 @pytest.mark.timeout(60)
@@ -38,8 +41,14 @@ def test_a_family_without_a_budget_preset_is_a_named_skip():
         "register_family(dataclasses.replace(get_family('roberta'), name='benchplugin')); "
         "print(json.dumps(smt.family_presets()))"
     )
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=100)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     presets, skips = json.loads(res.stdout.strip().splitlines()[-1])
     assert "benchplugin" not in presets and "roberta" in presets
@@ -55,9 +64,22 @@ def test_a_family_without_a_budget_preset_is_a_named_skip():
 @pytest.mark.timeout(1500)
 def test_quick_run_prints_a_well_formed_verdict(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu"}
-    res = subprocess.run([sys.executable, str(ROOT / "bench" / "small_model_throughput.py"), "--quick", "--families",
-                          "t5", "--peer-threads", "1"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=1450)  # fmt: skip
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "small_model_throughput.py"),
+            "--quick",
+            "--families",
+            "t5",
+            "--peer-threads",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1450,
+    )
     assert res.returncode in (0, 1), res.stderr[-3000:]  # 1: the verdict failed on a loaded machine
     found = VERDICT.findall(res.stdout)
     assert [f for f, _ in found] == ["t5"], res.stdout[-3000:]

@@ -44,8 +44,14 @@ def _run(seed: int, pre: list[float], rnd: list[float], collapsed: dict | None =
         "optim": "adamw",
         "arms": {"pretrained": _arm(pre, collapsed), "random": _arm(rnd)},
     }
-    return {"recipe": "r", "pretrain_seed": seed, "tokens": 1000 * seed, "steps": 10, "eval_loss": float(seed),
-            "tasks": {"bbc": task}}  # fmt: skip
+    return {
+        "recipe": "r",
+        "pretrain_seed": seed,
+        "tokens": 1000 * seed,
+        "steps": 10,
+        "eval_loss": float(seed),
+        "tasks": {"bbc": task},
+    }
 
 
 def test_pooled_runs_keep_every_fine_tune_and_compare_the_pooled_means():

@@ -98,8 +98,13 @@ def test_a_log_file_that_cannot_be_opened_warns_once_and_never_recurses(tmp_path
     blocker.write_text(
         "a file where the run's folder would be"
     )  # logs/ cannot be made under it, even by root
-    res = subprocess.run([sys.executable, "-c", UNWRITABLE_LOG, str(blocker / "logs")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", UNWRITABLE_LOG, str(blocker / "logs")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout == "our one-line message\n"
     assert "Traceback" not in res.stderr and "RecursionError" not in res.stderr, res.stderr[-3000:]

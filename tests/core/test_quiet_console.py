@@ -100,8 +100,9 @@ def test_transfer_arm_workers_route_third_party_notices_too(tmp_path, capfd, mon
     from adapt.transfer import _arm_worker_init
 
     monkeypatch.delenv("LMSTACK_VERBOSE", raising=False)
-    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=_arm_worker_init,
-                             initargs=(1, tmp_path / "logs")) as pool:  # fmt: skip
+    with ProcessPoolExecutor(
+        1, mp_context=mp.get_context("spawn"), initializer=_arm_worker_init, initargs=(1, tmp_path / "logs")
+    ) as pool:
         pool.submit(_warn_like_a_load_report).result()
     out, err = capfd.readouterr()
     assert "LOAD REPORT" not in out + err

@@ -24,8 +24,10 @@ QUOTE = (
 
 def test_report_streams_every_decontaminated_drop_instead_of_holding_them(tmp_path):
     arts = [p.read_text("utf-8", errors="replace")[:1500] for p in sorted(BBC.glob("business/*.txt"))[:240]]
-    docs = [{"id": f"d{i}", "url": f"https://x.example/{i}", "text": a + "\n" + QUOTE.capitalize() + "."}
-            for i, a in enumerate(arts)]  # fmt: skip
+    docs = [
+        {"id": f"d{i}", "url": f"https://x.example/{i}", "text": a + "\n" + QUOTE.capitalize() + "."}
+        for i, a in enumerate(arts)
+    ]
     (tmp_path / "crawl.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     (tmp_path / "eval.jsonl").write_text(json.dumps({"id": "q", "text": QUOTE}) + "\n")
     off = {k: {"enabled": False} for k in ("c4", "gopher_quality", "gopher_repetition", "langid", "pii")}

@@ -33,13 +33,26 @@ FILLER = "The weather in the valley stayed mild and dry for most of the week, sa
 
 def test_normalisation_and_index_match():
     assert normalise_words("Héllo, WORLD! It's 2024 — well-known U.S.\r\ntext 1,234.5") == [
-        "hello", "world", "it", "s", "0", "well", "known", "u", "s", "text", "0", "0",
-    ]  # fmt: skip
+        "hello",
+        "world",
+        "it",
+        "s",
+        "0",
+        "well",
+        "known",
+        "u",
+        "s",
+        "text",
+        "0",
+        "0",
+    ]
     ex = [EvalExample("t/test", "a1", "one two three four five six"), EvalExample("t/dev", "b2", "x y z w")]
     f = DecontaminationFilter(NGramIndex(ex, 4))
     assert f(Document(id="d", text="Zero ONE two, three: four!")) == (
-        False, "decontaminated", {"ngram": "one two three four", "eval_set": "t/test", "eval_id": "a1"},
-    )  # fmt: skip
+        False,
+        "decontaminated",
+        {"ngram": "one two three four", "eval_set": "t/test", "eval_id": "a1"},
+    )
     assert f(Document(id="d", text="one two three five")) == (True, None)
     assert f(Document(id="d", text="x y z")) == (True, None)  # shorter than n
 
@@ -56,15 +69,20 @@ def bbc_cfg(tmp_path: Path, crawl_docs: list[dict], **data) -> Path:
         "run": {"output_dir": str(tmp_path / "out")},
         "data": {
             "sources": [
-                {"name": "bbc", "format": "text_folder", "paths": [str(src)], "label_from_folder": True,
-                 "holdout_fraction": 0.5},
+                {
+                    "name": "bbc",
+                    "format": "text_folder",
+                    "paths": [str(src)],
+                    "label_from_folder": True,
+                    "holdout_fraction": 0.5,
+                },
                 {"name": "crawl", "format": "jsonl", "paths": [str(tmp_path / "crawl.jsonl")]},
             ],
             "clean": {"workers": 1, "progress": False, "langid": {"enabled": False}},
             **data,
         },
         "finetune": {"tasks": [{"name": "bbc", "source": "bbc", "test_fraction": 0.3}]},
-    }  # fmt: skip
+    }
     (tmp_path / "c.yaml").write_text(json.dumps(cfg))
     return tmp_path / "c.yaml"
 
@@ -114,8 +132,13 @@ def test_eval_file_change_redoes_shards(tmp_path):
         )
         + "\n"
     )
-    crawl = [{"id": "c", "url": "https://x.example/", "text": (BBC / "business/001.txt").read_text() + "\n"
-              + quote.capitalize() + "."}]  # fmt: skip
+    crawl = [
+        {
+            "id": "c",
+            "url": "https://x.example/",
+            "text": (BBC / "business/001.txt").read_text() + "\n" + quote.capitalize() + ".",
+        }
+    ]
     path = bbc_cfg(tmp_path, crawl, decontaminate={"tasks": False, "sources": [str(evalf)]})
     first = run_clean(load_config(str(path)))
     assert "decontaminated" not in first["dropped_by_reason"] and first["shards_run"] >= 2
@@ -241,10 +264,19 @@ def test_index_peak_memory_stays_within_4x_the_eval_text(tmp_path):
     and (hash, example, position) rows peaked at 19x here; the sorted uint64 keys at about 2.7x."""
     files = sorted(BBC.rglob("*.txt"))[:800]  # 1.6 MB of news text, 257k 13-grams
     evalf = tmp_path / "eval.jsonl"
-    evalf.write_text("".join(json.dumps({"id": f.name, "text": f.read_text("utf-8", errors="replace")}) + "\n"
-                             for f in files))  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(evalf)], capture_output=True, text=True,
-                         cwd=ROOT, check=True, timeout=100)  # fmt: skip
+    evalf.write_text(
+        "".join(
+            json.dumps({"id": f.name, "text": f.read_text("utf-8", errors="replace")}) + "\n" for f in files
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, str(evalf)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        timeout=100,
+    )
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["text"] > 1_000_000 and got["ngrams"] > 200_000, got
     assert got["peak"] <= 4 * got["text"], f"peak {got['peak'] / got['text']:.2f}x the evaluation text"
@@ -315,9 +347,17 @@ def test_the_second_text_of_a_pair_task_is_kept_out_of_pretraining(tmp_path):
     pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
     path = bbc_cfg(tmp_path, [])
     raw = json.loads(path.read_text())
-    raw["finetune"]["tasks"] = [{"name": "nli", "train": str(pairs), "text_column": "premise",
-                                 "text_pair_column": "hypothesis", "label_column": "label",
-                                 "test_fraction": 0.3, "dev_fraction": 0.2}]  # fmt: skip
+    raw["finetune"]["tasks"] = [
+        {
+            "name": "nli",
+            "train": str(pairs),
+            "text_column": "premise",
+            "text_pair_column": "hypothesis",
+            "label_column": "label",
+            "test_fraction": 0.3,
+            "dev_fraction": 0.2,
+        }
+    ]
     path.write_text(json.dumps(raw))
     task = load_task(load_config(str(path)), 0)
     hypothesis = task.test[0][3]

@@ -44,8 +44,10 @@ def test_full_disk_names_the_free_space_where_the_write_failed(tmp_path):
         (run / "tokens").symlink_to(other)
         cfg = load_config("configs/demo.yaml", [f"run.output_dir={run}"])
         here, there = _free_spaces_apart(run, other)
-        for e in (OSError(errno.ENOSPC, "No space left on device", str(run / "tokens" / "bbc-00000.bin")),
-                  OSError(errno.ENOSPC, "No space left on device")):  # fmt: skip
+        for e in (
+            OSError(errno.ENOSPC, "No space left on device", str(run / "tokens" / "bbc-00000.bin")),
+            OSError(errno.ENOSPC, "No space left on device"),
+        ):
             msg = _disk_full_message("tokenize", cfg, e)
             mib = float(re.search(r"\(([\d.]+) MiB free on the filesystem of ([^)]+)\)", msg).group(1))
             assert abs(mib * 2**20 - there) < TOLERANCE, msg

@@ -82,12 +82,16 @@ def test_an_input_edited_in_place_is_cleaned_again(tmp_path, kind):
     write(path, texts[:1])
     pattern = str(path.parent) if kind == "text_folder" else str(path)
     cfg_path = tmp_path / "c.yaml"
-    cfg_path.write_text(json.dumps({
-        "inherit": [str(ROOT / "configs/gpt2-tiny.yaml")],
-        "run": {"output_dir": str(tmp_path / "out")},
-        "data": {"sources": [{"name": "x", "format": kind, "paths": [pattern]}], "clean": NO_FILTERS},
-        "finetune": {"tasks": []},
-    }))  # fmt: skip
+    cfg_path.write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / "configs/gpt2-tiny.yaml")],
+                "run": {"output_dir": str(tmp_path / "out")},
+                "data": {"sources": [{"name": "x", "format": kind, "paths": [pattern]}], "clean": NO_FILTERS},
+                "finetune": {"tasks": []},
+            }
+        )
+    )
     cfg = load_config(str(cfg_path))
     first = run_clean(cfg)
     assert first["totals"]["read"] == before, first
@@ -114,12 +118,19 @@ def test_an_input_rewritten_with_the_same_bytes_keeps_its_shard(tmp_path):
     path = tmp_path / "x.jsonl"
     _jsonl(path, _texts(1))
     cfg_path = tmp_path / "c.yaml"
-    cfg_path.write_text(json.dumps({
-        "inherit": [str(ROOT / "configs/gpt2-tiny.yaml")],
-        "run": {"output_dir": str(tmp_path / "out")},
-        "data": {"sources": [{"name": "x", "format": "jsonl", "paths": [str(path)]}], "clean": NO_FILTERS},
-        "finetune": {"tasks": []},
-    }))  # fmt: skip
+    cfg_path.write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / "configs/gpt2-tiny.yaml")],
+                "run": {"output_dir": str(tmp_path / "out")},
+                "data": {
+                    "sources": [{"name": "x", "format": "jsonl", "paths": [str(path)]}],
+                    "clean": NO_FILTERS,
+                },
+                "finetune": {"tasks": []},
+            }
+        )
+    )
     cfg = load_config(str(cfg_path))
     run_clean(cfg)
     stat = path.stat()

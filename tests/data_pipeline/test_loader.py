@@ -17,8 +17,12 @@ from tests.data_pipeline.tokens_fixtures import tokenized_run
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory):
     # ~90 docs -> a few hundred packed samples: an epoch is a handful of steps of 32
-    return tokenized_run(tmp_path_factory.mktemp("ld"), limit=90, per_shard=30,
-                         overrides=["loader.num_workers=0", "loader.eval_fraction=0.05"])  # fmt: skip
+    return tokenized_run(
+        tmp_path_factory.mktemp("ld"),
+        limit=90,
+        per_shard=30,
+        overrides=["loader.num_workers=0", "loader.eval_fraction=0.05"],
+    )
 
 
 def take_steps(loaders: list[PretrainLoader], steps: int) -> list[list[tuple[int, int]]]:
@@ -212,8 +216,13 @@ def test_eval_per_source_covers_each_source_alone(tmp_path):
     """Issue 44 item 1: the eval loader reads one source at a time; every rank gets as many micro-batches (the
     forwards' collectives stay matched), the real samples are exactly the source's first held-out samples, each
     once, and a rank whose share ran out gets a weight-0 stand-in."""
-    c = tokenized_run(tmp_path, limit=80, per_shard=40, sources=("a", "b"),
-                      overrides=["loader.num_workers=0", "loader.eval_fraction=0.2"])  # fmt: skip
+    c = tokenized_run(
+        tmp_path,
+        limit=80,
+        per_shard=40,
+        sources=("a", "b"),
+        overrides=["loader.num_workers=0", "loader.eval_fraction=0.2"],
+    )
     ranks = [PretrainLoader(c, r, 2, split="eval") for r in range(2)]
     bases = dict(zip(ranks[0].source_names, ranks[0].bases, strict=True))
     for name in ranks[0].source_names:

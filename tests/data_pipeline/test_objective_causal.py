@@ -42,8 +42,19 @@ def docs() -> list[np.ndarray]:
 
 def _gpt2(attn: str) -> GPT2LMHeadModel:
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=2, bos_token_id=2,
-                     eos_token_id=2, pad_token_id=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # fmt: skip
+    cfg = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=2,
+        eos_token_id=2,
+        pad_token_id=1,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     cfg._attn_implementation = attn
     model = GPT2LMHeadModel(cfg)
     # transformers only detects packed documents from position_ids when no KV cache is built: the trainer
@@ -111,8 +122,9 @@ def test_pad_equals_eos_keeps_real_eos_labels(docs):
 
 
 def test_line_by_line_and_errors(docs):
-    cfg = load_config(ROOT / "configs" / "gpt2-tiny.yaml",
-                      ["packing.mode=line_by_line", "objective.document_masking=true"])  # fmt: skip
+    cfg = load_config(
+        ROOT / "configs" / "gpt2-tiny.yaml", ["packing.mode=line_by_line", "objective.document_masking=true"]
+    )
     coll = build_collator(cfg, TOK)
     assert isinstance(coll, CausalCollator) and not coll.packed
     out = coll([{"input_ids": d, "sample_id": i} for i, d in enumerate(docs)])

@@ -30,12 +30,20 @@ def bpe() -> PreTrainedTokenizerFast:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=2000, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
-    )  # fmt: skip
+        vocab_size=2000,
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_texts()[::8], trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", pad_token="<pad>", eos_token="</s>",
-                                   unk_token="<unk>", mask_token="<mask>")  # fmt: skip
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +51,18 @@ def wordpiece() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=2000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
-                                        show_progress=False)  # fmt: skip
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=2000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False
+    )
     tok.train_from_iterator(_texts()[::8], trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]")  # fmt: skip
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
 
 
 def _full_sentences(tok: PreTrainedTokenizerFast, n: int, seq: int, bos: int, sep: int) -> list[dict]:
@@ -147,8 +162,13 @@ def _words(tokens: list[str], special: set[str], wordpiece: bool) -> list[list[i
         if wordpiece:
             start = not t.startswith("##") or t in special or prev in special or prev is None
         else:
-            start = (t[0] in "ĠĊĉč" or t in special or prev is None or prev in special
-                     or all(c in "ĠĊĉč" for c in prev))  # fmt: skip
+            start = (
+                t[0] in "ĠĊĉč"
+                or t in special
+                or prev is None
+                or prev in special
+                or all(c in "ĠĊĉč" for c in prev)
+            )
         if start:
             words.append([i])
         else:
@@ -189,8 +209,15 @@ def test_roberta_accepts_batch(bpe, samples):
     from transformers import RobertaConfig, RobertaForMaskedLM
 
     torch.manual_seed(0)
-    cfg = RobertaConfig(vocab_size=len(bpe), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=SEQ + 2, pad_token_id=bpe.pad_token_id)  # fmt: skip
+    cfg = RobertaConfig(
+        vocab_size=len(bpe),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=SEQ + 2,
+        pad_token_id=bpe.pad_token_id,
+    )
     model = RobertaForMaskedLM(cfg)
     short = [dict(s, input_ids=s["input_ids"][: 300 + 40 * i]) for i, s in enumerate(samples[:4])]
     batch = MLMCollator(bpe, seed=1)(short)
@@ -213,5 +240,7 @@ def test_build_collator_dispatch_and_errors(bpe, samples):
     with pytest.raises(ValueError, match="vocabulary"):
         coll([dict(samples[0], input_ids=np.full(8, len(bpe) + 10))])
     with pytest.raises(ValueError, match="must not exceed 1"):
-        load_config(ROOT / "configs" / "roberta-tiny.yaml",
-                    ["objective.mask_token_fraction=0.95", "objective.random_token_fraction=0.1"])  # fmt: skip
+        load_config(
+            ROOT / "configs" / "roberta-tiny.yaml",
+            ["objective.mask_token_fraction=0.95", "objective.random_token_fraction=0.1"],
+        )

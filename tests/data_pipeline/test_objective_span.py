@@ -31,8 +31,9 @@ def _texts() -> list[str]:
 def t5tok() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.Unigram())
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=1500, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>",
-                                      show_progress=False)  # fmt: skip
+    trainer = trainers.UnigramTrainer(
+        vocab_size=1500, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False
+    )
     tok.train_from_iterator(_texts()[::10], trainer)
     # As T5: <extra_id_0> is the highest id, <extra_id_99> the lowest of the 100 sentinels.
     tok.add_special_tokens([f"<extra_id_{i}>" for i in range(99, -1, -1)])
@@ -138,8 +139,9 @@ def test_short_final_block_and_errors(t5tok, samples):
     sentinel = _sentinels(t5tok)
     n_in = int(out["attention_mask"][1].sum())
     n_tg = int((out["labels"][1] != -100).sum())
-    rebuilt, _ = _reconstruct(out["input_ids"][1, :n_in].tolist(), out["labels"][1, :n_tg].tolist(), sentinel,
-                              t5tok.eos_token_id)  # fmt: skip
+    rebuilt, _ = _reconstruct(
+        out["input_ids"][1, :n_in].tolist(), out["labels"][1, :n_tg].tolist(), sentinel, t5tok.eos_token_id
+    )
     assert rebuilt == samples[1]["input_ids"][:300].tolist()
     assert (out["input_ids"][1, n_in:] == t5tok.pad_token_id).all()
     assert out["input_ids"][2, :2].tolist() == [samples[2]["input_ids"][0], t5tok.eos_token_id]
@@ -162,9 +164,19 @@ def test_t5_accepts_batch_and_build_collator(t5tok, samples):
     batch = coll(blocks)
     assert batch["input_ids"].shape == (4, 128) and batch["labels"].shape == (4, tl)
     torch.manual_seed(0)
-    model = T5ForConditionalGeneration(T5Config(vocab_size=len(t5tok), d_model=32, d_kv=16, d_ff=64, num_layers=2,
-                                                num_heads=2, decoder_start_token_id=t5tok.pad_token_id,
-                                                pad_token_id=t5tok.pad_token_id, eos_token_id=t5tok.eos_token_id))  # fmt: skip
+    model = T5ForConditionalGeneration(
+        T5Config(
+            vocab_size=len(t5tok),
+            d_model=32,
+            d_kv=16,
+            d_ff=64,
+            num_layers=2,
+            num_heads=2,
+            decoder_start_token_id=t5tok.pad_token_id,
+            pad_token_id=t5tok.pad_token_id,
+            eos_token_id=t5tok.eos_token_id,
+        )
+    )
     loss = model(**batch).loss
     assert torch.isfinite(loss) and loss.item() > 0
     loss.backward()
@@ -181,8 +193,17 @@ def test_span_corrupt_output_pinned_across_shapes():
 
     sent = np.arange(1099, 999, -1)
     h = hashlib.sha256()
-    cases = [(1, 568, 0.15, 3.0), (8, 568, 0.15, 3.0), (5, 37, 0.15, 3.0), (3, 2, 0.15, 3.0), (4, 1900, 0.15, 3.0),
-             (3, 3000, 0.15, 10.0), (2, 6000, 0.15, 20.0), (2, 300, 0.5, 1.5), (6, 100, 0.3, 8.0)]  # fmt: skip
+    cases = [
+        (1, 568, 0.15, 3.0),
+        (8, 568, 0.15, 3.0),
+        (5, 37, 0.15, 3.0),
+        (3, 2, 0.15, 3.0),
+        (4, 1900, 0.15, 3.0),
+        (3, 3000, 0.15, 10.0),
+        (2, 6000, 0.15, 20.0),
+        (2, 300, 0.5, 1.5),
+        (6, 100, 0.3, 8.0),
+    ]
     for B, n, density, span in cases:
         toks = np.random.default_rng(n).integers(5, 999, size=(B, n))
         keys = sample_keys(7, np.zeros(B, np.int64), np.arange(B) * 3 + n, STREAM_SPAN)

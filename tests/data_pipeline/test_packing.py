@@ -168,13 +168,27 @@ def test_best_fit_whole_sentences_fill_gaps_from_next_documents(tmp_path, docs):
 
 def test_auto_sentence_break_and_index_cache(real, tmp_path):
     manifest, shards = open_token_shards(str(RunLayout(real).tokens))
-    big = PackedSource(shards["bbc"], manifest["special_ids"], "full_sentences", 512, "mlm", "auto",
-                       cache=tmp_path / "i512.npz")  # fmt: skip
+    big = PackedSource(
+        shards["bbc"],
+        manifest["special_ids"],
+        "full_sentences",
+        512,
+        "mlm",
+        "auto",
+        cache=tmp_path / "i512.npz",
+    )
     small = PackedSource(shards["bbc"], manifest["special_ids"], "full_sentences", 128, "mlm", "auto")
     assert big.sentence_break == "best_fit" and big.stats()["padding_fraction"] <= 0.01
     assert small.sentence_break == "fill" and small.stats()["padding_fraction"] <= 0.01
-    again = PackedSource(shards["bbc"], manifest["special_ids"], "full_sentences", 512, "mlm", "auto",
-                         cache=tmp_path / "i512.npz")  # fmt: skip
+    again = PackedSource(
+        shards["bbc"],
+        manifest["special_ids"],
+        "full_sentences",
+        512,
+        "mlm",
+        "auto",
+        cache=tmp_path / "i512.npz",
+    )
     assert (tmp_path / "i512.npz").is_file() and np.array_equal(again.seg_a, big.seg_a)
     assert all(np.array_equal(again[i]["input_ids"], big[i]["input_ids"]) for i in range(0, len(big), 97))
 

@@ -58,12 +58,20 @@ def _project(tmp: Path, filters) -> Path:
     for i in range(2):
         (data / f"part{i}.lines").write_text("\n".join(LINES) + "\n")
     cfg = tmp / "run.yaml"
-    cfg.write_text(json.dumps({
-        "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
-        "run": {"output_dir": str(tmp / "out")},
-        "data": {"sources": [{"name": "notes", "format": "my_readers:read_lines", "paths": [str(data / "*.lines")]}],
-                 "clean": {"workers": 2, "progress": False, "filters": filters}},
-    }))  # fmt: skip
+    cfg.write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
+                "run": {"output_dir": str(tmp / "out")},
+                "data": {
+                    "sources": [
+                        {"name": "notes", "format": "my_readers:read_lines", "paths": [str(data / "*.lines")]}
+                    ],
+                    "clean": {"workers": 2, "progress": False, "filters": filters},
+                },
+            }
+        )
+    )
     return cfg
 
 

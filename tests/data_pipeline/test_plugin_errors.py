@@ -30,11 +30,19 @@ def _config(tmp: Path, executor: str) -> Path:
         "The committee met on Tuesday and agreed the budget for the coming year.\n"
     )
     cfg = tmp / "c.yaml"
-    cfg.write_text(json.dumps({
-        "inherit": [str(ROOT / "configs/roberta-tiny.yaml")], "run": {"output_dir": str(tmp / "out")},
-        "data": {"executor": executor, "sources": [{"name": "d", "format": "text", "paths": [str(tmp / "docs/*.txt")]}],
-                 "clean": {"workers": 1, "progress": False}},
-    }))  # fmt: skip
+    cfg.write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
+                "run": {"output_dir": str(tmp / "out")},
+                "data": {
+                    "executor": executor,
+                    "sources": [{"name": "d", "format": "text", "paths": [str(tmp / "docs/*.txt")]}],
+                    "clean": {"workers": 1, "progress": False},
+                },
+            }
+        )
+    )
     return cfg
 
 

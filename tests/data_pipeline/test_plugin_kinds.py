@@ -100,21 +100,39 @@ def _config(root: Path, params: dict) -> Path:
     data.mkdir(exist_ok=True)
     (data / "all.lines").write_text("\n".join(LINES) + "\n")  # one file of ~3 KB
     cfg = root / "run.yaml"
-    cfg.write_text(json.dumps({
-        "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
-        "run": {"output_dir": str(root / "out")},
-        "data": {"sources": [{"name": "notes", "format": "ext_plugin:read_lines", "paths": [str(data / "*.lines")]}],
-                 "max_task_bytes": 1000, "executor": "inline",
-                 "clean": {"workers": 1, "progress": False,
-                           "filters": [{"name": "ext_plugin:MaxDigits", "params": params}]}},
-    }))  # fmt: skip
+    cfg.write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
+                "run": {"output_dir": str(root / "out")},
+                "data": {
+                    "sources": [
+                        {"name": "notes", "format": "ext_plugin:read_lines", "paths": [str(data / "*.lines")]}
+                    ],
+                    "max_task_bytes": 1000,
+                    "executor": "inline",
+                    "clean": {
+                        "workers": 1,
+                        "progress": False,
+                        "filters": [{"name": "ext_plugin:MaxDigits", "params": params}],
+                    },
+                },
+            }
+        )
+    )
     return cfg
 
 
 def _cli(site: Path, *args: str) -> subprocess.CompletedProcess:
     env = {"PYTHONPATH": f"{ROOT}:{site}", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "data_pipeline", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=240)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "data_pipeline", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 @pytest.mark.timeout(300)
@@ -172,8 +190,12 @@ def test_builtin_filter_params_are_typed_by_the_spec_at_load():
 def test_no_format_name_is_compared_outside_the_reader_modules():
     """The planner (readers/__init__.py, ranges.py), preflight and the stages ask a reader's traits."""
     pattern = re.compile(r"""(format|fmt) ?(==|!=|in|not in) ?\(?["']""")
-    hits = [f"{p.relative_to(ROOT)}:{n}" for p in (ROOT / "data_pipeline").rglob("*.py")
-            for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]  # fmt: skip
+    hits = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in (ROOT / "data_pipeline").rglob("*.py")
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert hits == []
 
 
@@ -210,11 +232,16 @@ def test_outside_tokenizer_convention_through_the_tokenizer_stage(tmp_path):
     overrides = ["tokenizer.vocab_size=600", "tokenizer.convention=my_conventions:CHATML"]
     cfg = bbc_config(tmp_path / "run", "gpt2-tiny", overrides, limit=150)  # writes the cleaned shards
     run_yaml = tmp_path / "run.yaml"
-    run_yaml.write_text(json.dumps({
-        "inherit": [str(ROOT / "configs/gpt2-tiny.yaml")], "run": {"output_dir": str(tmp_path / "run")},
-        "data": {"sources": [s.model_dump(mode="json") for s in cfg.data.sources]},
-        "tokenizer": {"vocab_size": 600, "convention": "my_conventions:CHATML"},
-    }))  # fmt: skip
+    run_yaml.write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / "configs/gpt2-tiny.yaml")],
+                "run": {"output_dir": str(tmp_path / "run")},
+                "data": {"sources": [s.model_dump(mode="json") for s in cfg.data.sources]},
+                "tokenizer": {"vocab_size": 600, "convention": "my_conventions:CHATML"},
+            }
+        )
+    )
     res = _cli(site, "train-tokenizer", "--config", str(run_yaml))
     assert res.returncode == 0, res.stderr[-3000:]
     folder = tmp_path / "run" / "tokenizer"

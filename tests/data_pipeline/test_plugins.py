@@ -78,20 +78,35 @@ def _config(root: Path, max_upper: float = 0.5) -> Path:
     for i in range(2):  # two files -> two work shards -> the process pool runs both
         (data / f"part{i}.lines").write_text("\n".join(NOTES) + "\n")
     cfg = root / "plugin.yaml"
-    cfg.write_text(json.dumps({
-        "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
-        "run": {"output_dir": str(root / "out")},
-        "data": {"sources": [{"name": "notes", "format": "lines", "paths": [str(data / "*.lines")]}],
-                 "clean": {"workers": 2, "progress": False,
-                           "filters": ["unicode", {"name": "shouting", "params": {"max_upper_frac": max_upper}}]}},
-    }))  # fmt: skip
+    cfg.write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
+                "run": {"output_dir": str(root / "out")},
+                "data": {
+                    "sources": [{"name": "notes", "format": "lines", "paths": [str(data / "*.lines")]}],
+                    "clean": {
+                        "workers": 2,
+                        "progress": False,
+                        "filters": ["unicode", {"name": "shouting", "params": {"max_upper_frac": max_upper}}],
+                    },
+                },
+            }
+        )
+    )
     return cfg
 
 
 def _cli(site: Path, *args: str) -> subprocess.CompletedProcess:
     env = {"PYTHONPATH": f"{ROOT}:{site}", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "data_pipeline", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "data_pipeline", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_entry_point_filter_and_reader_through_the_cli(tmp_path):
@@ -145,8 +160,11 @@ VERSE = """Shall I compare thee to a winter night
 Whose frost lies silver on the sleeping lane
 The lanterns flicker and the stars are bright
 And morning brings the softly falling rain"""
-REVIEWS = ["Great phone, battery lasts two days.", "Terrible service, would not recommend.",
-           "Arrived on time and works as described."]  # fmt: skip
+REVIEWS = [
+    "Great phone, battery lasts two days.",
+    "Terrible service, would not recommend.",
+    "Arrived on time and works as described.",
+]
 
 
 def _mixed_sources(tmp: Path, *overrides: str):
@@ -159,13 +177,22 @@ def _mixed_sources(tmp: Path, *overrides: str):
     src = BBC / "business"
     for f in sorted(src.glob("*.txt"))[:3]:
         (web / f.name).write_bytes(f.read_bytes())
-    (tmp / "c.yaml").write_text(json.dumps({
-        "inherit": [str(ROOT / "configs/roberta-tiny.yaml")], "run": {"output_dir": str(tmp / "out")},
-        "data": {"sources": [{"name": "verse", "format": "text", "paths": [str(verse / "*.txt")]},
-                             {"name": "reviews", "format": "jsonl", "paths": [str(reviews / "r.jsonl")]},
-                             {"name": "news", "format": "text", "paths": [str(web / "*.txt")]}],
-                 "clean": {"workers": 1, "progress": False}},
-    }))  # fmt: skip
+    (tmp / "c.yaml").write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
+                "run": {"output_dir": str(tmp / "out")},
+                "data": {
+                    "sources": [
+                        {"name": "verse", "format": "text", "paths": [str(verse / "*.txt")]},
+                        {"name": "reviews", "format": "jsonl", "paths": [str(reviews / "r.jsonl")]},
+                        {"name": "news", "format": "text", "paths": [str(web / "*.txt")]},
+                    ],
+                    "clean": {"workers": 1, "progress": False},
+                },
+            }
+        )
+    )
     return load_config(tmp / "c.yaml", list(overrides))
 
 
@@ -175,16 +202,25 @@ def test_per_source_presets_keep_verse_and_reviews(tmp_path):
     assert stats["verse"]["kept"] == 0 and stats["reviews"]["kept"] == 0 and stats["news"]["kept"] == 3
     assert web["totals"]["kept"] == 3
 
-    cfg = _mixed_sources(tmp_path / "b", "data.sources.0.clean_preset=curated", "data.sources.1.clean_preset=curated",
-                         "data.sources.1.clean={min_chars: 20}")  # fmt: skip
+    cfg = _mixed_sources(
+        tmp_path / "b",
+        "data.sources.0.clean_preset=curated",
+        "data.sources.1.clean_preset=curated",
+        "data.sources.1.clean={min_chars: 20}",
+    )
     run_clean(cfg)
     stats = json.loads((tmp_path / "b/out/clean/stats.json").read_text())
     per = stats["per_source"]
     assert per["verse"]["kept"] == 3 and per["reviews"]["kept"] == 3 and per["news"]["kept"] == 3
     verse_text = json.loads(
-        __import__("zstandard").ZstdDecompressor().decompress(
+        __import__("zstandard")
+        .ZstdDecompressor()
+        .decompress(
             (tmp_path / "b/out/clean/verse/shard-00000.jsonl.zst").read_bytes(), max_output_size=1 << 24
-        ).decode().splitlines()[0])["text"]  # fmt: skip
+        )
+        .decode()
+        .splitlines()[0]
+    )["text"]
     # lines without terminal punctuation kept
     assert "Whose frost lies silver on the sleeping lane" in verse_text
     settings = stats["source_settings"]
@@ -199,9 +235,14 @@ def test_per_source_presets_keep_verse_and_reviews(tmp_path):
     )
 
     # Changing one source's settings redoes only that source's shards, and says which key changed.
-    again = load_config(tmp_path / "b/c.yaml", ["data.sources.0.clean_preset=curated",
-                                                "data.sources.1.clean_preset=curated",
-                                                "data.sources.1.clean={min_chars: 30}"])  # fmt: skip
+    again = load_config(
+        tmp_path / "b/c.yaml",
+        [
+            "data.sources.0.clean_preset=curated",
+            "data.sources.1.clean_preset=curated",
+            "data.sources.1.clean={min_chars: 30}",
+        ],
+    )
     out = run_clean(again)
     assert out["shards_run"] == 1 and out["shards_redone"] == {"reviews: settings changed: min_chars": 1}
 

@@ -148,8 +148,13 @@ def test_a_whole_file_marker_is_not_reused_for_a_piece(tmp_path):
     src.mkdir()
     (src / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in _texts(40)))
     off = {k: {"enabled": False} for k in ("gopher_quality", "c4", "gopher_repetition", "langid")}
-    base = [f"run.output_dir={tmp_path}/out", f"data.sources=[{{name: j, format: jsonl, paths: ['{src}/*.jsonl']}}]",
-            "data.clean.workers=1", "data.clean.progress=false", f"data.clean={json.dumps(off)}"]  # fmt: skip
+    base = [
+        f"run.output_dir={tmp_path}/out",
+        f"data.sources=[{{name: j, format: jsonl, paths: ['{src}/*.jsonl']}}]",
+        "data.clean.workers=1",
+        "data.clean.progress=false",
+        f"data.clean={json.dumps(off)}",
+    ]
     whole = load_config(CONFIG, [*base, "data.max_task_bytes=null"])
     assert run_clean(whole)["totals"]["read"] == 40
     split = load_config(CONFIG, [*base, "data.max_task_bytes=20000"])

@@ -172,10 +172,18 @@ def _fixed_warc_member(i: int, payload: bytes) -> bytes:
     buf = io.BytesIO()
     w = WARCWriter(buf, gzip=True)
     http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
-    w.write_record(w.create_warc_record(
-        f"http://x/{i}", "response", payload=io.BytesIO(payload), http_headers=http,
-        warc_headers_dict={"WARC-Record-ID": f"<urn:uuid:00000000-0000-0000-0000-00000000000{i}>",
-                           "WARC-Date": "2026-11-22T00:00:00Z"}))  # fmt: skip
+    w.write_record(
+        w.create_warc_record(
+            f"http://x/{i}",
+            "response",
+            payload=io.BytesIO(payload),
+            http_headers=http,
+            warc_headers_dict={
+                "WARC-Record-ID": f"<urn:uuid:00000000-0000-0000-0000-00000000000{i}>",
+                "WARC-Date": "2026-11-22T00:00:00Z",
+            },
+        )
+    )
     return buf.getvalue()
 
 

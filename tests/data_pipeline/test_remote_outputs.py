@@ -25,10 +25,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 
 def _config(tmp_path: Path, stage: str, extra: list[str] = ()):
-    return ["run.output_dir=s3://runs/r1", f"run.local_dir={tmp_path / stage}", "data.clean.workers=2",
-            "data.clean.progress=false", "data.clean.docs_per_shard=40", "tokenizer.vocab_size=600",
-            "shards.workers=2", "data.sources=[{name: bbc, format: jsonl, paths: ['s3://corpus/bbc/*.jsonl']}]",
-            *extra]  # fmt: skip
+    return [
+        "run.output_dir=s3://runs/r1",
+        f"run.local_dir={tmp_path / stage}",
+        "data.clean.workers=2",
+        "data.clean.progress=false",
+        "data.clean.docs_per_shard=40",
+        "tokenizer.vocab_size=600",
+        "shards.workers=2",
+        "data.sources=[{name: bbc, format: jsonl, paths: ['s3://corpus/bbc/*.jsonl']}]",
+        *extra,
+    ]
 
 
 def test_data_path_from_and_to_s3(s3_server, tmp_path):  # noqa: F811
@@ -44,9 +51,22 @@ def test_data_path_from_and_to_s3(s3_server, tmp_path):  # noqa: F811
     (tmp_path / "cwd").mkdir()
     # 1. the whole data path through the CLI (preflight probes the bucket), staged in tmp/a
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-    res = subprocess.run([sys.executable, "-m", "data_pipeline", "all", "--config", str(ROOT / "configs/gpt2-tiny.yaml"),
-                          *_config(tmp_path, "a")], cwd=tmp_path / "cwd", env=env, capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_pipeline",
+            "all",
+            "--config",
+            str(ROOT / "configs/gpt2-tiny.yaml"),
+            *_config(tmp_path, "a"),
+        ],
+        cwd=tmp_path / "cwd",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-4000:]
     assert not os.listdir(tmp_path / "cwd")  # no ./s3:/runs/r1
     remote = set(fs.find("runs/r1"))
@@ -69,8 +89,10 @@ def test_data_path_from_and_to_s3(s3_server, tmp_path):  # noqa: F811
     assert not any(".tmp" in p or p.endswith(".lock") for p in remote)
     cleaned = json.loads(fs.cat("runs/r1/clean/stats.json"))["totals"]["kept"]
     dedup = json.loads(fs.cat("runs/r1/dedup/dedup_stats.json"))
-    assert dedup["exact_duplicates"] >= 3 and dedup["kept"] == cleaned - dedup["exact_duplicates"] - dedup[
-        "near_duplicates"]  # fmt: skip
+    assert (
+        dedup["exact_duplicates"] >= 3
+        and dedup["kept"] == cleaned - dedup["exact_duplicates"] - dedup["near_duplicates"]
+    )
     manifest = json.loads(fs.cat("runs/r1/tokens/manifest.json"))
     assert manifest["complete"] and manifest["totals"]["docs"] == dedup["kept"]
     n_shards = len(manifest["sources"]["bbc"]["shards"])
@@ -99,8 +121,10 @@ def test_an_unreachable_bucket_stops_before_any_work(s3_server, tmp_path):  # no
     from core.preflight import check_output_writable
     from runconfig.load import ConfigError
 
-    cfg = load_config(ROOT / "configs/gpt2-tiny.yaml", ["run.output_dir=s3://no-such-bucket/r",
-                                                         f"run.local_dir={tmp_path / 'stage'}"])  # fmt: skip
+    cfg = load_config(
+        ROOT / "configs/gpt2-tiny.yaml",
+        ["run.output_dir=s3://no-such-bucket/r", f"run.local_dir={tmp_path / 'stage'}"],
+    )
     with pytest.raises(ConfigError, match=r"run.output_dir: s3://no-such-bucket/r is not writable"):
         check_output_writable(cfg)
 
@@ -108,8 +132,12 @@ def test_an_unreachable_bucket_stops_before_any_work(s3_server, tmp_path):  # no
 def _clean_cli(cfg: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "data_pipeline", "clean", "--config", str(cfg)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def test_a_mistake_in_an_s3_source_is_one_line_and_exit_2(s3_server, tmp_path):  # noqa: F811
@@ -121,8 +149,13 @@ def test_a_mistake_in_an_s3_source_is_one_line_and_exit_2(s3_server, tmp_path): 
     fs.mkdir("corpus")
     with fs.open("corpus/bbc/part-0.jsonl", "w") as out:
         out.write(json.dumps({"text": "One short document."}) + "\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "AWS_EC2_METADATA_DISABLED": "true",
-           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none")}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+    }
     no_creds = {k: v for k, v in env.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     cases = {
         "nothing": ("s3://corpus/bbc/*.parquet", env, "no files match"),
@@ -131,12 +164,18 @@ def test_a_mistake_in_an_s3_source_is_one_line_and_exit_2(s3_server, tmp_path): 
     }
     for case, (pattern, case_env, says) in cases.items():
         cfg = tmp_path / f"{case}.yaml"
-        cfg.write_text(json.dumps({
-            "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
-            "run": {"output_dir": str(tmp_path / case)},
-            "data": {"sources": [{"name": "web", "format": "jsonl", "paths": [pattern]}],
-                     "clean": {"workers": 1, "progress": False}},
-        }))  # fmt: skip
+        cfg.write_text(
+            json.dumps(
+                {
+                    "inherit": [str(ROOT / "configs/roberta-tiny.yaml")],
+                    "run": {"output_dir": str(tmp_path / case)},
+                    "data": {
+                        "sources": [{"name": "web", "format": "jsonl", "paths": [pattern]}],
+                        "clean": {"workers": 1, "progress": False},
+                    },
+                }
+            )
+        )
         res = _clean_cli(cfg, case_env)
         assert res.returncode == 2, (case, res.returncode, res.stderr[-3000:])
         assert "Traceback" not in res.stderr, (case, res.stderr[-3000:])

@@ -31,9 +31,15 @@ def test_clean_reads_a_source_from_s3(s3_server, tmp_path):  # noqa: F811
         rows = [{"text": f.read_text(errors="replace")} for f in files[part::2]]
         with fs.open(f"corpus/bbc/part-{part}.jsonl", "w") as out:
             out.write("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = load_config(ROOT / "configs/roberta-tiny.yaml", [
-        f"run.output_dir={tmp_path}/run", "data.clean.workers=2", "data.clean.progress=false",
-        "data.sources=[{name: bbc, format: jsonl, paths: ['s3://corpus/bbc/*.jsonl']}]"])  # fmt: skip
+    cfg = load_config(
+        ROOT / "configs/roberta-tiny.yaml",
+        [
+            f"run.output_dir={tmp_path}/run",
+            "data.clean.workers=2",
+            "data.clean.progress=false",
+            "data.sources=[{name: bbc, format: jsonl, paths: ['s3://corpus/bbc/*.jsonl']}]",
+        ],
+    )
     out = run_clean(cfg)
     assert out["complete"] and out["totals"]["read"] == 40 and out["totals"]["kept"] >= 35
     assert len(list((tmp_path / "run/clean/bbc").glob("shard-*.jsonl.zst"))) == 2  # one shard per object
@@ -53,9 +59,15 @@ def test_clean_reads_over_http(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/sport.jsonl"
-        cfg = load_config(ROOT / "configs/roberta-tiny.yaml", [
-            f"run.output_dir={tmp_path}/run", "data.clean.workers=1", "data.clean.progress=false",
-            f"data.sources=[{{name: web, format: jsonl, paths: ['{url}']}}]"])  # fmt: skip
+        cfg = load_config(
+            ROOT / "configs/roberta-tiny.yaml",
+            [
+                f"run.output_dir={tmp_path}/run",
+                "data.clean.workers=1",
+                "data.clean.progress=false",
+                f"data.sources=[{{name: web, format: jsonl, paths: ['{url}']}}]",
+            ],
+        )
         out = run_clean(cfg)
     finally:
         server.shutdown()
@@ -72,9 +84,16 @@ def test_url_output_dir_is_staged_locally_never_turned_into_a_folder(tmp_path, m
     (tmp_path / "src").mkdir()
     rows = [{"text": f.read_text(errors="replace")} for f in sorted((BBC / "tech").glob("*.txt"))[:6]]
     (tmp_path / "src/a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = load_config(ROOT / "configs/roberta-tiny.yaml", [
-        "run.output_dir=memory://out", "data.clean.workers=1", "shards.workers=1", "data.clean.progress=false",
-        f"data.sources=[{{name: web, format: jsonl, paths: ['{tmp_path}/src/a.jsonl']}}]"])  # fmt: skip
+    cfg = load_config(
+        ROOT / "configs/roberta-tiny.yaml",
+        [
+            "run.output_dir=memory://out",
+            "data.clean.workers=1",
+            "shards.workers=1",
+            "data.clean.progress=false",
+            f"data.sources=[{{name: web, format: jsonl, paths: ['{tmp_path}/src/a.jsonl']}}]",
+        ],
+    )
     assert cfg.run.output_dir == "memory://out" and cfg.run.is_remote
     assert Path(cfg.run.root).is_relative_to(tmp_path / "cache/runs")
     try:
@@ -102,8 +121,9 @@ def test_url_output_dir_is_staged_locally_never_turned_into_a_folder(tmp_path, m
             ROOT / "configs/roberta-tiny.yaml",
             ["run.output_dir=memory://out", "data.clean.workers=2", "shards.workers=1"],
         )
-    assert load_config(ROOT / "configs/roberta-tiny.yaml", [f"run.output_dir=file://{tmp_path}/r"]).run.output_dir == (
-        f"{tmp_path}/r")  # fmt: skip
+    assert load_config(
+        ROOT / "configs/roberta-tiny.yaml", [f"run.output_dir=file://{tmp_path}/r"]
+    ).run.output_dir == (f"{tmp_path}/r")
 
 
 def test_missing_backend_names_the_extra():

@@ -115,7 +115,12 @@ def test_pysbd_splitter_agrees_on_plain_sentences():
     for kind in ("pysbd", "blingfire"):
         s = SentenceSplitter(kind).starts(text).tolist()
         assert [text[a:b].strip() for a, b in zip([0, *s], [*s, len(text)], strict=True)] == [
-            "Title line", "First sentence here.", "Second one follows!", "A third?", "New line."]  # fmt: skip
+            "Title line",
+            "First sentence here.",
+            "Second one follows!",
+            "A third?",
+            "New line.",
+        ]
 
 
 def test_tiktoken_engine_is_used_and_exact(run, tmp_path):
@@ -145,8 +150,10 @@ def test_tiktoken_engine_refuses_inconsistent_or_other_tokenizers(tmp_path):
     from data_pipeline.tokenizers.fast_bpe import TiktokenBPE, rank_consistent
 
     # rule order b+c before a+b, then ab+c: rank-ordered merging would form "abc" where the rules cannot
-    assert not rank_consistent({b"a": 0, b"b": 1, b"c": 2, b"bc": 3, b"ab": 4, b"abc": 5},
-                               [(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")])  # fmt: skip
+    assert not rank_consistent(
+        {b"a": 0, b"b": 1, b"c": 2, b"bc": 3, b"ab": 4, b"abc": 5},
+        [(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")],
+    )
     assert rank_consistent({b"a": 0, b"b": 1, b"c": 2, b"ab": 3, b"abc": 4}, [(b"a", b"b"), (b"ab", b"c")])
     wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
     wp.pre_tokenizer = pre_tokenizers.Whitespace()

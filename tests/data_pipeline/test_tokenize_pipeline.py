@@ -55,8 +55,9 @@ def test_bbc_bpe8000_full_sentences_two_ranks(tmp_path):
 
 @pytest.mark.parametrize("preset", ["gpt2-tiny", "t5-tiny"])
 def test_other_families_feed_their_collators(tmp_path, preset):
-    cfg = bbc_config(tmp_path, preset, ["tokenizer.vocab_size=1500", "loader.num_workers=0"], limit=150,
-                     per_shard=75)  # fmt: skip
+    cfg = bbc_config(
+        tmp_path, preset, ["tokenizer.vocab_size=1500", "loader.num_workers=0"], limit=150, per_shard=75
+    )
     train_tokenizer(cfg)
     run_tokenize(cfg)
     tok = AutoTokenizer.from_pretrained(RunLayout(cfg).tokenizer)

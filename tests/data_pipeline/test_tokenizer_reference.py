@@ -38,8 +38,24 @@ def sdist_members(pkg: str, version: str, members: list[str]) -> list[Path]:
     dl.mkdir(parents=True, exist_ok=True)
     found = sorted(dl.glob(f"{pkg.replace('-', '_')}-{version}.tar.gz"))
     if not found:
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                            f"{pkg}=={version}", "-d", str(dl)], capture_output=True, text=True, timeout=900)  # fmt: skip
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"{pkg}=={version}",
+                "-d",
+                str(dl),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         found = sorted(dl.glob(f"{pkg.replace('-', '_')}-{version}.tar.gz"))
         if r.returncode or not found:
             pytest.skip(f"cannot download the {pkg}=={version} sdist from PyPI: {r.stderr.strip()[-300:]}")

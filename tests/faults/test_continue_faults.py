@@ -23,10 +23,20 @@ from tests.pretrain.conftest import ROOT, child_env
 
 PRESET = "gpt2-tiny"
 STEPS = 40  # tiny steps run ~20 a second: enough of them that a kill lands mid-run
-QUICK = ["finetune.epochs=1", "finetune.seeds=[0]", "finetune.lr_grid=[1.0e-3]", "finetune.probe=false",
-         "finetune.methods=[full]", "finetune.arms=[pretrained]", "batch.global_batch_size=8",
-         "batch.micro_batch_size=4", "loader.num_workers=0", "checkpoint.every_steps=4", "eval.every_steps=100",
-         "logging.every_steps=1"]  # fmt: skip
+QUICK = [
+    "finetune.epochs=1",
+    "finetune.seeds=[0]",
+    "finetune.lr_grid=[1.0e-3]",
+    "finetune.probe=false",
+    "finetune.methods=[full]",
+    "finetune.arms=[pretrained]",
+    "batch.global_batch_size=8",
+    "batch.micro_batch_size=4",
+    "loader.num_workers=0",
+    "checkpoint.every_steps=4",
+    "eval.every_steps=100",
+    "logging.every_steps=1",
+]
 
 
 def test_a_continued_folder_of_another_export_is_refused_not_resumed(tmp_path):
@@ -36,10 +46,14 @@ def test_a_continued_folder_of_another_export_is_refused_not_resumed(tmp_path):
     cfg = _task_cfg(PRESET, [*overrides, *QUICK], train=str(folder))
     root = Path(cfg.run.root) / "continued"
     root.mkdir(parents=True)
-    (root / SOURCE_FILE).write_text(json.dumps({"export": str(export), "weights_sha256": "an-earlier-export",
-                                                "task_text_sha256": "x"}))  # fmt: skip
-    with pytest.raises(ContinuedRunMismatchError, match=rf"{root} holds a continued run of another task_text_sha256 "
-                       r"and weights_sha256 .*move that folder away"):  # fmt: skip
+    (root / SOURCE_FILE).write_text(
+        json.dumps({"export": str(export), "weights_sha256": "an-earlier-export", "task_text_sha256": "x"})
+    )
+    with pytest.raises(
+        ContinuedRunMismatchError,
+        match=rf"{root} holds a continued run of another task_text_sha256 "
+        r"and weights_sha256 .*move that folder away",
+    ):
         continue_pretraining(cfg, export, STEPS)
     assert sorted(p.name for p in root.iterdir()) == [SOURCE_FILE]  # refused before any stage or text
 
@@ -53,8 +67,23 @@ def test_a_killed_adapt_continue_resumes_its_continued_run_on_rerun(tmp_path):
     export, overrides = _export(tmp_path, PRESET, [r[1] for r in rows])
     out = tmp_path / "out"
     task = "finetune.tasks=[{name: t, train: " + json.dumps(str(folder)) + "}]"
-    cmd = [sys.executable, "-m", "adapt", "continue", "--config", f"configs/{PRESET}.yaml", "--model", str(export),
-           "--out", str(out), "--steps", str(STEPS), *overrides, *QUICK, task]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "adapt",
+        "continue",
+        "--config",
+        f"configs/{PRESET}.yaml",
+        "--model",
+        str(export),
+        "--out",
+        str(out),
+        "--steps",
+        str(STEPS),
+        *overrides,
+        *QUICK,
+        task,
+    ]
     continued = tmp_path / f"run-{PRESET}" / "continued"
     ckpts = continued / "checkpoints"
     with open(tmp_path / "killed.log", "w") as log:

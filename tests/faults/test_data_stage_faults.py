@@ -68,9 +68,14 @@ def write_corpus(tmp: Path, business: int = 30, sports: int = 10, per_shard: int
     texts = bbc_texts(business) + bbc_texts(sports, "sports")
     for i, text in enumerate(texts + texts[:4]):
         (news / f"{i:03d}.txt").write_text(text)
-    clean = {"docs_per_shard": per_shard, "progress": False, "c4": {"enabled": False},
-             "gopher_quality": {"enabled": False}, "gopher_repetition": {"enabled": False},
-             "langid": {"enabled": False}}  # fmt: skip
+    clean = {
+        "docs_per_shard": per_shard,
+        "progress": False,
+        "c4": {"enabled": False},
+        "gopher_quality": {"enabled": False},
+        "gopher_repetition": {"enabled": False},
+        "langid": {"enabled": False},
+    }
     yaml = tmp / "run.yaml"
     yaml.write_text(
         json.dumps(
@@ -158,8 +163,15 @@ def interrupt_while_writing(
     the outputs are put back and the stage started again, up to `attempts` times."""
     for _ in range(attempts):
         restore(before, out)
-        p = subprocess.Popen(_cli(stage, yaml), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+        p = subprocess.Popen(
+            _cli(stage, yaml),
+            cwd=ROOT,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             while p.poll() is None and not any(out.glob(WRITING[stage])):
                 time.sleep(0.002)

@@ -20,8 +20,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
 @pytest.mark.timeout(600)
 def test_export_on_a_full_disk_is_named_and_keeps_the_previous_export(roberta_run, tmp_path):
     out = isolated(roberta_run, tmp_path)
-    base = ["--config", str(roberta_run), out, "schedule.total_steps=2", "checkpoint.every_steps=2",
-            "eval.every_steps=1000"]  # fmt: skip
+    base = [
+        "--config",
+        str(roberta_run),
+        out,
+        "schedule.total_steps=2",
+        "checkpoint.every_steps=2",
+        "eval.every_steps=1000",
+    ]
     run_module(["-m", "pretrain", "train", *base])  # one process: a world of one
     first = tmp_path / "first"
     run_module(["-m", "pretrain", "export", *base, "--out", str(first / "export")])
@@ -30,8 +36,10 @@ def test_export_on_a_full_disk_is_named_and_keeps_the_previous_export(roberta_ru
     small = tmp_path / "small"
     small.mkdir()
     # room for one export and half of another: the second one's staging copy runs out of space
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size * 1.5) + (64 << 10)}", "tmpfs", str(small)],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={int(size * 1.5) + (64 << 10)}", "tmpfs", str(small)],
+        check=True,
+    )
     try:
         run_module(["-m", "pretrain", "export", *base, "--out", str(small / "export")])
         before = {f.name: f.read_bytes() for f in (small / "export").iterdir()}

@@ -205,8 +205,14 @@ def test_a_real_store_passes_the_master_check(tmp_path):
     store = dist.TCPStore(
         "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30)
     )
-    cfg = cfg_with(tmp_path, "launch.nodes=2", "launch.procs_per_node=1", "launch.master_addr=127.0.0.1",
-                   f"launch.master_port={store.port}", "deepspeed.comm_timeout_s=30")  # fmt: skip
+    cfg = cfg_with(
+        tmp_path,
+        "launch.nodes=2",
+        "launch.procs_per_node=1",
+        "launch.master_addr=127.0.0.1",
+        f"launch.master_port={store.port}",
+        "deepspeed.comm_timeout_s=30",
+    )
     render.wait_for_master(cfg, "127.0.0.1")
     store.set("after", "ok")
     assert store.get("after") == b"ok"

@@ -55,7 +55,7 @@ PLAN = {
         ("SIGKILL", "random"),
         ("SIGTERM", "write"),
         ("SIGKILL", "random"),
-    ],  # fmt: skip
+    ],
     "export": [("SIGKILL", "random"), ("SIGTERM", "write"), ("SIGKILL", "write")],
 }
 DOCS_PER_CATEGORY = 40  # 5 BBC categories: 200 documents, 5 cleaned shards of 40
@@ -171,8 +171,14 @@ class Pipeline:
         with open(self.log_path, "a") as log:
             log.write(f"\n===== {stage}\n")
             log.flush()
-            return subprocess.Popen(_command(stage, self.config), cwd=ROOT, env=env, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            return subprocess.Popen(
+                _command(stage, self.config),
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def finish(self, p: subprocess.Popen, stage: str, timeout: float = 900) -> int:
         """The stage's exit code (the timeout only catches a hang: a loaded machine makes stages slow)."""
@@ -330,8 +336,13 @@ def test_twenty_kills_over_every_stage_then_same_outputs(corpus, tmp_path):
 def compare_runs(ref: Path, got: Path) -> list[str]:
     """What differs between the killed run and the uninterrupted one, and what the killed run left behind."""
     problems = [f"left behind: {p}" for p in in_flight(got)]  # nothing temporary anywhere in the run folder
-    patterns = ["clean/**/shard-*.jsonl.zst", "dedup/**/shard-*.jsonl.zst", "tokenizer/*", "tokens/**/*.bin",
-                "tokens/**/*.npz"]  # fmt: skip
+    patterns = [
+        "clean/**/shard-*.jsonl.zst",
+        "dedup/**/shard-*.jsonl.zst",
+        "tokenizer/*",
+        "tokens/**/*.bin",
+        "tokens/**/*.npz",
+    ]
     problems += [f"files differ: {d}" for d in _same_files(ref, got, patterns)]
     a, b = load_file(ref / "export" / "model.safetensors"), load_file(got / "export" / "model.safetensors")
     if a.keys() != b.keys():

@@ -72,8 +72,21 @@ def test_an_export_changed_since_it_was_written_is_refused_before_any_training(t
 
 def _transfer_cmd(export: Path, overrides: list[str], folder: Path, out: Path) -> list[str]:
     task = "finetune.tasks=[{name: t, train: " + json.dumps(str(folder)) + "}]"
-    return [sys.executable, "-m", "adapt", "transfer", "--config", f"configs/{PRESET}.yaml", "--model",
-            str(export), "--out", str(out), *overrides, "finetune.seeds=[0,1]", task]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "adapt",
+        "transfer",
+        "--config",
+        f"configs/{PRESET}.yaml",
+        "--model",
+        str(export),
+        "--out",
+        str(out),
+        *overrides,
+        "finetune.seeds=[0,1]",
+        task,
+    ]
 
 
 def _results(report: dict) -> dict:
@@ -106,8 +119,9 @@ def test_a_killed_transfer_keeps_the_previous_report_and_the_rerun_reports_the_s
     # Killed once the first fine-tune has written its result: some work done, the report not yet written.
     for stale in out.rglob("result.json"):
         stale.unlink()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.time() + 300
     while proc.poll() is None and not list(out.rglob("result.json")) and time.time() < deadline:
         time.sleep(0.01)

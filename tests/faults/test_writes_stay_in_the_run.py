@@ -29,23 +29,42 @@ def test_data_stages_write_only_inside_the_run_folder(tmp_path):
         (inputs / "news" / f"{i}.txt").write_text(text)
     out = sandbox / "run"
     config = inputs / "run.yaml"
-    config.write_text(json.dumps({
-        "inherit": [str(ROOT / "configs/gpt2-tiny.yaml")],
-        "run": {"output_dir": str(out)},
-        "data": {"sources": [{"name": "bbc", "format": "text_folder", "paths": [str(inputs)]}],
-                 "clean": {"workers": 1, "progress": False, "langid": {"enabled": False}}},
-        "tokenizer": {"vocab_size": 600},
-    }))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "inherit": [str(ROOT / "configs/gpt2-tiny.yaml")],
+                "run": {"output_dir": str(out)},
+                "data": {
+                    "sources": [{"name": "bbc", "format": "text_folder", "paths": [str(inputs)]}],
+                    "clean": {"workers": 1, "progress": False, "langid": {"enabled": False}},
+                },
+                "tokenizer": {"vocab_size": 600},
+            }
+        )
+    )
     before = {p for p in sandbox.rglob("*") if p.is_file()}
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home), "TMPDIR": str(tmp),
-           "TOKENIZERS_PARALLELISM": "false", "XDG_CACHE_HOME": str(home / ".cache")}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "TOKENIZERS_PARALLELISM": "false",
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
     for stage in ("clean", "dedup", "train-tokenizer", "tokenize"):
-        res = subprocess.run([sys.executable, "-m", "data_pipeline", stage, "--config", str(config)], cwd=cwd,
-                             env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        res = subprocess.run(
+            [sys.executable, "-m", "data_pipeline", stage, "--config", str(config)],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert res.returncode == 0, f"{stage}: {res.stderr[-2000:]}"
     assert (out / "tokens" / "manifest.json").is_file()
     outside = sorted(
-        str(p.relative_to(sandbox)) for p in sandbox.rglob("*")
+        str(p.relative_to(sandbox))
+        for p in sandbox.rglob("*")
         if p.is_file() and p not in before and out not in p.parents
-    )  # fmt: skip
+    )
     assert outside == [], f"written outside run.output_dir: {outside[:20]}"

@@ -59,8 +59,12 @@ def prepared_run(tmp_path_factory) -> Path:
     cfg = write_tiny_config(root, "prep", root / "run")
     res = subprocess.run(
         [sys.executable, "-m", "data_pipeline", "all", "--config", str(cfg)],
-        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if res.returncode != 0:
         pytest.fail(f"data pipeline failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     return root / "run"

@@ -57,9 +57,13 @@ class TwoHosts:
     def popen(self, host: int, argv: list[str], env: dict[str, str], log, cwd: str) -> subprocess.Popen:
         """Start argv inside host's namespace, in its own process group (so it can be killed as a host)."""
         return subprocess.Popen(
-            ["ip", "netns", "exec", self.names[host], *argv], env=env, stdout=log, stderr=subprocess.STDOUT,
-            cwd=cwd, start_new_session=True,
-        )  # fmt: skip
+            ["ip", "netns", "exec", self.names[host], *argv],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=True,
+        )
 
     def kill_host(self, host: int) -> None:
         """Every process in the namespace dies at once, like a node losing power."""

@@ -92,9 +92,17 @@ class LocalSlurm:
     def _start_munge(self) -> None:
         d = self.root / "munge"
         cmd = [
-            "runuser", "-u", "munge", "--", "munged", "--foreground", f"--socket={self.munge_socket}",
-            f"--pid-file={d / 'munged.pid'}", f"--log-file={d / 'munged.log'}", f"--seed-file={d / 'munged.seed'}",
-        ]  # fmt: skip
+            "runuser",
+            "-u",
+            "munge",
+            "--",
+            "munged",
+            "--foreground",
+            f"--socket={self.munge_socket}",
+            f"--pid-file={d / 'munged.pid'}",
+            f"--log-file={d / 'munged.log'}",
+            f"--seed-file={d / 'munged.seed'}",
+        ]
         self._spawn(cmd, "munged", log_dir=d)
         deadline = time.monotonic() + 10
         while not self.munge_socket.exists():

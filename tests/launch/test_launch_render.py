@@ -149,12 +149,20 @@ def _check_script(path: Path) -> None:
 
 def test_train_sbatch_script(tmp_path):
     cfg = cfg_with(
-        tmp_path, "launch.launcher=slurm", "launch.nodes=2", "launch.procs_per_node=1",
-        "launch.slurm.partition=gpu", "launch.slurm.account=proj", "launch.slurm.qos=high",
-        "launch.slurm.gpus_per_node=8", "launch.slurm.mem=64G", "launch.slurm.signal_grace_s=300",
-        "launch.slurm.extra_sbatch_train=[--exclusive]", "launch.setup=['source /opt/venv/bin/activate']",
+        tmp_path,
+        "launch.launcher=slurm",
+        "launch.nodes=2",
+        "launch.procs_per_node=1",
+        "launch.slurm.partition=gpu",
+        "launch.slurm.account=proj",
+        "launch.slurm.qos=high",
+        "launch.slurm.gpus_per_node=8",
+        "launch.slurm.mem=64G",
+        "launch.slurm.signal_grace_s=300",
+        "launch.slurm.extra_sbatch_train=[--exclusive]",
+        "launch.setup=['source /opt/venv/bin/activate']",
         "launch.env={NCCL_IB_DISABLE: '1'}",
-    )  # fmt: skip
+    )
     text = slurm.render_train_script(cfg, entry())
     for opt in (
         "--nodes=2",
@@ -324,13 +332,19 @@ def test_dry_run_prints_what_this_invocation_runs(tmp_path, capsys):
     hid the ssh wrapper that --all-nodes runs."""
     hf = tmp_path / "hosts"
     hf.write_text("node-a slots=1\nnode-b slots=1\n")
-    base = ["run", "--config", str(TINY), "--dry-run", f"run.output_dir={tmp_path}/r", f"launch.hostfile={hf}",
-            "launch.nodes=2", "launch.procs_per_node=1"]  # fmt: skip
+    base = [
+        "run",
+        "--config",
+        str(TINY),
+        "--dry-run",
+        f"run.output_dir={tmp_path}/r",
+        f"launch.hostfile={hf}",
+        "launch.nodes=2",
+        "launch.procs_per_node=1",
+    ]
     assert main([*base, "--node-rank", "1"]) == 0
     out = capsys.readouterr().out
-    assert (
-        "# node 1 (node-b):" in out and "# node 0" not in out and out.count("-m launch.torchrun") == 1
-    )
+    assert "# node 1 (node-b):" in out and "# node 0" not in out and out.count("-m launch.torchrun") == 1
     assert "--node_rank 1" in out and "--node_rank 0" not in out
     assert main([*base, "--all-nodes"]) == 0
     out = capsys.readouterr().out
@@ -348,9 +362,21 @@ def test_launch_run_does_not_pass_torchruns_omp_banner_through(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     env |= {"PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu"}
     res = subprocess.run(
-        [sys.executable, "-m", "launch", "run", "--config", str(TINY), f"run.output_dir={tmp_path}/r",
-         f"launch.master_port={free_port()}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=280,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "launch",
+            "run",
+            "--config",
+            str(TINY),
+            f"run.output_dir={tmp_path}/r",
+            f"launch.master_port={free_port()}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert "no token shards" in res.stderr, res.stderr[-3000:]
     assert "Setting OMP_NUM_THREADS" not in res.stderr + res.stdout, res.stderr[-3000:]

@@ -52,10 +52,13 @@ def _checkpoints(run: Path) -> list[int]:
 def test_two_hosts_train_fail_fast_and_resume(hosts, prepared_run, tmp_path):
     cfg_path, run = training_run(tmp_path, "ns", prepared_run)
     overrides = [
-        f"launch.master_addr={hosts.addrs[0]}", "launch.master_port=29622",
+        f"launch.master_addr={hosts.addrs[0]}",
+        "launch.master_port=29622",
         f"launch.env={{GLOO_SOCKET_IFNAME: {IFACE}}}",  # else gloo binds 127.0.0.1 and peers cannot connect
-        "deepspeed.comm_timeout_s=30", "schedule.total_steps=400", "checkpoint.every_steps=5",
-    ]  # fmt: skip
+        "deepspeed.comm_timeout_s=30",
+        "schedule.total_steps=400",
+        "checkpoint.every_steps=5",
+    ]
     procs, logs = _start(hosts, cfg_path, overrides, tmp_path, "first")
     try:
         deadline = time.monotonic() + 150

@@ -22,11 +22,22 @@ def _checkpoints(run) -> list[int]:
 
 def test_run_sigterm_checkpoints_exits_75_and_resumes(prepared_run, tmp_path):
     cfg_path, run = training_run(tmp_path, "box", prepared_run)
-    base = [sys.executable, "-m", "launch", "run", "--config", str(cfg_path), "launch.nodes=1",
-            "launch.procs_per_node=2", "launch.master_port=29633", "checkpoint.every_steps=5"]  # fmt: skip
+    base = [
+        sys.executable,
+        "-m",
+        "launch",
+        "run",
+        "--config",
+        str(cfg_path),
+        "launch.nodes=1",
+        "launch.procs_per_node=2",
+        "launch.master_port=29633",
+        "checkpoint.every_steps=5",
+    ]
     log = open(tmp_path / "first.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([*base, "schedule.total_steps=400"], cwd=ROOT, env=child_env(), stdout=log,
-                            stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        [*base, "schedule.total_steps=400"], cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not _checkpoints(run) and proc.poll() is None:
@@ -43,8 +54,14 @@ def test_run_sigterm_checkpoints_exits_75_and_resumes(prepared_run, tmp_path):
     stopped = max(_checkpoints(run))
     assert stopped < 400 and re.search(r'"preempted": true', out), out[-3000:]
 
-    res = subprocess.run([*base, f"schedule.total_steps={stopped + 3}"], cwd=ROOT, env=child_env(),
-                         capture_output=True, text=True, timeout=180)  # fmt: skip
+    res = subprocess.run(
+        [*base, f"schedule.total_steps={stopped + 3}"],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert re.search(rf"resumed from \S+ at step {stopped}\b", res.stdout + res.stderr)
     assert max(_checkpoints(run)) == stopped + 3
@@ -77,11 +94,27 @@ def test_sigkill_of_launch_run_takes_torchrun_and_the_ranks_down(prepared_run, t
     from core.net import free_port
 
     cfg_path, run = training_run(tmp_path, "killed", prepared_run)
-    base = [sys.executable, "-m", "launch", "run", "--config", str(cfg_path), "launch.nodes=1",
-            "launch.procs_per_node=2", f"launch.master_port={free_port()}", "checkpoint.every_steps=5"]  # fmt: skip
+    base = [
+        sys.executable,
+        "-m",
+        "launch",
+        "run",
+        "--config",
+        str(cfg_path),
+        "launch.nodes=1",
+        "launch.procs_per_node=2",
+        f"launch.master_port={free_port()}",
+        "checkpoint.every_steps=5",
+    ]
     log = open(tmp_path / "first.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([*base, "schedule.total_steps=400"], cwd=ROOT, env=child_env(), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*base, "schedule.total_steps=400"],
+        cwd=ROOT,
+        env=child_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     tree: list[int] = []
     try:
         metrics = run / "logs" / "metrics.jsonl"  # a line per step: the ranks are in the training loop
@@ -111,8 +144,14 @@ def test_sigkill_of_launch_run_takes_torchrun_and_the_ranks_down(prepared_run, t
                 os.kill(p, signal.SIGKILL)
         log.close()
     stopped = max(_checkpoints(run))
-    res = subprocess.run([*base, f"schedule.total_steps={stopped + 2}"], cwd=ROOT, env=child_env(),
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [*base, f"schedule.total_steps={stopped + 2}"],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0 and "EADDRINUSE" not in out, out[-3000:]
     assert re.search(rf"resumed from \S+ at step {stopped}\b", out), out[-3000:]

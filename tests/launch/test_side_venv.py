@@ -28,9 +28,17 @@ print(json.dumps(str(ensure_venv(Path(sys.argv[1]), [], probe="import json"))))
 
 def test_concurrent_callers_build_once(tmp_path):
     venv = tmp_path / "side"
-    procs = [subprocess.Popen([sys.executable, "-c", CALL, str(venv)], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-             for _ in range(3)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CALL, str(venv)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        )
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     pythons = {json.loads(o[0].strip().splitlines()[-1]) for o in outs}
@@ -55,8 +63,14 @@ def test_layered_venv_sees_the_base_packages_after_its_own(tmp_path):
     plain = ensure_venv(tmp_path / "plain", [])
     assert subprocess.run([str(plain), "-c", "import yaml"], capture_output=True).returncode != 0
     python = ensure_venv(tmp_path / "layered", [], probe="import yaml, pydantic", layered=True)
-    paths = json.loads(subprocess.run([str(python), "-c", "import json, sys; print(json.dumps(sys.path))"],
-                                      capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    paths = json.loads(
+        subprocess.run(
+            [str(python), "-c", "import json, sys; print(json.dumps(sys.path))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     own = next(i for i, p in enumerate(paths) if p.startswith(str(tmp_path / "layered")))
     base = paths.index(sysconfig.get_paths()["purelib"])
     assert own < base  # what the venv installs itself shadows the base's version

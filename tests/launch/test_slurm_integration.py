@@ -25,9 +25,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.timeout(60
 
 def launch_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "launch", *args], cwd=ROOT, env=child_env(), capture_output=True, text=True,
+        [sys.executable, "-m", "launch", *args],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
         timeout=timeout,
-    )  # fmt: skip
+    )
 
 
 def test_clean_job_array_cleans_four_shards(slurm_cluster, tmp_path):
@@ -118,10 +122,15 @@ def test_two_node_training_preempted_requeued_and_resumed(
 
         metrics_text = lambda: fs.cat("runs/pre/logs/metrics.jsonl").decode()  # noqa: E731
     overrides = [
-        "launch.launcher=slurm", "launch.master_port=29611", "launch.slurm.signal_grace_s=60",
-        "launch.slurm.cpus_per_task=1", "schedule.total_steps=100", "checkpoint.every_steps=5",
-        "launch.env={GLOO_SOCKET_IFNAME: lo}", *extra,
-    ]  # fmt: skip
+        "launch.launcher=slurm",
+        "launch.master_port=29611",
+        "launch.slurm.signal_grace_s=60",
+        "launch.slurm.cpus_per_task=1",
+        "schedule.total_steps=100",
+        "checkpoint.every_steps=5",
+        "launch.env={GLOO_SOCKET_IFNAME: lo}",
+        *extra,
+    ]
     sub = launch_cli("sbatch", "--config", str(cfg_path), *overrides, "--submit")
     assert sub.returncode == 0, sub.stderr
     job = sub.stdout.strip()

@@ -61,8 +61,15 @@ def child_env() -> dict[str, str]:
 def run_module(args: list[str], timeout: int = 300, check: bool = True) -> subprocess.CompletedProcess:
     """`python <args>` in its own session: on a timeout the whole process group (torchrun and its ranks) is
     killed, not only the parent, and the error shows what the run printed until then."""
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -88,8 +95,21 @@ def run_module(args: list[str], timeout: int = 300, check: bool = True) -> subpr
 def train_command(config: Path, overrides: list[str], nproc: int = 2) -> list[str]:
     """`python -m torch.distributed.run ... -m pretrain train --config CONFIG OVERRIDES` on a free port."""
     require_outside_fast_tier(f"torchrun with {nproc} rank(s)")
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
-            str(free_port()), "-m", "pretrain", "train", "--config", str(config), *overrides]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "pretrain",
+        "train",
+        "--config",
+        str(config),
+        *overrides,
+    ]
 
 
 def start_training(config: Path, overrides: list[str], log, nproc: int = 2) -> subprocess.Popen:
@@ -159,8 +179,14 @@ def world_of_one(driver: str, timeout: int = 280) -> dict:
     returns the JSON the driver prints after `RESULT `."""
     env = {k: v for k, v in child_env().items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["MASTER_PORT"] = str(free_port())
-    res = subprocess.run([sys.executable, "-c", WORLD_OF_ONE_ENGINE + driver], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", WORLD_OF_ONE_ENGINE + driver],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
     return json.loads(next(x for x in res.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT ") :])
 

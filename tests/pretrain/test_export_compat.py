@@ -109,10 +109,20 @@ def test_export_loads_in_oldest_supported_transformers(tmp_path, family):
     preset, task = f"{family}-tiny", PROBE_TASK[spec.task]
     old_python_ = old_python(spec.min_transformers)
     out, _ = _export(tmp_path, preset)
-    new = subprocess.run([sys.executable, "-c", PROBE, str(out), task, json.dumps(TEXTS)], capture_output=True,
-                         text=True, cwd=tmp_path, timeout=300)  # fmt: skip
-    old = subprocess.run([str(old_python_), "-c", PROBE, str(out), task, json.dumps(TEXTS)], capture_output=True,
-                         text=True, cwd=tmp_path, timeout=300)  # fmt: skip
+    new = subprocess.run(
+        [sys.executable, "-c", PROBE, str(out), task, json.dumps(TEXTS)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    old = subprocess.run(
+        [str(old_python_), "-c", PROBE, str(out), task, json.dumps(TEXTS)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert new.returncode == 0, new.stderr[-3000:]
     assert old.returncode == 0, old.stderr[-3000:]
     a, b = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (new, old))

@@ -19,8 +19,17 @@ pytestmark = pytest.mark.timeout(60)
 def test_gpt2_medium_counts_its_tied_embedding_once_as_the_head():
     v, d, layers, ffn, seq = 50304, 1024, 24, 4096, 1024
     with torch.device("meta"):
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=v, n_positions=seq, n_embd=d, n_layer=layers, n_head=16,
-                                           n_inner=ffn, tie_word_embeddings=True))  # fmt: skip
+        model = GPT2LMHeadModel(
+            GPT2Config(
+                vocab_size=v,
+                n_positions=seq,
+                n_embd=d,
+                n_layer=layers,
+                n_head=16,
+                n_inner=ffn,
+                tie_word_embeddings=True,
+            )
+        )
     m = ModelConfig(family="gpt2", hidden_size=d, num_layers=layers, num_heads=16, ffn_size=ffn)
     # wte 50,304 x 1,024 = 51,511,296; wpe 1,024 x 1,024 = 1,048,576; ln_f 2,048; per layer: ln_1 2,048 +
     # c_attn 3,145,728 + 3,072 + c_proj 1,048,576 + 1,024 + ln_2 2,048 + c_fc 4,194,304 + 4,096 + c_proj 4,194,304
@@ -36,11 +45,26 @@ def test_gpt2_medium_counts_its_tied_embedding_once_as_the_head():
 def test_tinyllama_leaves_out_its_untied_input_embedding():
     v, d, layers, ffn, seq = 32000, 2048, 22, 5632, 2048
     with torch.device("meta"):
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=v, hidden_size=d, intermediate_size=ffn, num_hidden_layers=layers,
-                                             num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=seq,
-                                             tie_word_embeddings=False))  # fmt: skip
-    m = ModelConfig(family="llama", hidden_size=d, num_layers=layers, num_heads=32, ffn_size=ffn,
-                    tie_word_embeddings=False)  # fmt: skip
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=v,
+                hidden_size=d,
+                intermediate_size=ffn,
+                num_hidden_layers=layers,
+                num_attention_heads=32,
+                num_key_value_heads=4,
+                max_position_embeddings=seq,
+                tie_word_embeddings=False,
+            )
+        )
+    m = ModelConfig(
+        family="llama",
+        hidden_size=d,
+        num_layers=layers,
+        num_heads=32,
+        ffn_size=ffn,
+        tie_word_embeddings=False,
+    )
     # embed_tokens 32,000 x 2,048 = 65,536,000 (a lookup); lm_head the same (a matmul); norm 2,048; per layer:
     # q 4,194,304 + k 524,288 (4 KV heads x 64) + v 524,288 + o 4,194,304 + gate/up/down 3 x 11,534,336
     # + 2 norms 4,096 = 44,044,288; x 22 = 968,974,336
@@ -54,9 +78,11 @@ def test_tinyllama_leaves_out_its_untied_input_embedding():
 
 @pytest.mark.parametrize(
     "preset,vocab,pad,expected",
-    [("gpt2-medium", 50257, 50304, 2_129_227_776 + 301_989_888),  # the tied GPT-2 medium above
-     ("llama-1b", 32000, 32000, 6_207_074_304 + 1_107_296_256)],  # TinyLlama above: its input embedding left out
-)  # fmt: skip
+    [
+        ("gpt2-medium", 50257, 50304, 2_129_227_776 + 301_989_888),  # the tied GPT-2 medium above
+        ("llama-1b", 32000, 32000, 6_207_074_304 + 1_107_296_256),
+    ],  # TinyLlama above: its input embedding left out
+)
 def test_a_configs_flops_per_token_leaves_out_the_untied_input_embedding(preset, vocab, pad, expected):
     """What `pretrain plan` and bench/gpu.py count from a config alone, without building the model: the same
     figures as the trainer (an H200 run of bench/gpu.py once counted the 1.1B Llama's input embedding: +5.4% MFU)."""

@@ -21,8 +21,12 @@ from tests.pretrain.conftest import torchrun
 from tests.pretrain.test_smoke_deepspeed import prepare_smoke_run
 
 # one worker runs the module: its two tests read the same hung run (a module fixture), built once, not per worker
-pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(420),
-              pytest.mark.xdist_group("hang")]  # fmt: skip
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.deepspeed,
+    pytest.mark.timeout(420),
+    pytest.mark.xdist_group("hang"),
+]
 
 
 @pytest.fixture(scope="module")

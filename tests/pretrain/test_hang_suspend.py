@@ -32,14 +32,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeou
 
 LIMIT_S = 6.0  # watchdog.hang_timeout_s
 BEAT_S = 1.0  # watchdog.heartbeat_s
-COMMON = ["deepspeed.comm_timeout_s=120", f"watchdog.hang_timeout_s={LIMIT_S}", f"watchdog.heartbeat_s={BEAT_S}",
-          "checkpoint.every_steps=1000", "logging.every_steps=1", "eval.every_steps=1000"]  # fmt: skip
+COMMON = [
+    "deepspeed.comm_timeout_s=120",
+    f"watchdog.hang_timeout_s={LIMIT_S}",
+    f"watchdog.heartbeat_s={BEAT_S}",
+    "checkpoint.every_steps=1000",
+    "logging.every_steps=1",
+    "eval.every_steps=1000",
+]
 
 
 def _start(config: Path, overrides: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
     """torchrun and its ranks in a session of their own, the output to `log_path`."""
-    return subprocess.Popen(train_command(config, overrides), cwd=ROOT, env=env, stdout=log_path.open("w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        train_command(config, overrides),
+        cwd=ROOT,
+        env=env,
+        stdout=log_path.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _wait_for(what, timeout: float, proc: subprocess.Popen, log_path: Path) -> None:

@@ -76,8 +76,14 @@ def _steps(config, *overrides: str) -> list[list[str]]:
     env = {
         k: v for k, v in child_env().items() if k not in ("MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
     }
-    res = subprocess.run([sys.executable, "-c", DRIVER, str(config), *overrides], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=280)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(config), *overrides],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
     line = next(x for x in res.stdout.splitlines() if x.startswith("SYNCS "))
     return json.loads(line[len("SYNCS ") :])

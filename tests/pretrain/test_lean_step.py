@@ -92,8 +92,9 @@ def test_zero1_bf16_norm_matches_deepspeed_and_flagged_steps_are_skipped_on_devi
         k: v for k, v in child_env().items() if k not in ("MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
     }
     env["MASTER_PORT"] = str(__import__("core.net", fromlist=["free_port"]).free_port())
-    res = subprocess.run([sys.executable, "-c", ENGINE_DRIVER], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=280)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", ENGINE_DRIVER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
     r = json.loads(next(x for x in res.stdout.splitlines() if x.startswith("LEAN "))[5:])
     good, good2, flagged, nan_grads, after = r["steps"]

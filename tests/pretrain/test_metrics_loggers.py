@@ -49,8 +49,13 @@ def test_wandb_offline(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
-    cfg = _cfg(tmp_path, "logging.wandb.enabled=true", "logging.wandb.mode=offline", "logging.tensorboard=false",
-               f"logging.wandb.dir={tmp_path}/wb")  # fmt: skip
+    cfg = _cfg(
+        tmp_path,
+        "logging.wandb.enabled=true",
+        "logging.wandb.mode=offline",
+        "logging.tensorboard=false",
+        f"logging.wandb.dir={tmp_path}/wb",
+    )
     logger = MetricsLogger.from_config(cfg, tmp_path / "logs", True)
     _log_some(logger)
     runs = list((tmp_path / "wb" / "wandb").glob("offline-run-*"))
@@ -126,10 +131,15 @@ def test_mlflow_local_file_store(tmp_path):
     """MLflow lives in a side venv layered on the test venv (built once, cached): installed in the test venv
     itself, `import deepspeed` imports it in every training rank of the suite (deepspeed.autotuning does, ~1.2 s
     CPU each), which is what a default install (mlflow is the optional `lmstack[mlflow]`) never pays."""
-    python = ensure_venv(MLFLOW_VENV, ["mlflow-skinny>=2.10"], probe="import mlflow, torch",
-                         layered=True)  # fmt: skip
-    res = subprocess.run([str(python), "-c", MLFLOW_CHECK, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)  # fmt: skip
+    python = ensure_venv(MLFLOW_VENV, ["mlflow-skinny>=2.10"], probe="import mlflow, torch", layered=True)
+    res = subprocess.run(
+        [str(python), "-c", MLFLOW_CHECK, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
     assert got["name"] == got["want_name"] and got["family"] == "roberta"

@@ -16,13 +16,31 @@ from pretrain.model_card import MANIFEST_FILE, write_model_card
 from pretrain.models import build_model
 from tests.data_pipeline.tokens_fixtures import bbc_config
 
-TRANSFER = {"model": "x", "tasks": {"bbc_topics": {
-    "task": "bbc_topics", "splits": {"train": 100, "dev": 20, "test": 50}, "labels": ["a", "b"], "origin": "hold-out",
-    "arms": {"pretrained": {"lr": 1e-4, "test_accuracy": {"mean": 0.82, "sd": 0.01, "values": [0.81, 0.82, 0.83]},
-                            "probe_accuracy": 0.7},
-             "random": {"lr": 3e-4, "test_accuracy": {"mean": 0.75, "sd": 0.02, "values": [0.73, 0.75, 0.77]},
-                        "probe_accuracy": 0.5}},
-    "margin": 0.07, "p_value": 0.01}}}  # fmt: skip
+TRANSFER = {
+    "model": "x",
+    "tasks": {
+        "bbc_topics": {
+            "task": "bbc_topics",
+            "splits": {"train": 100, "dev": 20, "test": 50},
+            "labels": ["a", "b"],
+            "origin": "hold-out",
+            "arms": {
+                "pretrained": {
+                    "lr": 1e-4,
+                    "test_accuracy": {"mean": 0.82, "sd": 0.01, "values": [0.81, 0.82, 0.83]},
+                    "probe_accuracy": 0.7,
+                },
+                "random": {
+                    "lr": 3e-4,
+                    "test_accuracy": {"mean": 0.75, "sd": 0.02, "values": [0.73, 0.75, 0.77]},
+                    "probe_accuracy": 0.5,
+                },
+            },
+            "margin": 0.07,
+            "p_value": 0.01,
+        }
+    },
+}
 
 
 def _export(tmp: Path, preset: str, overrides: list[str] = ()) -> tuple[object, Path]:
@@ -44,8 +62,15 @@ def _export(tmp: Path, preset: str, overrides: list[str] = ()) -> tuple[object, 
     # after the exported step: not reported
     logger.log(120, {"loss": 6.0, "perplexity": 403.4}, prefix="eval")
     logger.close()
-    state = {"checkpoint": "x/step100", "step": 100, "tokens_seen": 409600, "loss": 6.4, "n_params": 123456,
-             "plan": {"peak_lr": 6e-4, "warmup_steps": 10}, "parity_max_abs_diff": 0.0}  # fmt: skip
+    state = {
+        "checkpoint": "x/step100",
+        "step": 100,
+        "tokens_seen": 409600,
+        "loss": 6.4,
+        "n_params": 123456,
+        "plan": {"peak_lr": 6e-4, "warmup_steps": 10},
+        "parity_max_abs_diff": 0.0,
+    }
     (out / "training_state.json").write_text(json.dumps(state))
     return cfg, out
 

@@ -177,8 +177,7 @@ def test_lora_target_modules_are_named_where_peft_knows_none(tmp_path, family):
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-             "intermediate_size": 64}  # fmt: skip
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
     model = AutoModelForSequenceClassification.from_config(AutoConfig.for_model(family, **small))
     with pytest.raises(ValueError, match="target_modules"):
         peft.get_peft_model(model, peft.LoraConfig(task_type="SEQ_CLS"))

@@ -23,12 +23,16 @@ def _task(name: str, metric: str, base: float) -> dict:
         "task": name,
         "metric": metric,
         "splits": {"train": 100, "dev": 20, "test": 50},
-        "arms": {"pretrained": {**_arm(base, base - 0.05 if reg else None), "probe_accuracy": base - 0.3},
-                 "random": _arm(0.111)},
-        "methods": {m: {"arms": {"pretrained": _arm(v, v - 0.05 if reg else None), "random": _arm(0.111)}}
-                    for m, v in methods.items()},
+        "arms": {
+            "pretrained": {**_arm(base, base - 0.05 if reg else None), "probe_accuracy": base - 0.3},
+            "random": _arm(0.111),
+        },
+        "methods": {
+            m: {"arms": {"pretrained": _arm(v, v - 0.05 if reg else None), "random": _arm(0.111)}}
+            for m, v in methods.items()
+        },
         "margin": base - 0.111,
-    }  # fmt: skip
+    }
 
 
 def test_one_model_index_result_per_task_and_method_with_its_metric_type(tmp_path):

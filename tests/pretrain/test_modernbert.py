@@ -58,11 +58,18 @@ def test_options_belong_to_their_family():
 
 
 def test_masking_rate_defaults_to_30_percent_for_this_family_only():
-    data = {"data": {"sources": [{"name": "x", "format": "text", "paths": ["x.txt"]}]},
-            "tokenizer": {"type": "bpe"}, "packing": {"seq_len": 128}}  # fmt: skip
+    data = {
+        "data": {"sources": [{"name": "x", "format": "text", "paths": ["x.txt"]}]},
+        "tokenizer": {"type": "bpe"},
+        "packing": {"seq_len": 128},
+    }
     assert validate_dict({**data, "model": {"family": "modernbert"}}).objective.mlm_probability == 0.3
-    assert validate_dict({**data, "model": {"family": "roberta", "max_position_embeddings": 130}}
-                         ).objective.mlm_probability == 0.15  # fmt: skip
+    assert (
+        validate_dict(
+            {**data, "model": {"family": "roberta", "max_position_embeddings": 130}}
+        ).objective.mlm_probability
+        == 0.15
+    )
     set_explicitly = {**data, "model": {"family": "modernbert"}, "objective": {"mlm_probability": 0.2}}
     assert validate_dict(set_explicitly).objective.mlm_probability == 0.2
 

@@ -14,8 +14,15 @@ from pretrain.plots import read_metrics
 def _run(tmp_path):
     logger = MetricsLogger(tmp_path / "run" / "logs", True, tensorboard=False)
     for step in range(10, 110, 10):
-        logger.log(step, {"loss": 8 - math.log(step), "lr": 1e-3 * min(1, step / 30), "tokens_per_s": 5000 + step,
-                          "mfu": 0.01 * step / 100})  # fmt: skip
+        logger.log(
+            step,
+            {
+                "loss": 8 - math.log(step),
+                "lr": 1e-3 * min(1, step / 30),
+                "tokens_per_s": 5000 + step,
+                "mfu": 0.01 * step / 100,
+            },
+        )
         if step % 50 == 0:
             logger.log(
                 step, {"loss": 8.5 - math.log(step), "perplexity": math.exp(8.5 - math.log(step))}, "eval"
@@ -82,14 +89,31 @@ def test_probe_panel_beside_the_loss_and_loss_per_source(tmp_path, capsys):
     from pretrain.plots import probe_figure
 
     logger = MetricsLogger(tmp_path / "run" / "logs", True, tensorboard=False)
-    logger.log(0, {"probe/accuracy": 0.4, "probe/random_init_accuracy": 0.4, "probe/majority_accuracy": 0.25,
-                   "probe/task": "bbc"}, "eval")  # fmt: skip
+    logger.log(
+        0,
+        {
+            "probe/accuracy": 0.4,
+            "probe/random_init_accuracy": 0.4,
+            "probe/majority_accuracy": 0.25,
+            "probe/task": "bbc",
+        },
+        "eval",
+    )
     for step in (10, 20, 30, 40):
         logger.log(step, {"loss": 6 - step / 20, "tokens_seen": 1000 * step})
     for step, acc in ((20, 0.6), (40, 0.8)):
-        logger.log(step, {"loss": 6.5 - step / 20, "loss/crawl": 7 - step / 20, "loss/bbc": 6 - step / 20,
-                          "probe/accuracy": acc, "probe/random_init_accuracy": 0.4,
-                          "probe/majority_accuracy": 0.25}, "eval")  # fmt: skip
+        logger.log(
+            step,
+            {
+                "loss": 6.5 - step / 20,
+                "loss/crawl": 7 - step / 20,
+                "loss/bbc": 6 - step / 20,
+                "probe/accuracy": acc,
+                "probe/random_init_accuracy": 0.4,
+                "probe/majority_accuracy": 0.25,
+            },
+            "eval",
+        )
     logger.close()
     run = tmp_path / "run"
     assert main(["plot", str(run)]) == 0

@@ -187,10 +187,15 @@ def test_train_plan_lines_show_a_time_budget_warmup():
     for rule in ("none", "sqrt"):
         cfg = load_config(
             root / "configs" / "roberta-tiny.yaml",
-            ["schedule.budget_minutes=16", "schedule.total_steps=null", "schedule.warmup_steps=null",
-             "schedule.warmup_fraction=0.05",
-             f"lr_scaling.rule={rule}", *(["lr_scaling.reference_batch_size=8"] if rule != "none" else [])],
-        )  # fmt: skip
+            [
+                "schedule.budget_minutes=16",
+                "schedule.total_steps=null",
+                "schedule.warmup_steps=null",
+                "schedule.warmup_fraction=0.05",
+                f"lr_scaling.rule={rule}",
+                *(["lr_scaling.reference_batch_size=8"] if rule != "none" else []),
+            ],
+        )
         plan = make_plan(cfg, 1)
         lines, _ = lr_scaling.explain(cfg, plan.global_batch_size, plan.peak_lr, plan.warmup_steps)
         text = "\n".join([*lines, plan.describe()])

@@ -51,14 +51,18 @@ def test_compiled_step_calls_sdpa_causal_without_mask_in_transformers_5_17():
     from launch.side_venv import ensure_venv
 
     probe = f"import torch, transformers; assert transformers.__version__ == '{GPU_TRANSFORMERS}'"
-    python = ensure_venv(ROOT / ".venv-compat-tf517", [f"transformers=={GPU_TRANSFORMERS}"], probe=probe,
-                         layered=True)  # fmt: skip
+    python = ensure_venv(
+        ROOT / ".venv-compat-tf517", [f"transformers=={GPU_TRANSFORMERS}"], probe=probe, layered=True
+    )
     for family, document_masking in [("gpt2", False), ("llama", False), ("gpt2", True)]:
         run = subprocess.run(
             [str(python), str(ROOT / "tests/pretrain/sdpa_trace.py"), family, str(int(document_masking))],
-            capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
             timeout=400,
-        )  # fmt: skip
+        )
         assert run.returncode == 0, run.stderr[-3000:]
         res = json.loads(run.stdout.strip().splitlines()[-1])
         assert res["transformers"] == GPU_TRANSFORMERS

@@ -52,12 +52,20 @@ def prepare_smoke_run(tmp_path: Path) -> tuple[Path, Path]:
     config = tmp_path / "smoke.yaml"
     config.write_text(SMOKE_YAML.format(root=ROOT, out=out, bbc=BBC))
     cfg = load_config(str(config))
-    texts = [f.read_text(errors="replace") for topic in ("business", "sport", "tech")
-             for f in sorted((BBC / topic).glob("*.txt"))[:80]]  # fmt: skip
+    texts = [
+        f.read_text(errors="replace")
+        for topic in ("business", "sport", "tech")
+        for f in sorted((BBC / topic).glob("*.txt"))[:80]
+    ]
     shard = RunLayout(cfg).clean / "bbc" / "shard-00000.jsonl.zst"
     shard.parent.mkdir(parents=True)
-    write_shard(shard, [{"id": str(i), "text": t, "url": None, "timestamp": None, "source": "bbc"}
-                        for i, t in enumerate(texts)])  # fmt: skip
+    write_shard(
+        shard,
+        [
+            {"id": str(i), "text": t, "url": None, "timestamp": None, "source": "bbc"}
+            for i, t in enumerate(texts)
+        ],
+    )
     mark_done(shard, {"rows": len(texts)})
     train_tokenizer(cfg)
     assert run_tokenize(cfg)["complete"]

@@ -19,17 +19,39 @@ def _tokenizer(vocab: list[str], **special: str) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(model), **special)
 
 
-WORDPIECE = _tokenizer(["[UNK]", "[PAD]", "[CLS]", "[SEP]", "[MASK]", "a"], unk_token="[UNK]", pad_token="[PAD]",
-                       cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")  # fmt: skip
-BPE = _tokenizer(["<s>", "<pad>", "</s>", "<unk>", "<mask>", "a"], bos_token="<s>", pad_token="<pad>",
-                 eos_token="</s>", unk_token="<unk>", mask_token="<mask>")  # fmt: skip
+WORDPIECE = _tokenizer(
+    ["[UNK]", "[PAD]", "[CLS]", "[SEP]", "[MASK]", "a"],
+    unk_token="[UNK]",
+    pad_token="[PAD]",
+    cls_token="[CLS]",
+    sep_token="[SEP]",
+    mask_token="[MASK]",
+)
+BPE = _tokenizer(
+    ["<s>", "<pad>", "</s>", "<unk>", "<mask>", "a"],
+    bos_token="<s>",
+    pad_token="<pad>",
+    eos_token="</s>",
+    unk_token="<unk>",
+    mask_token="<mask>",
+)
 
 
 def test_one_rule_for_both_tokenizer_styles():
-    assert special_token_ids(WORDPIECE) == {"pad_token_id": 1, "bos_token_id": None, "eos_token_id": None,
-                                            "cls_token_id": 2, "sep_token_id": 3}  # fmt: skip
-    assert special_token_ids(BPE) == {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
-                                      "cls_token_id": 0, "sep_token_id": 2}  # fmt: skip
+    assert special_token_ids(WORDPIECE) == {
+        "pad_token_id": 1,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "cls_token_id": 2,
+        "sep_token_id": 3,
+    }
+    assert special_token_ids(BPE) == {
+        "pad_token_id": 1,
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+        "cls_token_id": 0,
+        "sep_token_id": 2,
+    }
 
 
 @pytest.mark.parametrize("family", family_names())

@@ -48,8 +48,14 @@ print("NOT REACHED", flush=True)
 @pytest.mark.parametrize("case", ["timeout", "no_progress"])
 def test_the_hang_procedure_dumps_reports_and_exits_hung(tmp_path, case):
     hang = tmp_path / "logs" / "hang"
-    res = subprocess.run([sys.executable, "-c", DRIVER, str(hang), case, str(free_port())], cwd=ROOT,
-                         env=child_env(), capture_output=True, text=True, timeout=100)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(hang), case, str(free_port())],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert res.returncode == HUNG, res.stdout[-2000:] + res.stderr[-3000:]
     assert "RETURNED" in res.stdout and "NOT REACHED" not in res.stdout
     report = (hang / "report.txt").read_text()

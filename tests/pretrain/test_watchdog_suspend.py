@@ -57,9 +57,14 @@ pytestmark = pytest.mark.timeout(30)
 
 def _driver(tmp_path, case: str, beat_s: float) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(tmp_path / "hang"), case, str(free_port()), str(beat_s)], cwd=ROOT,
-        env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-c", DRIVER, str(tmp_path / "hang"), case, str(free_port()), str(beat_s)],
+        cwd=ROOT,
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_line(proc: subprocess.Popen, text: str) -> list[str]:

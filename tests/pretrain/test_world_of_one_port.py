@@ -32,8 +32,14 @@ def _start(tmp_path, *overrides: str, source: str = "yaml") -> subprocess.Comple
     env = {
         k: v for k, v in child_env().items() if k not in ("MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
     }
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), source, *overrides], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path), source, *overrides],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 @pytest.mark.parametrize("source", ["yaml", "resolved"])
