@@ -55,7 +55,7 @@ def test_the_branch_is_a_shorter_wsd_run_resumed_from_the_step(tmp_path):
         (["schedule.decay=cosine"], 6, 4, "needs schedule.decay: wsd"),
         (WSD, 30, 4, r"--from 30: the step is in the decay phase \(it starts at step 30\)"),
         (WSD, 1, 4, r"--from 1: the step is in the warmup"),
-        (WSD, 9, 4, r"no complete checkpoint step00000009 .* \(stable-phase checkpoints there: step00000006\)"),
+        (WSD, 9, 4, r"no complete checkpoint step00000009 .* \(stable-phase .*: step00000006\)"),
         (WSD, 6, 0, r"--steps 0: a cool-down needs at least one step"),
     ],
 )
