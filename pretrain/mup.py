@@ -66,7 +66,7 @@ def hidden_parameters(model: torch.nn.Module, m: ModelConfig) -> set[int]:
 
 
 def _scale_output(_module: torch.nn.Module, _inputs: Any, output: torch.Tensor) -> torch.Tensor:
-    return output * _module._lmstack_mup_out  # type: ignore[operator]
+    return output * _module._lmstack_mup_out
 
 
 def prepare(model: torch.nn.Module, m: ModelConfig) -> torch.nn.Module:
@@ -83,7 +83,7 @@ def prepare(model: torch.nn.Module, m: ModelConfig) -> torch.nn.Module:
     for attn in attns:
         attn.scaling = 1.0 / _head_dim(attn)
     norm, _ = readout(model, m)
-    norm._lmstack_mup_out = 1.0 / m.width_mult  # type: ignore[assignment]
+    norm._lmstack_mup_out = 1.0 / m.width_mult
     setattr(norm, HOOK, norm.register_forward_hook(_scale_output))
     return model
 

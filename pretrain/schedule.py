@@ -177,8 +177,8 @@ def lr_multiplier(cfg: RunConfig, plan: TrainPlan) -> WarmupDecay | WarmupStable
         return TimeWarmupDecay(
             plan.budget_s, plan.warmup_fraction, sc.decay, sc.min_lr_ratio, sc.wsd_fraction, sc.wsd_shape
         )
+    total = plan.total_steps
+    assert total is not None  # a step-counted run (a time budget returned above)
     if sc.decay == "wsd":
-        return WarmupStableDecay(
-            plan.warmup_steps, sc.wsd_decay_start, plan.total_steps, sc.wsd_shape, sc.min_lr_ratio
-        )
-    return WarmupDecay(plan.warmup_steps, plan.total_steps, sc.decay, sc.min_lr_ratio)
+        return WarmupStableDecay(plan.warmup_steps, sc.wsd_decay_start, total, sc.wsd_shape, sc.min_lr_ratio)
+    return WarmupDecay(plan.warmup_steps, total, sc.decay, sc.min_lr_ratio)

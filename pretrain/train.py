@@ -65,6 +65,9 @@ class TrainingClock:
         self.time_schedule = next((f for f in scheduler.lr_lambdas if isinstance(f, TimeWarmupDecay)), None)
         if self.time_schedule is not None:  # a resumed LambdaLR state must not carry an older budget
             fresh = lr_multiplier(cfg, plan)
+            assert isinstance(
+                fresh, TimeWarmupDecay
+            )  # the config's budget is what the scheduler was built with
             fresh.elapsed_s = elapsed_s
             self.time_schedule.__dict__.update(fresh.__dict__)
 
