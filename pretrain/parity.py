@@ -15,7 +15,7 @@ import torch
 
 from core.io import atomic_write
 from pretrain import safe_load
-from pretrain.checkpoint_writer import TorchFile
+from pretrain.checkpoint.writer import TorchFile
 from pretrain.families import get_family
 
 PROBE_TEXTS = [

@@ -14,7 +14,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from pretrain.checkpoint_meta import CannotContinue, complete_tags, read_complete
+from core.errors import CannotContinueError
+from pretrain.checkpoint.meta import complete_tags, read_complete
 
 ACCEPT_FLAG = "checkpoint.accept_config_changes=true"
 RESET_FLAG = "--reset-data-order"
@@ -133,7 +134,7 @@ def compare(
     accept: bool,
     reset_data_order: bool = False,
 ) -> ConfigChanges:
-    """The differences between the checkpoint's config and the current one; CannotContinue when a change is
+    """The differences between the checkpoint's config and the current one; CannotContinueError when a change is
     refused (and not accepted), a data-order key changed without `reset_data_order`, or the schedule would end
     before the checkpoint's step."""
     changes = ConfigChanges()
@@ -152,7 +153,7 @@ def compare(
         bucket.append((key, a, b))
     total = new_cfg.get("schedule", {}).get("total_steps")
     if isinstance(total, int) and total < step:
-        raise CannotContinue(
+        raise CannotContinueError(
             f"schedule.total_steps ({total}) is below the checkpoint's step {step}: "
             "nothing would be trained; raise schedule.total_steps"
         )
@@ -166,7 +167,7 @@ def compare(
             f"resume:\n{rows}\nRestore them, or rerun with {ACCEPT_FLAG} to resume with the new values anyway."
         )
     if problems:
-        raise CannotContinue("\n".join(problems))
+        raise CannotContinueError("\n".join(problems))
     return changes
 
 
@@ -229,7 +230,7 @@ def preview(cfg) -> dict[str, Any] | None:
             accept=True,
             reset_data_order=cfg.checkpoint.reset_data_order,
         )
-    except CannotContinue as e:
+    except CannotContinueError as e:
         return out | {"error": str(e)}
     return out | {
         "data_order": [[k, a, b] for k, a, b in ch.data_order],

@@ -16,15 +16,15 @@ spiking and non-finite losses stay out of the window, so one spike does not wide
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from core.errors import CannotContinueError
 from core.exit_codes import LOSS_SPIKE
 from core.log import get_logger
-from pretrain.checkpoint_meta import TAG_RE, CannotContinue, complete_tags
+from pretrain.checkpoint.meta import TAG_RE
 
 log = get_logger(__name__)
 
@@ -33,7 +33,7 @@ log = get_logger(__name__)
 INJECT_ENV = "LMSTACK_SPIKE_INJECT"
 
 
-class LossSpikeStop(CannotContinue):
+class LossSpikeStop(CannotContinueError):
     """The run stopped on a loss spike (spikes.action stop, or spikes.max_consecutive in a row)."""
 
     exit_code = LOSS_SPIKE
@@ -131,16 +131,12 @@ class SpikeDetector:
             self.skipped += 1
         return action == "rollback"
 
-    def rollback(self, engine: Any, scheduler: Any, ckpt_dir: Path, loader: Any) -> dict[str, Any] | None:
-        """Reload the last complete checkpoint (every rank the one rank 0 names) and keep the loader where it is:
-        the data since the checkpoint is skipped, and the record goes into the next checkpoints. Returns the
-        checkpoint's client state, or None when there is none yet (the spike was skipped)."""
-        from pretrain import checkpoint as ckpt  # the engine side, imported where needed (torch-free above)
-        from pretrain import resume_diff
-
-        tags: list[str | None] = list(complete_tags(ckpt_dir)) if dist.get_rank() == 0 else []
-        tag = [tags[-1] if tags else None]
-        dist.broadcast_object_list(tag, src=0)
+    def rollback(self, checkpoints: Any, loader: Any) -> dict[str, Any] | None:
+        """Reload the last complete checkpoint (every rank the one rank 0 names; `checkpoints`: the run's
+        CheckpointManager) and keep the loader where it is: the data since the checkpoint is skipped, and the
+        record goes into the next checkpoints. Returns the checkpoint's client state, or None when there is none
+        yet (the spike was skipped)."""
+        tag = [checkpoints.last_complete()]
         if tag[0] is None:
             log.warning(
                 f"[spikes] step {self.step}: no complete checkpoint to roll back to; the step was skipped"
@@ -148,9 +144,7 @@ class SpikeDetector:
             self.skipped += 1
             return None
         self._within_rollback_budget(tag[0])
-        current = resume_diff.schedule_snapshot(scheduler)  # the schedule as configured (and its clock)
-        state = ckpt.load_checkpoint(engine, ckpt_dir, tag[0])
-        resume_diff.reapply_schedule(scheduler, current)
+        state = checkpoints.reload(tag[0])  # the schedule as configured (and its clock) is kept
         window = state.get("spikes") or {}
         if "losses" in window:  # the statistics as they were at the checkpoint
             self.losses = torch.tensor(window["losses"], dtype=torch.float64, device=self.losses.device)
