@@ -1,5 +1,5 @@
 """The training loop's speed while a save's background part writes and hashes a checkpoint in a thread of its process
-(`checkpoint.async_writer: thread`, the default), against the same loop with nothing in the background.
+(`checkpoint.async_mode: async`, the default), against the same loop with nothing in the background.
 
 Why: a thread shares the interpreter lock with the loop. A GPU node's loop is host-bound Python (it launches kernels
 and waits on nothing), so whatever the background holds the lock for is taken from the step. torch's own file writer

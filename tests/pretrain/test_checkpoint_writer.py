@@ -5,6 +5,7 @@ and gives the interpreter lock back quickly, and an error exit during a backgrou
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -144,3 +145,50 @@ def test_the_loop_gets_the_interpreter_lock_back_quickly_while_a_save_finishes(t
     p.thread.join()
     assert seen == [pytest.approx(W.SAVE_SWITCH_INTERVAL_S)] and W.SAVE_SWITCH_INTERVAL_S < before
     assert sys.getswitchinterval() == before
+
+
+# The kills during each background phase (tests/pretrain/test_async_checkpoint.py) land inside it because the slow-disk
+# test plug-in stretches that phase from outside the product: it must slow each phase once per folder, in a
+# background thread only (the step's own opens never wait), and refuse a phase it does not know.
+SLOW_DISK_DRIVER = r"""
+import json, tempfile, threading, time
+from pathlib import Path
+from tests.plugins import slow_disk
+slow_disk.install("write=0.6,hash=0.4,upload=0.5")
+folder = Path(tempfile.mkdtemp()) / "checkpoints" / "step00000004"
+folder.mkdir(parents=True)
+took = {}
+def timed(name, fn):
+    t0 = time.perf_counter()
+    fn()
+    took[name] = time.perf_counter() - t0
+def background():
+    timed("write", lambda: (folder / "a.pt").write_bytes(b"x"))
+    timed("write again", lambda: (folder / "b.pt").write_bytes(b"x"))
+    timed("read before COMPLETE", lambda: (folder / "a.pt").read_bytes())
+    timed("hash", lambda: (folder / "hashes.rank00000.json").write_text("{}"))
+    (folder / "COMPLETE").write_text("{}")
+    timed("upload", lambda: (folder / "a.pt").read_bytes())
+    timed("upload again", lambda: (folder / "b.pt").read_bytes())
+t = threading.Thread(target=background)
+t.start()
+t.join()
+timed("main thread", lambda: (folder / "c.pt").write_bytes(b"x"))
+print(json.dumps(took))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_slow_disk_plugin_slows_each_background_phase_once_and_never_the_step(tmp_path):
+    from tests.plugins import slow_disk
+
+    p = subprocess.run(
+        [sys.executable, "-c", SLOW_DISK_DRIVER], cwd=ROOT, capture_output=True, text=True, timeout=50
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    took = json.loads(p.stdout)
+    assert took["write"] >= 0.6 and took["hash"] >= 0.4 and took["upload"] >= 0.5, took
+    quick = ("write again", "read before COMPLETE", "upload again", "main thread")
+    assert all(took[k] < 0.3 for k in quick), took
+    with pytest.raises(ValueError, match="'hashing' is not one of write, hash, upload"):
+        slow_disk.parse("hashing=1")
