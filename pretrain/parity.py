@@ -15,7 +15,6 @@ import torch
 
 from core.io import atomic_write
 from pretrain import safe_load
-from pretrain.checkpoint.writer import TorchFile
 from pretrain.families import get_family
 
 PROBE_TEXTS = [
@@ -38,11 +37,6 @@ def probe_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], device:
     if was_training:
         model.train()
     return out
-
-
-def probe_file(path: Path, batch: dict[str, torch.Tensor], logits: torch.Tensor) -> TorchFile:
-    """The probe file a checkpoint writes with its other deferred files (`check_parity` reads it)."""
-    return TorchFile(path, {"inputs": batch, "logits": logits})
 
 
 class SnapshotProbe:
