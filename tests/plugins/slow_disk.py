@@ -6,7 +6,8 @@ instead of asking the product to pause: an audit hook (`sys.addaudithook`) sees 
 the first time a save's background thread (any thread but the main one) reaches a phase of a checkpoint folder
 (`.../stepNNNNNNNN/`), sleeps that phase's seconds before the open goes ahead:
 
-- `write`: the first file opened for writing in the folder (DeepSpeed's snapshots, the RNG state, the probe);
+- `write`: the first file opened for writing in the folder (DeepSpeed's snapshots, the RNG state, the probe), or
+  beside it while it is not complete (DeepSpeed's recovery scripts in the checkpoints folder);
 - `hash`: this rank's done marker (`hashes.rankNNNNN.json`), opened once the rank's files are written and hashed;
 - `upload`: the first file of the folder read once its COMPLETE exists (a remote run's upload reads it).
 
@@ -26,6 +27,7 @@ SLOW_DISK_ENV = "LMSTACK_TEST_SLOW_DISK"
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 PHASES = ("write", "hash", "upload")
 _FOLDER = re.compile(r"^(.*/step\d{8})/(?:.*/)?([^/]+)$")
+_TAG = re.compile(r"^step\d{8}$")
 
 
 def parse(spec: str) -> dict[str, float]:
@@ -39,11 +41,24 @@ def parse(spec: str) -> dict[str, float]:
     return out
 
 
+def _saving(parent: str) -> str | None:
+    """The step folder of `parent` (a checkpoints folder) that is not complete yet: the save in flight."""
+    try:
+        names = [n for n in os.listdir(parent) if _TAG.match(n)]
+    except OSError:
+        return None
+    open_ = [n for n in names if not os.path.exists(os.path.join(parent, n, "COMPLETE"))]
+    return os.path.join(parent, max(open_)) if open_ else None
+
+
 def _phase(path: str, mode: str) -> tuple[str, str] | None:
     """(checkpoint folder, phase) of an open, or None when it is no background phase of a checkpoint."""
     m = _FOLDER.match(path)
-    if m is None:
-        return None
+    if (
+        m is None
+    ):  # beside the step folders (DeepSpeed's recovery scripts): the write phase of the save in flight
+        saving = _saving(os.path.dirname(path)) if any(c in mode for c in "wax+") else None
+        return (saving, "write") if saving is not None else None
     folder, name = m.groups()
     if name.startswith("hashes.rank") and "w" in mode:
         return folder, "hash"
