@@ -350,17 +350,20 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
     recorder = BatchRecorder(rank)  # test-only replay record for bench/loss_parity.py (LMSTACK_PARITY_RECORD)
     torch.manual_seed(cfg.run.seed + rank)
 
-    checkpoints = CheckpointManager(cfg, layout, rank, world)  # the resume point, found and verified
+    tokenizer = load_tokenizer(layout)
+    # the resume point, found and verified; a tokenizer other than its checkpoint's is named before the model
+    checkpoints = CheckpointManager(cfg, layout, tokenizer, rank, world)
     if rank == 0:
         announce(cfg, plan, world, checkpoints.dir)
-    tokenizer, model = build_run_model(cfg, layout, checkpoints)
+    # a resumed run loads its checkpoint: model.init_from's weights are read only by a fresh start
+    model = build_module(cfg, tokenizer, weights=not checkpoints.resuming)
     recorder.initial(model)
     n_params = count_parameters(model)
     train_loader, eval_loader = build_loaders(cfg, rank, world, tokenizer)
     engine, scheduler, _ = build_engine(cfg, model, plan, load_universal=checkpoints.universal)
     sync = StepSync(engine.device, rank, SpikeDetector(cfg, engine.device, rank, plan.grad_accum * world))
     state, restore_s = checkpoints.load(
-        engine, scheduler, train_loader, tokenizer, lambda: build_module(cfg, tokenizer, weights=False)
+        engine, scheduler, train_loader, lambda: build_module(cfg, tokenizer, weights=False)
     )
     progress, elapsed_s = restore(engine, sync, state) if state is not None else (Progress(), 0.0)
     clock = TrainingClock(cfg, plan, scheduler, elapsed_s)
@@ -403,14 +406,10 @@ def announce(cfg: RunConfig, plan, world: int, ckpt_dir: Path) -> None:
     log.info("\n".join("[train] " + x for x in lines))
 
 
-def build_run_model(cfg: RunConfig, layout: RunLayout, checkpoints: CheckpointManager):
-    """The run's tokenizer (fetched first for a remote run) and the model sized from it, wrapped by its objective."""
+def load_tokenizer(layout: RunLayout):
+    """The run's tokenizer (fetched first for a remote run): the model is sized from it."""
     layout.store.pull([layout.tokenizer])
-    tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
-    # before the model is sized from it: a swapped tokenizer is named, not a size mismatch
-    checkpoints.check_tokenizer(layout.tokenizer, len(tokenizer))
-    # a resumed run loads its checkpoint: model.init_from's weights are read only by a fresh start
-    return tokenizer, build_module(cfg, tokenizer, weights=not checkpoints.resuming)
+    return AutoTokenizer.from_pretrained(str(layout.tokenizer))
 
 
 def build_module(cfg: RunConfig, tokenizer, weights: bool):
@@ -663,7 +662,8 @@ def client_state(run: Run, progress: Progress) -> dict[str, Any]:
 
 def finish(run: Run, progress: Progress, preempted: bool) -> dict[str, Any]:
     """The run's result (and its plots); every rank leaves together."""
-    run.checkpoints.close()  # the last save's COMPLETE and upload (also at a preemption exit)
+    # the last save's COMPLETE and upload (also at a preemption exit)
+    last = run.checkpoints.close(progress.step)
     run.recorder.close(run.plan)
     result = {
         "step": progress.step,
@@ -672,7 +672,7 @@ def finish(run: Run, progress: Progress, preempted: bool) -> dict[str, Any]:
         "preempted": preempted,
         "elapsed_s": round(run.clock.elapsed_s, 3),
         "budget_s": run.plan.budget_s,
-        "checkpoint": str(run.checkpoints.path_for(progress.step)),
+        "checkpoint": str(last),
         "params": run.n_params,
     }
     if run.rank == 0 and run.cfg.logging.plots and run.cfg.logging.jsonl:

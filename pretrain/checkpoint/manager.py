@@ -1,8 +1,8 @@
 """The run's one checkpoint object: where it resumes from, when it saves, the save in flight, and its end.
 
-The trainer calls it a few times, as torchtitan's trainer calls its CheckpointManager: it is made in set-up (which
-finds and verifies the resume point), asked to check the tokenizer and to `load` once the engine exists, asked to
-`save` at each step end (it decides whether that step saves), and closed at the end. The async save in flight is
+The trainer calls it four times, as torchtitan's trainer calls its CheckpointManager: it is made in set-up (which
+finds and verifies the resume point and checks the run's tokenizer against it), asked to `load` once the engine
+exists, asked to `save` at each step end (it decides whether that step saves), and closed at the end. The async save in flight is
 its state, not a module's: the next save, a stop and `close` wait for it. A loss spike's rollback asks it for the
 newest complete checkpoint and reloads that (`last_complete`, `reload`).
 """
@@ -35,15 +35,16 @@ log = get_logger(__name__)
 
 class CheckpointManager:
     """Owns a run's checkpoints (`checkpoint.*`): made on every rank before the model, it has found the checkpoint
-    to resume from (verified, its config changes applied or refused) or none."""
+    to resume from (verified, its config changes applied or refused) or none, and the run's `tokenizer` is the one
+    that checkpoint was trained with (a swapped one stops here, naming both, before the model is sized from it)."""
 
-    def __init__(self, cfg: RunConfig, layout: RunLayout, rank: int, world: int) -> None:
+    def __init__(self, cfg: RunConfig, layout: RunLayout, tokenizer: Any, rank: int, world: int) -> None:
         self.settings, self.rank, self.world = cfg.checkpoint, rank, world
         self.dir = Path(cfg.checkpoint_dir)
         self.remote = cfg.checkpoint_remote
         self.async_save = cfg.checkpoint.async_mode == "async"
         self.meta: dict[str, Any] = {"config": to_dict(cfg)}  # recorded in each COMPLETE
-        self.layout = layout
+        self.layout, self.tokenizer = layout, tokenizer
         self.family = cfg.model.family
         self.engine: Any = None
         self.scheduler: Any = None
@@ -52,6 +53,9 @@ class CheckpointManager:
         # resume is decided before the engine exists: another world size loads a universal checkpoint
         self.load_dir, self.tag = resume_point(cfg, self.dir, rank)
         self.universal = self.tag is not None and needs_universal(self.load_dir, self.tag, world)
+        if self.tag is not None:
+            check_tokenizer(self.load_dir, self.tag, layout.tokenizer, len(tokenizer))
+        self.meta["tokenizer"] = tokenizer_identity(layout.tokenizer, len(tokenizer))
 
     @property
     def resuming(self) -> bool:
@@ -64,22 +68,15 @@ class CheckpointManager:
             return None
         return self.load_dir / (self.tag + (UNIVERSAL_SUFFIX if self.universal else ""))
 
-    def check_tokenizer(self, tokenizer_dir: Path, size: int) -> None:
-        """Records the run's tokenizer in every COMPLETE; a resume with another one than its checkpoint's stops
-        here, naming both, before the model is sized from it."""
-        if self.tag is not None:
-            check_tokenizer(self.load_dir, self.tag, tokenizer_dir, size)
-        self.meta["tokenizer"] = tokenizer_identity(tokenizer_dir, size)
-
     def load(
-        self, engine: Any, scheduler: Any, loader: Any, tokenizer: Any, build: Callable[[], torch.nn.Module]
+        self, engine: Any, scheduler: Any, loader: Any, build: Callable[[], torch.nn.Module]
     ) -> tuple[dict[str, Any] | None, float | None]:
         """Binds the engine the saves take, and restores it from the resume point: weights, optimizer, this rank's
         RNG and the loader's position, with the schedule as configured now. Returns the checkpoint's client state
         and the seconds the loader's restore took, or (None, None) for a fresh run. `build` makes the run's module
         (the parity probe's copy on the meta device)."""
         self.engine, self.scheduler = engine, scheduler
-        self.probe = ParityProbe(engine, self.rank, tokenizer, self.family, self.async_save, build)
+        self.probe = ParityProbe(engine, self.rank, self.tokenizer, self.family, self.async_save, build)
         if self.tag is None:
             return None, None
         if self.universal:
@@ -129,9 +126,6 @@ class CheckpointManager:
         tags = complete_tags(self.dir)
         return f"{tags[-1] if tags else None} in {self.dir}"
 
-    def path_for(self, step: int) -> Path:
-        return self.dir / tag_for(step)
-
     def due(self, step: int, last_step: bool, ok: bool = True, preempted: bool = False) -> bool:
         """Whether the step end at `step` saves: on the `checkpoint.every_steps` grid and at the last step, but
         never a step whose loss was not finite (good checkpoints are not replaced by it); always on a
@@ -174,6 +168,8 @@ class CheckpointManager:
         if pending is not None:
             pending.wait()
 
-    def close(self) -> None:
-        """The end of the run (also a preemption exit): the last save's COMPLETE and upload."""
+    def close(self, step: int) -> Path:
+        """The end of the run at `step` (also a preemption exit): the last save's COMPLETE and upload. Returns
+        that step's checkpoint folder."""
         self.wait()
+        return self.dir / tag_for(step)
