@@ -36,8 +36,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 def _train(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
-    from core.preflight import check_tokens, check_train
     from core.errors import CannotContinueError
+    from core.preflight import check_tokens, check_train
     from pretrain.engine import accelerator_name
     from pretrain.train import train
     from pretrain.watchdog import collective_failed
@@ -94,8 +94,8 @@ def _export(args: argparse.Namespace) -> int:
 
     try:
         print(export(cfg, args.checkpoint, args.out))
-    except (CannotContinueError, FileNotFoundError) as e:  # one line naming the checkpoint / tokenizer / folder
-        print(f"error: {e}", file=sys.stderr)
+    except (CannotContinueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)  # one line naming the checkpoint / tokenizer / folder
         return CANNOT_CONTINUE
     return 0
 
