@@ -51,11 +51,11 @@ def select_resume_tag(ckpt_dir: Path, warn=None, remote: str | None = None) -> s
         remote_candidates(ckpt_dir, remote) if remote else [(t, False) for t in _candidates(ckpt_dir)]
     )
     for tag, in_bucket in candidates:
-        if in_bucket:
+        if in_bucket and remote:  # only a remote run has checkpoints in a bucket
             fetch_checkpoint(ckpt_dir, tag, remote)
         problems = verify_checkpoint(ckpt_dir / tag)
         # a damaged local copy of a good remote file has the same size: fetch it again
-        if in_bucket and problems:
+        if in_bucket and remote and problems:
             fetch_checkpoint(ckpt_dir, tag, remote, force=True)
             problems = verify_checkpoint(ckpt_dir / tag)
         if not problems:
