@@ -1,10 +1,10 @@
 """The training loop's speed while a save's background part writes and hashes a checkpoint in a thread of its process
-(`checkpoint.async_writer: thread`, the default), against the same loop with nothing in the background.
+(`checkpoint.async_mode: async`, the default), against the same loop with nothing in the background.
 
 Why: a thread shares the interpreter lock with the loop. A GPU node's loop is host-bound Python (it launches kernels
 and waits on nothing), so whatever the background holds the lock for is taken from the step. torch's own file writer
 (`torch.save(obj, path)`, what DeepSpeed's TorchCheckpointEngine calls) holds the lock while it copies every byte;
-our writer (`pretrain.checkpoint_writer.write_and_hash`) hands torch.save a Python file, whose writes
+our writer (`pretrain.checkpoint.writer.write_and_hash`) hands torch.save a Python file, whose writes
 release it, and hashes in chunks that release it too.
 
 Work: a loop of forward and backward passes of a small MLP on one thread (dispatch-bound, like a GPU loop's host),
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 import torch  # noqa: E402
 
-from pretrain.checkpoint_writer import TorchFile, write_and_hash  # noqa: E402
+from pretrain.checkpoint.writer import TorchFile, write_and_hash  # noqa: E402
 
 GOAL = 0.8
 

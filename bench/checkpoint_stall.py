@@ -1,6 +1,6 @@
 """Checkpoint stall: how much longer the step that saves a checkpoint takes than a normal step, with the save's
 finishing part (hashing, COMPLETE, `latest`, pruning, a remote run's upload) in the background
-(`checkpoint.async_save: true`, the default) and before it (`false`: all of it before the step goes on).
+(`checkpoint.async_mode: async`, the default) and before it (`disabled`: all of it before the step goes on).
 
 Data and model: the demo recipe (configs/gpt2-budget.yaml: GPT-2-style 4 x 128, DeepSpeed ZeRO-2, 2 CPU ranks,
 gloo, its own batch: 32 sequences of 128 tokens, micro-batches of 16) on a small BBC run prepared by our data stages;
@@ -11,25 +11,26 @@ until 2026-11-29 the bench ran 8). Step time: each row's global batch / samples_
 k: row k+1's time minus the median of the rows that follow no save (the first rows, warm-up, are dropped; the final
 save is waited for at the end of the run and is not counted).
 
-Runs: local async (`checkpoint.async_writer: thread`, the default: the background thread writes and hashes),
-local async with `async_writer: process` (each rank's writer process does), local sync; a remote run (`run.output_dir: s3://...` on a moto S3 server on 127.0.0.1) async
-without and with an upload delay, and sync with the delay. The delay is a sleep of `--upload-delay` seconds before
-each upload (test-only LMSTACK_CKPT_PAUSE=upload=D), standing in for a slow network; it must be shorter than the
-time between two saves, or the next save waits for the upload by design.
+Runs: local async (the background thread writes and hashes), local sync; a remote run (`run.output_dir: s3://...`
+on a moto S3 server on 127.0.0.1) async without and with an upload delay, and sync with the delay. The delay is a
+sleep of `--upload-delay` seconds before each upload, put there from outside the product by the slow-disk test
+plug-in (tests/plugins/slow_disk.py, `upload=D`), standing in for a slow network; it must be shorter than the time
+between two saves, or the next save waits for the upload by design. (The writer-process arm is gone with the
+writer process, issue 65: on CPU it was no better than the thread.)
 
 Rounds: each save is measured against its own run's normal steps (a run's start-up, imports and DeepSpeed, costs
 far more than its steps, so a save is the unit, not a run). The local settings run `--rounds` times, alternating
-(thread, process, sync, thread, ...), and each figure pools the saves of all its runs: a drift of the host's speed
+(async, sync, async, ...), and each figure pools the saves of all its runs: a drift of the host's speed
 lands on every setting alike, and 72 steps x 3 rounds give 33 saves per setting, where one run of 36 steps, the
 default before, gave 5 (even at 33, on 2 busy CPU ranks the thread writer's median moved between 0.07 and 0.11 of a
 step over three runs of the same code, docs/results.md). The remote runs, one each, measure whether the stall grows
 with the upload's duration. VERDICTs (lower is better; the sync runs, "before", are printed beside them):
-- local async stall / normal step <= 0.10, with each writer (`local_async`: thread, `local_async_process`);
+- local async stall / normal step <= 0.10 (`local_async`);
 - remote async stall with the upload delay / normal step <= 0.10 (independent of the upload's duration);
 - growth of the remote async stall when the delay is added, over the delay itself, <= 0.10 (sync grows by ~1).
 
 `python bench/checkpoint_stall.py [--steps 72] [--every 6] [--rounds 3] [--upload-delay 0.5] [--global-batch N]`
-(3 x rounds + 3 trainer runs)
+(2 x rounds + 3 trainer runs)
 
 `--cpu-ranks 1`: one CPU rank of one thread, so one of this machine's 2 cores is idle during the step, as a GPU
 node's host cores are; the same global batch (2 micro-batches per step instead of one per rank). Its results file
@@ -57,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
 EXTRA_YAML = ""
+ASYNC_MODE = {"async": "async", "sync": "disabled"}  # checkpoint.async_mode of each arm
 WARMUP_ROWS = 3
 
 
@@ -188,16 +190,11 @@ def main() -> int:
         # over that save's whole interval)
         figures: dict[str, tuple[list[float], list[float], list[float]]] = {}
         for r in range(a.rounds):
-            for mode, writer in (("async", "thread"), ("async_process", "process"), ("sync", "thread")):
+            for mode in ("async", "sync"):
                 out = tmp / f"local-{mode}-{r}"
                 _link_stages(cfg_path, out)
-                run(
-                    cfg_path,
-                    [*base, f"run.output_dir={out}", f"checkpoint.async_save={mode != 'sync'}",
-                     f"checkpoint.async_writer={writer}"],
-                    env,
-                    nproc,
-                )  # fmt: skip
+                over = [*base, f"run.output_dir={out}", f"checkpoint.async_mode={ASYNC_MODE[mode]}"]
+                run(cfg_path, over, env, nproc)
                 times = step_times((out / "logs" / "metrics.jsonl").read_text(), global_batch)
                 st, normal = stalls(times, a.steps, a.every)
                 pooled = figures.setdefault(f"local_{mode}", ([], [], []))
@@ -208,6 +205,7 @@ def main() -> int:
 
         from core.storage import RunStore
         from tests.moto_s3 import moto_server, s3fs_client
+        from tests.plugins import slow_disk
 
         with moto_server() as s3env:
             fs = s3fs_client(s3env)
@@ -219,9 +217,15 @@ def main() -> int:
                 RunStore(local.resolve(), url).push(
                     [(local / "tokenizer").resolve(), (local / "tokens").resolve()]
                 )
-                renv = {**env, **s3env, **({"LMSTACK_CKPT_PAUSE": f"upload={delay}"} if delay else {})}
-                run(cfg_path, [*base, f"run.output_dir={url}", f"run.local_dir={tmp / name}",
-                               f"checkpoint.async_save={mode == 'async'}"], renv, nproc)  # fmt: skip
+                renv = {**env, **s3env}
+                renv = slow_disk.env(f"upload={delay}", renv) if delay else renv
+                over = [
+                    *base,
+                    f"run.output_dir={url}",
+                    f"run.local_dir={tmp / name}",
+                    f"checkpoint.async_mode={ASYNC_MODE[mode]}",
+                ]
+                run(cfg_path, over, renv, nproc)
                 fs.invalidate_cache()
                 times = step_times(fs.cat(f"runs/{name}/logs/metrics.jsonl").decode(), global_batch)
                 st, normal = stalls(times, a.steps, a.every)
@@ -246,7 +250,7 @@ def main() -> int:
             st, normal, _ = figures[name]
             rep.line(f"before ({name}): stall median {statistics.median(st) * 1e3:.0f} ms = "
                      f"{statistics.median(st) / statistics.median(normal):.2f} of a normal step")  # fmt: skip
-        for name in ("local_async", "local_async_process", "remote_async_delay"):
+        for name in ("local_async", "remote_async_delay"):
             st, normal, _ = figures[name]
             rep.compare(f"checkpoint_stall_{name}_vs_normal_step{where}", st, normal, 0.10,
                         lower_is_better=True, unit="s, stall of the checkpoint step vs the median normal step")  # fmt: skip

@@ -161,7 +161,7 @@ def trainer_restart(
     src = seed_dir / "ckpt" / "step00000002"
 
     def clone_as(n: int, ck: Path) -> str:
-        from pretrain.checkpoint import file_entries
+        from pretrain.checkpoint.writer import file_entries
 
         tag = f"step{n:08d}"
         shutil.copytree(src, ck / tag)

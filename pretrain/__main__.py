@@ -36,8 +36,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 def _train(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
+    from core.errors import CannotContinueError
     from core.preflight import check_tokens, check_train
-    from pretrain.checkpoint import CannotContinue
     from pretrain.engine import accelerator_name
     from pretrain.train import train
     from pretrain.watchdog import collective_failed
@@ -47,7 +47,7 @@ def _train(args: argparse.Namespace) -> int:
     preflight(cfg, lambda c: check_train(c, accelerator_name()), check_run_tokenizer, check_tokens)
     try:
         result = train(cfg)
-    except CannotContinue as e:  # a restart would fail the same way: a code Slurm does not requeue on
+    except CannotContinueError as e:  # a restart would fail the same way: a code Slurm does not requeue on
         if not dist.is_initialized() or dist.get_rank() == 0:
             print(f"[train] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         code = getattr(e, "exit_code", CANNOT_CONTINUE)  # a loss spike stop has its own (core/exit_codes.py)
@@ -92,13 +92,13 @@ def _export(args: argparse.Namespace) -> int:
         check_export_target(
             args.out.removeprefix("file://") if args.out else RunPaths.from_config(cfg).export
         )
-    from pretrain.checkpoint import CannotContinue
+    from core.errors import CannotContinueError
     from pretrain.export import export
 
     try:
         print(export(cfg, args.checkpoint, args.out, args.merge_last))
-    except (CannotContinue, FileNotFoundError) as e:  # one line naming the checkpoint / tokenizer / folder
-        print(f"error: {e}", file=sys.stderr)
+    except (CannotContinueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)  # one line naming the checkpoint / tokenizer / folder
         return CANNOT_CONTINUE
     return 0
 

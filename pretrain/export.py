@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel
 
+from core.errors import CannotContinueError
 from core.export_files import weight_files
 from core.io import follow_umask, replace_dir, sha256_bytes
 from core.layout import CLEAN_STATS, TOKEN_MANIFEST
@@ -22,8 +23,12 @@ from core.log import get_logger, third_party_prints
 from core.run_layout import RunLayout
 from core.storage import RunStore
 from data_pipeline.tokenizers import frame_pairs, make_portable
-from pretrain import checkpoint as ckpt
 from pretrain import mup, safe_load
+from pretrain.checkpoint.disk import disk_full, free_bytes
+from pretrain.checkpoint.meta import COMPLETE, TAG_RE, complete_tags, read_complete
+from pretrain.checkpoint.remote import fetch_url
+from pretrain.checkpoint.resume import find_resume_tag, select_resume_tag
+from pretrain.checkpoint.tokenizer import check_tokenizer
 from pretrain.decay import read_branch
 from pretrain.export_folder import (
     TRAINING_STATE,
@@ -50,19 +55,19 @@ def resolve_checkpoint(cfg: RunConfig, checkpoint: str | None) -> tuple[Path, st
     if checkpoint and "://" in checkpoint and not checkpoint.startswith("file://"):
         url = checkpoint.rstrip("/")
         cache = Path(cfg.run.root) / "fetched-checkpoints"
-        if ckpt.TAG_RE.match(url.rsplit("/", 1)[-1]):  # one checkpoint
-            local, tag = ckpt.fetch_url(url, cache)
+        if TAG_RE.match(url.rsplit("/", 1)[-1]):  # one checkpoint
+            local, tag = fetch_url(url, cache)
             checkpoint = str(local / tag)
         else:  # a checkpoints folder: its newest complete checkpoint, below
             remote = url
             checkpoint = str(cache / sha256_bytes(url)[:12])
     path = Path(checkpoint.removeprefix("file://")) if checkpoint else Path(cfg.checkpoint_dir)
-    if (path / ckpt.COMPLETE).is_file():
+    if (path / COMPLETE).is_file():
         print(f"[export] exporting {path.name} (the checkpoint given)", file=sys.stderr, flush=True)
         return path.parent, path.name
-    tag = ckpt.select_resume_tag(path, remote=remote) if remote else ckpt.find_resume_tag(path)
+    tag = select_resume_tag(path, remote=remote) if remote else find_resume_tag(path)
     if tag is None:
-        raise FileNotFoundError(f"no complete checkpoint (a step folder with {ckpt.COMPLETE}) under {path}")
+        raise FileNotFoundError(f"no complete checkpoint (a step folder with {COMPLETE}) under {path}")
     print(f"[export] {_why(path, tag)}", file=sys.stderr, flush=True)
     return path, tag
 
@@ -70,18 +75,18 @@ def resolve_checkpoint(cfg: RunConfig, checkpoint: str | None) -> tuple[Path, st
 def _why(ckpt_dir: Path, tag: str) -> str:
     """Which step is exported and why, naming newer steps passed over (incomplete, or damaged)."""
     newer = (
-        sorted({p.name for p in ckpt_dir.iterdir() if ckpt.TAG_RE.match(p.name) and p.name > tag})
+        sorted({p.name for p in ckpt_dir.iterdir() if TAG_RE.match(p.name) and p.name > tag})
         if ckpt_dir.is_dir()
         else []
     )
     latest = ckpt_dir / "latest"
     pointed = latest.read_text().strip() if latest.is_file() else None
-    if pointed and pointed != tag and pointed not in newer and ckpt.TAG_RE.match(pointed) and pointed > tag:
+    if pointed and pointed != tag and pointed not in newer and TAG_RE.match(pointed) and pointed > tag:
         newer.append(pointed)
     if not newer:
         return f"exporting {tag}: the newest complete checkpoint"
     why = [
-        f"{t} is {'incomplete (no ' + ckpt.COMPLETE + ')' if not (ckpt_dir / t / ckpt.COMPLETE).is_file() else 'damaged'}"
+        f"{t} is {'incomplete (no ' + COMPLETE + ')' if not (ckpt_dir / t / COMPLETE).is_file() else 'damaged'}"
         for t in newer[::-1]
     ]
     return f"{'; '.join(why)}: exporting {tag}"
@@ -95,7 +100,7 @@ def _swap_into_place(stage: Path, final: Path) -> None:
 
 
 def consolidated_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]:
-    meta = ckpt.read_complete(ckpt_dir, tag)
+    meta = read_complete(ckpt_dir, tag)
     if meta.get("zero_stage", 0) >= 1:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
@@ -135,7 +140,7 @@ def load_trained_model(
     """The module the trainer checkpointed (the family's model, or the objective's wrapper around it), loaded;
     with `merge`, the mean of those checkpoints' weights (pretrain/merge.py)."""
     for t in merge or [tag]:
-        ckpt.check_tokenizer(ckpt_dir, t, RunLayout(cfg).tokenizer, len(tokenizer))
+        check_tokenizer(ckpt_dir, t, RunLayout(cfg).tokenizer, len(tokenizer))
     # init_from's weights are not read: the checkpoint's replace every tensor
     model = wrap_model(cfg, build_model(cfg.model, tokenizer, cfg.packing.seq_len, weights=False), tokenizer)
     if merge:
@@ -184,7 +189,7 @@ def export(
     if not remote_out:  # before any work: never replace what is not an export of ours
         check_export_target(Path(out_dir.removeprefix("file://")) if out_dir else layout.export)
     ckpt_dir, tag = resolve_checkpoint(cfg, checkpoint)
-    merge = tags_to_merge(ckpt.complete_tags(ckpt_dir), tag, merge_last, ckpt_dir) if merge_last else None
+    merge = tags_to_merge(complete_tags(ckpt_dir), tag, merge_last, ckpt_dir) if merge_last else None
     # before anything of it is unpickled (zero_to_fp32 loads with weights_only=False): no file may name code
     for t in merge or [tag]:
         safe_load.check_folder(ckpt_dir / t)
@@ -212,10 +217,10 @@ def export(
     try:
         _write_staged(cfg, layout, ckpt_dir, tag, out, final, merge)
     except Exception as e:  # nothing half-written stays behind; a full disk is one line, as for a checkpoint
-        free = ckpt._free_bytes(final.parent)
+        free = free_bytes(final.parent)
         shutil.rmtree(staging, ignore_errors=True)
-        if not isinstance(e, ckpt.CannotContinue) and ckpt._is_disk_full(e, free):
-            raise ckpt.CannotContinue(
+        if not isinstance(e, CannotContinueError) and disk_full(e, free):
+            raise CannotContinueError(
                 f"exporting to {final} failed: the disk is full ({free / 2**20:.1f} MiB free on the filesystem "
                 f"of {final.parent}); the staging folder was removed"
                 + (" and the previous export is left whole" if final.exists() else "")
@@ -308,7 +313,7 @@ def _write_staged(
         json.dumps({"checkpoint": str(ckpt_dir / tag), **state, "n_params": n_params}, indent=1, default=str)
     )
     write_model_card(cfg, out)  # README.md for the Hub, data_manifest.json and resolved_config.yaml beside it
-    (out / ckpt.COMPLETE).write_text(
+    (out / COMPLETE).write_text(
         json.dumps(
             {
                 "checkpoint": str(ckpt_dir / tag),

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from pretrain import safe_load
-from pretrain.checkpoint_writer import TorchFile
 from pretrain.families import get_family
 
 PROBE_TEXTS = [
@@ -36,11 +35,6 @@ def probe_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], device:
     if was_training:
         model.train()
     return out
-
-
-def probe_file(path: Path, batch: dict[str, torch.Tensor], logits: torch.Tensor) -> TorchFile:
-    """The probe file a checkpoint writes with its other deferred files (`check_parity` reads it)."""
-    return TorchFile(path, {"inputs": batch, "logits": logits})
 
 
 class SnapshotProbe:

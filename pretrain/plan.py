@@ -13,9 +13,10 @@ import os
 import shutil
 from typing import Any
 
-from core.errors import ConfigError
+from core.errors import CannotContinueError, ConfigError
 from core.specs import training_flops_per_token
 from pretrain import resume_diff
+from pretrain.checkpoint.meta import complete_tags, read_complete
 from pretrain.families.shapes import padded_vocab
 from pretrain.schedule import make_plan
 from runconfig import RunConfig
@@ -254,7 +255,7 @@ def plan_report(
         "memory_per_rank": memory_estimates(cfg, total, largest, plan.world_size),
         "activation_gib_per_rank": activation_gib(cfg, plan.micro_batch_size, vocab),
         "step": step_estimate(cfg, plan, total, gpu, mfu),
-        "resume": resume_diff.preview(cfg),
+        "resume": resume_preview(cfg),
         "parametrization": describe_parametrization(cfg.model),
     }
 
@@ -295,5 +296,56 @@ def format_report(r: dict[str, Any]) -> str:
         if st["seconds_per_step"] is not None
         else f"time per step     not estimated: {st['peak_source']}",
     ]
-    lines += resume_diff.format_preview(r.get("resume"))
+    lines += format_resume_preview(r.get("resume"))
     return "\n".join(lines)
+
+
+def resume_preview(cfg) -> dict[str, Any] | None:
+    """What `train` would resume from and which config changes it would apply or refuse (for `plan`: what it
+    prints is what runs). Reads COMPLETE only; the files are verified by `train` itself."""
+    from pathlib import Path
+
+    from runconfig.load import to_dict
+
+    resume = cfg.checkpoint.resume
+    if resume == "none":
+        return None
+    if resume == "auto":
+        ckpt_dir = Path(cfg.checkpoint_dir)
+        tags = complete_tags(ckpt_dir)
+        if not tags:
+            return None
+        folder = ckpt_dir / tags[-1]
+    else:
+        folder = Path(resume)
+    meta = read_complete(folder.parent, folder.name)
+    out: dict[str, Any] = {"checkpoint": str(folder), "step": meta["step"]}
+    try:
+        ch = resume_diff.compare(
+            meta.get("config"),
+            to_dict(cfg),
+            meta["step"],
+            accept=True,
+            reset_data_order=cfg.checkpoint.reset_data_order,
+        )
+    except CannotContinueError as e:
+        return out | {"error": str(e)}
+    return out | {
+        "data_order": [[k, a, b] for k, a, b in ch.data_order],
+        "applied": [[k, a, b] for k, a, b in ch.applied],
+        "refused": [[k, a, b] for k, a, b in ch.refused],
+        "accepted": bool(cfg.checkpoint.accept_config_changes),
+    }
+
+
+def format_resume_preview(p: dict[str, Any] | None) -> list[str]:
+    if p is None:
+        return ["resume            none (a fresh run)"]
+    lines = [f"resume            from {p['checkpoint']} at step {p['step']}"]
+    if "error" in p:
+        return lines + [f"  stops: {p['error']}"]
+    lines += [f"  data order reset: {k}: {a!r} -> {b!r}" for k, a, b in p.get("data_order", [])]
+    lines += [f"  applied: {k}: {a!r} -> {b!r}{resume_diff.note(k)}" for k, a, b in p["applied"]]
+    verdict = "accepted" if p["accepted"] else f"the run stops unless {resume_diff.ACCEPT_FLAG}"
+    lines += [f"  refused ({verdict}): {k}: {a!r} -> {b!r}" for k, a, b in p["refused"]]
+    return lines

@@ -14,7 +14,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from pretrain.checkpoint_meta import CannotContinue, complete_tags, read_complete
+from core.errors import CannotContinueError
 from runconfig.removed import is_former_default
 
 ACCEPT_FLAG = "checkpoint.accept_config_changes=true"
@@ -85,7 +85,7 @@ def policy(key: str) -> str:
     return "refuse"
 
 
-def _note(key: str) -> str:
+def note(key: str) -> str:
     parts = key.split(".")
     for n in range(len(parts), 0, -1):
         if (p := ".".join(parts[:n])) in _NOTES:
@@ -111,7 +111,7 @@ class ConfigChanges:
             lines += [f"  {k}: {old!r} -> {new!r}" for k, old, new in self.data_order]
         if self.applied:
             lines.append("[train] config changes since the checkpoint, applied:")
-            lines += [f"  {k}: {old!r} -> {new!r}{_note(k)}" for k, old, new in self.applied]
+            lines += [f"  {k}: {old!r} -> {new!r}{note(k)}" for k, old, new in self.applied]
         if self.refused:
             lines.append("[train] config changes since the checkpoint, accepted with " + ACCEPT_FLAG + ":")
             lines += [f"  {k}: {old!r} -> {new!r}" for k, old, new in self.refused]
@@ -135,7 +135,7 @@ def compare(
     accept: bool,
     reset_data_order: bool = False,
 ) -> ConfigChanges:
-    """The differences between the checkpoint's config and the current one; CannotContinue when a change is
+    """The differences between the checkpoint's config and the current one; CannotContinueError when a change is
     refused (and not accepted), a data-order key changed without `reset_data_order`, or the schedule would end
     before the checkpoint's step."""
     changes = ConfigChanges()
@@ -155,7 +155,7 @@ def compare(
         bucket.append((key, a, b))
     total = new_cfg.get("schedule", {}).get("total_steps")
     if isinstance(total, int) and total < step:
-        raise CannotContinue(
+        raise CannotContinueError(
             f"schedule.total_steps ({total}) is below the checkpoint's step {step}: "
             "nothing would be trained; raise schedule.total_steps"
         )
@@ -169,7 +169,7 @@ def compare(
             f"resume:\n{rows}\nRestore them, or rerun with {ACCEPT_FLAG} to resume with the new values anyway."
         )
     if problems:
-        raise CannotContinue("\n".join(problems))
+        raise CannotContinueError("\n".join(problems))
     return changes
 
 
@@ -202,54 +202,3 @@ def reapply_schedule(scheduler, snap: dict[str, Any]) -> None:
         g["initial_lr"] = base
         g["lr"] = base * fn(scheduler.last_epoch)
     scheduler._last_lr = [g["lr"] for g in groups]
-
-
-def preview(cfg) -> dict[str, Any] | None:
-    """What `train` would resume from and which config changes it would apply or refuse (for `plan`: what it
-    prints is what runs). Reads COMPLETE only; the files are verified by `train` itself."""
-    from pathlib import Path
-
-    from runconfig.load import to_dict
-
-    resume = cfg.checkpoint.resume
-    if resume == "none":
-        return None
-    if resume == "auto":
-        ckpt_dir = Path(cfg.checkpoint_dir)
-        tags = complete_tags(ckpt_dir)
-        if not tags:
-            return None
-        folder = ckpt_dir / tags[-1]
-    else:
-        folder = Path(resume)
-    meta = read_complete(folder.parent, folder.name)
-    out: dict[str, Any] = {"checkpoint": str(folder), "step": meta["step"]}
-    try:
-        ch = compare(
-            meta.get("config"),
-            to_dict(cfg),
-            meta["step"],
-            accept=True,
-            reset_data_order=cfg.checkpoint.reset_data_order,
-        )
-    except CannotContinue as e:
-        return out | {"error": str(e)}
-    return out | {
-        "data_order": [[k, a, b] for k, a, b in ch.data_order],
-        "applied": [[k, a, b] for k, a, b in ch.applied],
-        "refused": [[k, a, b] for k, a, b in ch.refused],
-        "accepted": bool(cfg.checkpoint.accept_config_changes),
-    }
-
-
-def format_preview(p: dict[str, Any] | None) -> list[str]:
-    if p is None:
-        return ["resume            none (a fresh run)"]
-    lines = [f"resume            from {p['checkpoint']} at step {p['step']}"]
-    if "error" in p:
-        return lines + [f"  stops: {p['error']}"]
-    lines += [f"  data order reset: {k}: {a!r} -> {b!r}" for k, a, b in p.get("data_order", [])]
-    lines += [f"  applied: {k}: {a!r} -> {b!r}{_note(k)}" for k, a, b in p["applied"]]
-    verdict = "accepted" if p["accepted"] else f"the run stops unless {ACCEPT_FLAG}"
-    lines += [f"  refused ({verdict}): {k}: {a!r} -> {b!r}" for k, a, b in p["refused"]]
-    return lines

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pretrain.checkpoint import CannotContinue
+from core.errors import CannotContinueError
 
 LOCK_NAME = "train.lock"
 
 
-class RunFolderLocked(CannotContinue):
+class RunFolderLocked(CannotContinueError):
     pass
 
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pretrain.checkpoint_meta import CannotContinue
+from core.errors import CannotContinueError
 
 DOC = "docs/security.md"
 
@@ -110,7 +110,7 @@ _MEMO_READS = {"GET", "BINGET", "LONG_BINGET"}
 _UNKNOWN = object()  # a memo entry or stack value that is not a str literal
 
 
-class ForeignCode(CannotContinue):
+class ForeignCode(CannotContinueError):
     """A checkpoint file names a global no checkpoint holds: refused before anything of it is unpickled."""
 
 

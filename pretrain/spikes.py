@@ -20,14 +20,14 @@ from typing import Any
 
 import torch
 
+from core.errors import CannotContinueError
 from core.exit_codes import LOSS_SPIKE
 from core.log import get_logger
-from pretrain.checkpoint_meta import CannotContinue
 
 log = get_logger(__name__)
 
 
-class LossSpikeStop(CannotContinue):
+class LossSpikeStop(CannotContinueError):
     """The run stopped on a loss spike (spikes.action stop, or spikes.max_consecutive in a row)."""
 
     exit_code = LOSS_SPIKE

@@ -52,12 +52,6 @@ class StepSync:
         self.buf = torch.zeros(HEAD + len(self.voters) + len(self.judges), device=device, dtype=torch.float64)
         self.figures: list[float] = []
 
-    @property
-    def spikes(self) -> Any:
-        """Every callback's state for a checkpoint (`client_state` reads it here until the checkpoint manager
-        carries `callbacks` itself): the runner, whose state_dict is name -> state."""
-        return self.callbacks
-
     def launch(self, loss_sum: torch.Tensor, bad: torch.Tensor, elapsed_s: float) -> torch.Tensor:
         """All-reduce without reading it: returns the agreed skip flag (float32, nonzero when any rank saw a
         non-finite loss or a callback withheld the update)."""

@@ -17,15 +17,16 @@ from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from core.callbacks import ActionKind, StepOutcome
+from core.errors import CannotContinueError
 from core.io import remove_orphans
 from core.log import get_logger
 from core.run_layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator
 from data_pipeline.token_shards import TokenShardError
-from pretrain import checkpoint as ckpt
-from pretrain import lr_scaling, resume_diff
+from pretrain import lr_scaling
 from pretrain.callbacks.runner import Callbacks
+from pretrain.checkpoint.manager import CheckpointManager
 from pretrain.engine import accelerator_name, build_engine, init_distributed
 from pretrain.evaluation import evaluate
 from pretrain.metrics import (
@@ -37,15 +38,12 @@ from pretrain.metrics import (
 )
 from pretrain.models import build_model, count_parameters
 from pretrain.objectives import prepare_model, wrap_model
-from pretrain.parity import PROBE_FILE, SnapshotProbe, probe_file, probe_inputs, probe_logits
 from pretrain.probe_eval import STATE_KEY
 from pretrain.run_lock import RunFolderLocked, RunLock
-from pretrain.safe_load import check_folder
 from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
 from pretrain.step import StepSync, rng_isolated, train_step
 from pretrain.step import step_figures as _step_figures
 from runconfig import RunConfig, save_resolved
-from runconfig.load import to_dict
 
 log = get_logger(__name__)
 
@@ -109,7 +107,7 @@ class TrainingClock:
         return step if self.plan.budget_s is None else min(round(self.elapsed_s), self.bar_total)
 
 
-class TrainingHalted(ckpt.CannotContinue):
+class TrainingHalted(CannotContinueError):
     pass
 
 
@@ -133,42 +131,6 @@ def take_run_lock(folders: list[Path], rank: int) -> list[RunLock]:
     if msg[0] is not None:
         raise RunFolderLocked(msg[0])
     return locks
-
-
-def resume_point(cfg: RunConfig, ckpt_dir: Path, rank: int) -> tuple[Path, str | None]:
-    """The checkpoint to resume from (verified on every rank), and the config changes since it (applied or
-    refused, printed)."""
-    tag = None
-    if cfg.checkpoint.resume == "auto":
-        tag = ckpt.select_resume_tag(ckpt_dir, remote=cfg.checkpoint_remote)
-    elif "://" in cfg.checkpoint.resume:  # a checkpoint in a bucket: downloaded into the staging folder first
-        ckpt_dir, tag = ckpt.fetch_url(cfg.checkpoint.resume, Path(cfg.run.root) / "fetched-checkpoints")
-    elif cfg.checkpoint.resume != "none":
-        ckpt_dir, tag = Path(cfg.checkpoint.resume).parent, Path(cfg.checkpoint.resume).name
-        if not (ckpt_dir / tag / ckpt.COMPLETE).is_file():
-            raise ckpt.CannotContinue(
-                f"checkpoint.resume: {ckpt_dir / tag} is not a complete checkpoint (no {ckpt.COMPLETE} file)"
-            )
-        problems = ckpt.verify_checkpoint(ckpt_dir / tag)
-        if problems:
-            raise ckpt.CannotContinue(
-                f"checkpoint.resume: {ckpt_dir / tag} is damaged: " + "; ".join(problems[:6])
-            )
-    if tag is not None:
-        # every rank, before anything of it is unpickled (the universal conversion, the engine's load): a
-        # checkpoint holding a reference to code is refused, naming the file and the global
-        check_folder(ckpt_dir / tag)
-        meta = ckpt.read_complete(ckpt_dir, tag)
-        changes = resume_diff.compare(
-            meta.get("config"),
-            to_dict(cfg),
-            meta["step"],
-            cfg.checkpoint.accept_config_changes,
-            cfg.checkpoint.reset_data_order,
-        )
-        if rank == 0 and changes.describe():
-            log.info(changes.describe())
-    return ckpt_dir, tag
 
 
 def train(cfg: RunConfig) -> dict[str, Any]:
@@ -206,7 +168,7 @@ class Run:
     rank: int
     world: int
     layout: RunLayout
-    ckpt_dir: Path
+    checkpoints: CheckpointManager  # resume point, when to save, the save in flight (pretrain/checkpoint/)
     plan: Any
     tokenizer: Any
     n_params: int
@@ -215,9 +177,6 @@ class Run:
     engine: Any
     clock: TrainingClock
     sync: StepSync
-    ckpt_meta: dict[str, Any]
-    probe_batch: Any
-    snapshot_probe: SnapshotProbe | None  # the parity probe off the step (rank 0, async saves, ZeRO 0-2)
     callbacks: Callbacks  # every in-loop behaviour (core/callbacks.py); the loop knows none by name
 
     @property
@@ -228,11 +187,6 @@ class Run:
     def scheduler(self) -> Any:
         """The LR schedule: the engine's own (build_engine hands DeepSpeed the LambdaLR it steps)."""
         return self.engine.lr_scheduler
-
-    @property
-    def transfer_probe(self) -> None:
-        """None: the probe's state rides with the other callbacks' (`sync.spikes`) in `client_state`."""
-        return None
 
 
 # --- the loop ---------------------------------------------------------------------------------------------------
@@ -267,8 +221,8 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
         if step % cfg.eval.every_steps == 0 or finished:
             eval_step(run, step, bar)
         preempted = action.kind == ActionKind.REQUEUE
-        if (step % cfg.checkpoint.every_steps == 0 or finished) and outcome.ok or preempted:
-            save(run, progress)  # never replace good checkpoints with a step that had a non-finite loss
+        # never replaces good checkpoints with a step that had a non-finite loss
+        if run.checkpoints.save(step, lambda: client_state(run, progress), finished, outcome.ok, preempted):
             cbs.saved_at(step)
         if preempted:
             if run.rank == 0:
@@ -286,50 +240,40 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
     """Plan, resume point, tokenizer, model, loaders, engine and restored state: everything the loop needs, and
     the seconds a resume took to restore the loader (None for a fresh run)."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    layout, ckpt_dir = RunLayout(cfg), Path(cfg.checkpoint_dir)
+    layout = RunLayout(cfg)
     plan = make_plan(cfg, world)
     callbacks = Callbacks.from_config(
         cfg
     )  # every in-loop behaviour, built-in or outside (started by the loop)
     torch.manual_seed(cfg.run.seed + rank)
 
-    # resume is decided before the engine exists: another world size loads a universal checkpoint
-    load_dir, tag = resume_point(cfg, ckpt_dir, rank)
+    tokenizer = load_tokenizer(layout)
+    # the resume point, found and verified; a tokenizer other than its checkpoint's is named before the model
+    checkpoints = CheckpointManager(cfg, layout, tokenizer, rank, world)
     if rank == 0:
-        announce(cfg, plan, world, ckpt_dir)
-    tokenizer, model = build_run_model(cfg, layout, load_dir, tag)
+        announce(cfg, plan, world, checkpoints.dir)
+    # a resumed run loads its checkpoint: model.init_from's weights are read only by a fresh start
+    model = build_module(cfg, tokenizer, weights=not checkpoints.resuming)
     n_params = count_parameters(model)
     train_loader, eval_loader = build_loaders(cfg, rank, world, tokenizer)
-    universal = tag is not None and ckpt.needs_universal(load_dir, tag, world)
-    if universal:
-        if rank == 0:
-            log.info(f"[train] {tag} was written by another world size: converting to a universal checkpoint")
-            ckpt.convert_to_universal(load_dir, tag)
-        dist.barrier()
-        tag += ckpt.UNIVERSAL_SUFFIX
-    if cfg.checkpoint.async_save and cfg.checkpoint.async_writer == "process":
-        ckpt.start_writer()  # its imports overlap the engine's start
-    engine, scheduler, _ = build_engine(cfg, model, plan, load_universal=universal)
+    engine, scheduler, _ = build_engine(cfg, model, plan, load_universal=checkpoints.universal)
     sync = StepSync(engine.device, rank, callbacks, plan.grad_accum * world)
-    progress, elapsed_s, restore_s = Progress(), 0.0, None
-    if tag is not None:
-        progress, elapsed_s, restore_s = restore(cfg, engine, scheduler, train_loader, load_dir, tag, sync)
+    state, restore_s = checkpoints.load(
+        engine, scheduler, train_loader, lambda: build_module(cfg, tokenizer, weights=False)
+    )
+    progress, elapsed_s = restore(engine, callbacks, state) if state is not None else (Progress(), 0.0)
     clock = TrainingClock(cfg, plan, scheduler, elapsed_s)
-    if tag is not None and rank == 0:
+    if state is not None and rank == 0:
         log.info(
-            f"[train] resumed from {load_dir / tag} at step {progress.step} ({elapsed_s:.1f}s of training, "
-            f"lr now {clock.lr_now(scheduler):.6g})"
+            f"[train] resumed from {checkpoints.resumed_from} at step {progress.step} ({elapsed_s:.1f}s of "
+            f"training, lr now {clock.lr_now(scheduler):.6g})"
         )
-    ckpt_meta = {
-        "config": to_dict(cfg),
-        "tokenizer": ckpt.tokenizer_identity(layout.tokenizer, len(tokenizer)),
-    }
     run = Run(
         cfg,
         rank,
         world,
         layout,
-        ckpt_dir,
+        checkpoints,
         plan,
         tokenizer,
         n_params,
@@ -338,20 +282,9 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
         engine,
         clock,
         sync,
-        ckpt_meta,
-        probe_inputs(tokenizer, cfg.model.family),
-        snapshot_probe(cfg, rank, engine, tokenizer),
         callbacks,
     )
     return run, progress, restore_s
-
-
-def snapshot_probe(cfg: RunConfig, rank: int, engine, tokenizer) -> SnapshotProbe | None:
-    """Where a save's host snapshot holds the whole module (rank 0 of an async save under ZeRO 0-2), the parity
-    probe runs on it in the save's background part instead of on the step."""
-    if rank != 0 or not cfg.checkpoint.async_save or engine.zero_optimization_stage() >= 3:
-        return None
-    return SnapshotProbe(lambda: build_module(cfg, tokenizer, weights=False), engine.module)
 
 
 def announce(cfg: RunConfig, plan, world: int, ckpt_dir: Path) -> None:
@@ -363,17 +296,10 @@ def announce(cfg: RunConfig, plan, world: int, ckpt_dir: Path) -> None:
     log.info("\n".join("[train] " + x for x in lines))
 
 
-def build_run_model(cfg: RunConfig, layout: RunLayout, load_dir: Path, tag: str | None):
-    """The run's tokenizer (fetched first for a remote run) and the model sized from it, wrapped by its objective."""
+def load_tokenizer(layout: RunLayout):
+    """The run's tokenizer (fetched first for a remote run): the model is sized from it."""
     layout.store.pull([layout.tokenizer])
-    tokenizer = AutoTokenizer.from_pretrained(str(layout.tokenizer))
-    # before the model is sized from it: a swapped tokenizer is named, not a size mismatch
-    if tag is not None:
-        ckpt.check_tokenizer(
-            load_dir, tag.removesuffix(ckpt.UNIVERSAL_SUFFIX), layout.tokenizer, len(tokenizer)
-        )
-    # a resumed run loads its checkpoint: model.init_from's weights are read only by a fresh start
-    return tokenizer, build_module(cfg, tokenizer, weights=tag is None)
+    return AutoTokenizer.from_pretrained(str(layout.tokenizer))
 
 
 def build_module(cfg: RunConfig, tokenizer, weights: bool):
@@ -392,41 +318,27 @@ def build_loaders(cfg: RunConfig, rank: int, world: int, tokenizer) -> tuple[Pre
             PretrainLoader(cfg, rank, world, split="eval", collate_fn=collate, pin_memory=pin),
         )
     except TokenShardError as e:  # a damaged or replaced shard: a restart would fail the same way
-        raise ckpt.CannotContinue(str(e)) from None
+        raise CannotContinueError(str(e)) from None
 
 
-def restore(cfg: RunConfig, engine, scheduler, train_loader, load_dir: Path, tag: str, sync: StepSync):
-    """Weights, optimizer, schedule, counters and the loader's position from a checkpoint. Returns the progress,
-    the training clock's elapsed time and the seconds the loader's restore took (its first batch adds to it)."""
-    current = resume_diff.schedule_snapshot(scheduler)  # loading restores the checkpoint's schedule
-    state = ckpt.load_checkpoint(engine, load_dir, tag)
-    resume_diff.reapply_schedule(scheduler, current)
+def restore(engine, callbacks: Callbacks, state: dict[str, Any]) -> tuple[Progress, float]:
+    """The loop's counters from a checkpoint's client state (the manager has restored the engine and the loader):
+    the progress and the training clock's elapsed time."""
     progress = Progress(
         state["step"],
         state["tokens_seen"],
         state.get("loss", float("nan")),
-        probe_random_init=state.get(STATE_KEY),
+        probe_random_init=state.get(
+            STATE_KEY
+        ),  # a checkpoint from before the callbacks held the probe's state
     )
     # the steps StepGuard skipped on the device before the checkpoint (DeepSpeed restores its own count)
     engine.step_guard.skipped = torch.tensor(float(state.get("skipped_on_device", 0)), device=engine.device)
-    sync.spikes.load_state_dict(state.get("spikes"), progress.step)
-    t_restore = time.perf_counter()
-    try:
-        train_loader.load_state_dict(state["loader"])
-    except ValueError as e:  # another sample order (seed, tokens, packing or weights changed)
-        if not cfg.checkpoint.reset_data_order:
-            raise ckpt.CannotContinue(
-                f"{load_dir / tag}: {e}. Start a new output folder (another run.output_dir), or rerun with "
-                f"{resume_diff.RESET_FLAG} (checkpoint.reset_data_order=true) to keep the resumed weights and "
-                "start the new data order from its beginning"
-            ) from None
-        if sync.rank == 0:  # the loader keeps its fresh state: the new order from its first sample
-            log.info(
-                f"[train] data order reset at step {progress.step} ({resume_diff.RESET_FLAG}): the loader starts "
-                "the new order from its beginning"
-            )
+    callbacks.load_state_dict(
+        state.get("spikes"), progress.step
+    )  # every callback's state (the `spikes` entry)
     # the time-budget clock continues where it stopped
-    return progress, float(state.get("elapsed_s", 0.0)), time.perf_counter() - t_restore
+    return progress, float(state.get("elapsed_s", 0.0))
 
 
 class FirstBatchLatency:
@@ -479,10 +391,10 @@ def check_bad_steps(run: Run, progress: Progress, outcome: StepOutcome) -> None:
     """Counts consecutive non-finite steps and halts after too many; a good step's loss is the one to keep."""
     progress.bad_steps = 0 if outcome.ok else progress.bad_steps + 1
     if progress.bad_steps >= run.cfg.deepspeed.max_consecutive_bad_steps:
-        ckpt.wait_for_save()  # the last good step's save completes before the run stops (every rank halts here)
+        run.checkpoints.wait()  # the last good step's save completes before the run stops (every rank halts)
         raise TrainingHalted(
             f"{progress.bad_steps} consecutive steps with non-finite loss at step {progress.step}; last good "
-            f"checkpoint: {(ckpt.complete_tags(run.ckpt_dir) or [None])[-1]} in {run.ckpt_dir} (left untouched)"
+            f"checkpoint: {run.checkpoints.last_good()} (left untouched)"
         )
     if outcome.applied:
         progress.last_loss = outcome.loss
@@ -550,47 +462,15 @@ def client_state(run: Run, progress: Progress) -> dict[str, Any]:
         "loader": run.train_loader.state_dict(),
         "plan": run.plan.__dict__,
         "skipped_on_device": _step_figures(run.engine)[1],
-        "spikes": run.sync.spikes.state_dict(),
-        STATE_KEY: run.transfer_probe.state() if run.transfer_probe else None,
+        "spikes": run.callbacks.state_dict(),  # every callback's state, in the entry older checkpoints used
     }
-
-
-def save(run: Run, progress: Progress) -> None:
-    """A checkpoint (with the probe logits the export checks against); a remote run pushes its logs with it."""
-
-    def store_probe(folder: Path, weights: dict[str, torch.Tensor] | None):
-        """The probe file, written with the save's other deferred files: off the step from the save's host snapshot
-        of the weights (`SnapshotProbe`) where rank 0 took one, else the engine's own forward on the step (every
-        rank under ZeRO-3, whose forward needs them all; rank 0 alone otherwise)."""
-        path, probe = folder / PROBE_FILE, run.snapshot_probe
-        if weights is not None and probe is not None:
-            return lambda: probe_file(path, run.probe_batch, probe.logits(weights, run.probe_batch)).write()
-        if run.rank != 0 and run.engine.zero_optimization_stage() < 3:
-            return None
-        logits = probe_logits(run.engine, run.probe_batch, run.device)
-        return probe_file(path, run.probe_batch, logits) if run.rank == 0 else None
-
-    cfg = run.cfg
-    ckpt.save_checkpoint(
-        run.engine,
-        run.ckpt_dir,
-        progress.step,
-        client_state(run, progress),
-        cfg.checkpoint.keep_last,
-        store_probe,
-        run.ckpt_meta,
-        remote=cfg.checkpoint_remote,
-        async_save=cfg.checkpoint.async_save,  # hashing, COMPLETE and the upload finish in the background
-        writer=cfg.checkpoint.async_writer,
-        # a remote run: the logs so far and the resolved config go up with each checkpoint (rank 0)
-        after_complete=lambda: run.layout.store.push_or_warn([run.layout.logs, run.layout.resolved_config]),
-    )
 
 
 def finish(run: Run, progress: Progress, preempted: bool) -> dict[str, Any]:
     """The run's result (and its plots); every rank leaves together."""
-    ckpt.wait_for_save()  # the last save's COMPLETE and upload (also at a preemption exit)
-    ckpt.close_writer()
+    last = run.checkpoints.close(
+        progress.step
+    )  # the last save's COMPLETE and upload (also at a preemption exit)
     result = {
         "step": progress.step,
         "tokens_seen": progress.tokens_seen,
@@ -598,7 +478,7 @@ def finish(run: Run, progress: Progress, preempted: bool) -> dict[str, Any]:
         "preempted": preempted,
         "elapsed_s": round(run.clock.elapsed_s, 3),
         "budget_s": run.plan.budget_s,
-        "checkpoint": str(run.ckpt_dir / ckpt.tag_for(progress.step)),
+        "checkpoint": str(last),
         "params": run.n_params,
     }
     if run.rank == 0 and run.cfg.logging.plots and run.cfg.logging.jsonl:

@@ -172,21 +172,32 @@ class CheckpointConfig(Section):
     # the new order from its beginning. Without it such a change is refused. A rerun (requeue) with the flag
     # whose data order already matches resumes it normally: nothing is reset twice.
     reset_data_order: bool = False
-    # Saving returns once every rank's state is copied to host memory (DeepSpeed's model and optimizer state, the
-    # RNG state); the parity probe's logits (computed from that copy of the weights on the host, under ZeRO 0-2),
-    # writing those files, hashing, COMPLETE, `latest`, pruning and a remote run's upload finish in a background
-    # thread (the next save and the end of the run wait for it), so a save needs host memory for one copy of the
-    # rank's checkpoint, kept from the first save on and refilled by each (page-locked from a GPU). false: all of it
-    # before the step goes on. The background part needs a core the step leaves
-    # idle, as a GPU node's host has: where every core trains (CPU ranks, one per core), its CPU time comes out of
-    # the next steps, and on 2 busy CPU ranks they lost more in all than false took (docs/results.md).
-    async_save: bool = True
-    # Who writes and hashes an async save's files: `thread`, the save's background thread (no extra process; its
-    # writes and hashing release the interpreter lock, torch.save's pickling takes it in slices); `process`, one
-    # writer process per rank, started before the first step, the snapshots passed through shared memory, as
-    # torch.distributed.checkpoint's process-based async_save, so that nothing but the copy into shared memory runs
-    # in the trainer. Either runs at the lowest CPU priority (docs/results.md compares them).
-    async_writer: Literal["thread", "process"] = "thread"
+    # async: saving returns once every rank's state is copied to host memory (DeepSpeed's model and optimizer state,
+    # the RNG state); the parity probe's logits (computed from that copy of the weights on the host, under ZeRO
+    # 0-2), writing those files, hashing, COMPLETE, `latest`, pruning and a remote run's upload finish in a
+    # background thread (the next save and the end of the run wait for it), so a save needs host memory for one
+    # copy of the rank's checkpoint, kept from the first save on and refilled by each (page-locked from a GPU).
+    # disabled: all of it before the step goes on. The background part needs a core the step leaves idle, as a GPU
+    # node's host has: where every core trains (CPU ranks, one per core), its CPU time comes out of the next steps,
+    # and on 2 busy CPU ranks they lost more in all than disabled took (docs/results.md).
+    async_mode: Literal["disabled", "async"] = "async"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_async_key(cls, data: object) -> object:
+        """async_save and async_writer were one choice, now async_mode: say so instead of 'extra field'."""
+        if isinstance(data, dict):
+            if "async_save" in data:
+                raise ValueError(
+                    "checkpoint.async_save is now checkpoint.async_mode "
+                    "(async_save: true -> async_mode: async, false -> disabled)"
+                )
+            if "async_writer" in data:
+                raise ValueError(
+                    "checkpoint.async_writer was removed (the writer process is gone; async saves are written by "
+                    "a background thread): drop it, checkpoint.async_mode: async|disabled is the one setting"
+                )
+        return data
 
 
 class WandbConfig(Section):

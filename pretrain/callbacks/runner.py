@@ -13,16 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 from core.callbacks import CONTINUE, Action, ActionKind, Callback, StepOutcome
+from core.errors import CannotContinueError
 from core.exit_codes import CANNOT_CONTINUE
 from core.log import get_logger
 from core.registry import CALLBACKS, builtin_entry_points
-from pretrain.checkpoint_meta import TAG_RE, CannotContinue, complete_tags
+from pretrain.checkpoint.meta import TAG_RE
 from runconfig.callbacks import callback_class, callback_settings
 
 log = get_logger(__name__)
 
 
-class CallbackStop(CannotContinue):
+class CallbackStop(CannotContinueError):
     """A callback stopped the run (its action STOP, or a rollback past its limit): exit with its code."""
 
     def __init__(self, message: str, exit_code: int | None) -> None:
@@ -154,27 +155,18 @@ class Callbacks:
     def act(self, run: Any, progress: Any, action: Action) -> bool:
         """Carry out a STOP (raises CallbackStop after the last save completes) or a ROLLBACK (True when the run
         rolled back: `progress` is the checkpoint's). REQUEUE and CONTINUE are the loop's."""
-        from pretrain import checkpoint as ckpt
-
         if action.kind == ActionKind.STOP:
-            ckpt.wait_for_save()  # the last good step's save completes before the run stops (every rank stops here)
+            run.checkpoints.wait()  # the last good step's save completes before the run stops (every rank stops)
             raise CallbackStop(action.reason, action.exit_code)
         if action.kind != ActionKind.ROLLBACK:
             return False
-        ckpt.wait_for_save()  # a rollback finds the last save complete
         return self._roll_back(run, progress, action)
 
     def _roll_back(self, run: Any, progress: Any, action: Action) -> bool:
         import torch.distributed as dist
 
-        from pretrain import checkpoint as ckpt
-        from pretrain import resume_diff
-
         rank = dist.get_rank()
-        tags: list[str] = list(complete_tags(run.ckpt_dir)) if rank == 0 else []
-        agreed: list[str | None] = [tags[-1] if tags else None]
-        dist.broadcast_object_list(agreed, src=0)  # every rank the one rank 0 names
-        tag = agreed[0]
+        tag = run.checkpoints.last_complete()  # after the save in flight; every rank the one rank 0 names
         if tag is None:
             log.warning(
                 f"[{action.by}] step {progress.step}: no complete checkpoint to roll back to; the step "
@@ -184,9 +176,7 @@ class Callbacks:
                 cb.on_restore(None, -1, None)
             return False
         check_rollback_budget(action, self.rollbacks, tag)
-        current = resume_diff.schedule_snapshot(run.scheduler)  # the schedule as configured (and its clock)
-        state = ckpt.load_checkpoint(run.engine, run.ckpt_dir, tag)
-        resume_diff.reapply_schedule(run.scheduler, current)
+        state = run.checkpoints.reload(tag)  # the schedule as configured (and its clock) is kept
         record = {
             "at_step": progress.step,
             "to_step": int(state["step"]),

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pretrain.checkpoint import COMPLETE, _remove_abandoned
+from pretrain.checkpoint import COMPLETE
+from pretrain.checkpoint.prune import remove_abandoned
 
 
 def _folder(ckpts: Path, step: int, complete: bool) -> Path:
@@ -26,7 +27,7 @@ def test_incomplete_folders_before_the_saved_step_are_removed(tmp_path):
     _folder(ckpts, 16, complete=True)  # the step just saved
     _folder(ckpts, 17, complete=False)  # after the saved step: not this save's to judge
     (ckpts / "step00000012_universal").mkdir()  # not a step folder
-    _remove_abandoned(ckpts, 16)
+    remove_abandoned(ckpts, 16)
     assert sorted(p.name for p in ckpts.iterdir()) == [
         "step00000012_universal", "step00000014", "step00000015", "step00000016", "step00000017"
     ]  # fmt: skip

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.checkpoint import COMPLETE, UNIVERSAL_SUFFIX, _remove_abandoned, prune_checkpoints
+from pretrain.checkpoint import COMPLETE
+from pretrain.checkpoint.prune import prune_checkpoints, remove_abandoned
+from pretrain.checkpoint.universal import UNIVERSAL_SUFFIX
 from tests.pretrain.conftest import torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 
@@ -53,7 +55,7 @@ def test_the_abandoned_folder_sweep_never_follows_a_link(tmp_path):
     ckpts = tmp_path / "run" / "checkpoints"
     _folder(ckpts, 8)
     (ckpts / "step00000003").symlink_to(elsewhere, target_is_directory=True)
-    _remove_abandoned(ckpts, 8)
+    remove_abandoned(ckpts, 8)
     assert _tree(tmp_path / "elsewhere") == before
     assert sorted(p.name for p in ckpts.iterdir()) == ["step00000008"]
 

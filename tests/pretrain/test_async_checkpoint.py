@@ -1,8 +1,9 @@
 """Checkpoints off the critical path (issue 44, item 5), with the real engine on 2 gloo ranks: the step goes on
 while a save is hashed and marked complete in the background, a kill in that window leaves the previous complete
 checkpoint as `latest` and the resume is bit-exact, a background failure on one rank stops every rank naming the
-checkpoint, and the next save waits for the previous one. The test-only LMSTACK_CKPT_PAUSE stretches the
-background phases (a big checkpoint's hashing, a slow upload) so that a kill lands inside them."""
+checkpoint, and the next save waits for the previous one. The slow-disk test plug-in (tests/plugins/slow_disk.py,
+installed into the run from outside: the product does not know it) stretches the background phases (a big
+checkpoint's writing and hashing, a slow upload) so that a kill lands inside them."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, COMPLETE, PAUSE_ENV, complete_tags
+from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, COMPLETE, complete_tags
 from tests.moto_s3 import s3_server, s3fs_client  # noqa: F401  (fixture)
+from tests.plugins import slow_disk
 from tests.pretrain.conftest import ROOT, child_env, torchrun, train_command, world_of_one
 from tests.pretrain.test_exact_resume import OVERRIDES, _final_weights, _kill_tree, _trace_differences
 from tests.pretrain.test_train_deepspeed import isolated
@@ -24,9 +26,10 @@ from tests.pretrain.test_train_deepspeed import isolated
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
 
 
-def _start(config: Path, overrides: list[str], log, pause: str = "") -> subprocess.Popen:
+def _start(config: Path, overrides: list[str], log, slow: str = "") -> subprocess.Popen:
+    """The run, its background phases slowed by `slow` (the slow-disk plug-in's spec, e.g. "hash=4")."""
     cmd = train_command(config, overrides)
-    env = {**child_env(), PAUSE_ENV: pause} if pause else child_env()
+    env = slow_disk.env(slow, child_env()) if slow else child_env()
     return subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
@@ -72,23 +75,24 @@ def _unfinished(ckpt_dir: Path) -> list[str]:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize(("phase", "writer"), [("hash", "thread"), ("write", "thread"), ("hash", "process")])
-def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_run, tmp_path, phase, writer):
+@pytest.mark.parametrize("phase", ["hash", "write"])
+def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_run, tmp_path, phase):
     """`hash`: killed while the written files are hashed; `write`: while the host snapshots of DeepSpeed's state,
-    the RNG files and the probe are still being written (the step went on with the snapshot in memory). `process`:
-    the files written and hashed by each rank's writer process (checkpoint.async_writer)."""
+    the RNG files and the probe are still being written (the step went on with the snapshot in memory)."""
     ref_dir, kill_dir = tmp_path / "ref", tmp_path / "killed"
     ref_dir.mkdir()
     kill_dir.mkdir()
-    torchrun(gpt2_run, [isolated(gpt2_run, ref_dir), *OVERRIDES, "checkpoint.async_save=false"], timeout=600)
+    torchrun(
+        gpt2_run, [isolated(gpt2_run, ref_dir), *OVERRIDES, "checkpoint.async_mode=disabled"], timeout=600
+    )
 
     out = isolated(gpt2_run, kill_dir)
     run = Path(out.split("=", 1)[1])
     ckpts = run / "checkpoints"
     log = open(tmp_path / "killed.log", "w")
-    over = [out, *OVERRIDES, f"checkpoint.async_writer={writer}"]
-    # Every save's background phase takes 4 s longer: the step after a save goes on meanwhile.
-    p = _start(gpt2_run, over, log, pause=f"{phase}=4")
+    over = [out, *OVERRIDES]
+    # Every save's background phase takes 4 s longer (slow storage): the step after a save goes on meanwhile.
+    p = _start(gpt2_run, over, log, slow=f"{phase}=4")
     try:
         _wait_for(lambda: complete_tags(ckpts), p)
         # the next save's background part is writing or hashing: training has gone past it
@@ -105,7 +109,7 @@ def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_ru
     assert (ckpts / "latest").read_text() == latest_before  # the kill left the previous complete checkpoint
     assert pending not in complete_tags(ckpts)
 
-    p = _start(gpt2_run, over, log, pause="hash=0.5")
+    p = _start(gpt2_run, over, log, slow="hash=0.5")
     assert p.wait(timeout=600) == 0, (tmp_path / "killed.log").read_text()[-4000:]
     log.close()
     text = (tmp_path / "killed.log").read_text()
@@ -132,7 +136,7 @@ def test_a_background_failure_on_one_rank_stops_every_rank_naming_the_checkpoint
     ckpts = run / "checkpoints"
     log = open(tmp_path / "run.log", "w")
     p = _start(
-        gpt2_run, [out, *OVERRIDES, "schedule.total_steps=8", "checkpoint.every_steps=4"], log, "hash=3"
+        gpt2_run, [out, *OVERRIDES, "schedule.total_steps=8", "checkpoint.every_steps=4"], log, slow="hash=3"
     )
     try:
         _wait_for(lambda: complete_tags(ckpts) == ["step00000004"], p)
@@ -166,7 +170,7 @@ def test_kill_during_upload_keeps_the_previous_checkpoint_in_the_bucket(s3_serve
     over = [f"run.output_dir={url}", f"run.local_dir={stage}", *OVERRIDES, "schedule.total_steps=8",
             "checkpoint.every_steps=4"]  # fmt: skip
     log = open(tmp_path / "run.log", "w")
-    p = _start(gpt2_run, over, log, pause="upload=6")
+    p = _start(gpt2_run, over, log, slow="upload=6")
 
     def uploading_second() -> bool:
         fs.invalidate_cache()
@@ -207,7 +211,9 @@ def test_kill_during_upload_keeps_the_previous_checkpoint_in_the_bucket(s3_serve
 SAVE_DRIVER = r"""
 import collections, tempfile, time
 from pathlib import Path
-from pretrain import checkpoint as ck
+from pretrain.checkpoint.meta import COMPLETE, complete_tags
+from pretrain.checkpoint.save import save_checkpoint
+from pretrain.checkpoint.verify import verify_checkpoint
 
 counts = collections.Counter()
 for name in ("all_reduce", "barrier", "broadcast", "all_gather", "all_gather_object", "broadcast_object_list",
@@ -219,19 +225,22 @@ for name in ("all_reduce", "barrier", "broadcast", "all_gather", "all_gather_obj
     setattr(torch.distributed, name, counted)
 ckpt_dir = Path(tempfile.mkdtemp()) / "checkpoints"
 out = {}
+pending = None
 for step in (1, 2):
     counts.clear()
-    folder = ck.save_checkpoint(engine, ckpt_dir, step, {"step": step}, keep_last=2)
+    if pending is not None:  # as CheckpointManager.save does: the previous save finishes first
+        pending.wait()
+    pending = save_checkpoint(engine, ckpt_dir, step, {"step": step}, keep_last=2)
     out[f"save{step}"] = dict(counts)
     # the background part finishes (a save interval is longer than that): COMPLETE alone is not enough, rank 0 then
     # writes `latest` and prunes, and a save meeting a rank 0 still busy asks once more (CI at 4898a06: 6 collectives)
     for _ in range(300):
-        if (folder / ck.COMPLETE).is_file() and not ck._pending.thread.is_alive():
+        if (pending.folder / COMPLETE).is_file() and not pending.thread.is_alive():
             break
         time.sleep(0.1)
-ck.wait_for_save()
-out["complete"] = ck.complete_tags(ckpt_dir)
-out["verified"] = ck.verify_checkpoint(ckpt_dir / out["complete"][-1])
+pending.wait()
+out["complete"] = complete_tags(ckpt_dir)
+out["verified"] = verify_checkpoint(ckpt_dir / out["complete"][-1])
 print("RESULT " + json.dumps(out))
 """
 
@@ -250,17 +259,19 @@ def test_a_save_puts_at_most_four_collectives_on_the_step():
 # is written by the background part. DeepSpeed copied zero_to_fp32.py and zero_to_torch.py into the checkpoints
 # folder on the step, at every save (about 10 ms of the saving step's stall on the 2-core machine, issue 44).
 NO_WRITE_DRIVER = r"""
-import os, tempfile
+import tempfile
 from pathlib import Path
-from pretrain import checkpoint as ck
+from pretrain.checkpoint.save import save_checkpoint
+from pretrain.checkpoint.verify import verify_checkpoint
+from tests.plugins import slow_disk
 
-os.environ[ck.PAUSE_ENV] = "write=2"  # the background part waits before writing, so the step's own writes show
+slow_disk.install("write=2")  # slow storage: the background part's writes wait, so the step's own writes show
 ckpt_dir = Path(tempfile.mkdtemp()) / "checkpoints"
-folder = ck.save_checkpoint(engine, ckpt_dir, 1, {"step": 1}, keep_last=2)
+pending = save_checkpoint(engine, ckpt_dir, 1, {"step": 1}, keep_last=2)
 on_step = sorted(str(p.relative_to(ckpt_dir)) for p in ckpt_dir.rglob("*") if p.is_file())
-ck.wait_for_save()
+pending.wait()
 after = sorted(str(p.relative_to(ckpt_dir)) for p in ckpt_dir.rglob("*") if p.is_file())
-print("RESULT " + json.dumps({"on_step": on_step, "after": after, "verified": ck.verify_checkpoint(folder)}))
+print("RESULT " + json.dumps({"on_step": on_step, "after": after, "verified": verify_checkpoint(pending.folder)}))
 """
 
 

@@ -37,7 +37,7 @@ def plant(folder: Path, name: str, marker: Path) -> None:
     """`name` in checkpoint `folder` gets the payload beside its real content, and COMPLETE the file's new entry
     (as an attacker with write access to the folder would do: COMPLETE's hashes are integrity, not
     authenticity)."""
-    from pretrain.checkpoint_writer import file_entry
+    from pretrain.checkpoint.writer import file_entry
 
     path = folder / name
     real = torch.load(path, map_location="cpu", weights_only=False)  # our own file, written by the test's run

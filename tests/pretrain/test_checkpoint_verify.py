@@ -12,31 +12,42 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain import checkpoint as ckpt
+from core.errors import CannotContinueError
 from pretrain import resume_diff
+from pretrain.checkpoint.meta import (
+    CANNOT_CONTINUE_EXIT_CODE,
+    COMPLETE,
+    PREEMPTED_EXIT_CODE,
+    read_complete,
+    tag_for,
+)
+from pretrain.checkpoint.nonfinite import nonfinite_flags
+from pretrain.checkpoint.resume import select_resume_tag
+from pretrain.checkpoint.verify import checkpoint_files, verify_files, write_complete
+from pretrain.checkpoint.writer import file_entries
 from pretrain.run_lock import LOCK_NAME, RunFolderLocked, RunLock
 from pretrain.schedule import WarmupDecay
 
 
 def _fake_checkpoint(root: Path, step: int, world: int = 2) -> Path:
-    folder = root / ckpt.tag_for(step)
+    folder = root / tag_for(step)
     folder.mkdir(parents=True)
     (folder / "mp_rank_00_model_states.pt").write_bytes(os.urandom(4096))
     for r in range(world):
         (folder / f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt").write_bytes(os.urandom(2048))
         (folder / f"rng_rank{r:05d}.pt").write_bytes(os.urandom(512))
-    files = ckpt.file_entries(folder, ckpt._checkpoint_files(folder))
-    ckpt.write_complete(folder, {"step": step, "world_size": world, "zero_stage": 2}, files)
+    files = file_entries(folder, checkpoint_files(folder))
+    write_complete(folder, {"step": step, "world_size": world, "zero_stage": 2}, files)
     (root / "latest").write_text(folder.name)
     return folder
 
 
 def test_complete_lists_every_file_with_size_and_checksum(tmp_path):
     folder = _fake_checkpoint(tmp_path, 4)
-    meta = ckpt.read_complete(tmp_path, folder.name)
-    assert sorted(meta["files"]) == sorted(p.name for p in folder.iterdir() if p.name != ckpt.COMPLETE)
+    meta = read_complete(tmp_path, folder.name)
+    assert sorted(meta["files"]) == sorted(p.name for p in folder.iterdir() if p.name != COMPLETE)
     assert all(set(v) == {"size", "xxh3"} for v in meta["files"].values())
-    assert ckpt.verify_files(folder) == []
+    assert verify_files(folder) == []
 
 
 @pytest.mark.parametrize("damage", ["truncate", "zero", "delete_optim", "delete_rng"])
@@ -57,24 +68,24 @@ def test_damaged_newest_checkpoint_falls_back_to_previous(tmp_path, damage):
     else:
         path.unlink()
     warnings: list[str] = []
-    assert ckpt.select_resume_tag(tmp_path, warn=warnings.append) == "step00000004"
+    assert select_resume_tag(tmp_path, warn=warnings.append) == "step00000004"
     assert len(warnings) == 1 and "step00000008" in warnings[0] and target in warnings[0], warnings
     assert {"truncate": "100 bytes", "zero": "checksum", "delete_optim": "missing", "delete_rng": "missing"}[
         damage
     ] in warnings[0]
     # verification split over 2 ranks finds the same problem on exactly one of them
-    shares = [ckpt.verify_files(new, r, 2) for r in range(2)]
+    shares = [verify_files(new, r, 2) for r in range(2)]
     assert sum(len(s) for s in shares) == 1
 
 
 def test_every_checkpoint_damaged_stops_with_clear_message(tmp_path):
     for step in (4, 8):
         (_fake_checkpoint(tmp_path, step) / "rng_rank00000.pt").unlink()
-    with pytest.raises(ckpt.CannotContinue, match="no usable checkpoint left") as e:
-        ckpt.select_resume_tag(tmp_path, warn=lambda _m: None)
+    with pytest.raises(CannotContinueError, match="no usable checkpoint left") as e:
+        select_resume_tag(tmp_path, warn=lambda _m: None)
     assert "step00000004" in str(e.value) and "step00000008" in str(e.value)
-    assert ckpt.CANNOT_CONTINUE_EXIT_CODE != ckpt.PREEMPTED_EXIT_CODE
-    assert ckpt.select_resume_tag(tmp_path / "none") is None  # a fresh run
+    assert CANNOT_CONTINUE_EXIT_CODE != PREEMPTED_EXIT_CODE
+    assert select_resume_tag(tmp_path / "none") is None  # a fresh run
 
 
 # --- config changes on resume --------------------------------------------------------------------------------
@@ -113,7 +124,7 @@ def test_safe_changes_are_applied_and_listed():
 
 
 def test_unsafe_changes_are_refused_with_old_new_and_flag():
-    with pytest.raises(ckpt.CannotContinue) as e:
+    with pytest.raises(CannotContinueError) as e:
         resume_diff.compare(
             OLD,
             _new(batch__global_batch_size=16, model__hidden_size=128, data__sources__0__paths=["y"]),
@@ -131,7 +142,7 @@ def test_unsafe_changes_are_refused_with_old_new_and_flag():
     ch = resume_diff.compare(OLD, _new(batch__global_batch_size=16), step=30, accept=True)
     assert ch.refused == [("batch.global_batch_size", 8, 16)] and "accepted with" in ch.describe()
     with pytest.raises(
-        ckpt.CannotContinue, match="schedule.total_steps .20. is below the checkpoint's step 30"
+        CannotContinueError, match="schedule.total_steps .20. is below the checkpoint's step 30"
     ):
         resume_diff.compare(OLD, _new(schedule__total_steps=20), step=30, accept=False)
 
@@ -200,8 +211,8 @@ def test_plan_shows_the_resume_point_and_config_changes(tmp_path):
 
     old = load_config("configs/roberta-tiny.yaml", [f"run.output_dir={tmp_path}", "schedule.total_steps=30"])
     folder = _fake_checkpoint(tmp_path / "checkpoints", 30)
-    meta = ckpt.read_complete(folder.parent, folder.name)
-    ckpt.write_complete(folder, {**meta, "config": to_dict(old)}, meta["files"])
+    meta = read_complete(folder.parent, folder.name)
+    write_complete(folder, {**meta, "config": to_dict(old)}, meta["files"])
     new = load_config(
         "configs/roberta-tiny.yaml",
         [
@@ -229,7 +240,7 @@ def test_a_host_snapshot_is_detached_compact_and_keeps_what_cannot_be_copied():
     import threading
     from collections import OrderedDict
 
-    from pretrain.checkpoint import HostStaging
+    from pretrain.checkpoint.staging import HostStaging
 
     flat = torch.arange(1000, dtype=torch.float32)
     lock = threading.Lock()  # stands in for what deepcopy cannot copy (a process group, DeepSpeed's config)
@@ -256,7 +267,7 @@ def test_host_staging_refills_the_same_buffers_from_one_save_to_the_next():
     new buffer; a file with fewer tensors keeps no stale ones. The snapshot is the state at the save."""
     from collections import OrderedDict
 
-    from pretrain.checkpoint import HostStaging
+    from pretrain.checkpoint.staging import HostStaging
 
     flat = torch.arange(1000, dtype=torch.float32)
     state = {"module": OrderedDict(w=flat[:10], b=torch.ones(3)), "step": 4, "shapes": (torch.Size([10]),)}
@@ -310,6 +321,6 @@ def test_nonfinite_flags_name_exactly_the_tensors_holding_nan_or_inf():
         module["pinf"][999] = float("inf")
         module["ninf"][0] = -float("inf")
         module["big"].fill_(1e30)
-    names, flags = ckpt.nonfinite_flags(types.SimpleNamespace(module=module, device=torch.device("cpu")))
+    names, flags = nonfinite_flags(types.SimpleNamespace(module=module, device=torch.device("cpu")))
     assert dict(zip(names, flags.tolist(), strict=True)) == {
         "ok": False, "nan": True, "pinf": True, "ninf": True, "big": False}  # fmt: skip

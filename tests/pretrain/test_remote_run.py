@@ -92,7 +92,8 @@ def test_export_from_the_bucket_to_s3(remote_run, tmp_path):
 
 def _fake_checkpoint(ckpt_dir: Path, tag: str, payload: bytes) -> None:
     """A checkpoint folder as save_checkpoint leaves it (files, then COMPLETE listing them; no engine needed)."""
-    from pretrain.checkpoint import file_entries, write_complete
+    from pretrain.checkpoint.verify import write_complete
+    from pretrain.checkpoint.writer import file_entries
 
     folder = ckpt_dir / tag
     folder.mkdir(parents=True)
@@ -107,7 +108,8 @@ def _fake_checkpoint(ckpt_dir: Path, tag: str, payload: bytes) -> None:
 
 
 def test_resume_skips_a_damaged_or_unfinished_remote_checkpoint(s3_server_module, tmp_path, capsys):  # noqa: F811
-    from pretrain.checkpoint import select_resume_tag, upload_checkpoint
+    from pretrain.checkpoint.remote import upload_checkpoint
+    from pretrain.checkpoint.resume import select_resume_tag
 
     fs = s3fs_client(s3_server_module)
     fs.mkdir("ckpts")
@@ -144,7 +146,8 @@ def test_resume_skips_a_damaged_or_unfinished_remote_checkpoint(s3_server_module
 
 def test_checkpoint_resume_may_name_a_checkpoint_in_a_bucket(s3_server_module, tmp_path):  # noqa: F811
     from core.preflight import check_train
-    from pretrain.checkpoint import fetch_url, upload_checkpoint, verify_files
+    from pretrain.checkpoint.remote import fetch_url, upload_checkpoint
+    from pretrain.checkpoint.verify import verify_files
     from runconfig import load_config
     from runconfig.load import ConfigError
 

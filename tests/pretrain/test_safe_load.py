@@ -134,7 +134,7 @@ def test_the_engines_checkpoints_hold_only_allowed_globals(zero, precision, monk
 ROLLBACK_PLANTED = r"""
 import tempfile
 from pathlib import Path
-from pretrain import checkpoint as ckpt
+from pretrain.checkpoint.resume import load_checkpoint
 out = Path(tempfile.mkdtemp())
 engine.save_checkpoint(str(out), tag="step00000001", save_latest=False)
 marker = out / "PWNED"
@@ -145,7 +145,7 @@ class Payload:
         return (os.system, (f"touch {marker}",))
 torch.save({**real, "_planted": Payload()}, states)
 try:
-    ckpt.load_checkpoint(engine, out, "step00000001")
+    load_checkpoint(engine, out, "step00000001")
     said = None
 except Exception as e:  # without the scan: the payload runs, then the missing COMPLETE stops the load
     said = f"{type(e).__name__}: {e}"

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from pretrain.checkpoint import HostStaging
+from pretrain.checkpoint.staging import HostStaging
 from pretrain.parity import SnapshotProbe, probe_logits
 from pretrain.plan import _VocabOnly
 from pretrain.train import build_module

@@ -40,14 +40,28 @@ def test_duplicate_yaml_keys_are_rejected_naming_key_and_lines(tmp_path):
         ("optim.betas=[-0.1,0.9]", "optim.betas.0: -0.1 is outside [0, 1)"),
         ("model.layer_norm_eps=0", "model.layer_norm_eps: Input should be greater than 0"),
         ("model.layer_norm_eps=-1e-5", "model.layer_norm_eps: Input should be greater than 0"),
-        ("checkpoint.async_save=maybe", "checkpoint.async_save: Input should be a valid boolean"),
-        ("checkpoint.async_writer=fork", "checkpoint.async_writer: Input should be 'thread' or 'process'"),
+        ("checkpoint.async_mode=maybe", "checkpoint.async_mode: Input should be 'disabled' or 'async'"),
     ],
 )
 def test_bad_numbers_fail_at_load(override, message):
     with pytest.raises(ConfigError) as e:
         load_config(DEMO, [override])
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("checkpoint.async_save=false", "checkpoint.async_save is now checkpoint.async_mode (async_save: true -> "
+         "async_mode: async, false -> disabled)"),
+        ("checkpoint.async_writer=process", "checkpoint.async_writer was removed (the writer process is gone;"),
+    ],
+)  # fmt: skip
+def test_the_old_async_checkpoint_keys_are_refused_naming_async_mode(override, message):
+    """Two keys said one thing (issue 65, item 3): the old ones stop at load, the message naming the new key."""
+    with pytest.raises(ConfigError) as e:
+        load_config(DEMO, [override])
+    assert message in str(e.value) and len(str(e.value).splitlines()) == 2, str(e.value)  # file, then the key
 
 
 def test_fp16_on_cpu_and_missing_resume_fail_before_training(tmp_path):

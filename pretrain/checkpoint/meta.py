@@ -1,4 +1,4 @@
-"""Checkpoint folder markers, tags and exit codes: the torch-free part of pretrain.checkpoint, so that reading
+"""Checkpoint folder markers, tags and exit codes: the torch-free part of the checkpoint package, so that reading
 which checkpoints are complete (`pretrain plan`'s resume preview) needs no torch."""
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ COMPLETE = "COMPLETE"
 TAG_RE = re.compile(r"^step(\d{8})$")
 PREEMPTED_EXIT_CODE = PREEMPTED  # "checkpointed on a signal, requeue me" (core/exit_codes.py)
 # Restarting cannot help (no usable checkpoint, diverged weights, a refused config change, a run folder held by
-# another run). Any code but PREEMPTED stops the Slurm script from requeueing; this one says why.
+# another run). Any code but PREEMPTED stops the Slurm script from requeueing; this one says why
+# (core.errors.CannotContinueError carries it).
 CANNOT_CONTINUE_EXIT_CODE = CANNOT_CONTINUE
-
-
-class CannotContinue(RuntimeError):
-    """The run cannot go on and a restart would fail the same way: exit with CANNOT_CONTINUE_EXIT_CODE."""
 
 
 def tag_for(step: int) -> str:
