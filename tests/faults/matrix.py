@@ -24,6 +24,10 @@ STAGES = (
     "finetune",
     "transfer",
     "continue",
+    "decay",
+    "ladder",
+    "mixture",
+    "evaluate",
     "launch",
 )
 FAULTS = (
@@ -631,6 +635,148 @@ CELLS: tuple[Cell, ...] = (
         "Ctrl-C before any checkpoint: the ranks' exit code and a line saying no checkpoint was written, not 75",
         "tests/faults/test_launch_faults.py::test_exit_75_only_when_a_checkpoint_was_written_at_the_signal",
     ),
+    # --- issue 65: the run's contract (callbacks, one checkpoint manager, steps and methods declared once)
+    Cell(
+        "train",
+        "SIGKILL",
+        "resumed exactly",
+        "a callback's state (an outside callback counting steps) rides in every checkpoint: the run resumed from "
+        "step 3 holds, at step 6, the state of the uninterrupted run",
+        "tests/pretrain/test_callbacks.py::test_a_callback_s_state_round_trips_through_a_checkpoint_exactly",
+    ),
+    Cell(
+        "train",
+        "a trigger that recurs",
+        "refused",
+        "an outside package's guard (one file, one entry point) stops a real run at its condition: every rank "
+        "exits with the guard's code, one line naming its setting",
+        "tests/test_extending_guide.py::test_guide_callback_stops_a_real_run_with_its_exit_code",
+    ),
+    Cell(
+        "train",
+        "hostile input",
+        "refused",
+        "an outside callback's misspelled setting, a setting of the wrong type or an unknown callback name stops "
+        "the load in one line naming the valid keys or the registered names",
+        "tests/test_extending_guide.py::test_guide_callback_settings_are_checked_at_load",
+    ),
+    Cell(
+        "train",
+        "hostile input",
+        "refused",
+        "μP with a base width above the model's, without a base width, or on a family that does not declare it "
+        "is refused at load naming the key",
+        "tests/pretrain/test_mup.py::test_bad_mup_settings_are_refused_at_load",
+    ),
+    Cell(
+        "train",
+        "changed setting on rerun",
+        "refused",
+        "a removed key (a former bench knob) set to anything but its former default stops the load naming the "
+        "key and what to do instead; at its former default (an old resolved config) it loads",
+        "tests/runconfig/test_removed_keys.py::test_a_removed_key_set_otherwise_is_refused_naming_what_to_do",
+    ),
+    Cell(
+        "clean",
+        "hostile input",
+        "refused",
+        "a cleaning step's setting of the wrong type, misspelt, or removed (the PII placeholders) is refused at "
+        "load in one line naming the key, with a close match or the replacement",
+        "tests/data_pipeline/test_chain_steps.py::test_removed_and_mistyped_step_settings_are_refused_at_load_in_one_line",
+    ),
+    Cell(
+        "clean",
+        "hostile input",
+        "refused",
+        "an outside step's parameter of the wrong type or misspelt is refused when clean starts, before any "
+        "shard, naming data.clean.filters.N.params.<key>",
+        "tests/data_pipeline/test_chain_steps.py::test_an_outside_steps_params_are_typed_by_its_constructor",
+    ),
+    Cell(
+        "finetune",
+        "hostile input",
+        "refused",
+        "an unknown adaptation method, or a misspelled or removed finetune.<method> key, exits 2 at load naming "
+        "the key and the registered methods or the method's keys, before any model is read",
+        "tests/runconfig/test_finetune_methods.py::test_adapt_refuses_a_bad_method_at_load_in_one_line",
+    ),
+    Cell(
+        "export",
+        "hostile input",
+        "refused",
+        "`--merge-last K` with fewer than K complete checkpoints, or checkpoints of different tensors, is "
+        "refused in one line naming what the folder holds",
+        "tests/pretrain/test_merge.py::test_the_mean_and_the_tags",
+    ),
+    Cell(
+        "decay",
+        "SIGKILL",
+        "resumed exactly",
+        "a cool-down branch killed after its first checkpoint resumes from its own checkpoint, not the run's; "
+        "its losses equal an independent WSD run of the same length within 1e-4",
+        "tests/pretrain/test_decay.py::test_a_killed_branch_resumes_and_equals_an_independent_wsd_run",
+    ),
+    Cell(
+        "decay",
+        "hostile input",
+        "refused",
+        "a run without WSD, a step in the warmup or the decay phase, a step with no complete checkpoint (the "
+        "stable-phase ones listed) or no steps is refused in one line naming the flag",
+        "tests/pretrain/test_decay.py::test_bad_branches_are_refused_naming_the_flag",
+    ),
+    Cell(
+        "ladder",
+        "SIGKILL",
+        "redone",
+        "a killed ladder keeps its finished rungs (rung.json untouched) and reruns the others, the unfinished "
+        "rung from its own latest checkpoint",
+        "tests/pretrain/test_ladder.py::test_a_killed_ladder_reruns_only_unfinished_rungs",
+    ),
+    Cell(
+        "ladder",
+        "hostile input",
+        "refused",
+        "a rung that would not fit a rank's memory is refused before any rung trains, naming it and the memory",
+        "tests/pretrain/test_ladder.py::test_a_rung_that_would_not_fit_is_refused_before_any_trains",
+    ),
+    Cell(
+        "mixture",
+        "SIGKILL",
+        "redone",
+        "a killed mixture search keeps its finished proxy runs (run.json untouched) and reruns the others",
+        "tests/pretrain/test_mixture.py::test_a_killed_search_reruns_only_unfinished_runs",
+    ),
+    Cell(
+        "mixture",
+        "hostile input",
+        "refused",
+        "a search over one source, or with fewer runs than the fit needs, is refused naming the key",
+        "tests/pretrain/test_mixture.py::test_one_source_or_too_few_runs_is_refused",
+    ),
+    Cell(
+        "evaluate",
+        "hostile input",
+        "refused",
+        "an encoder export, an unknown task (the local ones listed, a close match named), a task file that is "
+        "gone and a few-shot count above the task's pool are refused in one line before any model loads",
+        "tests/adapt/test_evaluate.py::test_bad_input_is_refused_before_any_model_loads",
+    ),
+    Cell(
+        "launch",
+        "a hung rank",
+        "refused",
+        "a node whose ranks end with lmstack's codes exits with the most telling one (69 after a hang, 79, 65), "
+        "in one line saying how each rank ended, not torchrun's 1 and traceback",
+        "tests/launch/test_rank_exit_codes.py::test_a_rank_s_lmstack_code_is_the_node_s_exit_code",
+    ),
+    Cell(
+        "launch",
+        "bad path or host in the config",
+        "refused",
+        "`pipeline-ray --address` where nothing listens (host:port or ray://) is refused in one line naming "
+        "data.ray.address before any stage, not minutes of Ray's reconnect warnings",
+        "tests/launch/test_pipeline_ray.py::test_an_address_with_nothing_listening_is_refused_in_one_line",
+    ),
 )
 
 
@@ -651,7 +797,6 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
         (s, "a hung rank"): "one process: there is no collective for a rank to hang in"
         for s in ("train-tokenizer", "export", "finetune", "transfer")
     },
-    ("launch", "a hung rank"): "the ranks are train's: the train cell",
     ("launch", "suspension of the whole job"): "the ranks are train's: the train cell",
 }
 
