@@ -48,6 +48,48 @@ REMOVED_KEYS: dict[str, RemovedKey] = {
             "the <unk> check counts up to 100,000 tokens (data_pipeline/tokenizers/checks.py UNK_SAMPLE_TOKENS); "
             "tokenizer.max_unk_rate sets the limit",
         ),
+        RemovedKey(
+            "eval.probe_max_examples",
+            512,
+            "the probe reads at most 512 examples per split (pretrain/probe_eval.py PROBE_MAX_EXAMPLES); bound its "
+            "time with eval.probe_max_seconds",
+        ),
+        RemovedKey(
+            "watchdog.straggler_min_excess_s",
+            0.05,
+            "the floor is a fixed 0.05 s per step (pretrain/watchdog.py STRAGGLER_MIN_EXCESS_S); tune "
+            "watchdog.straggler_factor",
+        ),
+        RemovedKey(
+            "finetune.frozen.mix_lr_grid",
+            [1e-3, 1e-2, 1e-1],
+            "the scalar mix's LR is picked on dev from [0.001, 0.01, 0.1] (adapt/methods/frozen.py MIX_LR_GRID); "
+            "delete the key",
+        ),
+        RemovedKey(
+            "checkpoint.async_save",
+            True,
+            "it is now checkpoint.async_mode (async_save: true -> async_mode: async, false -> disabled)",
+        ),
+        RemovedKey(
+            "checkpoint.async_writer",
+            "thread",
+            "the writer process is gone (async saves are written by a background thread): drop the key; "
+            "checkpoint.async_mode: async|disabled is the one setting",
+        ),
+        *(
+            RemovedKey(
+                f"data.clean.pii.{kind}_replacement",
+                default,
+                "the placeholders are fixed (data_pipeline/formatters/pii.py PLACEHOLDERS); drop the key",
+            )
+            for kind, default in (
+                ("email", "email@example.com"),
+                ("ipv4", "192.0.2.1"),
+                ("ipv6", "2001:db8::1"),
+                ("phone", "555-0100"),
+            )
+        ),
     )
 }
 

@@ -182,23 +182,6 @@ class CheckpointConfig(Section):
     # and on 2 busy CPU ranks they lost more in all than disabled took (docs/results.md).
     async_mode: Literal["disabled", "async"] = "async"
 
-    @model_validator(mode="before")
-    @classmethod
-    def _one_async_key(cls, data: object) -> object:
-        """async_save and async_writer were one choice, now async_mode: say so instead of 'extra field'."""
-        if isinstance(data, dict):
-            if "async_save" in data:
-                raise ValueError(
-                    "checkpoint.async_save is now checkpoint.async_mode "
-                    "(async_save: true -> async_mode: async, false -> disabled)"
-                )
-            if "async_writer" in data:
-                raise ValueError(
-                    "checkpoint.async_writer was removed (the writer process is gone; async saves are written by "
-                    "a background thread): drop it, checkpoint.async_mode: async|disabled is the one setting"
-                )
-        return data
-
 
 class WandbConfig(Section):
     """Weights & Biases (optional extra `lmstack[wandb]`); mode offline writes runs to sync later."""
@@ -269,17 +252,6 @@ class EvalConfig(Section):
     # probe/train_examples); must stay below deepspeed.comm_timeout_s, which the waiting ranks run under.
     probe_max_seconds: float = Field(120.0, gt=0)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _removed(cls, data: object) -> object:
-        """probe_max_examples was a knob for tests on tiny tasks: an internal default now."""
-        if isinstance(data, dict) and "probe_max_examples" in data:
-            raise ValueError(
-                "eval.probe_max_examples was removed: the probe reads at most 512 examples per split (pretrain/"
-                "probe_eval.py PROBE_MAX_EXAMPLES); bound its time with eval.probe_max_seconds instead"
-            )
-        return data
-
 
 class SpikesConfig(Section):
     """Loss spikes: each step's loss, agreed by all ranks, against the mean and standard deviation of the last
@@ -343,17 +315,6 @@ class WatchdogConfig(Section):
     # median rank's by this factor is logged with its host and counted (`stragglers` in the metrics). > 1.
     # (and slower than it by at least 0.05 s per step, a fixed floor: steps of milliseconds jitter by more)
     straggler_factor: float = 1.5
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed(cls, data: object) -> object:
-        """straggler_min_excess_s was a tuning knob for tests on tiny models: an internal default now."""
-        if isinstance(data, dict) and "straggler_min_excess_s" in data:
-            raise ValueError(
-                "watchdog.straggler_min_excess_s was removed: the floor is a fixed 0.05 s per step "
-                "(pretrain/watchdog.py STRAGGLER_MIN_EXCESS_S); tune watchdog.straggler_factor instead"
-            )
-        return data
 
     @field_validator("straggler_factor")
     @classmethod

@@ -14,7 +14,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from core.log import get_logger
 from core.specs import MethodSpec, Options
@@ -37,16 +37,6 @@ class FrozenSettings(Options):
     mix."""
 
     mix_steps: int = Field(300, gt=0)  # full-batch Adam steps of the scalar mix and its linear head
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "mix_lr_grid" in data:
-            raise ValueError(
-                "finetune.frozen.mix_lr_grid was removed: the scalar mix's LR is picked on dev from "
-                f"{list(MIX_LR_GRID)} (adapt/methods/frozen.py MIX_LR_GRID); delete the key"
-            )
-        return data
 
 
 def layer_features(body: torch.nn.Module, collate: Callable, enc, ft: FinetuneConfig) -> np.ndarray:

@@ -52,9 +52,9 @@ def test_bad_numbers_fail_at_load(override, message):
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("checkpoint.async_save=false", "checkpoint.async_save is now checkpoint.async_mode (async_save: true -> "
+        ("checkpoint.async_save=false", "checkpoint.async_save was removed (False given): it is now checkpoint.async_mode (async_save: true -> "
          "async_mode: async, false -> disabled)"),
-        ("checkpoint.async_writer=process", "checkpoint.async_writer was removed (the writer process is gone;"),
+        ("checkpoint.async_writer=process", "checkpoint.async_writer was removed ('process' given): the writer process is gone"),
     ],
 )  # fmt: skip
 def test_the_old_async_checkpoint_keys_are_refused_naming_async_mode(override, message):

@@ -49,7 +49,7 @@ def test_methods_and_their_settings_come_from_the_registry(tmp_path):
         ("finetune.full={x: 1}", r"finetune.full: adaptation method 'full' takes no settings"),
         (
             "finetune.frozen={mix_lr_grid: [0.01]}",
-            r"finetune.frozen.mix_lr_grid was removed: .* delete the key",
+            r"finetune.frozen.mix_lr_grid was removed \(\[0.01\] given\): .* delete the key",
         ),
     ],
 )
