@@ -1,7 +1,7 @@
 """Deciding before spending: warmup-stable-decay, checkpoint merging and the model ladder, each measured through
 the product on the demo's data (the 2014 crawl WARCs and BBC News, `configs/base/data_demo.yaml`).
 
-Parts (`--part wsd|decay|merge|ladder|mup`, one at a time; each writes bench/results/science-<part>.txt itself):
+Parts (`--part wsd|decay|merge|ladder|mup|mixture`, one at a time; each writes bench/results/science-<part>.txt itself):
 - wsd: two runs of a small GPT-2 (2 CPU ranks, ZeRO-2), identical but for the schedule: `schedule.decay: wsd`
   (20% cool-down, 1-sqrt) against cosine, at the same tokens. VERDICT: WSD's final held-out loss over cosine's,
   goal <= 1.005 (Hägele et al. 2024 find them on par).
@@ -19,6 +19,9 @@ Parts (`--part wsd|decay|merge|ladder|mup`, one at a time; each writes bench/res
 - mup: a 5-point LR grid (2x apart) at widths 64, 128 and 256, under SP and under μP (base width 64), 200 steps
   each. VERDICT: the grid points μP's best LR moves across the widths (goal 0), passing only if SP's moves by at
   least one (both rows printed).
+- mixture: `pretrain mixture` (6 proxy runs of 300 steps over the crawl and BBC weights), then its proposed mixture
+  trained the same way. VERDICT: the proposal's held-out mixed loss (the mean of the per-source held-out losses)
+  over the uniform mixture's, goal <= 1.
 
 Held-out loss: the trainer's own evaluation of the loader's held-out blocks (`loader.eval_fraction`, never
 trained on), over the same blocks in every run of a part; for exports (merge), the same blocks scored by the
@@ -276,6 +279,44 @@ def part_ladder(cfg: Path, work: Path) -> None:
     REPORT.within("ladder_prediction_relative_error", predicted, measured, rel, 0.03, also=math.isfinite(rel))
 
 
+def part_mixture(cfg: Path, work: Path) -> None:
+    """`pretrain mixture` over the demo's two sources (crawl, BBC), then the proposed mixture trained like the
+    proxy runs: its held-out mixed loss (the mean of the per-source held-out losses) against the uniform
+    mixture's, at the same steps and tokens."""
+    from pretrain.ladder import final_eval_row
+    from pretrain.mixture import run_mixture
+
+    over = [f"run.output_dir={work / 'main'}"]
+    report = run_mixture(cfg, over, runs=6, steps=STEPS // 2, seed=0)
+    for i, r in enumerate(report["runs"]):
+        say(
+            f"run{i}: weights {r['weights']}, held-out {r['losses']}, mixed {r['mixed_loss']:.4f} (fit {r['fitted']:.4f})"
+        )
+    weights = report["proposal"]["weights"]
+    names = report["sources"]
+    over_p = [f"data.sources.{i}.weight={weights[n]:.6f}" for i, n in enumerate(names)]
+    run = train(
+        cfg,
+        work,
+        "proposed",
+        [
+            *over_p,
+            "finetune.tasks=[]",
+            f"schedule.total_steps={STEPS // 2}",
+            f"eval.every_steps={STEPS // 2}",
+            f"checkpoint.every_steps={STEPS // 2}",
+        ],
+    )
+    row = final_eval_row(run)
+    proposed = sum(row[f"loss/{n}"] for n in names) / len(names)
+    uniform = report["uniform_measured_mixed_loss"]
+    say(
+        f"proposed {weights} (predicted {report['proposal']['predicted_mixed_loss']:.4f}): measured mixed "
+        f"{proposed:.4f}; uniform {uniform:.4f}"
+    )
+    REPORT.verdict("mixture_proposed_vs_uniform_mixed_loss", proposed, uniform, 1.0, lower_is_better=True)
+
+
 MUP_WIDTHS = (64, 128, 256)
 MUP_GRID = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)  # 2x apart
 MUP_STEPS = 200
@@ -328,7 +369,14 @@ def part_mup(cfg: Path, work: Path) -> None:
     REPORT.within("mup_best_lr_grid_moves", moves["mup"], moves["sp"], moves["mup"], 0, also=moves["sp"] >= 1)
 
 
-PARTS = {"wsd": part_wsd, "decay": part_decay, "merge": part_merge, "ladder": part_ladder, "mup": part_mup}
+PARTS = {
+    "wsd": part_wsd,
+    "decay": part_decay,
+    "merge": part_merge,
+    "ladder": part_ladder,
+    "mup": part_mup,
+    "mixture": part_mixture,
+}
 
 
 def main() -> int:
