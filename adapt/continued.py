@@ -26,7 +26,7 @@ from core.log import get_logger
 from core.process import dies_with_this_process
 from core.registry import ADAPT_METHODS
 from data_pipeline.labelled import TaskData, load_tasks
-from pretrain.export_folder import verify_export, weights_hash
+from pretrain.export.folder import verify_export, weights_hash
 from runconfig import RunConfig
 from runconfig.finetune import primary_method
 from runconfig.load import save_resolved, to_dict, validate_dict

@@ -18,7 +18,7 @@ from adapt.scoring import task_metric
 from adapt.transfer import _log, method_lr_grid, pick_lr, prepare_task
 from core.registry import ADAPT_METHODS
 from data_pipeline.labelled import load_tasks
-from pretrain.export_folder import verify_export
+from pretrain.export.folder import verify_export
 from runconfig import RunConfig
 
 

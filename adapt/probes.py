@@ -10,7 +10,7 @@ import torch
 from transformers import set_seed
 
 from adapt.inputs import Collator, Encoded, model_device, on_device
-from pretrain.probe_eval import fit_linear_probe
+from pretrain.run.probe_eval import fit_linear_probe
 from runconfig.finetune import FinetuneConfig
 
 if TYPE_CHECKING:  # a type only: the arms build models through the methods, which read these probes
@@ -76,7 +76,7 @@ def linear_probe(regression: bool):
 
 
 class _Deferred:
-    """fit(x, y) through a function that fits and returns the fitted classifier (pretrain.probe_eval's)."""
+    """fit(x, y) through a function that fits and returns the fitted classifier (pretrain.run.probe_eval's)."""
 
     def __init__(self, fit):
         self._fit = fit

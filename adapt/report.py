@@ -14,7 +14,7 @@ from adapt.scoring import ACCURACY, COLLAPSE_PREDICTED_SHARE, SPEARMAN
 from core.errors import DiskFullError, is_disk_full
 from core.io import atomic_write, json_bytes
 from core.registry import ADAPT_METHODS
-from pretrain.model_card import METRIC_TEXT, method_text
+from pretrain.export.model_card import METRIC_TEXT, method_text
 
 LAYERS_TABLE = "probe_layers.md"
 LAYERS_PLOT = "probe_layers.png"

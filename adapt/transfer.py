@@ -58,8 +58,8 @@ from core.log import get_logger, route_third_party, verbose_requested
 from core.registry import ADAPT_METHODS
 from core.run_layout import RunLayout
 from data_pipeline.labelled import TaskData, load_tasks
-from pretrain.export_folder import verify_export, weights_hash
-from pretrain.optimizers import PAPER_ADAFACTOR
+from pretrain.export.folder import verify_export, weights_hash
+from pretrain.run.optimizers import PAPER_ADAFACTOR
 from runconfig import RunConfig
 from runconfig.finetune import FinetuneConfig, primary_method
 
@@ -547,8 +547,8 @@ def publish_transfer(
     to_tensorboard(RunLayout(cfg).logs, list(report["tasks"].values()))
     if model_dir is None:
         return
-    from pretrain.export_folder import TRAINING_STATE
-    from pretrain.model_card import CARD, write_model_card
+    from pretrain.export.folder import TRAINING_STATE
+    from pretrain.export.model_card import CARD, write_model_card
 
     if not (model_dir / TRAINING_STATE).is_file():  # a plain Hugging Face folder: no card of ours to rewrite
         log(

@@ -10,8 +10,8 @@
 
 Run as a script under torchrun it is the peer's worker:
 `torchrun --nproc_per_node 2 bench/_common.py hf --config C --data packed|line_by_line --warmup W --out R.json [k=v..]`.
-The peer trains the model our `pretrain.models.build_model` builds from the same config, with DeepSpeed driven by the
-very dict our `pretrain.engine.build_ds_config` generates (`TrainingArguments(deepspeed=dict)`), the same micro-batch,
+The peer trains the model our `pretrain.run.models.build_model` builds from the same config, with DeepSpeed driven by the
+very dict our `pretrain.run.engine.build_ds_config` generates (`TrainingArguments(deepspeed=dict)`), the same micro-batch,
 accumulation, optimizer hyper-parameters and LR schedule; only the engine (and the collator, for the MLM masking)
 differ. Its clock is a `TrainerCallback` that stamps `on_step_end`; its token count is the attention-mask sum of every
 micro-batch it trains on (what our trainer counts too), summed over ranks once at the end, so no collective is added
@@ -471,11 +471,11 @@ def run_hf(
 
 
 def cpu_peak_flops(threads: int = 1, trials: int = 5) -> float:
-    """Best of several runs of our own matmul probe (`pretrain.metrics.measure_peak_flops`, fp32 1024^3) with the
+    """Best of several runs of our own matmul probe (`pretrain.run.metrics.measure_peak_flops`, fp32 1024^3) with the
     thread count each training rank uses: the MFU denominator per rank on this machine."""
     import torch
 
-    from pretrain.metrics import measure_peak_flops
+    from pretrain.run.metrics import measure_peak_flops
 
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -557,9 +557,9 @@ def hf_worker(argv: list[str]) -> None:
     )
 
     from core.run_layout import RunLayout
-    from pretrain.engine import build_ds_config
-    from pretrain.models import build_model
-    from pretrain.schedule import make_plan
+    from pretrain.run.engine import build_ds_config
+    from pretrain.run.models import build_model
+    from pretrain.run.schedule import make_plan
     from runconfig import load_config
 
     p = argparse.ArgumentParser()

@@ -143,7 +143,7 @@ def probe(
     from core.run_layout import RunLayout
     from data_pipeline.loader import PretrainLoader
     from data_pipeline.objectives import MLMCollator
-    from pretrain.export import load_trained_model, resolve_checkpoint
+    from pretrain.export.convert import load_trained_model, resolve_checkpoint
     from runconfig import load_config
 
     torch.set_num_threads(2)

@@ -4,18 +4,18 @@ loop written as a performance engineer would, on GPT-2 medium at gradient accumu
 
 Ours: `python -m pretrain train` on one rank with the GPU preset (`configs/gpt2-medium.yaml`, `configs/llama-1b.yaml`:
 dropout 0, no KV cache, chunked LM-head loss, torch.compile per block, no activation checkpointing), ZeRO-1, bf16.
-The peer, in this process: the same transformers model (`pretrain.models.build_model`) in fp32 under bf16 autocast,
+The peer, in this process: the same transformers model (`pretrain.run.models.build_model`) in fp32 under bf16 autocast,
 each decoder block compiled (torchtitan's regional compile), SDPA (flash on a GPU), fused AdamW, foreach gradient
 clipping, transformers' own loss, the same micro-batch, accumulation and token samples (read from the same shards,
 already on the device: the peer pays no loader time). Data comes from the BBC News corpus through our data stages
 (no network; the embedding is padded to the papers' rows as in bench/mfu_gpu.py).
 
 Each configuration runs in its own process (a clean device and process group), which holds both sides: our
-trainer's own set-up and step (`pretrain.train.set_up` and `pretrain.step.train_step`: the same code `python -m pretrain train`
+trainer's own set-up and step (`pretrain.run.train.set_up` and `pretrain.run.step.train_step`: the same code `python -m pretrain train`
 runs, loader included) and the peer loop. After `--warmup` steps of each (compilation included there), a round is one
 window of `--window` optimizer steps of one side, synchronized at both ends, and the sides alternate, the first
 side swapping every round (ours, peer, peer, ours, ...), so a drift of the machine falls on both alike.
-MFU = tokens/s x FLOPs per token (`pretrain.plan.config_flops_per_token`: PaLM appendix B as the trainer counts it,
+MFU = tokens/s x FLOPs per token (`pretrain.tools.plan.config_flops_per_token`: PaLM appendix B as the trainer counts it,
 without an untied input embedding) / the published dense bf16 peak (bench/mfu_gpu.py's table; `--peak-tflops`
 overrides). VERDICT lines: MFU >= 0.40 (GPT-2 medium, accumulation
 1), >= 0.45 (accumulation 4), >= 0.41 (Llama 1.1B); ours/peer >= 1.0 for each. After the timing, two more steps of
@@ -145,7 +145,7 @@ class PlainLoop:
 
         from core.run_layout import RunLayout
         from data_pipeline.loader import PretrainLoader
-        from pretrain.models import build_model
+        from pretrain.run.models import build_model
 
         self.device, self.torch = device, torch
         self.micro, self.accum, seq = (
@@ -187,10 +187,10 @@ def measure(a) -> int:
     import torch
     import torch.distributed as dist
 
-    from pretrain import train as T
-    from pretrain.engine import init_distributed
-    from pretrain.profiler import StepProfiler
-    from pretrain.step import train_step
+    from pretrain.run import train as T
+    from pretrain.run.engine import init_distributed
+    from pretrain.run.profiler import StepProfiler
+    from pretrain.run.step import train_step
     from runconfig import load_config
 
     n_steps = a.warmup + a.window * a.rounds + 2
@@ -303,7 +303,7 @@ def main() -> int:
         peak = mfu_gpu.measured_peak("cpu")
         rep.line(f"SMOKE on CPU: tiny models, measured fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (1 thread)")
 
-    from pretrain.plan import config_flops_per_token
+    from pretrain.tools.plan import config_flops_per_token
     from runconfig import load_config
 
     t0, results, failed = time.monotonic(), {}, {}

@@ -133,7 +133,7 @@ def run_ours(
 
 
 def schedule(warmup: int, total: int, decay: str, min_ratio: float):
-    """The LR multiplier, written independently of pretrain/schedule.py: linear warmup over `warmup` steps
+    """The LR multiplier, written independently of pretrain/run/schedule.py: linear warmup over `warmup` steps
     ((s + 1) / warmup), then linear or cosine decay to `min_ratio` at `total`."""
 
     def f(s: int) -> float:
@@ -176,8 +176,8 @@ def reference(
     from transformers import AutoTokenizer
 
     from core.run_layout import RunLayout
-    from pretrain.models import build_model
     from pretrain.objectives import wrap_model
+    from pretrain.run.models import build_model
     from runconfig import load_config
 
     torch.set_num_threads(threads)

@@ -10,7 +10,7 @@ vocabularies, so the embedding is padded (`model.vocab_pad_multiple`) to the pap
 (nanoGPT's padded 50,257) and 50,272 for RoBERTa (50,265 rounded to 8); the parameter counts are the trained models'.
 
 What is timed: the trainer's own metrics.jsonl rows after the first WARMUP steps (start-up, the first steps, final
-eval and checkpoint excluded). MFU = tokens/s x training FLOPs per token (`pretrain.metrics.flops_per_token`:
+eval and checkpoint excluded). MFU = tokens/s x training FLOPs per token (`pretrain.run.metrics.flops_per_token`:
 6N + 12 L d T, PaLM appendix B; activation recompute is not counted, so checkpointing lowers MFU by design) / the
 device's peak: its published dense bf16 peak (H100 SXM and H200: 989 TFLOP/s; H100 PCIe 756, H100 NVL 835, A100
 312; `--peak-tflops` overrides), and, printed next to it, a peak measured in this run (best of 3 timings of 50 bf16
@@ -142,8 +142,8 @@ def run_model(
     from transformers import AutoTokenizer
 
     from core.run_layout import RunLayout
-    from pretrain.metrics import flops_per_token, untied_input_embedding
-    from pretrain.models import build_model, count_parameters
+    from pretrain.run.metrics import flops_per_token, untied_input_embedding
+    from pretrain.run.models import build_model, count_parameters
     from runconfig import load_config
 
     family, preset, seq, micro, vocab, rows = MODELS[name]

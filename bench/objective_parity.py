@@ -335,8 +335,8 @@ def reference_collator(s: Setup, seed: int) -> Callable[[list[dict]], dict]:
 def build(s: Setup, seed: int) -> Any:
     import torch
 
-    from pretrain.models import build_model
     from pretrain.objectives import prepare_model, wrap_model
+    from pretrain.run.models import build_model
 
     torch.manual_seed(seed)
     model = build_model(s.cfg.model, s.tokenizer, s.cfg.packing.seq_len)

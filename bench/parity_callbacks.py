@@ -94,7 +94,7 @@ class Sabotage(Callback):
 
     @staticmethod
     def _warmup(run: Any) -> None:
-        from pretrain.schedule import lr_multiplier
+        from pretrain.run.schedule import lr_multiplier
 
         sched = run.scheduler
         fresh = lr_multiplier(run.cfg, dataclasses.replace(run.plan, warmup_steps=0))

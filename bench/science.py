@@ -246,7 +246,7 @@ def part_merge(cfg: Path, work: Path) -> None:
 
 
 def part_ladder(cfg: Path, work: Path) -> None:
-    from pretrain.ladder import make_rung, predict, run_ladder, rung_config_overrides, train_rung
+    from pretrain.tools.ladder import make_rung, predict, run_ladder, rung_config_overrides, train_rung
     from runconfig import load_config
 
     over = [f"run.output_dir={work / 'main'}"]

@@ -6,7 +6,7 @@ single-process loop gets from the same cores, for every family? The families are
 (`pretrain.families.family_names()`, plug-ins included; no list is kept here); each is measured on its budget
 preset: the spec's `bench_preset` attribute where a family names one, else `configs/<family>-budget.yaml`. A
 family with neither is reported as a named skip and fails the run. Both sides train the model
-`pretrain.models.build_model` builds from the preset, with the objective's model settings (`prepare_model`: sparse
+`pretrain.run.models.build_model` builds from the preset, with the objective's model settings (`prepare_model`: sparse
 prediction) and module (`wrap_model`: ELECTRA's generator + discriminator), on the same packed BBC samples (our
 data stages: clean -> dedup -> tokenizer -> tokenize) drawn through the same `PretrainLoader` and collator (MLM,
 span corruption or replaced-token detection, as the preset says), with the same global batch, micro-batch,
@@ -102,8 +102,8 @@ def peer_worker(argv: list[str]) -> None:
     from core.run_layout import RunLayout
     from data_pipeline.loader import PretrainLoader
     from data_pipeline.objectives import build_collator
-    from pretrain.models import build_model
     from pretrain.objectives import prepare_model, wrap_model
+    from pretrain.run.models import build_model
     from runconfig import load_config
 
     torch.set_num_threads(a.threads)
@@ -116,7 +116,7 @@ def peer_worker(argv: list[str]) -> None:
     model.train()
     loader = PretrainLoader(cfg, 0, 1, split="train", collate_fn=build_collator(cfg, tok))
     o = cfg.optim
-    # t5-budget: the same optimizer as ours (pretrain/engine.py), set up as transformers' docs do for T5
+    # t5-budget: the same optimizer as ours (pretrain/run/engine.py), set up as transformers' docs do for T5
     if o.name == "adafactor":
         from transformers.optimization import Adafactor
 

@@ -2,7 +2,7 @@
 
 Setup (prepared here, nothing downloaded): the BBC News corpus goes through our data stages (clean -> dedup ->
 train-tokenizer (byte-level BPE 8000) -> tokenize, FULL-SENTENCES packing at seq_len 128) into a temporary run.
-Model: RoBERTa MLM, hidden 256, 4 layers, 4 heads, FFN 1024, built by `pretrain.models.build_model` on both sides.
+Model: RoBERTa MLM, hidden 256, 4 layers, 4 heads, FFN 1024, built by `pretrain.run.models.build_model` on both sides.
 Both sides run on 2 CPU ranks under torchrun (gloo, 1 thread per rank), micro-batch 8, global batch 16, fp32,
 DeepSpeed ZeRO-2 with the ds_config dict our `build_ds_config` generates (the HF side receives that same dict via
 `TrainingArguments(deepspeed=dict)`), torch AdamW with the same hyper-parameters and linear warmup/decay, one
@@ -19,7 +19,7 @@ HF: `on_step_end` timestamps on rank 0. Tokens are counted the same way on both 
 deterministic order, `_common.consumed_tokens`). The two sides run alternately (ours, HF, ours, ...) for
 `--rounds` rounds (default 5); VERDICTs are medians of the per-round ratios (bench/_common.Report).
 
-MFU: tokens/s x training FLOPs per token (`pretrain.metrics.flops_per_token`: 6N + attention) / (world size x
+MFU: tokens/s x training FLOPs per token (`pretrain.run.metrics.flops_per_token`: 6N + attention) / (world size x
 per-rank peak) for both sides with the same peak, our own fp32 1024^3 matmul probe with one thread (best of 5),
 also handed to the trainer (`logging.peak_flops`) so its logged MFU uses the same denominator.
 
@@ -64,8 +64,8 @@ def model_flops_per_token(cfg_path: Path, ov: list[str]) -> tuple[float, int]:
     from transformers import AutoTokenizer
 
     from core.run_layout import RunLayout
-    from pretrain.metrics import flops_per_token, untied_input_embedding
-    from pretrain.models import build_model, count_parameters
+    from pretrain.run.metrics import flops_per_token, untied_input_embedding
+    from pretrain.run.models import build_model, count_parameters
     from runconfig import load_config
 
     cfg = load_config(cfg_path, ov)

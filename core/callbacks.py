@@ -98,7 +98,7 @@ class StepOutcome:
 class Callback:
     """Base of every callback: no-op hooks, subclassed as needed. `settings` is the validated `Settings` (or the
     built-in's section of the run config, `section`); `on_start` receives the run (config, rank, world, engine,
-    loaders, layout: pretrain/train.py `Run`)."""
+    loaders, layout: pretrain/run/train.py `Run`)."""
 
     name: ClassVar[str] = ""
     # typed settings, validated at load from `callbacks.<name>` in the run YAML; None: the callback takes none

@@ -144,7 +144,7 @@ class FamilySpec:
     # LoRA (`finetune.methods: [lora]`, through peft): the head modules trained and saved whole beside the
     # adapters (peft's modules_to_save; empty: peft's default for the task).
     lora_modules_to_save: tuple[str, ...] = ()
-    # μP (`model.parametrization: mup`, pretrain/mup.py): (the norm whose output the readout reads, the readout
+    # μP (`model.parametrization: mup`, pretrain/run/mup.py): (the norm whose output the readout reads, the readout
     # linear), as module paths of the pretraining model; None: the family has no μP.
     mup_readout: tuple[str, str] | None = None
     # --- implementation (given with the data in the family's own module)
@@ -220,7 +220,7 @@ class ObjectiveSpec:
     # spec says has_encoder=False is refused at load with that reason.
     needs_encoder: bool = False
     # The model card's task for this objective's export whatever the family's (RTD on ModernBERT exports an
-    # encoder body, not a masked-LM head): a key of pretrain.model_card.TASKS; None: the family's task.
+    # encoder body, not a masked-LM head): a key of pretrain.export.model_card.TASKS; None: the family's task.
     card_task: str | None = None
     # Work beyond one forward and backward of the trained module per token, for the FLOPs count (MFU, `plan`):
     # (cfg, the trained module, possibly on the meta device) -> (matmul weights run again, the fraction of each

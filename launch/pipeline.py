@@ -142,7 +142,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
     )
 
     from adapt.transfer import run_transfer
-    from pretrain.export import export
+    from pretrain.export.convert import export
 
     export_dir = stage("export: Hugging Face folder", export, cfg)
     reload_info = _reload_check(cfg, export_dir)
@@ -158,7 +158,7 @@ def run_demo(cfg: RunConfig) -> dict[str, Any]:
         else {"tasks": {}}
     )
     state = json.loads((Path(export_dir) / "training_state.json").read_text())
-    from pretrain.model_card import held_out_perplexity
+    from pretrain.export.model_card import held_out_perplexity
 
     # run_transfer rewrote the export's card: its model-index now carries transfer.json's results
     ppl = held_out_perplexity(layout.metrics, state.get("step"))
@@ -188,7 +188,7 @@ def _reload_check(cfg: RunConfig, export_dir: str | os.PathLike[str]) -> dict[st
     """The export loaded by plain transformers in a fresh process, with the Auto class its task needs."""
     _banner("reload the export with plain transformers in a fresh process")
     family = cfg.model.spec
-    from pretrain.model_card import card_task
+    from pretrain.export.model_card import card_task
 
     task = card_task(cfg.model.family, cfg.objective.type)
     # an objective that exports another task than the family's (RTD on ModernBERT: the encoder body)

@@ -38,9 +38,9 @@ def _train(args: argparse.Namespace) -> int:
 
     from core.errors import CannotContinueError
     from core.preflight import check_tokens, check_train
-    from pretrain.engine import accelerator_name
-    from pretrain.train import train
-    from pretrain.watchdog import collective_failed
+    from pretrain.run.engine import accelerator_name
+    from pretrain.run.train import train
+    from pretrain.run.watchdog import collective_failed
     from runconfig.init_from import check_run_tokenizer
 
     cfg = _config(args)
@@ -85,7 +85,7 @@ def _export_args(p: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from pretrain.export_folder import check_export_target
+    from pretrain.export.folder import check_export_target
 
     cfg = _config(args)
     if not (args.out and "://" in args.out and not args.out.startswith("file://")):  # before torch loads
@@ -93,7 +93,7 @@ def _export(args: argparse.Namespace) -> int:
             args.out.removeprefix("file://") if args.out else RunPaths.from_config(cfg).export
         )
     from core.errors import CannotContinueError
-    from pretrain.export import export
+    from pretrain.export.convert import export
 
     try:
         print(export(cfg, args.checkpoint, args.out, args.merge_last))
@@ -109,7 +109,7 @@ def _card_args(p: argparse.ArgumentParser) -> None:
 
 def _card(args: argparse.Namespace) -> int:
     from core.run_layout import RunLayout
-    from pretrain.model_card import write_model_card
+    from pretrain.export.model_card import write_model_card
 
     cfg = _config(args)
     if not args.model:
@@ -144,7 +144,13 @@ def _plan(args: argparse.Namespace) -> int:
     from core.errors import ConfigError
     from core.preflight import check_tokens, check_train
     from data_pipeline.readers.sources import check_source_paths
-    from pretrain.plan import DEFAULT_MFU, check_plan_flags, expected_accelerator, format_report, plan_report
+    from pretrain.tools.plan import (
+        DEFAULT_MFU,
+        check_plan_flags,
+        expected_accelerator,
+        format_report,
+        plan_report,
+    )
     from runconfig.init_from import check_run_tokenizer
 
     cfg = _config(args)
@@ -176,7 +182,7 @@ def _plot_args(p: argparse.ArgumentParser) -> None:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from pretrain.plots import plot_run
+    from pretrain.run.plots import plot_run
 
     # a remote run folder: never a local path
     if "://" in args.run and not args.run.startswith("file://"):
@@ -209,7 +215,7 @@ def _decay_args(p: argparse.ArgumentParser) -> None:
 
 def _decay(args: argparse.Namespace) -> int:
     """A WSD cool-down from a stable-phase checkpoint, trained as `train` is, in <run>/decay/step<S>+<N>."""
-    from pretrain.decay import prepare_branch
+    from pretrain.tools.decay import prepare_branch
 
     args.overrides = [*args.overrides, *prepare_branch(config_from_args(args), args.from_step, args.steps)]
     args.reset_data_order = False
@@ -225,7 +231,7 @@ def _mixture_args(p: argparse.ArgumentParser) -> None:
 def _mixture(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from pretrain.mixture import format_table, run_mixture
+    from pretrain.tools.mixture import format_table, run_mixture
 
     print(format_table(run_mixture(Path(args.config), args.overrides, args.runs, args.steps, args.seed)))
     return 0
@@ -243,7 +249,7 @@ def _ladder_args(p: argparse.ArgumentParser) -> None:
 def _ladder(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from pretrain.ladder import format_table, run_ladder
+    from pretrain.tools.ladder import format_table, run_ladder
 
     report = run_ladder(
         Path(args.config), args.overrides, args.rungs, args.tokens_per_param, args.predict, args.memory_gib

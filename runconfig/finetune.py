@@ -98,7 +98,7 @@ class FinetuneConfig(Section):
     batch_size: int = Field(16, gt=0)
     weight_decay: float = Field(0.01, ge=0)
     # adamw: the Trainer's AdamW. adafactor: the T5 paper's fine-tune optimizer (transformers' Adafactor with each
-    # update scaled by its parameter's RMS, no momentum; pretrain.optimizers), for models whose parameters differ
+    # update scaled by its parameter's RMS, no momentum; pretrain.run.optimizers), for models whose parameters differ
     # in scale by orders of magnitude, as T5's do.
     optim: Literal["adamw", "adafactor"] = "adamw"
     warmup_ratio: float = Field(0.1, ge=0, lt=1)

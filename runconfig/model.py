@@ -37,7 +37,7 @@ class ModelConfig(Section):
     init_from: str | None = None
     # sp: the family's own parametrization. mup: Tensor Programs V (Yang et al. 2022) for Adam, relative to a model
     # of width mup_base_width: hidden weights' init std and LR scaled by base/width, logits by base/width,
-    # attention by 1/head_dim; a LR tuned at the base width then holds at every width (pretrain/mup.py).
+    # attention by 1/head_dim; a LR tuned at the base width then holds at every width (pretrain/run/mup.py).
     parametrization: Literal["sp", "mup"] = "sp"
     mup_base_width: int | None = Field(None, gt=0)  # the width the LR was tuned at (required with mup)
 

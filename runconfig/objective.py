@@ -23,7 +23,7 @@ class ObjectiveConfig(Section):
     sparse_prediction: bool = True
     # GPT: reset attention and positions at document boundaries inside a packed block.
     document_masking: bool = False
-    # GPT: the LM head and cross-entropy a chunk of tokens at a time (pretrain/losses.py), so the [tokens, vocab]
+    # GPT: the LM head and cross-entropy a chunk of tokens at a time (pretrain/objectives/losses.py), so the [tokens, vocab]
     # logits are never held whole (nor upcast to fp32). Causal objective only, ZeRO stage 0-2.
     chunked_loss: bool = False
     # T5 span corruption.

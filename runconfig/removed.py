@@ -6,7 +6,7 @@ an internal default or a setting of the benchmark that used it. Old configs keep
 (`resolved_config.yaml`, a checkpoint's COMPLETE) names every key it had, so a removed key holding its former
 default means nothing changed and is dropped without a word. Any other value was a choice the product no longer
 offers, and the load stops naming the key and what to do instead, before any work starts. The resume check
-(pretrain/resume_diff.py) reads the same list, so a checkpoint written before the removal resumes as it did.
+(pretrain/checkpoint/resume_diff.py) reads the same list, so a checkpoint written before the removal resumes as it did.
 """
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ REMOVED_KEYS: dict[str, RemovedKey] = {
         RemovedKey(
             "eval.probe_max_examples",
             512,
-            "the probe reads at most 512 examples per split (pretrain/probe_eval.py PROBE_MAX_EXAMPLES); bound its "
+            "the probe reads at most 512 examples per split (pretrain/run/probe_eval.py PROBE_MAX_EXAMPLES); bound its "
             "time with eval.probe_max_seconds",
         ),
         RemovedKey(
             "watchdog.straggler_min_excess_s",
             0.05,
-            "the floor is a fixed 0.05 s per step (pretrain/watchdog.py STRAGGLER_MIN_EXCESS_S); tune "
+            "the floor is a fixed 0.05 s per step (pretrain/run/watchdog.py STRAGGLER_MIN_EXCESS_S); tune "
             "watchdog.straggler_factor",
         ),
         RemovedKey(

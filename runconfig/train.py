@@ -154,7 +154,7 @@ class DeepSpeedConfig(Section):
     comm_timeout_s: int = Field(600, gt=0)
     # Halt after this many consecutive non-finite losses (fp16 overflow skips are counted by DeepSpeed).
     max_consecutive_bad_steps: int = Field(20, gt=0)
-    # torch.compile of each repeated block (pretrain.models.compile_blocks; state-dict names unchanged); GPU presets
+    # torch.compile of each repeated block (pretrain.run.models.compile_blocks; state-dict names unchanged); GPU presets
     # turn it on.
     compile: bool = False
     compile_backend: str = "inductor"  # torch.compile backend ("aot_eager" needs no C++ toolchain)
@@ -236,7 +236,7 @@ class LoggingConfig(Section):
 
 class EvalConfig(Section):
     """Held-out loss (mixed and per data source) and, optionally, a frozen-body linear probe on a fine-tune task:
-    the transfer signal that held-out loss alone does not give (pretrain/evaluation.py)."""
+    the transfer signal that held-out loss alone does not give (pretrain/run/evaluation.py)."""
 
     every_steps: int = Field(100, gt=0)
     # Micro-batches per rank for EACH data source (its held-out samples spread over the ranks, a short last batch
@@ -246,7 +246,7 @@ class EvalConfig(Section):
     # hidden states of that task's train examples and scores its dev examples (never its test split); once, at the
     # run's start, the same for the random-init weights (kept in the checkpoints). The other ranks wait.
     # Needs deepspeed.zero_stage 0-2 (rank 0 holds the whole weights). None: no probe.
-    # (at most 512 examples per split, a fixed subset chosen by id hash: pretrain/probe_eval.py PROBE_MAX_EXAMPLES)
+    # (at most 512 examples per split, a fixed subset chosen by id hash: pretrain/run/probe_eval.py PROBE_MAX_EXAMPLES)
     probe_task: str | None = None
     # Time bound of one probe: encoding stops when it is spent and the examples encoded so far are used (counted in
     # probe/train_examples); must stay below deepspeed.comm_timeout_s, which the waiting ranks run under.
@@ -296,7 +296,7 @@ class SpikesConfig(Section):
 
 
 class WatchdogConfig(Section):
-    """Hangs and slow ranks named while the run is alive (pretrain/watchdog.py): a per-rank heartbeat in the job's
+    """Hangs and slow ranks named while the run is alive (pretrain/run/watchdog.py): a per-rank heartbeat in the job's
     store, stack dumps into <run>/logs/hang when a rank stops making progress, and per-rank step figures gathered at
     each logging step."""
 

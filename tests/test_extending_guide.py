@@ -112,8 +112,8 @@ def _config(tmp_path: Path, yaml_block: str, base: str = "roberta-tiny", **extra
 
 @pytest.mark.timeout(120)
 def test_guide_family(guide):
-    from pretrain.models import build_model
-    from pretrain.plan import _VocabOnly
+    from pretrain.run.models import build_model
+    from pretrain.tools.plan import _VocabOnly
 
     examples, tmp = guide
     cfg = load_config(_config(tmp, examples["families"]["yaml"]))
@@ -267,7 +267,7 @@ def test_guide_adaptation_method_on_the_guide_family(guide):
     from adapt.finetune import finetune
     from adapt.report import format_report
     from adapt.transfer import run_transfer
-    from pretrain.model_card import _transfer_results
+    from pretrain.export.model_card import _transfer_results
     from tests.adapt.test_finetune import TINY, _labelled_folder, _labelled_rows, export_of
 
     examples, tmp = guide

@@ -9,9 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("core", "runconfig", "data_pipeline", "pretrain", "adapt", "launch")
 LIMIT = 120
-LOOP = (
-    "pretrain/train.py:_train"  # the training loop reads top to bottom: set-up, step, log, eval, save by name
-)
+LOOP = "pretrain/run/train.py:_train"  # the training loop reads top to bottom: set-up, step, log, eval, save by name
 LOOP_LIMIT = 80
 
 

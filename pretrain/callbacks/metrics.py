@@ -1,4 +1,4 @@
-"""The metrics sinks (TensorBoard, JSONL, W&B, MLflow: pretrain/metrics.py) as a callback; its settings are the
+"""The metrics sinks (TensorBoard, JSONL, W&B, MLflow: pretrain/run/metrics.py) as a callback; its settings are the
 `logging.*` keys that switch each on. It also sums the figures a model output carries (`OutputMetrics`: ELECTRA's
 two losses) on the device and adds them to each logging row. Rank 0 writes; the other ranks' sinks are off."""
 
@@ -14,7 +14,7 @@ class MetricsSinks(Callback):
     section = "logging"
 
     def on_start(self, run: Any, progress: Any) -> None:
-        from pretrain.metrics import MetricsLogger, OutputMetrics
+        from pretrain.run.metrics import MetricsLogger, OutputMetrics
 
         self.logger = MetricsLogger.from_config(run.cfg, run.layout.logs, run.rank == 0)
         self.outputs = OutputMetrics()

@@ -1,4 +1,4 @@
-"""The in-loop transfer probe (`eval.probe_task`, pretrain/probe_eval.py) as a callback: a frozen-feature linear
+"""The in-loop transfer probe (`eval.probe_task`, pretrain/run/probe_eval.py) as a callback: a frozen-feature linear
 probe of a labelled task at each evaluation, with its random-init figure measured once (before the first step of a
 fresh run) and carried in the checkpoints, so a resume never measures it on trained weights."""
 
@@ -24,8 +24,8 @@ class InLoopProbe(Callback):
         self.saved = state
 
     def on_start(self, run: Any, progress: Any) -> dict[str, Any] | None:
-        from pretrain.probe_eval import TransferProbe
-        from pretrain.step import rng_isolated
+        from pretrain.run.probe_eval import TransferProbe
+        from pretrain.run.step import rng_isolated
 
         self.probe = TransferProbe(run.cfg, run.tokenizer, run.rank)
         # a checkpoint from before the callbacks carried their states holds the figure in its own entry

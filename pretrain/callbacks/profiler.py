@@ -1,4 +1,4 @@
-"""The profiler window (`logging.profile_steps`, pretrain/profiler.py) as a callback: a torch.profiler trace and
+"""The profiler window (`logging.profile_steps`, pretrain/run/profiler.py) as a callback: a torch.profiler trace and
 its summary of the steps in the window; a window the run ends inside is written all the same."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ class ProfilerWindow(Callback):
         return self.settings.profile_steps is not None
 
     def on_start(self, run: Any, progress: Any) -> None:
-        from pretrain.profiler import StepProfiler
+        from pretrain.run.profiler import StepProfiler
 
         self.profiler = StepProfiler(self.settings.profile_steps, run.layout.logs, run.rank, run.device)
 

@@ -1,4 +1,4 @@
-"""The loss-spike policy (`spikes.*`, pretrain/spikes.py) as a callback.
+"""The loss-spike policy (`spikes.*`, pretrain/run/spikes.py) as a callback.
 
 The detector judges the agreed step loss on the device after the step's all-reduce (`judge`), so a spiking step's
 update is withheld on every rank before it is applied; after the step's host read it decides, alike on every rank:
@@ -32,7 +32,7 @@ class SpikePolicy(Callback):
         self.saved = state
 
     def on_start(self, run: Any, progress: Any) -> None:
-        from pretrain.spikes import SpikeDetector
+        from pretrain.run.spikes import SpikeDetector
 
         self.detector = SpikeDetector(self.settings, run.device, run.rank, run.plan.grad_accum * run.world)
         self.detector.load_state_dict(self.saved, progress.step)
@@ -41,7 +41,7 @@ class SpikePolicy(Callback):
         return self.detector.judge(loss_sum, n_bad)
 
     def on_step_end(self, outcome: StepOutcome) -> Action:
-        from pretrain.spikes import LossSpikeStop
+        from pretrain.run.spikes import LossSpikeStop
 
         det = self.detector
         try:

@@ -1,4 +1,4 @@
-"""The hang watchdog and straggler report (pretrain/watchdog.py) as a callback; its settings: `watchdog.*`.
+"""The hang watchdog and straggler report (pretrain/run/watchdog.py) as a callback; its settings: `watchdog.*`.
 
 It starts with the loop (its heartbeat thread, the engine's forward hooks), beats at each step's start and end,
 adds the per-rank step figures to each logging row, and stops its thread at the run's end.
@@ -16,7 +16,7 @@ class HangWatchdog(Callback):
     section = "watchdog"
 
     def on_start(self, run: Any, progress: Any) -> None:
-        from pretrain.watchdog import Watchdog
+        from pretrain.run.watchdog import Watchdog
 
         self.dog = Watchdog.start(run.cfg, run.engine, run.layout.hang)
 

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from core.errors import CannotContinueError
 from core.log import get_logger
 from core.run_layout import RunLayout
-from pretrain import resume_diff
+from pretrain.checkpoint import resume_diff
 from pretrain.checkpoint.meta import complete_tags, tag_for
 from pretrain.checkpoint.probe import ParityProbe
 from pretrain.checkpoint.resume import load_checkpoint, resume_point

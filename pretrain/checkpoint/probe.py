@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 
+from pretrain.checkpoint.parity import PROBE_FILE, SnapshotProbe, probe_inputs, probe_logits
 from pretrain.checkpoint.writer import TorchFile
-from pretrain.parity import PROBE_FILE, SnapshotProbe, probe_inputs, probe_logits
 
 
 def probe_file(path: Path, batch: dict[str, torch.Tensor], logits: torch.Tensor) -> TorchFile:
-    """The probe file a checkpoint writes with its other deferred files (`pretrain.parity.check_parity` reads it)."""
+    """The probe file a checkpoint writes with its other deferred files (`pretrain.checkpoint.parity.check_parity` reads it)."""
     return TorchFile(path, {"inputs": batch, "logits": logits})
 
 

@@ -11,12 +11,12 @@ import torch.distributed as dist
 
 from core.errors import CannotContinueError
 from core.log import get_logger
-from pretrain import resume_diff
+from pretrain.checkpoint import resume_diff
 from pretrain.checkpoint.meta import COMPLETE, complete_tags, read_complete
 from pretrain.checkpoint.remote import fetch_checkpoint, fetch_url, remote_candidates
 from pretrain.checkpoint.rng import set_rng_state
+from pretrain.checkpoint.safe_load import check_folder, load
 from pretrain.checkpoint.verify import verify_checkpoint
-from pretrain.safe_load import check_folder, load
 from runconfig import RunConfig
 from runconfig.load import to_dict
 
@@ -104,7 +104,7 @@ def _unshare_step_counts(engine) -> None:
 
 def load_checkpoint(engine, ckpt_dir: Path, tag: str) -> dict[str, Any]:
     """Restore engine (weights, optimizer, LR schedule) and this rank's RNG; return the client state. Every file
-    of the folder is scanned first: DeepSpeed unpickles with weights_only=False (pretrain/safe_load.py)."""
+    of the folder is scanned first: DeepSpeed unpickles with weights_only=False (pretrain/checkpoint/safe_load.py)."""
     check_folder(ckpt_dir / tag)  # a resume, a universal checkpoint, a loss spike's rollback alike
     try:
         path, client_state = engine.load_checkpoint(

@@ -6,9 +6,9 @@ import shutil
 from pathlib import Path
 
 from pretrain.checkpoint.meta import COMPLETE, read_complete
+from pretrain.checkpoint.safe_load import check_folder
 from pretrain.checkpoint.verify import checkpoint_files, verify_files, write_complete
 from pretrain.checkpoint.writer import file_entries
-from pretrain.safe_load import check_folder
 
 UNIVERSAL_SUFFIX = "_universal"
 

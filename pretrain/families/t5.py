@@ -64,7 +64,7 @@ SPEC = FamilySpec(
     model_class="T5ForConditionalGeneration",
     auto_class="AutoModelForSeq2SeqLM",
     # The paper's fine-tune optimizer (Raffel et al. 2020, 3.1.4: Adafactor, a constant 1e-3, no warmup, no weight
-    # decay) with Mesh TensorFlow's parameter-scaled updates (pretrain.optimizers). AdamW moves T5's 0.016-RMS query
+    # decay) with Mesh TensorFlow's parameter-scaled updates (pretrain.run.optimizers). AdamW moves T5's 0.016-RMS query
     # matrices and its std-1 embeddings by the same absolute step: on the BBC hold-out both arms fine-tuned to
     # about 0.72 with AdamW at 1e-4..3e-4 and to about 0.79 with Adafactor at 1e-2 (seed 0; history of docs/results.md).
     # 1e-3 is meant for 2^18 steps; our 300 steps peak near 1e-2 on dev.

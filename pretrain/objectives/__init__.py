@@ -1,8 +1,8 @@
 """The pretraining objectives, one module each giving its whole `ObjectiveSpec` as `SPEC` (mlm.py, causal.py,
-span_corruption.py, electra.py; rtd.py and sparse_mlm.py are model-side pieces they use): packing modes, framing,
-typed options and checks, the collator factory (data_pipeline/objectives/) and the model side (settings an
-objective relies on in the model it trains, the module it trains, its own export). Each has one
-`lmstack.objectives` entry point in pyproject.toml.
+span_corruption.py, electra.py; rtd.py, sparse_mlm.py and losses.py are model-side pieces they use): packing modes,
+framing, typed options and checks, the collator factory (data_pipeline/objectives/) and the model side (settings an
+objective relies on in the model it trains, the module it trains, its own export). Each has one `lmstack.objectives`
+entry point in pyproject.toml.
 
 `prepare_model` and `wrap_model` are what the trainer, the export and the memory plan call.
 """

@@ -42,7 +42,7 @@ def prepare(cfg: Any, model: Any) -> None:
     if not cfg.objective.document_masking:
         _no_packed_sequence_detection(model)
     if cfg.objective.chunked_loss:
-        from pretrain.losses import enable_chunked_loss
+        from pretrain.objectives.losses import enable_chunked_loss
 
         enable_chunked_loss(model)
 

@@ -8,7 +8,7 @@ import pytest
 
 from adapt.report import format_report
 from adapt.statistics import best_against_best
-from pretrain.model_card import best_against_best_lines
+from pretrain.export.model_card import best_against_best_lines
 
 pytestmark = pytest.mark.timeout(60)
 

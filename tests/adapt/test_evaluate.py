@@ -152,7 +152,7 @@ def test_the_card_takes_the_results_for_these_weights_only(made):
     it scored are the folder's."""
     from huggingface_hub import ModelCardData
 
-    from pretrain.card_lm_eval import bound_lm_eval, lm_eval_card
+    from pretrain.export.card_lm_eval import bound_lm_eval, lm_eval_card
 
     _, _, model = made
     results = bound_lm_eval(model)

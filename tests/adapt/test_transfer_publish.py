@@ -14,8 +14,8 @@ from transformers import RobertaConfig, RobertaForMaskedLM
 
 from adapt.report import layer_figure, to_tensorboard
 from adapt.transfer import publish_transfer
-from pretrain.export_folder import TRAINING_STATE, weights_hash
-from pretrain.model_card import write_model_card
+from pretrain.export.folder import TRAINING_STATE, weights_hash
+from pretrain.export.model_card import write_model_card
 from runconfig import load_config
 from tests.pretrain.test_model_card_methods import _task
 

@@ -50,7 +50,7 @@ def test_a_configured_root_logger_does_not_print_our_lines_twice():
     """An application that calls logging.basicConfig still sees each of our lines once, without prefixes."""
     code = (
         "import logging, sys; logging.basicConfig(stream=sys.stdout, level=logging.INFO); "
-        "from core.log import get_logger; get_logger('pretrain.train').info('[train] one line')"
+        "from core.log import get_logger; get_logger('pretrain.run.train').info('[train] one line')"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

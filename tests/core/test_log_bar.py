@@ -20,9 +20,9 @@ def test_a_warning_while_the_bar_is_shown_gets_a_line_of_its_own(capsys):
     bar = tqdm(total=10, desc="pretrain", file=sys.stderr, mininterval=0, ascii=True)
     try:
         bar.update(4)
-        get_logger("pretrain.spikes").warning("[spikes] rank 0: loss spike at step 4")
-        get_logger("pretrain.watchdog").warning("[train] straggler at step 4: rank 1")
-        get_logger("pretrain.train").info("[eval] step 4: loss 6.1")
+        get_logger("pretrain.run.spikes").warning("[spikes] rank 0: loss spike at step 4")
+        get_logger("pretrain.run.watchdog").warning("[train] straggler at step 4: rank 1")
+        get_logger("pretrain.run.train").info("[eval] step 4: loss 6.1")
         bar.update(1)
     finally:
         bar.close()
@@ -36,5 +36,5 @@ def test_a_warning_while_the_bar_is_shown_gets_a_line_of_its_own(capsys):
 
 
 def test_without_a_bar_lines_are_written_as_before(capsys):
-    get_logger("pretrain.spikes").warning("[spikes] plain")
+    get_logger("pretrain.run.spikes").warning("[spikes] plain")
     assert capsys.readouterr().err == "[spikes] plain\n"

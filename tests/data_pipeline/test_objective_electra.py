@@ -12,9 +12,9 @@ from transformers import ElectraForMaskedLM, ElectraForPreTraining, ElectraForSe
 
 from data_pipeline.objectives import build_collator
 from data_pipeline.objectives.mlm import special_token_ids
-from pretrain.models import build_model
 from pretrain.objectives import wrap_model
 from pretrain.objectives.rtd import GENERATOR_DIR, export_pair, sample_tokens
+from pretrain.run.models import build_model
 from runconfig import load_config
 from runconfig.load import ConfigError
 from tests.data_pipeline.test_objective_mlm import ROOT, _full_sentences, wordpiece  # noqa: F401 (fixture)

@@ -11,9 +11,9 @@ from transformers import AutoModel, AutoModelForSequenceClassification, ModernBe
 
 from data_pipeline.objectives import build_collator
 from pretrain.families import get_family
-from pretrain.models import build_model
 from pretrain.objectives import wrap_model
 from pretrain.objectives.rtd import BODY_HEAD_FILE, Contrastive, rtd_family
+from pretrain.run.models import build_model
 from runconfig import load_config
 from runconfig.load import ConfigError
 from tests.data_pipeline.test_objective_mlm import ROOT, _full_sentences, wordpiece  # noqa: F401 (fixture)
@@ -150,7 +150,7 @@ def test_export_is_the_modernbert_body_with_parity(rtd, wordpiece, tmp_path):  #
 
 def test_plan_counts_the_module_rtd_trains():
     """`pretrain plan` counts the discriminator + generator, not the family's MLM model."""
-    from pretrain.plan import model_param_counts, param_counts
+    from pretrain.tools.plan import model_param_counts, param_counts
 
     cfg = _cfg()
     total, _ = param_counts(cfg)

@@ -68,7 +68,7 @@ def test_gpt2_conventions_and_left_padded_generation(trained):
 
     import torch
 
-    from pretrain.models import build_model
+    from pretrain.run.models import build_model
 
     cfg, path = trained["gpt2"]
     tok = AutoTokenizer.from_pretrained(path)

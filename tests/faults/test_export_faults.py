@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.deepspeed]
 
 
 def _transfer(export: Path, accuracy: float) -> None:
-    from pretrain.export_folder import weights_hash
+    from pretrain.export.folder import weights_hash
 
     report = {
         "model": str(export),

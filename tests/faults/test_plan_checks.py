@@ -59,7 +59,7 @@ def test_plan_refuses_what_train_refuses(tmp_path, capsys, case):
         (tmp_path / "ck" / "step00000100").mkdir(parents=True)
         over.append(f"checkpoint.resume={tmp_path}/ck/step00000100")
     elif case == "fp16_cpu":
-        from pretrain.engine import accelerator_name
+        from pretrain.run.engine import accelerator_name
 
         if accelerator_name() != "cpu":
             pytest.skip("fp16 is fine on a GPU accelerator")

@@ -22,7 +22,7 @@ from adapt.finetune import finetune
 from adapt.report import RESULT_FILE
 from adapt.transfer import run_transfer
 from pretrain.checkpoint import COMPLETE
-from pretrain.export_folder import ExportMismatchError, verify_export, weights_hash
+from pretrain.export.folder import ExportMismatchError, verify_export, weights_hash
 from tests.adapt.test_finetune import _export, _labelled_folder, _labelled_rows, _task_cfg
 from tests.pretrain.conftest import ROOT, child_env
 

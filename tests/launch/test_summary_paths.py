@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launch.pipeline import summary_paths
-from pretrain.plots import plot_run
+from pretrain.run.plots import plot_run
 from runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ def test_summary_points_at_checkpoint_dir_when_set(tmp_path):
     ckpts = tmp_path / "elsewhere" / "ckpts"
     cfg = _cfg(tmp_path, f"checkpoint.dir={ckpts}")
     paths = summary_paths(cfg, tmp_path / "run" / "export")
-    # pretrain/train.py saves every checkpoint under cfg.checkpoint_dir
+    # pretrain/run/train.py saves every checkpoint under cfg.checkpoint_dir
     assert paths["checkpoints"] == str(ckpts) == cfg.checkpoint_dir
     assert paths["run_dir"] == str(tmp_path / "run")
 

@@ -158,8 +158,8 @@ import json, os, sys, torch
 os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
 from transformers import GPT2Config, GPT2LMHeadModel
 from runconfig import load_config
-from pretrain.engine import build_engine, init_distributed
-from pretrain.schedule import make_plan
+from pretrain.run.engine import build_engine, init_distributed
+from pretrain.run.schedule import make_plan
 
 cfg = load_config("configs/gpt2-tiny.yaml", ["deepspeed.zero_stage=2", "deepspeed.compile=false",
     "batch.global_batch_size=4", "batch.micro_batch_size=2", "launch.procs_per_node=1"])

@@ -38,9 +38,9 @@ def trace(family: str, document_masking: bool = False) -> dict[str, Any]:
     import transformers
 
     from data_pipeline.objectives.causal import CausalCollator
-    from pretrain.models import build_model, compile_blocks
     from pretrain.objectives import prepare_model
-    from pretrain.plan import _VocabOnly
+    from pretrain.run.models import build_model, compile_blocks
+    from pretrain.tools.plan import _VocabOnly
     from runconfig import load_config
 
     torch._dynamo.reset()

@@ -1,4 +1,4 @@
-"""The callback contract (core/callbacks.py, pretrain/callbacks/runner.py): the runner built from the registry and
+"""The callback contract (core/callbacks.py, pretrain/run/callback_runner.py): the runner built from the registry and
 the config, the most severe action chosen, the states carried through a checkpoint, the config's refusals; and a
 test callback's state through a real 2-rank checkpoint and resume, exactly."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core.callbacks import CONTINUE, Action, ActionKind, Callback, StepOutcome
-from pretrain.callbacks.runner import Callbacks
+from pretrain.run.callback_runner import Callbacks
 from runconfig import ConfigError, load_config
 from tests.pretrain import steering
 

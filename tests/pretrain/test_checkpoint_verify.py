@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from core.errors import CannotContinueError
-from pretrain import resume_diff
+from pretrain.checkpoint import resume_diff
 from pretrain.checkpoint.meta import (
     CANNOT_CONTINUE_EXIT_CODE,
     COMPLETE,
@@ -25,8 +25,8 @@ from pretrain.checkpoint.nonfinite import nonfinite_flags
 from pretrain.checkpoint.resume import select_resume_tag
 from pretrain.checkpoint.verify import checkpoint_files, verify_files, write_complete
 from pretrain.checkpoint.writer import file_entries
-from pretrain.run_lock import LOCK_NAME, RunFolderLocked, RunLock
-from pretrain.schedule import WarmupDecay
+from pretrain.run.run_lock import LOCK_NAME, RunFolderLocked, RunLock
+from pretrain.run.schedule import WarmupDecay
 
 
 def _fake_checkpoint(root: Path, step: int, world: int = 2) -> Path:
@@ -205,7 +205,7 @@ def test_lock_from_another_host_is_reported(tmp_path):
 
 
 def test_plan_shows_the_resume_point_and_config_changes(tmp_path):
-    from pretrain.plan import format_report, plan_report
+    from pretrain.tools.plan import format_report, plan_report
     from runconfig import load_config
     from runconfig.load import to_dict
 

@@ -1,4 +1,4 @@
-"""`objective.chunked_loss` (pretrain/losses.py): the chunked linear + cross-entropy gives transformers' loss and
+"""`objective.chunked_loss` (pretrain/objectives/losses.py): the chunked linear + cross-entropy gives transformers' loss and
 gradients, never creates a tensor as large as the [tokens, vocab] logits, and is refused at load where it cannot
 apply, naming the key."""
 
@@ -8,10 +8,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pretrain import losses
-from pretrain.models import build_model
-from pretrain.objectives import prepare_model
-from pretrain.plan import _VocabOnly
+from pretrain.objectives import losses, prepare_model
+from pretrain.run.models import build_model
+from pretrain.tools.plan import _VocabOnly
 from runconfig import ConfigError, load_config
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError
-from pretrain.decay import branch_overrides
+from pretrain.tools.decay import branch_overrides
 from runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[2]

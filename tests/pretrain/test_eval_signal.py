@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain.probe_eval import PROBE_MAX_EXAMPLES
+from pretrain.run.probe_eval import PROBE_MAX_EXAMPLES
 from tests.pretrain.conftest import ROOT, run_module, torchrun
 
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(1800)]
@@ -68,7 +68,7 @@ def _recomputed(cfg, ckpt_dir: Path, tag: str) -> dict[str, tuple[float, int]]:
     from core.run_layout import RunLayout
     from data_pipeline.loader import PretrainLoader
     from data_pipeline.objectives import build_collator
-    from pretrain.export import load_trained_model
+    from pretrain.export.convert import load_trained_model
 
     tok = AutoTokenizer.from_pretrained(str(RunLayout(cfg).tokenizer))
     model = load_trained_model(cfg, ckpt_dir, tag, tok)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pretrain.checkpoint import complete_tags
-from pretrain.export import consolidated_state_dict
+from pretrain.export.convert import consolidated_state_dict
 from tests.pretrain.conftest import saving_now, sigkill, start_training, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 

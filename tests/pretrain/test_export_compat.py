@@ -3,7 +3,7 @@
 
 A downstream team may pin an older transformers than the one we train with. This test builds (once, cached in the
 gitignored `.venv-compat-tf440/`) a separate venv with transformers 4.40 and the CPU torch, writes an exported
-folder per family exactly as `pretrain.export` does (frame_pairs, model.save_pretrained, tokenizer.save_pretrained,
+folder per family exactly as `pretrain.export.convert` does (frame_pairs, model.save_pretrained, tokenizer.save_pretrained,
 make_portable), and loads it there with AutoTokenizer / AutoModel*: the token ids and the logits must equal what
 the training-side transformers computes.
 """
@@ -84,16 +84,16 @@ def old_python(version: str) -> Path:
 
 
 def _export(tmp: Path, preset: str) -> tuple[Path, object]:
-    """An export folder written by the same calls as pretrain.export (random weights: compatibility, not quality)."""
+    """An export folder written by the same calls as pretrain.export.convert (random weights: compatibility, not quality)."""
     import torch
 
     from data_pipeline.tokenizers import frame_pairs, load_tokenizer, make_portable, train_tokenizer
-    from pretrain.models import build_model
+    from pretrain.run.models import build_model
     from tests.data_pipeline.tokens_fixtures import bbc_config
 
     cfg = bbc_config(tmp, preset, ["tokenizer.vocab_size=2000"], limit=300)
     tok = load_tokenizer(train_tokenizer(cfg))
-    frame_pairs(tok)  # as pretrain.export: a separator between a pair's texts (GPT-2, Llama)
+    frame_pairs(tok)  # as pretrain.export.convert: a separator between a pair's texts (GPT-2, Llama)
     torch.manual_seed(0)
     model = build_model(cfg.model, tok, cfg.packing.seq_len).eval()
     out = tmp / "export"

@@ -149,7 +149,7 @@ REF_CHECK = textwrap.dedent("""
     from data_pipeline.objectives import build_collator
     from data_pipeline.tokenizers import save_tokenizer
     from data_pipeline.tokenizers.trainers import _train_bpe
-    from pretrain.models import build_model
+    from pretrain.run.models import build_model
     from runconfig import load_config
 
     cfg = load_config("configs/roberta-tiny.yaml", ["model.family=toyref:FAMILY", "objective.type=toyref:objective",

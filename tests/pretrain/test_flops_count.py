@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from pretrain.metrics import flops_per_token, untied_input_embedding
-from pretrain.models import count_parameters
+from pretrain.run.metrics import flops_per_token, untied_input_embedding
+from pretrain.run.models import count_parameters
 from runconfig.model import ModelConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -88,7 +88,7 @@ def test_a_configs_flops_per_token_leaves_out_the_untied_input_embedding(preset,
     figures as the trainer (an H200 run of bench/gpu.py once counted the 1.1B Llama's input embedding: +5.4% MFU)."""
     from pathlib import Path
 
-    from pretrain.plan import config_flops_per_token
+    from pretrain.tools.plan import config_flops_per_token
     from runconfig import load_config
 
     root = Path(__file__).resolve().parents[2]
@@ -103,8 +103,8 @@ def test_the_sequence_contrastive_loss_counts_its_second_discriminator_pass(weig
     (issue 46): the trainer's MFU and `plan` count it, as 0.9 x the discriminator's own FLOPs per token."""
     from pathlib import Path
 
-    from pretrain.metrics import flops_per_token, objective_rerun
-    from pretrain.plan import config_flops_per_token, meta_module
+    from pretrain.run.metrics import flops_per_token, objective_rerun
+    from pretrain.tools.plan import config_flops_per_token, meta_module
     from runconfig import load_config
 
     root = Path(__file__).resolve().parents[2]

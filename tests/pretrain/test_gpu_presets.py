@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pretrain.models import build_model
 from pretrain.objectives import prepare_model
-from pretrain.plan import _VocabOnly, activation_gib, param_counts
+from pretrain.run.models import build_model
+from pretrain.tools.plan import _VocabOnly, activation_gib, param_counts
 from runconfig import load_config
 
 pytestmark = pytest.mark.timeout(120)

@@ -7,7 +7,7 @@ Two gloo ranks with the real DeepSpeed engine:
 - one rank stops itself with SIGSTOP inside step 3's forward (the test callback tests/pretrain/steering.py `Delay`,
   "1:3:stop") while the other waits for it in the step's reduction: the report names that rank as dead or frozen at step 3 (not the
   reporting rank, not the step of a heartbeat written earlier), and the run ends within the hang limit plus the
-  grace of pretrain/watchdog.py (`hang_grace_s`), not after torchrun's 30 s SIGTERM-to-SIGKILL wait."""
+  grace of pretrain/run/watchdog.py (`hang_grace_s`), not after torchrun's 30 s SIGTERM-to-SIGKILL wait."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from core.exit_codes import HUNG
-from pretrain.watchdog import hang_grace_s
+from pretrain.run.watchdog import hang_grace_s
 from tests.pretrain import steering
 from tests.pretrain.conftest import ROOT, child_env, train_command
 from tests.pretrain.test_smoke_deepspeed import prepare_smoke_run

@@ -20,7 +20,7 @@ from tests.pretrain.test_smoke_deepspeed import prepare_smoke_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.deepspeed, pytest.mark.timeout(300)]
 
-# Runs the real `pretrain.train.train` in its own process (a world of one) with the counters installed; prints, for
+# Runs the real `pretrain.run.train.train` in its own process (a world of one) with the counters installed; prints, for
 # each optimizer step, the host reads seen since the previous step's end as "file:line function" sites.
 DRIVER = r"""
 import collections, json, os, sys, traceback
@@ -28,7 +28,7 @@ import torch
 from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.engine import DeepSpeedEngine
 from runconfig import load_config
-import pretrain.train as T
+import pretrain.run.train as T
 
 ROOT = os.getcwd()
 HOST_SIDE = {"_count_tokens"}  # reads of the host batch before its copy to the device (documented in train.py)

@@ -20,7 +20,7 @@ import torch
 
 from core.net import free_port
 from pretrain.checkpoint import complete_tags
-from pretrain.export import consolidated_state_dict
+from pretrain.export.convert import consolidated_state_dict
 from tests.hf_folder import gpt2_folder
 from tests.pretrain.conftest import ROOT, child_env, run_module, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
@@ -103,7 +103,7 @@ def _kill_tree(p: subprocess.Popen) -> None:
 def test_continues_an_export_and_resumes_exactly_after_a_kill(demo_export, gpt2_run, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pretrain.models import build_model
+    from pretrain.run.models import build_model
     from runconfig import load_config
 
     cfg_path = _team_config(tmp_path, gpt2_run, demo_export)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from core.errors import ConfigError
-from pretrain.ladder import fit_power_law, parse_rungs, predict
+from pretrain.tools.ladder import fit_power_law, parse_rungs, predict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -94,7 +94,7 @@ def test_a_killed_ladder_reruns_only_unfinished_rungs(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_a_rung_that_would_not_fit_is_refused_before_any_trains(tmp_path):
-    from pretrain.ladder import run_ladder
+    from pretrain.tools.ladder import run_ladder
 
     config = os.path.join(ROOT, "configs", "gpt2-tiny.yaml")
     with pytest.raises(ConfigError, match=r"rung w256-l2 needs about .* GiB per rank"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-import pretrain.engine as E
-from pretrain.schedule import make_plan
+import pretrain.run.engine as E
+from pretrain.run.schedule import make_plan
 from runconfig import load_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -34,8 +34,8 @@ os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0
 from transformers import GPT2Config, GPT2LMHeadModel
 from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
 from runconfig import load_config
-from pretrain.engine import build_engine, init_distributed
-from pretrain.schedule import make_plan
+from pretrain.run.engine import build_engine, init_distributed
+from pretrain.run.schedule import make_plan
 
 cfg = load_config("configs/gpt2-tiny.yaml", ["deepspeed.precision=bf16", "deepspeed.zero_stage=1",
     "deepspeed.compile=false", "batch.global_batch_size=4", "batch.micro_batch_size=2", "launch.procs_per_node=1",

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain.models import build_model
-from pretrain.plan import _VocabOnly, model_param_counts
+from pretrain.run.models import build_model
+from pretrain.tools.plan import _VocabOnly, model_param_counts
 from runconfig import ConfigError, load_config
 from tests.pretrain.conftest import ROOT, child_env, run_module, torchrun
 from tests.pretrain.test_train_deepspeed import isolated

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from core.errors import ConfigError
-from pretrain.merge import merged_state_dict, tags_to_merge
+from pretrain.export.merge import merged_state_dict, tags_to_merge
 from tests.pretrain.conftest import ROOT, child_env, torchrun
 
 
@@ -39,7 +39,7 @@ def test_the_mean_and_the_tags(tmp_path):
 def test_a_merged_export_is_the_hand_average(tmp_path, zero):
     from transformers import AutoModelForCausalLM
 
-    from pretrain.export import consolidated_state_dict
+    from pretrain.export.convert import consolidated_state_dict
     from tests.pretrain.test_smoke_deepspeed import prepare_smoke_run
 
     config, out = prepare_smoke_run(tmp_path)

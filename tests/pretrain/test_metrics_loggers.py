@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from launch.side_venv import ensure_venv
-from pretrain.metrics import MetricsLogger
+from pretrain.run.metrics import MetricsLogger
 from runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +106,7 @@ MLFLOW_CHECK = """
 import json, sys
 from pathlib import Path
 import mlflow
-from pretrain.metrics import MetricsLogger
+from pretrain.run.metrics import MetricsLogger
 from runconfig import load_config
 from tests.pretrain.test_metrics_loggers import _log_some
 tmp = Path(sys.argv[1])
@@ -164,7 +164,7 @@ def test_mlflow_missing_names_the_extra(tmp_path):
 def test_mlflow_params_cover_the_whole_config_in_batches(tmp_path):
     """Every resolved key (finetune.*, export.*, launch.slurm.* included), flattened, in log_params batches of
     at most 100 (MLflow's per-call limit)."""
-    from pretrain.metrics import flat_params, param_batches
+    from pretrain.run.metrics import flat_params, param_batches
 
     cfg = _cfg(tmp_path, "launch.slurm.time=02:00:00")
     flat = flat_params(cfg)

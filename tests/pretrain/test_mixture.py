@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from core.errors import ConfigError
-from pretrain.mixture import MIN_WEIGHT, fit_losses, predict, propose, run_mixture, sample_mixtures
+from pretrain.tools.mixture import MIN_WEIGHT, fit_losses, predict, propose, run_mixture, sample_mixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 

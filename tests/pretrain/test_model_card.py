@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from data_pipeline.tokenizers import frame_pairs, load_tokenizer, make_portable, train_tokenizer
-from pretrain.metrics import MetricsLogger
-from pretrain.model_card import MANIFEST_FILE, write_model_card
-from pretrain.models import build_model
+from pretrain.export.model_card import MANIFEST_FILE, write_model_card
+from pretrain.run.metrics import MetricsLogger
+from pretrain.run.models import build_model
 from tests.data_pipeline.tokens_fixtures import bbc_config
 
 TRANSFER = {
@@ -46,7 +46,7 @@ TRANSFER = {
 def _export(tmp: Path, preset: str, overrides: list[str] = ()) -> tuple[object, Path]:
     cfg = bbc_config(tmp, preset, ["tokenizer.vocab_size=2000", *overrides], limit=200)
     tok = load_tokenizer(train_tokenizer(cfg))
-    frame_pairs(tok)  # as pretrain.export: a separator between a pair's texts (GPT-2)
+    frame_pairs(tok)  # as pretrain.export.convert: a separator between a pair's texts (GPT-2)
     from data_pipeline.tokenize import run_tokenize
 
     run_tokenize(cfg)  # the manifest with the shard hashes
@@ -134,7 +134,7 @@ def test_card_carries_transfer_results_when_present(tmp_path):
     cfg, out = _export(tmp_path, "roberta-tiny")
     meta, body = _front_matter(write_model_card(cfg, out).read_text())
     assert "not run yet" in body and len(meta["model-index"][0]["results"]) == 1
-    from pretrain.export_folder import weights_hash
+    from pretrain.export.folder import weights_hash
 
     (out / "transfer.json").write_text(json.dumps(TRANSFER))  # no weight hash: not bound to these weights
     assert "not run yet" in _front_matter(write_model_card(cfg, out).read_text())[1]
@@ -156,7 +156,7 @@ def test_card_carries_transfer_results_when_present(tmp_path):
 
 
 def test_card_task_follows_the_family_spec():
-    from pretrain.model_card import TASKS, card_task
+    from pretrain.export.model_card import TASKS, card_task
 
     assert card_task("modernbert") == "masked_lm"
     # the discriminator's encoder, no LM pipeline

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import ModelCard
 
+from pretrain.export.model_card import render_model_card
 from pretrain.families import family_names, get_family
-from pretrain.model_card import render_model_card
 from runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import json
 from huggingface_hub import ModelCard
 
 from core.run_layout import RunLayout
-from pretrain.metrics import MetricsLogger
-from pretrain.model_card import write_model_card
+from pretrain.export.model_card import write_model_card
+from pretrain.run.metrics import MetricsLogger
 from tests.adapt.test_transfer_publish import _run_export
 
 

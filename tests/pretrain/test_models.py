@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from pretrain.models import build_model, padded_vocab_size
-from pretrain.plan import _VocabOnly, model_param_counts
+from pretrain.run.models import build_model, padded_vocab_size
+from pretrain.tools.plan import _VocabOnly, model_param_counts
 from runconfig import load_config
 
 

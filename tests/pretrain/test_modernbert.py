@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain.models import build_model
-from pretrain.plan import _VocabOnly
+from pretrain.run.models import build_model
+from pretrain.tools.plan import _VocabOnly
 from runconfig import ConfigError, load_config
 from runconfig.load import validate_dict
 from tests.pretrain.conftest import ROOT, child_env, run_module, torchrun
@@ -166,7 +166,7 @@ def test_zero3_trains_exports_with_parity_and_loads_with_auto_classes(modernbert
 
 
 def test_flops_count_sliding_window_layers_on_their_window_only():
-    from pretrain.metrics import flops_per_token
+    from pretrain.run.metrics import flops_per_token
 
     m = load_config(TINY).model  # 4 layers: global 0 and 3, local 1 and 2 with a 64-token window
     n = 1_000_000

@@ -1,4 +1,4 @@
-"""μP (`model.parametrization: mup`, pretrain/mup.py): the multipliers of Tensor Programs V's Adam table at one
+"""μP (`model.parametrization: mup`, pretrain/run/mup.py): the multipliers of Tensor Programs V's Adam table at one
 width ratio, the LR groups DeepSpeed's optimizer receives, and an export that folds them into a standard folder
 with the engine's logits."""
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from core.errors import ConfigError
-from pretrain import mup
-from pretrain.engine import _param_groups
-from pretrain.models import build_model
+from pretrain.run import mup
+from pretrain.run.engine import _param_groups
+from pretrain.run.models import build_model
 from runconfig import load_config
 
 pytestmark = pytest.mark.timeout(120)

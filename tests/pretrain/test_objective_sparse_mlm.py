@@ -12,8 +12,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from data_pipeline.objectives import MLMCollator
-from pretrain.models import build_model
 from pretrain.objectives import prepare_model
+from pretrain.run.models import build_model
 from runconfig import ConfigError, load_config
 
 

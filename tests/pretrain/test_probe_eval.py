@@ -1,4 +1,4 @@
-"""The in-loop transfer probe (eval.probe_task, pretrain/probe_eval.py) on a tiny real model and a tiny task: its
+"""The in-loop transfer probe (eval.probe_task, pretrain/run/probe_eval.py) on a tiny real model and a tiny task: its
 accuracy is a fraction, above chance where the labels are separable from the words, it finds the body of every
 model shape the trainer holds, and it leaves the training RNG where it was (exact resume needs that)."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, T5Config, T5ForConditionalGeneration
 
-from pretrain.probe_eval import STATE_KEY, ProbeSplit, TransferProbe, feature_body, probe_figures
+from pretrain.run.probe_eval import STATE_KEY, ProbeSplit, TransferProbe, feature_body, probe_figures
 from runconfig import load_config
 from tests.adapt.tiny_text import word_tokenizer
 

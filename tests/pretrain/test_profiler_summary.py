@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch.profiler import profile
 
-from pretrain.profiler import summarize
+from pretrain.run.profiler import summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 

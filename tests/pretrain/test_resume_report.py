@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from pretrain.callbacks.preemption import StopRequested
-from pretrain.schedule import lr_multiplier, make_plan
-from pretrain.train import TrainingClock
+from pretrain.run.schedule import lr_multiplier, make_plan
+from pretrain.run.train import TrainingClock
 from runconfig import load_config
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pretrain.checkpoint import CANNOT_CONTINUE_EXIT_CODE, complete_tags
-from pretrain.run_lock import LOCK_NAME
-from pretrain.schedule import WarmupDecay
+from pretrain.run.run_lock import LOCK_NAME
+from pretrain.run.schedule import WarmupDecay
 from tests.pretrain.conftest import run_module, torchrun
 from tests.pretrain.test_train_deepspeed import isolated
 

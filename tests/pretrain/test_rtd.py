@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pretrain.checkpoint import complete_tags
-from pretrain.export import consolidated_state_dict
+from pretrain.export.convert import consolidated_state_dict
 from pretrain.families import family_names, get_family
 from tests.pretrain.conftest import ROOT, child_env, run_module, torchrun
 from tests.pretrain.test_train_deepspeed import isolated

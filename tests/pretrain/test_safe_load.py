@@ -1,4 +1,4 @@
-"""The scan that keeps code out of checkpoint loads (pretrain/safe_load.py, issue 64 item 2): every global a
+"""The scan that keeps code out of checkpoint loads (pretrain/checkpoint/safe_load.py, issue 64 item 2): every global a
 pickle would import is read from its opcodes, nothing is run, and a name that cannot be read with certainty is
 refused like a foreign one. The real engine's checkpoints (ZeRO 0-3, bf16) hold only allowed globals."""
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from pretrain.safe_load import ALLOWED, ForeignCode, check_file, check_folder, load, pickle_globals
+from pretrain.checkpoint.safe_load import ALLOWED, ForeignCode, check_file, check_folder, load, pickle_globals
 from tests.pretrain.conftest import world_of_one
 
 
@@ -102,7 +102,7 @@ def test_every_pickle_of_a_zip_counts_and_a_bare_pickle_is_refused(tmp_path):
 SAVE_AND_SCAN = r"""
 import tempfile
 from pathlib import Path
-from pretrain.safe_load import ALLOWED, file_globals, load
+from pretrain.checkpoint.safe_load import ALLOWED, file_globals, load
 out = Path(tempfile.mkdtemp())
 engine.save_checkpoint(str(out), tag="t", save_latest=False)
 names = {}

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.engine import build_ds_config
-from pretrain.plan import plan_report
-from pretrain.schedule import WarmupDecay, make_plan
+from pretrain.run.engine import build_ds_config
+from pretrain.run.schedule import WarmupDecay, make_plan
+from pretrain.tools.plan import plan_report
 from runconfig import load_config
 
 
@@ -153,7 +153,7 @@ def test_time_budget_config_errors_name_the_key():
 
 
 def test_time_schedule_follows_the_clock():
-    from pretrain.schedule import TimeWarmupDecay
+    from pretrain.run.schedule import TimeWarmupDecay
 
     f = TimeWarmupDecay(budget_s=100.0, warmup_fraction=0.1, decay="linear", min_ratio=0.0)
     points = {}
@@ -179,8 +179,8 @@ def test_step_counted_defaults_unchanged():
 def test_train_plan_lines_show_a_time_budget_warmup():
     """Issue 43 friction 7: a time-budget run warms up over a fraction of its clock; the plan lines said
     "warmup 0" (the step count, unused by such a schedule)."""
-    from pretrain import lr_scaling
-    from pretrain.schedule import make_plan
+    from pretrain.run import lr_scaling
+    from pretrain.run.schedule import make_plan
     from runconfig import load_config
 
     root = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ import copy
 import pytest
 import torch
 
+from pretrain.checkpoint.parity import SnapshotProbe, probe_logits
 from pretrain.checkpoint.staging import HostStaging
-from pretrain.parity import SnapshotProbe, probe_logits
-from pretrain.plan import _VocabOnly
-from pretrain.train import build_module
+from pretrain.run.train import build_module
+from pretrain.tools.plan import _VocabOnly
 from runconfig import load_config
 
 pytestmark = pytest.mark.timeout(120)

@@ -10,8 +10,8 @@ import torch
 
 from core.callbacks import Action
 from core.exit_codes import CANNOT_CONTINUE, LOSS_SPIKE, PREEMPTED
-from pretrain.callbacks.runner import CallbackStop, check_rollback_budget
-from pretrain.spikes import LossSpikeStop, SpikeDetector
+from pretrain.run.callback_runner import CallbackStop, check_rollback_budget
+from pretrain.run.spikes import LossSpikeStop, SpikeDetector
 from runconfig import ConfigError, load_config
 
 pytestmark = pytest.mark.timeout(60)

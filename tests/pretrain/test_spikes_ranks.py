@@ -16,7 +16,7 @@ import torch
 
 from core.exit_codes import LOSS_SPIKE
 from pretrain.checkpoint import complete_tags
-from pretrain.export import consolidated_state_dict
+from pretrain.export.convert import consolidated_state_dict
 from tests.pretrain import steering
 from tests.pretrain.conftest import sigkill, start_training, torchrun
 from tests.pretrain.test_train_deepspeed import isolated

@@ -20,7 +20,7 @@ import os, sys, time
 import torch, torch.distributed as dist
 from pathlib import Path
 from runconfig import load_config
-from pretrain.watchdog import Watchdog, collective_failed
+from pretrain.run.watchdog import Watchdog, collective_failed
 
 hang_dir, case = Path(sys.argv[1]), sys.argv[2]
 os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[3])

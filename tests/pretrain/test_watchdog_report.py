@@ -1,4 +1,4 @@
-"""Who did not arrive (pretrain/watchdog.py): the ranks behind the furthest one, by step, micro-batch and phase,
+"""Who did not arrive (pretrain/run/watchdog.py): the ranks behind the furthest one, by step, micro-batch and phase,
 and the silent ones, named with their hosts (issue 44 item 3). The end-to-end hang is tests/pretrain/test_hang.py."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pretrain.watchdog import behind, hang_report
+from pretrain.run.watchdog import behind, hang_report
 from tests.pretrain.steering import DelaySettings, parse_delays
 
 pytestmark = pytest.mark.timeout(30)
@@ -84,8 +84,8 @@ def test_the_product_reads_no_environment_variable_a_test_sets():
 
 def test_a_straggler_must_exceed_the_median_by_the_factor_and_by_an_absolute_floor():
     """Two CPU ranks of a tiny model step in milliseconds; one 25 ms loader hiccup is 3.5x the other rank but no
-    straggler (the floor, pretrain/watchdog.py STRAGGLER_MIN_EXCESS_S); a rank a second behind is one."""
-    from pretrain.watchdog import find_stragglers
+    straggler (the floor, pretrain/run/watchdog.py STRAGGLER_MIN_EXCESS_S); a rank a second behind is one."""
+    from pretrain.run.watchdog import find_stragglers
 
     assert find_stragglers([0.010, 0.035], factor=1.5, min_excess_s=0.05) == []
     assert find_stragglers([0.10, 1.10], factor=1.5, min_excess_s=0.05) == [1]

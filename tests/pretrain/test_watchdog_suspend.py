@@ -18,7 +18,7 @@ import pytest
 
 from core.exit_codes import HUNG
 from core.net import free_port
-from pretrain.watchdog import Suspensions
+from pretrain.run.watchdog import Suspensions
 from tests.pretrain.conftest import ROOT, child_env
 
 DRIVER = r"""
@@ -26,7 +26,7 @@ import json, os, sys, time
 import torch, torch.distributed as dist
 from pathlib import Path
 from runconfig import load_config
-from pretrain.watchdog import Watchdog
+from pretrain.run.watchdog import Watchdog
 
 hang_dir, case, beat_s = Path(sys.argv[1]), sys.argv[2], sys.argv[4]
 os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[3])

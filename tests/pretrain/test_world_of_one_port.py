@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.deepspeed, pytest.mark.timeout(300), pytest.mark.xdist
 SCRIPT = r"""
 import sys
 from runconfig import load_config
-from pretrain.engine import init_distributed
+from pretrain.run.engine import init_distributed
 from runconfig.load import save_resolved
 cfg = load_config("configs/demo.yaml", [f"run.output_dir={sys.argv[1]}", *sys.argv[3:]])
 if sys.argv[2] == "resolved":  # the run started again from the config another run recorded

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from pretrain.plan import plan_report
-from pretrain.schedule import TimeWarmupDecay, WarmupStableDecay, lr_multiplier, make_plan
+from pretrain.run.schedule import TimeWarmupDecay, WarmupStableDecay, lr_multiplier, make_plan
+from pretrain.tools.plan import plan_report
 from runconfig import load_config
 
 pytestmark = pytest.mark.timeout(60)

@@ -34,7 +34,10 @@ def test_the_demo_task_is_accepted():
             ["eval.probe_task=bbc", "eval.probe_max_seconds=600"],
             r"eval.probe_max_seconds \(600\) must be below deepspeed.comm_timeout_s \(600\)",
         ),
-        (["eval.probe_max_examples=80"], r"eval.probe_max_examples was removed \(80 given\): .*eval.probe_max_seconds"),
+        (
+            ["eval.probe_max_examples=80"],
+            r"eval.probe_max_examples was removed \(80 given\): .*eval.probe_max_seconds",
+        ),
         (
             ["watchdog.straggler_min_excess_s=0"],
             r"watchdog.straggler_min_excess_s was removed \(0 given\): .*straggler_factor",

@@ -110,7 +110,7 @@ def _as_our_export(folder: Path, step: int = 4) -> Path:
 def test_an_export_whose_weights_changed_since_export_is_refused_at_load(tmp_path):
     """Issue 64 item 5: one flipped bit in model.safetensors was accepted by init_from (rc 0, nothing said) while
     `adapt continue|transfer` refused the same folder. Both now run core/export_files.verify_export."""
-    from pretrain.export_folder import ExportMismatchError, verify_export
+    from pretrain.export.folder import ExportMismatchError, verify_export
 
     export = _as_our_export(gpt2_folder(tmp_path / "export"))
     load_config(GPT2, [*RUN, f"model.init_from={export}"])  # as written: accepted

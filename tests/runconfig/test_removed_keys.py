@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from core.errors import ConfigError
-from pretrain.resume_diff import compare
+from pretrain.checkpoint.resume_diff import compare
 from runconfig import load_config
 from runconfig.load import to_dict
 from runconfig.removed import REMOVED_KEYS, drop_removed_keys

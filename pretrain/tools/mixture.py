@@ -86,7 +86,7 @@ def _run_once(
     root: Path,
     steps: int | None,
 ) -> dict[str, Any]:
-    from pretrain.ladder import final_eval_row, run_training, share_data
+    from pretrain.tools.ladder import final_eval_row, run_training, share_data
 
     folder = root / f"run{k}"
     over = [*overrides, *mixture_overrides(cfg, weights, folder, steps)]

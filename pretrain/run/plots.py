@@ -15,7 +15,7 @@ from typing import Any
 from core.layout import RunPaths
 
 # figure name -> (y-axis label, [(split, key, label)]), drawn on one axis; a figure with no data is skipped.
-# MFU only against a stated peak (logging.peak_flops); a run without one logs `probe_util` (pretrain/metrics.py).
+# MFU only against a stated peak (logging.peak_flops); a run without one logs `probe_util` (pretrain/run/metrics.py).
 FIGURES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
     "loss": ("loss (nats per token)", [("train", "loss", "train loss"), ("eval", "loss", "held-out loss")]),
     "perplexity": ("perplexity (log scale)", [("eval", "perplexity", "held-out perplexity")]),

@@ -41,8 +41,8 @@ class TrainPlan:
 
 
 def scaled_lr_and_warmup(cfg: RunConfig, global_batch: int) -> tuple[float, int]:
-    """Peak LR and warmup for this global batch (pretrain/lr_scaling.py: the rule and its reference recipe)."""
-    from pretrain.lr_scaling import scale
+    """Peak LR and warmup for this global batch (pretrain/run/lr_scaling.py: the rule and its reference recipe)."""
+    from pretrain.run.lr_scaling import scale
 
     return scale(cfg, global_batch, cfg.schedule.steps)
 

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from pretrain import mup
 from pretrain.families import get_family
+from pretrain.run import mup
 from runconfig.model import ModelConfig
 
 
@@ -103,6 +103,6 @@ def compile_blocks(model: torch.nn.Module, backend: str = "inductor") -> int:
         block.compile(backend=backend)
     if hasattr(
         model, "_lmstack_loss_step"
-    ):  # the chunked loss's step (pretrain/losses.py), one graph per shape
+    ):  # the chunked loss's step (pretrain/objectives/losses.py), one graph per shape
         model._lmstack_loss_step = torch.compile(model._lmstack_loss_step, backend=backend, dynamic=False)
     return len(blocks)

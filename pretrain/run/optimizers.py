@@ -1,4 +1,4 @@
-"""The T5 paper's Adafactor, set up one way for pretraining (`optim.name: adafactor`, pretrain.engine) and for
+"""The T5 paper's Adafactor, set up one way for pretraining (`optim.name: adafactor`, pretrain.run.engine) and for
 fine-tuning (`finetune.optim: adafactor`, adapt.transfer, through the Trainer's `optimizer_cls_and_kwargs`)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One optimizer step: `grad_accum` micro-batches, the step's one collective and its one host read (StepSync).
 
-The callbacks see the step through their hooks (pretrain/callbacks/runner.py): a batch in hand, an output, a vote
+The callbacks see the step through their hooks (pretrain/run/callback_runner.py): a batch in hand, an output, a vote
 summed in the step's all-reduce, a device flag judged from the reduced figures. None of them adds a collective or a
 host read: tests/pretrain/test_host_syncs.py counts them with every built-in callback on.
 """
@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from core.callbacks import StepOutcome
-from pretrain.profiler import phase
+from pretrain.run.profiler import phase
 
 HEAD = 3  # StepSync slots before the callbacks' own: summed finite loss, non-finite count, rank 0's clock
 

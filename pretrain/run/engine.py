@@ -15,10 +15,10 @@ import torch
 from core.layout import RunPaths
 from core.log import get_logger
 from core.net import free_port
-from pretrain import mup
-from pretrain.models import compile_blocks
-from pretrain.schedule import TrainPlan, lr_multiplier
-from pretrain.watchdog import flight_recorder_env
+from pretrain.run import mup
+from pretrain.run.models import compile_blocks
+from pretrain.run.schedule import TrainPlan, lr_multiplier
+from pretrain.run.watchdog import flight_recorder_env
 from runconfig import RunConfig
 
 log = get_logger(__name__)
@@ -178,7 +178,7 @@ def _param_groups(
     model: torch.nn.Module, weight_decay: float, lr: float, lr_scales: dict[int, float] | None = None
 ) -> list[dict[str, Any]]:
     """No weight decay on biases and LayerNorm weights (BERT/RoBERTa practice); under μP the hidden weights get
-    their own group at their scaled LR (pretrain/mup.py `lr_scales`), which the schedule multiplies like any."""
+    their own group at their scaled LR (pretrain/run/mup.py `lr_scales`), which the schedule multiplies like any."""
     groups: dict[tuple[bool, float], list[torch.nn.Parameter]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
@@ -214,7 +214,7 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
         # absolute steps of ~lr leave them where they started (docs/results.md). The LR is ours, warmup and decay
         # come from our schedule. Imported here, not at the top: transformers' optimization module costs every
         # rank 0.13 s at start-up and only runs that choose this optimizer need it.
-        from pretrain.optimizers import paper_adafactor
+        from pretrain.run.optimizers import paper_adafactor
 
         optimizer = paper_adafactor(groups, lr=plan.peak_lr)
     elif not _use_ds_optimizer(cfg):
@@ -237,7 +237,7 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, plan: TrainPlan, load_u
     _keep_fp32_clip_norm(engine)
     StepGuard(engine)
     if cfg.deepspeed.compile:
-        # regional compilation, one graph shared by the repeated blocks (pretrain/models.py)
+        # regional compilation, one graph shared by the repeated blocks (pretrain/run/models.py)
         n = compile_blocks(engine.module, backend=cfg.deepspeed.compile_backend)
         log.info(
             f"[train] torch.compile ({cfg.deepspeed.compile_backend}) of {n} repeated blocks, one graph each"

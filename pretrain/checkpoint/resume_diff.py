@@ -11,7 +11,9 @@ New schedule keys (e.g. a time budget) are covered by the `schedule` prefix with
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from core.errors import CannotContinueError
@@ -26,37 +28,41 @@ RESET_FLAG = "--reset-data-order"
 DATA_ORDER = ("run.seed", "tokenizer", "data.sources", "packing")
 
 # Dotted prefix -> what happens when such a key differs from the checkpoint's. The longest prefix wins.
-POLICIES: dict[str, str] = {
-    "run": "apply",
-    "checkpoint": "apply",
-    "logging": "apply",
-    "eval": "apply",
-    "finetune": "apply",
-    "launch": "apply",  # another world size goes through the universal checkpoint
-    "schedule": "apply",  # the LR schedule is re-derived at the checkpoint's step
-    "lr_scaling": "apply",
-    "optim.lr": "apply",
-    "optim.betas": "apply",
-    "optim.eps": "apply",
-    "optim.weight_decay": "apply",
-    "optim.grad_clip": "apply",
-    "deepspeed.comm_timeout_s": "apply",
-    "deepspeed.max_consecutive_bad_steps": "apply",
-    "deepspeed.compile": "apply",  # compilation changes no state
-    "deepspeed.compile_backend": "apply",
-    "objective.chunked_loss": "apply",  # the same loss and gradients, computed a chunk of tokens at a time
-    "loader.num_workers": "apply",
-    "spikes": "apply",  # the detector's window is restored when its size is unchanged, else started afresh
-    "watchdog": "apply",  # limits and periods only: no state
-    "callbacks": "apply",  # outside callbacks: a new one starts afresh, a dropped one's state is left behind
-}
-_NOTES = {
-    "schedule": "the LR schedule is re-derived from the current step",
-    "lr_scaling": "the scaled peak LR and warmup are re-derived",
-    "optim.lr": "the new peak LR takes effect now",
-    "optim": "set on every optimizer parameter group",
-    "spikes.window": "the detector's window starts afresh",
-}
+POLICIES: Mapping[str, str] = MappingProxyType(
+    {
+        "run": "apply",
+        "checkpoint": "apply",
+        "logging": "apply",
+        "eval": "apply",
+        "finetune": "apply",
+        "launch": "apply",  # another world size goes through the universal checkpoint
+        "schedule": "apply",  # the LR schedule is re-derived at the checkpoint's step
+        "lr_scaling": "apply",
+        "optim.lr": "apply",
+        "optim.betas": "apply",
+        "optim.eps": "apply",
+        "optim.weight_decay": "apply",
+        "optim.grad_clip": "apply",
+        "deepspeed.comm_timeout_s": "apply",
+        "deepspeed.max_consecutive_bad_steps": "apply",
+        "deepspeed.compile": "apply",  # compilation changes no state
+        "deepspeed.compile_backend": "apply",
+        "objective.chunked_loss": "apply",  # the same loss and gradients, computed a chunk of tokens at a time
+        "loader.num_workers": "apply",
+        "spikes": "apply",  # the detector's window is restored when its size is unchanged, else started afresh
+        "watchdog": "apply",  # limits and periods only: no state
+        "callbacks": "apply",  # outside callbacks: a new one starts afresh, a dropped one's state is left behind
+    }
+)
+_NOTES: Mapping[str, str] = MappingProxyType(
+    {
+        "schedule": "the LR schedule is re-derived from the current step",
+        "lr_scaling": "the scaled peak LR and warmup are re-derived",
+        "optim.lr": "the new peak LR takes effect now",
+        "optim": "set on every optimizer parameter group",
+        "spikes.window": "the detector's window starts afresh",
+    }
+)
 _ABSENT = "<absent>"
 
 

@@ -23,25 +23,26 @@ from core.log import get_logger, third_party_prints
 from core.run_layout import RunLayout
 from core.storage import RunStore
 from data_pipeline.tokenizers import frame_pairs, make_portable
-from pretrain import mup, safe_load
+from pretrain.checkpoint import safe_load
 from pretrain.checkpoint.disk import disk_full, free_bytes
 from pretrain.checkpoint.meta import COMPLETE, TAG_RE, complete_tags, read_complete
+from pretrain.checkpoint.parity import PROBE_FILE, check_parity
 from pretrain.checkpoint.remote import fetch_url
 from pretrain.checkpoint.resume import find_resume_tag, select_resume_tag
 from pretrain.checkpoint.tokenizer import check_tokenizer
-from pretrain.decay import read_branch
-from pretrain.export_folder import (
+from pretrain.export.folder import (
     TRAINING_STATE,
     check_export_target,
     make_staging,
     started_from,
     weights_hash,
 )
-from pretrain.merge import merged_state_dict, tags_to_merge
-from pretrain.model_card import write_model_card
-from pretrain.models import build_model
+from pretrain.export.merge import merged_state_dict, tags_to_merge
+from pretrain.export.model_card import write_model_card
 from pretrain.objectives import wrap_model
-from pretrain.parity import PROBE_FILE, check_parity
+from pretrain.run import mup
+from pretrain.run.models import build_model
+from pretrain.tools.decay import read_branch
 from runconfig import RunConfig
 
 log = get_logger(__name__)
@@ -138,7 +139,7 @@ def load_trained_model(
     cfg: RunConfig, ckpt_dir: Path, tag: str, tokenizer: Any, merge: list[str] | None = None
 ) -> torch.nn.Module:
     """The module the trainer checkpointed (the family's model, or the objective's wrapper around it), loaded;
-    with `merge`, the mean of those checkpoints' weights (pretrain/merge.py)."""
+    with `merge`, the mean of those checkpoints' weights (pretrain/export/merge.py)."""
     for t in merge or [tag]:
         check_tokenizer(ckpt_dir, t, RunLayout(cfg).tokenizer, len(tokenizer))
     # init_from's weights are not read: the checkpoint's replace every tensor
@@ -257,7 +258,7 @@ def _parity(
 
 def _origin(cfg: RunConfig, layout: RunLayout, merge: list[str] | None) -> dict[str, Any]:
     """Where the weights came from, for training_state.json and the card: merged checkpoints, a decay branch of
-    another run (pretrain/decay.py), the weights a continued run started from."""
+    another run (pretrain/tools/decay.py), the weights a continued run started from."""
     out: dict[str, Any] = {}
     if merge:
         out["merged_from"] = merge
@@ -326,7 +327,7 @@ def _write_staged(
             indent=1,
         )
     )
-    from pretrain.model_card import TRANSFER_FILE, bound_transfer
+    from pretrain.export.model_card import TRANSFER_FILE, bound_transfer
 
     if (
         (final / TRANSFER_FILE).is_file()

@@ -25,8 +25,8 @@ from core.layout import CLEAN_STATS, RESOLVED_CONFIG, TOKEN_MANIFEST
 from core.registry import ADAPT_METHODS
 from core.run_layout import RunLayout
 from data_pipeline.objectives import get_objective
-from pretrain.card_lm_eval import bound_lm_eval, lm_eval_card
-from pretrain.export_folder import TRAINING_STATE, weights_hash
+from pretrain.export.card_lm_eval import bound_lm_eval, lm_eval_card
+from pretrain.export.folder import TRAINING_STATE, weights_hash
 from runconfig import RunConfig
 from runconfig.finetune import primary_method
 from runconfig.load import to_dict

@@ -15,10 +15,10 @@ from typing import Any
 
 from core.errors import CannotContinueError, ConfigError
 from core.specs import training_flops_per_token
-from pretrain import resume_diff
+from pretrain.checkpoint import resume_diff
 from pretrain.checkpoint.meta import complete_tags, read_complete
 from pretrain.families.shapes import padded_vocab
-from pretrain.schedule import make_plan
+from pretrain.run.schedule import make_plan
 from runconfig import RunConfig
 
 # Dense 16-bit tensor-core peaks (FLOP/s per GPU, vendor data sheets, no sparsity) for `plan --gpu`.
@@ -100,8 +100,8 @@ def meta_module(cfg: RunConfig) -> Any:
     # and objectives that run a part twice need them, and importing them costs most of a plan's time.
     import torch
 
-    from pretrain.models import build_model
     from pretrain.objectives import wrap_model
+    from pretrain.run.models import build_model
 
     tok = _VocabOnly(cfg.tokenizer.vocab_size)
     with torch.device("meta"):
@@ -166,8 +166,10 @@ def activation_gib(cfg: RunConfig, micro_batch: int, vocab: int) -> float:
     if cfg.deepspeed.activation_checkpointing:
         per_layer = 2 * s * b * m.hidden_size * width / 2
     logits = 4 * s * b * vocab
-    if cfg.objective.chunked_loss:  # one chunk of fp32 logits and its gradient at a time (pretrain/losses.py)
-        from pretrain.losses import MAX_CHUNK_ELEMENTS
+    if (
+        cfg.objective.chunked_loss
+    ):  # one chunk of fp32 logits and its gradient at a time (pretrain/objectives/losses.py)
+        from pretrain.objectives.losses import MAX_CHUNK_ELEMENTS
 
         logits = min(logits, 2 * 4 * MAX_CHUNK_ELEMENTS)
     return (layers * per_layer + logits) / 2**30
@@ -175,7 +177,7 @@ def activation_gib(cfg: RunConfig, micro_batch: int, vocab: int) -> float:
 
 def config_flops_per_token(cfg: RunConfig, total: int | None = None) -> float:
     """Training FLOPs per token from the config alone (`total`: its parameter count, if already known), as the
-    trainer counts them (pretrain.metrics.flops_per_token): an untied causal LM's input embedding is a lookup."""
+    trainer counts them (pretrain.run.metrics.flops_per_token): an untied causal LM's input embedding is a lookup."""
     spec, m = cfg.model.spec, cfg.model
     total = param_counts(cfg)[0] if total is None else total
     untied = 0 if m.tie_word_embeddings or spec.task != "causal_lm" else padded_vocab(cfg) * m.hidden_size
@@ -223,7 +225,7 @@ def step_estimate(cfg: RunConfig, plan: Any, total: int, gpu: str | None, mfu: f
 
 
 def describe_parametrization(m: Any) -> str:
-    """The plan's line for the parametrization: μP's base width and multipliers (pretrain/mup.py applies them)."""
+    """The plan's line for the parametrization: μP's base width and multipliers (pretrain/run/mup.py applies them)."""
     if m.parametrization != "mup":
         return "sp (the family's own)"
     w = m.width_mult
@@ -240,7 +242,7 @@ def plan_report(
     mfu: float = DEFAULT_MFU,
     exact: bool = False,
 ) -> dict[str, Any]:
-    from pretrain.lr_scaling import explain
+    from pretrain.run.lr_scaling import explain
 
     plan = make_plan(cfg, world_size)
     total, largest = model_param_counts(cfg) if exact else param_counts(cfg)

@@ -12,19 +12,19 @@ from typing import Any
 
 import torch
 
-from pretrain import safe_load
+from pretrain.checkpoint import safe_load
 from pretrain.families import get_family
 
-PROBE_TEXTS = [
+PROBE_TEXTS = (
     "The central bank raised interest rates for the third time this year.",
     "Shares in the company fell sharply after the announcement on Monday.",
-]
+)
 PROBE_FILE = "parity_probe.pt"
 
 
 def probe_inputs(tokenizer: Any, family: str) -> dict[str, torch.Tensor]:
     """The family's parity batch for PROBE_TEXTS (its spec adds e.g. T5's decoder inputs)."""
-    return get_family(family).probe_inputs(tokenizer, PROBE_TEXTS)
+    return get_family(family).probe_inputs(tokenizer, list(PROBE_TEXTS))
 
 
 @torch.no_grad()

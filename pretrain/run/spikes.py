@@ -5,7 +5,7 @@ every rank computes the same flag from the same figures, so no rank can decide a
 spike checks taken on rank 0 only), and the check costs no collective and no host read. The flag joins StepGuard's
 non-finite flag, so a spiking step's update is never applied; the loop learns of it in the step's one host read
 (StepSync.read) and then, by `spikes.action`, goes on (skip), reloads the last complete checkpoint and leaves the
-data since it behind (rollback: an action the loop carries out, pretrain/callbacks/runner.py), or stops with exit
+data since it behind (rollback: an action the loop carries out, pretrain/run/callback_runner.py), or stops with exit
 code LOSS_SPIKE (stop). The callback that runs it is pretrain/callbacks/spikes.py.
 
 The rule is OLMo-core's skip-step rule (optim/skip_step_optimizer.py): a spike is a finite loss above the mean

@@ -72,7 +72,7 @@ def non_embedding_params(cfg: RunConfig) -> tuple[int, int]:
     the embedding's weight, so it is left out with it."""
     import torch
 
-    from pretrain.plan import meta_module
+    from pretrain.tools.plan import meta_module
 
     model = meta_module(cfg)
     params = {id(p): p.numel() for p in model.parameters()}
@@ -203,7 +203,7 @@ def share_data(cfg: RunConfig, folder: Path) -> None:
 
 def final_eval_row(run_dir: Path) -> dict[str, Any]:
     """The run's last evaluation row (mixed and per-source held-out losses)."""
-    from pretrain.plots import read_metrics
+    from pretrain.run.plots import read_metrics
 
     rows = [r for r in read_metrics(run_dir / "logs" / "metrics.jsonl") if r.get("split") == "eval"]
     if not rows:
@@ -264,7 +264,7 @@ def _done(folder: Path, overrides: list[str]) -> dict[str, Any] | None:
 def check_memory(cfg: RunConfig, rungs: list[Rung], memory_gib: float | None) -> None:
     """Every rung within the memory of a rank (the plan's model states at the config's ZeRO stage and one
     micro-batch's activations), before any rung trains."""
-    from pretrain.plan import plan_report
+    from pretrain.tools.plan import plan_report
 
     if memory_gib is None:
         import psutil

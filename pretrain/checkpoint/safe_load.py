@@ -96,17 +96,19 @@ ALLOWED: frozenset[str] = frozenset(
 )
 
 # Opcodes that push a str (the operands STACK_GLOBAL takes from the stack), and those that only write the memo.
-_STRINGS = {
-    "SHORT_BINUNICODE",
-    "BINUNICODE",
-    "BINUNICODE8",
-    "UNICODE",
-    "SHORT_BINSTRING",
-    "BINSTRING",
-    "STRING",
-}
-_MEMO_WRITES = {"MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"}
-_MEMO_READS = {"GET", "BINGET", "LONG_BINGET"}
+_STRINGS = frozenset(
+    {
+        "SHORT_BINUNICODE",
+        "BINUNICODE",
+        "BINUNICODE8",
+        "UNICODE",
+        "SHORT_BINSTRING",
+        "BINSTRING",
+        "STRING",
+    }
+)
+_MEMO_WRITES = frozenset({"MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"})
+_MEMO_READS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _UNKNOWN = object()  # a memo entry or stack value that is not a str literal
 
 

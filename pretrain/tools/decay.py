@@ -1,7 +1,7 @@
 """Decay branches: `python -m pretrain decay --config C --from STEP --steps N`, a cool-down started from a
 stable-phase checkpoint of a warmup-stable-decay run (MiniCPM; Hägele et al. 2024).
 
-A WSD run's stable phase holds the peak LR whatever its cool-down's start (pretrain/schedule.py
+A WSD run's stable phase holds the peak LR whatever its cool-down's start (pretrain/run/schedule.py
 WarmupStableDecay), so a branch from step S of N steps is the run `schedule.total_steps: S + N`,
 `schedule.decay_fraction: N / (S + N)` resumed from S: its LR at every step, its data order and its state are
 those of an independent WSD run of that length, and its losses equal that run's. The branch is that resume, in
@@ -93,7 +93,7 @@ def branch_overrides(cfg: RunConfig, from_step: int, steps: int) -> tuple[list[s
 
 def prepare_branch(cfg: RunConfig, from_step: int, steps: int) -> list[str]:
     """The branch folder (its data links and branch.json) and the overrides its training run takes."""
-    from pretrain.ladder import share_data
+    from pretrain.tools.ladder import share_data
 
     overrides, record = branch_overrides(cfg, from_step, steps)
     folder = branch_folder(cfg, from_step, steps)

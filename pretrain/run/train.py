@@ -24,25 +24,25 @@ from core.run_layout import RunLayout
 from data_pipeline.loader import PretrainLoader
 from data_pipeline.objectives import build_collator
 from data_pipeline.token_shards import TokenShardError
-from pretrain import lr_scaling
-from pretrain.callbacks.runner import Callbacks
 from pretrain.checkpoint.manager import CheckpointManager
-from pretrain.engine import accelerator_name, build_engine, init_distributed
-from pretrain.evaluation import evaluate
-from pretrain.metrics import (
+from pretrain.objectives import prepare_model, wrap_model
+from pretrain.run import lr_scaling
+from pretrain.run.callback_runner import Callbacks
+from pretrain.run.engine import accelerator_name, build_engine, init_distributed
+from pretrain.run.evaluation import evaluate
+from pretrain.run.metrics import (
     Throughput,
     flops_per_token,
     measure_peak_flops,
     objective_rerun,
     untied_input_embedding,
 )
-from pretrain.models import build_model, count_parameters
-from pretrain.objectives import prepare_model, wrap_model
-from pretrain.probe_eval import STATE_KEY
-from pretrain.run_lock import RunFolderLocked, RunLock
-from pretrain.schedule import TimeWarmupDecay, lr_multiplier, make_plan
-from pretrain.step import StepSync, rng_isolated, train_step
-from pretrain.step import step_figures as _step_figures
+from pretrain.run.models import build_model, count_parameters
+from pretrain.run.probe_eval import STATE_KEY
+from pretrain.run.run_lock import RunFolderLocked, RunLock
+from pretrain.run.schedule import TimeWarmupDecay, lr_multiplier, make_plan
+from pretrain.run.step import StepSync, rng_isolated, train_step
+from pretrain.run.step import step_figures as _step_figures
 from runconfig import RunConfig, save_resolved
 
 log = get_logger(__name__)
@@ -482,7 +482,7 @@ def finish(run: Run, progress: Progress, preempted: bool) -> dict[str, Any]:
         "params": run.n_params,
     }
     if run.rank == 0 and run.cfg.logging.plots and run.cfg.logging.jsonl:
-        from pretrain.plots import plot_run
+        from pretrain.run.plots import plot_run
 
         result["plots"] = str(plot_run(run.cfg.run.root)[0].parent) if run.layout.metrics.is_file() else None
     if run.rank == 0:

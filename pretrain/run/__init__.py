@@ -1,0 +1,1 @@
+"""The training run and its in-loop pieces: loop, step, engine, schedule, metrics, guards, callback runner, plots."""
