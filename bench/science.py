@@ -283,8 +283,8 @@ def part_mixture(cfg: Path, work: Path) -> None:
     """`pretrain mixture` over the demo's two sources (crawl, BBC), then the proposed mixture trained like the
     proxy runs: its held-out mixed loss (the mean of the per-source held-out losses) against the uniform
     mixture's, at the same steps and tokens."""
-    from pretrain.ladder import final_eval_row
-    from pretrain.mixture import run_mixture
+    from pretrain.tools.ladder import final_eval_row
+    from pretrain.tools.mixture import run_mixture
 
     over = [f"run.output_dir={work / 'main'}"]
     report = run_mixture(cfg, over, runs=6, steps=STEPS // 2, seed=0)
