@@ -38,17 +38,21 @@ def _config(tmp_path: Path):
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
+    """The tasks written and the export scored once per worker (every test reads the results; none depends on
+    another test having run first)."""
+    from adapt.evaluate import evaluate
     from data_pipeline.eval_tasks import write_eval_tasks
 
     tmp = tmp_path_factory.mktemp("evaluate")
     cfg = _config(tmp)
     report = write_eval_tasks(cfg)
     model = gpt2_folder(Path(cfg.run.root) / "export", positions=128)
-    return cfg, report, model
+    results = evaluate(model, ["lmstack"], limit=6, batch_size=4, device="cpu")  # the tag: all three
+    return cfg, report, model, results
 
 
 def test_the_local_tasks_are_written_from_the_held_out_splits(made):
-    cfg, report, _ = made
+    cfg, report, _, _ = made
     assert sorted(report["tasks"]) == ["lmstack_news_choice", "lmstack_news_cloze", "lmstack_news_ppl"]
     folder = Path(report["folder"])
     assert folder == Path(cfg.run.root) / "eval_tasks"
@@ -60,10 +64,9 @@ def test_the_local_tasks_are_written_from_the_held_out_splits(made):
 
 
 def test_evaluate_runs_the_harness_and_writes_beside_the_export(made):
-    from adapt.evaluate import RESULTS_JSON, RESULTS_TABLE, evaluate
+    from adapt.evaluate import RESULTS_JSON, RESULTS_TABLE
 
-    _, _, model = made
-    res = evaluate(model, ["lmstack"], limit=6, batch_size=4, device="cpu")  # the tag: all three
+    _, _, model, res = made
     r = res["results"]
     assert {"lmstack_news_choice", "lmstack_news_cloze", "lmstack_news_ppl"} <= set(r)
     assert 0.0 <= r["lmstack_news_choice"]["acc,none"] <= 1.0
@@ -78,7 +81,7 @@ def test_evaluate_runs_the_harness_and_writes_beside_the_export(made):
 
 def test_a_plain_lm_eval_process_gives_the_same_numbers(made, tmp_path):
     """The folder and the YAMLs are all it takes: lm_eval's own CLI, in a process that imports no lmstack."""
-    _, report, model = made
+    _, report, model, _ = made
     ours = json.loads((model / "lm_eval_results.json").read_text())["results"]
     cmd = [
         sys.executable,
@@ -127,7 +130,7 @@ def _refusal(args: list[str]) -> str:
 
 
 def test_bad_input_is_refused_before_any_model_loads(made, tmp_path):
-    _, report, model = made
+    _, report, model, _ = made
     enc = tmp_path / "enc"
     enc.mkdir()
     (enc / "config.json").write_text(
@@ -147,14 +150,18 @@ def test_bad_input_is_refused_before_any_model_loads(made, tmp_path):
     assert "does not exist" in line and "eval-tasks" in line
 
 
-def test_the_card_takes_the_results_for_these_weights_only(made):
+def test_the_card_takes_the_results_for_these_weights_only(made, tmp_path):
     """`pretrain card` reads lm_eval_results.json into model-index entries and a table, only while the weights
     it scored are the folder's."""
+    import shutil
+
     from huggingface_hub import ModelCardData
 
     from pretrain.export.card_lm_eval import bound_lm_eval, lm_eval_card
 
-    _, _, model = made
+    _, _, made_model, _ = made
+    model = tmp_path / "export"  # a copy: the stale-results case below must not touch the shared folder
+    shutil.copytree(made_model, model)
     results = bound_lm_eval(model)
     assert results is not None
     entries, lines = lm_eval_card(results)

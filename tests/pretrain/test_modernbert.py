@@ -32,7 +32,8 @@ TINY = "configs/modernbert-tiny.yaml"
         ("objective.mlm_probability=1.5", "objective.mlm_probability: Input should be less than 1"),
         # The registered names are listed (sorted); other plug-ins may add more, so only the start is fixed.
         ("model.family=modernbertt", "model.family: unknown family 'modernbertt' (registered: ['"),
-        ("objective.type=spans", "objective.type: unknown objective 'spans' (registered: ['causal', "),
+        # the registered names (the built-ins, and any module.path:Name objective this process used before)
+        ("objective.type=spans", "objective.type: unknown objective 'spans' (registered: ["),
         ("model.options.local_attention=0", "model.options.local_attention: Input should be greater than 0"),
         ("model.options.window=64", "model.options.window: not a key of family 'modernbert'"),
         ("model.d_kv=32", "model.d_kv: not used by model.family 'modernbert'"),
