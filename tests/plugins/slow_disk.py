@@ -60,7 +60,8 @@ def _phase(path: str, mode: str) -> tuple[str, str] | None:
         saving = _saving(os.path.dirname(path)) if any(c in mode for c in "wax+") else None
         return (saving, "write") if saving is not None else None
     folder, name = m.groups()
-    if name.startswith("hashes.rank") and "w" in mode:
+    # the marker is written atomically: its temporary file (".hashes.rankNNNNN.json.XXXX.tmp") is what opens first
+    if name.lstrip(".").startswith("hashes.rank") and "w" in mode:
         return folder, "hash"
     if any(c in mode for c in "wax+"):
         return folder, "write"

@@ -91,9 +91,8 @@ def test_kill_during_background_hashing_keeps_latest_and_resumes_exactly(gpt2_ru
     ckpts = run / "checkpoints"
     log = open(tmp_path / "killed.log", "w")
     over = [out, *OVERRIDES]
-    # Every save's background phase takes 10 s longer (slow storage): the step after a save goes on meanwhile.
-    # (4 s let a loaded CI machine finish the hash before the step after the save was logged.)
-    p = _start(gpt2_run, over, log, slow=f"{phase}=10")
+    # Every save's background phase takes 4 s longer (slow storage): the step after a save goes on meanwhile.
+    p = _start(gpt2_run, over, log, slow=f"{phase}=4")
     try:
         _wait_for(lambda: complete_tags(ckpts), p)
         # the next save's background part is writing or hashing: training has gone past it
