@@ -13,39 +13,21 @@ finds them for the card's `model-index`.
 from __future__ import annotations
 
 import json
-import logging
-from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from core.errors import LmstackError
 from core.export_files import weights_hash
 from core.io import atomic_write
 from core.log import get_logger
+from pretrain.run.harness import EvaluateError, check_tasks, quiet_harness
+
+__all__ = ["EvaluateError", "check_causal", "check_tasks", "evaluate"]
 
 log = get_logger(__name__)
 
 RESULTS_JSON = "lm_eval_results.json"
 RESULTS_TABLE = "lm_eval_results.md"
 LOCAL_TASKS = "eval_tasks"  # the run folder's (core/layout.py EVAL_TASKS), beside export/
-
-
-class EvaluateError(LmstackError):
-    """A refusal of `adapt evaluate`, before any model loads."""
-
-
-def _harness():
-    try:
-        import lm_eval  # noqa: F401
-        from lm_eval.tasks import TaskManager
-    except ImportError as e:
-        raise EvaluateError(
-            f"adapt evaluate needs lm-evaluation-harness ({e.name or 'lm_eval'} is not installed): "
-            "pip install 'lmstack[eval]'"
-        ) from None
-    return TaskManager
 
 
 def check_causal(model: Path) -> dict[str, Any]:
@@ -72,76 +54,6 @@ def default_tasks_dir(model: Path) -> Path | None:
     return d if d.is_dir() else None
 
 
-def _local_configs(tasks_dir: Path | None) -> dict[str, dict[str, Any]]:
-    if tasks_dir is None:
-        return {}
-    out = {}
-    for f in sorted(tasks_dir.glob("*.yaml")):
-        conf = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
-        if isinstance(conf, dict) and "task" in conf:
-            out[str(conf["task"])] = conf | {"_file": str(f)}
-    return out
-
-
-def check_tasks(names: list[str], tasks_dir: Path | None, num_fewshot: int | None) -> Any:
-    """The harness's TaskManager over its own tasks and `tasks_dir`'s; every name known, every local task's data
-    file there, the few-shot count within a local task's pool."""
-    task_manager_cls = _harness()
-    if tasks_dir is not None and not tasks_dir.is_dir():
-        raise EvaluateError(
-            f"--tasks-dir {tasks_dir}: no such folder (`python -m data_pipeline eval-tasks` writes it)"
-        )
-    local = _local_configs(tasks_dir)
-    local_names = set(local) | {t for c in local.values() for t in c.get("tag", [])}
-    # indexing the harness's own few thousand task files takes seconds: only when a name is not a local one
-    manager = task_manager_cls(
-        include_path=str(tasks_dir) if tasks_dir else None,
-        include_defaults=not set(names) <= local_names,
-        verbosity="ERROR",
-    )
-    known = set(manager.all_tasks)
-    for name in names:
-        if name not in known:
-            close = get_close_matches(name, sorted(known), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            where = (
-                f" in {tasks_dir}"
-                if tasks_dir
-                else " (no --tasks-dir: `python -m data_pipeline eval-tasks` writes them)"
-            )
-            raise EvaluateError(
-                f"--tasks: unknown task '{name}'{hint} (local tasks{where}: {sorted(local) or 'none'}; the "
-                "harness's own need their datasets from the network)"
-            )
-    chosen = {n: c for n, c in local.items() if n in names or any(t in names for t in c.get("tag", []))}
-    for name, conf in chosen.items():
-        files = conf.get("dataset_kwargs", {}).get("data_files", {})
-        for split, path in files.items():
-            if not Path(path).is_file():
-                raise EvaluateError(
-                    f"{conf['_file']}: task '{name}' reads {path} ({split} split), which does not exist; rerun "
-                    "`python -m data_pipeline eval-tasks`"
-                )
-        if num_fewshot:
-            if conf.get("output_type") == "loglikelihood_rolling":
-                raise EvaluateError(
-                    f"--num-fewshot {num_fewshot}: task '{name}' is a perplexity, scored 0-shot"
-                )
-            dev = files.get(conf.get("fewshot_split", ""), None)
-            pool = sum(1 for _ in open(dev, encoding="utf-8")) if dev else 0
-            if num_fewshot > pool:
-                raise EvaluateError(
-                    f"--num-fewshot {num_fewshot}: task '{name}' has {pool} few-shot examples (its dev split)"
-                )
-    return manager
-
-
-def _quiet_harness() -> None:
-    """The harness logs each metric default it fills in, per task, at WARNING: not news to a user."""
-    for name in ("lm-eval", "lm_eval", "lm_eval.api.task", "lm_eval.evaluator"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
 def evaluate(
     model: Path,
     tasks: list[str],
@@ -161,7 +73,7 @@ def evaluate(
     from lm_eval import simple_evaluate
     from lm_eval.utils import handle_non_serializable, make_table
 
-    _quiet_harness()
+    quiet_harness()
     if device is None:
         import torch
 

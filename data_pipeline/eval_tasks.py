@@ -29,11 +29,11 @@ import yaml
 from core.io import atomic_write
 from core.log import get_logger
 from core.run_layout import RunLayout
+from runconfig.finetune import HARNESS_TAG, harness_task_names
 
 log = get_logger(__name__)
 
-TAG = "lmstack"
-PREFIX = "lmstack_"
+TAG = HARNESS_TAG
 CLOZE_MIN_WORDS = 8  # a passage shorter than this gives the cloze too little to go on
 CLOZE_MAX_WORDS = 64  # LAMBADA's passages are about 4-5 sentences
 CHOICE_MAX_WORDS = (
@@ -145,18 +145,20 @@ def write_eval_tasks(cfg) -> dict[str, Any]:
     for i, task in enumerate(cfg.finetune.tasks):
         data = load_task(cfg, i)
         origin = f"finetune.tasks.{i} ({task.name}): {data.origin}"
-        base = f"{PREFIX}{re.sub(r'[^A-Za-z0-9_]', '_', task.name)}"
+        names = {kind: name for name, kind in harness_task_names(task).items()}
         texts = {s: [row[1] for row in getattr(data, s)] for s in ("dev", "test")}
         cloze = {s: [c for c in map(cloze_item, t) if c] for s, t in texts.items()}
         made = {
-            f"{base}_cloze": (cloze, CLOZE),
-            f"{base}_ppl": ({"test": [{"text": t} for t in texts["test"]]}, PPL),
+            names["cloze"]: (cloze, CLOZE),
+            names["ppl"]: ({"test": [{"text": t} for t in texts["test"]]}, PPL),
         }
-        if data.pair or data.regression:
-            out["skipped"][f"{base}_choice"] = "a pair or regression task: its labels are not words to choose"
+        if "choice" not in names:
+            out["skipped"][names["cloze"][: -len("cloze")] + "choice"] = (
+                "a pair or regression task: its labels are not words to choose"
+            )
         else:
             question = "Topic" if task.source else "Label"
-            made[f"{base}_choice"] = ({s: _choice_rows(data, s, question) for s in ("dev", "test")}, CHOICE)
+            made[names["choice"]] = ({s: _choice_rows(data, s, question) for s in ("dev", "test")}, CHOICE)
         for name, (splits, body) in made.items():
             n = _one_task(folder, name, splits, body)
             out["tasks"][name] = {"test": n, "fewshot_pool": len(splits.get("dev", [])), "from": origin}

@@ -2,6 +2,7 @@
 (pretrained export vs the same architecture from random initialisation, LR picked per arm on a dev slice,
 several seeds, frozen-feature probe)."""
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -72,6 +73,25 @@ class FinetuneTask(Section):
                 "give sentence pairs as csv, tsv, jsonl or an HF dataset"
             )
         return self
+
+
+# lm-evaluation-harness tasks `python -m data_pipeline eval-tasks` writes from each fine-tune task's held-out
+# splits (data_pipeline/eval_tasks.py), named here so that the config can check `eval.tasks` before anything runs.
+HARNESS_TAG = (
+    "lmstack"  # every such task carries it: `--tasks lmstack` (or eval.tasks: [lmstack]) runs them all
+)
+
+
+def harness_task_names(task: FinetuneTask) -> dict[str, str]:
+    """Harness task name -> kind (choice, cloze, ppl) of one fine-tune task. A pair or regression task gets no
+    choice: its labels are not words to choose."""
+    base = HARNESS_TAG + "_" + re.sub(r"[^A-Za-z0-9_]", "_", task.name)
+    kinds = (
+        ["cloze", "ppl"]
+        if task.problem == "regression" or task.text_pair_column
+        else ["choice", "cloze", "ppl"]
+    )
+    return {f"{base}_{k}": k for k in kinds}
 
 
 def primary_method() -> str:

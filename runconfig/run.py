@@ -4,6 +4,7 @@ import os
 import re
 import tempfile
 import warnings
+from difflib import get_close_matches
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
@@ -15,7 +16,7 @@ from runconfig.base import PathComponent, Section
 from runconfig.callbacks import check_callbacks
 from runconfig.data import DataConfig
 from runconfig.export import ExportConfig
-from runconfig.finetune import FinetuneConfig
+from runconfig.finetune import HARNESS_TAG, FinetuneConfig, harness_task_names
 from runconfig.init_from import check_run as check_init_from
 from runconfig.launch import LaunchConfig
 from runconfig.model import ModelConfig
@@ -264,6 +265,39 @@ class RunConfig(Section):
             raise ValueError(
                 f"eval.probe_max_seconds ({ev.probe_max_seconds:g}) must be below deepspeed.comm_timeout_s "
                 f"({self.deepspeed.comm_timeout_s}): the other ranks wait for the probe in a collective"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _eval_tasks(self) -> "RunConfig":
+        """eval.tasks names local harness tasks of finetune.tasks, on a causal LM whose weights rank 0 holds."""
+        names = self.eval.tasks
+        if not names:
+            return self
+        fam, obj = self.model.spec, self.objective.spec
+        if (obj.card_task or fam.task) != "causal_lm":
+            raise ValueError(
+                f"eval.tasks: model.family '{fam.name}' with objective '{obj.name}' is not a causal LM, and "
+                "lm-evaluation-harness scores next-token log-likelihoods; an encoder's in-loop signal is "
+                "eval.probe_task (a frozen-body probe), its downstream one `python -m adapt transfer`"
+            )
+        local: dict[str, str] = {}
+        for task in self.finetune.tasks:
+            local |= harness_task_names(task)
+        for name in names:
+            if name not in local and not (name == HARNESS_TAG and local):
+                close = get_close_matches(name, [HARNESS_TAG, *local], n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                raise ValueError(
+                    f"eval.tasks: '{name}' is not a local task{hint} (those of finetune.tasks: "
+                    f"{sorted(local) or 'none, as no fine-tune task is defined'}, or '{HARNESS_TAG}' for all; the "
+                    "harness's own tasks need their datasets from the network: run them on the export with "
+                    "`python -m adapt evaluate`)"
+                )
+        if self.deepspeed.zero_stage == 3:
+            raise ValueError(
+                "eval.tasks: the tasks are scored on rank 0 alone, and at deepspeed.zero_stage 3 no rank holds the "
+                "whole weights; use zero_stage 0-2, or score the export with `python -m adapt evaluate`"
             )
         return self
 

@@ -235,8 +235,9 @@ class LoggingConfig(Section):
 
 
 class EvalConfig(Section):
-    """Held-out loss (mixed and per data source) and, optionally, a frozen-body linear probe on a fine-tune task:
-    the transfer signal that held-out loss alone does not give (pretrain/run/evaluation.py)."""
+    """Held-out loss (mixed and per data source) and, optionally, a frozen-body linear probe on a fine-tune task
+    and lm-evaluation-harness tasks on its held-out text: the transfer and zero-shot signals that held-out loss
+    alone does not give (pretrain/run/evaluation.py, pretrain/callbacks/probe.py, pretrain/callbacks/tasks.py)."""
 
     every_steps: int = Field(100, gt=0)
     # Micro-batches per rank for EACH data source (its held-out samples spread over the ranks, a short last batch
@@ -251,6 +252,15 @@ class EvalConfig(Section):
     # Time bound of one probe: encoding stops when it is spent and the examples encoded so far are used (counted in
     # probe/train_examples); must stay below deepspeed.comm_timeout_s, which the waiting ranks run under.
     probe_max_seconds: float = Field(120.0, gt=0)
+    # lm-evaluation-harness tasks scored on rank 0 at every eval, with the harness's own HFLM on the weights being
+    # trained (pretrain/run/harness.py): names of the local tasks `python -m data_pipeline eval-tasks` writes from
+    # finetune.tasks' held-out splits into <run>/eval_tasks (written at the run's start when absent), or `lmstack`
+    # for all of them. Logged as tasks/<task>/<metric>; once, at the run's start, the same for the random-init
+    # weights (kept in the checkpoints). Causal families only, at deepspeed.zero_stage 0-2. []: none.
+    tasks: list[str] = []
+    # Documents per task (the harness's --limit; `python -m adapt evaluate --limit` with the same number gives the
+    # same figure on the export); None: every document of each task's test split.
+    tasks_limit: int | None = Field(200, gt=0)
 
 
 class SpikesConfig(Section):

@@ -81,15 +81,14 @@ class Callbacks:
         return [_key(cb) for cb in self.items]
 
     # --- set-up and end
-    def start(self, run: Any, progress: Any) -> list[dict[str, Any]]:
-        """Each callback's start (with its resumed state first); the eval rows some return for this step."""
-        rows = []
+    def start(self, run: Any, progress: Any) -> dict[str, Any]:
+        """Each callback's start (with its resumed state first); the figures some measure at this step (the
+        random-init ones), in one eval row."""
+        row: dict[str, Any] = {}
         for cb in self.items:
             cb.load_state_dict(self.saved.get(_key(cb)), progress.step)
-            row = cb.on_start(run, progress)
-            if row:
-                rows.append(row)
-        return rows
+            row.update(cb.on_start(run, progress) or {})
+        return row
 
     def end(self, run: Any, progress: Any) -> None:
         for cb in self.items:

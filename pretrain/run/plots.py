@@ -1,6 +1,7 @@
 """Training curves as PNG from logs/metrics.jsonl: loss (train and eval), eval perplexity, learning rate,
 throughput and MFU (or, without a stated peak, utilisation of a matmul probe); the held-out loss of each data source
-(loss_by_source.png); with `eval.probe_task`, the probe's accuracy against tokens beside the loss (probe.png).
+(loss_by_source.png); with `eval.probe_task`, the probe's accuracy against tokens beside the loss (probe.png); with
+`eval.tasks`, one panel per harness task, its headline metric against tokens with its random-init figure (tasks.png).
 Written to <run>/logs/plots/ at the end of training and on demand:
 
     python -m pretrain plot RUN_FOLDER
@@ -58,7 +59,8 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     rows = read_metrics(metrics)
     out = Path(out_dir) if out_dir else RunPaths(run_dir).plots
     out.mkdir(parents=True, exist_ok=True)
-    written = [p for p in (_plot_sources(rows, out, run_dir.name), _plot_probe(rows, out, run_dir.name)) if p]
+    drawn_apart = (_plot_sources, _plot_probe, _plot_tasks)
+    written = [p for p in (draw(rows, out, run_dir.name) for draw in drawn_apart) if p]
     for name, (ylabel, series) in FIGURES.items():
         fig, ax = plt.subplots(figsize=(7, 4))
         drawn = False
@@ -180,3 +182,45 @@ def probe_figure(rows: list[dict[str, Any]], title: str):
         ax.legend()
     fig.tight_layout()
     return fig
+
+
+# a harness task's headline metric, by the kind data_pipeline/eval_tasks.py names it with (its last word)
+TASK_HEADLINE = {"choice": "acc", "cloze": "acc", "ppl": "word_perplexity"}
+
+
+def _plot_tasks(rows: list[dict[str, Any]], out: Path, title: str) -> Path | None:
+    """eval.tasks: one panel per task, its headline metric (else its first) against tokens seen, the random-init
+    figure as a dashed line. None without task rows."""
+    import matplotlib.pyplot as plt
+
+    keys = sorted({k for r in rows if r.get("split") == "eval" for k in r if k.startswith("tasks/")})
+    per_task: dict[str, list[str]] = {}
+    for k in keys:
+        parts = k.split("/")
+        if len(parts) == 3 and not parts[2].endswith("_random_init"):
+            per_task.setdefault(parts[1], []).append(parts[2])
+    if not per_task:
+        return None
+    tokens = _tokens_at(rows)
+    fig, axes = plt.subplots(1, len(per_task), figsize=(5 * len(per_task), 4), squeeze=False)
+    for ax, (task, metrics) in zip(axes[0], sorted(per_task.items()), strict=True):
+        want = TASK_HEADLINE.get(task.rsplit("_", 1)[-1])
+        metric = want if want in metrics else metrics[0]
+        pts = _series(rows, "eval", f"tasks/{task}/{metric}")
+        ax.plot([tokens(s) for s, _ in pts], [v for _, v in pts], marker="o", label="current weights")
+        ref = _series(rows, "eval", f"tasks/{task}/{metric}_random_init")
+        if ref:
+            ax.axhline(ref[-1][1], ls="--", color="tab:red", label="random init")
+        if "perplexity" in metric:
+            ax.set_yscale("log")
+        ax.set_xlabel("tokens seen")
+        ax.set_ylabel(metric)
+        ax.set_title(f"{task}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{title}: lm-evaluation-harness tasks")
+    fig.tight_layout()
+    path = out / "tasks.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

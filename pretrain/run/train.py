@@ -200,8 +200,9 @@ def _train(cfg: RunConfig) -> dict[str, Any]:
     # a resume's restore, iter() and first batch, in its first metrics row
     latency = FirstBatchLatency(restore_s)
     batches = iter(run.train_loader)
-    for row in cbs.start(run, progress):  # e.g. the probe's random-init figure, a row at step 0
-        cbs.log(progress.step, row, prefix="eval")
+    start_row = cbs.start(run, progress)  # e.g. the probe's and the tasks' random-init figures, at step 0
+    if start_row:
+        cbs.log(progress.step, start_row, prefix="eval")
     preempted, finished = False, clock.finished(progress.step)
     clock.start()
     while not finished:

@@ -232,6 +232,22 @@ CELLS: tuple[Cell, ...] = (
         "train",
         "hostile input",
         "refused",
+        "eval.tasks naming no local task (the close match and the local ones listed), on an encoder or "
+        "text-to-text family, or at ZeRO-3: refused at load, naming the key",
+        "tests/runconfig/test_eval_tasks_config.py::test_refused_at_load_naming_the_key",
+    ),
+    Cell(
+        "train",
+        "hostile input",
+        "refused",
+        "an eval.tasks data file gone from <run>/eval_tasks: before the first step every rank stops with one line "
+        "naming the file (CANNOT_CONTINUE), none waits for rank 0 at the first eval",
+        "tests/pretrain/test_eval_signal.py::test_a_task_file_gone_stops_every_rank_in_one_line",
+    ),
+    Cell(
+        "train",
+        "hostile input",
+        "refused",
         "a truncated model.safetensors in model.init_from: one line naming the file, at load and at plan, before "
         "any rank starts",
         "tests/runconfig/test_init_from.py::test_a_truncated_safetensors_is_refused_at_load_and_plan_naming_the_file",

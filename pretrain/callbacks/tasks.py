@@ -1,0 +1,119 @@
+"""`eval.tasks` as a callback: lm-evaluation-harness tasks scored on the weights being trained at every eval
+(OLMo-core's DownstreamEvaluator, llm-foundry's in-context-learning gauntlet), through the harness itself
+(pretrain/run/harness.py), so the last step's figure is what `python -m adapt evaluate` gives on the export.
+
+Rank 0 loads the tasks once and scores them; the other ranks wait at a barrier, as they do for the probe. The
+random-init figure is measured once, before the first step of a fresh run, and carried in the checkpoints: a resume
+never measures it on trained weights. The tasks' files are the run's `eval_tasks/` (`python -m data_pipeline
+eval-tasks`), written at the start when absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.callbacks import Callback
+from core.errors import CannotContinueError, LmstackError
+from core.log import get_logger
+
+log = get_logger(__name__)
+
+PREFIX = "tasks/"
+RANDOM_INIT = "_random_init"  # tasks/<task>/<metric>_random_init: the same metric on the random-init weights
+
+
+def flat(figures: dict[str, dict[str, float]], suffix: str = "") -> dict[str, float]:
+    return {f"{PREFIX}{task}/{m}{suffix}": v for task, row in figures.items() for m, v in row.items()}
+
+
+class InLoopTasks(Callback):
+    name = "tasks"
+    section = "eval"
+
+    def __init__(self, settings: Any = None) -> None:
+        super().__init__(settings)
+        self.saved: dict[str, Any] | None = None
+        self.random_init: dict[str, dict[str, float]] | None = None
+        self.scorer: Any = None
+
+    def enabled(self) -> bool:
+        return bool(self.settings.tasks)
+
+    def load_state_dict(self, state: Any, step: int) -> None:
+        self.saved = state
+
+    def _key(self) -> dict[str, Any]:
+        """What a carried random-init figure must have been measured with to stand for this run's."""
+        return {"tasks": sorted(self.settings.tasks), "limit": self.settings.tasks_limit}
+
+    def on_start(self, run: Any, progress: Any) -> dict[str, Any] | None:
+        import torch.distributed as dist
+
+        error = None
+        if run.rank == 0:
+            # every rank stops with what rank 0 met, instead of waiting for rank 0 at the first eval
+            try:
+                self.scorer = self._load(run)
+            except Exception as e:
+                error = f"{e}" if isinstance(e, LmstackError) else f"{type(e).__name__}: {e}"
+        if dist.is_initialized():
+            said = [error]
+            dist.broadcast_object_list(said, src=0)
+            error = said[0]
+        if error is not None:  # a rerun meets it again until the tasks' files are fixed
+            raise CannotContinueError(f"eval.tasks: {error}")
+        saved = self.saved
+        if saved and {k: saved.get(k) for k in ("tasks", "limit")} == self._key():
+            self.random_init = saved["figures"]
+            return {}
+        if progress.step > 0:
+            if run.rank == 0:
+                log.warning(
+                    f"[tasks] the checkpoint at step {progress.step} carries no random-init figure for eval.tasks "
+                    f"{self.settings.tasks} (limit {self.settings.tasks_limit}): none is reported"
+                )
+            return {}
+        row = self._measure(run)
+        self.random_init = self._figures
+        return row
+
+    def _load(self, run: Any) -> Any:
+        from data_pipeline.eval_tasks import write_eval_tasks
+        from pretrain.run.harness import InLoopTasks as Scorer
+
+        folder = run.layout.eval_tasks
+        if not (folder / "tasks.json").is_file():
+            write_eval_tasks(run.cfg)
+        scorer = Scorer(
+            self.settings.tasks,
+            folder,
+            run.layout.tokenizer,
+            self.settings.tasks_limit,
+            run.cfg.finetune.eval_batch_size,
+        )
+        log.info(
+            f"[tasks] eval.tasks: {', '.join(scorer.names)} from {folder}, limit {self.settings.tasks_limit}"
+        )
+        return scorer
+
+    def _measure(self, run: Any) -> dict[str, Any]:
+        """Rank 0 scores; the others wait at a barrier ({} there, and no figures)."""
+        import torch.distributed as dist
+
+        out: dict[str, Any] = {}
+        self._figures: dict[str, dict[str, float]] = {}
+        if run.rank == 0:
+            self._figures, seconds = self.scorer.score(run.engine.module)
+            out = flat(self._figures) | {f"{PREFIX}seconds": seconds}
+            out |= flat(self.random_init or self._figures, RANDOM_INIT)
+        if dist.is_initialized():
+            dist.barrier()
+        return out
+
+    def on_eval(self, run: Any, step: int) -> dict[str, Any]:
+        return self._measure(run)  # the loop isolates the torch RNG around evaluation; the scorer the others
+
+    def state_dict(self) -> Any:
+        if self.random_init is None:
+            return None
+        return self._key() | {"figures": self.random_init}
