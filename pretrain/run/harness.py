@@ -129,13 +129,47 @@ def figures(results: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _process_group_lm(module: Any, tokenizer: Any, batch_size: int, rank: int, world: int) -> Any:
+    """`HFLM` around `module`, on the run's process group: the harness's own data-parallel path (each rank scores
+    the documents `doc_iterator(rank, world_size)` gives it, rank 0 gathers the per-document figures and
+    aggregates them) through torch.distributed, where the harness's CLI uses accelerate's launcher."""
+    import torch
+    import torch.distributed as dist
+    from lm_eval.models.huggingface import HFLM
+
+    class RunLM(HFLM):
+        def all_gather(self, tensor):
+            if self.world_size <= 1:
+                return tensor
+            parts = [torch.zeros_like(tensor) for _ in range(self.world_size)]
+            dist.all_gather(parts, tensor)
+            return torch.cat([p.reshape(-1) for p in parts])  # accelerate's gather: concatenated
+
+        def barrier(self):
+            if self.world_size > 1:
+                dist.barrier()
+
+    lm = RunLM(pretrained=module, tokenizer=tokenizer, batch_size=batch_size)
+    lm._rank, lm._world_size = rank, world
+    return lm
+
+
 class InLoopTasks:
-    """The harness's tasks loaded once (rank 0), scored on a module at each call: `HFLM` wraps the module as it
-    is (no copy, no export), and the harness's `evaluate` runs its own requests and metrics on it, as
-    `simple_evaluate` does for an export (0-shot unless the task says otherwise, the same few-shot seed)."""
+    """The harness's tasks loaded once (every rank), scored on a module at each call: `HFLM` wraps the module as
+    it is (no copy, no export), and the harness's `evaluate` runs its own requests and metrics on it, as
+    `simple_evaluate` does for an export (0-shot unless the task says otherwise, the same few-shot seed). Under
+    torch.distributed the documents are shared out over the ranks (each holds the whole weights at ZeRO 0-2) and
+    rank 0 gets the figures; a task with fewer documents than ranks is scored on rank 0 alone."""
 
     def __init__(
-        self, names: list[str], tasks_dir: Path, tokenizer_dir: Path, limit: int | None, batch_size: int
+        self,
+        names: list[str],
+        tasks_dir: Path,
+        tokenizer_dir: Path,
+        limit: int | None,
+        batch_size: int,
+        rank: int = 0,
+        world: int = 1,
     ):
         from transformers import AutoTokenizer
 
@@ -150,21 +184,26 @@ class InLoopTasks:
         self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         self.limit, self.batch_size = limit, batch_size
         self.names = sorted(self.loaded["tasks"])
+        docs = min(min(len(t.eval_docs), limit or len(t.eval_docs)) for t in self.loaded["tasks"].values())
+        self.rank, self.world = (rank, world) if docs >= world * 2 else (0, 1)
+        self.scores = rank == 0 or self.world > 1  # whether this rank takes part in scoring
 
     def score(self, module: Any) -> tuple[dict[str, dict[str, float]], float]:
-        """Task -> metric -> value on `module`'s current weights, and the seconds it took."""
+        """Task -> metric -> value on `module`'s current weights ({} on ranks other than 0), and the seconds it
+        took."""
         import torch
         from lm_eval.evaluator import evaluate
-        from lm_eval.models.huggingface import HFLM
 
         t0 = time.perf_counter()
+        if not self.scores:
+            return {}, 0.0
         was_training = module.training
         py_state, np_state = random.getstate(), np.random.get_state()
         try:
             # the harness's progress bars (stderr) would cut through the run's own; no bootstrap: the in-loop
             # rows carry figures, not their standard errors (the export's `adapt evaluate` has them)
             with torch.no_grad(), torch.compiler.set_stance("force_eager"), redirect_stderr(io.StringIO()):
-                lm = HFLM(pretrained=module, tokenizer=self.tokenizer, batch_size=self.batch_size)
+                lm = _process_group_lm(module, self.tokenizer, self.batch_size, self.rank, self.world)
                 results = evaluate(
                     lm=lm, task_dict=self.loaded, limit=self.limit, bootstrap_iters=0, verbosity="ERROR"
                 )

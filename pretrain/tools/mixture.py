@@ -10,6 +10,13 @@ than a CPU search makes), and the fit predicts the target, the held-out mixed lo
 of their held-out losses, which no mixture can lower by ignoring a source. The proposal is the mean of the 100
 best of 100,000 sampled mixtures (RegMix's top-k average, steadier than one argmin), with its predicted loss.
 
+The weights are shares of the data (`loader.mixing: proportion` in every proxy run: under the default `scale` a
+weight multiplies a source's own size, and a mixture over sources of unequal size would not be the one fitted).
+No mixture, sampled or proposed, repeats a source more than `--max-epochs` times in the runs' tokens (4 by default:
+Muennighoff et al. 2023 found up to about 4 passes over the same data nearly as good as fresh data): a source of
+a few documents is capped at the share those passes fill, or a search would find that memorising it lowers its own
+held-out loss. A share cap the sources cannot fill together is refused.
+
 A finished run is kept (`run.json`); a killed search reruns only the others. A search over one source is refused.
 """
 
@@ -35,12 +42,58 @@ TOP = 100
 MIN_WEIGHT = 0.01  # data.sources[].weight must be positive
 
 
-def sample_mixtures(k: int, n: int, seed: int) -> np.ndarray:
-    """n mixtures over k sources: the uniform one, then flat-Dirichlet draws (floored at MIN_WEIGHT)."""
+def capped(w: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Each row of mixtures moved onto {sum 1, w <= cap}: a share above its cap is cut to it and the excess spread
+    over the sources below their caps in proportion to their shares (water-filling); needs cap.sum() >= 1."""
+    w = w / w.sum(axis=1, keepdims=True)
+    for _ in range(len(cap) + 1):
+        over = w > cap
+        if not over.any():
+            break
+        excess = np.where(over, w - cap, 0.0).sum(axis=1, keepdims=True)
+        w = np.minimum(w, cap)
+        room = np.where(w < cap, w, 0.0)
+        share = np.where(
+            room.sum(axis=1, keepdims=True) > 0, room / room.sum(axis=1, keepdims=True).clip(1e-300), 0
+        )
+        w = w + excess * share
+    return w
+
+
+def sample_mixtures(k: int, n: int, seed: int, cap: np.ndarray | None = None) -> np.ndarray:
+    """n mixtures over k sources: the uniform one, then flat-Dirichlet draws (floored at MIN_WEIGHT, or at half a
+    source's cap where that is lower), each within the share caps."""
+    cap = np.ones(k) if cap is None else cap
     rng = np.random.default_rng(seed)
-    draws = np.maximum(rng.dirichlet(np.ones(k), size=max(0, n - 1)), MIN_WEIGHT)
+    floor = np.minimum(MIN_WEIGHT, cap / 2)
+    draws = np.maximum(rng.dirichlet(np.ones(k), size=max(0, n - 1)), floor)
     out = np.vstack([np.full((1, k), 1.0 / k), draws])[:n]
-    return out / out.sum(axis=1, keepdims=True)
+    return capped(out, cap)
+
+
+def share_caps(cfg: RunConfig, steps: int | None, max_epochs: float) -> tuple[np.ndarray, dict[str, Any]]:
+    """The largest share of each source that `max_epochs` passes over its training samples fill in a run of
+    `steps` steps (default: the config's), and what they were computed from."""
+    from data_pipeline.loader import PretrainLoader
+
+    total = steps or cfg.schedule.steps
+    names = [s.name for s in cfg.data.sources]
+    if not total:
+        raise ConfigError(
+            "pretrain mixture: a time-budgeted config needs --steps (the share caps need the runs' samples)"
+        )
+    stats = PretrainLoader(cfg, 0, 1, collate_fn=lambda x: x).stats()
+    samples = {n: stats[n]["split_samples"] for n in names}
+    read = total * cfg.batch_plan()["global_batch_size"]
+    cap = np.array([min(1.0, max_epochs * samples[n] / read) for n in names])
+    info = {"max_epochs": max_epochs, "samples_read": read, "train_samples": samples}
+    if cap.sum() < 1:
+        raise ConfigError(
+            f"--max-epochs {max_epochs:g}: runs of {total} steps read {read:,} samples, and {max_epochs:g} passes over "
+            f"the sources' training samples ({samples}) fill only {cap.sum():.0%} of them; raise --max-epochs, "
+            "train fewer --steps, or add data"
+        )
+    return cap, info
 
 
 def _features(w: np.ndarray) -> np.ndarray:
@@ -58,9 +111,10 @@ def predict(coef: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return (_features(weights) @ coef).mean(axis=1)
 
 
-def propose(coef: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, float]:
-    """The mean of the TOP best of SAMPLES mixtures by predicted loss, and its own predicted loss."""
-    cand = sample_mixtures(k, SAMPLES, seed + 1)
+def propose(coef: np.ndarray, k: int, seed: int, cap: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """The mean of the TOP best of SAMPLES mixtures (within the caps) by predicted loss, and its own predicted
+    loss (a mean of points within the caps is within them)."""
+    cand = sample_mixtures(k, SAMPLES, seed + 1, cap)
     best = cand[np.argsort(predict(coef, cand))[:TOP]].mean(axis=0)
     best = best / best.sum()
     return best, float(predict(coef, best[None, :])[0])
@@ -68,6 +122,7 @@ def propose(coef: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, float]:
 
 def mixture_overrides(cfg: RunConfig, weights: np.ndarray, folder: Path, steps: int | None) -> list[str]:
     over = [f"data.sources.{i}.weight={w:.6f}" for i, w in enumerate(weights)]
+    over += ["loader.mixing=proportion"]  # the weights are shares of the data, as they were fitted
     over += [f"run.output_dir={folder}", f"run.name={cfg.run.name}-{folder.name}", "finetune.tasks=[]"]
     if steps is not None:
         over += ["schedule.budget_minutes=null", f"schedule.total_steps={steps}"]
@@ -119,7 +174,12 @@ def _run_once(
 
 
 def run_mixture(
-    config: Path, overrides: list[str], runs: int = 8, steps: int | None = None, seed: int = 0
+    config: Path,
+    overrides: list[str],
+    runs: int = 8,
+    steps: int | None = None,
+    seed: int = 0,
+    max_epochs: float = 4.0,
 ) -> dict[str, Any]:
     """Trains the proxy runs not yet done, fits, proposes; writes mixture.json and mixture.md; returns the report."""
     cfg = load_config(config, overrides)
@@ -132,15 +192,18 @@ def run_mixture(
     need = 2 * k + 2
     if runs < need:
         raise ConfigError(f"--runs {runs}: the fit over {k} sources needs {need} runs or more")
+    if not max_epochs > 0:
+        raise ConfigError(f"--max-epochs {max_epochs:g}: must be > 0")
+    cap, caps_from = share_caps(cfg, steps, max_epochs)
     root = Path(cfg.run.root) / "mixture"
-    mixtures = sample_mixtures(k, runs, seed)
+    mixtures = sample_mixtures(k, runs, seed, cap)
     records = [_run_once(config, overrides, cfg, i, w, root, steps) for i, w in enumerate(mixtures)]
     weights = np.array([r["weights"] for r in records])
     losses = np.array([[r["losses"][n] for n in names] for r in records])
     coef = fit_losses(weights, losses)
     fitted = predict(coef, weights)
     measured = losses.mean(axis=1)
-    best, predicted = propose(coef, k, seed)
+    best, predicted = propose(coef, k, seed, cap)
     report = {
         "sources": names,
         "target": "held-out mixed loss: the mean over sources of each source's held-out loss",
@@ -151,10 +214,12 @@ def run_mixture(
             for r, m, f in zip(records, measured, fitted, strict=True)
         ],
         "rms_fit_error": float(np.sqrt(np.mean((fitted - measured) ** 2))),
+        "share_caps": dict(zip(names, map(float, cap), strict=True)) | {"from": caps_from},
         "proposal": {
             "weights": dict(zip(names, map(float, best), strict=True)),
             "predicted_mixed_loss": predicted,
         },
+        # run0: the uniform mixture (within the caps)
         "uniform_measured_mixed_loss": float(measured[0]),
     }
     atomic_write(root / "mixture.json", json.dumps(report, indent=1) + "\n")

@@ -212,3 +212,10 @@ def test_zero3_gqa_document_masking_trains_exports_with_parity(llama_run, tmp_pa
     assert info["clf"] == "LlamaForSequenceClassification" and info["clf_logits"] == [2, 5]
     # new tokens after the prompt (generation may stop early at EOS)
     assert info["generated"] > info["prompt"]
+
+    # lm-evaluation-harness scores the Llama export on the run's local tasks, as it does GPT-2's (issue 68)
+    run_module(["-m", "data_pipeline", "eval-tasks", "--config", str(llama_run), out, mqa])
+    run_module(["-m", "adapt", "evaluate", "--model", str(export), "--tasks", "lmstack", "--limit", "4"])
+    results = json.loads((export / "lm_eval_results.json").read_text())["results"]
+    assert {"lmstack_bbc_choice", "lmstack_bbc_cloze", "lmstack_bbc_ppl"} <= set(results)
+    assert 0 < results["lmstack_bbc_ppl"]["word_perplexity,none"] < float("inf")

@@ -15,7 +15,15 @@ import numpy as np
 import pytest
 
 from core.errors import ConfigError
-from pretrain.tools.mixture import MIN_WEIGHT, fit_losses, predict, propose, run_mixture, sample_mixtures
+from pretrain.tools.mixture import (
+    MIN_WEIGHT,
+    capped,
+    fit_losses,
+    predict,
+    propose,
+    run_mixture,
+    sample_mixtures,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,6 +39,23 @@ def test_mixtures_fit_and_proposal_on_a_known_law():
     assert np.allclose(predict(coef, w), losses.mean(axis=1), atol=1e-2)
     best, predicted = propose(coef, 3, seed=0)
     assert np.allclose(best.sum(), 1) and predicted <= predict(coef, np.full((1, 3), 1 / 3))[0]
+
+
+@pytest.mark.timeout(60)
+def test_no_mixture_exceeds_a_share_cap():
+    """A source that `--max-epochs` passes cannot fill beyond 5% of a run is held at 5%, sampled or proposed: the
+    search can no longer find that memorising a tiny source lowers its own held-out loss."""
+    cap = np.array([0.05, 1.0, 0.6])
+    w = capped(np.array([[0.5, 0.3, 0.2], [0.01, 0.09, 0.9], [0.2, 0.2, 0.6]]), cap)
+    assert np.allclose(w.sum(axis=1), 1) and (w <= cap + 1e-12).all()
+    assert np.allclose(w[0], [0.05, 0.3 + 0.45 * 0.6, 0.2 + 0.45 * 0.4])  # the excess spread by share
+    assert np.allclose(w[1], [0.04, 0.36, 0.6])  # the third capped too: its excess spread by share
+    draws = sample_mixtures(3, 500, seed=1, cap=cap)
+    assert (draws <= cap + 1e-12).all() and np.allclose(draws.sum(axis=1), 1) and (draws[:, 0] > 0).all()
+    # a law under which the tiny source's share lowers the loss most: the proposal sits at its cap
+    losses = 3.0 - 4 * draws[:, [0]] - 0.1 * draws
+    best, _ = propose(fit_losses(draws, np.repeat(losses[:, :1], 3, axis=1)), 3, seed=0, cap=cap)
+    assert best[0] <= cap[0] + 1e-9 and best[0] > 0.04
 
 
 @pytest.mark.timeout(60)
@@ -120,3 +145,12 @@ def test_a_killed_search_reruns_only_unfinished_runs(tmp_path):
     w = report["proposal"]["weights"]
     assert abs(sum(w.values()) - 1) < 1e-6 and np.isfinite(report["proposal"]["predicted_mixed_loss"])
     assert "proposed:" in res.stdout
+    # the weights are shares (loader.mixing: proportion), within the caps the sources' samples allow
+    assert all("loader.mixing=proportion" in r["overrides"] for r in report["runs"])
+    caps = report["share_caps"]
+    assert caps["from"]["max_epochs"] == 4 and all(
+        r["weights"][0] <= caps["money"] + 1e-9 for r in report["runs"]
+    )
+    # runs so long that 4 passes over both sources cannot fill them: refused before any trains
+    with pytest.raises(ConfigError, match=r"--max-epochs 4: runs of 100000 steps read 800,000 samples"):
+        run_mixture(config, [], runs=6, steps=100_000)
