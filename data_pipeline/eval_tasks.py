@@ -5,7 +5,8 @@ task files and the JSONL files they read, so that `lm_eval --include_path <run>/
 `python -m adapt evaluate`) runs them unchanged and offline:
 
 - `lmstack_<task>_choice`: zero-shot (or few-shot) multiple choice over the task's labels, each label verbalised
-  as its own name after the text ("<text>\\nTopic: business"), scored by acc and acc_norm;
+  as its own name after the head of the text ("<text>\\nTopic: business"; at most half the run's sequence length
+  in words, so the model reads the start), scored by acc and acc_norm;
 - `lmstack_<task>_cloze`: a LAMBADA-style last-word cloze: the passage's last word given the words before it,
   scored by acc (the greedy continuation is the word) and perplexity;
 - `lmstack_<task>_ppl`: rolling log-likelihood of each text (word and byte perplexity, bits per byte).
@@ -36,9 +37,10 @@ log = get_logger(__name__)
 TAG = HARNESS_TAG
 CLOZE_MIN_WORDS = 8  # a passage shorter than this gives the cloze too little to go on
 CLOZE_MAX_WORDS = 64  # LAMBADA's passages are about 4-5 sentences
-CHOICE_MAX_WORDS = (
-    200  # the head of a long text: its topic shows early, and the harness would cut the left anyway
-)
+# The head of a long text, for the choice: its topic shows early (a news article's first sentence), and a context
+# longer than the model's window is cut from the LEFT by the harness, which would drop exactly that. So at most
+# half the run's sequence length in words (about two thirds of it in tokens, the question and label after it).
+CHOICE_MAX_WORDS = 200
 _WORD = re.compile(r"^([A-Za-z]+)[.,;:!?\"')\]]*$")
 
 
@@ -121,10 +123,10 @@ def _one_task(folder: Path, name: str, splits: dict[str, list[dict[str, Any]]], 
     return len(splits.get("test", []))
 
 
-def _choice_rows(data, split: str, question: str) -> list[dict[str, Any]]:
+def _choice_rows(data, split: str, question: str, words: int) -> list[dict[str, Any]]:
     return [
         {
-            "text": _head(row[1], CHOICE_MAX_WORDS),
+            "text": _head(row[1], words),
             "question": question,
             "choices": data.labels,
             "label": data.labels.index(row[2]),
@@ -158,7 +160,9 @@ def write_eval_tasks(cfg) -> dict[str, Any]:
             )
         else:
             question = "Topic" if task.source else "Label"
-            made[names["choice"]] = ({s: _choice_rows(data, s, question) for s in ("dev", "test")}, CHOICE)
+            words = min(CHOICE_MAX_WORDS, max(16, cfg.packing.seq_len // 2))
+            rows = {s: _choice_rows(data, s, question, words) for s in ("dev", "test")}
+            made[names["choice"]] = (rows, CHOICE)
         for name, (splits, body) in made.items():
             n = _one_task(folder, name, splits, body)
             out["tasks"][name] = {"test": n, "fewshot_pool": len(splits.get("dev", [])), "from": origin}

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_the_local_tasks_and_the_tag_are_accepted():
     cfg = load_config(DEMO, ["eval.tasks=[lmstack_bbc_cloze, lmstack_bbc_choice]"])
-    assert cfg.eval.tasks == ["lmstack_bbc_cloze", "lmstack_bbc_choice"] and cfg.eval.tasks_limit == 200
+    assert cfg.eval.tasks == ["lmstack_bbc_cloze", "lmstack_bbc_choice"] and cfg.eval.tasks_limit == 100
     assert load_config(DEMO, ["eval.tasks=[lmstack]", "eval.tasks_limit=null"]).eval.tasks_limit is None
     assert load_config(DEMO).eval.tasks == []
 
