@@ -199,6 +199,11 @@ class InLoopTasks:
             return {}, 0.0
         was_training = module.training
         py_state, np_state = random.getstate(), np.random.get_state()
+        # transformers warns, once per process, about a rolling text longer than the window (the harness splits
+        # it) and a padded batch without a mask (the harness reads only the positions it scored): not the run's news
+        hf_log = logging.getLogger("transformers")
+        hf_level = hf_log.level
+        hf_log.setLevel(logging.ERROR)
         try:
             # the harness's progress bars (stderr) would cut through the run's own; no bootstrap: the in-loop
             # rows carry figures, not their standard errors (the export's `adapt evaluate` has them)
@@ -208,6 +213,7 @@ class InLoopTasks:
                     lm=lm, task_dict=self.loaded, limit=self.limit, bootstrap_iters=0, verbosity="ERROR"
                 )
         finally:
+            hf_log.setLevel(hf_level)
             module.train(was_training)
             random.setstate(py_state)
             np.random.set_state(np_state)
