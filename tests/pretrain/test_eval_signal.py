@@ -218,7 +218,8 @@ def test_a_task_file_gone_stops_every_rank_in_one_line(two_source_run, tmp_path)
     said = res.stdout + res.stderr
     assert (
         res.returncode != 0
-        and f"[train] CannotContinueError: eval.tasks: (rank 0) {gone.with_suffix('').with_suffix('.yaml')}" in said
+        and f"[train] CannotContinueError: eval.tasks: (rank 0) {gone.with_suffix('').with_suffix('.yaml')}"
+        in said
     )
     # the ranks exit with CANNOT_CONTINUE and no traceback of their own (`launch run` turns the plain torchrun's
     # ChildFailedError here into one line with that code: tests/launch)
