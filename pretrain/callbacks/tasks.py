@@ -3,9 +3,8 @@
 (pretrain/run/harness.py), so the last step's figure is what `python -m adapt evaluate` gives on the export.
 
 Every rank loads the tasks once and scores its share of the documents (the harness's own data-parallel path);
-rank 0 gathers and logs the figures. The
-random-init figure is measured once, before the first step of a fresh run, and carried in the checkpoints: a resume
-never measures it on trained weights. The tasks' files are the run's `eval_tasks/` (`python -m data_pipeline
+rank 0 gathers and logs the figures. The random-init figure is measured once, before the first step of a fresh
+run, and carried in the checkpoints: a resume never measures it on trained weights. The tasks' files are the run's `eval_tasks/` (`python -m data_pipeline
 eval-tasks`), written at the start when absent.
 """
 
@@ -77,7 +76,10 @@ class InLoopTasks(Callback):
                     f"{self.settings.tasks} (limit {self.settings.tasks_limit}): none is reported"
                 )
             return {}
-        row = self._measure(run)
+        from pretrain.run.step import rng_isolated
+
+        with rng_isolated():  # before the loop's first step: the dropout stream must not move
+            row = self._measure(run)
         self.random_init = self._figures
         return row
 
@@ -129,7 +131,8 @@ class InLoopTasks(Callback):
         return out
 
     def on_eval(self, run: Any, step: int) -> dict[str, Any]:
-        return self._measure(run)  # the loop isolates the torch RNG around evaluation; the scorer the others
+        # the loop isolates the torch RNG around evaluation; the scorer python's and numpy's
+        return self._measure(run)
 
     def state_dict(self) -> Any:
         if self.random_init is None:
