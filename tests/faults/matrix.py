@@ -770,6 +770,14 @@ CELLS: tuple[Cell, ...] = (
         "tests/pretrain/test_mixture.py::test_one_source_or_too_few_runs_is_refused",
     ),
     Cell(
+        "mixture",
+        "hostile input",
+        "refused",
+        "a source too small to fill its share without repeating it more than --max-epochs times is capped (sampled "
+        "and proposed mixtures alike); runs too long for all the sources together are refused before any trains",
+        "tests/pretrain/test_mixture.py::test_a_killed_search_reruns_only_unfinished_runs",
+    ),
+    Cell(
         "evaluate",
         "hostile input",
         "refused",
