@@ -115,6 +115,43 @@ def test_a_plain_lm_eval_process_gives_the_same_numbers(made, tmp_path):
                 assert theirs[task][k] == pytest.approx(v, rel=1e-6), (task, k)
 
 
+@pytest.mark.compat
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_side_venv_with_only_lm_eval_and_transformers_reproduces_them(made, tmp_path):
+    """The same, from a venv that holds lm-eval, transformers and torch and no lmstack at all (built once from
+    PyPI and cached, as the export-compatibility venvs are): the export folder and the task YAMLs are the whole
+    hand-over."""
+    import transformers
+
+    from launch.side_venv import ensure_venv
+
+    _, report, model, _ = made
+    python = ensure_venv(
+        ROOT / ".venv-compat-lmeval",
+        ["torch==2.13.0", "lm-eval[hf]==0.4.13", f"transformers=={transformers.__version__}"],
+        probe="import lm_eval, transformers",
+    )
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HOME": str(tmp_path)}
+    alone = subprocess.run(
+        [str(python), "-c", "import runconfig"], cwd=tmp_path, env=env, capture_output=True
+    )
+    assert alone.returncode != 0, "the side venv sees lmstack"
+    ours = json.loads((model / "lm_eval_results.json").read_text())["results"]
+    out = tmp_path / "out"
+    cmd = [str(python), "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={model},dtype=float32"]
+    cmd += ["--tasks", "lmstack", "--include_path", report["folder"], "--limit", "6", "--batch_size", "4"]
+    cmd += ["--device", "cpu", "--output_path", str(out)]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (found,) = list(out.rglob("results_*.json"))
+    theirs = json.loads(found.read_text())["results"]
+    for task in ("lmstack_news_choice", "lmstack_news_cloze", "lmstack_news_ppl"):
+        for k, v in ours[task].items():
+            if isinstance(v, float) and "stderr" not in k:
+                assert theirs[task][k] == pytest.approx(v, rel=1e-6), (task, k)
+
+
 def _refusal(args: list[str]) -> str:
     res = subprocess.run(
         [sys.executable, "-m", "adapt", "evaluate", *args],
