@@ -93,6 +93,9 @@ class InjectionSettings(BaseModel):
     rank: int
     step: int
     factor: float
+    # seconds every rank waits after the spiking step's callbacks have judged it (the spike is logged, the
+    # rollback not yet started): a test that kills the run "as the rollback starts" has this long to do it
+    hold_s: float = 0.0
 
 
 class SpikeInjection(Callback):
@@ -113,8 +116,9 @@ class SpikeInjection(Callback):
         return output
 
     def on_step_end(self, outcome: StepOutcome) -> Action:
-        if outcome.step == self.settings.step:
+        if outcome.step == self.settings.step and not self.done:
             self.done = True  # once: a rolled-back rerun of the step is clean
+            time.sleep(self.settings.hold_s)
         return CONTINUE
 
 
