@@ -106,7 +106,7 @@ def main() -> int:
     a = ap.parse_args()
     rep = C.Report(__file__)
     from adapt.evaluate import evaluate
-    from pretrain.run.harness import InLoopTasks, figures
+    from pretrain.run.harness import TaskScorer, figures
     from runconfig import load_config
 
     work = Path(tempfile.mkdtemp(prefix="bench-evaluation-"))
@@ -193,7 +193,7 @@ def main() -> int:
 
         model_cls = __import__("transformers").AutoModelForCausalLM
         model = model_cls.from_pretrained(export)
-        scorer = InLoopTasks(names, run / "eval_tasks", export, limit, cfg.finetune.eval_batch_size)
+        scorer = TaskScorer(names, run / "eval_tasks", export, limit, cfg.finetune.eval_batch_size)
 
         def cli() -> float:
             t = time.perf_counter()

@@ -20,15 +20,16 @@ Parts (`--part wsd|decay|merge|ladder|mup|mixture`, one at a time; each writes b
   each. VERDICT: the grid points μP's best LR moves across the widths (goal 0), passing only if SP's moves by at
   least one (both rows printed).
 - mixture: `pretrain mixture` (8 proxy runs of 300 steps over three BBC topics as sources: the demo's crawl sample
-  is too small to mix, see TOPICS), then its proposed mixture trained the same way. VERDICT: the proposal's held-out mixed loss (the mean of the per-source held-out losses)
-  over the uniform mixture's, goal <= 1.
+  is too small to mix, see TOPICS), then its proposed mixture trained the same way. VERDICT: the proposal's
+  held-out mixed loss (the mean of the per-source held-out losses) over the uniform mixture's, goal <= 1.
 
 Held-out loss: the trainer's own evaluation of the loader's held-out blocks (`loader.eval_fraction`, never
 trained on), over the same blocks in every run of a part; for exports (merge), the same blocks scored by the
 exported folder loaded with transformers. Deterministic given the seed: no timed figure, one round.
 
 Run: `python bench/science.py --part wsd` (about 6 minutes on 2 quiet cores), `--part merge` (about 4),
-`--part ladder` (about 15), `--part mup` (30 runs, about 30), `--part mixture` (9 runs, about 25). The data stages run once and are cached in .cache/bench/prepared/.
+`--part ladder` (about 15), `--part mup` (30 runs, about 30), `--part mixture` (9 runs, about 25). The data stages
+run once and are cached in .cache/bench/prepared/.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ import yaml
 from core.io import atomic_write
 from core.log import get_logger
 from core.run_layout import RunLayout
-from runconfig.finetune import HARNESS_TAG, harness_task_names
+from runconfig.finetune import HARNESS_TAG, harness_task_base, harness_task_names
 
 log = get_logger(__name__)
 
@@ -155,7 +155,7 @@ def write_eval_tasks(cfg) -> dict[str, Any]:
             names["ppl"]: ({"test": [{"text": t} for t in texts["test"]]}, PPL),
         }
         if "choice" not in names:
-            out["skipped"][names["cloze"][: -len("cloze")] + "choice"] = (
+            out["skipped"][f"{harness_task_base(task)}_choice"] = (
                 "a pair or regression task: its labels are not words to choose"
             )
         else:

@@ -77,15 +77,19 @@ class FinetuneTask(Section):
 
 # lm-evaluation-harness tasks `python -m data_pipeline eval-tasks` writes from each fine-tune task's held-out
 # splits (data_pipeline/eval_tasks.py), named here so that the config can check `eval.tasks` before anything runs.
-HARNESS_TAG = (
-    "lmstack"  # every such task carries it: `--tasks lmstack` (or eval.tasks: [lmstack]) runs them all
-)
+# Every such task carries the tag: `--tasks lmstack` (or eval.tasks: [lmstack]) runs them all.
+HARNESS_TAG = "lmstack"
+
+
+def harness_task_base(task: FinetuneTask) -> str:
+    """The prefix of one fine-tune task's harness task names (`lmstack_<name>`, odd characters as underscores)."""
+    return HARNESS_TAG + "_" + re.sub(r"[^A-Za-z0-9_]", "_", task.name)
 
 
 def harness_task_names(task: FinetuneTask) -> dict[str, str]:
     """Harness task name -> kind (choice, cloze, ppl) of one fine-tune task. A pair or regression task gets no
     choice: its labels are not words to choose."""
-    base = HARNESS_TAG + "_" + re.sub(r"[^A-Za-z0-9_]", "_", task.name)
+    base = harness_task_base(task)
     kinds = (
         ["cloze", "ppl"]
         if task.problem == "regression" or task.text_pair_column

@@ -270,7 +270,8 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _eval_tasks(self) -> "RunConfig":
-        """eval.tasks names local harness tasks of finetune.tasks, on a causal LM whose weights rank 0 holds."""
+        """eval.tasks names local harness tasks of finetune.tasks, on a causal LM whose whole weights every rank
+        holds (each scores its share of the documents)."""
         names = self.eval.tasks
         if not names:
             return self
@@ -296,8 +297,9 @@ class RunConfig(Section):
                 )
         if self.deepspeed.zero_stage == 3:
             raise ValueError(
-                "eval.tasks: the tasks are scored on rank 0 alone, and at deepspeed.zero_stage 3 no rank holds the "
-                "whole weights; use zero_stage 0-2, or score the export with `python -m adapt evaluate`"
+                "eval.tasks: every rank scores its share of the documents with the whole weights, and at "
+                "deepspeed.zero_stage 3 no rank holds them; use zero_stage 0-2, or score the export with "
+                "`python -m adapt evaluate`"
             )
         return self
 

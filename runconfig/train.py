@@ -252,8 +252,8 @@ class EvalConfig(Section):
     # Time bound of one probe: encoding stops when it is spent and the examples encoded so far are used (counted in
     # probe/train_examples); must stay below deepspeed.comm_timeout_s, which the waiting ranks run under.
     probe_max_seconds: float = Field(120.0, gt=0)
-    # lm-evaluation-harness tasks scored on rank 0 at every eval, with the harness's own HFLM on the weights being
-    # trained (pretrain/run/harness.py): names of the local tasks `python -m data_pipeline eval-tasks` writes from
+    # lm-evaluation-harness tasks scored at every eval (each rank a share of the documents, rank 0 logs), with the
+    # harness's own HFLM on the weights being trained (pretrain/run/harness.py): names of the local tasks `python -m data_pipeline eval-tasks` writes from
     # finetune.tasks' held-out splits into <run>/eval_tasks (written at the run's start when absent), or `lmstack`
     # for all of them. Logged as tasks/<task>/<metric>; once, at the run's start, the same for the random-init
     # weights (kept in the checkpoints). Causal families only, at deepspeed.zero_stage 0-2. []: none.

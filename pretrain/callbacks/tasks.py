@@ -4,8 +4,8 @@
 
 Every rank loads the tasks once and scores its share of the documents (the harness's own data-parallel path);
 rank 0 gathers and logs the figures. The random-init figure is measured once, before the first step of a fresh
-run, and carried in the checkpoints: a resume never measures it on trained weights. The tasks' files are the run's `eval_tasks/` (`python -m data_pipeline
-eval-tasks`), written at the start when absent.
+run, and carried in the checkpoints: a resume never measures it on trained weights. The tasks' files are the
+run's `eval_tasks/` (`python -m data_pipeline eval-tasks`), written at the start when absent.
 """
 
 from __future__ import annotations
@@ -98,10 +98,10 @@ class InLoopTasks(Callback):
             write_eval_tasks(run.cfg)
 
     def _load(self, run: Any) -> None:
-        from pretrain.run.harness import InLoopTasks as Scorer
+        from pretrain.run.harness import TaskScorer
 
         folder = run.layout.eval_tasks
-        self.scorer = Scorer(
+        self.scorer = TaskScorer(
             self.settings.tasks,
             folder,
             run.layout.tokenizer,
@@ -126,8 +126,8 @@ class InLoopTasks(Callback):
         if run.rank == 0:
             out = flat(self._figures) | {f"{PREFIX}seconds": seconds}
             out |= flat(self.random_init or self._figures, RANDOM_INIT)
-        if dist.is_initialized():
-            dist.barrier()  # a task scored on rank 0 alone: the others wait here
+        if dist.is_initialized() and self.scorer.world == 1:
+            dist.barrier()  # scored on rank 0 alone: the others wait here (shared out, the harness's gather syncs)
         return out
 
     def on_eval(self, run: Any, step: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """lm-evaluation-harness, as lmstack calls it: on an export (`python -m adapt evaluate`) and on the weights being
 trained (`eval.tasks`, pretrain/callbacks/tasks.py), with the harness's own `HFLM` and task system both times, so
-that the in-loop figure of the last step is the export's figure (tests/pretrain/test_eval_tasks.py).
+that the in-loop figure of the last step is the export's figure (tests/pretrain/test_eval_signal.py).
 
 Nothing here reimplements a metric or a request. What lmstack adds is the checks a user would otherwise meet
 after the model loads (an unknown task, a missing data file, a few-shot count larger than the task's pool), each
@@ -154,12 +154,12 @@ def _process_group_lm(module: Any, tokenizer: Any, batch_size: int, rank: int, w
     return lm
 
 
-class InLoopTasks:
+class TaskScorer:
     """The harness's tasks loaded once (every rank), scored on a module at each call: `HFLM` wraps the module as
     it is (no copy, no export), and the harness's `evaluate` runs its own requests and metrics on it, as
     `simple_evaluate` does for an export (0-shot unless the task says otherwise, the same few-shot seed). Under
     torch.distributed the documents are shared out over the ranks (each holds the whole weights at ZeRO 0-2) and
-    rank 0 gets the figures; a task with fewer documents than ranks is scored on rank 0 alone."""
+    rank 0 gets the figures; tasks with fewer than two documents per rank are scored on rank 0 alone."""
 
     def __init__(
         self,

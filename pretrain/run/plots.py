@@ -215,7 +215,7 @@ def _plot_tasks(rows: list[dict[str, Any]], out: Path, title: str) -> Path | Non
             ax.set_yscale("log")
         ax.set_xlabel("tokens seen")
         ax.set_ylabel(metric)
-        ax.set_title(f"{task}")
+        ax.set_title(task)
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(f"{title}: lm-evaluation-harness tasks")
