@@ -14,9 +14,10 @@ Parts (`--part wsd|decay|merge|ladder|mup|mixture`, one at a time; each writes b
   fast, and the lag of older checkpoints outweighs the noise averaged away. VERDICT: the merged model's held-out loss
   over the last checkpoint's, goal < 1 (lower).
 - ladder: `pretrain ladder` at widths 32, 64, 96, 128 (2 layers, head size 32, 5 tokens per non-embedding
-  parameter), predicting width 192 (2.25x the largest rung's parameters), which is then trained the same way.
+  parameter, each rung's batch and LR scaled from the config's width-128 model: the ladder's default), predicting
+  width 192 (2.24x the largest rung's parameters), which is then trained the same way.
   VERDICT: |predicted - measured| / measured held-out loss within 3%.
-- mup: a 6-point LR grid (5e-4 to 1.6e-2, 2x apart) at widths 64, 128 and 256, under SP and under μP (base width 64), 200 steps
+- mup: a 7-point LR grid (5e-4 to 3.2e-2, 2x apart) at widths 64, 128 and 256, under SP and under μP (base width 64), 200 steps
   each. VERDICT: the grid points μP's best LR moves across the widths (goal 0), passing only if SP's moves by at
   least one (both rows printed).
 - mixture: `pretrain mixture` (8 proxy runs of 300 steps over three BBC topics as sources: the demo's crawl sample
@@ -28,7 +29,7 @@ trained on), over the same blocks in every run of a part; for exports (merge), t
 exported folder loaded with transformers. Deterministic given the seed: no timed figure, one round.
 
 Run: `python bench/science.py --part wsd` (about 6 minutes on 2 quiet cores), `--part merge` (about 4),
-`--part ladder` (about 15), `--part mup` (36 runs, about 40), `--part mixture` (9 runs, about 25). The data stages
+`--part ladder` (about 15), `--part mup` (42 runs, about 60), `--part mixture` (9 runs, about 25). The data stages
 run once and are cached in .cache/bench/prepared/.
 """
 
@@ -211,6 +212,12 @@ def export_loss(cfg_path: Path, run: Path, export: Path, max_batches: int = 25) 
     return total / count
 
 
+# The stable phase runs at the peak LR a lab would pick: the best of the μP part's grid for this model (width 128)
+# under SP at 200 steps (bench/results/science-mup.txt), not the demo's 1e-3. At 1e-3 the last four checkpoints
+# averaged to 5.107 against the last one's 5.106: at a low LR the steps add little noise for an average to remove.
+MERGE_LR = 4e-3
+
+
 def part_merge(cfg: Path, work: Path) -> None:
     run = train(
         cfg,
@@ -220,6 +227,7 @@ def part_merge(cfg: Path, work: Path) -> None:
             f"schedule.total_steps={STEPS}",
             "schedule.warmup_steps=30",
             "schedule.decay=constant",
+            f"optim.lr={MERGE_LR}",
             "checkpoint.every_steps=20",
             "checkpoint.keep_last=5",
             f"eval.every_steps={STEPS}",
@@ -237,14 +245,22 @@ def part_merge(cfg: Path, work: Path) -> None:
 
 
 def part_ladder(cfg: Path, work: Path) -> None:
-    from pretrain.tools.ladder import make_rung, predict, run_ladder, rung_config_overrides, train_rung
+    from pretrain.tools.ladder import (
+        anchor_of,
+        make_rung,
+        predict,
+        run_ladder,
+        rung_config_overrides,
+        train_rung,
+    )
     from runconfig import load_config
 
     over = [f"run.output_dir={work / 'main'}"]
     report = run_ladder(cfg, over, "32,64,96,128", tokens_per_param=5.0, predict_spec="192")
     for r in report["rungs"]:
         say(
-            f"rung {r['name']}: {r['params']:,} non-embedding parameters, {r['steps']} steps, held-out loss {r['loss']:.4f}"
+            f"rung {r['name']}: {r['params']:,} non-embedding parameters, {r['steps']} steps of {r['global_batch']} "
+            f"sequences at peak LR {r['lr']:.3g}, held-out loss {r['loss']:.4f}"
         )
     fit = report["fit"]
     say(
@@ -252,7 +268,7 @@ def part_ladder(cfg: Path, work: Path) -> None:
         f"{fit['rms_relative_residual']:.3%}, leave-one-out {fit['leave_one_out_relative_error']:.3%}"
     )
     loaded = load_config(cfg, over)
-    target = make_rung(loaded, 192, None, 5.0)
+    target = make_rung(loaded, 192, None, 5.0, anchor_of(loaded))
     root = Path(loaded.run.root) / "ladder"
     overrides = [*over, *rung_config_overrides(loaded, target, root)]
     (root / target.name).mkdir(parents=True, exist_ok=True)
@@ -310,14 +326,14 @@ def part_mixture(cfg: Path, work: Path) -> None:
 
 
 MUP_WIDTHS = (64, 128, 256)
-# 2x apart; 1.6e-2 on top because a partial run found the best of 5e-4..8e-3 on its upper edge at widths 64
-# and 128, and a best on the grid's edge says nothing about where the optimum is.
-MUP_GRID = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
+# 2x apart, 7 points. Runs found the best of 5e-4..8e-3 on its upper edge at widths 64 and 128, then SP's at
+# width 64 on the edge of 5e-4..1.6e-2: a best on the grid's edge says nothing about where the optimum is.
+MUP_GRID = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)
 MUP_STEPS = 200
 
 
 def part_mup(cfg: Path, work: Path) -> None:
-    """The best LR of a 5-point grid at three widths, under SP and under μP (base width 64): μP's best is meant to
+    """The best LR of a 7-point grid at three widths, under SP and under μP (base width 64): μP's best is meant to
     stay on one grid point, SP's to move."""
     best: dict[str, list[float]] = {}
     for param in ("sp", "mup"):

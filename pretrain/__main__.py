@@ -251,6 +251,13 @@ def _ladder_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens-per-param", type=float, default=20.0, help="tokens per non-embedding parameter")
     p.add_argument("--predict", default=None, help="rungs to predict, not trained (same form as --rungs)")
     p.add_argument("--memory-gib", type=float, default=None, help="memory of one rank (default: RAM / ranks)")
+    p.add_argument(
+        "--hparams",
+        choices=("scaled", "fixed"),
+        default="scaled",
+        help="scaled: each rung's batch x (N/N_config)^(2/3) and LR x (N/N_config)^(-1/3) (Porian et al. 2024); "
+        "fixed: the config's batch and LR for every rung",
+    )
 
 
 def _ladder(args: argparse.Namespace) -> int:
@@ -259,7 +266,13 @@ def _ladder(args: argparse.Namespace) -> int:
     from pretrain.tools.ladder import format_table, run_ladder
 
     report = run_ladder(
-        Path(args.config), args.overrides, args.rungs, args.tokens_per_param, args.predict, args.memory_gib
+        Path(args.config),
+        args.overrides,
+        args.rungs,
+        args.tokens_per_param,
+        args.predict,
+        args.memory_gib,
+        args.hparams,
     )
     print(format_table(report))
     print(f"plot: {report['plot']}", file=sys.stderr)

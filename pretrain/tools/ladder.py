@@ -14,6 +14,15 @@ error is the RMS relative residual and, with four rungs or more, the leave-one-o
 fix three parameters: their residual is zero and says nothing). The table (`ladder.json`, `ladder.md`) and the
 PNG of the fit go to `<run>/ladder/`, with the prediction for `--predict` rungs not trained.
 
+Each rung's global batch and peak LR scale with its parameters from the config's own (the user's tuned point):
+batch x (N/Nc)^(2/3), LR x (N/Nc)^(-1/3), the exponents of Porian et al. 2024 ("Resolving discrepancies in
+compute-optimal scaling of language models") that OLMo-core's ladder uses (anchored there at a 108M model, whose
+fit extrapolated to a 25k-parameter rung would give it LR 0.08; we anchor at the config). `hparams="fixed"` gives
+every rung the config's batch and LR, as this ladder first did: the small rungs then get few steps at a larger
+rung's LR, are held back more than the big ones, and the fitted curve bends the wrong way (measured: E fitted at
+its bound 0 and the next rung predicted 8.7% high). A μP config (`model.parametrization: mup`) keeps its LR:
+μP's multipliers already carry it across widths.
+
 A rung is done when its `rung.json` is written (after its run finished); a killed ladder reruns only the rungs
 without one, and an unfinished rung resumes from its own latest complete checkpoint (the trainer's auto-resume).
 """
@@ -30,6 +39,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from core.errors import ConfigError, LmstackError
 from core.io import atomic_write
 from core.log import get_logger
@@ -45,6 +56,22 @@ class LadderError(LmstackError):
     """A rung that failed or cannot run: named, with its log."""
 
 
+HPARAMS = ("scaled", "fixed")
+BATCH_EXPONENT = 2 / 3  # global batch ~ N^(2/3) (Porian et al. 2024, as OLMo-core's ladder)
+LR_EXPONENT = -1 / 3  # peak AdamW LR ~ N^(-1/3) (the same)
+
+
+@dataclass
+class Anchor:
+    """The config's own model, where a scaled ladder's batch and LR are the config's."""
+
+    params: int  # non-embedding parameters
+    global_batch: int  # sequences
+    micro_batch: int
+    lr: float  # the peak LR at that batch (after lr_scaling)
+    scale_lr: bool  # False under μP, whose multipliers carry the LR across widths
+
+
 @dataclass
 class Rung:
     name: str  # w<width>-l<layers>
@@ -56,15 +83,52 @@ class Rung:
     total_params: int
     tokens: int
     steps: int
+    global_batch: int = 0  # sequences per step (0: the config's)
+    micro_batch: int = 0
+    lr: float = 0.0  # peak LR (0: the config's)
 
     @property
     def overrides(self) -> list[str]:
-        return [
+        out = [
             f"model.hidden_size={self.width}",
             f"model.num_layers={self.layers}",
             f"model.num_heads={self.heads}",
             f"model.ffn_size={self.ffn}",
         ]
+        if self.global_batch:
+            out += [
+                f"batch.global_batch_size={self.global_batch}",
+                "batch.global_batch_tokens=null",
+                f"batch.micro_batch_size={self.micro_batch}",
+            ]
+        if self.lr:
+            # the rung's LR is the scaled one already: a batch rule must not scale it again
+            out += [f"optim.lr={self.lr:.6g}", "lr_scaling.rule=none"]
+        return out
+
+
+def anchor_of(cfg: RunConfig) -> Anchor:
+    from pretrain.run.schedule import scaled_lr_and_warmup
+
+    bp = cfg.batch_plan(cfg.launch.procs_per_node * cfg.launch.nodes)
+    return Anchor(
+        params=non_embedding_params(cfg)[0],
+        global_batch=bp["global_batch_size"],
+        micro_batch=bp["micro_batch_size"],
+        lr=scaled_lr_and_warmup(cfg, bp["global_batch_size"])[0],
+        scale_lr=cfg.model.parametrization != "mup",
+    )
+
+
+def scaled_batch(anchor: Anchor, ratio: float, ranks: int) -> tuple[int, int]:
+    """(global, micro) sequences for a rung `ratio` times the anchor's parameters: batch x ratio^(2/3), per rank
+    split into the fewest micro-batches no bigger than the config's, so the rounding is at most half a sequence
+    per micro-batch (rounding to whole config micro-batches halved a width-96 rung's batch, and at this scale
+    the number of steps moves the loss more than the width)."""
+    per_rank = max(1.0, anchor.global_batch * ratio**BATCH_EXPONENT / ranks)
+    accum = math.ceil(per_rank / anchor.micro_batch)
+    micro = max(1, round(per_rank / accum))
+    return ranks * micro * accum, micro
 
 
 def non_embedding_params(cfg: RunConfig) -> tuple[int, int]:
@@ -93,17 +157,30 @@ def parse_rungs(spec: str, key: str = "--rungs") -> list[tuple[int, int | None]]
     return out
 
 
-def make_rung(cfg: RunConfig, width: int, layers: int | None, tokens_per_param: float) -> Rung:
-    """The config's model at `width` (heads keep the config's head size, the FFN its ratio to the width)."""
+def make_rung(
+    cfg: RunConfig, width: int, layers: int | None, tokens_per_param: float, anchor: Anchor | None = None
+) -> Rung:
+    """The config's model at `width` (heads keep the config's head size, the FFN its ratio to the width); with an
+    `anchor`, its batch and LR scaled from the anchor's (module docstring), else the config's."""
     head_dim = cfg.model.hidden_size // cfg.model.num_heads
     if width % head_dim:
         raise ConfigError(f"--rungs: width {width} is not a multiple of the config's head size {head_dim}")
     layers = layers or cfg.model.num_layers
     ffn = round(width * cfg.model.ffn_size / cfg.model.hidden_size)
     rung = Rung(f"w{width}-l{layers}", width, layers, width // head_dim, ffn, 0, 0, 0, 0)
-    rung.params, rung.total_params = non_embedding_params(sized_config(cfg, rung))
+    try:
+        sized = sized_config(cfg, rung)
+    except ValidationError as err:  # the config refuses this shape (e.g. narrower than μP's base width)
+        raise ConfigError(f"--rungs: rung {rung.name}: {err.errors()[0]['msg']}") from err
+    rung.params, rung.total_params = non_embedding_params(sized)
     rung.tokens = round(tokens_per_param * rung.params)
-    tokens_per_step = cfg.batch_plan(cfg.launch.procs_per_node * cfg.launch.nodes)["global_batch_size"]
+    ranks = cfg.launch.procs_per_node * cfg.launch.nodes
+    tokens_per_step = cfg.batch_plan(ranks)["global_batch_size"]
+    if anchor is not None:
+        ratio = rung.params / anchor.params
+        rung.global_batch, rung.micro_batch = scaled_batch(anchor, ratio, ranks)
+        rung.lr = anchor.lr * ratio**LR_EXPONENT if anchor.scale_lr else 0.0
+        tokens_per_step = rung.global_batch
     tokens_per_step *= cfg.packing.seq_len
     rung.steps = max(1, math.ceil(rung.tokens / tokens_per_step))
     return rung
@@ -287,6 +364,11 @@ def sized_config(cfg: RunConfig, rung: Rung) -> RunConfig:
     sized = cfg.model_copy(deep=True)
     sized.model.hidden_size, sized.model.num_layers = rung.width, rung.layers
     sized.model.num_heads, sized.model.ffn_size = rung.heads, rung.ffn
+    if rung.global_batch:
+        sized.batch.global_batch_size, sized.batch.global_batch_tokens = rung.global_batch, None
+        sized.batch.micro_batch_size = rung.micro_batch
+    if rung.lr:
+        sized.optim.lr, sized.lr_scaling.rule = rung.lr, "none"
     return sized
 
 
@@ -297,16 +379,20 @@ def run_ladder(
     tokens_per_param: float = 20.0,
     predict_spec: str | None = None,
     memory_gib: float | None = None,
+    hparams: str = "scaled",
 ) -> dict[str, Any]:
     """Trains every rung not yet done, fits the law, predicts the `predict_spec` rungs; returns the report."""
     cfg = load_config(config, overrides)
     if tokens_per_param <= 0:
         raise ConfigError(f"--tokens-per-param: {tokens_per_param} is not a positive multiple")
-    rungs = [make_rung(cfg, w, d, tokens_per_param) for w, d in parse_rungs(rungs_spec)]
+    if hparams not in HPARAMS:
+        raise ConfigError(f"--hparams: '{hparams}' is not one of {', '.join(HPARAMS)}")
+    anchor = anchor_of(cfg) if hparams == "scaled" else None
+    rungs = [make_rung(cfg, w, d, tokens_per_param, anchor) for w, d in parse_rungs(rungs_spec)]
     if len({r.name for r in rungs}) != len(rungs):
         raise ConfigError(f"--rungs: a rung is listed twice in {rungs_spec}")
     targets = (
-        [make_rung(cfg, w, d, tokens_per_param) for w, d in parse_rungs(predict_spec, "--predict")]
+        [make_rung(cfg, w, d, tokens_per_param, anchor) for w, d in parse_rungs(predict_spec, "--predict")]
         if predict_spec
         else []
     )
@@ -328,6 +414,7 @@ def run_ladder(
     fit = fit_power_law([r["params"] for r in records], [r["loss"] for r in records])
     report = {
         "tokens_per_param": tokens_per_param,
+        "hparams": hparams if anchor is None else asdict(anchor) | {"rule": "scaled"},
         "rungs": records,
         "fit": fit,
         "predictions": [asdict(t) | {"predicted_loss": predict(fit, t.params)} for t in targets],
@@ -341,16 +428,26 @@ def run_ladder(
 def format_table(report: dict[str, Any]) -> str:
     fit = report["fit"]
     lines = [
-        "| rung | non-embedding params | tokens | steps | held-out loss | fit |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| rung | non-embedding params | tokens | steps | batch | peak LR | held-out loss | fit |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def hp(r: dict[str, Any]) -> str:
+        return (
+            f"{r.get('global_batch') or 'config'} | {r['lr']:.3g} |"
+            if r.get("lr")
+            else (f"{r.get('global_batch') or 'config'} | config |")
+        )
+
     for r in report["rungs"]:
         lines.append(
-            f"| {r['name']} | {r['params']:,} | {r['tokens']:,} | {r['steps']} | {r['loss']:.4f} | {predict(fit, r['params']):.4f} |"
+            f"| {r['name']} | {r['params']:,} | {r['tokens']:,} | {r['steps']} | {hp(r)} {r['loss']:.4f} | "
+            f"{predict(fit, r['params']):.4f} |"
         )
     for p in report["predictions"]:
         lines.append(
-            f"| {p['name']} (predicted) | {p['params']:,} | {p['tokens']:,} | {p['steps']} | | {p['predicted_loss']:.4f} |"
+            f"| {p['name']} (predicted) | {p['params']:,} | {p['tokens']:,} | {p['steps']} | {hp(p)} | "
+            f"{p['predicted_loss']:.4f} |"
         )
     loo = fit["leave_one_out_relative_error"]
     lines += [

@@ -750,10 +750,26 @@ CELLS: tuple[Cell, ...] = (
     ),
     Cell(
         "ladder",
+        "changed setting on rerun",
+        "redone",
+        "a rung whose settings differ from its rung.json's (another --hparams, --tokens-per-param or config "
+        "override) is trained again, not kept",
+        "tests/pretrain/test_ladder.py::test_a_killed_ladder_reruns_only_unfinished_rungs",
+    ),
+    Cell(
+        "ladder",
         "hostile input",
         "refused",
         "a rung that would not fit a rank's memory is refused before any rung trains, naming it and the memory",
         "tests/pretrain/test_ladder.py::test_a_rung_that_would_not_fit_is_refused_before_any_trains",
+    ),
+    Cell(
+        "ladder",
+        "hostile input",
+        "refused",
+        "a rung the config refuses (e.g. narrower than model.mup_base_width) or an unknown --hparams rule is "
+        "refused naming the flag and the rung, not a validation traceback",
+        "tests/pretrain/test_ladder.py::test_rungs_scale_batch_and_lr_from_the_configs_own_model",
     ),
     Cell(
         "mixture",

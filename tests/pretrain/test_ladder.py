@@ -90,6 +90,16 @@ def test_a_killed_ladder_reruns_only_unfinished_rungs(tmp_path):
     assert (out / "ladder" / "ladder.png").stat().st_size > 0 and "predicted" in res.stdout
     # each rung read the run's shards: no data stage ran in a rung's folder
     assert not (out / "ladder" / "w64-l2" / "clean").exists()
+    # scaled by default: the rungs' batch and LR differ from the config's, and say so
+    assert report["hparams"]["rule"] == "scaled" and len({r["lr"] for r in report["rungs"]}) == 3
+    # a changed setting on the rerun (the config's batch and LR for every rung) trains every rung again
+    res = subprocess.run(
+        _ladder(config, "--hparams", "fixed"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert first.stat().st_mtime_ns != kept and "done before" not in res.stdout
+    report = json.loads((out / "ladder" / "ladder.json").read_text())
+    assert report["hparams"] == "fixed" and {r["lr"] for r in report["rungs"]} == {0.0}
 
 
 @pytest.mark.timeout(120)
@@ -100,3 +110,51 @@ def test_a_rung_that_would_not_fit_is_refused_before_any_trains(tmp_path):
     with pytest.raises(ConfigError, match=r"rung w256-l2 needs about .* GiB per rank"):
         run_ladder(config, [f"run.output_dir={tmp_path}/run"], "64,128,256", memory_gib=0.09)
     assert not (tmp_path / "run" / "ladder").exists()
+
+
+@pytest.mark.timeout(120)
+def test_rungs_scale_batch_and_lr_from_the_configs_own_model():
+    """The config's width keeps its batch and LR; a rung of ratio r parameters gets batch x r^(2/3) (whole
+    micro-batches per rank) and LR x r^(-1/3); `fixed` gives every rung the config's; μP keeps the LR."""
+    from pretrain.tools.ladder import anchor_of, make_rung
+    from runconfig import load_config
+
+    config = os.path.join(ROOT, "configs", "gpt2-tiny.yaml")
+    cfg = load_config(config, ["model.num_heads=4"])  # head size 32, batch 32 of micro 8 on 2 ranks, LR 1e-3
+    anchor = anchor_of(cfg)
+    own = make_rung(cfg, 128, None, 5.0, anchor)
+    assert (own.params, own.global_batch, own.micro_batch) == (anchor.params, 32, 8)
+    assert own.lr == pytest.approx(1e-3)
+    small = make_rung(cfg, 32, None, 5.0, anchor)
+    ratio = small.params / anchor.params
+    assert (
+        small.global_batch == 2 * round(32 * ratio ** (2 / 3) / 2)
+        and small.micro_batch == small.global_batch // 2
+    )
+    assert small.lr == pytest.approx(1e-3 * ratio ** (-1 / 3))
+    assert small.steps == -(-small.tokens // (small.global_batch * cfg.packing.seq_len))
+    mid = make_rung(cfg, 96, None, 5.0, anchor)  # 21.9 sequences wanted: 2 ranks x 2 micro-batches of 5
+    assert (mid.global_batch, mid.micro_batch) == (20, 5)
+    big = make_rung(cfg, 256, None, 5.0, anchor)
+    want = 32 * (big.params / anchor.params) ** (2 / 3)
+    assert abs(big.global_batch - want) <= big.global_batch / big.micro_batch and big.micro_batch <= 8
+    assert big.global_batch % (2 * big.micro_batch) == 0 and big.lr < 1e-3
+    assert (
+        "lr_scaling.rule=none" in big.overrides
+        and f"batch.global_batch_size={big.global_batch}" in big.overrides
+    )
+    fixed = make_rung(cfg, 32, None, 5.0)
+    assert (fixed.global_batch, fixed.lr) == (0, 0.0) and not any("optim.lr" in o for o in fixed.overrides)
+    # under lr_scaling the anchor is the scaled LR, and the rung's LR is not scaled again by its batch
+    scaled = load_config(
+        config, ["model.num_heads=4", "lr_scaling.rule=linear", "lr_scaling.reference_batch_size=16"]
+    )
+    assert anchor_of(scaled).lr == pytest.approx(2e-3)
+    mup = load_config(config, ["model.num_heads=4", "model.parametrization=mup", "model.mup_base_width=64"])
+    assert make_rung(mup, 64, None, 5.0, anchor_of(mup)).lr == 0.0
+    with pytest.raises(ConfigError, match=r"--rungs: rung w32-l2: .*mup_base_width \(64\) is above"):
+        make_rung(mup, 32, None, 5.0, anchor_of(mup))
+    with pytest.raises(ConfigError, match="--hparams: 'tuned' is not one of scaled, fixed"):
+        from pretrain.tools.ladder import run_ladder
+
+        run_ladder(config, [], "32,64,96", hparams="tuned")
