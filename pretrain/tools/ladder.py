@@ -33,6 +33,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -405,6 +406,12 @@ def run_ladder(
         folder = root / rung.name
         rung_overrides = [*overrides, *rung_config_overrides(cfg, rung, root)]
         rec = _done(folder, rung_overrides)
+        if rec is None and (folder / RUNG_FILE).is_file():
+            # finished under other settings: its checkpoints are another run's, so it starts over, not resumes
+            log.info(f"[ladder] {rung.name}: settings changed since it finished, trained again")
+            for child in folder.iterdir():
+                if child.name not in ("tokens", "tokenizer"):
+                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
         if rec is not None:
             log.info(f"[ladder] {rung.name}: done before (loss {rec['loss']:.4f}), kept")
         else:
