@@ -251,9 +251,11 @@ def _ladder_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens-per-param", type=float, default=20.0, help="tokens per non-embedding parameter")
     p.add_argument("--predict", default=None, help="rungs to predict, not trained (same form as --rungs)")
     p.add_argument("--memory-gib", type=float, default=None, help="memory of one rank (default: RAM / ranks)")
+    from pretrain.tools.ladder import HPARAMS
+
     p.add_argument(
         "--hparams",
-        choices=("scaled", "fixed"),
+        choices=HPARAMS,
         default="scaled",
         help="scaled: each rung's batch x (N/N_config)^(2/3) and LR x (N/N_config)^(-1/3) (Porian et al. 2024); "
         "fixed: the config's batch and LR for every rung",

@@ -111,7 +111,7 @@ class Rung:
 def anchor_of(cfg: RunConfig) -> Anchor:
     from pretrain.run.schedule import scaled_lr_and_warmup
 
-    bp = cfg.batch_plan(cfg.launch.procs_per_node * cfg.launch.nodes)
+    bp = cfg.batch_plan()
     return Anchor(
         params=non_embedding_params(cfg)[0],
         global_batch=bp["global_batch_size"],
@@ -175,11 +175,10 @@ def make_rung(
         raise ConfigError(f"--rungs: rung {rung.name}: {err.errors()[0]['msg']}") from err
     rung.params, rung.total_params = non_embedding_params(sized)
     rung.tokens = round(tokens_per_param * rung.params)
-    ranks = cfg.launch.procs_per_node * cfg.launch.nodes
-    tokens_per_step = cfg.batch_plan(ranks)["global_batch_size"]
+    tokens_per_step = cfg.batch_plan()["global_batch_size"]
     if anchor is not None:
         ratio = rung.params / anchor.params
-        rung.global_batch, rung.micro_batch = scaled_batch(anchor, ratio, ranks)
+        rung.global_batch, rung.micro_batch = scaled_batch(anchor, ratio, cfg.launch.world_size)
         rung.lr = anchor.lr * ratio**LR_EXPONENT if anchor.scale_lr else 0.0
         tokens_per_step = rung.global_batch
     tokens_per_step *= cfg.packing.seq_len
@@ -410,8 +409,12 @@ def run_ladder(
             # finished under other settings: its checkpoints are another run's, so it starts over, not resumes
             log.info(f"[ladder] {rung.name}: settings changed since it finished, trained again")
             for child in folder.iterdir():
-                if child.name not in ("tokens", "tokenizer"):
-                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+                if child.name in ("tokens", "tokenizer"):  # the links share_data made: kept
+                    continue
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
         if rec is not None:
             log.info(f"[ladder] {rung.name}: done before (loss {rec['loss']:.4f}), kept")
         else:
@@ -439,12 +442,9 @@ def format_table(report: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
-    def hp(r: dict[str, Any]) -> str:
-        return (
-            f"{r.get('global_batch') or 'config'} | {r['lr']:.3g} |"
-            if r.get("lr")
-            else (f"{r.get('global_batch') or 'config'} | config |")
-        )
+    def hp(r: dict[str, Any]) -> str:  # the batch and LR cells ("config": the config's own)
+        lr = f"{r['lr']:.3g}" if r.get("lr") else "config"
+        return f"{r.get('global_batch') or 'config'} | {lr} |"
 
     for r in report["rungs"]:
         lines.append(
