@@ -8,11 +8,11 @@ Parts (`--part wsd|decay|merge|ladder|mup|mixture`, one at a time; each writes b
 - decay: a 400-step WSD run, a `pretrain decay` branch of 100 steps from its step-200 checkpoint, and an
   independent 300-step WSD run whose cool-down starts at step 200. VERDICT: their held-out losses within 1e-4
   (the branch is exact, not an approximation).
-- merge: one constant-LR run (the stable phase) checkpointed every 20 steps; the export of its last checkpoint
-  against `pretrain export --merge-last 4` (the mean of the last four, steps 540-600). A window of 150 steps
-  (every 50) measured worse than the last checkpoint (5.159 against 5.106): at this size the loss still falls
-  fast, and the lag of older checkpoints outweighs the noise averaged away. VERDICT: the merged model's held-out loss
-  over the last checkpoint's, goal < 1 (lower).
+- merge: one constant-LR run (the stable phase, at MERGE_LR) checkpointed every 20 steps; the export of its last
+  checkpoint against `pretrain export --merge-last 4` (the mean of the last four, steps 540-600). At the demo's
+  1e-3 the mean was level with the last checkpoint, and a window of 150 steps (every 50) worse (5.159 against
+  5.106): the lag of older checkpoints outweighs the little noise a low LR leaves. VERDICT: the merged model's
+  held-out loss over the last checkpoint's, goal < 1 (lower).
 - ladder: `pretrain ladder` at widths 32, 64, 96, 128 (2 layers, head size 32, 5 tokens per non-embedding
   parameter, each rung's batch and LR scaled from the config's width-128 model: the ladder's default), predicting
   width 192 (2.24x the largest rung's parameters), which is then trained the same way.
