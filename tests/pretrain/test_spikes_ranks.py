@@ -185,10 +185,15 @@ def test_a_kill_during_a_rollback_resumes_exactly(roberta_run, tmp_path, monkeyp
     run_dir = Path(out.split("=", 1)[1])
     log_path = tmp_path / "killed.log"
     with open(log_path, "w") as log:
-        # the spike is held 60 s before the rollback starts: the kill lands there however loaded the machine is
+        # the spike is held 60 s before the rollback starts: the kill lands there however loaded the machine is.
+        # Step 4's save finishes in a low-priority background thread, which a loaded machine can leave unfinished
+        # when the spike is met two steps later; the rollback waits for it, and so does the kill.
         hold = steering.override(SpikeInjection={"rank": 1, "step": SPIKE_STEP, "factor": 1000, "hold_s": 60})
         p = start_training(roberta_run, [out, *COMMON, *steps, hold], log)
-        while p.poll() is None and f"loss spike at step {SPIKE_STEP} " not in log_path.read_text():
+        while p.poll() is None and not (
+            f"loss spike at step {SPIKE_STEP} " in log_path.read_text()
+            and "step00000004" in complete_tags(run_dir / "checkpoints")
+        ):
             time.sleep(0.005)
         sigkill([psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)])
         p.wait(timeout=30)
