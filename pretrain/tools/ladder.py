@@ -46,6 +46,7 @@ from core.errors import ConfigError, LmstackError
 from core.io import atomic_write
 from core.log import get_logger
 from runconfig import RunConfig, load_config
+from runconfig.load import apply_override, parse_overrides, to_dict
 
 log = get_logger(__name__)
 
@@ -360,16 +361,13 @@ def check_memory(cfg: RunConfig, rungs: list[Rung], memory_gib: float | None) ->
 
 
 def sized_config(cfg: RunConfig, rung: Rung) -> RunConfig:
-    """The config with the rung's model shape (a copy; the rest as given)."""
-    sized = cfg.model_copy(deep=True)
-    sized.model.hidden_size, sized.model.num_layers = rung.width, rung.layers
-    sized.model.num_heads, sized.model.ffn_size = rung.heads, rung.ffn
-    if rung.global_batch:
-        sized.batch.global_batch_size, sized.batch.global_batch_tokens = rung.global_batch, None
-        sized.batch.micro_batch_size = rung.micro_batch
-    if rung.lr:
-        sized.optim.lr, sized.lr_scaling.rule = rung.lr, "none"
-    return sized
+    """The config as the rung's run will have it: the rung's own overrides applied to a copy and the whole of it
+    validated (the rung is encoded once, in `Rung.overrides`). A shape the config refuses raises pydantic's
+    ValidationError, which `make_rung` names with the rung."""
+    data = to_dict(cfg)
+    for keys, value in parse_overrides(rung.overrides):
+        apply_override(data, keys, value)
+    return RunConfig.model_validate(data)
 
 
 def run_ladder(
