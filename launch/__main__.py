@@ -15,16 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
-import signal
 import subprocess
 import sys
-import time
 from typing import Any
 
-from core.exit_codes import PREEMPTED
-from core.process import dies_with_this_process
+from core.process import dies_with_this_process, supervise
 from launch import render, slurm
 from launch.render import Entry, LaunchError, NodeCommand
 from runconfig.cli import Command, config_from_args, dispatch, run_cli
@@ -62,93 +58,6 @@ def dry_run_text(cfg, entry: Entry, node_rank: int | None = None, all_nodes: boo
         lines.append(f"# {render.deepspeed_env_file(cfg)} (DS_ENV_FILE, exported to every remote rank):")
         lines += [f"#   {k}={v}" for k, v in sorted(render.base_env(cfg).items())]
     return "\n".join(lines)
-
-
-def _children(pid: int) -> list[int]:
-    """Direct children of a process (Linux /proc); empty where that is not available."""
-    out: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except OSError:
-        return []
-    return out
-
-
-_TAG = re.compile(r"^step\d{8}$")
-
-
-def _complete_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> dict[str, float]:
-    """{tag: mtime of its COMPLETE marker} of the complete checkpoints in a folder (empty if none / no folder)."""
-    out: dict[str, float] = {}
-    try:
-        tags = [e.name for e in os.scandir(checkpoint_dir) if _TAG.match(e.name)]
-    except OSError:
-        return out
-    for tag in tags:
-        try:
-            out[tag] = os.stat(os.path.join(checkpoint_dir, tag, "COMPLETE")).st_mtime
-        except OSError:
-            continue
-    return out
-
-
-def _supervise(
-    procs: list[subprocess.Popen], rank_depth: int = 1, checkpoint_dir: str | os.PathLike[str] | None = None
-) -> int:
-    """Wait for launched processes; forward preemption signals. 'Signalled and not clean' is 75 ("checkpointed,
-    requeue me") only when a checkpoint was written after the signal (checked in `checkpoint_dir` when given):
-    a Ctrl-C that ended the ranks before they saved is the ranks' own failure code, not a requeue."""
-    signalled: list[int] = []
-    before: dict[str, float] = {}  # complete checkpoints at the first signal
-
-    def forward(signum, _frame):
-        if not signalled and checkpoint_dir is not None:
-            before.update(_complete_checkpoints(checkpoint_dir))
-        signalled.append(signum)
-        for p in procs:
-            if p.poll() is None:
-                # Signal the ranks themselves (torchrun's children), not torchrun: torchrun would answer TERM by
-                # signalling each rank's whole process group, DataLoader workers included, and the ranks would
-                # die mid-step instead of checkpointing. The trainer treats TERM and USR1 alike.
-                ranks = [p.pid]
-                for _ in range(rank_depth):
-                    ranks = [c for r in ranks for c in _children(r)]
-                for pid in ranks or [p.pid]:
-                    try:
-                        os.kill(pid, signal.SIGTERM)
-                    except ProcessLookupError:
-                        pass
-
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-        signal.signal(s, forward)
-    rc = 0
-    while procs:
-        for p in list(procs):
-            code = p.poll()
-            if code is None:
-                continue
-            procs.remove(p)
-            if code != 0 and rc == 0:
-                rc = code
-                for other in procs:  # a node failed: do not leave the others waiting for it
-                    other.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
-    if signalled and rc != 0:
-        if checkpoint_dir is None:
-            return PREEMPTED
-        after = _complete_checkpoints(checkpoint_dir)
-        if any(before.get(tag) != mtime for tag, mtime in after.items()):
-            return PREEMPTED
-        print(
-            f"[launch] signal {signalled[0]}: the ranks stopped (exit {rc}) and no checkpoint was written at the "
-            f"signal in {checkpoint_dir}: not exiting {PREEMPTED} (requeue), the run resumes from its last "
-            "complete checkpoint",
-            file=sys.stderr,
-        )
-        return rc if rc != PREEMPTED else 1
-    return rc
 
 
 def cmd_run(args) -> int:
@@ -202,7 +111,7 @@ def cmd_run(args) -> int:
     # Over ssh / pdsh the remote ranks are out of reach: the local client gets the signal.
     remote = args.all_nodes or (cfg.launch.launcher == "deepspeed" and cfg.launch.nodes > 1)
     depth = 0 if remote else (2 if cfg.launch.launcher == "deepspeed" else 1)
-    return _supervise(procs, depth, ckpt_dir)
+    return supervise(procs, depth, ckpt_dir)
 
 
 def cmd_sbatch(args) -> int:

@@ -43,6 +43,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.errors import ConfigError, LmstackError
+from core.exit_codes import PREEMPTED, USAGE
 from core.io import atomic_write
 from core.log import get_logger
 from runconfig import RunConfig, load_config
@@ -55,7 +56,12 @@ _SPEC = re.compile(r"^(\d+)(?:x(\d+))?$")
 
 
 class LadderError(LmstackError):
-    """A rung that failed or cannot run: named, with its log."""
+    """A rung (or a mixture's proxy run) that failed, was stopped or cannot run: named, with its log. Its exit
+    code is the run's own (a stop at a signal: PREEMPTED), else USAGE."""
+
+    def __init__(self, message: str, exit_code: int = USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 HPARAMS = ("scaled", "fixed")
@@ -295,8 +301,15 @@ def final_eval_loss(run_dir: Path) -> float:
 
 def run_training(config: Path, overrides: list[str], folder: Path, nproc: int, what: str) -> None:
     """One proxy run of `pretrain train` (torchrun on this node), its output in folder/train.log; a run that
-    fails stops the caller, naming `what` and the log."""
+    fails stops the caller with the run's exit code, naming `what` and the log.
+
+    Stopped as `launch run` stops: a SIGINT (Ctrl-C), SIGTERM or SIGUSR1 to this process is passed to the ranks,
+    which checkpoint at the step end, and this waits for them, then stops with PREEMPTED (75): a rerun resumes
+    that run from its checkpoint. torchrun has a session of its own so that a terminal's Ctrl-C reaches it only
+    through here (torchrun itself would signal the ranks' process groups, DataLoader workers included); it gets
+    SIGTERM if this process is SIGKILLed, so no rank trains on alone."""
     from core.net import free_port
+    from core.process import dies_with_this_process, supervise
 
     log_file = folder / "train.log"
     cmd = [
@@ -315,9 +328,22 @@ def run_training(config: Path, overrides: list[str], folder: Path, nproc: int, w
         *overrides,
     ]
     with open(log_file, "ab") as out:
-        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy()).returncode
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=os.environ.copy(),
+            start_new_session=True,
+            preexec_fn=dies_with_this_process(),
+        )
+        rc = supervise([proc], 1, folder / "checkpoints", name=what)
+    if rc == PREEMPTED:
+        raise LadderError(
+            f"{what} stopped at a signal and checkpointed; rerun the same command to resume it (its log: {log_file})",
+            exit_code=PREEMPTED,
+        )
     if rc != 0:
-        raise LadderError(f"{what} failed (exit {rc}); its log: {log_file}")
+        raise LadderError(f"{what} failed (exit {rc}); its log: {log_file}", exit_code=rc if rc > 0 else 1)
 
 
 def train_rung(config: Path, overrides: list[str], rung: Rung, folder: Path, nproc: int) -> dict[str, Any]:

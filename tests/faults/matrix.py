@@ -750,6 +750,15 @@ CELLS: tuple[Cell, ...] = (
     ),
     Cell(
         "ladder",
+        "SIGINT / SIGTERM",
+        "redone",
+        "Ctrl-C, SIGTERM or SIGUSR1 on `pretrain ladder` is passed to the training rung's ranks, which checkpoint; "
+        "the ladder waits for them and exits 75 naming the rung, no rank left running, and a rerun resumes that "
+        "rung from its checkpoint (mixture's proxy runs are started the same way, by the same function)",
+        "tests/pretrain/test_ladder.py::test_ctrl_c_on_a_ladder_checkpoints_the_rung_exits_75_and_a_rerun_resumes_it",
+    ),
+    Cell(
+        "ladder",
         "changed setting on rerun",
         "redone",
         "a rung whose settings differ from its rung.json's (another --hparams, --tokens-per-param or config "

@@ -244,7 +244,7 @@ with_signal = pytest.mark.parametrize("write_checkpoint,expected", [(False, "not
 SUPERVISE = r"""
 import json, os, signal, subprocess, sys, threading
 from pathlib import Path
-from launch.__main__ import _supervise
+from core.process import supervise as _supervise
 ckpt, write = Path(sys.argv[1]), sys.argv[2] == "1"
 child = subprocess.Popen([sys.executable, "-c",
     "import signal, sys, time, pathlib\n"

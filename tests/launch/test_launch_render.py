@@ -307,7 +307,7 @@ def test_cli_reports_bad_hostfile(tmp_path, capsys):
 
 SUPERVISE = r"""
 import os, signal, subprocess, sys, threading, time
-from launch.__main__ import _supervise
+from core.process import supervise as _supervise
 child = subprocess.Popen([sys.executable, "-c",
     "import signal, sys, time\n"
     "signal.signal(signal.SIGTERM, lambda *a: sys.exit(75 if len(sys.argv) < 2 else 0))\n"

@@ -69,7 +69,7 @@ def test_run_sigterm_checkpoints_exits_75_and_resumes(prepared_run, tmp_path):
 
 def _tree(pid: int) -> list[int]:
     """Every descendant of `pid` (torchrun, its ranks in their own sessions, their loader workers)."""
-    from launch.__main__ import _children
+    from core.process import children as _children
 
     out, todo = [], [pid]
     while todo:

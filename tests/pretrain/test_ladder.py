@@ -102,6 +102,54 @@ def test_a_killed_ladder_reruns_only_unfinished_rungs(tmp_path):
     assert report["hparams"] == "fixed" and {r["lr"] for r in report["rungs"]} == {0.0}
 
 
+@pytest.mark.integration
+@pytest.mark.deepspeed
+@pytest.mark.timeout(900)
+def test_ctrl_c_on_a_ladder_checkpoints_the_rung_exits_75_and_a_rerun_resumes_it(tmp_path):
+    """Fault matrix: Ctrl-C (SIGINT to the ladder's process group, as a terminal sends it) while a rung trains.
+    The ladder passes it to the rung's ranks, which checkpoint at the step end; it waits for them and exits 75
+    naming the rung, with no rank left running. It used to be killed by its own KeyboardInterrupt 0.25 s later
+    (subprocess.run's SIGKILL of torchrun), leaving the ranks to finish alone; a SIGTERM left them training on."""
+    import psutil
+
+    from pretrain.checkpoint import complete_tags
+    from tests.pretrain.test_smoke_deepspeed import prepare_smoke_run
+
+    config, out = prepare_smoke_run(tmp_path)
+    env = {**os.environ, "PYTHONPATH": ROOT, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    rung = out / "ladder" / "w32-l2"
+    args = _ladder(config, "checkpoint.every_steps=1000")  # a checkpoint at the signal only
+    args[args.index("0.2")] = "1"  # a first rung of 67 steps: the signal lands in it
+    metrics = rung / "logs" / "metrics.jsonl"
+    with open(tmp_path / "first.log", "wb") as log:
+        proc = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.time() + 400
+        while (
+            proc.poll() is None
+            and time.time() < deadline
+            and not (metrics.is_file() and metrics.read_text().count('"split": "train"') >= 2)
+        ):
+            time.sleep(0.2)
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        job = psutil.Process(proc.pid).children(recursive=True)  # torchrun and its rank
+        assert len(job) >= 2
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=120)
+    text = (tmp_path / "first.log").read_text()
+    assert rc == 75, text[-3000:]
+    assert "rung w32-l2 stopped at a signal and checkpointed" in text
+    assert not [p for p in job if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # none trains on
+    tags = complete_tags(rung / "checkpoints")
+    assert tags and not (rung / "rung.json").exists()
+    res = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    resumed = [ln for ln in (rung / "train.log").read_text().splitlines() if "[train] resumed from" in ln]
+    assert len(resumed) == 1 and tags[-1] in resumed[0], resumed
+    assert json.loads((rung / "rung.json").read_text())["loss"] > 0
+
+
 @pytest.mark.timeout(120)
 def test_a_rung_that_would_not_fit_is_refused_before_any_trains(tmp_path):
     from pretrain.tools.ladder import run_ladder
