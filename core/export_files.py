@@ -14,8 +14,8 @@ import struct
 from pathlib import Path
 
 from core.errors import LmstackError
+from core.layout import COMPLETE  # the marker `pretrain export` writes last
 
-COMPLETE = "COMPLETE"  # pretrain.checkpoint.meta.COMPLETE: the marker `pretrain export` writes last
 TRAINING_STATE = "training_state.json"  # written by `pretrain export`: step, tokens, loss, the checkpoint
 WEIGHTS_INDEX = "model.safetensors.index.json"  # a sharded export: tensor name -> shard file
 _HEADER_LIMIT = 100 << 20  # safetensors' own bound on the JSON header

@@ -9,6 +9,7 @@ them from the root and the configured checkpoint folder; core/run_layout.py's `R
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ DEDUP = "dedup"  # dedup/<source>/shard-XXXXX.jsonl.zst, dedup_stats.json
 TOKENIZER = "tokenizer"  # an HF tokenizer folder (AutoTokenizer.from_pretrained)
 TOKENS = "tokens"  # tokens/<source>/shard-XXXXX.{bin,idx.npz}, tokens/manifest.json
 CHECKPOINTS = "checkpoints"  # checkpoints/stepNNNNNNNN/ (default of checkpoint.dir)
+CHECKPOINT_TAG = re.compile(r"^step(\d{8})$")  # a checkpoint folder's name; the group is its step
+COMPLETE = "COMPLETE"  # written last into a checkpoint or an export folder: it is whole
 LOGS = "logs"  # TensorBoard events + metrics.jsonl
 PLOTS = "plots"  # logs/plots/*.png
 HANG = "hang"  # logs/hang/: per-rank stack dumps and report.txt of a hang (pretrain/run/watchdog.py)

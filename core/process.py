@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from core.exit_codes import PREEMPTED
+from core.layout import CHECKPOINT_TAG, COMPLETE
 from core.log import get_logger
 
 log = get_logger(__name__)
@@ -60,19 +60,16 @@ def children(pid: int) -> list[int]:
     return out
 
 
-_TAG = re.compile(r"^step\d{8}$")
-
-
 def complete_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> dict[str, float]:
     """{tag: mtime of its COMPLETE marker} of the complete checkpoints in a folder (empty if none / no folder)."""
     out: dict[str, float] = {}
     try:
-        tags = [e.name for e in os.scandir(checkpoint_dir) if _TAG.match(e.name)]
+        tags = [e.name for e in os.scandir(checkpoint_dir) if CHECKPOINT_TAG.match(e.name)]
     except OSError:
         return out
     for tag in tags:
         try:
-            out[tag] = os.stat(os.path.join(checkpoint_dir, tag, "COMPLETE")).st_mtime
+            out[tag] = os.stat(os.path.join(checkpoint_dir, tag, COMPLETE)).st_mtime
         except OSError:
             continue
     return out

@@ -4,14 +4,13 @@ which checkpoints are complete (`pretrain plan`'s resume preview) needs no torch
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from core.exit_codes import CANNOT_CONTINUE, PREEMPTED
+from core.layout import CHECKPOINT_TAG as TAG_RE
+from core.layout import COMPLETE
 
-COMPLETE = "COMPLETE"
-TAG_RE = re.compile(r"^step(\d{8})$")
 PREEMPTED_EXIT_CODE = PREEMPTED  # "checkpointed on a signal, requeue me" (core/exit_codes.py)
 # Restarting cannot help (no usable checkpoint, diverged weights, a refused config change, a run folder held by
 # another run). Any code but PREEMPTED stops the Slurm script from requeueing; this one says why

@@ -308,6 +308,7 @@ def run_training(config: Path, overrides: list[str], folder: Path, nproc: int, w
     that run from its checkpoint. torchrun has a session of its own so that a terminal's Ctrl-C reaches it only
     through here (torchrun itself would signal the ranks' process groups, DataLoader workers included); it gets
     SIGTERM if this process is SIGKILLed, so no rank trains on alone."""
+    from core.layout import RunPaths
     from core.net import free_port
     from core.process import dies_with_this_process, supervise
 
@@ -336,7 +337,7 @@ def run_training(config: Path, overrides: list[str], folder: Path, nproc: int, w
             start_new_session=True,
             preexec_fn=dies_with_this_process(),
         )
-        rc = supervise([proc], 1, folder / "checkpoints", name=what)
+        rc = supervise([proc], 1, RunPaths(folder).checkpoints, name=what)
     if rc == PREEMPTED:
         raise LadderError(
             f"{what} stopped at a signal and checkpointed; rerun the same command to resume it (its log: {log_file})",
