@@ -68,7 +68,7 @@ def branch_overrides(cfg: RunConfig, from_step: int, steps: int) -> tuple[list[s
             f"{', '.join(stable) or 'none'})"
         )
     folder = branch_folder(cfg, from_step, steps)
-    own = folder / "checkpoints"
+    own = RunPaths(folder).checkpoints
     resume = "auto" if complete_tags(own) else str(ckpt_dir / tag)  # a killed branch goes on from its own
     total = from_step + steps
     record = {

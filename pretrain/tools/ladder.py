@@ -251,12 +251,27 @@ def predict(fit: dict[str, Any], n: int) -> float:
     return fit["E"] + fit["A"] * (n / fit["N0"]) ** -fit["alpha"]
 
 
+def own_run_overrides(folder: Path) -> list[str]:
+    """A proxy run's output and checkpoints in `folder`, resumed only from there. The config's `checkpoint.dir`
+    and a `checkpoint.resume` folder are the main run's: inherited, every rung (or mixture run) saved into that
+    one folder and resumed the one before it, and a rung retrained after a settings change kept the old
+    checkpoints (only its own folder is cleared)."""
+    from core.layout import RunPaths
+
+    return [
+        f"run.output_dir={folder}",
+        f"checkpoint.dir={RunPaths(folder).checkpoints}",
+        "checkpoint.resume=auto",
+    ]
+
+
 def rung_config_overrides(cfg: RunConfig, rung: Rung, root: Path) -> list[str]:
-    """The rung's run: its own folder, its steps, the full held-out evaluation at its end."""
+    """The rung's run: its own folder (its checkpoints there), its steps, the full held-out evaluation at its
+    end."""
     warmup = cfg.schedule.warmup_fraction if cfg.schedule.warmup_fraction is not None else 0.05
     return [
         *rung.overrides,
-        f"run.output_dir={root / rung.name}",
+        *own_run_overrides(root / rung.name),
         f"run.name={cfg.run.name}-{rung.name}",
         "schedule.budget_minutes=null",
         f"schedule.total_steps={rung.steps}",
@@ -307,11 +322,14 @@ def run_training(config: Path, overrides: list[str], folder: Path, nproc: int, w
     which checkpoint at the step end, and this waits for them, then stops with PREEMPTED (75): a rerun resumes
     that run from its checkpoint. torchrun has a session of its own so that a terminal's Ctrl-C reaches it only
     through here (torchrun itself would signal the ranks' process groups, DataLoader workers included); it gets
-    SIGTERM if this process is SIGKILLed, so no rank trains on alone."""
+    SIGTERM if this process is SIGKILLed, so no rank trains on alone. Whether the ranks checkpointed at the
+    signal is read in the checkpoint folder of the run's own resolved config (`checkpoint.dir` may lie outside
+    `folder`), the folder its ranks save into."""
     from core.layout import RunPaths
     from core.net import free_port
     from core.process import dies_with_this_process, supervise
 
+    checkpoints = RunPaths.from_config(load_config(config, overrides)).checkpoints
     log_file = folder / "train.log"
     cmd = [
         sys.executable,
@@ -337,7 +355,7 @@ def run_training(config: Path, overrides: list[str], folder: Path, nproc: int, w
             start_new_session=True,
             preexec_fn=dies_with_this_process(),
         )
-        rc = supervise([proc], 1, RunPaths(folder).checkpoints, name=what)
+        rc = supervise([proc], 1, checkpoints, name=what)
     if rc == PREEMPTED:
         raise LadderError(
             f"{what} stopped at a signal and checkpointed; rerun the same command to resume it (its log: {log_file})",

@@ -121,9 +121,13 @@ def propose(coef: np.ndarray, k: int, seed: int, cap: np.ndarray | None = None) 
 
 
 def mixture_overrides(cfg: RunConfig, weights: np.ndarray, folder: Path, steps: int | None) -> list[str]:
+    """The proxy run at `weights`: its own folder (its checkpoints there, so no run resumes another's mixture),
+    its steps, one evaluation at its end."""
+    from pretrain.tools.ladder import own_run_overrides
+
     over = [f"data.sources.{i}.weight={w:.6f}" for i, w in enumerate(weights)]
     over += ["loader.mixing=proportion"]  # the weights are shares of the data, as they were fitted
-    over += [f"run.output_dir={folder}", f"run.name={cfg.run.name}-{folder.name}", "finetune.tasks=[]"]
+    over += [*own_run_overrides(folder), f"run.name={cfg.run.name}-{folder.name}", "finetune.tasks=[]"]
     if steps is not None:
         over += ["schedule.budget_minutes=null", f"schedule.total_steps={steps}"]
     total = steps or cfg.schedule.steps

@@ -49,6 +49,23 @@ def test_the_branch_is_a_shorter_wsd_run_resumed_from_the_step(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_a_branch_of_a_run_with_its_own_checkpoint_dir_starts_there_and_saves_in_its_folder(tmp_path):
+    """The run's `checkpoint.dir` is where the branch starts from, not where it saves: like a ladder's rungs, the
+    branch keeps its checkpoints in its own folder, and resumes only from its step or from there."""
+    shared = tmp_path / "scratch" / "ckpts"
+    user = [f"run.output_dir={tmp_path}/run", f"checkpoint.dir={shared}", *WSD]
+    (shared / "step00000006").mkdir(parents=True)
+    (shared / "step00000006" / "COMPLETE").write_text("{}")
+    cfg = load_config(TINY, user)
+    overrides, record = branch_overrides(cfg, 6, 20)
+    branch = load_config(TINY, [*user, *overrides])
+    folder = tmp_path / "run" / "decay" / "step6+20"
+    assert record["from_checkpoint"] == str(shared / "step00000006")
+    assert Path(branch.checkpoint_dir) == folder / "checkpoints"
+    assert branch.checkpoint.resume == str(shared / "step00000006")
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "extra,step,steps,match",
     [

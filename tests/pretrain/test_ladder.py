@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -206,3 +207,55 @@ def test_rungs_scale_batch_and_lr_from_the_configs_own_model():
         from pretrain.tools.ladder import run_ladder
 
         run_ladder(config, [], "32,64,96", hparams="tuned")
+
+
+@pytest.mark.timeout(60)
+def test_each_rung_checkpoints_in_its_own_folder_whatever_the_configs_checkpoint_dir(tmp_path):
+    """A config's `checkpoint.dir` (and a `checkpoint.resume` folder) is the main run's: every rung used to inherit
+    it, so a later rung resumed an earlier rung's checkpoints. Each rung's resolved config checkpoints under its
+    own folder and resumes only from there."""
+    from pretrain.tools.ladder import Rung, rung_config_overrides
+    from runconfig import load_config
+
+    config = os.path.join(ROOT, "configs", "gpt2-tiny.yaml")
+    shared = tmp_path / "shared-checkpoints"
+    user = [
+        f"run.output_dir={tmp_path}/run",
+        f"checkpoint.dir={shared}",
+        f"checkpoint.resume={shared}/step00000050",
+    ]
+    cfg = load_config(config, user)
+    root = tmp_path / "run" / "ladder"
+    folders = {}
+    for width in (64, 128, 192):  # gpt2-tiny's head size is 64
+        rung = Rung(f"w{width}-l2", width, 2, width // 64, 4 * width, 0, 0, 0, 8)
+        rungs_cfg = load_config(config, [*user, *rung_config_overrides(cfg, rung, root)])
+        folders[rung.name] = Path(rungs_cfg.checkpoint_dir)
+        assert Path(rungs_cfg.run.root) == root / rung.name
+        assert folders[rung.name] == root / rung.name / "checkpoints"
+        assert rungs_cfg.checkpoint.resume == "auto"
+    assert len(set(folders.values())) == 3
+
+
+@pytest.mark.timeout(60)
+def test_a_proxy_run_is_supervised_on_its_own_checkpoint_folder(tmp_path, monkeypatch):
+    """run_training tells the supervisor (which decides a signalled run's exit 75 from a checkpoint written after
+    the signal) the checkpoint folder of the run's resolved config, not one guessed from its output folder."""
+    import core.process
+    from pretrain.tools import ladder
+
+    seen = {}
+
+    def supervise(procs, rank_depth=1, checkpoint_dir=None, name=""):
+        seen["checkpoint_dir"] = Path(checkpoint_dir)
+        return 0
+
+    monkeypatch.setattr(core.process, "supervise", supervise)
+    monkeypatch.setattr(ladder.subprocess, "Popen", lambda *a, **k: object())
+    config = os.path.join(ROOT, "configs", "gpt2-tiny.yaml")
+    folder = tmp_path / "run" / "ladder" / "w32-l2"
+    folder.mkdir(parents=True)
+    elsewhere = tmp_path / "scratch" / "w32-l2"
+    overrides = [f"run.output_dir={folder}", f"checkpoint.dir={elsewhere}"]
+    ladder.run_training(Path(config), overrides, folder, 1, "[ladder] rung w32-l2")
+    assert seen["checkpoint_dir"] == elsewhere

@@ -68,6 +68,33 @@ def test_one_source_or_too_few_runs_is_refused():
         run_mixture(ROOT / "configs" / "gpt2-tiny.yaml", [], runs=3)
 
 
+@pytest.mark.timeout(60)
+def test_each_proxy_run_checkpoints_in_its_own_folder_whatever_the_configs_checkpoint_dir(tmp_path):
+    """A config's `checkpoint.dir` (and a `checkpoint.resume` folder) is the main run's: every proxy run used to
+    inherit it, so run1 resumed run0's checkpoints (at another mixture). Each proxy run's resolved config
+    checkpoints under its own folder and resumes only from there."""
+    from pretrain.tools.mixture import mixture_overrides
+    from runconfig import load_config
+
+    config = ROOT / "configs" / "gpt2-tiny.yaml"
+    shared = tmp_path / "shared-checkpoints"
+    user = [
+        f"run.output_dir={tmp_path}/run",
+        f"checkpoint.dir={shared}",
+        f"checkpoint.resume={shared}/step00000050",
+    ]
+    cfg = load_config(config, user)
+    root = tmp_path / "run" / "mixture"
+    folders = set()
+    for k, weights in enumerate(sample_mixtures(2, 3, seed=0)):
+        folder = root / f"run{k}"
+        proxy = load_config(config, [*user, *mixture_overrides(cfg, weights, folder, 40)])
+        assert Path(proxy.run.root) == folder and Path(proxy.checkpoint_dir) == folder / "checkpoints"
+        assert proxy.checkpoint.resume == "auto"
+        folders.add(Path(proxy.checkpoint_dir))
+    assert len(folders) == 3
+
+
 TWO = """\
 inherit: [{root}/configs/gpt2-tiny.yaml]
 run: {{name: mix, output_dir: {out}}}
