@@ -242,6 +242,7 @@ THIRD_PARTY = (
     "deepspeed",
     "transformers",
     "torch",
+    "torchao",  # imported by transformers when installed: a warning per optional kernel library it cannot load
     "py.warnings",
     "warcio",
     "datasets",

@@ -157,6 +157,10 @@ class FamilySpec:
     # (run config) -> (total parameters, largest module's), from the config alone (pretrain/families/shapes.py):
     # `pretrain plan` prints it without importing torch. None: plan builds the model on the meta device.
     param_count: Callable[[Any], tuple[int, int]] | None = None
+    # FP8 training (`model.float8`, pretrain/run/float8.py): (model section) -> {module path inside one repeated
+    # block: (in_features, out_features)} of the block's nn.Linear layers that torchao converts. Config validation
+    # checks each width; the conversion checks that it found exactly these in every block. None: no FP8 path.
+    float8_linears: Callable[[Any], dict[str, tuple[int, int]]] | None = None
     # --- data: replaced-token detection (the `electra` objective) on this family: 'module:NAME' of its
     # `pretrain.objectives.rtd.RTDFamily` (how it builds a discriminator and a same-family generator sharing its
     # embeddings, and exports them). None: the family cannot carry RTD, and a config asking for it is refused.

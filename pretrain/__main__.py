@@ -34,6 +34,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    # the config first: its loading routes third-party notices to the run's log before the imports below make any
+    # (torchao's, which transformers imports where it is installed, come at import time)
+    cfg = _config(args)
     import torch.distributed as dist
 
     from core.errors import CannotContinueError
@@ -43,7 +46,6 @@ def _train(args: argparse.Namespace) -> int:
     from pretrain.run.watchdog import collective_failed
     from runconfig.init_from import check_run_tokenizer
 
-    cfg = _config(args)
     preflight(cfg, lambda c: check_train(c, accelerator_name()), check_run_tokenizer, check_tokens)
     try:
         result = train(cfg)

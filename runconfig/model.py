@@ -40,6 +40,14 @@ class ModelConfig(Section):
     # attention by 1/head_dim; a LR tuned at the base width then holds at every width (pretrain/run/mup.py).
     parametrization: Literal["sp", "mup"] = "sp"
     mup_base_width: int | None = Field(None, gt=0)  # the width the LR was tuned at (required with mup)
+    # FP8 training (torchao.float8, as torchtitan): the decoder blocks' linears run their three matmuls in float8
+    # with dynamic scales, one per tensor (tensorwise) or per row (rowwise); the LM head, embeddings and norms stay in
+    # deepspeed.precision, and the weights, checkpoints and export stay high precision. Needs a GPU of compute
+    # capability >= 8.9 (Hopper, Ada) and a family that declares its block linears (llama).
+    float8: Literal["none", "tensorwise", "rowwise"] = "none"
+    # torchao's emulation of the float8 matmuls (same casts, high-precision products): runs on CPU, for tests; no
+    # speed-up anywhere
+    float8_emulate: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -94,6 +102,27 @@ class ModelConfig(Section):
             raise ValueError(
                 "model.parametrization: mup trains from scratch; model.init_from's weights are SP"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _float8(self) -> "ModelConfig":
+        if self.float8 == "none":
+            if self.float8_emulate:
+                raise ValueError("model.float8_emulate applies to model.float8: tensorwise or rowwise")
+            return self
+        shapes = self.spec.float8_linears
+        if shapes is None:
+            raise ValueError(
+                f"model.float8: {self.float8} is not declared for family '{self.family}' (its spec has no "
+                "float8_linears: GPT-2's blocks are transformers Conv1D, not nn.Linear); families with FP8: "
+                + ", ".join(n for n in FAMILIES.names() if FAMILIES.get(n).float8_linears is not None)
+            )
+        for name, dims in shapes(self).items():
+            if any(d % 16 for d in dims):
+                raise ValueError(
+                    f"model.float8: the block linear '{name}' is {dims[0]}x{dims[1]}; FP8 matmuls need both widths "
+                    "to be multiples of 16 (model.hidden_size, model.ffn_size, heads x head width)"
+                )
         return self
 
     @property

@@ -304,6 +304,23 @@ class RunConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _float8_training(self) -> "RunConfig":
+        if self.model.float8 == "none":
+            return self
+        # fp16's loss scaling multiplies the gradients torchao casts to e5m2 (overflow), and ZeRO-3 gathers
+        # each weight inside the forward where torchao casts it: neither is what torchao's recipes test
+        if self.deepspeed.precision == "fp16":
+            raise ValueError(
+                f"model.float8: {self.model.float8} trains with deepspeed.precision bf16 (or fp32), not fp16"
+            )
+        if self.deepspeed.zero_stage == 3:
+            raise ValueError(
+                f"model.float8: {self.model.float8} needs deepspeed.zero_stage 0-2 (got 3: ZeRO-3 gathers "
+                "each weight inside the forward that casts it to float8)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _hang_before_comm_timeout(self) -> "RunConfig":
         hang, comm = self.watchdog.hang_timeout_s, self.deepspeed.comm_timeout_s
         if hang is not None and hang >= comm:

@@ -44,6 +44,15 @@ def validate(cfg: Any) -> None:
         raise ValueError(f"model.options.num_kv_heads ({kv}) must divide model.num_heads ({m.num_heads})")
 
 
+def float8_linears(m: ModelConfig) -> dict[str, tuple[int, int]]:
+    """Each decoder layer's linears as transformers' LlamaDecoderLayer names them, with their (in, out) widths."""
+    h, f = m.hidden_size, m.ffn_size
+    kv = (LlamaOptions.model_validate(m.options).num_kv_heads or m.num_heads) * (h // m.num_heads)
+    attn = {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h)}
+    mlp = {"gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h)}
+    return {f"self_attn.{k}": v for k, v in attn.items()} | {f"mlp.{k}": v for k, v in mlp.items()}
+
+
 def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     from transformers import LlamaConfig
 
@@ -71,4 +80,5 @@ SPEC = causal_decoder(
     model_class="LlamaForCausalLM",
     build_config=build_config,
     mup_readout=("model.norm", "lm_head"),
+    float8_linears=float8_linears,
 )

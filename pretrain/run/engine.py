@@ -30,6 +30,12 @@ def accelerator_name() -> str:
     return get_accelerator().device_name()
 
 
+def rank_device() -> torch.device:
+    """This rank's accelerator device (the one DeepSpeed's engine will take), known before the engine exists."""
+    name = accelerator_name()
+    return torch.device(name) if name == "cpu" else torch.device(name, int(os.environ.get("LOCAL_RANK", "0")))
+
+
 def init_distributed(cfg: RunConfig) -> tuple[int, int]:
     """Start the process group with our collective timeout, applied to every group DeepSpeed creates later.
 

@@ -26,9 +26,9 @@ from data_pipeline.objectives import build_collator
 from data_pipeline.token_shards import TokenShardError
 from pretrain.checkpoint.manager import CheckpointManager
 from pretrain.objectives import prepare_model, wrap_model
-from pretrain.run import lr_scaling
+from pretrain.run import float8, lr_scaling
 from pretrain.run.callback_runner import Callbacks
-from pretrain.run.engine import accelerator_name, build_engine, init_distributed
+from pretrain.run.engine import accelerator_name, build_engine, init_distributed, rank_device
 from pretrain.run.evaluation import evaluate
 from pretrain.run.metrics import (
     Throughput,
@@ -241,6 +241,7 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
     """Plan, resume point, tokenizer, model, loaders, engine and restored state: everything the loop needs, and
     the seconds a resume took to restore the loader (None for a fresh run)."""
     rank, world = dist.get_rank(), dist.get_world_size()
+    float8.check_device(cfg.model, rank_device())
     layout = RunLayout(cfg)
     plan = make_plan(cfg, world)
     callbacks = Callbacks.from_config(
@@ -255,6 +256,7 @@ def set_up(cfg: RunConfig) -> tuple[Run, Progress, float | None]:
         announce(cfg, plan, world, checkpoints.dir)
     # a resumed run loads its checkpoint: model.init_from's weights are read only by a fresh start
     model = build_module(cfg, tokenizer, weights=not checkpoints.resuming)
+    float8.convert(model, cfg.model)  # the trained module only: the probe's and the export's stay plain
     n_params = count_parameters(model)
     train_loader, eval_loader = build_loaders(cfg, rank, world, tokenizer)
     engine, scheduler, _ = build_engine(cfg, model, plan, load_universal=checkpoints.universal)
