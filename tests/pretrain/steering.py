@@ -5,6 +5,9 @@ product: the tests that need a slow rank, a frozen rank or a spike on one rank s
 - `Delay` (settings `delays: ["RANK:STEP:SECONDS", ...]`): that rank sleeps inside the forward of its first
   micro-batch of that step (STEP `*`: every step); SECONDS `stop` makes it stop itself there with SIGSTOP (a
   frozen process, never continued). The watchdog's own forward hook runs first, so the rank is seen "in the forward".
+- `DeviceWait` (settings `kinds`): after every training forward, the waits for the device a GPU step must not pay:
+  `synchronize` (the accelerator's) and `nonzero` (an op whose CUDA kernel blocks the host): what the sync counters
+  of tests/pretrain/test_host_syncs.py must name.
 - `SpikeInjection` (settings `rank`, `step`, `factor`): that rank's losses of that step are multiplied by `factor`
   before they enter the step's all-reduce (a spike only one rank sees), once: a rolled-back rerun of the step is clean.
 """
@@ -86,6 +89,25 @@ class Delay(Callback):
                 h.flush()
             os.kill(os.getpid(), signal.SIGSTOP)
         time.sleep(seconds if math.isfinite(seconds) else 0.0)
+
+
+class DeviceWaitSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kinds: list[str]
+
+
+class DeviceWait(Callback):
+    name = "test_device_wait"
+    Settings: ClassVar[type[BaseModel]] = DeviceWaitSettings
+
+    def on_forward(self, output: Any) -> None:
+        import torch
+        from deepspeed.accelerator import get_accelerator
+
+        if "synchronize" in self.settings.kinds:
+            get_accelerator().synchronize()
+        if "nonzero" in self.settings.kinds:
+            torch.nonzero(output.loss.detach().reshape(1))
 
 
 class InjectionSettings(BaseModel):
