@@ -1,5 +1,6 @@
 """bench/gpu.py runs unattended: its CPU smoke mode drives the GPU slot's whole path (data stages, our trainer with the
-GPU preset and regional compile, the plain PyTorch peer loop, the profile table) with tiny models on CPU."""
+GPU preset and regional compile, the plain PyTorch peer loop, the profile table, and for the Llama our trainer with
+model.float8 through torchao's emulation, its first-step time and held-out loss beside bf16's) with tiny models on CPU."""
 
 from __future__ import annotations
 
@@ -27,8 +28,12 @@ def test_gpu_bench_smoke_runs_on_cpu():
         timeout=880,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "SMOKE gpt2_medium_accum4: ran (ours, peer)" in res.stdout
+    assert "SMOKE llama_1b: ran (ours, peer, fp8)" in res.stdout
+    assert "[llama_1b] our FP8 trainer's profile, 2 steps:" in res.stdout
+    assert "[llama_1b] FP8 (tensorwise)" in res.stdout and "held-out loss after the same steps: FP8 " in res.stdout
+    assert "first step (compilation included) ours " in res.stdout
     for name in ("gpt2_medium_accum4", "llama_1b"):
-        assert f"SMOKE {name}: ran" in res.stdout
         assert f"[{name}] peer profile, 2 steps:" in res.stdout
         assert f"[{name}] our trainer's profile, 2 steps:" in res.stdout
     assert "host reads of tensors" in res.stdout  # our trainer's own profiler summary
