@@ -65,6 +65,24 @@ CELLS: tuple[Cell, ...] = (
         "train",
         "SIGKILL",
         "resumed exactly",
+        "an FP8 run (model.float8, torchao; emulated on 2 CPU ranks) killed after a checkpoint resumes bit-exact: "
+        "its weights and loss trace are the uninterrupted FP8 run's (float8 scales are recomputed each step: no "
+        "state to restore)",
+        "tests/pretrain/test_float8.py::test_fp8_trains_like_bf16_resumes_exactly_and_exports_as_a_bf16_run_does",
+    ),
+    Cell(
+        "train",
+        "hostile input",
+        "refused",
+        "model.float8 where it cannot hold (GPT-2's Conv1D blocks, fp16, ZeRO-3, a width not a multiple of 16) is "
+        "refused at load naming the key; on a GPU below compute capability 8.9, or CPU without emulation, before "
+        "anything is built",
+        "tests/pretrain/test_float8.py::test_bad_float8_configs_are_refused_at_load_naming_the_key",
+    ),
+    Cell(
+        "train",
+        "SIGKILL",
+        "resumed exactly",
         "every family resumes from the newest complete checkpoint, bit-exact: weights and loss trace of "
         "ModernBERT, ELECTRA, T5, GPT-2 and Llama after 3 kills (one mid-checkpoint); RoBERTa after 20 kills in "
         "tests/pretrain/test_chaos.py",
