@@ -5,8 +5,10 @@ cast) shows up as a difference, not as a silently worse downstream model."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +29,32 @@ def probe_inputs(tokenizer: Any, family: str) -> dict[str, torch.Tensor]:
     return get_family(family).probe_inputs(tokenizer, list(PROBE_TEXTS))
 
 
+@contextlib.contextmanager
+def high_precision(module: torch.nn.Module) -> Iterator[None]:
+    """Run FP8-converted linears (`model.float8`: torchao's Float8Linear, pretrain/run/float8.py) as plain
+    `nn.Linear` (the same weights, no float8 casts) and compiled blocks eagerly for the duration: the function the
+    exported high-precision model computes. A no-op for a module without them; torchao is not imported."""
+    swapped = [x for x in module.modules() if type(x).__name__ == "Float8Linear"]
+    if not swapped:
+        yield
+        return
+    for lin in swapped:
+        lin.forward = types.MethodType(torch.nn.Linear.forward, lin)
+    try:
+        with torch.compiler.set_stance("force_eager"):
+            yield
+    finally:
+        for lin in swapped:
+            del lin.forward
+
+
 @torch.no_grad()
 def probe_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], device: torch.device | str = "cpu"):
+    """The probe batch's logits in high precision (an FP8 run's blocks without their float8 casts)."""
     was_training = model.training
     model.eval()
-    out = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
+    with high_precision(model):
+        out = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
     if was_training:
         model.train()
     return out

@@ -12,7 +12,6 @@ import torch
 
 from pretrain.checkpoint.parity import PROBE_FILE, SnapshotProbe, probe_inputs, probe_logits
 from pretrain.checkpoint.writer import TorchFile
-from pretrain.run.float8 import high_precision
 
 
 def probe_file(path: Path, batch: dict[str, torch.Tensor], logits: torch.Tensor) -> TorchFile:
@@ -51,6 +50,5 @@ class ParityProbe:
             return lambda: probe_file(path, self.batch, snapshot.logits(weights, self.batch)).write()
         if self.rank != 0 and self.engine.zero_optimization_stage() < 3:
             return None
-        with high_precision(self.engine.module):  # the function the exported model computes (no float8 casts)
-            logits = probe_logits(self.engine, self.batch, self.engine.device)
+        logits = probe_logits(self.engine, self.batch, self.engine.device)
         return probe_file(path, self.batch, logits) if self.rank == 0 else None

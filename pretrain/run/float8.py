@@ -5,7 +5,8 @@ gradient to float8 with a dynamic scale (one per tensor, or one per row with `ro
 on the GPU's float8 units (`torch._scaled_mm`); everything else (embeddings, norms, attention, the LM head) stays in
 the run's precision. The weights stay ordinary parameters of that precision under the same names, so DeepSpeed's
 ZeRO 0-2, the checkpoints, an exact resume and the export are those of a bf16 run (the export is a plain HF folder:
-nothing float8 is saved). The export-parity probe runs the blocks in high precision (`high_precision`): the
+nothing float8 is saved). The export-parity probe runs the blocks in high precision
+(`pretrain.checkpoint.parity.high_precision`): the
 exported model computes that function, and the float8 casts would otherwise hide a conversion bug in their noise.
 
 The layers converted are exactly those the family declares (`FamilySpec.float8_linears`), in every repeated block
@@ -14,10 +15,7 @@ The layers converted are exactly those the family declares (`FamilySpec.float8_l
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import types
-from collections.abc import Iterator
 
 import torch
 
@@ -105,26 +103,3 @@ def convert(module: torch.nn.Module, m: ModelConfig) -> list[str]:
         f"{len(blocks)} blocks; embeddings and the head stay high precision"
     )
     return names
-
-
-def float8_linears(module: torch.nn.Module) -> list[torch.nn.Module]:
-    """The module's converted linears (none unless `convert` ran; torchao is not imported to find out)."""
-    return [x for x in module.modules() if type(x).__name__ == "Float8Linear"]
-
-
-@contextlib.contextmanager
-def high_precision(module: torch.nn.Module) -> Iterator[None]:
-    """Run the converted linears as plain `nn.Linear` (the same weights, no float8 casts) and the compiled blocks
-    eagerly for the duration: the parity probe's forward, which the exported high-precision model must repeat."""
-    swapped = float8_linears(module)
-    if not swapped:
-        yield
-        return
-    for lin in swapped:
-        lin.forward = types.MethodType(torch.nn.Linear.forward, lin)
-    try:
-        with torch.compiler.set_stance("force_eager"):
-            yield
-    finally:
-        for lin in swapped:
-            del lin.forward

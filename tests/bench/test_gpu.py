@@ -31,7 +31,10 @@ def test_gpu_bench_smoke_runs_on_cpu():
     assert "SMOKE gpt2_medium_accum4: ran (ours, peer)" in res.stdout
     assert "SMOKE llama_1b: ran (ours, peer, fp8)" in res.stdout
     assert "[llama_1b] our FP8 trainer's profile, 2 steps:" in res.stdout
-    assert "[llama_1b] FP8 (tensorwise)" in res.stdout and "held-out loss after the same steps: FP8 " in res.stdout
+    assert (
+        "[llama_1b] FP8 (tensorwise)" in res.stdout
+        and "held-out loss after the same steps: FP8 " in res.stdout
+    )
     assert "first step (compilation included) ours " in res.stdout
     for name in ("gpt2_medium_accum4", "llama_1b"):
         assert f"[{name}] peer profile, 2 steps:" in res.stdout

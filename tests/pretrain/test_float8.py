@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from pretrain.checkpoint import complete_tags
+from pretrain.checkpoint.parity import high_precision
 from pretrain.export.convert import consolidated_state_dict
 from pretrain.run import float8
 from pretrain.run.models import build_model
@@ -113,7 +114,7 @@ def test_conversion_covers_exactly_the_decoder_blocks_linears(recipe):
     ids = torch.randint(0, 1000, (2, 32))
     with torch.no_grad():
         ours, ref = model(input_ids=ids).logits, plain(input_ids=ids).logits
-        with float8.high_precision(model):
+        with high_precision(model):
             exact = model(input_ids=ids).logits
     # the float8 casts move the logits a little, high_precision runs the very function of the plain model
     rel = ((ours - ref).norm() / ref.norm()).item()
