@@ -43,7 +43,7 @@ class ModelConfig(Section):
     # FP8 training (torchao.float8, as torchtitan): the decoder blocks' linears run their three matmuls in float8
     # with dynamic scales, one per tensor (tensorwise) or per row (rowwise); the LM head, embeddings and norms stay in
     # deepspeed.precision, and the weights, checkpoints and export stay high precision. Needs a GPU of compute
-    # capability >= 8.9 (Hopper, Ada) and a family that declares its block linears (llama).
+    # capability >= 8.9 (Hopper, Ada) and a family that declares its block linears (gpt2, llama).
     float8: Literal["none", "tensorwise", "rowwise"] = "none"
     # torchao's emulation of the float8 matmuls (same casts, high-precision products): runs on CPU, for tests; no
     # speed-up anywhere
@@ -114,7 +114,7 @@ class ModelConfig(Section):
         if shapes is None:
             raise ValueError(
                 f"model.float8: {self.float8} is not declared for family '{self.family}' (its spec has no "
-                "float8_linears: GPT-2's blocks are transformers Conv1D, not nn.Linear); families with FP8: "
+                "float8_linears); families with FP8: "
                 + ", ".join(n for n in FAMILIES.names() if FAMILIES.get(n).float8_linears is not None)
             )
         for name, dims in shapes(self).items():

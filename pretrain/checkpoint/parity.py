@@ -31,15 +31,17 @@ def probe_inputs(tokenizer: Any, family: str) -> dict[str, torch.Tensor]:
 
 @contextlib.contextmanager
 def high_precision(module: torch.nn.Module) -> Iterator[None]:
-    """Run FP8-converted linears (`model.float8`: torchao's Float8Linear, pretrain/run/float8.py) as plain
-    `nn.Linear` (the same weights, no float8 casts) and compiled blocks eagerly for the duration: the function the
+    """Run FP8-converted linears (`model.float8`: torchao's Float8Linear and pretrain/run/float8.py's Float8Conv1D)
+    as their plain layers (the same weights, no float8 casts) and compiled blocks eagerly for the duration: the function the
     exported high-precision model computes. A no-op for a module without them; torchao is not imported."""
-    swapped = [x for x in module.modules() if type(x).__name__ == "Float8Linear"]
+    swapped = [
+        x for x in module.modules() if type(x).__name__ == "Float8Linear" or hasattr(x, "plain_forward")
+    ]
     if not swapped:
         yield
         return
     for lin in swapped:
-        lin.forward = types.MethodType(torch.nn.Linear.forward, lin)
+        lin.forward = getattr(lin, "plain_forward", None) or types.MethodType(torch.nn.Linear.forward, lin)
     try:
         with torch.compiler.set_stance("force_eager"):
             yield

@@ -34,10 +34,17 @@ def build_config(m: ModelConfig, tokenizer: Any, vocab_size: int):
     )
 
 
+def float8_linears(m: ModelConfig) -> dict[str, tuple[int, int]]:
+    """Each GPT2Block's projections (transformers' Conv1D, weights stored [in, out]) with their (in, out) widths."""
+    h, f = m.hidden_size, m.ffn_size
+    return {"attn.c_attn": (h, 3 * h), "attn.c_proj": (h, h), "mlp.c_fc": (h, f), "mlp.c_proj": (f, h)}
+
+
 SPEC = causal_decoder(
     name="gpt2",
     model_class="GPT2LMHeadModel",
     build_config=build_config,
     mup_readout=("transformer.ln_f", "lm_head"),
     param_count=shapes.gpt2,
+    float8_linears=float8_linears,
 )

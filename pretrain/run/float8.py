@@ -1,4 +1,5 @@
-"""FP8 training (`model.float8`): torchao.float8's `Float8Linear` in place of the decoder blocks' `nn.Linear` layers.
+"""FP8 training (`model.float8`): torchao.float8's `Float8Linear` in place of the decoder blocks' `nn.Linear` layers
+(Llama's), and `Float8Conv1D` below for transformers' `Conv1D` (GPT-2's), on torchao's float8 matmul.
 
 torchao is what torchtitan and OLMo-core train in FP8 with: each converted linear casts its input, weight and output
 gradient to float8 with a dynamic scale (one per tensor, or one per row with `rowwise`) and runs its three matmuls
@@ -58,9 +59,55 @@ def _import_torchao():
     return float8
 
 
+class Float8Conv1D(torch.nn.Module):
+    """transformers' `Conv1D` (GPT-2's projections) with torchao's float8 matmuls. Conv1D computes x @ weight + bias
+    with its weight stored [in, out], which is the transposed weight torchao's Float8Linear hands its matmul
+    (`self.weight.t()`), so the same autograd function takes the stored weight as it is. Written here because torchao
+    converts `nn.Linear` only, and converting GPT-2 to nn.Linear would transpose every weight in the checkpoints and
+    the export. Uses torchao's `matmul_with_hp_or_float8_args` (not public; torchao is pinned, pyproject.toml)."""
+
+    def __init__(self, conv: torch.nn.Module, config) -> None:
+        from torchao.float8.float8_linear import Float8Linear
+
+        super().__init__()
+        self.nf, self.nx = conv.nf, conv.nx
+        self.weight, self.bias = conv.weight, conv.bias  # the same parameters: DeepSpeed's, the checkpoint's
+        with torch.device("meta"):  # Float8Linear's own derivation of the matmul settings from the config
+            ref = Float8Linear(conv.nx, conv.nf, bias=False, config=config)
+        self.config, self.linear_mm_config = config, ref.linear_mm_config
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torchao.float8.float8_linear import matmul_with_hp_or_float8_args
+
+        out = matmul_with_hp_or_float8_args.apply(x, self.weight, self.linear_mm_config, self.config)
+        return out + self.bias.to(out.dtype)
+
+    def plain_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Conv1D's own forward (`pretrain.checkpoint.parity.high_precision` runs it for the parity probe)."""
+        size_out = x.size()[:-1] + (self.nf,)
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(size_out)
+
+    def extra_repr(self) -> str:
+        return f"nf={self.nf}, nx={self.nx}, recipe={self.config.cast_config_input.scaling_granularity.name}"
+
+
+def _is_conv1d(module: torch.nn.Module) -> bool:
+    return type(module).__name__ == "Conv1D" and hasattr(module, "nf") and hasattr(module, "nx")
+
+
+def _block_linears(block: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The block's nn.Linear and transformers Conv1D layers by their path inside it."""
+    return {n: x for n, x in block.named_modules() if isinstance(x, torch.nn.Linear) or _is_conv1d(x)}
+
+
+def _widths(layer: torch.nn.Module) -> tuple[int, int]:
+    return (layer.nx, layer.nf) if _is_conv1d(layer) else (layer.in_features, layer.out_features)
+
+
 def convert(module: torch.nn.Module, m: ModelConfig) -> list[str]:
-    """Swap the declared block linears for torchao's Float8Linear in place (before DeepSpeed and torch.compile
-    wrap the module); returns the converted modules' names. A no-op with `model.float8: none`."""
+    """Swap the declared block linears for torchao's Float8Linear (nn.Linear) or Float8Conv1D (transformers'
+    Conv1D) in place, before DeepSpeed and torch.compile wrap the module; returns the converted modules' names. A
+    no-op with `model.float8: none`."""
     if m.float8 == "none":
         return []
     spec = m.spec
@@ -72,16 +119,16 @@ def convert(module: torch.nn.Module, m: ModelConfig) -> list[str]:
         raise ValueError(f"model.float8: no repeated blocks found in the {type(module).__name__} module")
     targets: set[int] = set()
     for i, block in enumerate(blocks):
-        found = {n: x for n, x in block.named_modules() if isinstance(x, torch.nn.Linear)}
+        found = _block_linears(block)
         if set(found) != set(declared):
             raise ValueError(
                 f"model.float8: block {i} ({type(block).__name__}) holds the linears {sorted(found)}, the family "
                 f"declares {sorted(declared)}"
             )
         for name, lin in found.items():
-            if (lin.in_features, lin.out_features) != declared[name]:
+            if _widths(lin) != declared[name]:
                 raise ValueError(
-                    f"model.float8: block {i}'s {name} is {lin.in_features}x{lin.out_features}, declared "
+                    f"model.float8: block {i}'s {name} is {_widths(lin)[0]}x{_widths(lin)[1]}, declared "
                     f"{declared[name][0]}x{declared[name][1]}"
                 )
             targets.add(id(lin))
@@ -98,6 +145,10 @@ def convert(module: torch.nn.Module, m: ModelConfig) -> list[str]:
         return False
 
     float8.convert_to_float8_training(module, config=config, module_filter_fn=chosen)
+    for name, conv in [(n, x) for n, x in module.named_modules() if id(x) in targets and _is_conv1d(x)]:
+        owner, _, attr = name.rpartition(".")
+        setattr(module.get_submodule(owner), attr, Float8Conv1D(conv, config))
+        names.append(name)
     log.info(
         f"[train] FP8 ({m.float8}{', emulated' if m.float8_emulate else ''}): {len(names)} linears in "
         f"{len(blocks)} blocks; embeddings and the head stay high precision"

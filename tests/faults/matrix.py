@@ -65,7 +65,8 @@ CELLS: tuple[Cell, ...] = (
         "train",
         "SIGKILL",
         "resumed exactly",
-        "an FP8 run (model.float8, torchao; emulated on 2 CPU ranks) killed after a checkpoint resumes bit-exact: "
+        "an FP8 run (model.float8, torchao; Llama and GPT-2 emulated on 2 CPU ranks) killed after a checkpoint "
+        "resumes bit-exact: "
         "its weights and loss trace are the uninterrupted FP8 run's (float8 scales are recomputed each step: no "
         "state to restore)",
         "tests/pretrain/test_float8.py::test_fp8_trains_like_bf16_resumes_exactly_and_exports_as_a_bf16_run_does",
@@ -74,7 +75,8 @@ CELLS: tuple[Cell, ...] = (
         "train",
         "hostile input",
         "refused",
-        "model.float8 where it cannot hold (GPT-2's Conv1D blocks, fp16, ZeRO-3, a width not a multiple of 16) is "
+        "model.float8 where it cannot hold (a family without declared FP8 linears, fp16, ZeRO-3, a width not a "
+        "multiple of 16) is "
         "refused at load naming the key; on a GPU below compute capability 8.9, or CPU without emulation, before "
         "anything is built",
         "tests/pretrain/test_float8.py::test_bad_float8_configs_are_refused_at_load_naming_the_key",

@@ -1,6 +1,6 @@
 """FP8 training (`model.float8`, issue 69 item 2) on CPU through torchao's emulation (the same float8 casts and
 scales, with high-precision matmuls): the refusals at load and on the device, the layers converted, and through
-the real DeepSpeed engine on 2 ranks, a tiny Llama's loss against bf16, an exact resume after a SIGKILL, and an
+the real DeepSpeed engine on 2 ranks, a tiny Llama's and a tiny GPT-2's loss against bf16, an exact resume after a SIGKILL, and an
 export that is the plain Hugging Face folder a bf16 run exports, computing the engine's high-precision function."""
 
 from __future__ import annotations
@@ -35,9 +35,15 @@ LAYER_LINEARS = [f"self_attn.{n}_proj" for n in "qkvo"] + [f"mlp.{n}_proj" for n
     "config,overrides,message",
     [
         (
-            "configs/gpt2-tiny.yaml",
+            "configs/roberta-tiny.yaml",
             ["model.float8=rowwise"],
-            "model.float8: rowwise is not declared for family 'gpt2'",
+            "model.float8: rowwise is not declared for family 'roberta' (its spec has no float8_linears); families "
+            "with FP8: gpt2, llama",
+        ),
+        (
+            "configs/gpt2-tiny.yaml",
+            ["model.float8=rowwise", "model.ffn_size=200"],
+            "model.float8: the block linear 'mlp.c_fc' is 128x200",
         ),
         (
             TINY,
@@ -92,24 +98,42 @@ def test_float8_is_refused_on_a_device_without_float8_matmuls(monkeypatch):
     float8.check_device(emulated, torch.device("cpu"))
 
 
-@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
-def test_conversion_covers_exactly_the_decoder_blocks_linears(recipe):
-    cfg = load_config(TINY, [f"model.float8={recipe}", "model.float8_emulate=true", "model.num_layers=3"])
+GPT2_LINEARS = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
+
+
+@pytest.mark.parametrize(
+    "config,recipe,layers,head,module",
+    [
+        (TINY, "tensorwise", LAYER_LINEARS, "lm_head", "model.layers"),
+        (TINY, "rowwise", LAYER_LINEARS, "lm_head", "model.layers"),
+        ("configs/gpt2-tiny.yaml", "tensorwise", GPT2_LINEARS, "lm_head", "transformer.h"),
+        ("configs/gpt2-tiny.yaml", "rowwise", GPT2_LINEARS, "lm_head", "transformer.h"),
+    ],
+)
+def test_conversion_covers_exactly_the_decoder_blocks_linears(config, recipe, layers, head, module):
+    cfg = load_config(
+        config,
+        [f"model.float8={recipe}", "model.float8_emulate=true", "model.num_layers=3", "model.dropout=0"],
+    )
     torch.manual_seed(0)
     model = build_model(cfg.model, _VocabOnly(1000), cfg.packing.seq_len)
     plain = build_model(cfg.model, _VocabOnly(1000), cfg.packing.seq_len)
     plain.load_state_dict(model.state_dict())
+    model.train(False), plain.train(False)
     keys = list(model.state_dict())
     names = float8.convert(model, cfg.model)
-    want = [f"model.layers.{i}.{n}" for i in range(3) for n in LAYER_LINEARS]
+    want = [f"{module}.{i}.{n}" for i in range(3) for n in layers]
     assert sorted(names) == sorted(want)
-    converted = {n for n, x in model.named_modules() if type(x).__name__ == "Float8Linear"}
+    converted = {n for n, x in model.named_modules() if type(x).__name__ in ("Float8Linear", "Float8Conv1D")}
     assert converted == set(want)
     # the head and the embeddings stay high precision; the weights keep their names (checkpoints, export)
-    assert type(model.lm_head) is torch.nn.Linear and type(model.model.embed_tokens) is torch.nn.Embedding
+    assert type(model.get_submodule(head)) is torch.nn.Linear
+    assert type(model.get_input_embeddings()) is torch.nn.Embedding
     assert list(model.state_dict()) == keys
-    recipe_scaling = {"tensorwise": "dyn_ten", "rowwise": "dyn_axs"}[recipe]
-    assert recipe_scaling in repr(model.model.layers[0].mlp.down_proj)
+    assert all(
+        model.state_dict()[k] is not None and model.state_dict()[k].shape == plain.state_dict()[k].shape
+        for k in keys
+    )
 
     ids = torch.randint(0, 1000, (2, 32))
     with torch.no_grad():
@@ -122,6 +146,12 @@ def test_conversion_covers_exactly_the_decoder_blocks_linears(recipe):
     assert torch.equal(exact, ref)
     with torch.no_grad():  # and the module is float8 again after it
         assert torch.equal(model(input_ids=ids).logits, ours)
+    # gradients reach every weight through the float8 matmuls
+    model.train(True)
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert all(
+        p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad
+    )
 
 
 def test_a_family_whose_blocks_differ_from_its_declaration_stops_the_run(monkeypatch):
@@ -141,15 +171,17 @@ RUN = [
     "deepspeed.precision=bf16",
     "deepspeed.zero_stage=2",
     "model.hidden_size=64",
-    "model.ffn_size=176",
     "model.num_heads=4",
-    "model.options.num_kv_heads=2",
     "optim.lr=3.0e-3",
     "checkpoint.every_steps=4",
     "eval.every_steps=4",
     "logging.every_steps=1",
 ]
 FP8 = ["model.float8=rowwise", "model.float8_emulate=true"]
+FAMILY_RUN = {  # family: (its shape overrides, linears converted in 2 blocks, the export's class)
+    "llama": (["model.ffn_size=176", "model.options.num_kv_heads=2"], 14, "LlamaForCausalLM"),
+    "gpt2": (["model.ffn_size=256", "model.dropout=0", "model.attention_dropout=0"], 8, "GPT2LMHeadModel"),
+}
 
 
 def _rows(out: Path) -> list[dict]:
@@ -163,15 +195,21 @@ def _losses(out: Path, split: str = "train") -> dict[int, float]:
 @pytest.mark.integration
 @pytest.mark.deepspeed
 @pytest.mark.timeout(900)
-def test_fp8_trains_like_bf16_resumes_exactly_and_exports_as_a_bf16_run_does(llama_run, tmp_path):
+@pytest.mark.parametrize("family", list(FAMILY_RUN))
+def test_fp8_trains_like_bf16_resumes_exactly_and_exports_as_a_bf16_run_does(family, request, tmp_path):
+    run_config = request.getfixturevalue(
+        f"{family}_run"
+    )  # the family's prepared data stages (session fixtures)
+    shape, n_linears, architecture = FAMILY_RUN[family]
+    overrides = [*RUN, *shape]
     runs = {}
     for name, extra in (("bf16", []), ("fp8", FP8)):
         (tmp_path / name).mkdir()
-        out = isolated(llama_run, tmp_path / name)
-        res = torchrun(llama_run, [out, *RUN, *extra], timeout=400)
+        out = isolated(run_config, tmp_path / name)
+        res = torchrun(run_config, [out, *overrides, *extra], timeout=400)
         runs[name] = Path(out.split("=", 1)[1])
         if name == "fp8":
-            assert "FP8 (rowwise, emulated): 14 linears in 2 blocks" in res.stdout + res.stderr
+            assert f"FP8 (rowwise, emulated): {n_linears} linears in 2 blocks" in res.stdout + res.stderr
             assert (
                 "Failed to load" not in res.stdout + res.stderr
             )  # torchao's import noise stays off the console
@@ -187,10 +225,10 @@ def test_fp8_trains_like_bf16_resumes_exactly_and_exports_as_a_bf16_run_does(lla
 
     # a SIGKILL after the step-4 checkpoint, then a rerun: bit for bit the uninterrupted FP8 run
     (tmp_path / "killed").mkdir()
-    out = isolated(llama_run, tmp_path / "killed")
+    out = isolated(run_config, tmp_path / "killed")
     killed = Path(out.split("=", 1)[1])
     with open(tmp_path / "killed.log", "w") as log:
-        p = start_training(llama_run, [out, *RUN, *FP8], log)
+        p = start_training(run_config, [out, *overrides, *FP8], log)
         deadline = time.time() + 400
         while "step00000004" not in complete_tags(killed / "checkpoints") and p.poll() is None:
             assert time.time() < deadline
@@ -198,7 +236,7 @@ def test_fp8_trains_like_bf16_resumes_exactly_and_exports_as_a_bf16_run_does(lla
         assert p.poll() is None, "the run ended before the kill"
         sigkill([psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)])
         p.wait(timeout=30)
-        p = start_training(llama_run, [out, *RUN, *FP8], log)
+        p = start_training(run_config, [out, *overrides, *FP8], log)
         assert p.wait(timeout=400) == 0, (tmp_path / "killed.log").read_text()[-4000:]
     assert "resumed from" in (tmp_path / "killed.log").read_text()
     tag = f"step{STEPS:08d}"
@@ -209,7 +247,7 @@ def test_fp8_trains_like_bf16_resumes_exactly_and_exports_as_a_bf16_run_does(lla
     assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
     assert _losses(killed) == fp8
 
-    # the exports: plain LlamaForCausalLM folders, the FP8 run's as the bf16 run's; each
+    # the exports: plain Hugging Face folders of the family's class, the FP8 run's as the bf16 run's; each
     # computes its engine's high-precision function on the parity batch (the probe; bf16 runs keep no fp32 bound)
     parity = {}
     for name, extra in (("bf16", []), ("fp8", FP8)):
@@ -219,14 +257,14 @@ def test_fp8_trains_like_bf16_resumes_exactly_and_exports_as_a_bf16_run_does(lla
                 "pretrain",
                 "export",
                 "--config",
-                str(llama_run),
+                str(run_config),
                 f"run.output_dir={runs[name]}",
-                *RUN,
+                *overrides,
                 *extra,
             ]
         )
         export = runs[name] / "export"
-        assert json.loads((export / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+        assert json.loads((export / "config.json").read_text())["architectures"] == [architecture]
         assert "float8" not in (export / "config.json").read_text().lower()
         check = subprocess.run(
             [sys.executable, "-c", LOAD_EXPORT, str(export), str(runs[name] / "checkpoints" / tag)],
@@ -240,7 +278,8 @@ def test_fp8_trains_like_bf16_resumes_exactly_and_exports_as_a_bf16_run_does(lla
         parity[name] = json.loads(check.stdout.splitlines()[-1])
         state = json.loads((export / "training_state.json").read_text())
         assert state["parity_max_abs_diff"] == pytest.approx(parity[name]["parity_max_abs"], abs=1e-4)
-    assert parity["fp8"]["linear_types"] == ["Linear"]
+    assert parity["fp8"]["linear_types"] == parity["bf16"]["linear_types"]  # Linear (Llama), Conv1D (GPT-2)
+    assert parity["fp8"]["linear_types"] and not any("Float8" in t for t in parity["fp8"]["linear_types"])
     # the same weights' dtypes as the bf16 run's export, in the model and in the file: nothing float8 is saved
     assert parity["fp8"]["dtypes"] == parity["bf16"]["dtypes"]
     assert parity["fp8"]["file_dtypes"] == parity["bf16"]["file_dtypes"]
@@ -265,7 +304,7 @@ with torch.no_grad():
 print(json.dumps({
     "dtypes": sorted({str(p.dtype) for p in model.parameters()}),
     "file_dtypes": sorted({str(t.dtype) for t in load_file(Path(path) / "model.safetensors").values()}),
-    "linear_types": sorted({type(m).__name__ for n, m in model.named_modules() if n.endswith("_proj")}),
+    "linear_types": sorted({type(m).__name__ for n, m in model.named_modules() if n.endswith(("_proj", ".c_attn", ".c_fc"))}),
     "parity_max_abs": float((logits - probe["logits"]).abs().max()),
 }))
 """
