@@ -41,12 +41,19 @@ def _train(args: argparse.Namespace) -> int:
 
     from core.errors import CannotContinueError
     from core.preflight import check_tokens, check_train
-    from pretrain.run.engine import accelerator_name
+    from pretrain.run import float8
+    from pretrain.run.engine import accelerator_name, rank_device
     from pretrain.run.train import train
     from pretrain.run.watchdog import collective_failed
     from runconfig.init_from import check_run_tokenizer
 
-    preflight(cfg, lambda c: check_train(c, accelerator_name()), check_run_tokenizer, check_tokens)
+    preflight(
+        cfg,
+        lambda c: check_train(c, accelerator_name()),
+        lambda c: float8.check_device(c.model, rank_device()),
+        check_run_tokenizer,
+        check_tokens,
+    )
     try:
         result = train(cfg)
     except CannotContinueError as e:  # a restart would fail the same way: a code Slurm does not requeue on

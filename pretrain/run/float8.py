@@ -20,6 +20,7 @@ import dataclasses
 
 import torch
 
+from core.errors import ConfigError
 from core.log import get_logger
 from pretrain.run.models import repeated_blocks
 from runconfig.model import ModelConfig
@@ -30,18 +31,19 @@ MIN_CAPABILITY = (8, 9)  # float8 tensor cores: Ada (8.9) and Hopper (9.0) onwar
 
 
 def check_device(m: ModelConfig, device: torch.device) -> None:
-    """Refuse FP8 on a device without float8 matmuls before anything is built, naming the key (emulation runs
-    anywhere). `device`: this rank's accelerator device."""
+    """Refuse FP8 on a device without float8 matmuls, naming the key (emulation runs anywhere): `pretrain train`'s
+    preflight, before anything is built, and the run's set-up for callers of `train` itself. `device`: this rank's
+    accelerator device."""
     if m.float8 == "none" or m.float8_emulate:
         return
     if device.type != "cuda":
-        raise ValueError(
+        raise ConfigError(
             f"model.float8: {m.float8} needs a CUDA GPU of compute capability >= 8.9 (this rank trains on "
             f"{device.type}); model.float8_emulate: true runs torchao's emulation instead (tests, no speed-up)"
         )
     cap = torch.cuda.get_device_capability(device)
     if cap < MIN_CAPABILITY:
-        raise ValueError(
+        raise ConfigError(
             f"model.float8: {m.float8} needs compute capability >= 8.9 (Ada, Hopper); "
             f"{torch.cuda.get_device_name(device)} is {cap[0]}.{cap[1]}: use model.float8: none"
         )

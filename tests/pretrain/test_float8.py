@@ -308,3 +308,30 @@ print(json.dumps({
     "parity_max_abs": float((logits - probe["logits"]).abs().max()),
 }))
 """
+
+
+def test_pretrain_train_refuses_fp8_on_cpu_in_one_line_before_anything_is_built(tmp_path):
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pretrain",
+            "train",
+            "--config",
+            TINY,
+            f"run.output_dir={tmp_path}",
+            "model.float8=rowwise",
+        ],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == (
+        "error: model.float8: rowwise needs a CUDA GPU of compute capability >= 8.9 (this rank trains on cpu); "
+        "model.float8_emulate: true runs torchao's emulation instead (tests, no speed-up)"
+    )
+    assert "Traceback" not in res.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["logs"]  # nothing built: no checkpoints, no metrics
