@@ -25,6 +25,8 @@ its bound 0 and the next rung predicted 8.7% high). A μP config (`model.paramet
 
 A rung is done when its `rung.json` is written (after its run finished); a killed ladder reruns only the rungs
 without one, and an unfinished rung resumes from its own latest complete checkpoint (the trainer's auto-resume).
+A rung whose settings changed since (another --hparams, --tokens-per-param or override), finished or not, starts
+over in a cleared folder (`claim_folder`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ from runconfig.load import apply_override, parse_overrides, to_dict
 log = get_logger(__name__)
 
 RUNG_FILE = "rung.json"
+# the overrides a proxy run's folder trains under, written before each run (`claim_folder`)
+STARTED_FILE = "started.json"
+# the links to the run's data stages in a proxy run's folder (`share_data`), kept when it is cleared
+SHARED_DATA = ("tokens", "tokenizer")
 _SPEC = re.compile(r"^(\d+)(?:x(\d+))?$")
 
 
@@ -294,7 +300,7 @@ def share_data(cfg: RunConfig, folder: Path) -> None:
             f"`python -m data_pipeline all --config <config>` once; every rung reads them"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    for name, target in (("tokens", layout.tokens), ("tokenizer", layout.tokenizer)):
+    for name, target in zip(SHARED_DATA, (layout.tokens, layout.tokenizer), strict=True):
         link = folder / name
         if not link.exists():
             link.symlink_to(target.resolve(), target_is_directory=True)
@@ -376,12 +382,54 @@ def train_rung(config: Path, overrides: list[str], rung: Rung, folder: Path, npr
     return record
 
 
-def _done(folder: Path, overrides: list[str]) -> dict[str, Any] | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        rec = json.loads((folder / RUNG_FILE).read_text())
+        rec = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return rec if rec.get("overrides") == overrides else None
+    return rec if isinstance(rec, dict) else None
+
+
+def _clear_outputs(folder: Path) -> None:
+    """Everything a run left in `folder` (checkpoints, logs, records) but the links to the run's data stages that
+    `share_data` made: those are the same whatever the settings, and the data stages run once."""
+    for child in folder.iterdir():
+        if child.name in SHARED_DATA:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def claim_folder(folder: Path, overrides: list[str], record: str, what: str) -> dict[str, Any] | None:
+    """A proxy run's (a rung's, a mixture run's) finished record in `folder`, when it was made under `overrides`:
+    the run is done and kept. Else None, with the folder ready to train in under `overrides`.
+
+    The trainer resumes (`checkpoint.resume=auto`) whatever checkpoint it finds in the folder, so none may be
+    left there from other settings (another mixture, another rung's batch and LR): it would continue another
+    run, or be refused by it. Which settings the folder's outputs were made under is read from the finished
+    record, else from STARTED_FILE, written here before every run, so that a run killed under other settings
+    starts over too; a run killed under these settings resumes its own checkpoint. Outputs with neither file
+    (left by a version that wrote no STARTED_FILE) are of unknown settings: started over."""
+    rec = _read_json(folder / record)
+    if rec is not None and rec.get("overrides") == overrides:
+        return rec
+    started = _read_json(folder / STARTED_FILE)
+    why = None
+    if rec is not None:
+        why = "settings changed since it finished, trained again"
+    elif started is not None:
+        if started.get("overrides") != overrides:
+            why = "stopped before it finished, under other settings: started over, not resumed"
+    elif folder.is_dir() and any(c.name not in SHARED_DATA for c in folder.iterdir()):
+        why = f"outputs of unknown settings in {folder} (no {STARTED_FILE}): started over"
+    if why is not None:
+        log.info(f"{what}: {why}")
+        _clear_outputs(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(folder / STARTED_FILE, json.dumps({"overrides": overrides}, indent=1) + "\n")
+    return None
 
 
 def check_memory(cfg: RunConfig, rungs: list[Rung], memory_gib: float | None) -> None:
@@ -447,17 +495,7 @@ def run_ladder(
     for rung in rungs:
         folder = root / rung.name
         rung_overrides = [*overrides, *rung_config_overrides(cfg, rung, root)]
-        rec = _done(folder, rung_overrides)
-        if rec is None and (folder / RUNG_FILE).is_file():
-            # finished under other settings: its checkpoints are another run's, so it starts over, not resumes
-            log.info(f"[ladder] {rung.name}: settings changed since it finished, trained again")
-            for child in folder.iterdir():
-                if child.name in ("tokens", "tokenizer"):  # the links share_data made: kept
-                    continue
-                if child.is_dir() and not child.is_symlink():
-                    shutil.rmtree(child)
-                else:
-                    child.unlink()
+        rec = claim_folder(folder, rung_overrides, RUNG_FILE, f"[ladder] {rung.name}")
         if rec is not None:
             log.info(f"[ladder] {rung.name}: done before (loss {rec['loss']:.4f}), kept")
         else:

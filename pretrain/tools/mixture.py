@@ -17,7 +17,9 @@ Muennighoff et al. 2023 found up to about 4 passes over the same data nearly as 
 a few documents is capped at the share those passes fill, or a search would find that memorising it lowers its own
 held-out loss. A share cap the sources cannot fill together is refused.
 
-A finished run is kept (`run.json`); a killed search reruns only the others. A search over one source is refused.
+A finished run is kept (`run.json`); a killed search reruns only the others, an unfinished run from its own latest
+checkpoint. A run whose overrides changed since (another `--seed`'s mixture, `--steps`, a config override), finished
+or not, starts over in a cleared folder. A search over one source is refused.
 """
 
 from __future__ import annotations
@@ -145,17 +147,17 @@ def _run_once(
     root: Path,
     steps: int | None,
 ) -> dict[str, Any]:
-    from pretrain.tools.ladder import final_eval_row, run_training, share_data
+    """Proxy run k at `weights` and its record: kept when it finished under the same overrides; else trained in
+    its folder, cleared first of a run under other overrides (another --seed's mixture, another config override), whose
+    checkpoints the trainer's auto-resume would otherwise continue."""
+    from pretrain.tools.ladder import claim_folder, final_eval_row, run_training, share_data
 
     folder = root / f"run{k}"
     over = [*overrides, *mixture_overrides(cfg, weights, folder, steps)]
-    try:
-        rec = json.loads((folder / RUN_FILE).read_text())
-        if rec.get("overrides") == over:
-            log.info(f"[mixture] run{k}: done before, kept")
-            return rec
-    except (OSError, ValueError):
-        pass
+    rec = claim_folder(folder, over, RUN_FILE, f"[mixture] run{k}")
+    if rec is not None:
+        log.info(f"[mixture] run{k}: done before, kept")
+        return rec
     share_data(cfg, folder)
     log.info(
         f"[mixture] run{k}: weights "

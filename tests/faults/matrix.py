@@ -787,6 +787,14 @@ CELLS: tuple[Cell, ...] = (
     ),
     Cell(
         "ladder",
+        "changed setting on rerun",
+        "redone",
+        "a rung killed under other settings (its started.json's) starts over in its cleared folder, not from "
+        "the other settings' checkpoint; one killed under the same settings resumes its own",
+        "tests/pretrain/test_ladder.py::test_a_rung_killed_at_other_settings_starts_over_not_from_its_checkpoints",
+    ),
+    Cell(
+        "ladder",
         "hostile input",
         "refused",
         "a rung that would not fit a rank's memory is refused before any rung trains, naming it and the memory",
@@ -806,6 +814,15 @@ CELLS: tuple[Cell, ...] = (
         "redone",
         "a killed mixture search keeps its finished proxy runs (run.json untouched) and reruns the others",
         "tests/pretrain/test_mixture.py::test_a_killed_search_reruns_only_unfinished_runs",
+    ),
+    Cell(
+        "mixture",
+        "changed setting on rerun",
+        "redone",
+        "a proxy run finished or killed at other overrides (another --seed's mixture, --steps, a config "
+        "override) starts over in its cleared folder (the links to the run's data kept), not from the other "
+        "mixture's checkpoints; a finished one at the same overrides is kept, a killed one resumes its own",
+        "tests/pretrain/test_mixture.py::test_a_run_at_other_settings_starts_over_in_its_folder_not_from_its_checkpoints",
     ),
     Cell(
         "mixture",

@@ -259,3 +259,37 @@ def test_a_proxy_run_is_supervised_on_its_own_checkpoint_folder(tmp_path, monkey
     overrides = [f"run.output_dir={folder}", f"checkpoint.dir={elsewhere}"]
     ladder.run_training(Path(config), overrides, folder, 1, "[ladder] rung w32-l2")
     assert seen["checkpoint_dir"] == elsewhere
+
+
+@pytest.mark.timeout(120)
+def test_a_rung_killed_at_other_settings_starts_over_not_from_its_checkpoints(tmp_path, monkeypatch):
+    """A rung killed under other settings (here another --hparams) has no rung.json: it used to be trained in its
+    folder as it was, and the trainer's auto-resume continued the other settings' checkpoint. The settings its
+    folder trained under are now written before each run (started.json): such a folder is cleared first, as a
+    finished rung's is, all but the links to the run's data; a rung killed under the same settings resumes."""
+    from pretrain.tools import ladder
+    from tests.pretrain.test_mixture import FakeTraining, fake_data_stages
+
+    config = os.path.join(ROOT, "configs", "gpt2-tiny.yaml")
+    user = [f"run.output_dir={tmp_path}/run"]
+    fake_data_stages(tmp_path / "run")
+    fake = FakeTraining([])
+    monkeypatch.setattr(ladder, "run_training", fake)
+
+    def ladder_run(hparams: str, stop_at: str | None) -> None:
+        fake.calls.clear()
+        fake.stop_at = stop_at
+        ladder.run_ladder(config, user, "64,128,192", tokens_per_param=0.1, memory_gib=100, hparams=hparams)
+
+    with pytest.raises(ladder.LadderError, match="w128-l2 stopped"):
+        ladder_run("scaled", "w128-l2")
+    assert fake.calls == [("w64-l2", None), ("w128-l2", None)]
+    with pytest.raises(ladder.LadderError, match="w192-l2 stopped"):
+        ladder_run("scaled", "w192-l2")  # w64 kept, w128 resumes its own checkpoint
+    assert fake.calls == [("w128-l2", "own"), ("w192-l2", None)]
+    ladder_run("fixed", None)  # finished or killed under scaled: every rung starts over
+    assert fake.calls == [("w64-l2", None), ("w128-l2", None), ("w192-l2", None)]
+    for name in ("w64-l2", "w128-l2", "w192-l2"):
+        folder = tmp_path / "run" / "ladder" / name
+        assert (folder / "tokens").resolve() == (tmp_path / "run" / "tokens").resolve()
+        assert len(list((folder / "checkpoints").glob("step*"))) == 1

@@ -95,6 +95,85 @@ def test_each_proxy_run_checkpoints_in_its_own_folder_whatever_the_configs_check
     assert len(folders) == 3
 
 
+class FakeTraining:
+    """Stands in for `run_training` (torchrun of `pretrain train`) in a proxy run's folder, as the trainer would
+    meet it: before it "trains" it reads what `checkpoint.resume=auto` would resume from there (None, "own": made
+    under these overrides, "other": made under other ones), then leaves a checkpoint stamped with its overrides
+    and, unless it is the run `stop_at` names (killed after that checkpoint), an evaluation row."""
+
+    def __init__(self, sources: list[str]) -> None:
+        self.sources = sources
+        self.stop_at: str | None = None
+        self.calls: list[tuple[str, str | None]] = []  # (folder name, what it resumed)
+
+    def __call__(self, config: Path, overrides: list[str], folder: Path, nproc: int, what: str) -> None:
+        from core.exit_codes import PREEMPTED
+        from pretrain.tools.ladder import LadderError
+
+        # the data stages' links share_data made are there (and still are after a folder was cleared)
+        assert (folder / "tokens").is_symlink() and (folder / "tokenizer").is_symlink()
+        ckpts = folder / "checkpoints"
+        made = [json.loads(p.read_text()) for p in sorted(ckpts.glob("step*/made_under.json"))]
+        self.calls.append((folder.name, None if not made else "own" if made[-1] == overrides else "other"))
+        tag = ckpts / f"step{len(made) + 1:08d}"
+        tag.mkdir(parents=True)
+        (tag / "made_under.json").write_text(json.dumps(overrides))
+        if folder.name == self.stop_at:
+            raise LadderError(f"{what} stopped at a signal and checkpointed", exit_code=PREEMPTED)
+        value = dict(o.split("=", 1) for o in overrides)
+        width = int(value.get("model.hidden_size", 64))
+        row = {"split": "eval", "step": 4, "loss": 2.0 + 3.0 * 64 / width}
+        for i, s in enumerate(self.sources):
+            row[f"loss/{s}"] = 3.0 - float(value.get(f"data.sources.{i}.weight", 0.5))
+        (folder / "logs").mkdir(exist_ok=True)
+        (folder / "logs" / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+
+
+def fake_data_stages(run: Path) -> None:
+    """The token shards and tokenizer `share_data` links into each proxy run's folder (only their presence is
+    checked)."""
+    (run / "tokens").mkdir(parents=True)
+    (run / "tokens" / "manifest.json").write_text("{}")
+    (run / "tokenizer").mkdir()
+
+
+@pytest.mark.timeout(120)
+def test_a_run_at_other_settings_starts_over_in_its_folder_not_from_its_checkpoints(tmp_path, monkeypatch):
+    """Another `--seed` gives run1..run5 other mixtures in the same folders. A run finished (or killed) at
+    another mixture used to be trained again in its folder as it was: the trainer's auto-resume then continued
+    the other mixture's checkpoints (or refused them). Such a folder is now cleared first, all but the links to
+    the run's data; a killed run at the same mixture still resumes its own checkpoint, a finished one is kept."""
+    from pretrain.tools import ladder, mixture
+
+    config = ROOT / "configs" / "gpt2-tiny.yaml"
+    user = [f"run.output_dir={tmp_path}/run"]
+    fake_data_stages(tmp_path / "run")
+    fake = FakeTraining(["crawl", "bbc"])
+    monkeypatch.setattr(ladder, "run_training", fake)
+    monkeypatch.setattr(mixture, "share_caps", lambda cfg, steps, max_epochs: (np.ones(2), {}))
+    root = tmp_path / "run" / "mixture"
+
+    fake.stop_at = "run3"  # seed 0, killed in run3
+    with pytest.raises(ladder.LadderError, match="run3 stopped"):
+        run_mixture(config, user, runs=6, steps=4, seed=0)
+    assert fake.calls == [("run0", None), ("run1", None), ("run2", None), ("run3", None)]
+    fake.calls.clear()
+    fake.stop_at = "run4"  # seed 0 again: run0..2 kept, run3 resumes its own checkpoint; killed in run4
+    with pytest.raises(ladder.LadderError, match="run4 stopped"):
+        run_mixture(config, user, runs=6, steps=4, seed=0)
+    assert fake.calls == [("run3", "own"), ("run4", None)]
+    fake.calls.clear()
+    fake.stop_at = None  # seed 1: run0 (the uniform mixture whatever the seed) kept; run1..4 start over
+    report = run_mixture(config, user, runs=6, steps=4, seed=1)
+    assert fake.calls == [(f"run{k}", None) for k in range(1, 6)]
+    assert report["runs"][1]["weights"] == list(mixture.sample_mixtures(2, 6, 1)[1])
+    for k in range(6):
+        folder = root / f"run{k}"
+        assert (folder / "tokens").resolve() == (tmp_path / "run" / "tokens").resolve()
+        assert (folder / "tokenizer").resolve() == (tmp_path / "run" / "tokenizer").resolve()
+        assert len(list((folder / "checkpoints").glob("step*"))) == 1  # the other mixture's removed
+
+
 TWO = """\
 inherit: [{root}/configs/gpt2-tiny.yaml]
 run: {{name: mix, output_dir: {out}}}
