@@ -430,14 +430,15 @@ def main() -> int:
         ours, peer = rates.get("ours", [0.0]), rates.get("peer", [1.0])
         rep.verdict(f"gpu_mfu_{name}", statistics.median(ours) * fpt / 1e12, peak / 1e12, goal)
         rep.compare(f"gpu_vs_plain_torch_{name}", ours, peer, 1.0, unit="tokens/s")
-        # against the bound itself: the plain loop's first step is printed above
-        rep.verdict(
-            f"gpu_first_step_s_{name}",
-            first.get("ours", math.inf),
-            FIRST_STEP_GOAL_S,
-            1.0,
-            lower_is_better=True,
-        )
+        # each of our trainers' first step against the bound itself: the plain loop's is printed above
+        for side in ("ours", "fp8") if name in FP8_CONFIGS else ("ours",):
+            rep.verdict(
+                f"gpu_first_step_s_{name}{'_fp8' if side == 'fp8' else ''}",
+                first.get(side, math.inf),
+                FIRST_STEP_GOAL_S,
+                1.0,
+                lower_is_better=True,
+            )
         if name in FP8_CONFIGS:
             rep.compare(
                 f"gpu_fp8_vs_bf16_{name}", rates.get("fp8", [0.0]), ours, FP8_SPEEDUP_GOAL, unit="tokens/s"
@@ -447,13 +448,6 @@ def main() -> int:
                 loss.get("fp8", math.inf),
                 loss.get("ours", 1.0),
                 FP8_LOSS_GOAL,
-                lower_is_better=True,
-            )
-            rep.verdict(
-                f"gpu_first_step_s_{name}_fp8",
-                first.get("fp8", math.inf),
-                FIRST_STEP_GOAL_S,
-                1.0,
                 lower_is_better=True,
             )
     return rep.finish()
